@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs every Debian package that building and testing Tessera needs.
+# Idempotent: packages already present are skipped, so it is safe to re-run
+# (CI calls it first on every run). Needs root or sudo.
+set -euo pipefail
+
+PACKAGES=(
+  bazel-bootstrap
+  openjdk-17-jdk-headless
+  g++
+  libgrpc++-dev protobuf-compiler-grpc
+  libprotobuf-dev protobuf-compiler
+  libabsl-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libgloo-dev
+  libopenblas-dev
+  libyaml-cpp-dev
+  nlohmann-json3-dev
+  python3-grpcio python3-grpc-tools
+)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$pkg")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "setup: done"

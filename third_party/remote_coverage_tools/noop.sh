@@ -1,0 +1,3 @@
+#!/bin/sh
+# Coverage is not collected through Bazel.
+exit 0

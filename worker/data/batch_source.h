@@ -1,0 +1,38 @@
+// Where a rank's training tokens come from. Each rank reads its own
+// micro-batches, chosen deterministically from (seed, step, rank): resuming
+// at step k reads exactly what an unbroken run reads at step k.
+#ifndef TESSERA_WORKER_DATA_BATCH_SOURCE_H_
+#define TESSERA_WORKER_DATA_BATCH_SOURCE_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "proto/tessera/v1/job.pb.h"
+
+namespace tessera {
+
+// Targets equal to this are ignored by the loss (padding, prompt tokens).
+inline constexpr int32_t kIgnoreIndex = -100;
+
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  // Fills inputs and targets, each [micro_batch_size * seq_len] host int32,
+  // for this rank at `step`. targets[i] is the token after inputs[i], or
+  // kIgnoreIndex where no loss should be taken.
+  virtual absl::Status ReadBatch(int64_t step, absl::Span<int32_t> inputs,
+                                 absl::Span<int32_t> targets) = 0;
+};
+
+// Opens the job's data source (token file or synthetic task) for one rank.
+// INVALID_ARGUMENT if the data cannot serve the spec (file missing or
+// malformed, token id >= vocab_size, fewer tokens than one sequence).
+absl::StatusOr<std::unique_ptr<BatchSource>> OpenBatchSource(const v1::JobSpec& spec, int rank,
+                                                             int world_size);
+
+}  // namespace tessera
+
+#endif  // TESSERA_WORKER_DATA_BATCH_SOURCE_H_

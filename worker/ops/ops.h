@@ -1,0 +1,212 @@
+// The ops API: every compute command a worker runs goes through this one
+// interface. The CPU reference engine (worker/engine/cpu) and the CUDA engine
+// (worker/engine/cuda) implement it with the same semantics, so the model and
+// the training step (worker/model, worker/trainer) are written once.
+//
+// Conventions (in the spirit of TransformerEngine's C API):
+//  * Tensors are non-owning TensorDesc values; the stream is the last argument.
+//  * All matrices are row-major. "T" is tokens (batch * seq), "H" d_model,
+//    "F" ffn_dim, "V" vocab, "nh" heads, "hd" head dim.
+//  * Activations are bf16 in memory; arithmetic accumulates in fp32.
+//  * Scalars an op produces or consumes per step (loss, token count, grad
+//    scale, amax) live in engine memory, so a GPU step needs no host sync.
+//  * Errors come back as absl::Status: INVALID_ARGUMENT for shapes/dtypes
+//    that do not fit, RESOURCE_EXHAUSTED for out-of-memory, INTERNAL for a
+//    library failure (message carries file:line and the library's string).
+#ifndef TESSERA_WORKER_OPS_OPS_H_
+#define TESSERA_WORKER_OPS_OPS_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "worker/ops/tensor.h"
+
+namespace tessera {
+
+// How an FP8 scale is derived from amax values (see UpdateFp8Scales).
+enum class AmaxAlgo : uint8_t { kMax = 0, kMostRecent = 1 };
+
+// One parameter shard as FusedAdam sees it: a *sharded FP8 tensor*. All
+// tensors are 1-D views over this rank's flat shard of `numel` elements;
+// numel may be 0 (an empty shard is a no-op, never an error).
+struct AdamShard {
+  TensorDesc master;   // [numel] fp32, updated in place
+  TensorDesc grad;     // [numel] fp32, read (unscaled sum-of-token grads)
+  TensorDesc exp_avg;  // [numel] fp32 (Adam m), updated in place
+  TensorDesc exp_avg_sq;  // [numel] fp32 (Adam v), updated in place
+  // [numel] e4m3 (or bf16 for non-FP8 params, then scale/amax may be null).
+  // Written from the new master with *fp8.scale; *fp8.amax receives
+  // max(|new master|) over this shard (max-combined with its old value).
+  TensorDesc fp8;
+  bool apply_weight_decay = true;
+};
+
+struct AdamHyper {
+  float lr = 0.f;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.f;
+  int step = 1;  // 1-based, for bias correction
+};
+
+// Built once at setup from the rank's shard table (on the GPU: a
+// device-resident pointer table), then reused by every FusedAdam call.
+class AdamPlan {
+ public:
+  virtual ~AdamPlan() = default;
+};
+
+// Engine-owned memory. Freed on destruction.
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  virtual void* data() const = 0;
+  virtual size_t bytes() const = 0;
+};
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+
+  // ---- Memory -------------------------------------------------------------
+  // Allocation happens at setup only; a steady-state step allocates nothing.
+  virtual absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) = 0;
+  virtual absl::Status CopyToDevice(void* dst, const void* src, size_t bytes, Stream* stream) = 0;
+  virtual absl::Status CopyToHost(void* dst, const void* src, size_t bytes, Stream* stream) = 0;
+  virtual absl::Status CopyDeviceToDevice(void* dst, const void* src, size_t bytes, Stream* stream) = 0;
+  virtual absl::Status Memset(void* dst, int value, size_t bytes, Stream* stream) = 0;
+  virtual absl::Status Synchronize(Stream* stream) = 0;
+
+  // ---- FP8 ----------------------------------------------------------------
+  // out = saturate(rne(in * *out.scale)) as e4m3/e5m2; in is fp32 or bf16 of
+  // the same element count. *out.amax = max(*out.amax, max|in|) (fused amax;
+  // out.amax may be null). *out.scale_inv = 1 / *out.scale if non-null.
+  // Bit-identical across engines for the same input and scale.
+  virtual absl::Status Quantize(const TensorDesc& in, const TensorDesc& out, Stream* stream) = 0;
+  // As Quantize for a 2-D in [R, C], also writing out_t [C, R] (the
+  // transposed FP8 copy the FP8 GEMM layout needs). out.data may be null to
+  // skip the plain copy. out_t uses out's scale (out_t.scale is ignored).
+  virtual absl::Status QuantizeTranspose(const TensorDesc& in, const TensorDesc& out,
+                                         const TensorDesc& out_t, Stream* stream) = 0;
+  // out (fp32 or bf16) = in (e4m3/e5m2) * *in.scale_inv.
+  virtual absl::Status Dequantize(const TensorDesc& in, const TensorDesc& out, Stream* stream) = 0;
+  // *amax = max(*amax, max|in|); in is fp32 or bf16. amax: one fp32 in engine memory.
+  virtual absl::Status Amax(const TensorDesc& in, float* amax, Stream* stream) = 0;
+  // Delayed/current scaling for n tensors at once.
+  //   amax [n]: this step's amaxes (already all-reduced if shared); zeroed after use.
+  //   history [history_len, n]: rolled by one row, newest amax in row 0.
+  //   scale, scale_inv [n]: scale = fp8_max / a / 2^margin where a is the max
+  //   over the history (kMax) or the newest entry (kMostRecent); if a == 0 or
+  //   not finite, the scale is left unchanged. history_len 1 with kMostRecent
+  //   is current scaling. fp8_max: 448 (e4m3) or 57344 (e5m2).
+  virtual absl::Status UpdateFp8Scales(float* amax, float* history, float* scale, float* scale_inv,
+                                       int n, int history_len, float fp8_max, int margin,
+                                       AmaxAlgo algo, Stream* stream) = 0;
+  // out [C, R] = in [R, C]ᵀ for 1-, 2- or 4-byte dtypes (FP8 bytes transpose
+  // exactly; out keeps in's scale_inv).
+  virtual absl::Status Transpose(const TensorDesc& in, const TensorDesc& out, Stream* stream) = 0;
+
+  // ---- GEMM ---------------------------------------------------------------
+  // d [M, N] = op(a) · op(b) (+ d if accumulate), op(x) = xᵀ when trans_x.
+  // a is [M, K] ([K, M] if trans_a); b is [K, N] ([N, K] if trans_b).
+  // Operands: both bf16, or both FP8 (e4m3×e4m3, e5m2×e4m3, e4m3×e5m2); the
+  // product is multiplied by *a.scale_inv * *b.scale_inv for FP8 operands.
+  // FP8 operands must be K-contiguous: trans_a == false and trans_b == true
+  // (the only FP8 layout cuBLASLt offers). d is bf16 or fp32; accumulate
+  // (beta = 1) requires fp32 d. Accumulation is fp32.
+  virtual absl::Status Gemm(const TensorDesc& a, bool trans_a, const TensorDesc& b, bool trans_b,
+                            const TensorDesc& d, bool accumulate, Stream* stream) = 0;
+
+  // ---- Elementwise and normalisation --------------------------------------
+  // out = a + b; each fp32 or bf16, same element count (out may alias a).
+  virtual absl::Status Add(const TensorDesc& a, const TensorDesc& b, const TensorDesc& out,
+                           Stream* stream) = 0;
+  // out = in converted between fp32 and bf16 (rne).
+  virtual absl::Status Cast(const TensorDesc& in, const TensorDesc& out, Stream* stream) = 0;
+  // out [T, H] = table[ids[t]]; ids [T] int32, table [V, H] fp32 or bf16, out bf16/fp32.
+  // An id outside [0, V) is INVALID_ARGUMENT on the CPU engine (the CUDA
+  // engine writes zeros for it and raises a sticky error flag).
+  virtual absl::Status EmbeddingForward(const TensorDesc& ids, const TensorDesc& table,
+                                        const TensorDesc& out, Stream* stream) = 0;
+  // grad_table [V, H] fp32 += scatter-add of grad_out [T, H] rows by ids.
+  virtual absl::Status EmbeddingBackward(const TensorDesc& ids, const TensorDesc& grad_out,
+                                         const TensorDesc& grad_table, Stream* stream) = 0;
+  // out [T, H] = x / rms(x) * weight; x fp32/bf16, weight [H] fp32/bf16,
+  // out bf16/fp32, rstd [T] fp32 saved for backward.
+  virtual absl::Status RmsNormForward(const TensorDesc& x, const TensorDesc& weight, float eps,
+                                      const TensorDesc& out, const TensorDesc& rstd,
+                                      Stream* stream) = 0;
+  // grad_x [T, H] (fp32/bf16) = dL/dx; if accumulate_grad_x, added to it.
+  // grad_weight [H] fp32 += dL/dweight.
+  virtual absl::Status RmsNormBackward(const TensorDesc& grad_out, const TensorDesc& x,
+                                       const TensorDesc& weight, const TensorDesc& rstd,
+                                       const TensorDesc& grad_x, bool accumulate_grad_x,
+                                       const TensorDesc& grad_weight, Stream* stream) = 0;
+  // Rotary embedding, in place on the q and k parts of qkv [B, S, 3, nh, hd]
+  // bf16 (v untouched). Position of token s is s. Pairs are (i, i + hd/2)
+  // (the "rotate half" convention); freq_i = theta^(-2i/hd).
+  virtual absl::Status RopeForward(const TensorDesc& qkv, float theta, Stream* stream) = 0;
+  // Inverse rotation of the q and k parts of grad_qkv, in place.
+  virtual absl::Status RopeBackward(const TensorDesc& grad_qkv, float theta, Stream* stream) = 0;
+  // Causal softmax attention. qkv [B, S, 3, nh, hd] bf16 (RoPE applied);
+  // out [B, S, nh, hd] bf16; lse [B, nh, S] fp32 (log-sum-exp of the scaled
+  // scores, saved for backward). Scale 1/sqrt(hd).
+  virtual absl::Status AttentionForward(const TensorDesc& qkv, const TensorDesc& out,
+                                        const TensorDesc& lse, Stream* stream) = 0;
+  // grad_qkv [B, S, 3, nh, hd] bf16 from grad_out [B, S, nh, hd] bf16.
+  virtual absl::Status AttentionBackward(const TensorDesc& grad_out, const TensorDesc& qkv,
+                                         const TensorDesc& out, const TensorDesc& lse,
+                                         const TensorDesc& grad_qkv, Stream* stream) = 0;
+  // gate_up [T, 2F] bf16 holds gate in columns [0, F) and up in [F, 2F);
+  // out [T, F] bf16 = silu(gate) * up.
+  virtual absl::Status SwiGluForward(const TensorDesc& gate_up, const TensorDesc& out,
+                                     Stream* stream) = 0;
+  // grad_gate_up [T, 2F] bf16 from grad_out [T, F] bf16.
+  virtual absl::Status SwiGluBackward(const TensorDesc& grad_out, const TensorDesc& gate_up,
+                                      const TensorDesc& grad_gate_up, Stream* stream) = 0;
+
+  // ---- Fused linear + cross-entropy (the LM head) --------------------------
+  // For x [T, H] bf16, weight [V, H] bf16, targets [T] int32:
+  //   logits_t = weight · x_t (never materialised beyond one chunk of
+  //   chunk_tokens x V), loss_t = logsumexp(logits_t) - logits_t[target_t].
+  //   *loss_sum += sum of loss_t over valid tokens (target != ignore_index);
+  //   *valid_tokens += count of valid tokens (fp32 scalar, exact to 2^24).
+  //   grad_x [T, H] bf16 = d(sum loss)/dx (rows of ignored tokens are zero);
+  //   grad_weight [V, H] fp32 += d(sum loss)/dweight, accumulated in place by
+  //   a beta=1 GEMM with bf16 operands and fp32 output: no [V, H] temporary.
+  // Gradients are of the *sum* of token losses; the caller divides by the
+  // global token count later (FusedAdam's grad_scale). A target outside
+  // [0, V) other than ignore_index is INVALID_ARGUMENT (CPU) / sticky flag (CUDA).
+  virtual absl::Status FusedLinearCrossEntropy(const TensorDesc& x, const TensorDesc& weight,
+                                               const TensorDesc& targets, int ignore_index,
+                                               int chunk_tokens, float* loss_sum,
+                                               float* valid_tokens, const TensorDesc& grad_x,
+                                               const TensorDesc& grad_weight, Stream* stream) = 0;
+
+  // ---- Optimizer ----------------------------------------------------------
+  virtual absl::StatusOr<std::unique_ptr<AdamPlan>> CreateAdamPlan(
+      absl::Span<const AdamShard> shards) = 0;
+  // *sum_sq = sum over every shard of sum(grad^2) (fp32 scalar in engine
+  // memory), for the global grad norm. One pass, all shards.
+  virtual absl::Status GradSumSquares(const AdamPlan& plan, float* sum_sq, Stream* stream) = 0;
+  // From the all-reduced sum of squares and token count, computes
+  //   *grad_norm = sqrt(sum_sq) / tokens  (norm of the mean-loss gradient)
+  //   *grad_scale = (1 / tokens) * min(1, max_norm / (*grad_norm + 1e-6))
+  // (no clipping when max_norm <= 0). All four scalars in engine memory.
+  virtual absl::Status ComputeGradScale(const float* sum_sq, const float* tokens, float max_norm,
+                                        float* grad_norm, float* grad_scale, Stream* stream) = 0;
+  // One pass over every shard: g = grad * *grad_scale; AdamW with bias
+  // correction and decoupled weight decay updates master, m, v; then the FP8
+  // (or bf16) shard is rewritten from the new master and its amax recorded.
+  virtual absl::Status FusedAdam(const AdamPlan& plan, const AdamHyper& hyper,
+                                 const float* grad_scale, Stream* stream) = 0;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_WORKER_OPS_OPS_H_

@@ -1,0 +1,55 @@
+// The seam between the worker daemon (control plane) and compute. The daemon
+// drives one Trainer per job through Setup -> InitCollective -> RunStep... ->
+// (Checkpoint) and may call Abort from any thread at any time. The real
+// implementation is the FSDP2 trainer (worker/trainer/fsdp_trainer.h) over a
+// compute engine; tests may drive the daemon with a fake.
+#ifndef TESSERA_WORKER_TRAINER_TRAINER_H_
+#define TESSERA_WORKER_TRAINER_TRAINER_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/tessera/v1/job.pb.h"
+#include "worker/comm/rendezvous_store.h"
+
+namespace tessera {
+
+struct SetupReport {
+  int64_t shard_parameters = 0;  // elements this rank holds
+  int64_t total_parameters = 0;  // elements of the whole model
+};
+
+struct StepReport {
+  int step = 0;
+  float loss = 0.f;       // global mean loss (identical on every rank)
+  float grad_norm = 0.f;  // global grad norm before clipping
+  float lr = 0.f;
+  int64_t tokens = 0;     // this rank's valid tokens
+  double compute_time_s = 0.0;
+};
+
+class Trainer {
+ public:
+  virtual ~Trainer() = default;
+  // Builds the rank's shards, quantizers, buffers and data reader. The spec
+  // has already been validated by the coordinator.
+  virtual absl::StatusOr<SetupReport> Setup(const v1::JobSpec& spec, int rank, int world_size) = 0;
+  // Joins the job's collective group through `store` (not owned; only used
+  // during this call). `host` is how peers reach this worker. Collectives
+  // later fail with ABORTED when they exceed `timeout`.
+  virtual absl::Status InitCollective(RendezvousStore* store, const std::string& host,
+                                      absl::Duration timeout) = 0;
+  // One optimizer step (0-based). Steps must be consecutive.
+  virtual absl::StatusOr<StepReport> RunStep(int step) = 0;
+  // Writes this rank's state after `step` steps into dir; returns the path.
+  virtual absl::StatusOr<std::string> Checkpoint(int step, const std::string& dir) = 0;
+  // Thread-safe: makes an in-flight or later RunStep return ABORTED/CANCELLED.
+  virtual void Abort() = 0;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_WORKER_TRAINER_TRAINER_H_
