@@ -1,0 +1,95 @@
+// The `tessera` CLI against a real coordinator and workers: submit a job file
+// and watch it to completion, list jobs as JSON, and fail cleanly (one line,
+// non-zero exit) when the coordinator cannot be reached.
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "tests/process_harness.h"
+
+namespace tessera {
+namespace {
+
+using testing::BinaryPath;
+using testing::LocalCluster;
+using testing::RunCommand;
+
+constexpr char kTinyJobYaml[] = R"(name: cli-tiny
+model:
+  vocab_size: 256
+  d_model: 32
+  n_layers: 1
+  n_heads: 2
+  ffn_dim: 64
+  seq_len: 16
+data:
+  synthetic:
+    task: ADDITION
+  micro_batch_size: 2
+optimizer:
+  lr: 0.003
+  warmup_steps: 2
+world_size: 2
+device_kind: CPU
+steps: 8
+seed: 3
+)";
+
+TEST(CliTest, SubmitWatchAndListJobs) {
+  auto cluster = LocalCluster::Start(2);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  std::string job_file = testing::MakeTempDir("cli") + "/job.yaml";
+  FILE* f = fopen(job_file.c_str(), "w");
+  fputs(kTinyJobYaml, f);
+  fclose(f);
+
+  auto submit = RunCommand(BinaryPath("client/tessera"),
+                           {"submit", job_file, "--watch",
+                            absl::StrCat("--coordinator=", (*cluster)->address())},
+                           absl::Seconds(120));
+  EXPECT_EQ(submit.exit_code, 0) << submit.output << (*cluster)->Logs();
+  EXPECT_TRUE(absl::StrContains(submit.output, "SUCCEEDED")) << submit.output;
+
+  auto jobs = RunCommand(BinaryPath("client/tessera"),
+                         {"jobs", "--json", absl::StrCat("--coordinator=", (*cluster)->address())},
+                         absl::Seconds(30));
+  EXPECT_EQ(jobs.exit_code, 0) << jobs.output;
+  EXPECT_TRUE(absl::StrContains(jobs.output, "cli-tiny")) << jobs.output;
+  EXPECT_TRUE(absl::StrContains(jobs.output, "SUCCEEDED")) << jobs.output;
+}
+
+TEST(CliTest, UnreachableCoordinatorGivesOneLineAndNonZeroExit) {
+  int port = testing::PickFreePort();
+  auto result = RunCommand(BinaryPath("client/tessera"),
+                           {"jobs", absl::StrCat("--coordinator=127.0.0.1:", port)},
+                           absl::Seconds(60));
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_NE(result.exit_code, -1) << "CLI hung";
+  std::vector<std::string> lines =
+      absl::StrSplit(result.output, '\n', absl::SkipWhitespace());
+  EXPECT_EQ(lines.size(), 1u) << result.output;
+  EXPECT_TRUE(absl::StrContains(result.output, absl::StrCat(port))) << result.output;
+}
+
+TEST(CliTest, BadSpecPrintsTheField) {
+  auto cluster = LocalCluster::Start(0);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  std::string job_file = testing::MakeTempDir("cli") + "/bad.yaml";
+  std::string bad = kTinyJobYaml;
+  bad.replace(bad.find("steps: 8"), 8, "steps: 0");
+  FILE* f = fopen(job_file.c_str(), "w");
+  fputs(bad.c_str(), f);
+  fclose(f);
+  auto result = RunCommand(BinaryPath("client/tessera"),
+                           {"submit", job_file, absl::StrCat("--coordinator=", (*cluster)->address())},
+                           absl::Seconds(30));
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_TRUE(absl::StrContains(result.output, "INVALID_ARGUMENT")) << result.output;
+  EXPECT_TRUE(absl::StrContains(result.output, "steps")) << result.output;
+}
+
+}  // namespace
+}  // namespace tessera
