@@ -1,0 +1,342 @@
+// The coordinator's core (see coordinator.h).
+#include "server/coordinator.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "server/job_state_machine.h"
+#include "server/spec_validation.h"
+
+namespace tessera {
+namespace {
+
+void MakeDirs(const std::string& path) {
+  std::string partial;
+  for (size_t i = 0; i <= path.size(); ++i) {
+    if (i == path.size() || path[i] == '/') {
+      if (!partial.empty()) mkdir(partial.c_str(), 0755);
+    }
+    if (i < path.size()) partial += path[i];
+  }
+}
+
+}  // namespace
+
+Coordinator::Coordinator(CoordinatorOptions options)
+    : options_(std::move(options)), registry_(options_.worker_timeout) {}
+
+Coordinator::~Coordinator() { Shutdown(); }
+
+absl::Status Coordinator::Start() {
+  if (!options_.state_dir.empty()) {
+    MakeDirs(options_.state_dir + "/jobs");
+    struct stat st;
+    if (stat((options_.state_dir + "/jobs").c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("state_dir: cannot create ", options_.state_dir, "/jobs"));
+    }
+    LoadPersisted();
+  }
+  if (options_.start_background_thread) {
+    background_ = std::thread([this] {
+      while (!stop_.WaitForNotificationWithTimeout(absl::Milliseconds(100))) Tick();
+    });
+  }
+  return absl::OkStatus();
+}
+
+void Coordinator::Shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  if (!stop_.HasBeenNotified()) stop_.Notify();
+  if (background_.joinable()) background_.join();
+  std::vector<std::thread> threads;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, entry] : jobs_) {
+      if (entry->runner) entry->runner->Stop(v1::CANCELLED, "coordinator shutting down");
+      if (entry->job.state() == v1::PENDING) {
+        SetStateLocked(*entry, v1::CANCELLED, "coordinator shutting down");
+      }
+      if (entry->thread.joinable()) threads.push_back(std::move(entry->thread));
+    }
+  }
+  for (auto& t : threads) t.join();
+}
+
+void Coordinator::LoadPersisted() {
+  absl::MutexLock lock(&mu_);
+  std::string dir = options_.state_dir + "/jobs";
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return;
+  while (dirent* e = readdir(d)) {
+    std::string name = e->d_name;
+    if (!absl::EndsWith(name, ".binpb")) continue;
+    std::ifstream in(dir + "/" + name, std::ios::binary);
+    v1::Job job;
+    if (!job.ParseFromIstream(&in)) continue;
+    auto entry = std::make_unique<JobEntry>();
+    entry->job = job;
+    int number = 0;
+    if (absl::SimpleAtoi(job.id().substr(job.id().find('-') + 1), &number)) {
+      next_job_number_ = std::max(next_job_number_, number + 1);
+    }
+    if (!IsTerminal(job.state())) {
+      entry->job.set_state(v1::FAILED);
+      entry->job.set_reason("coordinator restarted while the job was " +
+                            v1::JobState_Name(job.state()));
+      entry->job.set_end_time_unix_ms(absl::ToUnixMillis(options_.now()));
+      entry->job.clear_worker_ids();
+      entry->job.set_queue_position(0);
+      PersistLocked(entry->job);
+    }
+    v1::JobEvent event;
+    event.mutable_state_change()->set_state(entry->job.state());
+    event.mutable_state_change()->set_reason(entry->job.reason());
+    entry->events->Append(event, /*closes=*/true);
+    jobs_[job.id()] = std::move(entry);
+  }
+  closedir(d);
+}
+
+void Coordinator::PersistLocked(const v1::Job& job) {
+  if (options_.state_dir.empty()) return;
+  std::string path = absl::StrCat(options_.state_dir, "/jobs/", job.id(), ".binpb");
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!job.SerializeToOstream(&out)) return;
+  }
+  std::rename(tmp.c_str(), path.c_str());
+}
+
+v1::Job Coordinator::SnapshotLocked(const JobEntry& entry) {
+  v1::Job job = entry.job;
+  job.set_queue_position(scheduler_.Position(job.id()));
+  return job;
+}
+
+void Coordinator::SetStateLocked(JobEntry& entry, v1::JobState state, const std::string& reason) {
+  v1::Job& job = entry.job;
+  if (!CheckTransition(job.state(), state, reason).ok()) return;
+  int64_t now_ms = absl::ToUnixMillis(options_.now());
+  job.set_state(state);
+  job.set_reason(reason);
+  if (state == v1::RUNNING) job.set_start_time_unix_ms(now_ms);
+  if (IsTerminal(state)) {
+    job.set_end_time_unix_ms(now_ms);
+    job.set_queue_position(0);
+    scheduler_.Remove(job.id());
+    for (const std::string& w : job.worker_ids()) registry_.Release(w, job.id());
+    rendezvous_.DropJob(job.id());
+  }
+  v1::JobEvent event;
+  event.mutable_state_change()->set_state(state);
+  event.mutable_state_change()->set_reason(reason);
+  entry.events->Append(event, IsTerminal(state));
+  PersistLocked(job);
+}
+
+absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec) {
+  if (absl::Status s = ValidateJobSpec(spec); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  if (shut_down_) return absl::UnavailableError("coordinator is shutting down");
+  auto entry = std::make_unique<JobEntry>();
+  v1::Job& job = entry->job;
+  job.set_id(absl::StrCat("job-", next_job_number_++));
+  *job.mutable_spec() = WithDefaults(spec);
+  job.set_create_time_unix_ms(absl::ToUnixMillis(options_.now()));
+  job.set_state(v1::PENDING);
+  scheduler_.Enqueue(job.id());
+  job.set_reason(Scheduler::PendingReason(job.spec(), registry_, scheduler_.Position(job.id())));
+  v1::JobEvent event;
+  event.mutable_state_change()->set_state(v1::PENDING);
+  event.mutable_state_change()->set_reason(job.reason());
+  entry->events->Append(event, false);
+  PersistLocked(job);
+  std::string id = job.id();
+  jobs_[id] = std::move(entry);
+  return SnapshotLocked(*jobs_[id]);
+}
+
+absl::StatusOr<v1::Job> Coordinator::GetJob(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+  return SnapshotLocked(*it->second);
+}
+
+std::vector<v1::Job> Coordinator::ListJobs(const std::vector<v1::JobState>& states) {
+  absl::MutexLock lock(&mu_);
+  std::vector<v1::Job> out;
+  for (const auto& [id, entry] : jobs_) {
+    if (!states.empty() &&
+        std::find(states.begin(), states.end(), entry->job.state()) == states.end()) {
+      continue;
+    }
+    out.push_back(SnapshotLocked(*entry));
+  }
+  std::sort(out.begin(), out.end(), [](const v1::Job& a, const v1::Job& b) {
+    if (a.create_time_unix_ms() != b.create_time_unix_ms()) {
+      return a.create_time_unix_ms() > b.create_time_unix_ms();
+    }
+    return a.id().size() != b.id().size() ? a.id().size() > b.id().size() : a.id() > b.id();
+  });
+  return out;
+}
+
+absl::StatusOr<v1::Job> Coordinator::CancelJob(const std::string& job_id,
+                                               const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+  JobEntry& entry = *it->second;
+  if (IsTerminal(entry.job.state())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job_id, " is already ", v1::JobState_Name(entry.job.state())));
+  }
+  std::string why = reason.empty() ? "cancelled by user" : absl::StrCat("cancelled: ", reason);
+  if (entry.runner) {
+    entry.runner->Stop(v1::CANCELLED, why);  // the runner thread records the terminal state
+  } else {
+    SetStateLocked(entry, v1::CANCELLED, why);
+  }
+  return SnapshotLocked(entry);
+}
+
+absl::StatusOr<std::shared_ptr<EventLog>> Coordinator::JobEvents(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+  return it->second->events;
+}
+
+absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
+    const v1::RegisterWorkerRequest& req) {
+  if (req.address().empty() || req.address().find(':') == std::string::npos) {
+    return absl::InvalidArgumentError("address: must be host:port of the worker's WorkerService");
+  }
+  if (req.device().kind() != v1::CPU && req.device().kind() != v1::CUDA) {
+    return absl::InvalidArgumentError("device.kind: must be CPU or CUDA");
+  }
+  absl::MutexLock lock(&mu_);
+  v1::RegisterWorkerResponse resp;
+  resp.set_worker_id(registry_.Register(req.address(), req.device(), options_.now()));
+  resp.set_heartbeat_interval_ms(
+      static_cast<int32_t>(absl::ToInt64Milliseconds(options_.heartbeat_interval)));
+  RefreshPendingLocked();
+  return resp;
+}
+
+absl::Status Coordinator::Heartbeat(const v1::HeartbeatRequest& req) {
+  absl::MutexLock lock(&mu_);
+  return registry_.Heartbeat(req.worker_id(), req.healthy(), req.health_reason(), options_.now());
+}
+
+std::vector<v1::WorkerRecord> Coordinator::ListWorkers() {
+  absl::MutexLock lock(&mu_);
+  return registry_.List();
+}
+
+void Coordinator::RefreshPendingLocked() {
+  for (const std::string& id : scheduler_.queue()) {
+    JobEntry& entry = *jobs_[id];
+    std::string reason =
+        Scheduler::PendingReason(entry.job.spec(), registry_, scheduler_.Position(id));
+    if (reason != entry.job.reason()) {
+      entry.job.set_reason(reason);
+      PersistLocked(entry.job);
+    }
+  }
+}
+
+void Coordinator::JoinFinishedLocked() {
+  for (auto& [id, entry] : jobs_) {
+    if (entry->thread_done && entry->thread.joinable()) entry->thread.join();
+  }
+}
+
+void Coordinator::StartJobLocked(JobEntry& entry, const Placement& placement) {
+  v1::Job& job = entry.job;
+  std::vector<std::unique_ptr<WorkerConnection>> connections;
+  for (const std::string& w : placement.worker_ids) {
+    registry_.Assign(w, job.id());
+    job.add_worker_ids(w);
+    connections.push_back(options_.connect(registry_.Find(w)->address()));
+  }
+  const std::string id = job.id();
+  JobRunnerCallbacks callbacks;
+  callbacks.on_state = [this, id](v1::JobState state, const std::string& reason) {
+    absl::MutexLock lock(&mu_);
+    SetStateLocked(*jobs_[id], state, reason);
+  };
+  callbacks.on_step = [this, id](const v1::StepMetrics& m) {
+    absl::MutexLock lock(&mu_);
+    JobEntry& e = *jobs_[id];
+    v1::Job& j = e.job;
+    double total = j.mean_control_overhead_s() * j.steps_done() + m.control_overhead_s();
+    j.set_steps_done(m.step() + 1);
+    j.set_mean_control_overhead_s(total / j.steps_done());
+    *j.mutable_last_metrics() = m;
+    v1::JobEvent event;
+    *event.mutable_step() = m;
+    e.events->Append(event, false);
+  };
+  callbacks.on_worker_error = [this, id](const v1::WorkerError& error) {
+    absl::MutexLock lock(&mu_);
+    v1::JobEvent event;
+    *event.mutable_worker_error() = error;
+    jobs_[id]->events->Append(event, false);
+  };
+  entry.runner = std::make_shared<JobRunner>(id, job.spec(), placement.worker_ids,
+                                             std::move(connections), options_.rendezvous_address,
+                                             options_.collective_timeout, std::move(callbacks));
+  std::shared_ptr<JobRunner> runner = entry.runner;
+  entry.thread = std::thread([this, id, runner] {
+    JobOutcome outcome = runner->Run();
+    absl::MutexLock lock(&mu_);
+    JobEntry& e = *jobs_[id];
+    SetStateLocked(e, outcome.state, outcome.reason);
+    e.thread_done = true;
+  });
+}
+
+void Coordinator::Tick() {
+  absl::MutexLock lock(&mu_);
+  if (shut_down_) return;
+  JoinFinishedLocked();
+  for (const WorkerRegistry::Lost& lost : registry_.Sweep(options_.now())) {
+    if (lost.job_id.empty()) continue;
+    auto it = jobs_.find(lost.job_id);
+    if (it == jobs_.end()) continue;
+    JobEntry& entry = *it->second;
+    v1::WorkerError error;
+    error.set_worker_id(lost.worker_id);
+    for (int r = 0; r < entry.job.worker_ids_size(); ++r) {
+      if (entry.job.worker_ids(r) == lost.worker_id) error.set_rank(r);
+    }
+    error.set_code("UNAVAILABLE");
+    error.set_message(lost.reason);
+    v1::JobEvent event;
+    *event.mutable_worker_error() = error;
+    entry.events->Append(event, false);
+    if (entry.runner) entry.runner->Stop(v1::FAILED, lost.reason);
+  }
+  while (!scheduler_.queue().empty()) {
+    JobEntry& head = *jobs_[scheduler_.queue().front()];
+    std::optional<Placement> placement =
+        scheduler_.TryPlaceHead(head.job.id(), head.job.spec(), registry_);
+    if (!placement) break;
+    StartJobLocked(head, *placement);
+  }
+  RefreshPendingLocked();
+}
+
+}  // namespace tessera

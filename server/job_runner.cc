@@ -1,0 +1,183 @@
+// One job's command sequence across its ranks (see job_runner.h).
+#include "server/job_runner.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/grpc_status.h"
+
+namespace tessera {
+
+JobRunner::JobRunner(std::string job_id, v1::JobSpec spec, std::vector<std::string> worker_ids,
+                     std::vector<std::unique_ptr<WorkerConnection>> connections,
+                     std::string rendezvous_address, absl::Duration collective_timeout,
+                     JobRunnerCallbacks callbacks)
+    : job_id_(std::move(job_id)),
+      spec_(std::move(spec)),
+      worker_ids_(std::move(worker_ids)),
+      connections_(std::move(connections)),
+      rendezvous_address_(std::move(rendezvous_address)),
+      collective_timeout_(collective_timeout),
+      callbacks_(std::move(callbacks)) {
+  partial_.resize(spec_.steps());
+}
+
+bool JobRunner::stopped() {
+  absl::MutexLock lock(&mu_);
+  return stopped_;
+}
+
+void JobRunner::Stop(v1::JobState state, const std::string& reason) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return;
+    stopped_ = true;
+    stop_outcome_ = {state, reason};
+  }
+  for (auto& connection : connections_) connection->CancelInFlight();
+}
+
+void JobRunner::AbortAll(const std::string& reason) {
+  std::vector<std::thread> threads;
+  for (auto& connection : connections_) {
+    threads.emplace_back([&connection, this, reason] {
+      v1::AbortRequest request;
+      request.set_job_id(job_id_);
+      request.set_reason(reason);
+      connection->Abort(request).IgnoreError();
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+absl::Status JobRunner::FanOut(const std::string& command,
+                               const std::function<absl::Status(int rank)>& fn) {
+  const int world = static_cast<int>(connections_.size());
+  std::vector<absl::Status> results(world);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world; ++rank) {
+    threads.emplace_back([&, rank] {
+      results[rank] = fn(rank);
+      if (!results[rank].ok() && !stopped()) {
+        v1::WorkerError error;
+        error.set_worker_id(worker_ids_[rank]);
+        error.set_rank(rank);
+        error.set_code(StatusCodeName(results[rank].code()));
+        error.set_message(std::string(results[rank].message()));
+        if (callbacks_.on_worker_error) callbacks_.on_worker_error(error);
+        Stop(v1::FAILED, absl::StrCat(command, " failed on worker ", worker_ids_[rank],
+                                      " (rank ", rank, "): ", error.code(), ": ",
+                                      error.message()));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const absl::Status& s : results) {
+    if (!s.ok()) return s;
+  }
+  return stopped() ? absl::CancelledError("job stopped") : absl::OkStatus();
+}
+
+void JobRunner::OnStepResult(const v1::StepResult& result) {
+  v1::StepMetrics done;
+  {
+    absl::MutexLock lock(&mu_);
+    if (result.step() < 0 || result.step() >= static_cast<int>(partial_.size())) return;
+    Partial& p = partial_[result.step()];
+    v1::StepMetrics& m = p.metrics;
+    if (p.ranks == 0 || result.rank() == 0) {
+      m.set_loss(result.loss());
+      m.set_grad_norm(result.grad_norm());
+      m.set_lr(result.lr());
+    }
+    m.set_step(result.step());
+    m.set_tokens(m.tokens() + result.tokens());
+    m.set_step_time_s(std::max(m.step_time_s(), result.compute_time_s()));
+    if (++p.ranks < static_cast<int>(connections_.size())) return;
+    absl::Time now = absl::Now();
+    double interval = absl::ToDoubleSeconds(now - last_step_done_);
+    last_step_done_ = now;
+    m.set_control_overhead_s(std::max(0.0, interval - m.step_time_s()));
+    if (m.step_time_s() > 0) m.set_tokens_per_s(static_cast<double>(m.tokens()) / m.step_time_s());
+    done = m;
+  }
+  if (callbacks_.on_step) callbacks_.on_step(done);
+}
+
+absl::Status JobRunner::RunChunk(int first_step, int num_steps) {
+  {
+    absl::MutexLock lock(&mu_);
+    last_step_done_ = absl::Now();
+  }
+  return FanOut("RunSteps", [&](int rank) {
+    v1::RunStepsRequest request;
+    request.set_job_id(job_id_);
+    request.set_first_step(first_step);
+    request.set_num_steps(num_steps);
+    return connections_[rank]->RunSteps(
+        request, [this](const v1::StepResult& r) { OnStepResult(r); });
+  });
+}
+
+JobOutcome JobRunner::Run() {
+  const int world = static_cast<int>(connections_.size());
+  JobOutcome outcome;
+  auto finish = [&]() {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopped_) outcome = stop_outcome_;
+    }
+    AbortAll(outcome.reason);
+    return outcome;
+  };
+
+  if (callbacks_.on_state) callbacks_.on_state(v1::STARTING, "setting up shards on " +
+                                                   std::to_string(world) + " workers");
+  absl::Status s = FanOut("SetupJob", [&](int rank) {
+    v1::SetupJobRequest request;
+    request.set_job_id(job_id_);
+    *request.mutable_spec() = spec_;
+    request.set_rank(rank);
+    request.set_world_size(world);
+    return connections_[rank]->SetupJob(request).status();
+  });
+  if (!s.ok()) return finish();
+
+  s = FanOut("InitCollective", [&](int rank) {
+    v1::InitCollectiveRequest request;
+    request.set_job_id(job_id_);
+    request.set_rendezvous_address(rendezvous_address_);
+    request.set_timeout_ms(static_cast<int32_t>(absl::ToInt64Milliseconds(collective_timeout_)));
+    return connections_[rank]->InitCollective(request);
+  });
+  if (!s.ok()) return finish();
+  if (stopped()) return finish();
+  if (callbacks_.on_state) callbacks_.on_state(v1::RUNNING, "training");
+
+  const int steps = spec_.steps();
+  const int interval = spec_.checkpoint().dir().empty() ? 0 : spec_.checkpoint().interval_steps();
+  int step = 0;
+  while (step < steps) {
+    int end = steps;
+    if (interval > 0) end = std::min(steps, (step / interval + 1) * interval);
+    if (!RunChunk(step, end - step).ok()) return finish();
+    step = end;
+    bool checkpoint = !spec_.checkpoint().dir().empty() && (interval > 0 || step == steps);
+    if (checkpoint) {
+      s = FanOut("Checkpoint", [&](int rank) {
+        v1::CheckpointRequest request;
+        request.set_job_id(job_id_);
+        request.set_step(step);
+        request.set_dir(spec_.checkpoint().dir());
+        return connections_[rank]->Checkpoint(request).status();
+      });
+      if (!s.ok()) return finish();
+    }
+  }
+  outcome = {v1::SUCCEEDED, absl::StrCat("completed ", steps, " steps")};
+  return finish();
+}
+
+}  // namespace tessera

@@ -1,0 +1,85 @@
+// Drives one scheduled job on its gang of workers: SetupJob on every rank,
+// InitCollective on every rank at once (they rendezvous through the
+// coordinator), then RunSteps in chunks that end at checkpoint boundaries,
+// Checkpoint when configured, and finally Abort to release the workers.
+//
+// Per-rank step results are aggregated into one StepMetrics per step. The
+// control-plane overhead of a step is the time between this step's
+// aggregation and the previous one's (or the RunSteps dispatch) minus the
+// slowest rank's compute time: what the coordinator adds on top of compute.
+//
+// Stop() may be called from any thread (cancel, lost worker, shutdown): the
+// first call wins, every worker gets Abort and in-flight calls are cancelled,
+// so Run() returns promptly instead of hanging.
+#ifndef TESSERA_SERVER_JOB_RUNNER_H_
+#define TESSERA_SERVER_JOB_RUNNER_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/tessera/v1/coordinator.pb.h"
+#include "server/worker_connection.h"
+
+namespace tessera {
+
+struct JobRunnerCallbacks {
+  std::function<void(v1::JobState state, const std::string& reason)> on_state;
+  std::function<void(const v1::StepMetrics& metrics)> on_step;
+  std::function<void(const v1::WorkerError& error)> on_worker_error;
+};
+
+struct JobOutcome {
+  v1::JobState state = v1::FAILED;
+  std::string reason;
+};
+
+class JobRunner {
+ public:
+  JobRunner(std::string job_id, v1::JobSpec spec, std::vector<std::string> worker_ids,
+            std::vector<std::unique_ptr<WorkerConnection>> connections,
+            std::string rendezvous_address, absl::Duration collective_timeout,
+            JobRunnerCallbacks callbacks);
+
+  // Runs the job to its end. Reports STARTING and RUNNING through on_state;
+  // the terminal state is the return value.
+  JobOutcome Run();
+  // Ends the job with `state` (FAILED or CANCELLED) and `reason`.
+  void Stop(v1::JobState state, const std::string& reason);
+
+ private:
+  // Runs fn(rank) for every rank concurrently. On the first error, stops the
+  // job (FAILED, naming the worker) and returns that error.
+  absl::Status FanOut(const std::string& command,
+                      const std::function<absl::Status(int rank)>& fn);
+  absl::Status RunChunk(int first_step, int num_steps);
+  void OnStepResult(const v1::StepResult& result);
+  void AbortAll(const std::string& reason);
+  bool stopped();
+
+  const std::string job_id_;
+  const v1::JobSpec spec_;
+  const std::vector<std::string> worker_ids_;
+  std::vector<std::unique_ptr<WorkerConnection>> connections_;
+  const std::string rendezvous_address_;
+  const absl::Duration collective_timeout_;
+  JobRunnerCallbacks callbacks_;
+
+  absl::Mutex mu_;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  JobOutcome stop_outcome_ ABSL_GUARDED_BY(mu_);
+  struct Partial {
+    int ranks = 0;
+    v1::StepMetrics metrics;
+  };
+  std::vector<Partial> partial_ ABSL_GUARDED_BY(mu_);  // indexed by step
+  absl::Time last_step_done_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_SERVER_JOB_RUNNER_H_

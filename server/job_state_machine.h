@@ -1,0 +1,22 @@
+// The job lifecycle: PENDING -> STARTING -> RUNNING -> SUCCEEDED | FAILED |
+// CANCELLED. Only these transitions are legal (plus PENDING/STARTING directly
+// to FAILED or CANCELLED); anything else is FAILED_PRECONDITION. Terminal
+// states are final and must carry a reason.
+#ifndef TESSERA_SERVER_JOB_STATE_MACHINE_H_
+#define TESSERA_SERVER_JOB_STATE_MACHINE_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "proto/tessera/v1/job.pb.h"
+
+namespace tessera {
+
+bool IsTerminal(v1::JobState state);
+
+// OK if `from` -> `to` is legal and a terminal `to` has a non-empty reason.
+absl::Status CheckTransition(v1::JobState from, v1::JobState to, const std::string& reason);
+
+}  // namespace tessera
+
+#endif  // TESSERA_SERVER_JOB_STATE_MACHINE_H_

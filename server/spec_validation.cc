@@ -1,0 +1,163 @@
+// JobSpec validation and defaults (see spec_validation.h).
+#include "server/spec_validation.h"
+
+#include <cmath>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace tessera {
+namespace {
+
+absl::Status Bad(const std::string& field, const std::string& reason) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", reason));
+}
+
+absl::Status AtLeast(const std::string& field, int64_t value, int64_t min) {
+  if (value < min) {
+    return Bad(field, absl::StrCat("must be >= ", min, " (got ", value, ")"));
+  }
+  return absl::OkStatus();
+}
+
+bool Finite(float v) { return std::isfinite(v); }
+
+absl::Status ValidateModel(const v1::ModelConfig& m) {
+  if (absl::Status s = AtLeast("model.vocab_size", m.vocab_size(), 2); !s.ok()) return s;
+  if (absl::Status s = AtLeast("model.d_model", m.d_model(), 1); !s.ok()) return s;
+  if (absl::Status s = AtLeast("model.n_layers", m.n_layers(), 1); !s.ok()) return s;
+  if (absl::Status s = AtLeast("model.n_heads", m.n_heads(), 1); !s.ok()) return s;
+  if (absl::Status s = AtLeast("model.ffn_dim", m.ffn_dim(), 1); !s.ok()) return s;
+  if (absl::Status s = AtLeast("model.seq_len", m.seq_len(), 2); !s.ok()) return s;
+  if (m.d_model() % m.n_heads() != 0) {
+    return Bad("model.d_model", absl::StrCat("must be divisible by model.n_heads (got ",
+                                             m.d_model(), " and ", m.n_heads(), ")"));
+  }
+  if ((m.d_model() / m.n_heads()) % 2 != 0) {
+    return Bad("model.n_heads", absl::StrCat("head dim d_model/n_heads must be even for RoPE (got ",
+                                             m.d_model() / m.n_heads(), ")"));
+  }
+  if (!Finite(m.norm_eps()) || m.norm_eps() < 0) {
+    return Bad("model.norm_eps", "must be a finite value >= 0 (0 means 1e-5)");
+  }
+  if (!Finite(m.rope_theta()) || m.rope_theta() < 0) {
+    return Bad("model.rope_theta", "must be a finite value >= 0 (0 means 10000)");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateData(const v1::DataConfig& d) {
+  switch (d.source_case()) {
+    case v1::DataConfig::kTokenFile:
+      if (d.token_file().empty()) return Bad("data.token_file", "must be a non-empty path");
+      break;
+    case v1::DataConfig::kSynthetic:
+      if (d.synthetic().task() == v1::SyntheticData::TASK_UNSPECIFIED) {
+        return Bad("data.synthetic.task", "must be ADDITION or COPY");
+      }
+      if (d.synthetic().num_tokens() < 0) {
+        return Bad("data.synthetic.num_tokens", "must be >= 0");
+      }
+      if (d.synthetic().max_digits() < 0 || d.synthetic().max_digits() > 18) {
+        return Bad("data.synthetic.max_digits", "must be in [0, 18]");
+      }
+      break;
+    case v1::DataConfig::SOURCE_NOT_SET:
+      return Bad("data", "set either data.token_file or data.synthetic");
+  }
+  return AtLeast("data.micro_batch_size", d.micro_batch_size(), 1);
+}
+
+absl::Status ValidateOptimizer(const v1::OptimizerConfig& o) {
+  if (!Finite(o.lr()) || o.lr() <= 0) return Bad("optimizer.lr", "must be > 0");
+  if (!Finite(o.beta1()) || o.beta1() < 0 || o.beta1() >= 1) {
+    return Bad("optimizer.beta1", "must be in [0, 1)");
+  }
+  if (!Finite(o.beta2()) || o.beta2() < 0 || o.beta2() >= 1) {
+    return Bad("optimizer.beta2", "must be in [0, 1)");
+  }
+  if (!Finite(o.eps()) || o.eps() < 0) return Bad("optimizer.eps", "must be >= 0");
+  if (!Finite(o.weight_decay()) || o.weight_decay() < 0) {
+    return Bad("optimizer.weight_decay", "must be >= 0");
+  }
+  if (absl::Status s = AtLeast("optimizer.warmup_steps", o.warmup_steps(), 0); !s.ok()) return s;
+  if (!Finite(o.min_lr()) || o.min_lr() < 0 || o.min_lr() > o.lr()) {
+    return Bad("optimizer.min_lr", absl::StrCat("must be in [0, optimizer.lr] (got ", o.min_lr(), ")"));
+  }
+  if (!Finite(o.grad_clip_norm()) || o.grad_clip_norm() < 0) {
+    return Bad("optimizer.grad_clip_norm", "must be >= 0 (0 disables clipping)");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateFp8(const v1::Fp8Recipe& f) {
+  if (f.has_delayed()) {
+    if (f.delayed().amax_history_len() < 0 || f.delayed().amax_history_len() > 1024) {
+      return Bad("fp8.delayed.amax_history_len", "must be in [0, 1024] (0 means 16)");
+    }
+    if (f.delayed().margin() < 0 || f.delayed().margin() > 32) {
+      return Bad("fp8.delayed.margin", "must be in [0, 32]");
+    }
+  }
+  if (f.has_current() && (f.current().margin() < 0 || f.current().margin() > 32)) {
+    return Bad("fp8.current.margin", "must be in [0, 32]");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
+  if (!spec.has_model()) return Bad("model", "is required");
+  if (absl::Status s = ValidateModel(spec.model()); !s.ok()) return s;
+  if (!spec.has_data()) return Bad("data", "is required");
+  if (absl::Status s = ValidateData(spec.data()); !s.ok()) return s;
+  if (!spec.has_optimizer()) return Bad("optimizer", "is required (at least optimizer.lr)");
+  if (absl::Status s = ValidateOptimizer(spec.optimizer()); !s.ok()) return s;
+  if (absl::Status s = ValidateFp8(spec.fp8()); !s.ok()) return s;
+  if (spec.world_size() < 1 || spec.world_size() > kMaxWorldSize) {
+    return Bad("world_size", absl::StrCat("must be in [1, ", kMaxWorldSize, "] (got ",
+                                          spec.world_size(), ")"));
+  }
+  if (!v1::DeviceKind_IsValid(spec.device_kind())) return Bad("device_kind", "unknown kind");
+  if (absl::Status s = AtLeast("steps", spec.steps(), 1); !s.ok()) return s;
+  if (absl::Status s = AtLeast("checkpoint.interval_steps", spec.checkpoint().interval_steps(), 0);
+      !s.ok()) {
+    return s;
+  }
+  if (spec.checkpoint().interval_steps() > 0 && spec.checkpoint().dir().empty()) {
+    return Bad("checkpoint.dir", "must be set when checkpoint.interval_steps > 0");
+  }
+  return AtLeast("loss_chunk_tokens", spec.loss_chunk_tokens(), 0);
+}
+
+v1::JobSpec WithDefaults(const v1::JobSpec& in) {
+  v1::JobSpec spec = in;
+  v1::ModelConfig* m = spec.mutable_model();
+  if (m->norm_eps() == 0) m->set_norm_eps(1e-5f);
+  if (m->rope_theta() == 0) m->set_rope_theta(10000.f);
+  v1::OptimizerConfig* o = spec.mutable_optimizer();
+  if (o->beta1() == 0) o->set_beta1(0.9f);
+  if (o->beta2() == 0) o->set_beta2(0.95f);
+  if (o->eps() == 0) o->set_eps(1e-8f);
+  if (o->schedule() == v1::OptimizerConfig::SCHEDULE_UNSPECIFIED) {
+    o->set_schedule(v1::OptimizerConfig::COSINE);
+  }
+  v1::Fp8Recipe* f = spec.mutable_fp8();
+  if (!f->has_delayed() && !f->has_current()) f->mutable_delayed();
+  if (f->has_delayed()) {
+    if (f->delayed().amax_history_len() == 0) f->mutable_delayed()->set_amax_history_len(16);
+    if (f->delayed().amax_compute() == v1::DelayedScaling::AMAX_COMPUTE_UNSPECIFIED) {
+      f->mutable_delayed()->set_amax_compute(v1::DelayedScaling::MAX);
+    }
+  }
+  if (spec.device_kind() == v1::DEVICE_KIND_UNSPECIFIED) spec.set_device_kind(v1::CPU);
+  if (spec.data().has_synthetic() && spec.data().synthetic().max_digits() == 0) {
+    spec.mutable_data()->mutable_synthetic()->set_max_digits(
+        spec.data().synthetic().task() == v1::SyntheticData::COPY ? 8 : 3);
+  }
+  if (spec.loss_chunk_tokens() == 0) spec.set_loss_chunk_tokens(1024);
+  return spec;
+}
+
+}  // namespace tessera
