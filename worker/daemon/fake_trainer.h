@@ -1,0 +1,50 @@
+// A test-only Trainer for the control-plane tests: no compute, a fixed
+// per-step delay, a loss that falls, optional failure at a chosen step, and
+// Abort honoured mid-step. It also records the threads it was called on, so
+// tests can check that every call ran on the worker's compute thread.
+// Never linked into a shipped binary.
+#ifndef TESSERA_WORKER_DAEMON_FAKE_TRAINER_H_
+#define TESSERA_WORKER_DAEMON_FAKE_TRAINER_H_
+
+#include <atomic>
+#include <set>
+#include <thread>
+
+#include "absl/synchronization/mutex.h"
+#include "worker/trainer/trainer.h"
+
+namespace tessera {
+
+struct FakeTrainerOptions {
+  absl::Duration step_time = absl::Milliseconds(5);
+  int fail_at_step = -1;  // RunStep(fail_at_step) returns fail_code
+  absl::StatusCode fail_code = absl::StatusCode::kAborted;
+};
+
+class FakeTrainer : public Trainer {
+ public:
+  explicit FakeTrainer(FakeTrainerOptions options = {}) : options_(options) { Note(); }
+  ~FakeTrainer() override { Note(); }
+
+  absl::StatusOr<SetupReport> Setup(const v1::JobSpec& spec, int rank, int world_size) override;
+  absl::Status InitCollective(RendezvousStore* store, const std::string& host,
+                              absl::Duration timeout) override;
+  absl::StatusOr<StepReport> RunStep(int step) override;
+  absl::StatusOr<std::string> Checkpoint(int step, const std::string& dir) override;
+  void Abort() override { aborted_ = true; }
+
+  // Threads that made calls, other than Abort (shared by every FakeTrainer).
+  static std::set<std::thread::id> CallingThreads();
+  static void ResetCallingThreads();
+
+ private:
+  static void Note();
+  FakeTrainerOptions options_;
+  std::atomic<bool> aborted_{false};
+  int rank_ = 0;
+  int tokens_per_step_ = 0;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_WORKER_DAEMON_FAKE_TRAINER_H_

@@ -1,0 +1,77 @@
+// A worker daemon's command state machine, without gRPC types.
+//
+//   idle --SetupJob--> set_up --InitCollective--> ready <--RunSteps--> running
+//   any state --Abort--> idle            (Checkpoint from set_up or ready)
+//
+// A command out of order, or for a job other than the current one, is
+// FAILED_PRECONDITION. All Trainer calls except Abort run on one compute
+// thread (compute_thread.h). A trainer error with code INTERNAL or DATA_LOSS
+// (e.g. a sticky CUDA fault) marks the worker unhealthy: heartbeats report it
+// and SetupJob answers UNAVAILABLE.
+#ifndef TESSERA_WORKER_DAEMON_WORKER_CORE_H_
+#define TESSERA_WORKER_DAEMON_WORKER_CORE_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/tessera/v1/worker.pb.h"
+#include "worker/comm/rendezvous_store.h"
+#include "worker/daemon/compute_thread.h"
+#include "worker/trainer/trainer.h"
+
+namespace tessera {
+
+class WorkerCore {
+ public:
+  using TrainerFactory = std::function<absl::StatusOr<std::unique_ptr<Trainer>>()>;
+  explicit WorkerCore(TrainerFactory factory);
+  ~WorkerCore();
+
+  absl::StatusOr<v1::SetupJobResponse> SetupJob(const v1::SetupJobRequest& request);
+  absl::Status InitCollective(const std::string& job_id, RendezvousStore* store,
+                              const std::string& host, absl::Duration timeout);
+  // Steps must continue from the last finished one. Returns CANCELLED when
+  // the job is aborted mid-way.
+  absl::Status RunSteps(const std::string& job_id, int first_step, int num_steps,
+                        const std::function<void(const StepReport&)>& on_step);
+  absl::StatusOr<std::string> Checkpoint(const std::string& job_id, int step,
+                                         const std::string& dir);
+  // Idempotent. An empty job_id or the current job's id aborts; another id is
+  // a no-op (that job is not here).
+  absl::Status Abort(const std::string& job_id, const std::string& reason);
+
+  v1::WorkerStatus Status();
+  bool healthy();
+  std::string health_reason();
+  std::thread::id compute_thread_id() const { return compute_.id(); }
+
+ private:
+  enum class Phase { kIdle, kSettingUp, kSetUp, kReady, kRunning, kCheckpointing };
+  static const char* PhaseName(Phase phase);
+  // FAILED_PRECONDITION unless the current job is job_id and phase is `want`.
+  absl::Status Expect(const std::string& command, const std::string& job_id, Phase want)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status NoteHealth(const absl::Status& status);
+
+  TrainerFactory factory_;
+  ComputeThread compute_;
+  absl::Mutex mu_;
+  Phase phase_ ABSL_GUARDED_BY(mu_) = Phase::kIdle;
+  std::string job_id_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<Trainer> trainer_;  // touched on the compute thread only
+  Trainer* trainer_for_abort_ ABSL_GUARDED_BY(mu_) = nullptr;
+  int next_step_ ABSL_GUARDED_BY(mu_) = 0;
+  Phase next_phase_after_checkpoint_ ABSL_GUARDED_BY(mu_) = Phase::kReady;
+  bool aborting_ ABSL_GUARDED_BY(mu_) = false;
+  std::string abort_reason_ ABSL_GUARDED_BY(mu_);
+  bool healthy_ ABSL_GUARDED_BY(mu_) = true;
+  std::string health_reason_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_WORKER_DAEMON_WORKER_CORE_H_

@@ -1,0 +1,70 @@
+// Thin gRPC layer over WorkerCore (see worker_service.h).
+#include "worker/daemon/worker_service.h"
+
+#include "absl/time/time.h"
+#include "common/grpc_status.h"
+#include "worker/daemon/rendezvous_client.h"
+
+namespace tessera {
+
+grpc::Status WorkerServiceImpl::SetupJob(grpc::ServerContext*, const v1::SetupJobRequest* req,
+                                         v1::SetupJobResponse* resp) {
+  absl::StatusOr<v1::SetupJobResponse> r = core_->SetupJob(*req);
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  rank_ = req->rank();
+  *resp = *r;
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerServiceImpl::InitCollective(grpc::ServerContext*,
+                                               const v1::InitCollectiveRequest* req,
+                                               v1::InitCollectiveResponse*) {
+  if (req->rendezvous_address().empty()) {
+    return ToGrpcStatus(absl::InvalidArgumentError("rendezvous_address: must be set"));
+  }
+  RendezvousClient store(req->rendezvous_address(), req->job_id());
+  absl::Duration timeout =
+      req->timeout_ms() > 0 ? absl::Milliseconds(req->timeout_ms()) : absl::Seconds(60);
+  return ToGrpcStatus(core_->InitCollective(req->job_id(), &store, host_, timeout));
+}
+
+grpc::Status WorkerServiceImpl::RunSteps(grpc::ServerContext* context,
+                                         const v1::RunStepsRequest* req,
+                                         grpc::ServerWriter<v1::StepResult>* writer) {
+  const int rank = rank_;
+  absl::Status status = core_->RunSteps(
+      req->job_id(), req->first_step(), req->num_steps(), [&](const StepReport& report) {
+        v1::StepResult result;
+        result.set_step(report.step);
+        result.set_rank(rank);
+        result.set_loss(report.loss);
+        result.set_grad_norm(report.grad_norm);
+        result.set_lr(report.lr);
+        result.set_tokens(report.tokens);
+        result.set_compute_time_s(report.compute_time_s);
+        if (!context->IsCancelled()) writer->Write(result);
+      });
+  return ToGrpcStatus(status);
+}
+
+grpc::Status WorkerServiceImpl::Checkpoint(grpc::ServerContext*, const v1::CheckpointRequest* req,
+                                           v1::CheckpointResponse* resp) {
+  absl::StatusOr<std::string> path = core_->Checkpoint(req->job_id(), req->step(), req->dir());
+  if (!path.ok()) return ToGrpcStatus(path.status());
+  resp->set_path(*path);
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerServiceImpl::Abort(grpc::ServerContext*, const v1::AbortRequest* req,
+                                      v1::AbortResponse*) {
+  return ToGrpcStatus(core_->Abort(req->job_id(), req->reason()));
+}
+
+grpc::Status WorkerServiceImpl::GetWorkerStatus(grpc::ServerContext*,
+                                                const v1::GetWorkerStatusRequest*,
+                                                v1::WorkerStatus* resp) {
+  *resp = core_->Status();
+  return grpc::Status::OK;
+}
+
+}  // namespace tessera
