@@ -1,0 +1,179 @@
+// The `tessera` subcommands (see cli.h).
+#include "client/cli.h"
+
+#include <cstdlib>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/cli_args.h"
+#include "client/client.h"
+#include "client/data_command.h"
+#include "client/job_file.h"
+#include "client/output_format.h"
+
+namespace tessera {
+namespace {
+
+int Fail(const absl::Status& status, std::ostream& err) {
+  if (status.code() == absl::StatusCode::kUnavailable ||
+      status.code() == absl::StatusCode::kDeadlineExceeded) {
+    err << "tessera: " << status.message() << "; is tessera-coordinator running?\n";
+    return kExitUnreachable;
+  }
+  err << "tessera: " << absl::StatusCodeToString(status.code()) << ": " << status.message() << "\n";
+  return kExitFailed;
+}
+
+std::string CoordinatorAddress(const ParsedArgs& args) {
+  if (args.Has("coordinator")) return args.Get("coordinator");
+  const char* env = std::getenv("TESSERA_COORDINATOR");
+  return env != nullptr && *env ? env : "127.0.0.1:50051";
+}
+
+double NowSeconds() { return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()); }
+
+// Follows a job to its end; prints progress and the summary.
+int Watch(CoordinatorClient& client, const std::string& job_id, int from_step, bool json,
+          bool is_tty, std::ostream& out, std::ostream& err) {
+  absl::StatusOr<v1::Job> job = client.GetJob(job_id);
+  if (!job.ok()) return Fail(job.status(), err);
+  ProgressTracker progress(job->spec().steps());
+  const int every = std::max(1, job->spec().steps() / 50);
+  double tokens = 0, step_time = 0;
+  bool progress_shown = false;
+  absl::Status status = client.WatchJob(job_id, from_step, [&](const v1::JobEvent& e) {
+    if (json) {
+      out << ToJsonLine(e) << "\n" << std::flush;
+      return true;
+    }
+    if (e.has_step()) {
+      tokens += static_cast<double>(e.step().tokens());
+      step_time += e.step().step_time_s();
+      progress.Add(e.step(), NowSeconds());
+      int done = e.step().step() + 1;
+      if (is_tty) {
+        out << "\r" << progress.Line() << "\033[K" << std::flush;
+        progress_shown = true;
+      } else if (done % every == 0 || done == progress.last_step() + 1 && done == job->spec().steps()) {
+        out << progress.Line() << "\n" << std::flush;
+      }
+    } else if (e.has_state_change()) {
+      if (progress_shown) out << "\n";
+      progress_shown = false;
+      out << "[" << v1::JobState_Name(e.state_change().state()) << "] " << e.state_change().reason()
+          << "\n" << std::flush;
+    } else if (e.has_worker_error()) {
+      if (progress_shown) out << "\n";
+      progress_shown = false;
+      const v1::WorkerError& w = e.worker_error();
+      out << "[worker error] " << w.worker_id() << " (rank " << w.rank() << "): " << w.code()
+          << ": " << w.message() << "\n" << std::flush;
+    }
+    return true;
+  });
+  if (!status.ok()) return Fail(status, err);
+  absl::StatusOr<v1::Job> final_job = client.GetJob(job_id);
+  if (!final_job.ok()) return Fail(final_job.status(), err);
+  if (!json) out << FormatSummary(*final_job, tokens, step_time);
+  return final_job->state() == v1::SUCCEEDED ? kExitOk : kExitFailed;
+}
+
+int RunCommand(const ParsedArgs& args, std::ostream& out, std::ostream& err, bool is_tty) {
+  const bool json = args.Has("json");
+  if (args.command == "data") return RunDataCommand(args, out, err);
+  CoordinatorClient client(CoordinatorAddress(args));
+
+  if (args.command == "submit") {
+    absl::StatusOr<v1::JobSpec> spec = ReadJobFile(args.positional[0]);
+    if (!spec.ok()) {
+      err << "tessera: " << spec.status().message() << "\n";
+      return kExitUsage;
+    }
+    absl::StatusOr<v1::Job> job = client.SubmitJob(*spec);
+    if (!job.ok()) return Fail(job.status(), err);
+    if (json) {
+      out << ToJsonLine(*job) << "\n";
+    } else {
+      out << "submitted " << job->id() << " (" << v1::JobState_Name(job->state()) << ": "
+          << job->reason() << ")\n";
+    }
+    if (!args.Has("watch")) return kExitOk;
+    return Watch(client, job->id(), 0, json, is_tty, out, err);
+  }
+  if (args.command == "jobs") {
+    std::vector<v1::JobState> states;
+    if (args.Has("state")) {
+      v1::JobState state;
+      if (!v1::JobState_Parse(args.Get("state"), &state)) {
+        err << "tessera: --state: unknown state '" << args.Get("state") << "'\n";
+        return kExitUsage;
+      }
+      states.push_back(state);
+    }
+    absl::StatusOr<std::vector<v1::Job>> jobs = client.ListJobs(states);
+    if (!jobs.ok()) return Fail(jobs.status(), err);
+    if (json) {
+      v1::ListJobsResponse all;
+      for (const v1::Job& j : *jobs) *all.add_jobs() = j;
+      out << ToJsonLine(all) << "\n";
+    } else {
+      out << FormatJobsTable(*jobs);
+    }
+    return kExitOk;
+  }
+  if (args.command == "status") {
+    absl::StatusOr<v1::Job> job = client.GetJob(args.positional[0]);
+    if (!job.ok()) return Fail(job.status(), err);
+    out << (json ? ToJsonLine(*job) + "\n" : FormatJob(*job));
+    return kExitOk;
+  }
+  if (args.command == "watch") {
+    int from_step = 0;
+    if (args.Has("from-step") && !absl::SimpleAtoi(args.Get("from-step"), &from_step)) {
+      err << "tessera: --from-step: not a number\n";
+      return kExitUsage;
+    }
+    return Watch(client, args.positional[0], from_step, json, is_tty, out, err);
+  }
+  if (args.command == "cancel") {
+    absl::StatusOr<v1::Job> job = client.CancelJob(args.positional[0], args.Get("reason"));
+    if (!job.ok()) return Fail(job.status(), err);
+    out << (json ? ToJsonLine(*job) + "\n" : "cancelling " + job->id() + "\n");
+    return kExitOk;
+  }
+  if (args.command == "workers") {
+    absl::StatusOr<std::vector<v1::WorkerRecord>> workers = client.ListWorkers();
+    if (!workers.ok()) return Fail(workers.status(), err);
+    if (json) {
+      v1::ListWorkersResponse all;
+      for (const v1::WorkerRecord& w : *workers) *all.add_workers() = w;
+      out << ToJsonLine(all) << "\n";
+    } else {
+      out << FormatWorkersTable(*workers);
+    }
+    return kExitOk;
+  }
+  err << "tessera: unknown command\n";
+  return kExitUsage;
+}
+
+}  // namespace
+
+int RunCli(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err,
+           bool is_tty) {
+  absl::StatusOr<ParsedArgs> args = ParseArgs(argv);
+  if (!args.ok()) {
+    err << "tessera: " << args.status().message() << "\n";
+    return kExitUsage;
+  }
+  if (args->help) {
+    const CommandSpec* command = FindCommand(args->command);
+    out << (command != nullptr ? CommandHelp(*command) : ProgramHelp());
+    return kExitOk;
+  }
+  return RunCommand(*args, out, err, is_tty);
+}
+
+}  // namespace tessera

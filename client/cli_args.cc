@@ -1,0 +1,146 @@
+// The CLI's subcommands, flags and help text (see cli_args.h).
+#include "client/cli_args.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace tessera {
+
+std::string ParsedArgs::Get(const std::string& flag, const std::string& fallback) const {
+  auto it = flags.find(flag);
+  return it == flags.end() ? fallback : it->second;
+}
+
+std::vector<FlagSpec> CommonFlags() {
+  return {
+      {"coordinator", true,
+       "coordinator host:port (default $TESSERA_COORDINATOR, else 127.0.0.1:50051)"},
+      {"json", false, "machine-readable output: JSON (one object per line for streams)"},
+      {"help", false, "show help for this command"},
+  };
+}
+
+const std::vector<CommandSpec>& Commands() {
+  static const auto* commands = new std::vector<CommandSpec>{
+      {"submit", "submit FILE [--watch]", "submit the job in a YAML or JSON job file", 1, 1,
+       {{"watch", false, "watch the job until it ends (exit code follows its final state)"}}},
+      {"jobs", "jobs [--state STATE]", "list jobs, newest first", 0, 0,
+       {{"state", true, "only jobs in this state (PENDING, RUNNING, SUCCEEDED, ...)"}}},
+      {"status", "status ID", "show one job", 1, 1, {}},
+      {"watch", "watch ID [--from-step N]",
+       "follow a job: a live progress bar with step, loss, tokens/s and ETA", 1, 1,
+       {{"from-step", true, "replay step metrics from this step (default 0)"}}},
+      {"cancel", "cancel ID [--reason TEXT]", "cancel a job in any non-terminal state", 1, 1,
+       {{"reason", true, "recorded in the job's terminal reason"}}},
+      {"workers", "workers", "list registered worker daemons", 0, 0, {}},
+      {"data", "data text --out FILE INPUT... | data synthetic --task addition|copy --tokens N --out FILE",
+       "make token files: byte-level from text files, or a synthetic task", 1, -1,
+       {{"out", true, "output token file"},
+        {"task", true, "synthetic task: addition or copy"},
+        {"tokens", true, "number of tokens to generate (synthetic)"},
+        {"seed", true, "generator seed (synthetic, default 0)"},
+        {"max-digits", true, "largest operand / string length (synthetic, default per task)"}}},
+  };
+  return *commands;
+}
+
+const CommandSpec* FindCommand(const std::string& name) {
+  for (const CommandSpec& c : Commands()) {
+    if (c.name == name) return &c;
+  }
+  return nullptr;
+}
+
+std::string ProgramHelp() {
+  std::string out =
+      "tessera: submit, watch and cancel Tessera training jobs\n\n"
+      "usage: tessera COMMAND [ARGS] [--coordinator HOST:PORT] [--json]\n\ncommands:\n";
+  for (const CommandSpec& c : Commands()) {
+    absl::StrAppend(&out, "  ", c.usage, "\n      ", c.summary, "\n");
+  }
+  absl::StrAppend(&out, "\nflags of every command:\n");
+  for (const FlagSpec& f : CommonFlags()) {
+    absl::StrAppend(&out, "  --", f.name, f.takes_value ? " VALUE" : "", "  ", f.help, "\n");
+  }
+  absl::StrAppend(&out,
+                  "\nexit codes: 0 success; 1 the coordinator refused the request or the job did "
+                  "not succeed;\n  2 bad usage or job file; 3 coordinator unreachable.\n"
+                  "`tessera COMMAND --help` shows a command's own flags.\n");
+  return out;
+}
+
+std::string CommandHelp(const CommandSpec& command) {
+  std::string out = absl::StrCat("usage: tessera ", command.usage, "\n", command.summary, "\n\nflags:\n");
+  std::vector<FlagSpec> flags = command.flags;
+  for (const FlagSpec& f : CommonFlags()) flags.push_back(f);
+  for (const FlagSpec& f : flags) {
+    absl::StrAppend(&out, "  --", f.name, f.takes_value ? " VALUE" : "", "  ", f.help, "\n");
+  }
+  return out;
+}
+
+absl::StatusOr<ParsedArgs> ParseArgs(const std::vector<std::string>& argv) {
+  ParsedArgs args;
+  if (argv.empty()) {
+    args.help = true;
+    return args;
+  }
+  if (argv[0] == "--help" || argv[0] == "-h" || argv[0] == "help") {
+    args.help = true;
+    return args;
+  }
+  const CommandSpec* command = FindCommand(argv[0]);
+  if (command == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown command '", argv[0],
+                                                   "' (try tessera --help)"));
+  }
+  args.command = command->name;
+  std::vector<FlagSpec> flags = command->flags;
+  for (const FlagSpec& f : CommonFlags()) flags.push_back(f);
+  for (size_t i = 1; i < argv.size(); ++i) {
+    const std::string& a = argv[i];
+    if (!absl::StartsWith(a, "--") || a == "--") {
+      args.positional.push_back(a);
+      continue;
+    }
+    std::string name = a.substr(2);
+    std::string value;
+    bool has_value = false;
+    if (size_t eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_value = true;
+    }
+    const FlagSpec* spec = nullptr;
+    for (const FlagSpec& f : flags) {
+      if (f.name == name) spec = &f;
+    }
+    if (spec == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("tessera ", command->name,
+                                                     ": unknown flag --", name));
+    }
+    if (spec->takes_value && !has_value) {
+      if (i + 1 >= argv.size()) {
+        return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
+      }
+      value = argv[++i];
+    } else if (!spec->takes_value) {
+      if (has_value) {
+        return absl::InvalidArgumentError(absl::StrCat("--", name, " takes no value"));
+      }
+      value = "true";
+    }
+    args.flags[name] = value;
+  }
+  if (args.Has("help")) {
+    args.help = true;
+    return args;
+  }
+  int n = static_cast<int>(args.positional.size());
+  if (n < command->min_positional || (command->max_positional >= 0 && n > command->max_positional)) {
+    return absl::InvalidArgumentError(absl::StrCat("usage: tessera ", command->usage));
+  }
+  return args;
+}
+
+}  // namespace tessera

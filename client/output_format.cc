@@ -1,0 +1,140 @@
+// CLI output formatting (see output_format.h).
+#include "client/output_format.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/time.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace tessera {
+
+std::string ToJsonLine(const google::protobuf::Message& message) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
+  return out;
+}
+
+std::string FormatDuration(double seconds) {
+  if (seconds < 0 || !std::isfinite(seconds)) return "-";
+  int64_t s = static_cast<int64_t>(std::llround(seconds));
+  if (s >= 3600) return absl::StrFormat("%d:%02d:%02d", s / 3600, (s / 60) % 60, s % 60);
+  return absl::StrFormat("%d:%02d", s / 60, s % 60);
+}
+
+std::string FormatRate(double v) {
+  if (v >= 1e6) return absl::StrFormat("%.2fM", v / 1e6);
+  if (v >= 1e3) return absl::StrFormat("%.1fk", v / 1e3);
+  return absl::StrFormat("%.0f", v);
+}
+
+namespace {
+
+std::string Time(int64_t unix_ms) {
+  if (unix_ms == 0) return "-";
+  return absl::FormatTime("%Y-%m-%d %H:%M:%S", absl::FromUnixMillis(unix_ms), absl::LocalTimeZone());
+}
+
+}  // namespace
+
+std::string FormatJobsTable(const std::vector<v1::Job>& jobs) {
+  std::string out = absl::StrFormat("%-10s %-20s %-10s %11s %10s  %s\n", "ID", "NAME", "STATE",
+                                    "STEPS", "LOSS", "REASON");
+  for (const v1::Job& j : jobs) {
+    std::string steps = absl::StrCat(j.steps_done(), "/", j.spec().steps());
+    std::string loss = j.steps_done() > 0 ? absl::StrFormat("%.4f", j.last_metrics().loss()) : "-";
+    absl::StrAppend(&out, absl::StrFormat("%-10s %-20s %-10s %11s %10s  %s\n", j.id(),
+                                          j.spec().name().substr(0, 20), v1::JobState_Name(j.state()),
+                                          steps, loss, j.reason()));
+  }
+  return out;
+}
+
+std::string FormatJob(const v1::Job& j) {
+  std::string out = absl::StrCat("job       ", j.id(), "  ", j.spec().name(), "\n",
+                                 "state     ", v1::JobState_Name(j.state()), "\n",
+                                 "reason    ", j.reason(), "\n",
+                                 "steps     ", j.steps_done(), "/", j.spec().steps(), "\n");
+  if (j.queue_position() > 0) absl::StrAppend(&out, "queue     position ", j.queue_position(), "\n");
+  if (j.steps_done() > 0) {
+    const v1::StepMetrics& m = j.last_metrics();
+    absl::StrAppend(&out, absl::StrFormat("last step loss %.4f  grad_norm %.4f  lr %.3g  tok/s %s\n",
+                                          m.loss(), m.grad_norm(), m.lr(),
+                                          FormatRate(m.tokens_per_s())));
+    absl::StrAppend(&out, absl::StrFormat("overhead  %.3f ms/step (coordinator, mean)\n",
+                                          j.mean_control_overhead_s() * 1e3));
+  }
+  absl::StrAppend(&out, "workers   ");
+  for (int i = 0; i < j.worker_ids_size(); ++i) {
+    absl::StrAppend(&out, i ? ", " : "", "rank ", i, "=", j.worker_ids(i));
+  }
+  absl::StrAppend(&out, j.worker_ids_size() ? "\n" : "-\n", "created   ", Time(j.create_time_unix_ms()),
+                  "\nstarted   ", Time(j.start_time_unix_ms()), "\nended     ",
+                  Time(j.end_time_unix_ms()), "\n");
+  return out;
+}
+
+std::string FormatWorkersTable(const std::vector<v1::WorkerRecord>& workers) {
+  std::string out = absl::StrFormat("%-8s %-22s %-6s %-28s %-8s %s\n", "ID", "ADDRESS", "KIND",
+                                    "DEVICE", "HEALTHY", "JOB");
+  for (const v1::WorkerRecord& w : workers) {
+    absl::StrAppend(&out, absl::StrFormat("%-8s %-22s %-6s %-28s %-8s %s\n", w.worker_id(),
+                                          w.address(), v1::DeviceKind_Name(w.device().kind()),
+                                          w.device().name().substr(0, 28),
+                                          w.healthy() ? "yes" : "no: " + w.health_reason(),
+                                          w.job_id().empty() ? "-" : w.job_id()));
+  }
+  return out;
+}
+
+void ProgressTracker::Add(const v1::StepMetrics& m, double now_s) {
+  last_step_ = m.step();
+  loss_ = m.loss();
+  tokens_per_s_ = m.tokens_per_s();
+  recent_.emplace_back(m.step(), now_s);
+  if (recent_.size() > 20) recent_.erase(recent_.begin());
+}
+
+double ProgressTracker::EtaSeconds() const {
+  if (recent_.size() < 2) return -1;
+  double dt = recent_.back().second - recent_.front().second;
+  int ds = recent_.back().first - recent_.front().first;
+  if (ds <= 0 || dt <= 0) return -1;
+  return (total_steps_ - 1 - last_step_) * dt / ds;
+}
+
+std::string ProgressTracker::Line(int bar_width) const {
+  int done = last_step_ + 1;
+  double frac = total_steps_ > 0 ? std::clamp(static_cast<double>(done) / total_steps_, 0.0, 1.0) : 0;
+  int filled = static_cast<int>(frac * bar_width);
+  std::string bar = std::string(filled, '#') + std::string(bar_width - filled, '.');
+  return absl::StrFormat("step %d/%d [%s] %3.0f%%  loss %.4f  tok/s %s  ETA %s", done,
+                         total_steps_, bar, frac * 100, loss_, FormatRate(tokens_per_s_),
+                         FormatDuration(EtaSeconds()));
+}
+
+std::string FormatSummary(const v1::Job& j, double total_tokens, double total_step_time_s) {
+  double wall = j.end_time_unix_ms() && j.start_time_unix_ms()
+                    ? (j.end_time_unix_ms() - j.start_time_unix_ms()) / 1e3
+                    : -1;
+  std::string out = absl::StrCat("job ", j.id(), " ", v1::JobState_Name(j.state()), ": ",
+                                 j.reason(), "\n");
+  absl::StrAppend(&out, absl::StrFormat("  steps        %d/%d\n", j.steps_done(), j.spec().steps()));
+  if (j.steps_done() > 0) {
+    absl::StrAppend(&out, absl::StrFormat("  final loss   %.4f\n", j.last_metrics().loss()));
+  }
+  if (total_step_time_s > 0) {
+    absl::StrAppend(&out, absl::StrFormat("  tokens/s     %s (all ranks, mean over steps)\n",
+                                          FormatRate(total_tokens / total_step_time_s)));
+  }
+  absl::StrAppend(&out, absl::StrFormat("  wall time    %s\n", FormatDuration(wall)));
+  absl::StrAppend(&out, absl::StrFormat("  coordinator overhead %.3f ms/step (mean)\n",
+                                        j.mean_control_overhead_s() * 1e3));
+  return out;
+}
+
+}  // namespace tessera

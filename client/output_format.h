@@ -1,0 +1,49 @@
+// How the CLI prints things: job and worker tables, the live progress line
+// with ETA, the end-of-job summary, and JSON renderings (proto JSON with the
+// proto field names) for --json.
+#ifndef TESSERA_CLIENT_OUTPUT_FORMAT_H_
+#define TESSERA_CLIENT_OUTPUT_FORMAT_H_
+
+#include <string>
+#include <vector>
+
+#include "google/protobuf/message.h"
+#include "proto/tessera/v1/coordinator.pb.h"
+
+namespace tessera {
+
+std::string ToJsonLine(const google::protobuf::Message& message);
+std::string FormatJobsTable(const std::vector<v1::Job>& jobs);
+std::string FormatJob(const v1::Job& job);
+std::string FormatWorkersTable(const std::vector<v1::WorkerRecord>& workers);
+
+// "1:02:03", "4:05", "-" for unknown (negative).
+std::string FormatDuration(double seconds);
+// "12.3k", "4.56M".
+std::string FormatRate(double per_second);
+
+// Tracks recent steps to estimate the ETA, and renders progress lines.
+class ProgressTracker {
+ public:
+  explicit ProgressTracker(int total_steps) : total_steps_(total_steps) {}
+  void Add(const v1::StepMetrics& metrics, double now_s);
+  // "step 120/300 [########............]  40%  loss 1.2345  tok/s 12.3k  ETA 0:45"
+  std::string Line(int bar_width = 24) const;
+  double EtaSeconds() const;  // -1 while unknown
+  int last_step() const { return last_step_; }
+
+ private:
+  int total_steps_;
+  int last_step_ = -1;
+  float loss_ = 0;
+  double tokens_per_s_ = 0;
+  std::vector<std::pair<int, double>> recent_;  // (step, arrival time), last 20
+};
+
+// The end-of-job summary: final state and reason, steps, final loss, mean
+// tokens/s, wall time and mean control-plane overhead per step.
+std::string FormatSummary(const v1::Job& job, double total_tokens, double total_step_time_s);
+
+}  // namespace tessera
+
+#endif  // TESSERA_CLIENT_OUTPUT_FORMAT_H_
