@@ -1,0 +1,26 @@
+// Synthetic tasks a small model visibly learns, as byte-level tokens:
+//   ADDITION: lines "a+b=c\n", operands of 1..max_digits digits (default 3);
+//             the answer is determined by the prompt, so the loss on it falls
+//             well below the entropy of random digits.
+//   COPY:     lines "<digits>|<same digits>\n", 1..max_digits digits (default 8).
+// Generated deterministically from the seed with SplitMix64.
+#ifndef TESSERA_WORKER_DATA_SYNTHETIC_TASK_H_
+#define TESSERA_WORKER_DATA_SYNTHETIC_TASK_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/tessera/v1/job.pb.h"
+
+namespace tessera {
+
+absl::StatusOr<std::vector<uint32_t>> GenerateSyntheticTokens(const v1::SyntheticData& task,
+                                                              uint64_t seed, int64_t num_tokens);
+absl::Status WriteSyntheticTokenFile(const v1::SyntheticData& task, uint64_t seed,
+                                     int64_t num_tokens, const std::string& out_path);
+
+}  // namespace tessera
+
+#endif  // TESSERA_WORKER_DATA_SYNTHETIC_TASK_H_
