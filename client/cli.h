@@ -8,12 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "client/cli_args.h"
+
 namespace tessera {
 
-inline constexpr int kExitOk = 0;
-inline constexpr int kExitFailed = 1;       // refused by the coordinator, or job did not succeed
-inline constexpr int kExitUsage = 2;        // bad arguments or job file
-inline constexpr int kExitUnreachable = 3;  // coordinator cannot be reached
 
 // `is_tty`: whether `out` is a terminal (live progress bar vs. plain lines).
 int RunCli(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err, bool is_tty);

@@ -13,6 +13,12 @@
 
 namespace tessera {
 
+// Exit codes of the CLI.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailed = 1;       // refused by the coordinator, or job did not succeed
+inline constexpr int kExitUsage = 2;        // bad arguments or job file
+inline constexpr int kExitUnreachable = 3;  // coordinator cannot be reached
+
 struct FlagSpec {
   std::string name;         // without dashes
   bool takes_value = false; // false: a boolean switch

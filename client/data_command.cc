@@ -3,7 +3,6 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
-#include "client/cli.h"
 #include "worker/data/synthetic_task.h"
 #include "worker/data/text_to_tokens.h"
 
