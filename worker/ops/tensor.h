@@ -32,11 +32,11 @@ size_t DTypeSize(DType dtype);
 const char* DTypeName(DType dtype);
 inline bool IsFp8(DType dtype) { return dtype == DType::kE4M3 || dtype == DType::kE5M2; }
 
-// Row-major shape of up to 4 dimensions. A 0-d shape (rank 0) has one element.
+// Row-major shape of up to 5 dimensions (attention uses [B, S, 3, nh, hd]). A 0-d shape (rank 0) has one element.
 struct Shape {
-  static constexpr int kMaxRank = 4;
+  static constexpr int kMaxRank = 5;
   int rank = 0;
-  int64_t dims[kMaxRank] = {0, 0, 0, 0};
+  int64_t dims[kMaxRank] = {0, 0, 0, 0, 0};
 
   Shape() = default;
   Shape(std::initializer_list<int64_t> d);

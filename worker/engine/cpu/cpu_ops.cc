@@ -1,0 +1,169 @@
+// CpuOps: the ops API wired to the CPU reference kernels (see cpu_ops.h).
+#include "worker/engine/cpu/cpu_ops.h"
+
+#include <cblas.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "worker/engine/cpu/attention.h"
+#include "worker/engine/cpu/elementwise.h"
+#include "worker/engine/cpu/embedding.h"
+#include "worker/engine/cpu/fused_adam.h"
+#include "worker/engine/cpu/fused_linear_cross_entropy.h"
+#include "worker/engine/cpu/gemm.h"
+#include "worker/engine/cpu/quantize.h"
+#include "worker/engine/cpu/rmsnorm.h"
+#include "worker/engine/cpu/rope.h"
+#include "worker/engine/cpu/swiglu.h"
+
+namespace tessera {
+namespace {
+
+class HostBuffer : public Buffer {
+ public:
+  HostBuffer(void* data, size_t bytes) : data_(data), bytes_(bytes) {}
+  ~HostBuffer() override { std::free(data_); }
+  void* data() const override { return data_; }
+  size_t bytes() const override { return bytes_; }
+
+ private:
+  void* data_;
+  size_t bytes_;
+};
+
+class CpuOps : public Ops {
+ public:
+  CpuOps() { openblas_set_num_threads(1); }
+
+  absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) override {
+    size_t rounded = (bytes + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+    if (p == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrCat("host allocation of ", bytes, " bytes failed"));
+    }
+    std::memset(p, 0, rounded == 0 ? 64 : rounded);
+    return std::unique_ptr<Buffer>(new HostBuffer(p, bytes));
+  }
+  absl::Status CopyToDevice(void* dst, const void* src, size_t bytes, Stream*) override {
+    if (bytes > 0) std::memcpy(dst, src, bytes);
+    return absl::OkStatus();
+  }
+  absl::Status CopyToHost(void* dst, const void* src, size_t bytes, Stream*) override {
+    if (bytes > 0) std::memcpy(dst, src, bytes);
+    return absl::OkStatus();
+  }
+  absl::Status CopyDeviceToDevice(void* dst, const void* src, size_t bytes, Stream*) override {
+    if (bytes > 0) std::memmove(dst, src, bytes);
+    return absl::OkStatus();
+  }
+  absl::Status Memset(void* dst, int value, size_t bytes, Stream*) override {
+    if (bytes > 0) std::memset(dst, value, bytes);
+    return absl::OkStatus();
+  }
+  absl::Status Synchronize(Stream*) override { return absl::OkStatus(); }
+
+  absl::Status Quantize(const TensorDesc& in, const TensorDesc& out, Stream*) override {
+    return cpu::Quantize(in, out);
+  }
+  absl::Status QuantizeTranspose(const TensorDesc& in, const TensorDesc& out,
+                                 const TensorDesc& out_t, Stream*) override {
+    return cpu::QuantizeTranspose(in, out, out_t);
+  }
+  absl::Status Dequantize(const TensorDesc& in, const TensorDesc& out, Stream*) override {
+    return cpu::Dequantize(in, out);
+  }
+  absl::Status Amax(const TensorDesc& in, float* amax, Stream*) override {
+    return cpu::Amax(in, amax);
+  }
+  absl::Status UpdateFp8Scales(float* amax, float* history, float* scale, float* scale_inv, int n,
+                               int history_len, float fp8_max, int margin, AmaxAlgo algo,
+                               Stream*) override {
+    return cpu::UpdateFp8Scales(amax, history, scale, scale_inv, n, history_len, fp8_max, margin,
+                                algo);
+  }
+  absl::Status Transpose(const TensorDesc& in, const TensorDesc& out, Stream*) override {
+    return cpu::Transpose(in, out);
+  }
+  absl::Status Gemm(const TensorDesc& a, bool trans_a, const TensorDesc& b, bool trans_b,
+                    const TensorDesc& d, bool accumulate, Stream*) override {
+    return cpu::Gemm(a, trans_a, b, trans_b, d, accumulate);
+  }
+  absl::Status Add(const TensorDesc& a, const TensorDesc& b, const TensorDesc& out,
+                   Stream*) override {
+    return cpu::Add(a, b, out);
+  }
+  absl::Status Cast(const TensorDesc& in, const TensorDesc& out, Stream*) override {
+    return cpu::Cast(in, out);
+  }
+  absl::Status EmbeddingForward(const TensorDesc& ids, const TensorDesc& table,
+                                const TensorDesc& out, Stream*) override {
+    return cpu::EmbeddingForward(ids, table, out);
+  }
+  absl::Status EmbeddingBackward(const TensorDesc& ids, const TensorDesc& grad_out,
+                                 const TensorDesc& grad_table, Stream*) override {
+    return cpu::EmbeddingBackward(ids, grad_out, grad_table);
+  }
+  absl::Status RmsNormForward(const TensorDesc& x, const TensorDesc& weight, float eps,
+                              const TensorDesc& out, const TensorDesc& rstd, Stream*) override {
+    return cpu::RmsNormForward(x, weight, eps, out, rstd);
+  }
+  absl::Status RmsNormBackward(const TensorDesc& grad_out, const TensorDesc& x,
+                               const TensorDesc& weight, const TensorDesc& rstd,
+                               const TensorDesc& grad_x, bool accumulate_grad_x,
+                               const TensorDesc& grad_weight, Stream*) override {
+    return cpu::RmsNormBackward(grad_out, x, weight, rstd, grad_x, accumulate_grad_x, grad_weight);
+  }
+  absl::Status RopeForward(const TensorDesc& qkv, float theta, Stream*) override {
+    return cpu::RopeForward(qkv, theta);
+  }
+  absl::Status RopeBackward(const TensorDesc& grad_qkv, float theta, Stream*) override {
+    return cpu::RopeBackward(grad_qkv, theta);
+  }
+  absl::Status AttentionForward(const TensorDesc& qkv, const TensorDesc& out,
+                                const TensorDesc& lse, Stream*) override {
+    return cpu::AttentionForward(qkv, out, lse);
+  }
+  absl::Status AttentionBackward(const TensorDesc& grad_out, const TensorDesc& qkv,
+                                 const TensorDesc& out, const TensorDesc& lse,
+                                 const TensorDesc& grad_qkv, Stream*) override {
+    return cpu::AttentionBackward(grad_out, qkv, out, lse, grad_qkv);
+  }
+  absl::Status SwiGluForward(const TensorDesc& gate_up, const TensorDesc& out, Stream*) override {
+    return cpu::SwiGluForward(gate_up, out);
+  }
+  absl::Status SwiGluBackward(const TensorDesc& grad_out, const TensorDesc& gate_up,
+                              const TensorDesc& grad_gate_up, Stream*) override {
+    return cpu::SwiGluBackward(grad_out, gate_up, grad_gate_up);
+  }
+  absl::Status FusedLinearCrossEntropy(const TensorDesc& x, const TensorDesc& weight,
+                                       const TensorDesc& targets, int ignore_index,
+                                       int chunk_tokens, float* loss_sum, float* valid_tokens,
+                                       const TensorDesc& grad_x, const TensorDesc& grad_weight,
+                                       Stream*) override {
+    return cpu::FusedLinearCrossEntropy(x, weight, targets, ignore_index, chunk_tokens, loss_sum,
+                                        valid_tokens, grad_x, grad_weight);
+  }
+  absl::StatusOr<std::unique_ptr<AdamPlan>> CreateAdamPlan(
+      absl::Span<const AdamShard> shards) override {
+    return cpu::CreateAdamPlan(shards);
+  }
+  absl::Status GradSumSquares(const AdamPlan& plan, float* sum_sq, Stream*) override {
+    return cpu::GradSumSquares(plan, sum_sq);
+  }
+  absl::Status ComputeGradScale(const float* sum_sq, const float* tokens, float max_norm,
+                                float* grad_norm, float* grad_scale, Stream*) override {
+    return cpu::ComputeGradScale(sum_sq, tokens, max_norm, grad_norm, grad_scale);
+  }
+  absl::Status FusedAdam(const AdamPlan& plan, const AdamHyper& hyper, const float* grad_scale,
+                         Stream*) override {
+    return cpu::FusedAdam(plan, hyper, grad_scale);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Ops> CreateCpuOps() { return std::make_unique<CpuOps>(); }
+
+}  // namespace tessera

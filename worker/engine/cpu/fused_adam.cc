@@ -1,0 +1,98 @@
+// Multi-tensor AdamW with FP8 re-quantization for the CPU engine (see
+// fused_adam.h).
+#include "worker/engine/cpu/fused_adam.h"
+
+#include <cmath>
+
+#include "worker/engine/cpu/tensor_access.h"
+
+namespace tessera {
+namespace cpu {
+
+absl::StatusOr<std::unique_ptr<AdamPlan>> CreateAdamPlan(absl::Span<const AdamShard> shards) {
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const AdamShard& s = shards[i];
+    const int64_t n = s.master.NumElements();
+    auto bad = [&](const char* field, const char* why) {
+      return absl::InvalidArgumentError(absl::StrCat("shard ", i, ": ", field, ": ", why));
+    };
+    if (s.master.dtype != DType::kFloat32) return bad("master", "must be fp32");
+    if (s.grad.dtype != DType::kFloat32) return bad("grad", "must be fp32");
+    if (s.exp_avg.dtype != DType::kFloat32) return bad("exp_avg", "must be fp32");
+    if (s.exp_avg_sq.dtype != DType::kFloat32) return bad("exp_avg_sq", "must be fp32");
+    for (const TensorDesc* t : {&s.grad, &s.exp_avg, &s.exp_avg_sq, &s.fp8}) {
+      if (t->NumElements() != n) return bad("grad/exp_avg/exp_avg_sq/fp8", "element count differs from master");
+    }
+    if (s.fp8.dtype != DType::kE4M3 && s.fp8.dtype != DType::kBFloat16) {
+      return bad("fp8", "must be e4m3 or bf16");
+    }
+    if (s.fp8.dtype == DType::kE4M3 && s.fp8.scale == nullptr) return bad("fp8.scale", "must be set");
+    if (n > 0) {
+      for (const TensorDesc* t : {&s.master, &s.grad, &s.exp_avg, &s.exp_avg_sq, &s.fp8}) {
+        if (t->data == nullptr) return bad("data", "is null for a non-empty shard");
+      }
+    }
+  }
+  return std::unique_ptr<AdamPlan>(
+      new CpuAdamPlan(std::vector<AdamShard>(shards.begin(), shards.end())));
+}
+
+absl::Status GradSumSquares(const AdamPlan& plan, float* sum_sq) {
+  double total = 0.0;
+  for (const AdamShard& s : static_cast<const CpuAdamPlan&>(plan).shards()) {
+    const float* g = static_cast<const float*>(s.grad.data);
+    float partial = 0.f;
+    for (int64_t i = 0; i < s.grad.NumElements(); ++i) partial += g[i] * g[i];
+    total += partial;
+  }
+  *sum_sq = static_cast<float>(total);
+  return absl::OkStatus();
+}
+
+absl::Status ComputeGradScale(const float* sum_sq, const float* tokens, float max_norm,
+                              float* grad_norm, float* grad_scale) {
+  const float count = std::max(*tokens, 1.0f);
+  *grad_norm = std::sqrt(*sum_sq) / count;
+  float clip = 1.0f;
+  if (max_norm > 0.f) clip = std::min(1.0f, max_norm / (*grad_norm + 1e-6f));
+  *grad_scale = clip / count;
+  return absl::OkStatus();
+}
+
+absl::Status FusedAdam(const AdamPlan& plan, const AdamHyper& hp, const float* grad_scale) {
+  const float bias1 = 1.0f - std::pow(hp.beta1, static_cast<float>(hp.step));
+  const float bias2 = 1.0f - std::pow(hp.beta2, static_cast<float>(hp.step));
+  const float g_scale = *grad_scale;
+  for (const AdamShard& s : static_cast<const CpuAdamPlan&>(plan).shards()) {
+    const int64_t n = s.master.NumElements();
+    float* w = static_cast<float*>(s.master.data);
+    const float* g = static_cast<const float*>(s.grad.data);
+    float* m = static_cast<float*>(s.exp_avg.data);
+    float* v = static_cast<float*>(s.exp_avg_sq.data);
+    const bool fp8 = s.fp8.dtype == DType::kE4M3;
+    const float scale = fp8 ? *s.fp8.scale : 1.0f;
+    float amax = 0.f;
+    for (int64_t i = 0; i < n; ++i) {
+      const float gi = g[i] * g_scale;
+      m[i] = hp.beta1 * m[i] + (1.0f - hp.beta1) * gi;
+      v[i] = hp.beta2 * v[i] + (1.0f - hp.beta2) * gi * gi;
+      const float update = (m[i] / bias1) / (std::sqrt(v[i] / bias2) + hp.eps);
+      float wi = w[i];
+      if (s.apply_weight_decay) wi -= hp.lr * hp.weight_decay * wi;
+      wi -= hp.lr * update;
+      w[i] = wi;
+      amax = std::max(amax, std::fabs(wi));
+      if (fp8) {
+        static_cast<uint8_t*>(s.fp8.data)[i] = EncodeE4M3(wi * scale);
+      } else {
+        Store(s.fp8, i, wi);
+      }
+    }
+    if (s.fp8.amax != nullptr) *s.fp8.amax = std::max(*s.fp8.amax, amax);
+    if (fp8 && s.fp8.scale_inv != nullptr) *s.fp8.scale_inv = 1.0f / scale;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace cpu
+}  // namespace tessera
