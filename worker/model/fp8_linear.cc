@@ -1,0 +1,82 @@
+// FP8 / bf16 linear layers of a block (see fp8_linear.h).
+#include "worker/model/fp8_linear.h"
+
+#include "common/status_macros.h"
+
+namespace tessera {
+namespace {
+
+TensorDesc View(const DeviceTensor& t, DType dtype, Shape shape) {
+  TensorDesc d = t.desc;
+  d.dtype = dtype;
+  d.shape = shape;
+  return d;
+}
+
+}  // namespace
+
+absl::Status AllocateLinearSaved(Ops& ops, const LinearSpec& spec, LinearSaved& saved) {
+  if (!spec.fp8) return absl::OkStatus();
+  ASSIGN_OR_RETURN(saved.x_t, AllocateTensor(ops, DType::kE4M3, Shape{spec.in, spec.tokens}));
+  return absl::OkStatus();
+}
+
+absl::Status LinearForward(Ops& ops, Fp8Meta& meta, const LinearSpec& spec,
+                           const TensorDesc& weight, const TensorDesc& x, const TensorDesc& y,
+                           LinearScratch& scratch, LinearSaved& saved, Stream* stream) {
+  const TensorDesc w = Reshaped(weight, Shape{spec.out, spec.in});
+  if (!spec.fp8) return ops.Gemm(x, false, w, true, y, false, stream);
+
+  const int slot = meta.input_slot(spec.index);
+  if (meta.current_scaling()) {
+    RETURN_IF_ERROR(ops.Amax(x, meta.amax4(slot), stream));
+    RETURN_IF_ERROR(meta.UpdateInputSlot(ops, slot, stream));
+  }
+  TensorDesc x8 = View(scratch.x_fp8, DType::kE4M3, Shape{spec.tokens, spec.in});
+  x8.scale = meta.scale4(slot);
+  x8.scale_inv = meta.scale_inv4(slot);
+  x8.amax = meta.amax4(slot);
+  TensorDesc x8_t = saved.x_t.desc;
+  RETURN_IF_ERROR(ops.QuantizeTranspose(x, x8, x8_t, stream));
+
+  TensorDesc w8 = w;
+  w8.scale_inv = meta.weight_data_scale_inv(spec.index);
+  return ops.Gemm(x8, false, w8, true, y, false, stream);
+}
+
+absl::Status LinearBackward(Ops& ops, Fp8Meta& meta, const LinearSpec& spec,
+                            const TensorDesc& weight, const TensorDesc& x, const TensorDesc& dy,
+                            const TensorDesc& dx, const TensorDesc& grad_w,
+                            LinearScratch& scratch, LinearSaved& saved, Stream* stream) {
+  const TensorDesc w = Reshaped(weight, Shape{spec.out, spec.in});
+  const TensorDesc gw = Reshaped(grad_w, Shape{spec.out, spec.in});
+  if (!spec.fp8) {
+    if (dx.data != nullptr) RETURN_IF_ERROR(ops.Gemm(dy, false, w, false, dx, false, stream));
+    return ops.Gemm(dy, true, x, false, gw, false, stream);
+  }
+  if (meta.current_scaling()) {
+    RETURN_IF_ERROR(ops.Amax(dy, meta.amax5(spec.index), stream));
+    RETURN_IF_ERROR(meta.UpdateGradSlot(ops, spec.index, stream));
+  }
+  TensorDesc dy8 = View(scratch.dy_fp8, DType::kE5M2, Shape{spec.tokens, spec.out});
+  dy8.scale = meta.scale5(spec.index);
+  dy8.scale_inv = meta.scale_inv5(spec.index);
+  dy8.amax = meta.amax5(spec.index);
+  TensorDesc dy8_t = View(scratch.dy_fp8_t, DType::kE5M2, Shape{spec.out, spec.tokens});
+  dy8_t.scale_inv = meta.scale_inv5(spec.index);
+  RETURN_IF_ERROR(ops.QuantizeTranspose(dy, dy8, dy8_t, stream));
+
+  if (dx.data != nullptr) {
+    TensorDesc w8 = w;
+    w8.scale_inv = meta.weight_data_scale_inv(spec.index);
+    TensorDesc w8_t = View(scratch.w_t, DType::kE4M3, Shape{spec.in, spec.out});
+    w8_t.scale_inv = meta.weight_data_scale_inv(spec.index);
+    RETURN_IF_ERROR(ops.Transpose(w8, w8_t, stream));
+    RETURN_IF_ERROR(ops.Gemm(dy8, false, w8_t, true, dx, false, stream));
+  }
+  TensorDesc x8_t = saved.x_t.desc;
+  x8_t.scale_inv = meta.scale_inv4(meta.input_slot(spec.index));
+  return ops.Gemm(dy8_t, false, x8_t, true, gw, false, stream);
+}
+
+}  // namespace tessera

@@ -1,0 +1,55 @@
+// One linear layer y = x · Wᵀ of a transformer block, in FP8 (the hybrid
+// recipe) or in bf16 when FP8 is off. W is the all-gathered [out, in]
+// compute weight.
+//
+// FP8 forward:  x (bf16 [T, in]) -> e4m3 x and its transpose xᵀ (saved for
+//               wgrad) with the input slot's scale; y = x8 · W8ᵀ -> bf16.
+// FP8 backward: dy (bf16 [T, out]) -> e5m2 dy and dyᵀ with the gradient
+//               slot's scale; Wᵀ by a byte transpose of the gathered weight;
+//               dx = dy8 · (Wᵀ)8ᵀ -> bf16;  dW = dyᵀ8 · xᵀ8ᵀ -> fp32 (beta 0).
+// bf16: the same three GEMMs on the bf16 tensors (x itself is saved).
+// Every GEMM is in the K-contiguous form cuBLASLt needs for FP8.
+#ifndef TESSERA_WORKER_MODEL_FP8_LINEAR_H_
+#define TESSERA_WORKER_MODEL_FP8_LINEAR_H_
+
+#include "absl/status/status.h"
+#include "worker/model/fp8_meta.h"
+#include "worker/ops/device_tensor.h"
+
+namespace tessera {
+
+// Scratch shared by all linears (sized for the largest), allocated once.
+struct LinearScratch {
+  DeviceTensor x_fp8;     // [T * max_in] e4m3
+  DeviceTensor dy_fp8;    // [T * max_out] e5m2
+  DeviceTensor dy_fp8_t;  // [max_out * T] e5m2
+  DeviceTensor w_t;       // [max_in * max_out] e4m3
+};
+
+struct LinearSpec {
+  int64_t in = 0, out = 0, tokens = 0;
+  int index = 0;  // linear index into Fp8Meta
+  bool fp8 = true;
+};
+
+// Per-layer saved state: FP8 xᵀ ([in, T] e4m3) when fp8, unused otherwise.
+struct LinearSaved {
+  DeviceTensor x_t;
+};
+
+absl::Status AllocateLinearSaved(Ops& ops, const LinearSpec& spec, LinearSaved& saved);
+
+absl::Status LinearForward(Ops& ops, Fp8Meta& meta, const LinearSpec& spec,
+                           const TensorDesc& weight, const TensorDesc& x, const TensorDesc& y,
+                           LinearScratch& scratch, LinearSaved& saved, Stream* stream);
+
+// dx may have data == nullptr to skip it. x is the bf16 input (used when
+// fp8 is off). grad_w is fp32 [out, in], overwritten.
+absl::Status LinearBackward(Ops& ops, Fp8Meta& meta, const LinearSpec& spec,
+                            const TensorDesc& weight, const TensorDesc& x, const TensorDesc& dy,
+                            const TensorDesc& dx, const TensorDesc& grad_w,
+                            LinearScratch& scratch, LinearSaved& saved, Stream* stream);
+
+}  // namespace tessera
+
+#endif  // TESSERA_WORKER_MODEL_FP8_LINEAR_H_

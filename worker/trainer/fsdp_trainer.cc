@@ -1,0 +1,336 @@
+// FsdpTrainer setup, collectives bootstrap, checkpoints and abort (see
+// fsdp_trainer.h). The step itself is in train_step.cc.
+#include "worker/trainer/fsdp_trainer.h"
+
+#include <sys/stat.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/model/param_init.h"
+
+namespace tessera {
+namespace {
+
+constexpr float kInitStd = 0.02f;
+
+}  // namespace
+
+FsdpTrainer::FsdpTrainer(std::unique_ptr<Ops> ops, CommunicatorFactory make_communicator)
+    : ops_(std::move(ops)), make_communicator_(std::move(make_communicator)) {}
+
+FsdpTrainer::~FsdpTrainer() = default;
+
+void FsdpTrainer::Abort() {
+  aborted_ = true;
+  if (comm_ != nullptr) comm_->Abort();
+}
+
+absl::Status FsdpTrainer::CheckAborted() const {
+  if (aborted_) return absl::CancelledError("step aborted");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DeviceTensor> FsdpTrainer::Alloc(DType dtype, Shape shape) {
+  ++allocations_;
+  return AllocateTensor(*ops_, dtype, shape);
+}
+
+LinearSpec FsdpTrainer::Spec(int layer, int linear) const {
+  static constexpr int kIn[4] = {0, 0, 0, 1};  // 0: H, 1: F
+  LinearSpec s;
+  s.tokens = tokens_;
+  s.index = layer * 4 + linear;
+  s.fp8 = fp8_;
+  s.in = kIn[linear] == 0 ? hidden_ : ffn_;
+  s.out = linear == 0 ? 3 * hidden_ : linear == 2 ? 2 * ffn_ : hidden_;
+  return s;
+}
+
+FsdpTrainer::GatheredBlock& FsdpTrainer::GatheredFor(int layer) {
+  return spec_.reshard_after_forward() ? gathered_[0] : gathered_[layer];
+}
+
+std::vector<Fp8ShardedParam*> FsdpTrainer::AllParams() {
+  std::vector<Fp8ShardedParam*> all = {&embedding_};
+  for (Block& b : blocks_) {
+    for (Fp8ShardedParam* p : {&b.attn_norm, &b.qkv, &b.out_proj, &b.mlp_norm, &b.gate_up, &b.down}) {
+      all.push_back(p);
+    }
+  }
+  all.push_back(&final_norm_);
+  all.push_back(&lm_head_);
+  return all;
+}
+
+absl::StatusOr<SetupReport> FsdpTrainer::Setup(const v1::JobSpec& spec, int rank, int world_size) {
+  spec_ = spec;
+  rank_ = rank;
+  world_ = world_size;
+  const v1::ModelConfig& m = spec.model();
+  vocab_ = m.vocab_size();
+  hidden_ = m.d_model();
+  ffn_ = m.ffn_dim();
+  heads_ = m.n_heads();
+  head_dim_ = hidden_ / heads_;
+  layers_ = m.n_layers();
+  batch_ = spec.data().micro_batch_size();
+  seq_ = m.seq_len();
+  tokens_ = batch_ * seq_;
+  fp8_ = !spec.fp8().disabled();
+  if (hidden_ <= 0 || heads_ <= 0 || hidden_ % heads_ != 0 || head_dim_ % 2 != 0 || layers_ < 1) {
+    return absl::InvalidArgumentError("model: shapes are inconsistent (validate the spec first)");
+  }
+  ASSIGN_OR_RETURN(data_, OpenBatchSource(spec, rank, world_size));
+  RETURN_IF_ERROR(AllocateState());
+  RETURN_IF_ERROR(InitParams());
+
+  SetupReport report;
+  for (Fp8ShardedParam* p : AllParams()) {
+    report.shard_parameters += p->layout.shard_numel();
+    report.total_parameters += p->rows * p->cols;
+  }
+  return report;
+}
+
+absl::Status FsdpTrainer::AllocateState() {
+  const DType block_dtype = fp8_ ? DType::kE4M3 : DType::kBFloat16;
+  auto param = [&](const std::string& name, int64_t rows, int64_t cols, DType dtype,
+                   bool decay) -> absl::StatusOr<Fp8ShardedParam> {
+    allocations_ += 5;
+    return CreateShardedParam(*ops_, name, rows, cols, dtype, decay, rank_, world_);
+  };
+  ASSIGN_OR_RETURN(embedding_, param("embedding", vocab_, hidden_, DType::kBFloat16, true));
+  blocks_.resize(layers_);
+  for (int l = 0; l < layers_; ++l) {
+    Block& b = blocks_[l];
+    const std::string p = absl::StrCat("blocks.", l, ".");
+    ASSIGN_OR_RETURN(b.attn_norm, param(p + "attn_norm", hidden_, 1, DType::kBFloat16, false));
+    ASSIGN_OR_RETURN(b.qkv, param(p + "qkv", 3 * hidden_, hidden_, block_dtype, true));
+    ASSIGN_OR_RETURN(b.out_proj, param(p + "out_proj", hidden_, hidden_, block_dtype, true));
+    ASSIGN_OR_RETURN(b.mlp_norm, param(p + "mlp_norm", hidden_, 1, DType::kBFloat16, false));
+    ASSIGN_OR_RETURN(b.gate_up, param(p + "gate_up", 2 * ffn_, hidden_, block_dtype, true));
+    ASSIGN_OR_RETURN(b.down, param(p + "down", hidden_, ffn_, block_dtype, true));
+  }
+  ASSIGN_OR_RETURN(final_norm_, param("final_norm", hidden_, 1, DType::kBFloat16, false));
+  ASSIGN_OR_RETURN(lm_head_, param("lm_head", vocab_, hidden_, DType::kBFloat16, true));
+
+  // Quantizer state, built once; each FP8 weight points into it.
+  ++allocations_;
+  ASSIGN_OR_RETURN(Fp8Meta meta, Fp8Meta::Create(*ops_, 4 * layers_, spec_.fp8()));
+  meta_ = std::make_unique<Fp8Meta>(std::move(meta));
+  for (int l = 0; l < layers_; ++l) {
+    Fp8ShardedParam* linears[4] = {&blocks_[l].qkv, &blocks_[l].out_proj, &blocks_[l].gate_up,
+                                   &blocks_[l].down};
+    for (int i = 0; i < 4; ++i) {
+      if (!linears[i]->is_fp8()) continue;
+      const int index = l * 4 + i;
+      linears[i]->scale = meta_->scale4(meta_->weight_slot(index));
+      linears[i]->scale_inv = meta_->weight_data_scale_inv(index);
+      linears[i]->amax = meta_->amax4(meta_->weight_slot(index));
+    }
+  }
+  std::vector<AdamShard> shards;
+  for (Fp8ShardedParam* p : AllParams()) shards.push_back(p->AsAdamShard());
+  ASSIGN_OR_RETURN(adam_, ops_->CreateAdamPlan(shards));
+
+  // Gathered compute weights: one shared set when resharding after forward.
+  auto gathered = [&](const Fp8ShardedParam& p) {
+    return Alloc(p.compute_dtype, Shape{p.layout.gathered_numel()});
+  };
+  gathered_.resize(spec_.reshard_after_forward() ? 1 : layers_);
+  for (GatheredBlock& g : gathered_) {
+    const Block& b = blocks_[0];
+    ASSIGN_OR_RETURN(g.attn_norm, gathered(b.attn_norm));
+    ASSIGN_OR_RETURN(g.qkv, gathered(b.qkv));
+    ASSIGN_OR_RETURN(g.out_proj, gathered(b.out_proj));
+    ASSIGN_OR_RETURN(g.mlp_norm, gathered(b.mlp_norm));
+    ASSIGN_OR_RETURN(g.gate_up, gathered(b.gate_up));
+    ASSIGN_OR_RETURN(g.down, gathered(b.down));
+  }
+  ASSIGN_OR_RETURN(gathered_embedding_, gathered(embedding_));
+  ASSIGN_OR_RETURN(gathered_final_norm_, gathered(final_norm_));
+  ASSIGN_OR_RETURN(gathered_lm_head_, gathered(lm_head_));
+
+  // Full-size fp32 gradients: one shared set for the blocks.
+  auto full_grad = [&](const Fp8ShardedParam& p) {
+    return Alloc(DType::kFloat32, Shape{p.layout.gathered_numel()});
+  };
+  const Block& b0 = blocks_[0];
+  ASSIGN_OR_RETURN(block_grads_.attn_norm, full_grad(b0.attn_norm));
+  ASSIGN_OR_RETURN(block_grads_.qkv, full_grad(b0.qkv));
+  ASSIGN_OR_RETURN(block_grads_.out_proj, full_grad(b0.out_proj));
+  ASSIGN_OR_RETURN(block_grads_.mlp_norm, full_grad(b0.mlp_norm));
+  ASSIGN_OR_RETURN(block_grads_.gate_up, full_grad(b0.gate_up));
+  ASSIGN_OR_RETURN(block_grads_.down, full_grad(b0.down));
+  ASSIGN_OR_RETURN(grad_embedding_, full_grad(embedding_));
+  ASSIGN_OR_RETURN(grad_final_norm_, full_grad(final_norm_));
+  ASSIGN_OR_RETURN(grad_lm_head_, full_grad(lm_head_));
+
+  // Activations saved for backward.
+  const int64_t t = tokens_, h = hidden_, f = ffn_;
+  acts_.resize(layers_);
+  for (int l = 0; l < layers_; ++l) {
+    BlockActivations& a = acts_[l];
+    ASSIGN_OR_RETURN(a.x_in, Alloc(DType::kFloat32, Shape{t, h}));
+    ASSIGN_OR_RETURN(a.rstd1, Alloc(DType::kFloat32, Shape{t}));
+    ASSIGN_OR_RETURN(a.h1, Alloc(DType::kBFloat16, Shape{t, h}));
+    ASSIGN_OR_RETURN(a.qkv, Alloc(DType::kBFloat16, Shape{batch_, seq_, 3, heads_, head_dim_}));
+    ASSIGN_OR_RETURN(a.attn, Alloc(DType::kBFloat16, Shape{t, h}));
+    ASSIGN_OR_RETURN(a.lse, Alloc(DType::kFloat32, Shape{batch_, heads_, seq_}));
+    ASSIGN_OR_RETURN(a.x_mid, Alloc(DType::kFloat32, Shape{t, h}));
+    ASSIGN_OR_RETURN(a.rstd2, Alloc(DType::kFloat32, Shape{t}));
+    ASSIGN_OR_RETURN(a.h2, Alloc(DType::kBFloat16, Shape{t, h}));
+    ASSIGN_OR_RETURN(a.gate_up, Alloc(DType::kBFloat16, Shape{t, 2 * f}));
+    ASSIGN_OR_RETURN(a.swiglu, Alloc(DType::kBFloat16, Shape{t, f}));
+    for (int i = 0; i < 4; ++i) {
+      ++allocations_;
+      RETURN_IF_ERROR(AllocateLinearSaved(*ops_, Spec(l, i), a.saved[i]));
+    }
+  }
+  const int64_t max_in = std::max(h, f), max_out = std::max(3 * h, 2 * f);
+  ASSIGN_OR_RETURN(scratch_.x_fp8, Alloc(DType::kE4M3, Shape{t * max_in}));
+  ASSIGN_OR_RETURN(scratch_.dy_fp8, Alloc(DType::kE5M2, Shape{t * max_out}));
+  ASSIGN_OR_RETURN(scratch_.dy_fp8_t, Alloc(DType::kE5M2, Shape{t * max_out}));
+  ASSIGN_OR_RETURN(scratch_.w_t, Alloc(DType::kE4M3, Shape{max_in * max_out}));
+
+  ASSIGN_OR_RETURN(inputs_, Alloc(DType::kInt32, Shape{t}));
+  ASSIGN_OR_RETURN(targets_, Alloc(DType::kInt32, Shape{t}));
+  ASSIGN_OR_RETURN(x_final_, Alloc(DType::kFloat32, Shape{t, h}));
+  ASSIGN_OR_RETURN(rstd_final_, Alloc(DType::kFloat32, Shape{t}));
+  ASSIGN_OR_RETURN(h_final_, Alloc(DType::kBFloat16, Shape{t, h}));
+  ASSIGN_OR_RETURN(proj_out_, Alloc(DType::kBFloat16, Shape{t, h}));
+  ASSIGN_OR_RETURN(grad_h_, Alloc(DType::kBFloat16, Shape{t, h}));
+  ASSIGN_OR_RETURN(grad_res_[0], Alloc(DType::kFloat32, Shape{t, h}));
+  ASSIGN_OR_RETURN(grad_res_[1], Alloc(DType::kFloat32, Shape{t, h}));
+  ASSIGN_OR_RETURN(grad_mid_, Alloc(DType::kFloat32, Shape{t, h}));
+  ASSIGN_OR_RETURN(grad_bf16_a_, Alloc(DType::kBFloat16, Shape{t * max_out}));
+  ASSIGN_OR_RETURN(grad_bf16_b_, Alloc(DType::kBFloat16, Shape{t * max_in}));
+  ASSIGN_OR_RETURN(grad_qkv_, Alloc(DType::kBFloat16, Shape{batch_, seq_, 3, heads_, head_dim_}));
+  ASSIGN_OR_RETURN(scalars_, Alloc(DType::kFloat32, Shape{8}));
+  host_inputs_.resize(t);
+  host_targets_.resize(t);
+  return absl::OkStatus();
+}
+
+absl::Status FsdpTrainer::InitParams() {
+  const float out_std = kInitStd / std::sqrt(2.0f * static_cast<float>(layers_));
+  uint64_t index = 0;
+  std::vector<float> host;
+  for (Fp8ShardedParam* p : AllParams()) {
+    const bool norm = p->cols == 1;
+    const bool scaled = p->name.find("out_proj") != std::string::npos ||
+                        p->name.find(".down") != std::string::npos;
+    const float std = norm ? 0.f : scaled ? out_std : kInitStd;
+    const int64_t n = p->layout.shard_numel();
+    host.assign(n, 0.f);
+    FillInit(host.data(), n, spec_.seed(), index++, p->layout.first_elem(), std, 1.0f);
+    RETURN_IF_ERROR(ops_->CopyToDevice(p->master.desc.data, host.data(), n * sizeof(float), nullptr));
+    if (!p->is_fp8() && n > 0) {
+      TensorDesc src = Reshaped(p->master.desc, Shape{n});
+      TensorDesc dst = Reshaped(p->compute.desc, Shape{n});
+      RETURN_IF_ERROR(ops_->Cast(src, dst, nullptr));
+    }
+    if (p->is_fp8() && n > 0) {
+      RETURN_IF_ERROR(ops_->Amax(Reshaped(p->master.desc, Shape{n}), p->amax, nullptr));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FsdpTrainer::QuantizeWeightsFromMaster() {
+  for (Fp8ShardedParam* p : AllParams()) {
+    const int64_t n = p->layout.shard_numel();
+    if (!p->is_fp8() || n == 0) continue;
+    TensorDesc out = Reshaped(p->compute.desc, Shape{n});
+    out.scale = p->scale;
+    out.scale_inv = p->scale_inv;
+    RETURN_IF_ERROR(ops_->Quantize(Reshaped(p->master.desc, Shape{n}), out, nullptr));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FsdpTrainer::InitCollective(RendezvousStore* store, const std::string& host,
+                                         absl::Duration timeout) {
+  if (data_ == nullptr) return absl::FailedPreconditionError("InitCollective before Setup");
+  ASSIGN_OR_RETURN(comm_, make_communicator_(store, rank_, world_, host, timeout));
+  if (aborted_) comm_->Abort();
+  // Agree on every FP8 weight's scale from the global amax of its master,
+  // then encode the compute shards with it.
+  RETURN_IF_ERROR(comm_->AllReduce(meta_->amaxes(), ReduceOp::kMax, nullptr));
+  RETURN_IF_ERROR(meta_->UpdateScales(*ops_, nullptr));
+  RETURN_IF_ERROR(QuantizeWeightsFromMaster());
+  RETURN_IF_ERROR(ops_->Synchronize(nullptr));
+  collective_ready_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status FsdpTrainer::GatherBlock(int layer, GatheredBlock& g) {
+  const Block& b = blocks_[layer];
+  RETURN_IF_ERROR(AllGatherParam(*comm_, b.attn_norm, g.attn_norm.desc, nullptr));
+  RETURN_IF_ERROR(AllGatherParam(*comm_, b.qkv, g.qkv.desc, nullptr));
+  RETURN_IF_ERROR(AllGatherParam(*comm_, b.out_proj, g.out_proj.desc, nullptr));
+  RETURN_IF_ERROR(AllGatherParam(*comm_, b.mlp_norm, g.mlp_norm.desc, nullptr));
+  RETURN_IF_ERROR(AllGatherParam(*comm_, b.gate_up, g.gate_up.desc, nullptr));
+  return AllGatherParam(*comm_, b.down, g.down.desc, nullptr);
+}
+
+absl::Status FsdpTrainer::ReduceScatterBlock(int layer) {
+  const Block& b = blocks_[layer];
+  RETURN_IF_ERROR(ReduceScatterGrad(*comm_, b.attn_norm, block_grads_.attn_norm.desc, nullptr));
+  RETURN_IF_ERROR(ReduceScatterGrad(*comm_, b.qkv, block_grads_.qkv.desc, nullptr));
+  RETURN_IF_ERROR(ReduceScatterGrad(*comm_, b.out_proj, block_grads_.out_proj.desc, nullptr));
+  RETURN_IF_ERROR(ReduceScatterGrad(*comm_, b.mlp_norm, block_grads_.mlp_norm.desc, nullptr));
+  RETURN_IF_ERROR(ReduceScatterGrad(*comm_, b.gate_up, block_grads_.gate_up.desc, nullptr));
+  return ReduceScatterGrad(*comm_, b.down, block_grads_.down.desc, nullptr);
+}
+
+absl::StatusOr<std::vector<uint8_t>> FsdpTrainer::GatheredWeightBytes(int layer, int linear) {
+  if (!collective_ready_) return absl::FailedPreconditionError("collectives not ready");
+  RETURN_IF_ERROR(GatherBlock(layer, GatheredFor(layer)));
+  const GatheredBlock& g = GatheredFor(layer);
+  const DeviceTensor* t[4] = {&g.qkv, &g.out_proj, &g.gate_up, &g.down};
+  const Fp8ShardedParam* p[4] = {&blocks_[layer].qkv, &blocks_[layer].out_proj,
+                                 &blocks_[layer].gate_up, &blocks_[layer].down};
+  std::vector<uint8_t> bytes(p[linear]->rows * p[linear]->cols * DTypeSize(p[linear]->compute_dtype));
+  RETURN_IF_ERROR(ops_->CopyToHost(bytes.data(), t[linear]->desc.data, bytes.size(), nullptr));
+  return bytes;
+}
+
+absl::StatusOr<std::string> FsdpTrainer::Checkpoint(int step, const std::string& dir) {
+  const std::string step_dir = absl::StrCat(dir, "/step-", step);
+  mkdir(dir.c_str(), 0755);
+  mkdir(step_dir.c_str(), 0755);
+  const std::string path = absl::StrCat(step_dir, "/rank-", rank_, ".bin");
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) return absl::InvalidArgumentError(absl::StrCat("dir: cannot write ", path));
+    out.write("TSRCKPT1", 8);
+    int64_t header[3] = {step, rank_, world_};
+    out.write(reinterpret_cast<const char*>(header), sizeof(header));
+    std::vector<float> host;
+    for (Fp8ShardedParam* p : AllParams()) {
+      const int64_t n = p->layout.shard_numel();
+      int64_t name_len = static_cast<int64_t>(p->name.size());
+      out.write(reinterpret_cast<const char*>(&name_len), sizeof(name_len));
+      out.write(p->name.data(), name_len);
+      out.write(reinterpret_cast<const char*>(&n), sizeof(n));
+      host.resize(n);
+      for (const DeviceTensor* t : {&p->master, &p->exp_avg, &p->exp_avg_sq}) {
+        RETURN_IF_ERROR(ops_->CopyToHost(host.data(), t->desc.data, n * sizeof(float), nullptr));
+        out.write(reinterpret_cast<const char*>(host.data()), n * sizeof(float));
+      }
+    }
+    if (!out) return absl::InternalError(absl::StrCat("writing ", path, " failed"));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("renaming ", tmp, " failed"));
+  }
+  return path;
+}
+
+}  // namespace tessera

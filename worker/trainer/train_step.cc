@@ -1,0 +1,217 @@
+// The training step, top to bottom: read batch -> all-gather -> forward ->
+// fused linear + cross-entropy -> backward (reduce-scattering each block's
+// gradients as soon as they are complete) -> one packed all-reduce of
+// [loss, tokens, grad sum of squares] -> clip scale -> FusedAdam (new fp32
+// master, Adam state and FP8 shards) -> one packed all-reduce of every amax
+// -> FP8 scale update. Everything it touches was allocated at setup.
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/trainer/fsdp_trainer.h"
+#include "worker/trainer/lr_schedule.h"
+
+namespace tessera {
+namespace {
+
+// Slots of FsdpTrainer::scalars_.
+constexpr int kLossSum = 0, kValidTokens = 1, kGradSumSq = 2, kGradNorm = 3, kGradScale = 4;
+
+TensorDesc View(const DeviceTensor& t, DType dtype, Shape shape) {
+  TensorDesc d = t.desc;
+  d.dtype = dtype;
+  d.shape = shape;
+  return d;
+}
+
+TensorDesc Full(const DeviceTensor& gathered, const Fp8ShardedParam& p) {
+  return View(gathered, gathered.desc.dtype, p.cols == 1 ? Shape{p.rows} : Shape{p.rows, p.cols});
+}
+
+}  // namespace
+
+absl::StatusOr<StepReport> FsdpTrainer::RunStep(int step) {
+  if (!collective_ready_) return absl::FailedPreconditionError("RunStep before InitCollective");
+  if (step != next_step_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("steps must be consecutive: expected ", next_step_, ", got ", step));
+  }
+  RETURN_IF_ERROR(CheckAborted());
+  const auto started = std::chrono::steady_clock::now();
+  Ops& ops = *ops_;
+  float* scalars = scalars_.data<float>();
+  const float eps = spec_.model().norm_eps();
+  const float theta = spec_.model().rope_theta();
+  const int64_t t = tokens_, h = hidden_;
+
+  // ---- Batch: this rank's micro-batch for `step`, onto the engine --------
+  RETURN_IF_ERROR(data_->ReadBatch(step, absl::MakeSpan(host_inputs_), absl::MakeSpan(host_targets_)));
+  int64_t local_tokens = 0;
+  for (int32_t target : host_targets_) local_tokens += target != kIgnoreIndex ? 1 : 0;
+  RETURN_IF_ERROR(ops.CopyToDevice(inputs_.desc.data, host_inputs_.data(), t * 4, nullptr));
+  RETURN_IF_ERROR(ops.CopyToDevice(targets_.desc.data, host_targets_.data(), t * 4, nullptr));
+  RETURN_IF_ERROR(ops.Memset(scalars, 0, 3 * sizeof(float), nullptr));
+
+  // ---- All-gather the non-block parameters (bf16 compute copies) ---------
+  RETURN_IF_ERROR(AllGatherParam(*comm_, embedding_, gathered_embedding_.desc, nullptr));
+  RETURN_IF_ERROR(AllGatherParam(*comm_, final_norm_, gathered_final_norm_.desc, nullptr));
+  RETURN_IF_ERROR(AllGatherParam(*comm_, lm_head_, gathered_lm_head_.desc, nullptr));
+
+  // ---- Forward -----------------------------------------------------------
+  RETURN_IF_ERROR(ops.EmbeddingForward(inputs_.desc, Full(gathered_embedding_, embedding_),
+                                       acts_[0].x_in.desc, nullptr));
+  for (int l = 0; l < layers_; ++l) {
+    RETURN_IF_ERROR(CheckAborted());
+    GatheredBlock& w = GatheredFor(l);
+    RETURN_IF_ERROR(GatherBlock(l, w));
+    const TensorDesc& x_out = l + 1 < layers_ ? acts_[l + 1].x_in.desc : x_final_.desc;
+    RETURN_IF_ERROR(BlockForward(l, w, acts_[l], acts_[l].x_in.desc, x_out));
+  }
+  RETURN_IF_ERROR(ops.RmsNormForward(x_final_.desc, Full(gathered_final_norm_, final_norm_), eps,
+                                     h_final_.desc, rstd_final_.desc, nullptr));
+
+  // ---- Fused LM head + cross-entropy: sum loss, valid count, grads -------
+  RETURN_IF_ERROR(ops.Memset(grad_lm_head_.desc.data, 0, grad_lm_head_.desc.Bytes(), nullptr));
+  RETURN_IF_ERROR(ops.FusedLinearCrossEntropy(
+      h_final_.desc, Full(gathered_lm_head_, lm_head_), targets_.desc, kIgnoreIndex,
+      spec_.loss_chunk_tokens(), scalars + kLossSum, scalars + kValidTokens, grad_h_.desc,
+      View(grad_lm_head_, DType::kFloat32, Shape{vocab_, h}), nullptr));
+
+  // ---- Backward ----------------------------------------------------------
+  RETURN_IF_ERROR(ops.Memset(grad_final_norm_.desc.data, 0, grad_final_norm_.desc.Bytes(), nullptr));
+  RETURN_IF_ERROR(ops.RmsNormBackward(grad_h_.desc, x_final_.desc,
+                                      Full(gathered_final_norm_, final_norm_), rstd_final_.desc,
+                                      grad_res_[0].desc, /*accumulate_grad_x=*/false,
+                                      View(grad_final_norm_, DType::kFloat32, Shape{h}), nullptr));
+  int current = 0;
+  for (int l = layers_ - 1; l >= 0; --l) {
+    RETURN_IF_ERROR(CheckAborted());
+    GatheredBlock& w = GatheredFor(l);
+    if (spec_.reshard_after_forward()) RETURN_IF_ERROR(GatherBlock(l, w));
+    RETURN_IF_ERROR(BlockBackward(l, w, acts_[l], grad_res_[current].desc, grad_res_[1 - current].desc));
+    current = 1 - current;
+    // ---- Reduce-scatter this block's gradients to their owners ----------
+    RETURN_IF_ERROR(ReduceScatterBlock(l));
+  }
+  RETURN_IF_ERROR(ops.Memset(grad_embedding_.desc.data, 0, grad_embedding_.desc.Bytes(), nullptr));
+  RETURN_IF_ERROR(ops.EmbeddingBackward(inputs_.desc, grad_res_[current].desc,
+                                        View(grad_embedding_, DType::kFloat32, Shape{vocab_, h}),
+                                        nullptr));
+  RETURN_IF_ERROR(ReduceScatterGrad(*comm_, embedding_, grad_embedding_.desc, nullptr));
+  RETURN_IF_ERROR(ReduceScatterGrad(*comm_, final_norm_, grad_final_norm_.desc, nullptr));
+  RETURN_IF_ERROR(ReduceScatterGrad(*comm_, lm_head_, grad_lm_head_.desc, nullptr));
+  RETURN_IF_ERROR(CheckAborted());
+
+  // ---- Global loss, token count and gradient norm: one packed all-reduce --
+  RETURN_IF_ERROR(ops.GradSumSquares(*adam_, scalars + kGradSumSq, nullptr));
+  RETURN_IF_ERROR(comm_->AllReduce(MakeTensor(scalars, DType::kFloat32, Shape{3}), ReduceOp::kSum,
+                                   nullptr));
+  RETURN_IF_ERROR(ops.ComputeGradScale(scalars + kGradSumSq, scalars + kValidTokens,
+                                       spec_.optimizer().grad_clip_norm(), scalars + kGradNorm,
+                                       scalars + kGradScale, nullptr));
+
+  // ---- FusedAdam: master, m, v and the FP8 shards in one pass ------------
+  AdamHyper hyper;
+  hyper.lr = LearningRate(spec_.optimizer(), step, spec_.steps());
+  hyper.beta1 = spec_.optimizer().beta1();
+  hyper.beta2 = spec_.optimizer().beta2();
+  hyper.eps = spec_.optimizer().eps();
+  hyper.weight_decay = spec_.optimizer().weight_decay();
+  hyper.step = step + 1;
+  RETURN_IF_ERROR(ops.FusedAdam(*adam_, hyper, scalars + kGradScale, nullptr));
+
+  // ---- FP8 scaling: every amax in one all-reduce, then new scales --------
+  RETURN_IF_ERROR(comm_->AllReduce(meta_->amaxes(), ReduceOp::kMax, nullptr));
+  RETURN_IF_ERROR(meta_->UpdateScales(ops, nullptr));
+  if (meta_->current_scaling()) RETURN_IF_ERROR(QuantizeWeightsFromMaster());
+
+  // ---- Report --------------------------------------------------------------
+  float host_scalars[5];
+  RETURN_IF_ERROR(ops.CopyToHost(host_scalars, scalars, sizeof(host_scalars), nullptr));
+  RETURN_IF_ERROR(ops.Synchronize(nullptr));
+  StepReport report;
+  report.step = step;
+  report.loss = host_scalars[kLossSum] / std::max(1.0f, host_scalars[kValidTokens]);
+  report.grad_norm = host_scalars[kGradNorm];
+  report.lr = hyper.lr;
+  report.tokens = local_tokens;
+  report.compute_time_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  next_step_ = step + 1;
+  return report;
+}
+
+absl::Status FsdpTrainer::BlockForward(int l, const GatheredBlock& w, BlockActivations& a,
+                                       const TensorDesc& x_in, const TensorDesc& x_out) {
+  Ops& ops = *ops_;
+  const Block& b = blocks_[l];
+  const float eps = spec_.model().norm_eps();
+  const int64_t t = tokens_, h = hidden_, f = ffn_;
+  // Attention: x_mid = x_in + out_proj(attention(rope(qkv(norm(x_in))))).
+  RETURN_IF_ERROR(ops.RmsNormForward(x_in, Full(w.attn_norm, b.attn_norm), eps, a.h1.desc,
+                                     a.rstd1.desc, nullptr));
+  RETURN_IF_ERROR(LinearForward(ops, *meta_, Spec(l, 0), Full(w.qkv, b.qkv), a.h1.desc,
+                                Reshaped(a.qkv.desc, Shape{t, 3 * h}), scratch_, a.saved[0],
+                                nullptr));
+  RETURN_IF_ERROR(ops.RopeForward(a.qkv.desc, spec_.model().rope_theta(), nullptr));
+  RETURN_IF_ERROR(ops.AttentionForward(
+      a.qkv.desc, Reshaped(a.attn.desc, Shape{batch_, seq_, heads_, head_dim_}), a.lse.desc, nullptr));
+  RETURN_IF_ERROR(LinearForward(ops, *meta_, Spec(l, 1), Full(w.out_proj, b.out_proj), a.attn.desc,
+                                proj_out_.desc, scratch_, a.saved[1], nullptr));
+  RETURN_IF_ERROR(ops.Add(x_in, proj_out_.desc, a.x_mid.desc, nullptr));
+  // MLP: x_out = x_mid + down(swiglu(gate_up(norm(x_mid)))).
+  RETURN_IF_ERROR(ops.RmsNormForward(a.x_mid.desc, Full(w.mlp_norm, b.mlp_norm), eps, a.h2.desc,
+                                     a.rstd2.desc, nullptr));
+  RETURN_IF_ERROR(LinearForward(ops, *meta_, Spec(l, 2), Full(w.gate_up, b.gate_up), a.h2.desc,
+                                a.gate_up.desc, scratch_, a.saved[2], nullptr));
+  RETURN_IF_ERROR(ops.SwiGluForward(a.gate_up.desc, a.swiglu.desc, nullptr));
+  RETURN_IF_ERROR(LinearForward(ops, *meta_, Spec(l, 3), Full(w.down, b.down),
+                                Reshaped(a.swiglu.desc, Shape{t, f}), proj_out_.desc, scratch_,
+                                a.saved[3], nullptr));
+  return ops.Add(a.x_mid.desc, proj_out_.desc, x_out, nullptr);
+}
+
+absl::Status FsdpTrainer::BlockBackward(int l, const GatheredBlock& w, BlockActivations& a,
+                                        const TensorDesc& grad_out, const TensorDesc& grad_in) {
+  Ops& ops = *ops_;
+  const Block& b = blocks_[l];
+  const int64_t t = tokens_, h = hidden_, f = ffn_;
+  for (DeviceTensor* g : {&block_grads_.attn_norm, &block_grads_.mlp_norm}) {
+    RETURN_IF_ERROR(ops.Memset(g->desc.data, 0, g->desc.Bytes(), nullptr));
+  }
+  const TensorDesc d_bf16_th = View(grad_bf16_b_, DType::kBFloat16, Shape{t, h});
+  // MLP backward.
+  RETURN_IF_ERROR(ops.Cast(grad_out, grad_h_.desc, nullptr));  // dy of down, bf16
+  const TensorDesc d_swiglu = View(grad_bf16_b_, DType::kBFloat16, Shape{t, f});
+  RETURN_IF_ERROR(LinearBackward(ops, *meta_, Spec(l, 3), Full(w.down, b.down), a.swiglu.desc,
+                                 grad_h_.desc, d_swiglu, block_grads_.down.desc, scratch_,
+                                 a.saved[3], nullptr));
+  const TensorDesc d_gate_up = View(grad_bf16_a_, DType::kBFloat16, Shape{t, 2 * f});
+  RETURN_IF_ERROR(ops.SwiGluBackward(d_swiglu, a.gate_up.desc, d_gate_up, nullptr));
+  RETURN_IF_ERROR(LinearBackward(ops, *meta_, Spec(l, 2), Full(w.gate_up, b.gate_up), a.h2.desc,
+                                 d_gate_up, grad_h_.desc, block_grads_.gate_up.desc, scratch_,
+                                 a.saved[2], nullptr));
+  RETURN_IF_ERROR(ops.CopyDeviceToDevice(grad_mid_.desc.data, grad_out.data, grad_out.Bytes(), nullptr));
+  RETURN_IF_ERROR(ops.RmsNormBackward(grad_h_.desc, a.x_mid.desc, Full(w.mlp_norm, b.mlp_norm),
+                                      a.rstd2.desc, grad_mid_.desc, /*accumulate_grad_x=*/true,
+                                      Reshaped(block_grads_.mlp_norm.desc, Shape{h}), nullptr));
+  // Attention backward.
+  RETURN_IF_ERROR(ops.Cast(grad_mid_.desc, grad_h_.desc, nullptr));  // dy of out_proj, bf16
+  RETURN_IF_ERROR(LinearBackward(ops, *meta_, Spec(l, 1), Full(w.out_proj, b.out_proj),
+                                 a.attn.desc, grad_h_.desc, d_bf16_th, block_grads_.out_proj.desc,
+                                 scratch_, a.saved[1], nullptr));
+  RETURN_IF_ERROR(ops.AttentionBackward(
+      Reshaped(d_bf16_th, Shape{batch_, seq_, heads_, head_dim_}), a.qkv.desc,
+      Reshaped(a.attn.desc, Shape{batch_, seq_, heads_, head_dim_}), a.lse.desc, grad_qkv_.desc,
+      nullptr));
+  RETURN_IF_ERROR(ops.RopeBackward(grad_qkv_.desc, spec_.model().rope_theta(), nullptr));
+  RETURN_IF_ERROR(LinearBackward(ops, *meta_, Spec(l, 0), Full(w.qkv, b.qkv), a.h1.desc,
+                                 Reshaped(grad_qkv_.desc, Shape{t, 3 * h}), grad_h_.desc,
+                                 block_grads_.qkv.desc, scratch_, a.saved[0], nullptr));
+  RETURN_IF_ERROR(ops.CopyDeviceToDevice(grad_in.data, grad_mid_.desc.data, grad_in.Bytes(), nullptr));
+  return ops.RmsNormBackward(grad_h_.desc, a.x_in.desc, Full(w.attn_norm, b.attn_norm),
+                             a.rstd1.desc, grad_in, /*accumulate_grad_x=*/true,
+                             Reshaped(block_grads_.attn_norm.desc, Shape{h}), nullptr);
+}
+
+}  // namespace tessera

@@ -1,0 +1,59 @@
+// Device descriptions and trainer construction per device (see
+// trainer_factory.h).
+#include "worker/trainer/trainer_factory.h"
+
+#include <unistd.h>
+
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "worker/comm/gloo_communicator.h"
+#include "worker/engine/cpu/cpu_ops.h"
+#include "worker/trainer/fsdp_trainer.h"
+
+namespace tessera {
+namespace {
+
+absl::StatusOr<int> CudaIndex(const std::string& device) {
+  int index = -1;
+  if (!absl::StartsWith(device, "cuda:") || !absl::SimpleAtoi(device.substr(5), &index) ||
+      index < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device: '", device, "' is not cpu or cuda:N"));
+  }
+  return index;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::DeviceInfo> DescribeDevice(const std::string& device) {
+  v1::DeviceInfo info;
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  info.set_host(host);
+  if (device == "cpu") {
+    info.set_kind(v1::CPU);
+    info.set_index(0);
+    info.set_name(absl::StrCat("cpu (", std::thread::hardware_concurrency(), " cores)"));
+    info.set_memory_bytes(static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE));
+    return info;
+  }
+  absl::StatusOr<int> index = CudaIndex(device);
+  if (!index.ok()) return index.status();
+  return absl::UnimplementedError(
+      absl::StrCat("device: ", device, ": the CUDA engine is not linked into this build"));
+}
+
+absl::StatusOr<std::unique_ptr<Trainer>> CreateTrainer(const std::string& device) {
+  if (device == "cpu") {
+    return std::unique_ptr<Trainer>(new FsdpTrainer(CreateCpuOps(), CreateGlooCommunicator));
+  }
+  absl::StatusOr<int> index = CudaIndex(device);
+  if (!index.ok()) return index.status();
+  return absl::UnimplementedError(
+      absl::StrCat("device: ", device, ": the CUDA engine is not linked into this build"));
+}
+
+}  // namespace tessera
