@@ -1,0 +1,86 @@
+// Test-only in-memory WorkerConnection: answers every command, streams step
+// results with a configurable delay, can fail a chosen command or step, and
+// can hang until cancelled (a stuck worker). Records the commands it saw.
+#ifndef TESSERA_SERVER_FAKE_WORKER_CONNECTION_H_
+#define TESSERA_SERVER_FAKE_WORKER_CONNECTION_H_
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "server/worker_connection.h"
+
+namespace tessera {
+
+struct FakeWorkerBehavior {
+  absl::Duration step_time = absl::Milliseconds(1);
+  int fail_at_step = -1;         // RunSteps fails with ABORTED at this step
+  bool fail_setup = false;       // SetupJob fails with RESOURCE_EXHAUSTED
+  bool hang_in_run = false;      // RunSteps blocks until CancelInFlight
+};
+
+class FakeWorkerConnection : public WorkerConnection {
+ public:
+  FakeWorkerConnection(int rank, FakeWorkerBehavior behavior) : rank_(rank), behavior_(behavior) {}
+
+  absl::StatusOr<v1::SetupJobResponse> SetupJob(const v1::SetupJobRequest&) override {
+    Record("SetupJob");
+    if (behavior_.fail_setup) return absl::ResourceExhaustedError("out of memory");
+    return v1::SetupJobResponse();
+  }
+  absl::Status InitCollective(const v1::InitCollectiveRequest&) override {
+    Record("InitCollective");
+    return cancelled_ ? absl::CancelledError("cancelled") : absl::OkStatus();
+  }
+  absl::Status RunSteps(const v1::RunStepsRequest& r,
+                        const std::function<void(const v1::StepResult&)>& on_step) override {
+    Record("RunSteps");
+    for (int s = r.first_step(); s < r.first_step() + r.num_steps(); ++s) {
+      absl::Time end = absl::Now() + behavior_.step_time;
+      while (absl::Now() < end || behavior_.hang_in_run) {
+        if (cancelled_) return absl::CancelledError("cancelled");
+        absl::SleepFor(absl::Microseconds(200));
+      }
+      if (s == behavior_.fail_at_step) return absl::AbortedError("peer vanished");
+      v1::StepResult result;
+      result.set_step(s);
+      result.set_rank(rank_);
+      result.set_loss(3.0f - 0.01f * s);
+      result.set_tokens(100);
+      result.set_compute_time_s(absl::ToDoubleSeconds(behavior_.step_time) * (1 + rank_));
+      on_step(result);
+    }
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::string> Checkpoint(const v1::CheckpointRequest& r) override {
+    Record("Checkpoint@" + std::to_string(r.step()));
+    return std::string("path");
+  }
+  absl::Status Abort(const v1::AbortRequest&) override {
+    Record("Abort");
+    return absl::OkStatus();
+  }
+  void CancelInFlight() override { cancelled_ = true; }
+
+  std::vector<std::string> commands() {
+    absl::MutexLock lock(&mu_);
+    return commands_;
+  }
+
+ private:
+  void Record(const std::string& c) {
+    absl::MutexLock lock(&mu_);
+    commands_.push_back(c);
+  }
+  int rank_;
+  FakeWorkerBehavior behavior_;
+  std::atomic<bool> cancelled_{false};
+  absl::Mutex mu_;
+  std::vector<std::string> commands_;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_SERVER_FAKE_WORKER_CONNECTION_H_

@@ -1,0 +1,124 @@
+// JobRunner with in-memory workers: success with aggregation and
+// checkpoints, a failing rank, a failing setup, cancel mid-run, and a stuck
+// worker that must not hang the job.
+#include "server/job_runner.h"
+
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "server/fake_worker_connection.h"
+
+namespace tessera {
+namespace {
+
+struct Harness {
+  std::vector<FakeWorkerConnection*> workers;
+  std::vector<v1::StepMetrics> metrics;
+  std::vector<v1::JobState> states;
+  std::vector<v1::WorkerError> errors;
+  absl::Mutex mu;
+  std::unique_ptr<JobRunner> runner;
+
+  Harness(v1::JobSpec spec, std::vector<FakeWorkerBehavior> behaviors) {
+    std::vector<std::unique_ptr<WorkerConnection>> connections;
+    std::vector<std::string> ids;
+    for (size_t r = 0; r < behaviors.size(); ++r) {
+      auto c = std::make_unique<FakeWorkerConnection>(static_cast<int>(r), behaviors[r]);
+      workers.push_back(c.get());
+      connections.push_back(std::move(c));
+      ids.push_back("w-" + std::to_string(r + 1));
+    }
+    JobRunnerCallbacks cb;
+    cb.on_state = [this](v1::JobState s, const std::string&) {
+      absl::MutexLock l(&mu);
+      states.push_back(s);
+    };
+    cb.on_step = [this](const v1::StepMetrics& m) {
+      absl::MutexLock l(&mu);
+      metrics.push_back(m);
+    };
+    cb.on_worker_error = [this](const v1::WorkerError& e) {
+      absl::MutexLock l(&mu);
+      errors.push_back(e);
+    };
+    spec.set_world_size(static_cast<int>(behaviors.size()));
+    runner = std::make_unique<JobRunner>("job-1", spec, ids, std::move(connections), "coord:1",
+                                         absl::Seconds(5), cb);
+  }
+};
+
+v1::JobSpec Spec(int steps) {
+  v1::JobSpec s;
+  s.set_steps(steps);
+  return s;
+}
+
+TEST(JobRunner, RunsToSuccessAggregatingOneRecordPerStep) {
+  v1::JobSpec spec = Spec(10);
+  spec.mutable_checkpoint()->set_dir("/tmp/ckpt");
+  spec.mutable_checkpoint()->set_interval_steps(4);
+  Harness h(spec, {{}, {}});
+  JobOutcome outcome = h.runner->Run();
+  EXPECT_EQ(outcome.state, v1::SUCCEEDED) << outcome.reason;
+  ASSERT_EQ(h.metrics.size(), 10u);
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(h.metrics[i].step(), i);
+    EXPECT_EQ(h.metrics[i].tokens(), 200);  // summed over ranks
+    EXPECT_NEAR(h.metrics[i].step_time_s(), 0.002, 1e-9);  // slowest rank
+    EXPECT_NEAR(h.metrics[i].tokens_per_s(), 200 / 0.002, 1e-3);
+    EXPECT_GE(h.metrics[i].control_overhead_s(), 0.0);
+    EXPECT_FLOAT_EQ(h.metrics[i].loss(), 3.0f - 0.01f * i);
+  }
+  EXPECT_EQ(h.states, (std::vector<v1::JobState>{v1::STARTING, v1::RUNNING}));
+  std::vector<std::string> c = h.workers[0]->commands();
+  // Chunks end at checkpoint boundaries 4, 8, then the end (10).
+  EXPECT_EQ(c, (std::vector<std::string>{"SetupJob", "InitCollective", "RunSteps", "Checkpoint@4",
+                                         "RunSteps", "Checkpoint@8", "RunSteps", "Checkpoint@10",
+                                         "Abort"}));
+}
+
+TEST(JobRunner, FailingRankFailsTheJobAndAbortsTheOthers) {
+  FakeWorkerBehavior bad;
+  bad.fail_at_step = 3;
+  FakeWorkerBehavior slow;
+  slow.hang_in_run = true;  // would never finish on its own
+  Harness h(Spec(100), {slow, bad});
+  JobOutcome outcome = h.runner->Run();
+  EXPECT_EQ(outcome.state, v1::FAILED);
+  EXPECT_NE(outcome.reason.find("w-2 (rank 1)"), std::string::npos) << outcome.reason;
+  EXPECT_NE(outcome.reason.find("ABORTED"), std::string::npos) << outcome.reason;
+  ASSERT_EQ(h.errors.size(), 1u);
+  EXPECT_EQ(h.errors[0].rank(), 1);
+  EXPECT_EQ(h.workers[0]->commands().back(), "Abort");
+}
+
+TEST(JobRunner, SetupFailureIsReported) {
+  FakeWorkerBehavior oom;
+  oom.fail_setup = true;
+  Harness h(Spec(5), {{}, oom});
+  JobOutcome outcome = h.runner->Run();
+  EXPECT_EQ(outcome.state, v1::FAILED);
+  EXPECT_NE(outcome.reason.find("SetupJob"), std::string::npos);
+  EXPECT_NE(outcome.reason.find("RESOURCE_EXHAUSTED"), std::string::npos);
+  EXPECT_TRUE(h.metrics.empty());
+}
+
+TEST(JobRunner, StopEndsAStuckJobPromptly) {
+  FakeWorkerBehavior stuck;
+  stuck.hang_in_run = true;
+  Harness h(Spec(100), {stuck, stuck});
+  std::thread stopper([&] {
+    absl::SleepFor(absl::Milliseconds(100));
+    h.runner->Stop(v1::CANCELLED, "cancelled by user");
+  });
+  absl::Time start = absl::Now();
+  JobOutcome outcome = h.runner->Run();
+  stopper.join();
+  EXPECT_EQ(outcome.state, v1::CANCELLED);
+  EXPECT_EQ(outcome.reason, "cancelled by user");
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_TRUE(h.errors.empty());  // a requested stop is not a worker error
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,40 @@
+// Every pair of states: only the documented transitions are legal, and
+// terminal states need a reason.
+#include "server/job_state_machine.h"
+
+#include <set>
+#include <utility>
+
+#include "gtest/gtest.h"
+
+namespace tessera {
+namespace {
+
+TEST(JobStateMachine, OnlyDocumentedTransitionsAreLegal) {
+  const std::set<std::pair<v1::JobState, v1::JobState>> legal = {
+      {v1::PENDING, v1::STARTING},   {v1::PENDING, v1::FAILED},   {v1::PENDING, v1::CANCELLED},
+      {v1::STARTING, v1::RUNNING},   {v1::STARTING, v1::FAILED},  {v1::STARTING, v1::CANCELLED},
+      {v1::RUNNING, v1::SUCCEEDED},  {v1::RUNNING, v1::FAILED},   {v1::RUNNING, v1::CANCELLED},
+  };
+  for (int from = 0; from <= 6; ++from) {
+    for (int to = 0; to <= 6; ++to) {
+      auto f = static_cast<v1::JobState>(from), t = static_cast<v1::JobState>(to);
+      absl::Status s = CheckTransition(f, t, "why");
+      if (legal.count({f, t})) {
+        EXPECT_TRUE(s.ok()) << from << "->" << to;
+      } else {
+        EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << from << "->" << to;
+      }
+    }
+  }
+}
+
+TEST(JobStateMachine, TerminalStatesNeedAReason) {
+  EXPECT_FALSE(CheckTransition(v1::RUNNING, v1::FAILED, "").ok());
+  EXPECT_TRUE(CheckTransition(v1::PENDING, v1::STARTING, "").ok());
+  EXPECT_TRUE(IsTerminal(v1::CANCELLED));
+  EXPECT_FALSE(IsTerminal(v1::RUNNING));
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,102 @@
+// Every validation rule rejects with INVALID_ARGUMENT naming its field, a
+// valid spec passes, and defaults fill what the proto documents.
+#include "server/spec_validation.h"
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace tessera {
+namespace {
+
+v1::JobSpec ValidSpec() {
+  v1::JobSpec spec;
+  v1::ModelConfig* m = spec.mutable_model();
+  m->set_vocab_size(256);
+  m->set_d_model(64);
+  m->set_n_layers(2);
+  m->set_n_heads(4);
+  m->set_ffn_dim(128);
+  m->set_seq_len(32);
+  spec.mutable_data()->mutable_synthetic()->set_task(v1::SyntheticData::ADDITION);
+  spec.mutable_data()->set_micro_batch_size(4);
+  spec.mutable_optimizer()->set_lr(1e-3f);
+  spec.set_world_size(2);
+  spec.set_steps(10);
+  return spec;
+}
+
+struct Case {
+  std::string field;
+  std::function<void(v1::JobSpec&)> mutate;
+};
+
+TEST(SpecValidation, ValidSpecPasses) { EXPECT_TRUE(ValidateJobSpec(ValidSpec()).ok()); }
+
+TEST(SpecValidation, EachRuleNamesItsField) {
+  std::vector<Case> cases = {
+      {"model:", [](v1::JobSpec& s) { s.clear_model(); }},
+      {"model.vocab_size", [](v1::JobSpec& s) { s.mutable_model()->set_vocab_size(1); }},
+      {"model.d_model", [](v1::JobSpec& s) { s.mutable_model()->set_d_model(0); }},
+      {"model.n_layers", [](v1::JobSpec& s) { s.mutable_model()->set_n_layers(0); }},
+      {"model.n_heads", [](v1::JobSpec& s) { s.mutable_model()->set_n_heads(-1); }},
+      {"model.ffn_dim", [](v1::JobSpec& s) { s.mutable_model()->set_ffn_dim(0); }},
+      {"model.seq_len", [](v1::JobSpec& s) { s.mutable_model()->set_seq_len(1); }},
+      {"model.d_model", [](v1::JobSpec& s) { s.mutable_model()->set_n_heads(3); }},
+      {"model.n_heads", [](v1::JobSpec& s) { s.mutable_model()->set_d_model(12); s.mutable_model()->set_n_heads(4); }},
+      {"model.norm_eps", [](v1::JobSpec& s) { s.mutable_model()->set_norm_eps(-1); }},
+      {"data", [](v1::JobSpec& s) { s.mutable_data()->clear_synthetic(); }},
+      {"data.token_file", [](v1::JobSpec& s) { s.mutable_data()->set_token_file(""); }},
+      {"data.synthetic.task", [](v1::JobSpec& s) { s.mutable_data()->mutable_synthetic()->set_task(v1::SyntheticData::TASK_UNSPECIFIED); }},
+      {"data.micro_batch_size", [](v1::JobSpec& s) { s.mutable_data()->set_micro_batch_size(0); }},
+      {"optimizer", [](v1::JobSpec& s) { s.clear_optimizer(); }},
+      {"optimizer.lr", [](v1::JobSpec& s) { s.mutable_optimizer()->set_lr(0); }},
+      {"optimizer.beta1", [](v1::JobSpec& s) { s.mutable_optimizer()->set_beta1(1.0f); }},
+      {"optimizer.beta2", [](v1::JobSpec& s) { s.mutable_optimizer()->set_beta2(-0.1f); }},
+      {"optimizer.weight_decay", [](v1::JobSpec& s) { s.mutable_optimizer()->set_weight_decay(-1); }},
+      {"optimizer.warmup_steps", [](v1::JobSpec& s) { s.mutable_optimizer()->set_warmup_steps(-1); }},
+      {"optimizer.min_lr", [](v1::JobSpec& s) { s.mutable_optimizer()->set_min_lr(1.0f); }},
+      {"optimizer.grad_clip_norm", [](v1::JobSpec& s) { s.mutable_optimizer()->set_grad_clip_norm(-1); }},
+      {"fp8.delayed.margin", [](v1::JobSpec& s) { s.mutable_fp8()->mutable_delayed()->set_margin(-1); }},
+      {"fp8.delayed.amax_history_len", [](v1::JobSpec& s) { s.mutable_fp8()->mutable_delayed()->set_amax_history_len(-2); }},
+      {"world_size", [](v1::JobSpec& s) { s.set_world_size(0); }},
+      {"world_size", [](v1::JobSpec& s) { s.set_world_size(kMaxWorldSize + 1); }},
+      {"steps", [](v1::JobSpec& s) { s.set_steps(0); }},
+      {"checkpoint.interval_steps", [](v1::JobSpec& s) { s.mutable_checkpoint()->set_interval_steps(-1); }},
+      {"checkpoint.dir", [](v1::JobSpec& s) { s.mutable_checkpoint()->set_interval_steps(5); }},
+      {"loss_chunk_tokens", [](v1::JobSpec& s) { s.set_loss_chunk_tokens(-1); }},
+  };
+  for (const Case& c : cases) {
+    v1::JobSpec spec = ValidSpec();
+    c.mutate(spec);
+    absl::Status s = ValidateJobSpec(spec);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.field;
+    EXPECT_NE(s.message().find(c.field), std::string::npos) << c.field << " -> " << s.message();
+  }
+}
+
+TEST(SpecValidation, DefaultsFillUnsetFields) {
+  v1::JobSpec spec = WithDefaults(ValidSpec());
+  EXPECT_FLOAT_EQ(spec.optimizer().beta1(), 0.9f);
+  EXPECT_FLOAT_EQ(spec.optimizer().beta2(), 0.95f);
+  EXPECT_FLOAT_EQ(spec.optimizer().eps(), 1e-8f);
+  EXPECT_FLOAT_EQ(spec.model().norm_eps(), 1e-5f);
+  EXPECT_FLOAT_EQ(spec.model().rope_theta(), 10000.f);
+  EXPECT_EQ(spec.device_kind(), v1::CPU);
+  EXPECT_EQ(spec.fp8().delayed().amax_history_len(), 16);
+  EXPECT_EQ(spec.optimizer().schedule(), v1::OptimizerConfig::COSINE);
+  EXPECT_GT(spec.loss_chunk_tokens(), 0);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok());
+  // Explicit values are kept.
+  v1::JobSpec explicit_spec = ValidSpec();
+  explicit_spec.mutable_optimizer()->set_beta1(0.5f);
+  explicit_spec.mutable_fp8()->mutable_current();
+  v1::JobSpec filled = WithDefaults(explicit_spec);
+  EXPECT_FLOAT_EQ(filled.optimizer().beta1(), 0.5f);
+  EXPECT_TRUE(filled.fp8().has_current());
+}
+
+}  // namespace
+}  // namespace tessera
