@@ -1,0 +1,72 @@
+// Output formatting: durations, rates, progress line with ETA, tables,
+// summary and JSON.
+#include "client/output_format.h"
+
+#include "gtest/gtest.h"
+
+namespace tessera {
+namespace {
+
+TEST(OutputFormat, DurationsAndRates) {
+  EXPECT_EQ(FormatDuration(0), "0:00");
+  EXPECT_EQ(FormatDuration(65), "1:05");
+  EXPECT_EQ(FormatDuration(3723), "1:02:03");
+  EXPECT_EQ(FormatDuration(-1), "-");
+  EXPECT_EQ(FormatRate(950), "950");
+  EXPECT_EQ(FormatRate(12345), "12.3k");
+  EXPECT_EQ(FormatRate(4.56e6), "4.56M");
+}
+
+TEST(OutputFormat, ProgressLineAndEta) {
+  ProgressTracker p(100);
+  EXPECT_LT(p.EtaSeconds(), 0);
+  for (int s = 0; s < 10; ++s) {
+    v1::StepMetrics m;
+    m.set_step(s);
+    m.set_loss(2.5f);
+    m.set_tokens_per_s(12345);
+    p.Add(m, 100.0 + 0.5 * s);  // 0.5 s per step
+  }
+  EXPECT_NEAR(p.EtaSeconds(), 90 * 0.5, 1e-6);
+  std::string line = p.Line(10);
+  EXPECT_NE(line.find("step 10/100"), std::string::npos) << line;
+  EXPECT_NE(line.find("[#.........]"), std::string::npos) << line;
+  EXPECT_NE(line.find("loss 2.5000"), std::string::npos) << line;
+  EXPECT_NE(line.find("12.3k"), std::string::npos) << line;
+  EXPECT_NE(line.find("ETA 0:45"), std::string::npos) << line;
+}
+
+TEST(OutputFormat, TablesSummaryAndJson) {
+  v1::Job job;
+  job.set_id("job-4");
+  job.mutable_spec()->set_name("demo");
+  job.mutable_spec()->set_steps(10);
+  job.set_state(v1::SUCCEEDED);
+  job.set_reason("completed 10 steps");
+  job.set_steps_done(10);
+  job.mutable_last_metrics()->set_loss(1.25f);
+  job.set_start_time_unix_ms(1000);
+  job.set_end_time_unix_ms(31000);
+  job.set_mean_control_overhead_s(0.0005);
+  std::string table = FormatJobsTable({job});
+  EXPECT_NE(table.find("job-4"), std::string::npos);
+  EXPECT_NE(table.find("10/10"), std::string::npos);
+  EXPECT_NE(table.find("1.2500"), std::string::npos);
+  std::string summary = FormatSummary(job, 1000, 2.0);
+  EXPECT_NE(summary.find("SUCCEEDED"), std::string::npos);
+  EXPECT_NE(summary.find("final loss   1.2500"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("500"), std::string::npos) << summary;  // tokens/s
+  EXPECT_NE(summary.find("0:30"), std::string::npos) << summary;  // wall time
+  EXPECT_NE(summary.find("0.500 ms/step"), std::string::npos) << summary;
+  std::string json = ToJsonLine(job);
+  EXPECT_NE(json.find("\"id\":\"job-4\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"steps_done\":10"), std::string::npos) << json;
+  v1::WorkerRecord w;
+  w.set_worker_id("w-1");
+  w.set_healthy(false);
+  w.set_health_reason("cuda fault");
+  EXPECT_NE(FormatWorkersTable({w}).find("no: cuda fault"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessera
