@@ -1,0 +1,219 @@
+// The FSDP2 + FP8 trainer on the CPU engine with real Gloo ranks in forked
+// processes:
+//  - a 2-rank sharded run matches a 1-rank run with the micro-batch doubled,
+//    and the all-gathered FP8 weights are byte-identical on both ranks;
+//  - 3 ranks with empty shards train;
+//  - a fixed seed repeats bit for bit; resharding after forward or not gives
+//    identical losses; FP8 off trains too;
+//  - the loss on the addition task falls below a threshold;
+//  - no engine allocation happens after setup; Abort stops a step.
+#include "worker/trainer/fsdp_trainer.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "worker/comm/file_rendezvous_store_for_test.h"
+#include "worker/comm/gloo_communicator.h"
+#include "worker/engine/cpu/cpu_ops.h"
+
+namespace tessera {
+namespace {
+
+v1::JobSpec TinySpec(int micro_batch) {
+  v1::JobSpec spec;
+  v1::ModelConfig* m = spec.mutable_model();
+  m->set_vocab_size(64);
+  m->set_d_model(32);
+  m->set_n_layers(2);
+  m->set_n_heads(2);
+  m->set_ffn_dim(48);
+  m->set_seq_len(16);
+  m->set_norm_eps(1e-5f);
+  m->set_rope_theta(10000.f);
+  spec.mutable_data()->set_micro_batch_size(micro_batch);
+  spec.mutable_data()->mutable_synthetic()->set_task(v1::SyntheticData::ADDITION);
+  spec.mutable_data()->mutable_synthetic()->set_num_tokens(50000);
+  v1::OptimizerConfig* o = spec.mutable_optimizer();
+  o->set_lr(3e-3f);
+  o->set_beta1(0.9f);
+  o->set_beta2(0.95f);
+  o->set_eps(1e-8f);
+  o->set_weight_decay(0.01f);
+  o->set_grad_clip_norm(1.0f);
+  o->set_schedule(v1::OptimizerConfig::CONSTANT);
+  spec.mutable_fp8()->mutable_delayed()->set_amax_history_len(4);
+  spec.set_steps(1000);
+  spec.set_seed(11);
+  spec.set_loss_chunk_tokens(24);
+  return spec;
+}
+
+std::string FreshDir(const std::string& name) {
+  std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name, "-", getpid());
+  mkdir(dir.c_str(), 0755);
+  return dir;
+}
+
+struct RankResult {
+  std::vector<float> losses;
+  std::vector<uint8_t> gathered;  // layer 0 qkv, after training
+  int64_t allocations_after_setup = -1, allocations_after_steps = -1;
+};
+
+// Trains `steps` steps as `rank` of `world`; writes losses and bytes to out.
+int TrainRank(const v1::JobSpec& spec, int rank, int world, const std::string& rdzv,
+              const std::string& out, int steps) {
+  FsdpTrainer trainer(CreateCpuOps(), CreateGlooCommunicator);
+  if (!trainer.Setup(spec, rank, world).ok()) return 2;
+  FileRendezvousStore store(rdzv);
+  if (!trainer.InitCollective(&store, "127.0.0.1", absl::Seconds(30)).ok()) return 3;
+  const int64_t after_setup = trainer.allocation_count();
+  std::ofstream file(out, std::ios::binary);
+  for (int s = 0; s < steps; ++s) {
+    auto report = trainer.RunStep(s);
+    if (!report.ok()) {
+      file << "error " << report.status() << "\n";
+      return 4;
+    }
+    file.write(reinterpret_cast<const char*>(&report->loss), sizeof(float));
+  }
+  int64_t counts[2] = {after_setup, trainer.allocation_count()};
+  auto bytes = trainer.GatheredWeightBytes(0, 0);
+  if (!bytes.ok()) return 5;
+  int64_t nbytes = static_cast<int64_t>(bytes->size());
+  file.write(reinterpret_cast<const char*>(counts), sizeof(counts));
+  file.write(reinterpret_cast<const char*>(&nbytes), sizeof(nbytes));
+  file.write(reinterpret_cast<const char*>(bytes->data()), nbytes);
+  return 0;
+}
+
+// Runs `world` ranks in child processes and reads their results back.
+std::vector<RankResult> Train(const v1::JobSpec& spec, int world, int steps) {
+  static int run = 0;
+  std::string dir = FreshDir(absl::StrCat("run", run++));
+  std::vector<pid_t> pids;
+  for (int r = 0; r < world; ++r) {
+    pid_t pid = fork();
+    if (pid == 0) _exit(TrainRank(spec, r, world, dir, absl::StrCat(dir, "/out-", r), steps));
+    pids.push_back(pid);
+  }
+  std::vector<RankResult> results(world);
+  for (int r = 0; r < world; ++r) {
+    int status = 0;
+    waitpid(pids[r], &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "rank " << r << " exit " << WEXITSTATUS(status);
+    std::ifstream in(absl::StrCat(dir, "/out-", r), std::ios::binary);
+    results[r].losses.resize(steps);
+    in.read(reinterpret_cast<char*>(results[r].losses.data()), steps * sizeof(float));
+    int64_t counts[2] = {-1, -1}, nbytes = 0;
+    in.read(reinterpret_cast<char*>(counts), sizeof(counts));
+    in.read(reinterpret_cast<char*>(&nbytes), sizeof(nbytes));
+    results[r].allocations_after_setup = counts[0];
+    results[r].allocations_after_steps = counts[1];
+    results[r].gathered.resize(std::max<int64_t>(0, nbytes));
+    in.read(reinterpret_cast<char*>(results[r].gathered.data()), results[r].gathered.size());
+  }
+  return results;
+}
+
+TEST(FsdpTrainer, TwoRanksMatchOneRankAndGatherIdenticalFp8Weights) {
+  const int steps = 6;
+  std::vector<RankResult> sharded = Train(TinySpec(2), 2, steps);
+  std::vector<RankResult> single = Train(TinySpec(4), 1, steps);
+  ASSERT_EQ(sharded.size(), 2u);
+  for (int s = 0; s < steps; ++s) {
+    EXPECT_TRUE(std::isfinite(single[0].losses[s]));
+    // Ranks agree exactly (the loss is all-reduced); the 1-rank run differs
+    // only by summation order and bf16/FP8 rounding of the gradients.
+    EXPECT_EQ(sharded[0].losses[s], sharded[1].losses[s]) << "step " << s;
+    EXPECT_NEAR(sharded[0].losses[s], single[0].losses[s], 2e-2 * single[0].losses[s])
+        << "step " << s;
+  }
+  EXPECT_FLOAT_EQ(sharded[0].losses[0], single[0].losses[0]);  // same init, same data
+  ASSERT_FALSE(sharded[0].gathered.empty());
+  EXPECT_EQ(sharded[0].gathered, sharded[1].gathered);
+  // A steady-state step allocates nothing on the engine.
+  for (const RankResult& r : sharded) {
+    EXPECT_GT(r.allocations_after_setup, 0);
+    EXPECT_EQ(r.allocations_after_steps, r.allocations_after_setup);
+  }
+}
+
+TEST(FsdpTrainer, ThreeRanksWithEmptyShardsTrain) {
+  v1::JobSpec spec = TinySpec(1);
+  spec.mutable_model()->set_d_model(2);  // norm weights of 2 rows over 3 ranks
+  spec.mutable_model()->set_n_heads(1);
+  spec.mutable_model()->set_ffn_dim(2);
+  std::vector<RankResult> r = Train(spec, 3, 3);
+  for (int s = 0; s < 3; ++s) {
+    EXPECT_TRUE(std::isfinite(r[0].losses[s]));
+    EXPECT_EQ(r[0].losses[s], r[2].losses[s]);
+  }
+}
+
+TEST(FsdpTrainer, FixedSeedRepeatsBitForBitAndReshardingDoesNotChangeLosses) {
+  v1::JobSpec spec = TinySpec(2);
+  std::vector<RankResult> a = Train(spec, 1, 4);
+  std::vector<RankResult> b = Train(spec, 1, 4);
+  spec.set_reshard_after_forward(true);
+  std::vector<RankResult> c = Train(spec, 1, 4);
+  for (int s = 0; s < 4; ++s) {
+    EXPECT_EQ(a[0].losses[s], b[0].losses[s]) << "step " << s;
+    EXPECT_EQ(a[0].losses[s], c[0].losses[s]) << "step " << s;
+  }
+  // A different seed gives a different run.
+  spec.set_seed(12);
+  EXPECT_NE(Train(spec, 1, 1)[0].losses[0], a[0].losses[0]);
+}
+
+TEST(FsdpTrainer, LossFallsBelowThresholdOnAdditionWithAndWithoutFp8) {
+  // Byte-level addition: ln(64) = 4.16 at init. Measured on this tiny model
+  // (d_model 32, 2 layers): 4.19 -> 1.97 (FP8) and 1.98 (bf16), mean of
+  // steps 390-399. The threshold 2.2 leaves margin and is far below the
+  // ~2.5 nats of a model that only learned which characters are common.
+  for (bool fp8 : {true, false}) {
+    v1::JobSpec spec = TinySpec(4);
+    spec.mutable_fp8()->set_disabled(!fp8);
+    std::vector<RankResult> r = Train(spec, 1, 400);
+    float first = r[0].losses[0];
+    float last = 0;
+    for (int s = 390; s < 400; ++s) last += r[0].losses[s] / 10;
+    EXPECT_GT(first, 3.8f) << "fp8=" << fp8;
+    EXPECT_LT(last, 2.2f) << "fp8=" << fp8;
+  }
+}
+
+TEST(FsdpTrainer, AbortStopsTheNextStepAndOrderIsEnforced) {
+  FsdpTrainer trainer(CreateCpuOps(), CreateGlooCommunicator);
+  ASSERT_TRUE(trainer.Setup(TinySpec(1), 0, 1).ok());
+  EXPECT_EQ(trainer.RunStep(0).status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(trainer.InitCollective(nullptr, "127.0.0.1", absl::Seconds(5)).ok());
+  ASSERT_TRUE(trainer.RunStep(0).ok());
+  EXPECT_EQ(trainer.RunStep(2).status().code(), absl::StatusCode::kFailedPrecondition);
+  trainer.Abort();
+  EXPECT_EQ(trainer.RunStep(1).status().code(), absl::StatusCode::kCancelled);
+}
+
+TEST(FsdpTrainer, CheckpointWritesTheRankShard) {
+  FsdpTrainer trainer(CreateCpuOps(), CreateGlooCommunicator);
+  ASSERT_TRUE(trainer.Setup(TinySpec(1), 0, 1).ok());
+  ASSERT_TRUE(trainer.InitCollective(nullptr, "127.0.0.1", absl::Seconds(5)).ok());
+  ASSERT_TRUE(trainer.RunStep(0).ok());
+  auto path = trainer.Checkpoint(1, FreshDir("ckpt"));
+  ASSERT_TRUE(path.ok()) << path.status();
+  std::ifstream in(*path, std::ios::binary);
+  char magic[8];
+  in.read(magic, 8);
+  EXPECT_EQ(std::string(magic, 8), "TSRCKPT1");
+  EXPECT_FALSE(trainer.Checkpoint(1, "/proc/forbidden").ok());
+}
+
+}  // namespace
+}  // namespace tessera
