@@ -1,0 +1,71 @@
+// Small device helpers shared by the CUDA kernels: dtype-dispatched loads and
+// stores of fp32/bf16 elements, and block-wide reductions.
+#ifndef TESSERA_WORKER_ENGINE_CUDA_DEVICE_UTIL_CUH_
+#define TESSERA_WORKER_ENGINE_CUDA_DEVICE_UTIL_CUH_
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "worker/ops/tensor.h"
+
+namespace tessera {
+namespace cuda {
+
+// dtype is DType::kFloat32 or DType::kBFloat16 (as int, for kernel params).
+__device__ __forceinline__ float LoadF(const void* p, int dtype, int64_t i) {
+  if (dtype == static_cast<int>(DType::kFloat32)) return static_cast<const float*>(p)[i];
+  return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+}
+
+__device__ __forceinline__ void StoreF(void* p, int dtype, int64_t i, float v) {
+  if (dtype == static_cast<int>(DType::kFloat32)) {
+    static_cast<float*>(p)[i] = v;
+  } else {
+    static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
+  }
+}
+
+__device__ __forceinline__ float WarpSum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float WarpMax(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, o));
+  return v;
+}
+
+// Block-wide sum/max for blockDim.x a multiple of 32 (<= 1024); every
+// thread gets the result. `scratch` holds 32 floats of shared memory.
+__device__ __forceinline__ float BlockSum(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = WarpSum(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  const int warps = blockDim.x >> 5;
+  v = lane < warps ? scratch[lane] : 0.f;
+  return WarpSum(v);
+}
+
+__device__ __forceinline__ float BlockMax(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = WarpMax(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  const int warps = blockDim.x >> 5;
+  v = lane < warps ? scratch[lane] : -INFINITY;
+  return WarpMax(v);
+}
+
+inline int BlocksFor(int64_t n, int threads) {
+  int64_t b = (n + threads - 1) / threads;
+  return static_cast<int>(b < 65535 * 8 ? (b < 1 ? 1 : b) : 65535 * 8);
+}
+
+}  // namespace cuda
+}  // namespace tessera
+
+#endif  // TESSERA_WORKER_ENGINE_CUDA_DEVICE_UTIL_CUH_

@@ -1,0 +1,125 @@
+// cuBLASLt-backed GEMM with cached plans (see gemm.h).
+#include "worker/engine/cuda/gemm.h"
+
+#include "absl/strings/str_cat.h"
+#include "worker/engine/cuda/cuda_check.h"
+
+namespace tessera {
+namespace cuda {
+namespace {
+
+cudaDataType_t ToCuda(DType d) {
+  switch (d) {
+    case DType::kFloat32: return CUDA_R_32F;
+    case DType::kBFloat16: return CUDA_R_16BF;
+    case DType::kE4M3: return CUDA_R_8F_E4M3;
+    case DType::kE5M2: return CUDA_R_8F_E5M2;
+    default: return CUDA_R_32F;
+  }
+}
+
+}  // namespace
+
+GemmRunner::~GemmRunner() {
+  for (auto& [key, plan] : plans_) {
+    cublasLtMatrixLayoutDestroy(plan->a);
+    cublasLtMatrixLayoutDestroy(plan->b);
+    cublasLtMatrixLayoutDestroy(plan->d);
+    cublasLtMatmulDescDestroy(plan->desc);
+  }
+  if (workspace_ != nullptr) cudaFree(workspace_);
+  if (one_ != nullptr) cudaFree(one_);
+  if (handle_ != nullptr) cublasLtDestroy(handle_);
+}
+
+absl::Status GemmRunner::Init(size_t workspace_bytes) {
+  CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&handle_));
+  CUDA_RETURN_IF_ERROR(cudaMalloc(&workspace_, workspace_bytes));
+  workspace_bytes_ = workspace_bytes;
+  CUDA_RETURN_IF_ERROR(cudaMalloc(&one_, sizeof(float)));
+  const float one = 1.0f;
+  CUDA_RETURN_IF_ERROR(cudaMemcpy(one_, &one, sizeof(float), cudaMemcpyHostToDevice));
+  return absl::OkStatus();
+}
+
+absl::Status GemmRunner::BuildPlan(const TensorDesc& a, bool trans_a, const TensorDesc& b,
+                                   bool trans_b, const TensorDesc& d, bool accumulate, Plan& plan) {
+  const int64_t m = d.shape[0], n = d.shape[1];
+  const int64_t k = trans_a ? a.shape[0] : a.shape[1];
+  // Column-major view: Dᵀ [n, m] = op_lt(B) [n, k] · op_lt(A) [k, m], with
+  // cuBLASLt's A = our b and B = our a.
+  cublasOperation_t op_lt_a = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t op_lt_b = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA,
+                                                        &op_lt_a, sizeof(op_lt_a)));
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB,
+                                                        &op_lt_b, sizeof(op_lt_b)));
+  // Stored shapes, column-major: our row-major [r, c] is [c, r] with ld = c.
+  const int64_t b_rows = b.shape[1], b_cols = b.shape[0];
+  const int64_t a_rows = a.shape[1], a_cols = a.shape[0];
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan.a, ToCuda(b.dtype), b_rows, b_cols, b_rows));
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan.b, ToCuda(a.dtype), a_rows, a_cols, a_rows));
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan.d, ToCuda(d.dtype), n, m, n));
+  cublasLtMatmulPreference_t pref;
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&pref));
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_, sizeof(workspace_bytes_)));
+  cublasLtMatmulHeuristicResult_t result;
+  int found = 0;
+  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b, plan.d,
+                                                     plan.d, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  CUBLAS_RETURN_IF_ERROR(st);
+  if (found == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuBLASLt has no algorithm for ", m, "x", n, "x", k, " ", DTypeName(a.dtype), "/",
+        DTypeName(b.dtype), " -> ", DTypeName(d.dtype), (accumulate ? " (accumulate)" : "")));
+  }
+  plan.algo = result.algo;
+  ++plans_built_;
+  return absl::OkStatus();
+}
+
+absl::Status GemmRunner::Run(const TensorDesc& a, bool trans_a, const TensorDesc& b, bool trans_b,
+                             const TensorDesc& d, bool accumulate, cudaStream_t stream) {
+  const int64_t m = d.shape[0], n = d.shape[1];
+  const int64_t k = trans_a ? a.shape[0] : a.shape[1];
+  if (m == 0 || n == 0) return absl::OkStatus();
+  if (k == 0) {
+    if (!accumulate) CUDA_RETURN_IF_ERROR(cudaMemsetAsync(d.data, 0, d.Bytes(), stream));
+    return absl::OkStatus();
+  }
+  const bool fp8 = IsFp8(a.dtype);
+  if (fp8 && (k % 16 != 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("FP8 GEMM needs K to be a multiple of 16 (got ", k, ")"));
+  }
+  const std::string key = absl::StrCat(m, ",", n, ",", k, ",", int(a.dtype), ",", int(b.dtype), ",",
+                                       int(d.dtype), ",", trans_a, trans_b, accumulate);
+  auto it = plans_.find(key);
+  if (it == plans_.end()) {
+    auto plan = std::make_unique<Plan>();
+    absl::Status s = BuildPlan(a, trans_a, b, trans_b, d, accumulate, *plan);
+    if (!s.ok()) return s;
+    it = plans_.emplace(key, std::move(plan)).first;
+  }
+  Plan& plan = *it->second;
+  // Scale pointers are per call (device pointers), set on the cached desc.
+  const float* scale_lt_a = fp8 ? b.scale_inv : one_;
+  const float* scale_lt_b = fp8 ? a.scale_inv : one_;
+  if (fp8) {
+    CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+        plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scale_lt_a, sizeof(scale_lt_a)));
+    CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+        plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scale_lt_b, sizeof(scale_lt_b)));
+  }
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(handle_, plan.desc, &alpha, b.data, plan.a, a.data, plan.b,
+                                        &beta, d.data, plan.d, d.data, plan.d, &plan.algo,
+                                        workspace_, workspace_bytes_, stream));
+  return absl::OkStatus();
+}
+
+}  // namespace cuda
+}  // namespace tessera

@@ -1,0 +1,90 @@
+// Launchers of the CUDA engine's kernels, one .cu file per op. Each has the
+// semantics of the Ops method of the same name (worker/ops/ops.h) and of the
+// CPU reference (worker/engine/cpu/*.h), takes device pointers, enqueues on
+// `stream`, checks the launch, and never synchronizes. Shape and dtype
+// validation happens in CudaOps before these are called.
+#ifndef TESSERA_WORKER_ENGINE_CUDA_KERNELS_H_
+#define TESSERA_WORKER_ENGINE_CUDA_KERNELS_H_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "worker/ops/ops.h"
+
+namespace tessera {
+namespace cuda {
+
+// quantize.cu
+absl::Status LaunchQuantize(const TensorDesc& in, const TensorDesc& out, const TensorDesc* out_t,
+                            cudaStream_t stream);
+absl::Status LaunchDequantize(const TensorDesc& in, const TensorDesc& out, cudaStream_t stream);
+absl::Status LaunchAmax(const TensorDesc& in, float* amax, cudaStream_t stream);
+absl::Status LaunchTranspose(const TensorDesc& in, const TensorDesc& out, cudaStream_t stream);
+absl::Status LaunchUpdateFp8Scales(float* amax, float* history, float* scale, float* scale_inv,
+                                   int n, int history_len, float fp8_max, int margin,
+                                   AmaxAlgo algo, cudaStream_t stream);
+// elementwise.cu
+absl::Status LaunchAdd(const TensorDesc& a, const TensorDesc& b, const TensorDesc& out,
+                       cudaStream_t stream);
+absl::Status LaunchCast(const TensorDesc& in, const TensorDesc& out, cudaStream_t stream);
+// embedding.cu (bad ids set *error_flag)
+absl::Status LaunchEmbeddingForward(const TensorDesc& ids, const TensorDesc& table,
+                                    const TensorDesc& out, int* error_flag, cudaStream_t stream);
+absl::Status LaunchEmbeddingBackward(const TensorDesc& ids, const TensorDesc& grad_out,
+                                     const TensorDesc& grad_table, int* error_flag,
+                                     cudaStream_t stream);
+// rmsnorm.cu
+absl::Status LaunchRmsNormForward(const TensorDesc& x, const TensorDesc& w, float eps,
+                                  const TensorDesc& out, const TensorDesc& rstd,
+                                  cudaStream_t stream);
+absl::Status LaunchRmsNormBackward(const TensorDesc& dy, const TensorDesc& x, const TensorDesc& w,
+                                   const TensorDesc& rstd, const TensorDesc& dx, bool accumulate,
+                                   const TensorDesc& dw, cudaStream_t stream);
+// rope.cu
+absl::Status LaunchRope(const TensorDesc& qkv, float theta, float direction, cudaStream_t stream);
+// swiglu.cu
+absl::Status LaunchSwiGluForward(const TensorDesc& gate_up, const TensorDesc& out,
+                                 cudaStream_t stream);
+absl::Status LaunchSwiGluBackward(const TensorDesc& dy, const TensorDesc& gate_up,
+                                  const TensorDesc& dgu, cudaStream_t stream);
+// attention.cu (dq/dk/dv fp32 scratch of [B, S, nh, hd] each, for backward)
+absl::Status LaunchAttentionForward(const TensorDesc& qkv, const TensorDesc& out,
+                                    const TensorDesc& lse, cudaStream_t stream);
+absl::Status LaunchAttentionBackward(const TensorDesc& dout, const TensorDesc& qkv,
+                                     const TensorDesc& out, const TensorDesc& lse,
+                                     const TensorDesc& dqkv, float* scratch, cudaStream_t stream);
+// fused_linear_cross_entropy.cu: the per-row softmax/loss/dlogits step.
+absl::Status LaunchCrossEntropyRows(const float* logits, const int32_t* targets, int rows,
+                                    int vocab, int ignore_index, float* loss_sum,
+                                    float* valid_tokens, void* dlogits_bf16, int* error_flag,
+                                    cudaStream_t stream);
+// fused_adam.cu
+struct DeviceAdamShard {
+  float* master;
+  const float* grad;
+  float* m;
+  float* v;
+  void* fp8;          // e4m3 bytes or bf16
+  const float* scale; // null for bf16
+  float* scale_inv;
+  float* amax;
+  int64_t numel;
+  int is_fp8;
+  int decay;
+};
+absl::Status LaunchFusedAdam(const DeviceAdamShard* table, int num_shards,
+                             const int* block_shard, const int64_t* block_offset, int num_blocks,
+                             const AdamHyper& hyper, const float* grad_scale, cudaStream_t stream);
+absl::Status LaunchGradSumSquares(const DeviceAdamShard* table, const int* block_shard,
+                                  const int64_t* block_offset, int num_blocks, float* partials,
+                                  float* sum_sq, cudaStream_t stream);
+absl::Status LaunchComputeGradScale(const float* sum_sq, const float* tokens, float max_norm,
+                                    float* grad_norm, float* grad_scale, cudaStream_t stream);
+inline constexpr int kAdamChunk = 4096;  // elements per FusedAdam block
+
+}  // namespace cuda
+}  // namespace tessera
+
+#endif  // TESSERA_WORKER_ENGINE_CUDA_KERNELS_H_
