@@ -11,6 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/engine/cpu/cpu_ops.h"
+#include "worker/engine/cuda/cuda_ops.h"
+#include "worker/engine/cuda/nccl_communicator.h"
 #include "worker/trainer/fsdp_trainer.h"
 
 namespace tessera {
@@ -42,8 +44,7 @@ absl::StatusOr<v1::DeviceInfo> DescribeDevice(const std::string& device) {
   }
   absl::StatusOr<int> index = CudaIndex(device);
   if (!index.ok()) return index.status();
-  return absl::UnimplementedError(
-      absl::StrCat("device: ", device, ": the CUDA engine is not linked into this build"));
+  return DescribeCudaDevice(*index);
 }
 
 absl::StatusOr<std::unique_ptr<Trainer>> CreateTrainer(const std::string& device) {
@@ -52,8 +53,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> CreateTrainer(const std::string& device
   }
   absl::StatusOr<int> index = CudaIndex(device);
   if (!index.ok()) return index.status();
-  return absl::UnimplementedError(
-      absl::StrCat("device: ", device, ": the CUDA engine is not linked into this build"));
+  absl::StatusOr<std::unique_ptr<Ops>> ops = CreateCudaOps(*index);
+  if (!ops.ok()) return ops.status();
+  const int device_index = *index;
+  return std::unique_ptr<Trainer>(new FsdpTrainer(
+      std::move(*ops), [device_index](RendezvousStore* store, int rank, int world,
+                                      const std::string&, absl::Duration timeout) {
+        return CreateNcclCommunicator(store, rank, world, device_index, timeout);
+      }));
 }
 
 }  // namespace tessera
