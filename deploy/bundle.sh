@@ -28,8 +28,11 @@ done
 # Libraries that the GPU host provides itself (glibc family, the C++
 # runtime, the driver and the CUDA libraries).
 skip='^(linux-vdso|libc\.|libm\.|libdl\.|librt\.|libpthread\.|ld-linux|libstdc\+\+|libgcc_s|libcuda\.|libcublas|libnccl|libcudnn|libnvidia)'
-for f in "$out"/bin/*; do
-  ldd "$f" | awk '/=> \// {print $1" "$3}' | while read -r name lib; do
+for t in "${targets[@]}"; do
+  path="${t#//}"
+  path="${path/://}"
+  # ldd the binary where Bazel built it: its rpath finds Bazel's own libraries.
+  ldd "$bin/$path" | awk '/=> \// {print $1" "$3}' | while read -r name lib; do
     if [[ "$name" =~ $skip ]]; then continue; fi
     cp -Ln "$lib" "$out/lib/$name" 2>/dev/null || true
   done

@@ -65,10 +65,17 @@ absl::Status GemmRunner::BuildPlan(const TensorDesc& a, bool trans_a, const Tens
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&pref));
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_, sizeof(workspace_bytes_)));
-  cublasLtMatmulHeuristicResult_t result;
+  if (IsFp8(a.dtype)) {  // the heuristic sees the scaling mode
+    CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+        plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b.scale_inv, sizeof(b.scale_inv)));
+    CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+        plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a.scale_inv, sizeof(a.scale_inv)));
+  }
+  constexpr int kCandidates = 8;
+  cublasLtMatmulHeuristicResult_t results[kCandidates];
   int found = 0;
   cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b, plan.d,
-                                                     plan.d, pref, 1, &result, &found);
+                                                     plan.d, pref, kCandidates, results, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   CUBLAS_RETURN_IF_ERROR(st);
   if (found == 0) {
@@ -76,7 +83,9 @@ absl::Status GemmRunner::BuildPlan(const TensorDesc& a, bool trans_a, const Tens
         "cuBLASLt has no algorithm for ", m, "x", n, "x", k, " ", DTypeName(a.dtype), "/",
         DTypeName(b.dtype), " -> ", DTypeName(d.dtype), (accumulate ? " (accumulate)" : "")));
   }
-  plan.algo = result.algo;
+  for (int i = 0; i < found; ++i) {
+    if (results[i].state == CUBLAS_STATUS_SUCCESS) plan.algos.push_back(results[i].algo);
+  }
   ++plans_built_;
   return absl::OkStatus();
 }
@@ -115,9 +124,20 @@ absl::Status GemmRunner::Run(const TensorDesc& a, bool trans_a, const TensorDesc
         plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scale_lt_b, sizeof(scale_lt_b)));
   }
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(handle_, plan.desc, &alpha, b.data, plan.a, a.data, plan.b,
-                                        &beta, d.data, plan.d, d.data, plan.d, &plan.algo,
-                                        workspace_, workspace_bytes_, stream));
+  // A candidate that reports NOT_SUPPORTED at launch is skipped for good.
+  cublasStatus_t st = CUBLAS_STATUS_NOT_SUPPORTED;
+  for (; plan.chosen < plan.algos.size(); ++plan.chosen) {
+    st = cublasLtMatmul(handle_, plan.desc, &alpha, b.data, plan.a, a.data, plan.b, &beta, d.data,
+                        plan.d, d.data, plan.d, &plan.algos[plan.chosen], workspace_,
+                        workspace_bytes_, stream);
+    if (st != CUBLAS_STATUS_NOT_SUPPORTED) break;
+  }
+  if (st != CUBLAS_STATUS_SUCCESS) {
+    absl::Status s = CublasStatus(st, "cublasLtMatmul", __FILE__, __LINE__);
+    return absl::Status(s.code(), absl::StrCat(s.message(), " for ", m, "x", n, "x", k, " ",
+                                               DTypeName(a.dtype), "/", DTypeName(b.dtype),
+                                               " -> ", DTypeName(d.dtype)));
+  }
   return absl::OkStatus();
 }
 

@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "worker/ops/tensor.h"
@@ -37,7 +38,10 @@ class GemmRunner {
   struct Plan {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-    cublasLtMatmulAlgo_t algo;
+    // Candidates from the heuristic, best first; `chosen` is the first that
+    // ran (validated on first use, then fixed).
+    std::vector<cublasLtMatmulAlgo_t> algos;
+    size_t chosen = 0;
   };
   absl::Status BuildPlan(const TensorDesc& a, bool trans_a, const TensorDesc& b, bool trans_b,
                          const TensorDesc& d, bool accumulate, Plan& plan);
