@@ -28,7 +28,7 @@ GemmRunner::~GemmRunner() {
     cublasLtMatmulDescDestroy(plan->desc);
   }
   if (workspace_ != nullptr) cudaFree(workspace_);
-  if (one_ != nullptr) cudaFree(one_);
+  if (scale_slots_ != nullptr) cudaFree(scale_slots_);
   if (handle_ != nullptr) cublasLtDestroy(handle_);
 }
 
@@ -36,9 +36,7 @@ absl::Status GemmRunner::Init(size_t workspace_bytes) {
   CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&handle_));
   CUDA_RETURN_IF_ERROR(cudaMalloc(&workspace_, workspace_bytes));
   workspace_bytes_ = workspace_bytes;
-  CUDA_RETURN_IF_ERROR(cudaMalloc(&one_, sizeof(float)));
-  const float one = 1.0f;
-  CUDA_RETURN_IF_ERROR(cudaMemcpy(one_, &one, sizeof(float), cudaMemcpyHostToDevice));
+  CUDA_RETURN_IF_ERROR(cudaMalloc(&scale_slots_, 64));
   return absl::OkStatus();
 }
 
@@ -65,11 +63,13 @@ absl::Status GemmRunner::BuildPlan(const TensorDesc& a, bool trans_a, const Tens
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&pref));
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_, sizeof(workspace_bytes_)));
-  if (IsFp8(a.dtype)) {  // the heuristic sees the scaling mode
+  if (IsFp8(a.dtype)) {  // cuBLASLt's A is our b: its scale lives in slot 0
+    const float* lt_a_scale = scale_slots_;
+    const float* lt_b_scale = scale_slots_ + 4;
     CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
-        plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b.scale_inv, sizeof(b.scale_inv)));
+        plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &lt_a_scale, sizeof(lt_a_scale)));
     CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
-        plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a.scale_inv, sizeof(a.scale_inv)));
+        plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &lt_b_scale, sizeof(lt_b_scale)));
   }
   constexpr int kCandidates = 8;
   cublasLtMatmulHeuristicResult_t results[kCandidates];
@@ -114,14 +114,11 @@ absl::Status GemmRunner::Run(const TensorDesc& a, bool trans_a, const TensorDesc
     it = plans_.emplace(key, std::move(plan)).first;
   }
   Plan& plan = *it->second;
-  // Scale pointers are per call (device pointers), set on the cached desc.
-  const float* scale_lt_a = fp8 ? b.scale_inv : one_;
-  const float* scale_lt_b = fp8 ? a.scale_inv : one_;
-  if (fp8) {
-    CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
-        plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scale_lt_a, sizeof(scale_lt_a)));
-    CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
-        plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scale_lt_b, sizeof(scale_lt_b)));
+  if (fp8) {  // this call's scales into the plan's fixed slots, stream-ordered
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(scale_slots_, b.scale_inv, sizeof(float),
+                                         cudaMemcpyDeviceToDevice, stream));
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(scale_slots_ + 4, a.scale_inv, sizeof(float),
+                                         cudaMemcpyDeviceToDevice, stream));
   }
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   // A candidate that reports NOT_SUPPORTED at launch is skipped for good.

@@ -51,7 +51,11 @@ class GemmRunner {
   size_t workspace_bytes_ = 0;
   std::map<std::string, std::unique_ptr<Plan>> plans_;
   int plans_built_ = 0;
-  float* one_ = nullptr;  // device scalar 1.0 for bf16 operands' scales
+  // FP8 scale factors are copied into two fixed, 16-byte-aligned device
+  // slots before each FP8 GEMM: cuBLASLt rejects scale pointers that are
+  // only 4-byte aligned (as they are inside the packed metadata block), and
+  // fixed addresses let each plan carry its scale pointers from creation.
+  float* scale_slots_ = nullptr;
 };
 
 }  // namespace cuda
