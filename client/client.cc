@@ -1,8 +1,18 @@
 // The v1 client library over gRPC (see client.h).
+//
+// Whether a failure means "the coordinator is unreachable" is decided from
+// the channel's connectivity state: an UNAVAILABLE or DEADLINE_EXCEEDED with
+// the channel not READY means no connection existed, and the status then
+// carries a payload that IsCoordinatorUnreachable reads. gRPC's own
+// reconnect backoff is set to ours so that retries really reconnect.
 #include "client/client.h"
 
+#include <algorithm>
 #include <random>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/cord.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
@@ -10,69 +20,146 @@
 #include "proto/tessera/v1/coordinator.grpc.pb.h"
 
 namespace tessera {
+namespace {
+
+constexpr char kUnreachablePayload[] = "tessera.client/unreachable";
+
+bool IsConnectionError(grpc::StatusCode code) {
+  return code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::DEADLINE_EXCEEDED;
+}
+
+// gRPC's transport messages are long ("failed to connect to all addresses;
+// last error: UNKNOWN: ipv4:...: Failed to connect to remote host:
+// Connection refused"); a person needs the last part.
+std::string ShortReason(const std::string& message, absl::Duration timeout) {
+  std::string lower = absl::AsciiStrToLower(message);
+  if (absl::StrContains(lower, "connection refused")) return "connection refused";
+  if (absl::StrContains(lower, "dns") || absl::StrContains(lower, "resolve")) {
+    return "cannot resolve the host name";
+  }
+  if (absl::StrContains(lower, "no route to host")) return "no route to host";
+  if (absl::StrContains(lower, "network is unreachable")) return "network is unreachable";
+  if (absl::StrContains(lower, "deadline")) {
+    return absl::StrCat("no answer within ", absl::FormatDuration(timeout));
+  }
+  if (absl::StrContains(lower, "timed out") || absl::StrContains(lower, "timeout")) {
+    return "connection timed out";
+  }
+  if (absl::StrContains(lower, "connection reset") || absl::StrContains(lower, "socket closed") ||
+      absl::StrContains(lower, "end of tcp stream")) {
+    return "connection lost";
+  }
+  return message;
+}
+
+absl::Status Unreachable(const std::string& address, const std::string& reason) {
+  absl::Status status = absl::UnavailableError(
+      absl::StrCat("cannot reach coordinator at ", address, " (", reason, ")"));
+  status.SetPayload(kUnreachablePayload, absl::Cord("1"));
+  return status;
+}
+
+absl::Duration Jittered(absl::Duration backoff, std::mt19937& rng) {
+  return backoff * std::uniform_real_distribution<double>(0.5, 1.5)(rng);
+}
+
+}  // namespace
 
 struct CoordinatorClient::Impl {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::Coordinator::Stub> stub;
   std::mt19937 rng{std::random_device{}()};
-};
 
-namespace {
-
-absl::Status Explain(const grpc::Status& status, const std::string& address) {
-  absl::Status s = FromGrpcStatus(status);
-  if (s.code() == absl::StatusCode::kUnavailable || s.code() == absl::StatusCode::kDeadlineExceeded) {
-    return absl::Status(s.code(), absl::StrCat("cannot reach coordinator at ", address, " (",
-                                               s.message(), ")"));
+  // The status a caller sees for a failed RPC.
+  absl::Status Explain(const grpc::Status& status, const std::string& address,
+                       absl::Duration timeout) {
+    if (IsConnectionError(status.error_code()) &&
+        channel->GetState(/*try_to_connect=*/false) != GRPC_CHANNEL_READY) {
+      return Unreachable(address, ShortReason(status.error_message(), timeout));
+    }
+    return FromGrpcStatus(status);
   }
-  return s;
-}
 
-}  // namespace
+  // Runs `call` with a fresh deadline per attempt, retrying UNAVAILABLE.
+  template <typename Call>
+  grpc::Status WithRetries(const ClientOptions& options, Call call) {
+    absl::Duration backoff = options.initial_backoff;
+    for (int attempt = 1;; ++attempt) {
+      grpc::ClientContext context;
+      context.set_deadline(absl::ToChronoTime(absl::Now() + options.call_timeout));
+      grpc::Status status = call(&context);
+      if (status.error_code() != grpc::StatusCode::UNAVAILABLE || attempt >= options.max_attempts) {
+        return status;
+      }
+      absl::SleepFor(Jittered(backoff, rng));
+      backoff = std::min(backoff * 2, options.max_backoff);
+    }
+  }
+
+  // Waits until the channel is READY. A connection attempt that fails
+  // (TRANSIENT_FAILURE) is retried with backoff; OK means a request sent now
+  // goes out on an established connection.
+  absl::Status Connect(const ClientOptions& options, const std::string& address) {
+    absl::Duration backoff = options.initial_backoff;
+    for (int attempt = 1;; ++attempt) {
+      const absl::Time deadline = absl::Now() + options.call_timeout;
+      grpc_connectivity_state state = channel->GetState(/*try_to_connect=*/true);
+      while (state != GRPC_CHANNEL_READY && state != GRPC_CHANNEL_TRANSIENT_FAILURE &&
+             state != GRPC_CHANNEL_SHUTDOWN) {
+        if (!channel->WaitForStateChange(state, absl::ToChronoTime(deadline))) {
+          return Unreachable(address, absl::StrCat("no connection within ",
+                                                   absl::FormatDuration(options.call_timeout)));
+        }
+        state = channel->GetState(/*try_to_connect=*/true);
+      }
+      if (state == GRPC_CHANNEL_READY) return absl::OkStatus();
+      if (attempt >= options.max_attempts || state == GRPC_CHANNEL_SHUTDOWN) {
+        // Ask a fail-fast RPC for the transport's reason.
+        grpc::ClientContext context;
+        context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+        v1::ListWorkersRequest request;
+        v1::ListWorkersResponse response;
+        grpc::Status probe = stub->ListWorkers(&context, request, &response);
+        return Unreachable(address, probe.ok() ? "connection failed"
+                                               : ShortReason(probe.error_message(),
+                                                             options.call_timeout));
+      }
+      absl::SleepFor(Jittered(backoff, rng));
+      backoff = std::min(backoff * 2, options.max_backoff);
+    }
+  }
+};
 
 CoordinatorClient::CoordinatorClient(const std::string& address, ClientOptions options)
     : address_(address), options_(options), impl_(std::make_unique<Impl>()) {
-  impl_->channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  grpc::ChannelArguments args;
+  const int initial_ms = static_cast<int>(absl::ToInt64Milliseconds(options.initial_backoff));
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, std::max(initial_ms, 1));
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, std::max(initial_ms, 1));
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
+              std::max(static_cast<int>(absl::ToInt64Milliseconds(options.max_backoff)), 1));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(options.keepalive_time)));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(options.keepalive_timeout)));
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  impl_->channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
   impl_->stub = v1::Coordinator::NewStub(impl_->channel);
 }
 
 CoordinatorClient::~CoordinatorClient() = default;
 
-// Runs `call` with a fresh deadline per attempt, retrying UNAVAILABLE while
-// `retryable()` says so.
-template <typename Call>
-static grpc::Status WithRetries(const ClientOptions& options, std::mt19937& rng,
-                                const std::function<bool()>& retryable, Call call) {
-  absl::Duration backoff = options.initial_backoff;
-  grpc::Status status;
-  for (int attempt = 1;; ++attempt) {
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + options.call_timeout));
-    status = call(&context);
-    if (status.error_code() != grpc::StatusCode::UNAVAILABLE || attempt >= options.max_attempts ||
-        !retryable()) {
-      return status;
-    }
-    std::uniform_real_distribution<double> jitter(0.5, 1.5);
-    absl::SleepFor(backoff * jitter(rng));
-    backoff = std::min(backoff * 2, options.max_backoff);
-  }
-}
-
 absl::StatusOr<v1::Job> CoordinatorClient::SubmitJob(const v1::JobSpec& spec) {
+  if (absl::Status connected = impl_->Connect(options_, address_); !connected.ok()) {
+    return connected;
+  }
   v1::SubmitJobRequest request;
   *request.mutable_spec() = spec;
   v1::SubmitJobResponse response;
-  bool ever_connected = false;
-  auto retryable = [&] {
-    grpc_connectivity_state state = impl_->channel->GetState(false);
-    ever_connected = ever_connected || state == GRPC_CHANNEL_READY;
-    return !ever_connected;
-  };
-  grpc::Status status = WithRetries(options_, impl_->rng, retryable, [&](grpc::ClientContext* c) {
-    return impl_->stub->SubmitJob(c, request, &response);
-  });
-  if (!status.ok()) return Explain(status, address_);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.call_timeout));
+  grpc::Status status = impl_->stub->SubmitJob(&context, request, &response);
+  if (!status.ok()) return impl_->Explain(status, address_, options_.call_timeout);
   return response.job();
 }
 
@@ -80,11 +167,10 @@ absl::StatusOr<v1::Job> CoordinatorClient::GetJob(const std::string& job_id) {
   v1::GetJobRequest request;
   request.set_job_id(job_id);
   v1::Job job;
-  grpc::Status status = WithRetries(options_, impl_->rng, [] { return true; },
-                                    [&](grpc::ClientContext* c) {
-                                      return impl_->stub->GetJob(c, request, &job);
-                                    });
-  if (!status.ok()) return Explain(status, address_);
+  grpc::Status status = impl_->WithRetries(options_, [&](grpc::ClientContext* c) {
+    return impl_->stub->GetJob(c, request, &job);
+  });
+  if (!status.ok()) return impl_->Explain(status, address_, options_.call_timeout);
   return job;
 }
 
@@ -93,11 +179,10 @@ absl::StatusOr<std::vector<v1::Job>> CoordinatorClient::ListJobs(
   v1::ListJobsRequest request;
   for (v1::JobState s : states) request.add_states(s);
   v1::ListJobsResponse response;
-  grpc::Status status = WithRetries(options_, impl_->rng, [] { return true; },
-                                    [&](grpc::ClientContext* c) {
-                                      return impl_->stub->ListJobs(c, request, &response);
-                                    });
-  if (!status.ok()) return Explain(status, address_);
+  grpc::Status status = impl_->WithRetries(options_, [&](grpc::ClientContext* c) {
+    return impl_->stub->ListJobs(c, request, &response);
+  });
+  if (!status.ok()) return impl_->Explain(status, address_, options_.call_timeout);
   return std::vector<v1::Job>(response.jobs().begin(), response.jobs().end());
 }
 
@@ -107,59 +192,64 @@ absl::StatusOr<v1::Job> CoordinatorClient::CancelJob(const std::string& job_id,
   request.set_job_id(job_id);
   request.set_reason(reason);
   v1::Job job;
-  grpc::Status status = WithRetries(options_, impl_->rng, [] { return true; },
-                                    [&](grpc::ClientContext* c) {
-                                      return impl_->stub->CancelJob(c, request, &job);
-                                    });
-  if (!status.ok()) return Explain(status, address_);
+  grpc::Status status = impl_->WithRetries(options_, [&](grpc::ClientContext* c) {
+    return impl_->stub->CancelJob(c, request, &job);
+  });
+  if (!status.ok()) return impl_->Explain(status, address_, options_.call_timeout);
   return job;
 }
 
 absl::StatusOr<std::vector<v1::WorkerRecord>> CoordinatorClient::ListWorkers() {
   v1::ListWorkersRequest request;
   v1::ListWorkersResponse response;
-  grpc::Status status = WithRetries(options_, impl_->rng, [] { return true; },
-                                    [&](grpc::ClientContext* c) {
-                                      return impl_->stub->ListWorkers(c, request, &response);
-                                    });
-  if (!status.ok()) return Explain(status, address_);
+  grpc::Status status = impl_->WithRetries(options_, [&](grpc::ClientContext* c) {
+    return impl_->stub->ListWorkers(c, request, &response);
+  });
+  if (!status.ok()) return impl_->Explain(status, address_, options_.call_timeout);
   return std::vector<v1::WorkerRecord>(response.workers().begin(), response.workers().end());
 }
 
-absl::Status CoordinatorClient::WatchJob(const std::string& job_id, int from_step,
-                                         const std::function<bool(const v1::JobEvent&)>& on_event) {
-  int64_t last_sequence = 0;
+absl::Status CoordinatorClient::WatchJob(
+    const std::string& job_id, int from_step,
+    const std::function<bool(const v1::JobEvent&)>& on_event) {
+  int64_t last_sequence = 0;  // events up to here were delivered
   int failures = 0;
   absl::Duration backoff = options_.initial_backoff;
   while (true) {
-    grpc::ClientContext context;  // no overall deadline: jobs run for hours
+    grpc::ClientContext context;  // no deadline: jobs run for hours
     v1::WatchJobRequest request;
     request.set_job_id(job_id);
     request.set_from_step(from_step);
-    auto reader = impl_->stub->WatchJob(&context, request);
+    std::unique_ptr<grpc::ClientReader<v1::JobEvent>> reader =
+        impl_->stub->WatchJob(&context, request);
     v1::JobEvent event;
-    bool stop = false;
-    while (!stop && reader->Read(&event)) {
+    bool stopped = false;
+    while (!stopped && reader->Read(&event)) {
       failures = 0;
-      if (event.sequence() <= last_sequence) continue;  // already delivered
+      backoff = options_.initial_backoff;
+      if (event.sequence() <= last_sequence) continue;  // replayed after a re-subscribe
       last_sequence = event.sequence();
-      if (event.has_step()) from_step = event.step().step() + 1;
-      if (!on_event(event)) stop = true;
+      if (event.has_step()) from_step = std::max(from_step, event.step().step() + 1);
+      stopped = !on_event(event);
     }
-    if (stop) {
+    if (stopped) {
       context.TryCancel();
-      reader->Finish();
+      (void)reader->Finish();
       return absl::OkStatus();
     }
     grpc::Status status = reader->Finish();
     if (status.ok()) return absl::OkStatus();
     if (status.error_code() != grpc::StatusCode::UNAVAILABLE ||
         ++failures >= options_.max_attempts) {
-      return Explain(status, address_);
+      return impl_->Explain(status, address_, options_.call_timeout);
     }
-    absl::SleepFor(backoff);
+    absl::SleepFor(Jittered(backoff, impl_->rng));
     backoff = std::min(backoff * 2, options_.max_backoff);
   }
+}
+
+bool IsCoordinatorUnreachable(const absl::Status& status) {
+  return status.GetPayload(kUnreachablePayload).has_value();
 }
 
 }  // namespace tessera

@@ -1,11 +1,14 @@
-// CoordinatorClient: the C++ client library for the v1 API, used by the
-// `tessera` CLI and by orchestration tools written in C++.
+// CoordinatorClient: the C++ client library for the v1 Coordinator API, used
+// by the `tessera` CLI and by orchestration tools written in C++. No gRPC
+// type appears here; results are absl::Status / absl::StatusOr.
 //
-// Every call carries a deadline. UNAVAILABLE is retried with exponential
-// backoff and jitter where retrying is safe (GetJob, ListJobs, ListWorkers,
-// CancelJob, which is idempotent, and WatchJob, which re-subscribes and skips
-// events it already delivered). SubmitJob is retried only while the channel
-// has never connected, so a job is never submitted twice.
+// Every unary call carries a deadline. UNAVAILABLE is retried with
+// exponential backoff and jitter where retrying is safe: GetJob, ListJobs,
+// ListWorkers, CancelJob (idempotent on the server) and WatchJob, which
+// re-subscribes from the last step it delivered and never delivers an event
+// twice. SubmitJob retries only the connection: once the channel is
+// connected the request is sent exactly once, so a job is never submitted
+// twice.
 #ifndef TESSERA_CLIENT_CLIENT_H_
 #define TESSERA_CLIENT_CLIENT_H_
 
@@ -14,32 +17,53 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "proto/tessera/v1/coordinator.pb.h"
 
 namespace tessera {
 
+inline constexpr char kDefaultCoordinatorAddress[] = "127.0.0.1:50051";
+
 struct ClientOptions {
+  // Deadline of each unary attempt (and of each connection attempt).
   absl::Duration call_timeout = absl::Seconds(10);
-  int max_attempts = 4;                       // per call, for retryable calls
+  // Attempts per call for retryable calls, the first included; for WatchJob,
+  // consecutive failed re-subscriptions before giving up.
+  int max_attempts = 5;
   absl::Duration initial_backoff = absl::Milliseconds(100);
   absl::Duration max_backoff = absl::Seconds(2);
+  // WatchJob has no overall deadline; HTTP/2 keepalive pings detect a
+  // coordinator that stopped answering without closing the connection.
+  absl::Duration keepalive_time = absl::Seconds(20);
+  absl::Duration keepalive_timeout = absl::Seconds(10);
 };
 
 class CoordinatorClient {
  public:
   explicit CoordinatorClient(const std::string& address, ClientOptions options = {});
   ~CoordinatorClient();
+  CoordinatorClient(const CoordinatorClient&) = delete;
+  CoordinatorClient& operator=(const CoordinatorClient&) = delete;
 
   const std::string& address() const { return address_; }
+
+  // INVALID_ARGUMENT (from the coordinator) names the bad spec field.
   absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec);
+  // NOT_FOUND for an unknown id.
   absl::StatusOr<v1::Job> GetJob(const std::string& job_id);
+  // Newest first; empty `states` means every state.
   absl::StatusOr<std::vector<v1::Job>> ListJobs(const std::vector<v1::JobState>& states = {});
+  // FAILED_PRECONDITION if the job already ended.
   absl::StatusOr<v1::Job> CancelJob(const std::string& job_id, const std::string& reason = "");
   absl::StatusOr<std::vector<v1::WorkerRecord>> ListWorkers();
-  // Streams events to `on_event` until the job's terminal event (OK), the
-  // callback returns false (OK), or an unrecoverable error.
+
+  // Streams the job's events to `on_event`, step metrics from `from_step`
+  // on (state changes and worker errors are always replayed). Returns OK
+  // after the stream's last event (the job's terminal state) or when
+  // `on_event` returns false; an error when the job is unknown or the
+  // coordinator stays unreachable.
   absl::Status WatchJob(const std::string& job_id, int from_step,
                         const std::function<bool(const v1::JobEvent&)>& on_event);
 
@@ -49,6 +73,11 @@ class CoordinatorClient {
   ClientOptions options_;
   std::unique_ptr<Impl> impl_;
 };
+
+// True for the statuses this client returns when it could not reach the
+// coordinator at all (as opposed to the coordinator answering with an
+// error). Their message reads "cannot reach coordinator at ADDR (REASON)".
+bool IsCoordinatorUnreachable(const absl::Status& status);
 
 }  // namespace tessera
 

@@ -2,7 +2,6 @@
 // Rendezvous) and runs the scheduler. Prints "tessera-coordinator listening
 // on ADDR" once serving; SIGINT/SIGTERM cancel running jobs (aborting their
 // workers) and shut down cleanly.
-#include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -14,6 +13,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/shutdown_signal.h"
 #include "grpcpp/grpcpp.h"
 #include "server/coordinator.h"
 #include "server/coordinator_service.h"
@@ -35,12 +35,7 @@ int main(int argc, char** argv) {
       "tessera-coordinator --listen=HOST:PORT --state_dir=DIR: the Tessera coordinator");
   absl::ParseCommandLine(argc, argv);
 
-  // Block the shutdown signals in every thread; one waits for them below.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  tessera::BlockShutdownSignals();  // before any thread starts
 
   const std::string listen = absl::GetFlag(FLAGS_listen);
   std::string advertise = absl::GetFlag(FLAGS_advertise_address);
@@ -88,8 +83,7 @@ int main(int argc, char** argv) {
   std::printf("tessera-coordinator listening on %s\n", listen.c_str());
   std::fflush(stdout);
 
-  int sig = 0;
-  sigwait(&signals, &sig);
+  const int sig = tessera::WaitForShutdownSignal();
   std::printf("tessera-coordinator: signal %d, shutting down\n", sig);
   std::fflush(stdout);
   core.Shutdown();

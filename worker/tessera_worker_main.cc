@@ -3,7 +3,6 @@
 // the commands it is handed through the compute engine of its device. Prints
 // "tessera-worker <id> serving on ADDR device=DEVICE" once registered.
 // SIGINT/SIGTERM abort the current job and shut down cleanly.
-#include <signal.h>
 
 #include <cstdio>
 #include <memory>
@@ -13,6 +12,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "common/shutdown_signal.h"
 #include "grpcpp/grpcpp.h"
 #include "worker/daemon/registration.h"
 #include "worker/daemon/worker_core.h"
@@ -30,11 +30,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "tessera-worker --coordinator=HOST:PORT --device=cpu|cuda:N: a Tessera worker daemon");
   absl::ParseCommandLine(argc, argv);
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  tessera::BlockShutdownSignals();  // before any thread starts
 
   const std::string device = absl::GetFlag(FLAGS_device);
   absl::StatusOr<tessera::v1::DeviceInfo> info = tessera::DescribeDevice(device);
@@ -73,8 +69,7 @@ int main(int argc, char** argv) {
       });
   registration.Start();
 
-  int sig = 0;
-  sigwait(&signals, &sig);
+  const int sig = tessera::WaitForShutdownSignal();
   std::printf("tessera-worker: signal %d, shutting down\n", sig);
   std::fflush(stdout);
   core.Abort("", "worker shutting down").IgnoreError();

@@ -10,7 +10,7 @@
 #include "worker/engine/cuda/cuda_ops.h"
 #include "worker/engine/cuda/nccl_communicator.h"
 #include "worker/trainer/fsdp_trainer.h"
-#include "worker/trainer/gpu_test_spec.h"
+#include "worker/trainer/test_job_spec.h"
 
 namespace tessera {
 namespace {
@@ -31,7 +31,7 @@ std::vector<float> Losses(Trainer& trainer, const v1::JobSpec& spec, int steps) 
 
 TEST(FsdpTrainerGpu, OneGpuStepMatchesTheCpuEngine) {
   for (bool fp8 : {true, false}) {
-    v1::JobSpec spec = GpuTestSpec(4);
+    v1::JobSpec spec = TestJobSpec(4);
     spec.mutable_fp8()->set_disabled(!fp8);
     FsdpTrainer cpu(CreateCpuOps(), CreateGlooCommunicator);
     auto ops = CreateCudaOps(0);

@@ -21,34 +21,20 @@
 #include "worker/comm/file_rendezvous_store_for_test.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/engine/cpu/cpu_ops.h"
+#include "worker/trainer/test_job_spec.h"
 
 namespace tessera {
 namespace {
 
+// The shared test job, shrunk so a CPU step takes milliseconds.
 v1::JobSpec TinySpec(int micro_batch) {
-  v1::JobSpec spec;
+  v1::JobSpec spec = TestJobSpec(micro_batch);
   v1::ModelConfig* m = spec.mutable_model();
   m->set_vocab_size(64);
   m->set_d_model(32);
-  m->set_n_layers(2);
-  m->set_n_heads(2);
   m->set_ffn_dim(48);
   m->set_seq_len(16);
-  m->set_norm_eps(1e-5f);
-  m->set_rope_theta(10000.f);
-  spec.mutable_data()->set_micro_batch_size(micro_batch);
-  spec.mutable_data()->mutable_synthetic()->set_task(v1::SyntheticData::ADDITION);
   spec.mutable_data()->mutable_synthetic()->set_num_tokens(50000);
-  v1::OptimizerConfig* o = spec.mutable_optimizer();
-  o->set_lr(3e-3f);
-  o->set_beta1(0.9f);
-  o->set_beta2(0.95f);
-  o->set_eps(1e-8f);
-  o->set_weight_decay(0.01f);
-  o->set_grad_clip_norm(1.0f);
-  o->set_schedule(v1::OptimizerConfig::CONSTANT);
-  spec.mutable_fp8()->mutable_delayed()->set_amax_history_len(4);
-  spec.set_steps(1000);
   spec.set_seed(11);
   spec.set_loss_chunk_tokens(24);
   return spec;

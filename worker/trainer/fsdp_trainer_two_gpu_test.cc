@@ -18,7 +18,7 @@
 #include "worker/engine/cuda/cuda_ops.h"
 #include "worker/engine/cuda/nccl_communicator.h"
 #include "worker/trainer/fsdp_trainer.h"
-#include "worker/trainer/gpu_test_spec.h"
+#include "worker/trainer/test_job_spec.h"
 
 namespace tessera {
 namespace {
@@ -35,7 +35,7 @@ int RunRank(int rank, int world, int micro_batch, const std::string& dir, const 
                                               const std::string&, absl::Duration timeout) {
     return CreateNcclCommunicator(store, r, w, rank, timeout);
   });
-  if (!trainer.Setup(GpuTestSpec(micro_batch), rank, world).ok()) return 3;
+  if (!trainer.Setup(TestJobSpec(micro_batch), rank, world).ok()) return 3;
   FileRendezvousStore store(dir);
   absl::Status s = trainer.InitCollective(&store, "127.0.0.1", absl::Seconds(60));
   if (!s.ok()) {

@@ -1,13 +1,14 @@
-// The small job the GPU tests train: every FP8 GEMM dimension is a multiple
-// of 16, as cuBLASLt's FP8 kernels require.
-#ifndef TESSERA_WORKER_TRAINER_GPU_TEST_SPEC_H_
-#define TESSERA_WORKER_TRAINER_GPU_TEST_SPEC_H_
+// The small job the trainer tests train. Its default dimensions suit the
+// GPU: every FP8 GEMM dimension is a multiple of 16, as cuBLASLt's FP8
+// kernels require; CPU tests shrink it further.
+#ifndef TESSERA_WORKER_TRAINER_TEST_JOB_SPEC_H_
+#define TESSERA_WORKER_TRAINER_TEST_JOB_SPEC_H_
 
 #include "proto/tessera/v1/job.pb.h"
 
 namespace tessera {
 
-inline v1::JobSpec GpuTestSpec(int micro_batch) {
+inline v1::JobSpec TestJobSpec(int micro_batch) {
   v1::JobSpec spec;
   v1::ModelConfig* m = spec.mutable_model();
   m->set_vocab_size(256);
@@ -38,4 +39,4 @@ inline v1::JobSpec GpuTestSpec(int micro_batch) {
 
 }  // namespace tessera
 
-#endif  // TESSERA_WORKER_TRAINER_GPU_TEST_SPEC_H_
+#endif  // TESSERA_WORKER_TRAINER_TEST_JOB_SPEC_H_
