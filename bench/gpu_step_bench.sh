@@ -28,7 +28,7 @@ steps = [json.loads(l)["step"] for l in open(sys.argv[1]) if '"step"' in l]
 steps = [s for s in steps if s.get("step", 0) >= 20]
 t = sorted(s["step_time_s"] for s in steps)
 med = t[len(t) // 2]
-tok = steps[0]["tokens"]
+tok = int(steps[0]["tokens"])
 print(json.dumps({"tessera_step_ms": med * 1e3, "tokens_per_s": tok / med,
                   "control_overhead_ms": sorted(s.get("control_overhead_s", 0) for s in steps)[len(steps) // 2] * 1e3}))
 PY
