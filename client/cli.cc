@@ -1,6 +1,8 @@
-// The `tessera` subcommands (see cli.h).
+// The `tessera` subcommands (see cli.h): each turns parsed arguments into
+// CoordinatorClient calls and prints the result with output_format.h.
 #include "client/cli.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "absl/status/status.h"
@@ -9,16 +11,16 @@
 #include "absl/time/clock.h"
 #include "client/cli_args.h"
 #include "client/client.h"
-#include "client/data_command.h"
 #include "client/job_file.h"
 #include "client/output_format.h"
 
 namespace tessera {
 namespace {
 
+// One line on stderr. A coordinator that cannot be reached is told apart
+// from one that answered with an error, so scripts can react to each.
 int Fail(const absl::Status& status, std::ostream& err) {
-  if (status.code() == absl::StatusCode::kUnavailable ||
-      status.code() == absl::StatusCode::kDeadlineExceeded) {
+  if (IsCoordinatorUnreachable(status)) {
     err << "tessera: " << status.message() << "; is tessera-coordinator running?\n";
     return kExitUnreachable;
   }
@@ -29,7 +31,7 @@ int Fail(const absl::Status& status, std::ostream& err) {
 std::string CoordinatorAddress(const ParsedArgs& args) {
   if (args.Has("coordinator")) return args.Get("coordinator");
   const char* env = std::getenv("TESSERA_COORDINATOR");
-  return env != nullptr && *env ? env : "127.0.0.1:50051";
+  return env != nullptr && *env ? env : kDefaultCoordinatorAddress;
 }
 
 double NowSeconds() { return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()); }
@@ -52,12 +54,12 @@ int Watch(CoordinatorClient& client, const std::string& job_id, int from_step, b
       tokens += static_cast<double>(e.step().tokens());
       step_time += e.step().step_time_s();
       progress.Add(e.step(), NowSeconds());
-      int done = e.step().step() + 1;
+      const int done = e.step().step() + 1;
       if (is_tty) {
-        out << "\r" << progress.Line() << "\033[K" << std::flush;
+        out << "\r" << progress.Line() << "\033[K" << std::flush;  // redraw in place
         progress_shown = true;
-      } else if (done % every == 0 || done == progress.last_step() + 1 && done == job->spec().steps()) {
-        out << progress.Line() << "\n" << std::flush;
+      } else if (done == 1 || done % every == 0 || done == job->spec().steps()) {
+        out << progress.Line() << "\n" << std::flush;  // at most ~50 lines
       }
     } else if (e.has_state_change()) {
       if (progress_shown) out << "\n";
@@ -80,9 +82,16 @@ int Watch(CoordinatorClient& client, const std::string& job_id, int from_step, b
   return final_job->state() == v1::SUCCEEDED ? kExitOk : kExitFailed;
 }
 
-int RunCommand(const ParsedArgs& args, std::ostream& out, std::ostream& err, bool is_tty) {
+int RunCommand(const ParsedArgs& args, std::ostream& out, std::ostream& err, bool is_tty,
+               DataCommand data_command) {
+  if (args.command == "data") {
+    if (data_command == nullptr) {
+      err << "tessera: the data command is not built into this program\n";
+      return kExitUsage;
+    }
+    return data_command(args, out, err);
+  }
   const bool json = args.Has("json");
-  if (args.command == "data") return RunDataCommand(args, out, err);
   CoordinatorClient client(CoordinatorAddress(args));
 
   if (args.command == "submit") {
@@ -90,6 +99,10 @@ int RunCommand(const ParsedArgs& args, std::ostream& out, std::ostream& err, boo
     if (!spec.ok()) {
       err << "tessera: " << spec.status().message() << "\n";
       return kExitUsage;
+    }
+    if (args.Has("dry-run")) {
+      out << (json ? JobSpecToJson(*spec) : JobSpecToYaml(*spec));
+      return kExitOk;
     }
     absl::StatusOr<v1::Job> job = client.SubmitJob(*spec);
     if (!job.ok()) return Fail(job.status(), err);
@@ -162,7 +175,7 @@ int RunCommand(const ParsedArgs& args, std::ostream& out, std::ostream& err, boo
 }  // namespace
 
 int RunCli(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err,
-           bool is_tty) {
+           bool is_tty, DataCommand data_command) {
   absl::StatusOr<ParsedArgs> args = ParseArgs(argv);
   if (!args.ok()) {
     err << "tessera: " << args.status().message() << "\n";
@@ -173,7 +186,7 @@ int RunCli(const std::vector<std::string>& argv, std::ostream& out, std::ostream
     out << (command != nullptr ? CommandHelp(*command) : ProgramHelp());
     return kExitOk;
   }
-  return RunCommand(*args, out, err, is_tty);
+  return RunCommand(*args, out, err, is_tty, data_command);
 }
 
 }  // namespace tessera

@@ -1,6 +1,7 @@
 // The `tessera` CLI as a function, so tests can run it without a process:
-// parses argv, talks to the coordinator through CoordinatorClient, prints to
-// `out`/`err`, and returns the exit code (see ProgramHelp for the codes).
+// parses argv (without the program name), talks to the coordinator through
+// CoordinatorClient, prints to `out`/`err`, and returns the exit code
+// (kExit* in cli_args.h, documented in ProgramHelp).
 #ifndef TESSERA_CLIENT_CLI_H_
 #define TESSERA_CLIENT_CLI_H_
 
@@ -12,9 +13,15 @@
 
 namespace tessera {
 
+// Runs `tessera data ...`. Passed in rather than linked here so the rest of
+// the CLI builds and tests without the data libraries (see data_command.h).
+using DataCommand = int (*)(const ParsedArgs& args, std::ostream& out, std::ostream& err);
 
 // `is_tty`: whether `out` is a terminal (live progress bar vs. plain lines).
-int RunCli(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err, bool is_tty);
+// The coordinator address is --coordinator, else $TESSERA_COORDINATOR, else
+// kDefaultCoordinatorAddress.
+int RunCli(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err,
+           bool is_tty, DataCommand data_command = nullptr);
 
 }  // namespace tessera
 

@@ -1,10 +1,22 @@
 // The CLI's subcommands, flags and help text (see cli_args.h).
 #include "client/cli_args.h"
 
+#include <algorithm>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace tessera {
+namespace {
+
+// "  --coordinator VALUE    help", help texts in one column.
+std::string FlagLine(const FlagSpec& f) {
+  std::string name = absl::StrCat("--", f.name, f.takes_value ? " VALUE" : "");
+  name.resize(std::max<size_t>(name.size() + 2, 22), ' ');
+  return absl::StrCat("  ", name, f.help, "\n");
+}
+
+}  // namespace
 
 std::string ParsedArgs::Get(const std::string& flag, const std::string& fallback) const {
   auto it = flags.find(flag);
@@ -22,19 +34,26 @@ std::vector<FlagSpec> CommonFlags() {
 
 const std::vector<CommandSpec>& Commands() {
   static const auto* commands = new std::vector<CommandSpec>{
-      {"submit", "submit FILE [--watch]", "submit the job in a YAML or JSON job file", 1, 1,
-       {{"watch", false, "watch the job until it ends (exit code follows its final state)"}}},
+      {"submit", "submit FILE [--watch] [--dry-run]",
+       "submit the job in a YAML or JSON job file (field names as in JobSpec)", 1, 1,
+       {{"watch", false, "then watch the job until it ends (exit code follows its final state)"},
+        {"dry-run", false, "only check the file and print the JobSpec it gives (YAML; JSON with --json)"}}},
       {"jobs", "jobs [--state STATE]", "list jobs, newest first", 0, 0,
        {{"state", true, "only jobs in this state (PENDING, RUNNING, SUCCEEDED, ...)"}}},
       {"status", "status ID", "show one job", 1, 1, {}},
       {"watch", "watch ID [--from-step N]",
-       "follow a job: a live progress bar with step, loss, tokens/s and ETA", 1, 1,
+       "follow a job to its end: a live progress bar (step, loss, tokens/s, ETA) on a terminal,\n"
+       "      one line per step (at most ~50) otherwise, then a summary; --json prints every\n"
+       "      event as one JSON object per line. Exits 0 only if the job SUCCEEDED", 1, 1,
        {{"from-step", true, "replay step metrics from this step (default 0)"}}},
       {"cancel", "cancel ID [--reason TEXT]", "cancel a job in any non-terminal state", 1, 1,
        {{"reason", true, "recorded in the job's terminal reason"}}},
       {"workers", "workers", "list registered worker daemons", 0, 0, {}},
-      {"data", "data text --out FILE INPUT... | data synthetic --task addition|copy --tokens N --out FILE",
-       "make token files: byte-level from text files, or a synthetic task", 1, -1,
+      {"data",
+       "data text --out FILE INPUT... | data synthetic --task addition|copy --tokens N [--seed S] "
+       "--out FILE",
+       "make token files locally (no coordinator): byte-level from text files, or a synthetic task",
+       1, -1,
        {{"out", true, "output token file"},
         {"task", true, "synthetic task: addition or copy"},
         {"tokens", true, "number of tokens to generate (synthetic)"},
@@ -60,7 +79,7 @@ std::string ProgramHelp() {
   }
   absl::StrAppend(&out, "\nflags of every command:\n");
   for (const FlagSpec& f : CommonFlags()) {
-    absl::StrAppend(&out, "  --", f.name, f.takes_value ? " VALUE" : "", "  ", f.help, "\n");
+    absl::StrAppend(&out, FlagLine(f));
   }
   absl::StrAppend(&out,
                   "\nexit codes: 0 success; 1 the coordinator refused the request or the job did "
@@ -74,8 +93,11 @@ std::string CommandHelp(const CommandSpec& command) {
   std::vector<FlagSpec> flags = command.flags;
   for (const FlagSpec& f : CommonFlags()) flags.push_back(f);
   for (const FlagSpec& f : flags) {
-    absl::StrAppend(&out, "  --", f.name, f.takes_value ? " VALUE" : "", "  ", f.help, "\n");
+    absl::StrAppend(&out, FlagLine(f));
   }
+  absl::StrAppend(&out, "\nexit codes: ", kExitOk, " success, ", kExitFailed,
+                  " refused by the coordinator or job did not succeed, ", kExitUsage,
+                  " bad usage or job file, ", kExitUnreachable, " coordinator unreachable\n");
   return out;
 }
 

@@ -4,7 +4,8 @@
 // the channel's connectivity state: an UNAVAILABLE or DEADLINE_EXCEEDED with
 // the channel not READY means no connection existed, and the status then
 // carries a payload that IsCoordinatorUnreachable reads. gRPC's own
-// reconnect backoff is set to ours so that retries really reconnect.
+// reconnect backoff starts at ours so that retries really reconnect (its
+// minimum, which is also the connect timeout, keeps gRPC's default).
 #include "client/client.h"
 
 #include <algorithm>
@@ -49,6 +50,7 @@ std::string ShortReason(const std::string& message, absl::Duration timeout) {
       absl::StrContains(lower, "end of tcp stream")) {
     return "connection lost";
   }
+  if (absl::StrContains(lower, "failed to connect")) return "connection failed";
   return message;
 }
 
@@ -135,7 +137,6 @@ CoordinatorClient::CoordinatorClient(const std::string& address, ClientOptions o
   grpc::ChannelArguments args;
   const int initial_ms = static_cast<int>(absl::ToInt64Milliseconds(options.initial_backoff));
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, std::max(initial_ms, 1));
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, std::max(initial_ms, 1));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
               std::max(static_cast<int>(absl::ToInt64Milliseconds(options.max_backoff)), 1));
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,

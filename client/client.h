@@ -31,7 +31,7 @@ struct ClientOptions {
   absl::Duration call_timeout = absl::Seconds(10);
   // Attempts per call for retryable calls, the first included; for WatchJob,
   // consecutive failed re-subscriptions before giving up.
-  int max_attempts = 5;
+  int max_attempts = 4;
   absl::Duration initial_backoff = absl::Milliseconds(100);
   absl::Duration max_backoff = absl::Seconds(2);
   // WatchJob has no overall deadline; HTTP/2 keepalive pings detect a

@@ -209,7 +209,7 @@ TEST(ClientUnreachableTest, UnreachableAddressFailsQuicklyAndCleanly) {
     EXPECT_LT(absl::Now() - start, absl::Seconds(4)) << call;
     EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
     EXPECT_TRUE(IsCoordinatorUnreachable(status)) << status;
-    EXPECT_EQ(status.message(),
+    EXPECT_EQ(std::string(status.message()),
               absl::StrCat("cannot reach coordinator at ", address, " (connection refused)"));
   }
 }

@@ -224,12 +224,15 @@ absl::StatusOr<v1::JobSpec> ReadJobFile(const std::string& path) {
 
 namespace {
 
-Json SpecAsJson(const v1::JobSpec& spec) {
+// Keeps the proto's field order, so written files read like job.proto.
+using OrderedJson = nlohmann::ordered_json;
+
+OrderedJson SpecAsJson(const v1::JobSpec& spec) {
   std::string out;
   google::protobuf::util::JsonPrintOptions options;
   options.preserve_proto_field_names = true;
   (void)google::protobuf::util::MessageToJsonString(spec, &out, options);
-  return Json::parse(out);
+  return OrderedJson::parse(out);
 }
 
 // A string needs quotes unless YAML would read it back as the same string.
@@ -239,7 +242,7 @@ bool NeedsQuotes(const std::string& s) {
   return !std::regex_match(s, kPlain) || std::regex_match(s, kSpecial);
 }
 
-void AppendYaml(const Json& obj, const google::protobuf::Descriptor* descriptor, int indent,
+void AppendYaml(const OrderedJson& obj, const google::protobuf::Descriptor* descriptor, int indent,
                 std::string* out) {
   for (const auto& [key, value] : obj.items()) {
     const google::protobuf::FieldDescriptor* field =

@@ -1,0 +1,238 @@
+// The `tessera` CLI end to end against an in-process fake Coordinator:
+// exit codes, the one-line errors for an unreachable coordinator and for a
+// refused request, table and --json output, and watch's progress output on a
+// terminal and off one.
+#include "client/cli.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "client/fake_coordinator.h"
+#include "client/job_file.h"
+#include "google/protobuf/util/json_util.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "gtest/gtest.h"
+
+namespace tessera {
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+Result RunTessera(const std::vector<std::string>& argv, bool is_tty = false) {
+  std::ostringstream out, err;
+  Result r;
+  r.code = RunCli(argv, out, err, is_tty);
+  r.out = out.str();
+  r.err = err.str();
+  return r;
+}
+
+std::string Runfile(const std::string& path) {
+  return std::string(std::getenv("TEST_SRCDIR")) + "/tessera/" + path;
+}
+
+std::string WriteTemp(const std::string& name, const std::string& text) {
+  std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  // A job of `steps` steps that ended in `state`, with one event per step.
+  void AddFinishedJob(const std::string& id, int steps, v1::JobState state) {
+    v1::Job job;
+    job.set_id(id);
+    job.mutable_spec()->set_name("demo");
+    job.mutable_spec()->set_steps(steps);
+    job.set_state(state);
+    job.set_reason(state == v1::SUCCEEDED ? "completed" : "rank 1 lost");
+    job.set_start_time_unix_ms(1000);
+    job.set_end_time_unix_ms(61000);
+    std::vector<v1::JobEvent> events(1);
+    events[0].mutable_state_change()->set_state(v1::RUNNING);
+    const int done = state == v1::SUCCEEDED ? steps : steps / 2;
+    for (int s = 0; s < done; ++s) {
+      v1::JobEvent e;
+      e.mutable_step()->set_step(s);
+      e.mutable_step()->set_loss(std::uniform_real_distribution<float>(1.f, 5.f)(rng_));
+      e.mutable_step()->set_tokens(1024);
+      e.mutable_step()->set_step_time_s(0.1);
+      e.mutable_step()->set_tokens_per_s(10240);
+      events.push_back(e);
+      *job.mutable_last_metrics() = e.step();
+    }
+    job.set_steps_done(done);
+    events.emplace_back().mutable_state_change()->set_state(state);
+    events.back().mutable_state_change()->set_reason(job.reason());
+    server_.AddJob(job, events);
+    num_events_ = static_cast<int>(events.size());
+  }
+
+  std::mt19937 rng_{std::random_device{}()};
+  FakeCoordinator server_;
+  int num_events_ = 0;
+};
+
+TEST(CliNoServerTest, UnreachableCoordinatorIsOneLineAndExitCode3) {
+  for (const std::vector<std::string>& argv :
+       std::vector<std::vector<std::string>>{{"jobs"}, {"status", "job-1"}, {"workers"}}) {
+    std::vector<std::string> args = argv;
+    args.insert(args.end(), {"--coordinator", "127.0.0.1:1"});
+    Result r = RunTessera(args);
+    EXPECT_EQ(r.code, kExitUnreachable) << argv[0];
+    EXPECT_EQ(r.err,
+              "tessera: cannot reach coordinator at 127.0.0.1:1 (connection refused); "
+              "is tessera-coordinator running?\n");
+    EXPECT_EQ(r.out, "");
+  }
+}
+
+TEST(CliNoServerTest, HelpUsageAndLocalErrors) {
+  Result help = RunTessera({"--help"});
+  EXPECT_EQ(help.code, kExitOk);
+  for (const CommandSpec& c : Commands()) EXPECT_TRUE(absl::StrContains(help.out, c.usage));
+  Result watch_help = RunTessera({"watch", "--help"});
+  EXPECT_EQ(watch_help.code, kExitOk);
+  EXPECT_TRUE(absl::StrContains(watch_help.out, "--from-step")) << watch_help.out;
+  Result unknown = RunTessera({"train"});
+  EXPECT_EQ(unknown.code, kExitUsage);
+  EXPECT_TRUE(absl::StrContains(unknown.err, "unknown command 'train'")) << unknown.err;
+  Result missing = RunTessera({"submit", "/nonexistent/job.yaml"});
+  EXPECT_EQ(missing.code, kExitUsage);
+  EXPECT_TRUE(absl::StrContains(missing.err, "/nonexistent/job.yaml")) << missing.err;
+  Result data = RunTessera({"data", "text", "--out", "x", "in.txt"});
+  EXPECT_EQ(data.code, kExitUsage);  // not linked into this test
+}
+
+TEST(CliNoServerTest, DryRunPrintsTheSpecWithoutAServer) {
+  const std::string file = Runfile("client/examples/default_job.yaml");
+  auto expected = ReadJobFile(file);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  for (bool json : {false, true}) {
+    std::vector<std::string> argv = {"submit", file, "--dry-run", "--coordinator", "127.0.0.1:1"};
+    if (json) argv.push_back("--json");
+    Result r = RunTessera(argv);
+    ASSERT_EQ(r.code, kExitOk) << r.err;
+    auto printed = ParseJobSpec(r.out, "dry-run output");
+    ASSERT_TRUE(printed.ok()) << printed.status() << "\n" << r.out;
+    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(*printed, *expected)) << r.out;
+  }
+}
+
+TEST(CliNoServerTest, BadJobFileIsUsageErrorNamingFileAndLine) {
+  std::string path = WriteTemp("typo.yaml", "steps: 10\nmodel:\n  d_modle: 64\n");
+  Result r = RunTessera({"submit", path, "--coordinator", "127.0.0.1:1"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_EQ(r.err, absl::StrCat("tessera: ", path, ": line 3: model.d_modle: unknown field\n"));
+}
+
+TEST_F(CliTest, ServerErrorIsCodeAndMessageWithExitCode1) {
+  std::string path = WriteTemp("zero.yaml", "steps: 10\nmodel:\n  d_model: 0\n");
+  Result r = RunTessera({"submit", path, "--coordinator", server_.address()});
+  EXPECT_EQ(r.code, kExitFailed);
+  EXPECT_EQ(r.err, "tessera: INVALID_ARGUMENT: model.d_model: must be >= 1\n");
+  Result missing = RunTessera({"status", "job-404", "--coordinator", server_.address()});
+  EXPECT_EQ(missing.code, kExitFailed);
+  EXPECT_EQ(missing.err, "tessera: NOT_FOUND: job_id: no job 'job-404'\n");
+}
+
+TEST_F(CliTest, SubmitUsesTheEnvironmentAddress) {
+  setenv("TESSERA_COORDINATOR", server_.address().c_str(), 1);
+  Result r = RunTessera({"submit", Runfile("client/examples/default_job.json")});
+  unsetenv("TESSERA_COORDINATOR");
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.out, "submitted job-1 (PENDING")) << r.out;
+  ASSERT_EQ(server_.submitted().size(), 1u);
+  EXPECT_EQ(server_.submitted()[0].model().d_model(), 128);
+}
+
+TEST_F(CliTest, TablesAndJsonOutput) {
+  AddFinishedJob("job-1", 10, v1::SUCCEEDED);
+  v1::WorkerRecord w;
+  w.set_worker_id("w-3");
+  w.set_address("10.0.0.3:7000");
+  w.set_healthy(true);
+  server_.AddWorker(w);
+  const std::string addr = server_.address();
+
+  Result jobs = RunTessera({"jobs", "--coordinator", addr});
+  EXPECT_EQ(jobs.code, kExitOk);
+  EXPECT_TRUE(absl::StrContains(jobs.out, "job-1")) << jobs.out;
+  EXPECT_TRUE(absl::StrContains(jobs.out, "SUCCEEDED")) << jobs.out;
+  Result jobs_json = RunTessera({"jobs", "--json", "--coordinator", addr});
+  v1::ListJobsResponse list;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(jobs_json.out, &list).ok()) << jobs_json.out;
+  ASSERT_EQ(list.jobs_size(), 1);
+  EXPECT_EQ(list.jobs(0).steps_done(), 10);
+
+  Result status_json = RunTessera({"status", "job-1", "--json", "--coordinator", addr});
+  v1::Job job;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(status_json.out, &job).ok());
+  EXPECT_EQ(job.state(), v1::SUCCEEDED);
+
+  Result workers = RunTessera({"workers", "--coordinator", addr});
+  EXPECT_TRUE(absl::StrContains(workers.out, "10.0.0.3:7000")) << workers.out;
+  Result filtered = RunTessera({"jobs", "--state", "RUNNING", "--coordinator", addr});
+  EXPECT_FALSE(absl::StrContains(filtered.out, "job-1")) << filtered.out;
+  EXPECT_EQ(RunTessera({"jobs", "--state", "SLEEPING", "--coordinator", addr}).code, kExitUsage);
+}
+
+TEST_F(CliTest, WatchOffATerminalPrintsBoundedLinesAndSummary) {
+  AddFinishedJob("job-1", 500, v1::SUCCEEDED);
+  Result r = RunTessera({"watch", "job-1", "--coordinator", server_.address()});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_FALSE(absl::StrContains(r.out, "\r"));
+  int step_lines = 0;
+  for (absl::string_view line : absl::StrSplit(r.out, '\n')) {
+    if (absl::StartsWith(line, "step ")) ++step_lines;
+  }
+  EXPECT_GE(step_lines, 10);
+  EXPECT_LE(step_lines, 52);
+  EXPECT_TRUE(absl::StrContains(r.out, "step 500/500")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "job job-1 SUCCEEDED: completed")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "tokens/s     10.2k")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "wall time    1:00")) << r.out;
+}
+
+TEST_F(CliTest, WatchOnATerminalRedrawsInPlaceAndFailedJobExits1) {
+  AddFinishedJob("job-1", 40, v1::FAILED);
+  Result r = RunTessera({"watch", "job-1", "--coordinator", server_.address()}, /*is_tty=*/true);
+  EXPECT_EQ(r.code, kExitFailed);
+  EXPECT_TRUE(absl::StrContains(r.out, "\rstep 20/40")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "[FAILED] rank 1 lost")) << r.out;
+}
+
+TEST_F(CliTest, WatchJsonIsOneEventPerLine) {
+  AddFinishedJob("job-1", 7, v1::SUCCEEDED);
+  Result r = RunTessera({"watch", "job-1", "--json", "--from-step", "0", "--coordinator",
+                  server_.address()});
+  EXPECT_EQ(r.code, kExitOk);
+  std::vector<std::string> lines = absl::StrSplit(r.out, '\n', absl::SkipEmpty());
+  ASSERT_EQ(static_cast<int>(lines.size()), num_events_);
+  for (const std::string& line : lines) {
+    v1::JobEvent event;
+    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(line, &event).ok()) << line;
+    EXPECT_GT(event.sequence(), 0);
+  }
+}
+
+TEST_F(CliTest, CancelPassesTheReason) {
+  AddFinishedJob("job-1", 4, v1::SUCCEEDED);
+  Result r = RunTessera({"cancel", "job-1", "--reason", "operator request", "--json", "--coordinator",
+                  server_.address()});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.out, "\"reason\":\"operator request\"")) << r.out;
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,75 @@
+// `tessera data`: text files become byte tokens, synthetic tasks become token
+// files of the requested size, and bad arguments are usage errors.
+#include "client/data_command.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "gtest/gtest.h"
+#include "worker/data/token_file.h"
+
+namespace tessera {
+namespace {
+
+std::string TempPath(const std::string& name) {
+  return std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
+}
+
+int RunData(const std::vector<std::string>& argv, std::string* err = nullptr) {
+  absl::StatusOr<ParsedArgs> args = ParseArgs(argv);
+  EXPECT_TRUE(args.ok()) << args.status();
+  std::ostringstream out, errs;
+  int code = RunDataCommand(*args, out, errs);
+  if (err != nullptr) *err = errs.str();
+  return code;
+}
+
+TEST(DataCommand, TextBecomesByteTokens) {
+  std::mt19937 rng(std::random_device{}());
+  std::string a, b;
+  for (int i = 0; i < 300; ++i) a.push_back(static_cast<char>(rng() % 256));
+  for (int i = 0; i < 77; ++i) b.push_back(static_cast<char>('a' + rng() % 26));
+  std::ofstream(TempPath("a.txt"), std::ios::binary) << a;
+  std::ofstream(TempPath("b.txt"), std::ios::binary) << b;
+  ASSERT_EQ(RunData({"data", "text", "--out", TempPath("t.tok"), TempPath("a.txt"), TempPath("b.txt")}),
+            kExitOk);
+  auto file = TokenFile::Open(TempPath("t.tok"));
+  ASSERT_TRUE(file.ok()) << file.status();
+  const std::string all = a + b;
+  ASSERT_EQ((*file)->size(), static_cast<int64_t>(all.size()));
+  for (size_t i = 0; i < all.size(); ++i) {
+    ASSERT_EQ((*file)->Token(i), static_cast<unsigned char>(all[i])) << i;
+  }
+}
+
+TEST(DataCommand, SyntheticWritesTheRequestedTokens) {
+  const int64_t tokens = 1000 + std::random_device{}() % 5000;
+  for (const char* task : {"addition", "COPY"}) {
+    const std::string out = TempPath(std::string(task) + ".tok");
+    ASSERT_EQ(RunData({"data", "synthetic", "--task", task, "--tokens", std::to_string(tokens),
+                   "--seed", "17", "--out", out}),
+              kExitOk)
+        << task;
+    auto file = TokenFile::Open(out);
+    ASSERT_TRUE(file.ok()) << file.status();
+    EXPECT_EQ((*file)->size(), tokens);
+    EXPECT_LT((*file)->max_token(), 256u);
+  }
+}
+
+TEST(DataCommand, BadArgumentsAreUsageErrors) {
+  std::string err;
+  EXPECT_EQ(RunData({"data", "synthetic", "--task", "sorting", "--tokens", "10", "--out", "x"}, &err),
+            kExitUsage);
+  EXPECT_NE(err.find("--task"), std::string::npos) << err;
+  EXPECT_EQ(RunData({"data", "synthetic", "--task", "copy", "--tokens", "-5", "--out", "x"}), kExitUsage);
+  EXPECT_EQ(RunData({"data", "synthetic", "--task", "copy", "--tokens", "10"}), kExitUsage);
+  EXPECT_EQ(RunData({"data", "text", "--out", "x"}), kExitUsage);
+  EXPECT_EQ(RunData({"data", "zip", "--out", "x"}), kExitUsage);
+  EXPECT_EQ(RunData({"data", "text", "--out", TempPath("n.tok"), "/nonexistent.txt"}), kExitFailed);
+}
+
+}  // namespace
+}  // namespace tessera
