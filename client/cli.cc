@@ -64,8 +64,9 @@ int Watch(CoordinatorClient& client, const std::string& job_id, int from_step, b
     } else if (e.has_state_change()) {
       if (progress_shown) out << "\n";
       progress_shown = false;
-      out << "[" << v1::JobState_Name(e.state_change().state()) << "] " << e.state_change().reason()
-          << "\n" << std::flush;
+      out << "[" << v1::JobState_Name(e.state_change().state()) << "]"
+          << (e.state_change().reason().empty() ? "" : " " + e.state_change().reason()) << "\n"
+          << std::flush;
     } else if (e.has_worker_error()) {
       if (progress_shown) out << "\n";
       progress_shown = false;

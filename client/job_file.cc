@@ -136,9 +136,9 @@ absl::Status CheckFieldNames(const Json& json, const std::string& path, const Li
   return absl::OkStatus();
 }
 
-// Rewrites protobuf's "(model) d_modle: Cannot find field.", "stepz: Cannot
-// find field." and
-// "(model.d_model): invalid value ..." as "line N: model.d_modle: ...".
+// Rewrites protobuf's located errors ("(model) d_modle: Cannot find field.",
+// "stepz: Cannot find field.", "(model.d_model): invalid value ...") as
+// "line N: model.d_modle: unknown field" and the like.
 absl::Status SchemaError(absl::string_view message, const LineMap& lines,
                          const std::string& source) {
   static const std::regex kLocated("^(?:\\(([^)]*)\\))?\\s*([A-Za-z0-9_]*):\\s*(.*)$");

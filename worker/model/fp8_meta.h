@@ -42,6 +42,8 @@ class Fp8Meta {
   // Rolls histories and recomputes every scale from the (all-reduced) amaxes.
   absl::Status UpdateScales(Ops& ops, Stream* stream);
   bool current_scaling() const { return current_; }
+  // The whole packed block (amaxes, scales, histories), for checkpoints.
+  const TensorDesc& packed() const { return block_.desc; }
   // Current scaling: sets one slot's scale from its own amax right away.
   absl::Status UpdateInputSlot(Ops& ops, int slot, Stream* stream);
   absl::Status UpdateGradSlot(Ops& ops, int linear, Stream* stream);

@@ -300,6 +300,9 @@ absl::StatusOr<std::vector<uint8_t>> FsdpTrainer::GatheredWeightBytes(int layer,
   return bytes;
 }
 
+// Checkpoint file, little-endian: "TSRCKPT1", int64 step, rank, world; per
+// parameter: int64 name length, name, int64 n, then n fp32 each of master,
+// exp_avg and exp_avg_sq; then int64 m and the m floats of the FP8 state.
 absl::StatusOr<std::string> FsdpTrainer::Checkpoint(int step, const std::string& dir) {
   const std::string step_dir = absl::StrCat(dir, "/step-", step);
   mkdir(dir.c_str(), 0755);
@@ -325,6 +328,13 @@ absl::StatusOr<std::string> FsdpTrainer::Checkpoint(int step, const std::string&
         out.write(reinterpret_cast<const char*>(host.data()), n * sizeof(float));
       }
     }
+    // The FP8 quantizer state: amaxes, scales and amax histories.
+    const TensorDesc& meta = meta_->packed();
+    int64_t meta_count = meta.NumElements();
+    host.resize(meta_count);
+    RETURN_IF_ERROR(ops_->CopyToHost(host.data(), meta.data, meta.Bytes(), nullptr));
+    out.write(reinterpret_cast<const char*>(&meta_count), sizeof(meta_count));
+    out.write(reinterpret_cast<const char*>(host.data()), meta.Bytes());
     if (!out) return absl::InternalError(absl::StrCat("writing ", path, " failed"));
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {

@@ -5,11 +5,13 @@
 // master, Adam state and FP8 shards) -> one packed all-reduce of every amax
 // -> FP8 scale update. Everything it touches was allocated at setup.
 #include <chrono>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/trainer/fsdp_trainer.h"
 #include "worker/trainer/lr_schedule.h"
+#include "worker/trainer/phase_range.h"
 
 namespace tessera {
 namespace {
@@ -45,6 +47,7 @@ absl::StatusOr<StepReport> FsdpTrainer::RunStep(int step) {
   const int64_t t = tokens_, h = hidden_;
 
   // ---- Batch: this rank's micro-batch for `step`, onto the engine --------
+  PhaseRange step_range("step");
   RETURN_IF_ERROR(data_->ReadBatch(step, absl::MakeSpan(host_inputs_), absl::MakeSpan(host_targets_)));
   int64_t local_tokens = 0;
   for (int32_t target : host_targets_) local_tokens += target != kIgnoreIndex ? 1 : 0;
@@ -53,31 +56,41 @@ absl::StatusOr<StepReport> FsdpTrainer::RunStep(int step) {
   RETURN_IF_ERROR(ops.Memset(scalars, 0, 3 * sizeof(float), nullptr));
 
   // ---- All-gather the non-block parameters (bf16 compute copies) ---------
-  RETURN_IF_ERROR(AllGatherParam(*comm_, embedding_, gathered_embedding_.desc, nullptr));
-  RETURN_IF_ERROR(AllGatherParam(*comm_, final_norm_, gathered_final_norm_.desc, nullptr));
-  RETURN_IF_ERROR(AllGatherParam(*comm_, lm_head_, gathered_lm_head_.desc, nullptr));
-
-  // ---- Forward -----------------------------------------------------------
-  RETURN_IF_ERROR(ops.EmbeddingForward(inputs_.desc, Full(gathered_embedding_, embedding_),
-                                       acts_[0].x_in.desc, nullptr));
-  for (int l = 0; l < layers_; ++l) {
-    RETURN_IF_ERROR(CheckAborted());
-    GatheredBlock& w = GatheredFor(l);
-    RETURN_IF_ERROR(GatherBlock(l, w));
-    const TensorDesc& x_out = l + 1 < layers_ ? acts_[l + 1].x_in.desc : x_final_.desc;
-    RETURN_IF_ERROR(BlockForward(l, w, acts_[l], acts_[l].x_in.desc, x_out));
+  {
+    PhaseRange range("all-gather");
+    RETURN_IF_ERROR(AllGatherParam(*comm_, embedding_, gathered_embedding_.desc, nullptr));
+    RETURN_IF_ERROR(AllGatherParam(*comm_, final_norm_, gathered_final_norm_.desc, nullptr));
+    RETURN_IF_ERROR(AllGatherParam(*comm_, lm_head_, gathered_lm_head_.desc, nullptr));
   }
-  RETURN_IF_ERROR(ops.RmsNormForward(x_final_.desc, Full(gathered_final_norm_, final_norm_), eps,
-                                     h_final_.desc, rstd_final_.desc, nullptr));
+
+  // ---- Forward (each block's FP8 shards all-gathered just before it) ----
+  {
+    PhaseRange range("forward");
+    RETURN_IF_ERROR(ops.EmbeddingForward(inputs_.desc, Full(gathered_embedding_, embedding_),
+                                         acts_[0].x_in.desc, nullptr));
+    for (int l = 0; l < layers_; ++l) {
+      RETURN_IF_ERROR(CheckAborted());
+      GatheredBlock& w = GatheredFor(l);
+      RETURN_IF_ERROR(GatherBlock(l, w));
+      const TensorDesc& x_out = l + 1 < layers_ ? acts_[l + 1].x_in.desc : x_final_.desc;
+      RETURN_IF_ERROR(BlockForward(l, w, acts_[l], acts_[l].x_in.desc, x_out));
+    }
+    RETURN_IF_ERROR(ops.RmsNormForward(x_final_.desc, Full(gathered_final_norm_, final_norm_), eps,
+                                       h_final_.desc, rstd_final_.desc, nullptr));
+  }
 
   // ---- Fused LM head + cross-entropy: sum loss, valid count, grads -------
-  RETURN_IF_ERROR(ops.Memset(grad_lm_head_.desc.data, 0, grad_lm_head_.desc.Bytes(), nullptr));
-  RETURN_IF_ERROR(ops.FusedLinearCrossEntropy(
-      h_final_.desc, Full(gathered_lm_head_, lm_head_), targets_.desc, kIgnoreIndex,
-      spec_.loss_chunk_tokens(), scalars + kLossSum, scalars + kValidTokens, grad_h_.desc,
-      View(grad_lm_head_, DType::kFloat32, Shape{vocab_, h}), nullptr));
+  {
+    PhaseRange range("fused-loss");
+    RETURN_IF_ERROR(ops.Memset(grad_lm_head_.desc.data, 0, grad_lm_head_.desc.Bytes(), nullptr));
+    RETURN_IF_ERROR(ops.FusedLinearCrossEntropy(
+        h_final_.desc, Full(gathered_lm_head_, lm_head_), targets_.desc, kIgnoreIndex,
+        spec_.loss_chunk_tokens(), scalars + kLossSum, scalars + kValidTokens, grad_h_.desc,
+        View(grad_lm_head_, DType::kFloat32, Shape{vocab_, h}), nullptr));
+  }
 
   // ---- Backward ----------------------------------------------------------
+  std::optional<PhaseRange> backward_range(std::in_place, "backward");
   RETURN_IF_ERROR(ops.Memset(grad_final_norm_.desc.data, 0, grad_final_norm_.desc.Bytes(), nullptr));
   RETURN_IF_ERROR(ops.RmsNormBackward(grad_h_.desc, x_final_.desc,
                                       Full(gathered_final_norm_, final_norm_), rstd_final_.desc,
@@ -91,6 +104,7 @@ absl::StatusOr<StepReport> FsdpTrainer::RunStep(int step) {
     RETURN_IF_ERROR(BlockBackward(l, w, acts_[l], grad_res_[current].desc, grad_res_[1 - current].desc));
     current = 1 - current;
     // ---- Reduce-scatter this block's gradients to their owners ----------
+    PhaseRange range("reduce-scatter");
     RETURN_IF_ERROR(ReduceScatterBlock(l));
   }
   RETURN_IF_ERROR(ops.Memset(grad_embedding_.desc.data, 0, grad_embedding_.desc.Bytes(), nullptr));
@@ -101,6 +115,8 @@ absl::StatusOr<StepReport> FsdpTrainer::RunStep(int step) {
   RETURN_IF_ERROR(ReduceScatterGrad(*comm_, final_norm_, grad_final_norm_.desc, nullptr));
   RETURN_IF_ERROR(ReduceScatterGrad(*comm_, lm_head_, grad_lm_head_.desc, nullptr));
   RETURN_IF_ERROR(CheckAborted());
+  backward_range.reset();
+  PhaseRange optimizer_range("optimizer");
 
   // ---- Global loss, token count and gradient norm: one packed all-reduce --
   RETURN_IF_ERROR(ops.GradSumSquares(*adam_, scalars + kGradSumSq, nullptr));

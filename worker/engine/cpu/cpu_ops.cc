@@ -3,6 +3,7 @@
 
 #include <cblas.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -38,6 +39,9 @@ class CpuOps : public Ops {
   CpuOps() { openblas_set_num_threads(1); }
 
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) override {
+    if (bytes > SIZE_MAX - 64) {
+      return absl::ResourceExhaustedError(absl::StrCat("host allocation of ", bytes, " bytes failed"));
+    }
     size_t rounded = (bytes + 63) / 64 * 64;
     void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
     if (p == nullptr) {

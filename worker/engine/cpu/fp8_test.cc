@@ -3,6 +3,7 @@
 #include "worker/engine/cpu/fp8.h"
 
 #include <cmath>
+#include <limits>
 
 #include "gtest/gtest.h"
 
@@ -53,6 +54,66 @@ TEST(Fp8, E5M2BoundaryValues) {
   EXPECT_EQ(DecodeE5M2(0xFC), -INFINITY);
   EXPECT_TRUE(std::isnan(DecodeE5M2(0x7D)));
   EXPECT_EQ(DecodeE5M2(0x7B), 57344.0f);
+}
+
+TEST(Fp8, E4M3RoundingAtTheEdgesOfTheRange) {
+  // Subnormal halfway cases go to the even code: 3 * 2^-10 lies between
+  // 0x01 (odd) and 0x02 (even), 5 * 2^-10 between 0x02 (even) and 0x03.
+  EXPECT_EQ(EncodeE4M3(std::ldexp(3.0f, -10)), 0x02);
+  EXPECT_EQ(EncodeE4M3(std::ldexp(5.0f, -10)), 0x02);
+  EXPECT_EQ(EncodeE4M3(-std::ldexp(3.0f, -10)), 0x82);
+  // Halfway between the largest subnormal (0x07, 7/8 * 2^-6) and the
+  // smallest normal (0x08, 2^-6) rounds up into the normal range (even).
+  EXPECT_EQ(EncodeE4M3(std::ldexp(15.0f, -10)), 0x08);
+  // Tiny values (below half the smallest subnormal) flush to signed zero.
+  EXPECT_EQ(EncodeE4M3(std::ldexp(1.0f, -11)), 0x00);
+  EXPECT_EQ(EncodeE4M3(-std::ldexp(1.0f, -11)), 0x80);
+  EXPECT_EQ(EncodeE4M3(std::numeric_limits<float>::denorm_min()), 0x00);
+  // Rounding up carries into the next binade: 1.9375 -> 2.0.
+  EXPECT_EQ(EncodeE4M3(1.9375f), 0x40);
+  // Between max (448) and the NaN pattern's value (480): always max.
+  EXPECT_EQ(EncodeE4M3(464.0f), 0x7E);
+  EXPECT_EQ(EncodeE4M3(479.0f), 0x7E);
+  EXPECT_EQ(EncodeE4M3(-464.0f), 0xFE);
+  EXPECT_EQ(EncodeE4M3(std::numeric_limits<float>::max()), 0x7E);
+  EXPECT_EQ(EncodeE4M3(-std::numeric_limits<float>::max()), 0xFE);
+  // Just below max stays below it.
+  EXPECT_EQ(EncodeE4M3(420.0f), 0x7D);  // 416 < 420 < 432 (halfway) -> 416
+  // NaN of either sign encodes as 0x7F.
+  EXPECT_EQ(EncodeE4M3(-NAN), kFp8NaN);
+  EXPECT_EQ(DecodeE4M3(0x80), 0.0f);
+  EXPECT_TRUE(std::signbit(DecodeE4M3(0x80)));
+  EXPECT_EQ(DecodeE4M3(0xFE), -448.0f);
+  EXPECT_EQ(DecodeE4M3(0x08), std::ldexp(1.0f, -6));
+}
+
+TEST(Fp8, E5M2RoundingAtTheEdgesOfTheRange) {
+  EXPECT_EQ(EncodeE5M2(-0.0f), 0x80);
+  EXPECT_TRUE(std::signbit(DecodeE5M2(0x80)));
+  EXPECT_EQ(EncodeE5M2(std::ldexp(1.0f, -17)), 0x00);  // half min subnormal -> even 0
+  EXPECT_EQ(EncodeE5M2(std::ldexp(3.0f, -17)), 0x02);  // between 0x01 and 0x02 -> even
+  EXPECT_EQ(EncodeE5M2(std::ldexp(7.0f, -17)), 0x04);  // max subnormal/min normal tie -> 0x04
+  EXPECT_EQ(EncodeE5M2(std::ldexp(3.0f, -16)), 0x03);  // max subnormal exactly
+  EXPECT_EQ(EncodeE5M2(61440.0f), 0x7B);   // halfway to 65536 (inf): saturates
+  EXPECT_EQ(EncodeE5M2(65536.0f), 0x7B);
+  EXPECT_EQ(EncodeE5M2(-1e30f), 0xFB);
+  EXPECT_EQ(EncodeE5M2(-INFINITY), 0xFB);
+  EXPECT_EQ(EncodeE5M2(-NAN), kFp8NaN);
+  EXPECT_EQ(EncodeE5M2(1.75f), 0x3F);
+  EXPECT_EQ(EncodeE5M2(1.875f), 0x40);     // tie between 1.75 (odd) and 2.0 (even)
+  EXPECT_EQ(DecodeE5M2(0x04), std::ldexp(1.0f, -14));
+  EXPECT_EQ(DecodeE5M2(0x01), std::ldexp(1.0f, -16));
+  EXPECT_EQ(DecodeE5M2(0xFB), -57344.0f);
+  for (int c : {0x7D, 0x7E, 0x7F, 0xFD, 0xFE, 0xFF}) EXPECT_TRUE(std::isnan(DecodeE5M2(c))) << c;
+}
+
+TEST(Fp8, DispatchAndMaxima) {
+  EXPECT_EQ(Fp8Max(DType::kE4M3), 448.0f);
+  EXPECT_EQ(Fp8Max(DType::kE5M2), 57344.0f);
+  EXPECT_EQ(DecodeFp8(DType::kE4M3, 0x7E), Fp8Max(DType::kE4M3));
+  EXPECT_EQ(DecodeFp8(DType::kE5M2, 0x7B), Fp8Max(DType::kE5M2));
+  EXPECT_EQ(EncodeFp8(DType::kE4M3, 1.0f), EncodeE4M3(1.0f));
+  EXPECT_EQ(EncodeFp8(DType::kE5M2, 1.0f), EncodeE5M2(1.0f));
 }
 
 TEST(Fp8, EveryCodeRoundTrips) {

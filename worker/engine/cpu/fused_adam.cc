@@ -2,6 +2,7 @@
 // fused_adam.h).
 #include "worker/engine/cpu/fused_adam.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "worker/engine/cpu/tensor_access.h"
@@ -38,6 +39,7 @@ absl::StatusOr<std::unique_ptr<AdamPlan>> CreateAdamPlan(absl::Span<const AdamSh
 }
 
 absl::Status GradSumSquares(const AdamPlan& plan, float* sum_sq) {
+  if (sum_sq == nullptr) return absl::InvalidArgumentError("sum_sq: must be set");
   double total = 0.0;
   for (const AdamShard& s : static_cast<const CpuAdamPlan&>(plan).shards()) {
     const float* g = static_cast<const float*>(s.grad.data);
@@ -51,6 +53,9 @@ absl::Status GradSumSquares(const AdamPlan& plan, float* sum_sq) {
 
 absl::Status ComputeGradScale(const float* sum_sq, const float* tokens, float max_norm,
                               float* grad_norm, float* grad_scale) {
+  if (sum_sq == nullptr || tokens == nullptr || grad_norm == nullptr || grad_scale == nullptr) {
+    return absl::InvalidArgumentError("sum_sq, tokens, grad_norm, grad_scale: must all be set");
+  }
   const float count = std::max(*tokens, 1.0f);
   *grad_norm = std::sqrt(*sum_sq) / count;
   float clip = 1.0f;
@@ -60,6 +65,8 @@ absl::Status ComputeGradScale(const float* sum_sq, const float* tokens, float ma
 }
 
 absl::Status FusedAdam(const AdamPlan& plan, const AdamHyper& hp, const float* grad_scale) {
+  if (grad_scale == nullptr) return absl::InvalidArgumentError("grad_scale: must be set");
+  if (hp.step < 1) return absl::InvalidArgumentError("hyper.step: must be >= 1 (1-based)");
   const float bias1 = 1.0f - std::pow(hp.beta1, static_cast<float>(hp.step));
   const float bias2 = 1.0f - std::pow(hp.beta2, static_cast<float>(hp.step));
   const float g_scale = *grad_scale;

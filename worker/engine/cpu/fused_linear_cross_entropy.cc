@@ -4,7 +4,9 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "worker/engine/cpu/tensor_access.h"
@@ -21,6 +23,7 @@ absl::Status FusedLinearCrossEntropy(const TensorDesc& x, const TensorDesc& weig
   if (absl::Status s = CheckDType("x", x, {DType::kBFloat16}); !s.ok()) return s;
   if (absl::Status s = CheckDType("weight", weight, {DType::kBFloat16}); !s.ok()) return s;
   if (absl::Status s = CheckDType("targets", targets, {DType::kInt32}); !s.ok()) return s;
+  if (absl::Status s = CheckDType("grad_x", grad_x, {DType::kBFloat16}); !s.ok()) return s;
   if (absl::Status s = CheckDType("grad_weight", grad_weight, {DType::kFloat32}); !s.ok()) return s;
   const int64_t tokens = x.shape[0], h = x.shape[1], vocab = weight.shape[0];
   if (weight.shape[1] != h) return absl::InvalidArgumentError("weight: width differs from x");
@@ -28,6 +31,13 @@ absl::Status FusedLinearCrossEntropy(const TensorDesc& x, const TensorDesc& weig
   if (absl::Status s = CheckShape("grad_x", grad_x, Shape{tokens, h}); !s.ok()) return s;
   if (absl::Status s = CheckShape("grad_weight", grad_weight, Shape{vocab, h}); !s.ok()) return s;
   if (chunk_tokens < 1) return absl::InvalidArgumentError("chunk_tokens: must be >= 1");
+  if (loss_sum == nullptr || valid_tokens == nullptr) {
+    return absl::InvalidArgumentError("loss_sum, valid_tokens: must be set");
+  }
+  for (auto [name, t] : {std::pair<const char*, const TensorDesc*>{"x", &x}, {"weight", &weight},
+                         {"targets", &targets}, {"grad_x", &grad_x}, {"grad_weight", &grad_weight}}) {
+    if (absl::Status s = CheckData(name, *t); !s.ok()) return s;
+  }
   const int32_t* target = static_cast<const int32_t*>(targets.data);
   for (int64_t t = 0; t < tokens; ++t) {
     if (target[t] != ignore_index && (target[t] < 0 || target[t] >= vocab)) {

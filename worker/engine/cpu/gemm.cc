@@ -3,6 +3,8 @@
 
 #include <cblas.h>
 
+#include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "worker/engine/cpu/tensor_access.h"
@@ -46,6 +48,9 @@ absl::Status Gemm(const TensorDesc& a, bool trans_a, const TensorDesc& b, bool t
   }
   if (absl::Status s = CheckShape("d", d, Shape{m, n}); !s.ok()) return s;
   if (m == 0 || n == 0) return absl::OkStatus();
+  for (auto [name, t] : {std::pair<const char*, const TensorDesc*>{"a", &a}, {"b", &b}, {"d", &d}}) {
+    if (absl::Status s = CheckData(name, *t); !s.ok()) return s;
+  }
 
   thread_local std::vector<float> a32, b32, d32;
   LoadAll(a, a32);

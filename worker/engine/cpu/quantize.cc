@@ -15,6 +15,7 @@ absl::Status CheckCast(const TensorDesc& in, const TensorDesc& out) {
   if (absl::Status s = CheckDType("in", in, {DType::kFloat32, DType::kBFloat16}); !s.ok()) return s;
   if (absl::Status s = CheckDType("out", out, {DType::kE4M3, DType::kE5M2}); !s.ok()) return s;
   if (out.scale == nullptr) return absl::InvalidArgumentError("out.scale: must be set");
+  if (absl::Status s = CheckData("in", in); !s.ok()) return s;
   return absl::OkStatus();
 }
 
@@ -30,6 +31,7 @@ absl::Status Quantize(const TensorDesc& in, const TensorDesc& out) {
   if (in.NumElements() != out.NumElements()) {
     return absl::InvalidArgumentError("out: element count differs from in");
   }
+  if (absl::Status s = CheckData("out", out); !s.ok()) return s;
   const float scale = *out.scale;
   uint8_t* dst = static_cast<uint8_t*>(out.data);
   float amax = 0.f;
@@ -49,6 +51,10 @@ absl::Status QuantizeTranspose(const TensorDesc& in, const TensorDesc& out,
   if (absl::Status s = CheckRank("in", in, 2); !s.ok()) return s;
   const int64_t rows = in.shape[0], cols = in.shape[1];
   if (absl::Status s = CheckShape("out_t", out_t, Shape{cols, rows}); !s.ok()) return s;
+  if (out_t.dtype != out.dtype) {
+    return absl::InvalidArgumentError("out_t: dtype must equal out's (it shares out's scale)");
+  }
+  if (absl::Status s = CheckData("out_t", out_t); !s.ok()) return s;
   if (out.data != nullptr && out.NumElements() != in.NumElements()) {
     return absl::InvalidArgumentError("out: element count differs from in");
   }
@@ -84,6 +90,8 @@ absl::Status Dequantize(const TensorDesc& in, const TensorDesc& out) {
 
 absl::Status Amax(const TensorDesc& in, float* amax) {
   if (absl::Status s = CheckDType("in", in, {DType::kFloat32, DType::kBFloat16}); !s.ok()) return s;
+  if (absl::Status s = CheckData("in", in); !s.ok()) return s;
+  if (amax == nullptr) return absl::InvalidArgumentError("amax: must be set");
   float m = 0.f;
   for (int64_t i = 0; i < in.NumElements(); ++i) m = FiniteAbsMax(m, Load(in, i));
   *amax = std::max(*amax, m);
@@ -94,6 +102,9 @@ absl::Status UpdateFp8Scales(float* amax, float* history, float* scale, float* s
                              int history_len, float fp8_max, int margin, AmaxAlgo algo) {
   if (n < 0 || history_len < 1) {
     return absl::InvalidArgumentError("n must be >= 0 and history_len >= 1");
+  }
+  if (n > 0 && (amax == nullptr || history == nullptr || scale == nullptr || scale_inv == nullptr)) {
+    return absl::InvalidArgumentError("amax, history, scale, scale_inv: must all be set");
   }
   for (int i = 0; i < n; ++i) {
     for (int h = history_len - 1; h > 0; --h) history[h * n + i] = history[(h - 1) * n + i];
@@ -120,6 +131,8 @@ absl::Status Transpose(const TensorDesc& in, const TensorDesc& out) {
   if (absl::Status s = CheckShape("out", out, Shape{cols, rows}); !s.ok()) return s;
   const size_t width = DTypeSize(in.dtype);
   if (DTypeSize(out.dtype) != width) return absl::InvalidArgumentError("out: dtype width differs");
+  if (absl::Status s = CheckData("in", in); !s.ok()) return s;
+  if (absl::Status s = CheckData("out", out); !s.ok()) return s;
   const uint8_t* src = static_cast<const uint8_t*>(in.data);
   uint8_t* dst = static_cast<uint8_t*>(out.data);
   for (int64_t r = 0; r < rows; ++r) {

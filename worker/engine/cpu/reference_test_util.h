@@ -5,7 +5,9 @@
 #ifndef TESSERA_WORKER_ENGINE_CPU_REFERENCE_TEST_UTIL_H_
 #define TESSERA_WORKER_ENGINE_CPU_REFERENCE_TEST_UTIL_H_
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <random>
@@ -52,6 +54,16 @@ double RelativeError(const std::vector<A>& got, const std::vector<B>& want) {
 // Poison values: NaN for floats, 0xFFFF (a bf16 NaN) for bf16.
 inline void Poison(std::vector<float>& v) { std::fill(v.begin(), v.end(), NAN); }
 inline void Poison(std::vector<uint16_t>& v) { std::fill(v.begin(), v.end(), 0xFFFF); }
+// 0xFF bytes: a NaN in every float dtype (fp32, bf16, e4m3, e5m2), -1 in int32.
+void Poison(std::vector<uint8_t>& v);
+void PoisonBytes(void* data, size_t bytes);
+
+// bf16 values uniform in [-scale, scale) (rounded from RandomFloats).
+std::vector<uint16_t> RandomBf16(size_t n, uint32_t seed, float scale = 1.0f);
+// Integers uniform in [lo, hi), e.g. token ids or targets.
+std::vector<int32_t> RandomInts(size_t n, uint32_t seed, int32_t lo, int32_t hi);
+// Largest |got[i] - want[i]| (infinite if either side is NaN).
+double MaxAbsDifference(const std::vector<float>& got, const std::vector<double>& want);
 
 // d f / d x_i by central differences, in fp64.
 inline std::vector<double> NumericGradient(const std::function<double(const std::vector<double>&)>& f,
