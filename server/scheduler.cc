@@ -37,6 +37,10 @@ std::string Scheduler::PendingReason(const v1::JobSpec& spec, const WorkerRegist
   std::string kind = absl::AsciiStrToUpper(v1::DeviceKind_Name(spec.device_kind()));
   int registered = registry.CountWorkers(spec.device_kind());
   int free = static_cast<int>(registry.FreeWorkers(spec.device_kind()).size());
+  if (position <= 1 && free >= spec.world_size()) {
+    return absl::StrCat("queued: ", spec.world_size(), " free ", kind,
+                        " workers are available; starting at the next scheduling round");
+  }
   std::string reason = absl::StrCat("waiting for ", spec.world_size(), " free healthy ", kind,
                                     " workers (", registered, " registered, ", free, " free)");
   if (position > 1) {

@@ -33,6 +33,8 @@ TEST(Scheduler, PlacesAGangOnlyWhenEnoughFreeWorkersExist) {
   EXPECT_NE(reason.find("2 free healthy CPU workers"), std::string::npos) << reason;
   EXPECT_NE(reason.find("1 registered"), std::string::npos) << reason;
   std::string b = registry.Register("h:2", Device(v1::CPU), kT0);
+  EXPECT_NE(Scheduler::PendingReason(Spec(2), registry, 1).find("starting at the next"),
+            std::string::npos);
   auto placement = scheduler.TryPlaceHead("job-1", Spec(2), registry);
   ASSERT_TRUE(placement.has_value());
   EXPECT_EQ(placement->worker_ids, (std::vector<std::string>{a, b}));
