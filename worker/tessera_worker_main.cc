@@ -4,6 +4,7 @@
 // "tessera-worker <id> serving on ADDR device=DEVICE" once registered.
 // SIGINT/SIGTERM abort the current job and shut down cleanly.
 
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -24,7 +25,22 @@ ABSL_FLAG(std::string, device, "cpu", "cpu, or cuda:N for GPU N");
 ABSL_FLAG(std::string, listen, "127.0.0.1:0",
           "host:port for this worker's WorkerService (port 0 picks a free one)");
 ABSL_FLAG(std::string, host, "",
-          "host name peers use to reach this worker for collectives (default: the --listen host)");
+          "host name peers use to reach this worker for collectives (default: the --listen host; "
+          "for a wildcard --listen, this host's name, also used in the registered address)");
+
+namespace {
+
+// "host:port" -> "host" (brackets of an IPv6 literal kept).
+std::string HostOf(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  return colon == std::string::npos ? address : address.substr(0, colon);
+}
+
+bool IsWildcard(const std::string& host) {
+  return host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::";
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
@@ -40,8 +56,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   const std::string listen = absl::GetFlag(FLAGS_listen);
+  const std::string listen_host = HostOf(listen);
+  // Peers and the coordinator need a name they can dial: a wildcard listen
+  // address falls back to --host, then to the machine's host name.
   std::string host = absl::GetFlag(FLAGS_host);
-  if (host.empty()) host = listen.substr(0, listen.rfind(':'));
+  if (host.empty()) host = IsWildcard(listen_host) ? info->host() : listen_host;
 
   tessera::WorkerCore core([device] { return tessera::CreateTrainer(device); });
   tessera::WorkerServiceImpl service(&core, host);
@@ -51,20 +70,27 @@ int main(int argc, char** argv) {
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    std::fprintf(stderr, "tessera-worker: cannot listen on %s\n", listen.c_str());
+    std::fprintf(stderr, "tessera-worker: --listen=%s: cannot listen there\n", listen.c_str());
     return 1;
   }
-  const std::string address = absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);
+  const std::string address =
+      absl::StrCat(IsWildcard(listen_host) ? host : listen_host, ":", port);
 
   tessera::v1::RegisterWorkerRequest request;
   request.set_address(address);
   *request.mutable_device() = *info;
+  bool announced = false;  // touched on the registration thread only
   tessera::Registration registration(
       absl::GetFlag(FLAGS_coordinator), request,
       [&core] { return tessera::Registration::Health{core.healthy(), core.health_reason()}; },
       [&](const std::string& id) {
-        std::printf("tessera-worker %s serving on %s device=%s\n", id.c_str(), address.c_str(),
-                    device.c_str());
+        if (!announced) {
+          std::printf("tessera-worker %s serving on %s device=%s\n", id.c_str(), address.c_str(),
+                      device.c_str());
+          announced = true;
+        } else {
+          std::printf("tessera-worker registered again as %s\n", id.c_str());
+        }
         std::fflush(stdout);
       });
   registration.Start();
@@ -73,6 +99,8 @@ int main(int argc, char** argv) {
   std::printf("tessera-worker: signal %d, shutting down\n", sig);
   std::fflush(stdout);
   core.Abort("", "worker shutting down").IgnoreError();
+  registration.Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  server->Wait();
   return 0;
 }

@@ -27,8 +27,12 @@ absl::Status FileRendezvousStore::Set(const std::string& key, const std::string&
   {
     std::ofstream out(tmp, std::ios::binary);
     out << value;
+    out.flush();
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp));
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) return absl::InternalError("rename failed");
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", path));
+  }
   return absl::OkStatus();
 }
 
@@ -53,7 +57,10 @@ absl::StatusOr<std::vector<std::string>> FileRendezvousStore::Get(
 
 absl::StatusOr<int64_t> FileRendezvousStore::Add(const std::string& key, int64_t increment) {
   int lock = open((dir_ + "/.lock").c_str(), O_CREAT | O_RDWR, 0644);
-  flock(lock, LOCK_EX);
+  if (lock < 0 || flock(lock, LOCK_EX) != 0) {
+    if (lock >= 0) close(lock);
+    return absl::InternalError(absl::StrCat("cannot lock ", dir_, "/.lock"));
+  }
   int64_t value = 0;
   std::ifstream in(Path(key));
   std::string text;

@@ -1,7 +1,10 @@
 // Test-only Trainer (see fake_trainer.h).
 #include "worker/daemon/fake_trainer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -35,13 +38,30 @@ void FakeTrainer::ResetCallingThreads() {
 absl::StatusOr<SetupReport> FakeTrainer::Setup(const v1::JobSpec& spec, int rank, int world_size) {
   Note();
   rank_ = rank;
+  world_size_ = world_size;
   tokens_per_step_ = spec.data().micro_batch_size() * spec.model().seq_len();
+  const absl::Time end = absl::Now() + options_.setup_time;
+  while (absl::Now() < end) {
+    if (aborted_) return absl::CancelledError("setup aborted");
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  if (options_.setup_fail_code != absl::StatusCode::kOk) {
+    return absl::Status(options_.setup_fail_code, "injected setup failure");
+  }
   return SetupReport{1000 / world_size, 1000};
 }
 
-absl::Status FakeTrainer::InitCollective(RendezvousStore*, const std::string&, absl::Duration) {
+absl::Status FakeTrainer::InitCollective(RendezvousStore* store, const std::string& host,
+                                         absl::Duration timeout) {
   Note();
   if (aborted_) return absl::AbortedError("aborted during InitCollective");
+  if (!options_.exchange_hosts) return absl::OkStatus();
+  absl::Status set = store->Set(absl::StrCat("host/", rank_), host);
+  if (!set.ok()) return set;
+  std::vector<std::string> keys;
+  for (int r = 0; r < world_size_; ++r) keys.push_back(absl::StrCat("host/", r));
+  absl::StatusOr<std::vector<std::string>> hosts = store->Get(keys, timeout);
+  if (!hosts.ok()) return absl::AbortedError(hosts.status().ToString());
   return absl::OkStatus();
 }
 

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "worker/trainer/trainer.h"
 
 namespace tessera {
@@ -19,6 +20,11 @@ struct FakeTrainerOptions {
   absl::Duration step_time = absl::Milliseconds(5);
   int fail_at_step = -1;  // RunStep(fail_at_step) returns fail_code
   absl::StatusCode fail_code = absl::StatusCode::kAborted;
+  absl::Duration setup_time = absl::ZeroDuration();  // Setup waits this long (abortable)
+  absl::StatusCode setup_fail_code = absl::StatusCode::kOk;  // Setup fails with it unless OK
+  // InitCollective publishes `host` under "host/<rank>" and waits for every
+  // rank's entry, as a real collective bootstrap would.
+  bool exchange_hosts = false;
 };
 
 class FakeTrainer : public Trainer {
@@ -42,6 +48,7 @@ class FakeTrainer : public Trainer {
   FakeTrainerOptions options_;
   std::atomic<bool> aborted_{false};
   int rank_ = 0;
+  int world_size_ = 1;
   int tokens_per_step_ = 0;
 };
 

@@ -1,13 +1,24 @@
 // Registration and heartbeat loop (see registration.h).
+//
+// Failures are logged at most once per kComplaintEvery so an absent
+// coordinator does not flood the worker's log.
 #include "worker/daemon/registration.h"
 
 #include <algorithm>
 #include <cstdio>
 
 #include "absl/time/clock.h"
-#include "grpcpp/grpcpp.h"
 
 namespace tessera {
+namespace {
+
+constexpr absl::Duration kCallDeadline = absl::Seconds(5);
+constexpr absl::Duration kFirstBackoff = absl::Milliseconds(100);
+constexpr absl::Duration kMaxBackoff = absl::Seconds(2);
+constexpr absl::Duration kComplaintEvery = absl::Seconds(5);
+constexpr int kMinHeartbeatIntervalMs = 50;
+
+}  // namespace
 
 Registration::Registration(const std::string& coordinator_address,
                            v1::RegisterWorkerRequest request, std::function<Health()> health,
@@ -19,64 +30,93 @@ Registration::Registration(const std::string& coordinator_address,
       health_(std::move(health)),
       on_registered_(std::move(on_registered)) {}
 
-Registration::~Registration() {
+Registration::~Registration() { Stop(); }
+
+void Registration::Start() { thread_ = std::thread([this] { Loop(); }); }
+
+void Registration::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    if (call_in_flight_ != nullptr) call_in_flight_->TryCancel();
+  }
   if (!stop_.HasBeenNotified()) stop_.Notify();
   if (thread_.joinable()) thread_.join();
 }
-
-void Registration::Start() { thread_ = std::thread([this] { Loop(); }); }
 
 std::string Registration::worker_id() {
   absl::MutexLock lock(&mu_);
   return worker_id_;
 }
 
+bool Registration::BeginCall(grpc::ClientContext* context) {
+  context->set_deadline(absl::ToChronoTime(absl::Now() + kCallDeadline));
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return false;
+  call_in_flight_ = context;
+  return true;
+}
+
+void Registration::EndCall() {
+  absl::MutexLock lock(&mu_);
+  call_in_flight_ = nullptr;
+}
+
 void Registration::Loop() {
-  absl::Duration backoff = absl::Milliseconds(100);
+  absl::Duration backoff = kFirstBackoff;
   absl::Duration interval = absl::Seconds(1);
   absl::Time last_complaint = absl::InfinitePast();
+  auto complain = [&](const char* what, const grpc::Status& status) {
+    if (absl::Now() - last_complaint < kComplaintEvery) return;
+    std::fprintf(stderr, "tessera-worker: %s coordinator at %s failed (%s); retrying\n", what,
+                 coordinator_address_.c_str(), status.error_message().c_str());
+    last_complaint = absl::Now();
+  };
   std::string id;
   while (!stop_.HasBeenNotified()) {
     if (id.empty()) {
       grpc::ClientContext context;
-      context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+      if (!BeginCall(&context)) return;
       v1::RegisterWorkerResponse response;
       grpc::Status status = stub_->RegisterWorker(&context, request_, &response);
+      EndCall();
       if (status.ok()) {
         id = response.worker_id();
-        interval = absl::Milliseconds(std::max(50, response.heartbeat_interval_ms()));
-        backoff = absl::Milliseconds(100);
+        interval =
+            absl::Milliseconds(std::max(kMinHeartbeatIntervalMs, response.heartbeat_interval_ms()));
+        backoff = kFirstBackoff;
         {
           absl::MutexLock lock(&mu_);
           worker_id_ = id;
         }
         on_registered_(id);
-        continue;
+        continue;  // first heartbeat right away
       }
-      if (absl::Now() - last_complaint > absl::Seconds(5)) {
-        std::fprintf(stderr, "tessera-worker: cannot register with coordinator at %s (%s); retrying\n",
-                     coordinator_address_.c_str(), status.error_message().c_str());
-        last_complaint = absl::Now();
-      }
+      if (stop_.HasBeenNotified()) return;
+      complain("registering with", status);
       stop_.WaitForNotificationWithTimeout(backoff);
-      backoff = std::min(backoff * 2, absl::Seconds(2));
+      backoff = std::min(backoff * 2, kMaxBackoff);
       continue;
     }
     Health health = health_();
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
     v1::HeartbeatRequest request;
     request.set_worker_id(id);
     request.set_healthy(health.healthy);
     request.set_health_reason(health.reason);
     v1::HeartbeatResponse response;
+    grpc::ClientContext context;
+    if (!BeginCall(&context)) return;
     grpc::Status status = stub_->Heartbeat(&context, request, &response);
+    EndCall();
     if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
-      std::fprintf(stderr, "tessera-worker: coordinator forgot worker %s; registering again\n",
+      std::fprintf(stderr, "tessera-worker: coordinator does not know worker %s; registering again\n",
                    id.c_str());
       id.clear();
       continue;
     }
+    // Anything else (coordinator down, restarting): keep heartbeating at the
+    // same pace; the coordinator decides when we are lost.
+    if (!status.ok() && !stop_.HasBeenNotified()) complain("heartbeat to", status);
     stop_.WaitForNotificationWithTimeout(interval);
   }
 }

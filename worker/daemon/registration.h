@@ -2,7 +2,8 @@
 // backoff while the coordinator is unreachable), then heartbeats at the
 // interval the coordinator asked for, carrying the worker's health. A
 // heartbeat answered NOT_FOUND (the coordinator restarted or swept us)
-// registers again.
+// registers again. Runs on its own thread; Stop() ends it promptly, even
+// mid-RPC.
 #ifndef TESSERA_WORKER_DAEMON_REGISTRATION_H_
 #define TESSERA_WORKER_DAEMON_REGISTRATION_H_
 
@@ -13,6 +14,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "grpcpp/grpcpp.h"
 #include "proto/tessera/v1/worker.grpc.pb.h"
 
 namespace tessera {
@@ -23,17 +25,24 @@ class Registration {
     bool healthy = true;
     std::string reason;
   };
-  // `on_registered` runs after every successful registration with the id.
+  // `health` is asked before every heartbeat. `on_registered` runs on the
+  // loop's thread after every successful registration, with the new id.
   Registration(const std::string& coordinator_address, v1::RegisterWorkerRequest request,
                std::function<Health()> health,
                std::function<void(const std::string& worker_id)> on_registered);
-  ~Registration();  // stops the loop
+  ~Registration();  // Stop()s
 
   void Start();
+  // Ends the loop and joins it. Idempotent; no heartbeat is sent after it.
+  void Stop();
+  // Empty until registered.
   std::string worker_id();
 
  private:
   void Loop();
+  // One unary call that Stop() can cancel; false if stopping.
+  bool BeginCall(grpc::ClientContext* context);
+  void EndCall();
 
   std::unique_ptr<v1::WorkerRegistry::Stub> stub_;
   std::string coordinator_address_;
@@ -42,6 +51,8 @@ class Registration {
   std::function<void(const std::string&)> on_registered_;
   absl::Mutex mu_;
   std::string worker_id_ ABSL_GUARDED_BY(mu_);
+  grpc::ClientContext* call_in_flight_ ABSL_GUARDED_BY(mu_) = nullptr;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::Notification stop_;
   std::thread thread_;
 };

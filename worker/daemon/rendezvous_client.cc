@@ -1,6 +1,10 @@
 // Rendezvous RPCs as a RendezvousStore (see rendezvous_client.h).
 #include "worker/daemon/rendezvous_client.h"
 
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
 #include "grpcpp/grpcpp.h"
@@ -8,7 +12,14 @@
 namespace tessera {
 namespace {
 
+// Set and Add answer at once; the deadline only guards against a hung peer.
 constexpr absl::Duration kCallTimeout = absl::Seconds(30);
+// Get's RPC deadline exceeds the wait the coordinator is asked for by this
+// much, so the coordinator's own DEADLINE_EXCEEDED (naming the missing keys)
+// arrives before the transport gives up.
+constexpr absl::Duration kGetDeadlineMargin = absl::Seconds(5);
+// timeout_ms is an int32 on the wire: about 24 days.
+constexpr int64_t kMaxTimeoutMs = std::numeric_limits<int32_t>::max();
 
 }  // namespace
 
@@ -30,12 +41,15 @@ absl::Status RendezvousClient::Set(const std::string& key, const std::string& va
 
 absl::StatusOr<std::vector<std::string>> RendezvousClient::Get(const std::vector<std::string>& keys,
                                                                absl::Duration timeout) {
+  const int64_t timeout_ms =
+      std::clamp<int64_t>(absl::ToInt64Milliseconds(timeout), 0, kMaxTimeoutMs);
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout + absl::Seconds(5)));
+  context.set_deadline(
+      absl::ToChronoTime(absl::Now() + absl::Milliseconds(timeout_ms) + kGetDeadlineMargin));
   v1::RendezvousGetRequest request;
   request.set_job_id(job_id_);
   for (const std::string& k : keys) request.add_keys(k);
-  request.set_timeout_ms(static_cast<int32_t>(absl::ToInt64Milliseconds(timeout)));
+  request.set_timeout_ms(static_cast<int32_t>(timeout_ms));
   v1::RendezvousGetResponse response;
   grpc::Status status = stub_->RendezvousGet(&context, request, &response);
   if (!status.ok()) return FromGrpcStatus(status);

@@ -1,4 +1,9 @@
 // The worker's command state machine (see worker_core.h).
+//
+// Each command checks and advances the phase under mu_, then runs its trainer
+// call on the compute thread with mu_ released, so Abort and GetWorkerStatus
+// stay responsive while a step is in flight. The phase says which command is
+// in flight; Abort waits for it to settle before destroying the trainer.
 #include "worker/daemon/worker_core.h"
 
 #include "absl/strings/str_cat.h"
@@ -14,6 +19,7 @@ const char* WorkerCore::PhaseName(Phase phase) {
     case Phase::kIdle: return "idle";
     case Phase::kSettingUp: return "setting_up";
     case Phase::kSetUp: return "set_up";
+    case Phase::kJoining: return "joining_collective";
     case Phase::kReady: return "collective_ready";
     case Phase::kRunning: return "running";
     case Phase::kCheckpointing: return "checkpointing";
@@ -51,11 +57,23 @@ absl::Status WorkerCore::NoteHealth(const absl::Status& status) {
   return status;
 }
 
+void WorkerCore::ClearJobLocked() {
+  job_id_.clear();
+  phase_ = Phase::kIdle;
+  rank_ = 0;
+  next_step_ = 0;
+  aborting_ = false;
+  abort_reason_.clear();
+  trainer_for_abort_ = nullptr;
+  ++jobs_cleared_;
+}
+
 absl::StatusOr<v1::SetupJobResponse> WorkerCore::SetupJob(const v1::SetupJobRequest& request) {
   {
     absl::MutexLock lock(&mu_);
     if (!healthy_) {
-      return absl::UnavailableError(absl::StrCat("worker is unhealthy: ", health_reason_));
+      return absl::UnavailableError(absl::StrCat("SetupJob for ", request.job_id(),
+                                                 ": worker is unhealthy: ", health_reason_));
     }
     if (!job_id_.empty()) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -68,10 +86,11 @@ absl::StatusOr<v1::SetupJobResponse> WorkerCore::SetupJob(const v1::SetupJobRequ
                                                      request.world_size(), ")"));
     }
     job_id_ = request.job_id();
+    rank_ = request.rank();
     phase_ = Phase::kSettingUp;
     next_step_ = 0;
   }
-  absl::StatusOr<SetupReport> report = absl::InternalError("not run");
+  absl::StatusOr<SetupReport> report = absl::InternalError("SetupJob: trainer never ran");
   compute_.Run([&] {
     absl::StatusOr<std::unique_ptr<Trainer>> trainer = factory_();
     if (!trainer.ok()) {
@@ -82,6 +101,9 @@ absl::StatusOr<v1::SetupJobResponse> WorkerCore::SetupJob(const v1::SetupJobRequ
     {
       absl::MutexLock lock(&mu_);
       trainer_for_abort_ = trainer_.get();
+      // An Abort that arrived while the trainer was being built could not
+      // reach it; pass it on now.
+      if (aborting_) trainer_->Abort();
     }
     report = trainer_->Setup(request.spec(), request.rank(), request.world_size());
     if (!report.ok()) {
@@ -92,16 +114,18 @@ absl::StatusOr<v1::SetupJobResponse> WorkerCore::SetupJob(const v1::SetupJobRequ
       trainer_.reset();
     }
   });
-  absl::MutexLock lock(&mu_);
   if (!report.ok()) {
-    phase_ = Phase::kIdle;
-    job_id_.clear();
-    mu_.Unlock();
     NoteHealth(report.status()).IgnoreError();
-    mu_.Lock();
+    absl::MutexLock lock(&mu_);
+    ClearJobLocked();  // also releases an Abort waiting on this setup
     return report.status();
   }
+  absl::MutexLock lock(&mu_);
   phase_ = Phase::kSetUp;
+  if (aborting_) {
+    return absl::CancelledError(
+        absl::StrCat("SetupJob for ", request.job_id(), ": aborted: ", abort_reason_));
+  }
   v1::SetupJobResponse response;
   response.set_shard_parameters(report->shard_parameters);
   response.set_total_parameters(report->total_parameters);
@@ -113,13 +137,17 @@ absl::Status WorkerCore::InitCollective(const std::string& job_id, RendezvousSto
   {
     absl::MutexLock lock(&mu_);
     if (absl::Status s = Expect("InitCollective", job_id, Phase::kSetUp); !s.ok()) return s;
-    phase_ = Phase::kSettingUp;
+    phase_ = Phase::kJoining;
   }
   absl::Status status;
   compute_.Run([&] { status = trainer_->InitCollective(store, host, timeout); });
   {
     absl::MutexLock lock(&mu_);
     phase_ = status.ok() ? Phase::kReady : Phase::kSetUp;
+    if (aborting_ && status.ok()) {
+      status = absl::CancelledError(
+          absl::StrCat("InitCollective for ", job_id, ": aborted: ", abort_reason_));
+    }
   }
   return NoteHealth(status);
 }
@@ -129,7 +157,10 @@ absl::Status WorkerCore::RunSteps(const std::string& job_id, int first_step, int
   {
     absl::MutexLock lock(&mu_);
     if (absl::Status s = Expect("RunSteps", job_id, Phase::kReady); !s.ok()) return s;
-    if (num_steps < 0) return absl::InvalidArgumentError("num_steps: must be >= 0");
+    if (num_steps < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("num_steps: must be >= 0 (got ", num_steps, ")"));
+    }
     if (first_step != next_step_) {
       return absl::FailedPreconditionError(
           absl::StrCat("RunSteps for ", job_id, ": steps must be consecutive; next step is ",
@@ -141,12 +172,9 @@ absl::Status WorkerCore::RunSteps(const std::string& job_id, int first_step, int
   for (int step = first_step; step < first_step + num_steps; ++step) {
     {
       absl::MutexLock lock(&mu_);
-      if (aborting_) {
-        status = absl::CancelledError(absl::StrCat("job ", job_id, " aborted: ", abort_reason_));
-        break;
-      }
+      if (aborting_) break;  // reported below
     }
-    absl::StatusOr<StepReport> report = absl::InternalError("not run");
+    absl::StatusOr<StepReport> report = absl::InternalError("RunSteps: trainer never ran");
     compute_.Run([&] { report = trainer_->RunStep(step); });
     if (!report.ok()) {
       status = report.status();
@@ -158,32 +186,39 @@ absl::Status WorkerCore::RunSteps(const std::string& job_id, int first_step, int
     }
     on_step(*report);
   }
-  {
-    absl::MutexLock lock(&mu_);
-    phase_ = Phase::kReady;
-    if (aborting_ && !status.ok() && status.code() != absl::StatusCode::kCancelled) {
-      status = absl::CancelledError(absl::StrCat("job ", job_id, " aborted: ", abort_reason_));
-    }
+  NoteHealth(status).IgnoreError();  // a fault counts even if the job was aborted
+  absl::MutexLock lock(&mu_);
+  phase_ = Phase::kReady;
+  // Whatever the trainer said about a step it was told to drop, the caller
+  // sees one answer for an aborted job.
+  if (aborting_ && next_step_ < first_step + num_steps) {
+    status = absl::CancelledError(
+        absl::StrCat("RunSteps for ", job_id, ": aborted: ", abort_reason_));
   }
-  return NoteHealth(status);
+  return status;
 }
 
 absl::StatusOr<std::string> WorkerCore::Checkpoint(const std::string& job_id, int step,
                                                    const std::string& dir) {
+  Phase resume = Phase::kReady;
   {
     absl::MutexLock lock(&mu_);
-    Phase want = phase_ == Phase::kSetUp ? Phase::kSetUp : Phase::kReady;
-    if (absl::Status s = Expect("Checkpoint", job_id, want); !s.ok()) return s;
+    // Allowed before InitCollective too: the shards exist once set up.
+    resume = phase_ == Phase::kSetUp ? Phase::kSetUp : Phase::kReady;
+    if (absl::Status s = Expect("Checkpoint", job_id, resume); !s.ok()) return s;
     if (dir.empty()) return absl::InvalidArgumentError("dir: must be set");
+    if (step != next_step_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("step: the worker holds the state after ", next_step_,
+                       " steps, so a checkpoint of it must say step ", next_step_, ", not ", step));
+    }
     phase_ = Phase::kCheckpointing;
-    // Remember where to return to.
-    next_phase_after_checkpoint_ = want;
   }
-  absl::StatusOr<std::string> path = absl::InternalError("not run");
+  absl::StatusOr<std::string> path = absl::InternalError("Checkpoint: trainer never ran");
   compute_.Run([&] { path = trainer_->Checkpoint(step, dir); });
   {
     absl::MutexLock lock(&mu_);
-    phase_ = next_phase_after_checkpoint_;
+    phase_ = resume;
   }
   if (!path.ok()) NoteHealth(path.status()).IgnoreError();
   return path;
@@ -194,26 +229,31 @@ absl::Status WorkerCore::Abort(const std::string& job_id, const std::string& rea
     absl::MutexLock lock(&mu_);
     if (job_id_.empty()) return absl::OkStatus();
     if (!job_id.empty() && job_id != job_id_) return absl::OkStatus();
-    if (!aborting_) {
-      aborting_ = true;
-      abort_reason_ = reason.empty() ? "aborted" : reason;
-      if (trainer_for_abort_ != nullptr) trainer_for_abort_->Abort();
+    const int64_t generation = jobs_cleared_;
+    auto job_gone = [this, generation]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      return jobs_cleared_ != generation;
+    };
+    if (aborting_) {
+      // Another Abort owns the teardown; return once it is done.
+      mu_.Await(absl::Condition(&job_gone));
+      return absl::OkStatus();
     }
-    // Wait for the command in flight to notice and return.
-    auto settled = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-      return phase_ != Phase::kSettingUp && phase_ != Phase::kRunning &&
-             phase_ != Phase::kCheckpointing;
+    aborting_ = true;
+    abort_reason_ = reason.empty() ? "aborted" : reason;
+    if (trainer_for_abort_ != nullptr) trainer_for_abort_->Abort();
+    // Wait for the command in flight to notice and return (a failed setup
+    // clears the job itself).
+    auto settled = [this, &job_gone]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      return job_gone() || (phase_ != Phase::kSettingUp && phase_ != Phase::kJoining &&
+                            phase_ != Phase::kRunning && phase_ != Phase::kCheckpointing);
     };
     mu_.Await(absl::Condition(&settled));
-    if (job_id_.empty()) return absl::OkStatus();  // another Abort finished the job
+    if (job_gone()) return absl::OkStatus();
     trainer_for_abort_ = nullptr;
   }
   compute_.Run([&] { trainer_.reset(); });
   absl::MutexLock lock(&mu_);
-  job_id_.clear();
-  phase_ = Phase::kIdle;
-  aborting_ = false;
-  next_step_ = 0;
+  ClearJobLocked();
   return absl::OkStatus();
 }
 
@@ -235,6 +275,11 @@ bool WorkerCore::healthy() {
 std::string WorkerCore::health_reason() {
   absl::MutexLock lock(&mu_);
   return health_reason_;
+}
+
+int WorkerCore::rank() {
+  absl::MutexLock lock(&mu_);
+  return rank_;
 }
 
 }  // namespace tessera

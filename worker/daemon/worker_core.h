@@ -1,16 +1,22 @@
 // A worker daemon's command state machine, without gRPC types.
 //
-//   idle --SetupJob--> set_up --InitCollective--> ready <--RunSteps--> running
-//   any state --Abort--> idle            (Checkpoint from set_up or ready)
+//   idle --SetupJob--> set_up --InitCollective--> collective_ready
+//   collective_ready --RunSteps--> running --(steps done)--> collective_ready
+//   any state --Abort--> idle      (Checkpoint from set_up or collective_ready)
 //
+// While SetupJob or InitCollective is in flight the phase reads
+// "setting_up" / "joining_collective"; during Checkpoint, "checkpointing".
 // A command out of order, or for a job other than the current one, is
-// FAILED_PRECONDITION. All Trainer calls except Abort run on one compute
-// thread (compute_thread.h). A trainer error with code INTERNAL or DATA_LOSS
-// (e.g. a sticky CUDA fault) marks the worker unhealthy: heartbeats report it
-// and SetupJob answers UNAVAILABLE.
+// FAILED_PRECONDITION; so is any command while an Abort tears the job down.
+// All Trainer calls except Abort run on one compute thread
+// (compute_thread.h), trainer creation and destruction included. A trainer
+// error with code INTERNAL or DATA_LOSS (e.g. a sticky CUDA fault) marks the
+// worker unhealthy for good: heartbeats report it and SetupJob answers
+// UNAVAILABLE.
 #ifndef TESSERA_WORKER_DAEMON_WORKER_CORE_H_
 #define TESSERA_WORKER_DAEMON_WORKER_CORE_H_
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -31,31 +37,43 @@ class WorkerCore {
   explicit WorkerCore(TrainerFactory factory);
   ~WorkerCore();
 
+  // Creates the trainer (through the factory) and sets it up. UNAVAILABLE if
+  // unhealthy; CANCELLED if aborted meanwhile.
   absl::StatusOr<v1::SetupJobResponse> SetupJob(const v1::SetupJobRequest& request);
   absl::Status InitCollective(const std::string& job_id, RendezvousStore* store,
                               const std::string& host, absl::Duration timeout);
-  // Steps must continue from the last finished one. Returns CANCELLED when
-  // the job is aborted mid-way.
+  // Runs steps [first_step, first_step + num_steps), calling `on_step` after
+  // each. Steps must continue from the last finished one. Returns CANCELLED
+  // when the job is aborted mid-way, or the failing step's error.
   absl::Status RunSteps(const std::string& job_id, int first_step, int num_steps,
                         const std::function<void(const StepReport&)>& on_step);
+  // `step` must equal the number of steps finished (the state saved).
   absl::StatusOr<std::string> Checkpoint(const std::string& job_id, int step,
                                          const std::string& dir);
   // Idempotent. An empty job_id or the current job's id aborts; another id is
-  // a no-op (that job is not here).
+  // a no-op (that job is not here). Stops the command in flight through
+  // Trainer::Abort, waits for it to return, then destroys the trainer on the
+  // compute thread. Concurrent Aborts all return once the job is gone.
   absl::Status Abort(const std::string& job_id, const std::string& reason);
 
   v1::WorkerStatus Status();
   bool healthy();
   std::string health_reason();
+  // The current job's rank (0 when idle).
+  int rank();
   std::thread::id compute_thread_id() const { return compute_.id(); }
 
  private:
-  enum class Phase { kIdle, kSettingUp, kSetUp, kReady, kRunning, kCheckpointing };
+  // kSettingUp, kJoining, kRunning and kCheckpointing mean a command is in
+  // flight on the compute thread.
+  enum class Phase { kIdle, kSettingUp, kSetUp, kJoining, kReady, kRunning, kCheckpointing };
   static const char* PhaseName(Phase phase);
   // FAILED_PRECONDITION unless the current job is job_id and phase is `want`.
   absl::Status Expect(const std::string& command, const std::string& job_id, Phase want)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status NoteHealth(const absl::Status& status);
+  absl::Status NoteHealth(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
+  // Forgets the job: back to idle, ready for the next SetupJob.
+  void ClearJobLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   TrainerFactory factory_;
   ComputeThread compute_;
@@ -64,8 +82,11 @@ class WorkerCore {
   std::string job_id_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<Trainer> trainer_;  // touched on the compute thread only
   Trainer* trainer_for_abort_ ABSL_GUARDED_BY(mu_) = nullptr;
+  int rank_ ABSL_GUARDED_BY(mu_) = 0;
   int next_step_ ABSL_GUARDED_BY(mu_) = 0;
-  Phase next_phase_after_checkpoint_ ABSL_GUARDED_BY(mu_) = Phase::kReady;
+  // Counts jobs forgotten, so a waiting Abort can tell its job is gone even
+  // if a new one has started since.
+  int64_t jobs_cleared_ ABSL_GUARDED_BY(mu_) = 0;
   bool aborting_ ABSL_GUARDED_BY(mu_) = false;
   std::string abort_reason_ ABSL_GUARDED_BY(mu_);
   bool healthy_ ABSL_GUARDED_BY(mu_) = true;

@@ -3,7 +3,12 @@
 // mid-run, consecutive steps, health, and the single compute thread.
 #include "worker/daemon/worker_core.h"
 
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <random>
 #include <thread>
+#include <vector>
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
@@ -15,6 +20,15 @@ namespace {
 WorkerCore::TrainerFactory Factory(FakeTrainerOptions options = {}) {
   return [options]() -> absl::StatusOr<std::unique_ptr<Trainer>> {
     return std::unique_ptr<Trainer>(new FakeTrainer(options));
+  };
+}
+
+// Trainer i gets options[i]; later ones get the last entry.
+WorkerCore::TrainerFactory SequenceFactory(std::vector<FakeTrainerOptions> options) {
+  auto made = std::make_shared<std::atomic<int>>(0);
+  return [options, made]() -> absl::StatusOr<std::unique_ptr<Trainer>> {
+    const int i = std::min<int>(made->fetch_add(1), static_cast<int>(options.size()) - 1);
+    return std::unique_ptr<Trainer>(new FakeTrainer(options[i]));
   };
 }
 
@@ -37,16 +51,24 @@ absl::Status RunFor(WorkerCore& core, const std::string& job, int first, int n,
 
 TEST(WorkerCore, HappyPathRunsOnOneComputeThread) {
   FakeTrainer::ResetCallingThreads();
+  std::mt19937 rng(std::random_device{}());
+  const int first_chunk = 1 + static_cast<int>(rng() % 5);
+  const int second_chunk = 1 + static_cast<int>(rng() % 5);
   WorkerCore core(Factory());
   ASSERT_TRUE(core.SetupJob(SetupRequest("job-1")).ok());
+  EXPECT_EQ(core.Status().phase(), "set_up");
   ASSERT_TRUE(core.InitCollective("job-1", nullptr, "h", absl::Seconds(1)).ok());
+  EXPECT_EQ(core.Status().phase(), "collective_ready");
   std::vector<StepReport> reports;
-  ASSERT_TRUE(RunFor(core, "job-1", 0, 3, &reports).ok());
-  ASSERT_TRUE(RunFor(core, "job-1", 3, 2, &reports).ok());
-  ASSERT_EQ(reports.size(), 5u);
-  EXPECT_EQ(reports[4].step, 4);
+  ASSERT_TRUE(RunFor(core, "job-1", 0, first_chunk, &reports).ok());
+  ASSERT_TRUE(RunFor(core, "job-1", first_chunk, second_chunk, &reports).ok());
+  const int total = first_chunk + second_chunk;
+  ASSERT_EQ(reports.size(), static_cast<size_t>(total));
+  for (int i = 0; i < total; ++i) EXPECT_EQ(reports[i].step, i);
+  for (int i = 1; i < total; ++i) EXPECT_LT(reports[i].loss, reports[i - 1].loss);
   EXPECT_EQ(reports[0].tokens, 16);
-  ASSERT_TRUE(core.Checkpoint("job-1", 5, "/tmp/x").ok());
+  ASSERT_TRUE(core.Checkpoint("job-1", total, "/tmp/x").ok());
+  EXPECT_EQ(core.Status().phase(), "collective_ready");
   ASSERT_TRUE(core.Abort("job-1", "done").ok());
   EXPECT_EQ(core.Status().phase(), "idle");
   auto threads = FakeTrainer::CallingThreads();
@@ -82,8 +104,12 @@ TEST(WorkerCore, AbortFromEveryState) {
     WorkerCore core(Factory());
     ASSERT_TRUE(core.Abort("", "nothing to abort").ok());
     ASSERT_TRUE(core.SetupJob(SetupRequest("job-1")).ok());
-    if (stop_after >= 1) ASSERT_TRUE(core.InitCollective("job-1", nullptr, "h", absl::Seconds(1)).ok());
-    if (stop_after >= 2) ASSERT_TRUE(RunFor(core, "job-1", 0, 2).ok());
+    if (stop_after >= 1) {
+      ASSERT_TRUE(core.InitCollective("job-1", nullptr, "h", absl::Seconds(1)).ok());
+    }
+    if (stop_after >= 2) {
+      ASSERT_TRUE(RunFor(core, "job-1", 0, 2).ok());
+    }
     ASSERT_TRUE(core.Abort("job-1", "stop").ok());
     EXPECT_EQ(core.Status().phase(), "idle");
     EXPECT_TRUE(core.Status().job_id().empty());
@@ -133,6 +159,111 @@ TEST(WorkerCore, AbortedCollectiveDoesNotMarkUnhealthy) {
   EXPECT_TRUE(core.healthy());
 }
 
+TEST(WorkerCore, AbortDuringSetupCancelsItAndFreesTheWorker) {
+  FakeTrainerOptions slow_setup;
+  slow_setup.setup_time = absl::Seconds(10);
+  WorkerCore core(SequenceFactory({slow_setup, FakeTrainerOptions{}}));
+  absl::StatusOr<v1::SetupJobResponse> setup;
+  std::thread setter([&] { setup = core.SetupJob(SetupRequest("job-1")); });
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_EQ(core.Status().phase(), "setting_up");
+  EXPECT_EQ(core.InitCollective("job-1", nullptr, "h", absl::Seconds(1)).code(),
+            absl::StatusCode::kFailedPrecondition);
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(core.Abort("job-1", "user").ok());
+  setter.join();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  EXPECT_EQ(setup.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(core.Status().phase(), "idle");
+  EXPECT_TRUE(core.healthy());
+  ASSERT_TRUE(core.SetupJob(SetupRequest("job-2")).ok());
+  EXPECT_TRUE(core.InitCollective("job-2", nullptr, "h", absl::Seconds(1)).ok());
+}
+
+TEST(WorkerCore, FailedSetupLeavesTheWorkerFreeEvenWhileAborted) {
+  // The first setup fails on its own while an Abort is waiting on it; the
+  // worker must come back fully usable, not stuck "being aborted".
+  FakeTrainerOptions failing;
+  failing.setup_time = absl::Milliseconds(300);
+  failing.setup_fail_code = absl::StatusCode::kResourceExhausted;
+  WorkerCore core(SequenceFactory({failing, failing, FakeTrainerOptions{}}));
+  EXPECT_EQ(core.SetupJob(SetupRequest("job-1")).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(core.Status().phase(), "idle");
+  EXPECT_TRUE(core.healthy());  // out of memory is the job's problem, not the device's
+
+  absl::StatusOr<v1::SetupJobResponse> setup;
+  std::thread setter([&] { setup = core.SetupJob(SetupRequest("job-2")); });
+  absl::SleepFor(absl::Milliseconds(50));
+  ASSERT_TRUE(core.Abort("job-2", "").ok());
+  setter.join();
+  EXPECT_FALSE(setup.ok());
+  ASSERT_TRUE(core.SetupJob(SetupRequest("job-3")).ok());
+  ASSERT_TRUE(core.InitCollective("job-3", nullptr, "h", absl::Seconds(1)).ok());
+  EXPECT_TRUE(RunFor(core, "job-3", 0, 2).ok());
+}
+
+TEST(WorkerCore, FactoryFailureIsReturnedAndTheWorkerStaysIdle) {
+  WorkerCore core([]() -> absl::StatusOr<std::unique_ptr<Trainer>> {
+    return absl::UnavailableError("device: cuda:7 is not present");
+  });
+  EXPECT_EQ(core.SetupJob(SetupRequest("job-1")).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(core.Status().phase(), "idle");
+  EXPECT_TRUE(core.Status().job_id().empty());
+}
+
+TEST(WorkerCore, ConcurrentAbortsAllReturnOnceTheJobIsGone) {
+  FakeTrainerOptions slow;
+  slow.step_time = absl::Milliseconds(100);
+  WorkerCore core(Factory(slow));
+  ASSERT_TRUE(core.SetupJob(SetupRequest("job-1")).ok());
+  ASSERT_TRUE(core.InitCollective("job-1", nullptr, "h", absl::Seconds(1)).ok());
+  absl::Status run_status;
+  std::thread runner([&] { run_status = RunFor(core, "job-1", 0, 1000); });
+  absl::SleepFor(absl::Milliseconds(150));
+  EXPECT_EQ(core.Status().phase(), "running");
+  // Not mid-step: a checkpoint waits for the run to end.
+  EXPECT_EQ(core.Checkpoint("job-1", 1, "/tmp").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  std::vector<std::thread> aborters;
+  std::atomic<int> failures{0};
+  for (int i = 0; i < 3; ++i) {
+    aborters.emplace_back([&, i] {
+      if (!core.Abort(i == 0 ? "" : "job-1", "stop").ok()) failures++;
+      if (!core.Status().job_id().empty()) failures++;
+    });
+  }
+  for (auto& t : aborters) t.join();
+  runner.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(run_status.code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(core.Status().phase(), "idle");
+  EXPECT_TRUE(core.SetupJob(SetupRequest("job-2")).ok());
+}
+
+TEST(WorkerCore, CheckpointFromSetUpAndOnlyOfTheCurrentStep) {
+  WorkerCore core(Factory());
+  ASSERT_TRUE(core.SetupJob(SetupRequest("job-1")).ok());
+  absl::StatusOr<std::string> path = core.Checkpoint("job-1", 0, "/tmp/ck");
+  ASSERT_TRUE(path.ok()) << path.status();
+  EXPECT_EQ(*path, "/tmp/ck/step-0/rank-0.bin");
+  EXPECT_EQ(core.Status().phase(), "set_up");
+  ASSERT_TRUE(core.InitCollective("job-1", nullptr, "h", absl::Seconds(1)).ok());
+  ASSERT_TRUE(RunFor(core, "job-1", 0, 3).ok());
+  EXPECT_EQ(core.Checkpoint("job-1", 2, "/tmp/ck").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(core.Checkpoint("job-1", 3, "").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(core.Checkpoint("job-2", 3, "/tmp/ck").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(core.Checkpoint("job-1", 3, "/tmp/ck").ok());
+}
+
+TEST(WorkerCore, OutOfOrderMessageNamesTheCommandAndTheFix) {
+  WorkerCore core(Factory());
+  absl::Status s = core.InitCollective("job-3", nullptr, "h", absl::Seconds(1));
+  EXPECT_EQ(s.message(), "InitCollective for job-3: worker is idle; SetupJob first");
+}
+
 TEST(WorkerCore, BadSetupRequestsAreInvalidArgument) {
   WorkerCore core(Factory());
   v1::SetupJobRequest r = SetupRequest("job-1");
@@ -140,6 +271,10 @@ TEST(WorkerCore, BadSetupRequestsAreInvalidArgument) {
   EXPECT_EQ(core.SetupJob(r).status().code(), absl::StatusCode::kInvalidArgument);
   r = SetupRequest("");
   EXPECT_EQ(core.SetupJob(r).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(core.Status().phase(), "idle");
+  ASSERT_TRUE(core.SetupJob(SetupRequest("job-1")).ok());
+  ASSERT_TRUE(core.InitCollective("job-1", nullptr, "h", absl::Seconds(1)).ok());
+  EXPECT_EQ(RunFor(core, "job-1", 0, -1).code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

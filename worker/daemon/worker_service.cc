@@ -6,12 +6,17 @@
 #include "worker/daemon/rendezvous_client.h"
 
 namespace tessera {
+namespace {
+
+// When the coordinator leaves InitCollectiveRequest.timeout_ms unset.
+constexpr absl::Duration kDefaultCollectiveTimeout = absl::Seconds(60);
+
+}  // namespace
 
 grpc::Status WorkerServiceImpl::SetupJob(grpc::ServerContext*, const v1::SetupJobRequest* req,
                                          v1::SetupJobResponse* resp) {
   absl::StatusOr<v1::SetupJobResponse> r = core_->SetupJob(*req);
   if (!r.ok()) return ToGrpcStatus(r.status());
-  rank_ = req->rank();
   *resp = *r;
   return grpc::Status::OK;
 }
@@ -23,15 +28,16 @@ grpc::Status WorkerServiceImpl::InitCollective(grpc::ServerContext*,
     return ToGrpcStatus(absl::InvalidArgumentError("rendezvous_address: must be set"));
   }
   RendezvousClient store(req->rendezvous_address(), req->job_id());
-  absl::Duration timeout =
-      req->timeout_ms() > 0 ? absl::Milliseconds(req->timeout_ms()) : absl::Seconds(60);
-  return ToGrpcStatus(core_->InitCollective(req->job_id(), &store, host_, timeout));
+  const absl::Duration timeout =
+      req->timeout_ms() > 0 ? absl::Milliseconds(req->timeout_ms()) : kDefaultCollectiveTimeout;
+  const std::string& host = req->host().empty() ? host_ : req->host();
+  return ToGrpcStatus(core_->InitCollective(req->job_id(), &store, host, timeout));
 }
 
 grpc::Status WorkerServiceImpl::RunSteps(grpc::ServerContext* context,
                                          const v1::RunStepsRequest* req,
                                          grpc::ServerWriter<v1::StepResult>* writer) {
-  const int rank = rank_;
+  const int rank = core_->rank();
   absl::Status status = core_->RunSteps(
       req->job_id(), req->first_step(), req->num_steps(), [&](const StepReport& report) {
         v1::StepResult result;
@@ -42,6 +48,8 @@ grpc::Status WorkerServiceImpl::RunSteps(grpc::ServerContext* context,
         result.set_lr(report.lr);
         result.set_tokens(report.tokens);
         result.set_compute_time_s(report.compute_time_s);
+        // A caller that went away stops hearing; the steps still finish so
+        // the ranks stay in step until the coordinator aborts the job.
         if (!context->IsCancelled()) writer->Write(result);
       });
   return ToGrpcStatus(status);

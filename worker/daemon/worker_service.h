@@ -1,9 +1,13 @@
 // The WorkerService gRPC implementation: parses each command, hands it to
-// WorkerCore and maps the status. RunSteps streams one StepResult per step.
+// WorkerCore and maps the status. RunSteps streams one StepResult per step
+// as the step finishes. InitCollective gives the trainer a RendezvousClient
+// to the coordinator address named in the request. Handlers may run on any
+// gRPC thread; WorkerCore serialises the work.
 #ifndef TESSERA_WORKER_DAEMON_WORKER_SERVICE_H_
 #define TESSERA_WORKER_DAEMON_WORKER_SERVICE_H_
 
 #include <string>
+#include <utility>
 
 #include "proto/tessera/v1/worker.grpc.pb.h"
 #include "worker/daemon/worker_core.h"
@@ -12,7 +16,8 @@ namespace tessera {
 
 class WorkerServiceImpl final : public v1::WorkerService::Service {
  public:
-  // `host` is how peers reach this worker for collectives.
+  // `host` is how peers reach this worker for collectives, unless an
+  // InitCollectiveRequest names one. `core` is not owned.
   WorkerServiceImpl(WorkerCore* core, std::string host) : core_(core), host_(std::move(host)) {}
 
   grpc::Status SetupJob(grpc::ServerContext*, const v1::SetupJobRequest* req,
@@ -30,8 +35,7 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
 
  private:
   WorkerCore* core_;
-  std::string host_;
-  int rank_ = 0;
+  const std::string host_;
 };
 
 }  // namespace tessera

@@ -19,9 +19,23 @@
 namespace tessera {
 namespace {
 
-// Synthetic data is generated in memory: this many tokens unless the spec
-// asks for a number.
-constexpr int64_t kDefaultSyntheticTokens = 1 << 20;
+// Synthetic data is generated in memory. With num_tokens = 0 the task gets
+// one token per token the job will read (steps x global batch x (seq_len+1)),
+// at least kMinSyntheticTokens so short jobs still see varied lines and at
+// most kMaxSyntheticTokens (64 MiB of uint32) so a long job cannot exhaust
+// host memory; sequences are sampled at random offsets, so a job may read
+// more than this without harm. The count depends only on the global batch,
+// never on how it is split into ranks, so every sharding of one job sees the
+// same token stream.
+constexpr int64_t kMinSyntheticTokens = int64_t{1} << 20;
+constexpr int64_t kMaxSyntheticTokens = int64_t{16} << 20;
+
+int64_t DefaultSyntheticTokens(const v1::JobSpec& spec, int world_size) {
+  const double wanted = static_cast<double>(std::max(spec.steps(), 1)) * world_size *
+                        spec.data().micro_batch_size() * (spec.model().seq_len() + 1.0);
+  if (wanted >= static_cast<double>(kMaxSyntheticTokens)) return kMaxSyntheticTokens;
+  return std::max(kMinSyntheticTokens, static_cast<int64_t>(wanted));
+}
 
 class TokenBatchSource : public BatchSource {
  public:
@@ -41,8 +55,13 @@ class TokenBatchSource : public BatchSource {
                          absl::Span<int32_t> targets) override {
     const size_t want = static_cast<size_t>(micro_batch_) * seq_len_;
     if (inputs.size() != want || targets.size() != want) {
-      return absl::InvalidArgumentError(absl::StrCat("batch buffers must hold ", want, " tokens"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "batch buffers must hold micro_batch_size x seq_len = ", want, " tokens, got ",
+          inputs.size(), " inputs and ", targets.size(), " targets"));
     }
+    if (step < 0) return absl::InvalidArgumentError(absl::StrCat("step: ", step, " < 0"));
+    // Offsets are uniform in [0, size - seq_len - 1]: the last sequence's
+    // final target is the last token.
     const uint64_t span = static_cast<uint64_t>(size() - seq_len_);
     for (int j = 0; j < micro_batch_; ++j) {
       uint64_t global = static_cast<uint64_t>(rank_) * micro_batch_ + j;
@@ -68,17 +87,29 @@ class TokenBatchSource : public BatchSource {
 
 absl::StatusOr<std::unique_ptr<BatchSource>> OpenBatchSource(const v1::JobSpec& spec, int rank,
                                                              int world_size) {
-  if (rank < 0 || rank >= world_size) return absl::InvalidArgumentError("rank out of range");
+  if (world_size < 1 || rank < 0 || rank >= world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " does not lie in a world of ", world_size));
+  }
+  if (spec.model().seq_len() < 1) {
+    return absl::InvalidArgumentError("model.seq_len: must be >= 1");
+  }
+  if (spec.data().micro_batch_size() < 1) {
+    return absl::InvalidArgumentError("data.micro_batch_size: must be >= 1");
+  }
   std::unique_ptr<TokenFile> file;
   std::vector<uint32_t> memory;
   uint32_t max_token = 0;
   int64_t count = 0;
   if (spec.data().has_synthetic()) {
     int64_t n = spec.data().synthetic().num_tokens();
-    if (n == 0) n = kDefaultSyntheticTokens;
+    if (n == 0) n = DefaultSyntheticTokens(spec, world_size);
     absl::StatusOr<std::vector<uint32_t>> tokens =
         GenerateSyntheticTokens(spec.data().synthetic(), spec.seed(), n);
-    if (!tokens.ok()) return tokens.status();
+    if (!tokens.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("data.synthetic: ", tokens.status().message()));
+    }
     memory = std::move(*tokens);
     for (uint32_t t : memory) max_token = std::max(max_token, t);
     count = static_cast<int64_t>(memory.size());
@@ -98,7 +129,7 @@ absl::StatusOr<std::unique_ptr<BatchSource>> OpenBatchSource(const v1::JobSpec& 
                                                    " does not fit model.vocab_size ",
                                                    spec.model().vocab_size()));
   }
-  if (count < spec.model().seq_len() + 2) {
+  if (count < static_cast<int64_t>(spec.model().seq_len()) + 1) {
     return absl::InvalidArgumentError(absl::StrCat("data: ", count,
                                                    " tokens cannot fill one sequence of ",
                                                    spec.model().seq_len(), " + 1"));

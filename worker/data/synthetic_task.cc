@@ -1,4 +1,13 @@
 // Synthetic addition and copy tasks (see synthetic_task.h).
+//
+// The stream is fixed by this procedure, so it is identical on every
+// machine and compiler: one SplitMixRng seeded with HashWords(seed, 1) for
+// ADDITION or HashWords(seed, 2) for COPY; each line draws, per number, a
+// length 1 + Below(max_digits) and then Below(10) per digit (an ADDITION
+// operand of two or more digits that would start with 0 redraws that digit
+// as 1 + Below(9)). Lines are appended until num_tokens is reached and the
+// stream is cut there, so a longer stream extends a shorter one. Changing
+// any step changes every job's data: synthetic_task_test pins a prefix.
 #include "worker/data/synthetic_task.h"
 
 #include "absl/strings/str_cat.h"
@@ -28,8 +37,11 @@ absl::StatusOr<std::vector<uint32_t>> GenerateSyntheticTokens(const v1::Syntheti
   if (!copy && task.task() != v1::SyntheticData::ADDITION) {
     return absl::InvalidArgumentError("task: must be ADDITION or COPY");
   }
-  int max_digits = task.max_digits() > 0 ? task.max_digits() : (copy ? 8 : 3);
-  if (max_digits > 18) return absl::InvalidArgumentError("max_digits: must be <= 18");
+  if (task.max_digits() < 0 || task.max_digits() > 18) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_digits: must be in [0, 18] (0 = default), got ", task.max_digits()));
+  }
+  const int max_digits = task.max_digits() > 0 ? task.max_digits() : (copy ? 8 : 3);
   SplitMixRng rng(HashWords(seed, copy ? 2 : 1));
   std::vector<uint32_t> tokens;
   tokens.reserve(num_tokens + 64);

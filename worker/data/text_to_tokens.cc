@@ -1,8 +1,9 @@
-// Text files to a byte-level token file (see text_to_tokens.h).
+// Text files to a byte-level token file (see text_to_tokens.h). Each file is
+// read in fixed-size chunks; every byte becomes one token, so the vocabulary
+// is [0, 256) whatever the encoding of the text.
 #include "worker/data/text_to_tokens.h"
 
 #include <fstream>
-#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "worker/data/token_file.h"
@@ -12,12 +13,16 @@ namespace tessera {
 absl::Status BuildByteTokenFileFromText(const std::vector<std::string>& text_paths,
                                         const std::string& out_path) {
   std::vector<uint32_t> tokens;
+  char chunk[1 << 16];
   for (const std::string& path : text_paths) {
     std::ifstream in(path, std::ios::binary);
     if (!in) return absl::NotFoundError(absl::StrCat("cannot read text file ", path));
-    for (auto it = std::istreambuf_iterator<char>(in); it != std::istreambuf_iterator<char>(); ++it) {
-      tokens.push_back(static_cast<uint8_t>(*it));
+    while (in.read(chunk, sizeof(chunk)) || in.gcount() > 0) {
+      for (std::streamsize i = 0; i < in.gcount(); ++i) {
+        tokens.push_back(static_cast<uint8_t>(chunk[i]));
+      }
     }
+    if (in.bad()) return absl::DataLossError(absl::StrCat("reading text file ", path, " failed"));
   }
   return WriteTokenFile(out_path, tokens);
 }

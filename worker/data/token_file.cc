@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -18,6 +19,9 @@ namespace tessera {
 absl::Status WriteTokenFile(const std::string& path, absl::Span<const uint32_t> tokens) {
   uint32_t max_token = 0;
   for (uint32_t t : tokens) max_token = std::max(max_token, t);
+  if (max_token == UINT32_MAX) {
+    return absl::InvalidArgumentError("tokens: id 2^32-1 leaves no room for vocab_hint");
+  }
   const bool wide = max_token > 0xffff;
   uint8_t header[kTokenFileHeaderBytes] = {0};
   std::memcpy(header, kTokenFileMagic, 8);
@@ -50,12 +54,15 @@ absl::Status WriteTokenFile(const std::string& path, absl::Span<const uint32_t> 
 absl::StatusOr<std::unique_ptr<TokenFile>> TokenFile::Open(const std::string& path) {
   int fd = open(path.c_str(), O_RDONLY);
   if (fd < 0) return absl::NotFoundError(absl::StrCat("token file ", path, " cannot be opened"));
-  struct stat st;
-  fstat(fd, &st);
-  size_t bytes = static_cast<size_t>(st.st_size);
   auto bad = [&](const std::string& why) {
     return absl::InvalidArgumentError(absl::StrCat("token file ", path, ": ", why));
   };
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return bad("not a regular file");
+  }
+  const size_t bytes = static_cast<size_t>(st.st_size);
   if (bytes < kTokenFileHeaderBytes) {
     close(fd);
     return bad("not a Tessera token file (shorter than its header)");
@@ -68,26 +75,38 @@ absl::StatusOr<std::unique_ptr<TokenFile>> TokenFile::Open(const std::string& pa
   file->map_bytes_ = bytes;
   const uint8_t* p = static_cast<const uint8_t*>(map);
   if (std::memcmp(p, kTokenFileMagic, 8) != 0) return bad("not a Tessera token file (bad magic)");
-  uint32_t version, dtype;
+  uint32_t version, dtype, vocab_hint;
   uint64_t count;
   std::memcpy(&version, p + 8, 4);
   std::memcpy(&dtype, p + 12, 4);
   std::memcpy(&count, p + 16, 8);
+  std::memcpy(&vocab_hint, p + 24, 4);
   if (version != kTokenFileVersion) {
     return bad(absl::StrCat("unsupported version ", version, " (this build reads version ",
                             kTokenFileVersion, ")"));
   }
   if (dtype != 1 && dtype != 2) return bad(absl::StrCat("unknown token dtype ", dtype));
   file->wide_ = dtype == 2;
-  size_t width = file->wide_ ? 4 : 2;
-  size_t held = (bytes - kTokenFileHeaderBytes) / width;
-  if (held != count) {
+  const size_t width = file->wide_ ? 4 : 2;
+  const size_t payload = bytes - kTokenFileHeaderBytes;
+  const size_t held = payload / width;
+  if (held < count) {
     return bad(absl::StrCat("truncated: header says ", count, " tokens but the file holds ", held));
+  }
+  if (held > count || payload % width != 0) {
+    return bad(absl::StrCat("header says ", count, " tokens but the file holds ", payload,
+                            " bytes of tokens (", held, " tokens and change): trailing data"));
   }
   file->tokens_ = p + kTokenFileHeaderBytes;
   file->count_ = static_cast<int64_t>(count);
+  // One pass at open: the batch source checks the largest id against the
+  // model's vocabulary before training starts, and a corrupt file shows here.
   for (int64_t i = 0; i < file->count_; ++i) {
     file->max_token_ = std::max(file->max_token_, file->Token(i));
+  }
+  if (count > 0 && static_cast<uint64_t>(file->max_token_) >= vocab_hint) {
+    return bad(absl::StrCat("holds token id ", file->max_token_, " but its vocab_hint is ",
+                            vocab_hint, " (corrupt file)"));
   }
   return file;
 }

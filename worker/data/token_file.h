@@ -26,19 +26,25 @@ inline constexpr uint32_t kTokenFileVersion = 1;
 inline constexpr size_t kTokenFileHeaderBytes = 32;
 
 // Writes atomically (temp file + rename); uint16 tokens when all fit.
+// INVALID_ARGUMENT for the id 2^32-1 (vocab_hint would overflow).
 absl::Status WriteTokenFile(const std::string& path, absl::Span<const uint32_t> tokens);
 
 class TokenFile {
  public:
-  // INVALID_ARGUMENT with the reason for a malformed file, NOT_FOUND if absent.
+  // Memory-maps the file read-only. INVALID_ARGUMENT with the reason for a
+  // malformed file (bad magic, unsupported version or dtype, truncated or
+  // trailing data, a token >= vocab_hint); NOT_FOUND if it cannot be opened.
   static absl::StatusOr<std::unique_ptr<TokenFile>> Open(const std::string& path);
   ~TokenFile();
+  TokenFile(const TokenFile&) = delete;
+  TokenFile& operator=(const TokenFile&) = delete;
 
   int64_t size() const { return count_; }
   uint32_t Token(int64_t i) const {
     return wide_ ? reinterpret_cast<const uint32_t*>(tokens_)[i]
                  : reinterpret_cast<const uint16_t*>(tokens_)[i];
   }
+  // Largest token id in the file (0 when empty), computed once at Open.
   uint32_t max_token() const { return max_token_; }
 
  private:

@@ -1,9 +1,17 @@
-// Token files round-trip in both widths; malformed files are rejected with
-// the reason; text files become byte tokens.
+// Token files round-trip random tokens in both widths (the writer picks
+// uint16 when every id fits); malformed files are rejected with
+// INVALID_ARGUMENT naming the reason; text files become byte tokens, in
+// order, and a missing input is NOT_FOUND naming its path.
 #include "worker/data/token_file.h"
 
+#include <sys/stat.h>
+
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <iterator>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -16,58 +24,123 @@ std::string TempPath(const std::string& name) {
   return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
 }
 
-TEST(TokenFile, RoundTripsNarrowAndWideTokens) {
-  for (uint32_t big : {1000u, 70000u}) {
-    std::vector<uint32_t> tokens = {0, 5, big, 17, 255};
-    std::string path = TempPath(absl::StrCat("t", big, ".tok"));
+int64_t FileBytes(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 ? st.st_size : -1;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+std::string WriteRaw(const std::string& name, const std::string& content) {
+  std::ofstream out(TempPath(name), std::ios::binary);
+  out << content;
+  return TempPath(name);
+}
+
+TEST(TokenFile, RoundTripsRandomTokensInBothWidths) {
+  std::mt19937 rng(std::random_device{}());
+  struct Case {
+    uint32_t limit;  // ids drawn from [0, limit)
+    int width;       // bytes per stored token
+  };
+  for (Case c : {Case{65536, 2}, Case{1u << 31, 4}}) {
+    std::vector<uint32_t> tokens(1000 + rng() % 1000);
+    for (uint32_t& t : tokens) t = static_cast<uint32_t>(rng() % c.limit);
+    if (c.width == 4) tokens[tokens.size() / 2] = 70000 + rng() % 1000;  // surely wide
+    const uint32_t max_token = *std::max_element(tokens.begin(), tokens.end());
+    const std::string path = TempPath(absl::StrCat("round", c.width, ".tok"));
     ASSERT_TRUE(WriteTokenFile(path, tokens).ok());
+    EXPECT_EQ(FileBytes(path), int64_t{32} + c.width * static_cast<int64_t>(tokens.size()));
     auto file = TokenFile::Open(path);
     ASSERT_TRUE(file.ok()) << file.status();
-    ASSERT_EQ((*file)->size(), 5);
-    for (int i = 0; i < 5; ++i) EXPECT_EQ((*file)->Token(i), tokens[i]);
-    EXPECT_EQ((*file)->max_token(), big);
+    ASSERT_EQ((*file)->size(), static_cast<int64_t>(tokens.size()));
+    for (size_t i = 0; i < tokens.size(); ++i) ASSERT_EQ((*file)->Token(i), tokens[i]) << i;
+    EXPECT_EQ((*file)->max_token(), max_token);
   }
+}
+
+TEST(TokenFile, HeaderLayoutIsAsDocumented) {
+  const std::string path = TempPath("layout.tok");
+  ASSERT_TRUE(WriteTokenFile(path, std::vector<uint32_t>{3, 9, 4}).ok());
+  const std::string bytes = ReadAll(path);
+  ASSERT_EQ(bytes.size(), 32u + 3 * 2);
+  EXPECT_EQ(std::memcmp(bytes.data(), "TSRTOKN\0", 8), 0);
+  uint32_t version, dtype, vocab_hint;
+  uint64_t count;
+  std::memcpy(&version, bytes.data() + 8, 4);
+  std::memcpy(&dtype, bytes.data() + 12, 4);
+  std::memcpy(&count, bytes.data() + 16, 8);
+  std::memcpy(&vocab_hint, bytes.data() + 24, 4);
+  EXPECT_EQ(version, 1u);
+  EXPECT_EQ(dtype, 1u);
+  EXPECT_EQ(count, 3u);
+  EXPECT_EQ(vocab_hint, 10u);
+  EXPECT_EQ(static_cast<uint8_t>(bytes[32 + 2]), 9);  // little-endian second token
+}
+
+TEST(TokenFile, EmptyTokenListRoundTrips) {
+  const std::string path = TempPath("empty.tok");
+  ASSERT_TRUE(WriteTokenFile(path, {}).ok());
+  auto file = TokenFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ((*file)->size(), 0);
 }
 
 TEST(TokenFile, MalformedFilesAreRejectedWithTheReason) {
-  std::string path = TempPath("ok.tok");
+  const std::string path = TempPath("ok.tok");
   ASSERT_TRUE(WriteTokenFile(path, std::vector<uint32_t>{1, 2, 3, 4}).ok());
-  std::string bytes;
-  {
-    std::ifstream in(path, std::ios::binary);
-    bytes.assign(std::istreambuf_iterator<char>(in), {});
-  }
-  auto write = [&](const std::string& name, const std::string& content) {
-    std::ofstream out(TempPath(name), std::ios::binary);
-    out << content;
-    return TempPath(name);
+  const std::string bytes = ReadAll(path);
+  auto expect_reason = [](const std::string& file, const std::string& reason) {
+    auto opened = TokenFile::Open(file);
+    ASSERT_FALSE(opened.ok()) << file;
+    EXPECT_EQ(opened.status().code(), absl::StatusCode::kInvalidArgument) << opened.status();
+    EXPECT_NE(opened.status().message().find(reason), std::string::npos) << opened.status();
   };
   std::string bad_magic = bytes;
   bad_magic[0] = 'X';
-  auto s1 = TokenFile::Open(write("magic.tok", bad_magic));
-  EXPECT_EQ(s1.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(s1.status().message().find("bad magic"), std::string::npos);
-  auto s2 = TokenFile::Open(write("trunc.tok", bytes.substr(0, bytes.size() - 2)));
-  EXPECT_NE(s2.status().message().find("truncated"), std::string::npos) << s2.status();
+  expect_reason(WriteRaw("magic.tok", bad_magic), "not a Tessera token file (bad magic)");
+  expect_reason(WriteRaw("short.tok", bytes.substr(0, 20)), "not a Tessera token file");
+  expect_reason(WriteRaw("trunc.tok", bytes.substr(0, bytes.size() - 2)),
+                "truncated: header says 4 tokens but the file holds 3");
+  expect_reason(WriteRaw("long.tok", bytes + "xy"), "trailing data");
   std::string v2 = bytes;
   v2[8] = 2;
-  auto s3 = TokenFile::Open(write("v2.tok", v2));
-  EXPECT_NE(s3.status().message().find("version 2"), std::string::npos) << s3.status();
-  EXPECT_EQ(TokenFile::Open(TempPath("missing.tok")).status().code(), absl::StatusCode::kNotFound);
+  expect_reason(WriteRaw("v2.tok", v2), "unsupported version 2");
+  std::string dtype7 = bytes;
+  dtype7[12] = 7;
+  expect_reason(WriteRaw("dtype.tok", dtype7), "unknown token dtype 7");
+  std::string low_hint = bytes;
+  low_hint[24] = 2;  // claims ids < 2, holds 4
+  expect_reason(WriteRaw("hint.tok", low_hint), "vocab_hint");
+  EXPECT_EQ(TokenFile::Open(TempPath("missing.tok")).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(WriteTokenFile(TempPath("max.tok"), std::vector<uint32_t>{UINT32_MAX}).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
-TEST(TextToTokens, BytesBecomeTokensInOrder) {
-  std::string a = TempPath("a.txt"), b = TempPath("b.txt");
-  std::ofstream(a) << "hi";
-  std::ofstream(b) << "\xff!";
-  ASSERT_TRUE(BuildByteTokenFileFromText({a, b}, TempPath("ab.tok")).ok());
-  auto file = TokenFile::Open(TempPath("ab.tok"));
-  ASSERT_TRUE(file.ok());
-  ASSERT_EQ((*file)->size(), 4);
-  EXPECT_EQ((*file)->Token(0), 'h');
-  EXPECT_EQ((*file)->Token(2), 255u);
-  EXPECT_EQ(BuildByteTokenFileFromText({TempPath("nope.txt")}, TempPath("x.tok")).code(),
-            absl::StatusCode::kNotFound);
+TEST(TextToTokens, EveryByteBecomesOneTokenInFileOrder) {
+  std::mt19937 rng(std::random_device{}());
+  std::string a(500 + rng() % 100, '\0'), b(300, '\0');
+  for (char& c : a) c = static_cast<char>(rng());
+  for (char& c : b) c = static_cast<char>(rng());
+  const std::string pa = WriteRaw("a.txt", a), pb = WriteRaw("b.txt", b);
+  const std::string out = TempPath("ab.tok");
+  ASSERT_TRUE(BuildByteTokenFileFromText({pa, pb}, out).ok());
+  auto file = TokenFile::Open(out);
+  ASSERT_TRUE(file.ok()) << file.status();
+  const std::string joined = a + b;
+  ASSERT_EQ((*file)->size(), static_cast<int64_t>(joined.size()));
+  for (size_t i = 0; i < joined.size(); ++i) {
+    ASSERT_EQ((*file)->Token(i), static_cast<uint8_t>(joined[i])) << i;
+  }
+  EXPECT_LT((*file)->max_token(), 256u);
+  const std::string missing = TempPath("nope.txt");
+  absl::Status s = BuildByteTokenFileFromText({pa, missing}, TempPath("x.tok"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(s.message().find(missing), std::string::npos) << s;
 }
 
 }  // namespace

@@ -9,7 +9,10 @@
 // The FP8 quantizer state (scale, scale_inv, amax) lives in the trainer's
 // packed metadata block and is referenced here by pointer: it is built once
 // at setup and never copied per step. Every rank quantizes with the same
-// (all-reduced) scale, so the gathered bytes need no per-shard metadata.
+// (all-reduced) scale, so the gathered bytes need no per-shard metadata:
+// each rank already holds the scale_inv to decode them with, recorded by
+// Fp8Meta::RecordWeightEncodeScales on every rank, including ranks whose
+// shard is empty and which encoded nothing.
 #ifndef TESSERA_WORKER_FSDP_FP8_SHARDED_PARAM_H_
 #define TESSERA_WORKER_FSDP_FP8_SHARDED_PARAM_H_
 

@@ -1,9 +1,15 @@
 // Packed FP8 quantizer state (see fp8_meta.h).
 #include "worker/model/fp8_meta.h"
 
+#include <algorithm>
 #include <vector>
 
 namespace tessera {
+namespace {
+
+constexpr int kDefaultHistoryLen = 16;  // job.proto: amax_history_len 0 means 16
+
+}  // namespace
 
 absl::StatusOr<Fp8Meta> Fp8Meta::Create(Ops& ops, int n_linears, const v1::Fp8Recipe& recipe) {
   Fp8Meta m;
@@ -15,7 +21,8 @@ absl::StatusOr<Fp8Meta> Fp8Meta::Create(Ops& ops, int n_linears, const v1::Fp8Re
     m.margin_ = recipe.current().margin();
     m.algo_ = AmaxAlgo::kMostRecent;
   } else {
-    m.history_len_ = std::max(1, recipe.delayed().amax_history_len());
+    const int history = recipe.delayed().amax_history_len();
+    m.history_len_ = history > 0 ? history : kDefaultHistoryLen;
     m.margin_ = recipe.delayed().margin();
     m.algo_ = recipe.delayed().amax_compute() == v1::DelayedScaling::MOST_RECENT
                   ? AmaxAlgo::kMostRecent
@@ -59,6 +66,11 @@ absl::Status Fp8Meta::UpdateScales(Ops& ops, Stream* stream) {
   if (!s.ok()) return s;
   return ops.UpdateFp8Scales(amax_ + n4_, history5_, scale5_, scale_inv5_, n5_, history_len_,
                              57344.0f, margin_, algo_, stream);
+}
+
+absl::Status Fp8Meta::RecordWeightEncodeScales(Ops& ops, Stream* stream) {
+  // Weight slots are [0, n5_) of the e4m3 group.
+  return ops.CopyDeviceToDevice(weight_data_scale_inv_, scale_inv4_, n5_ * sizeof(float), stream);
 }
 
 absl::Status Fp8Meta::UpdateInputSlot(Ops& ops, int slot, Stream* stream) {

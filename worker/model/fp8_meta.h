@@ -1,6 +1,8 @@
-// The packed FP8 quantizer state of a model, built once at setup. Slots:
-//   e4m3 group: per block linear, its weight and its input activation
-//   e5m2 group: per block linear, its output gradient
+// The packed FP8 quantizer state of a model, built once at setup. Slots,
+// for n block linears:
+//   e4m3 group: the linears' weights [0, n), then their input activations
+//               [n, 2n)
+//   e5m2 group: the linears' output gradients [0, n)
 // Layout in one engine allocation, so that all amaxes of a step are combined
 // across ranks by ONE all-reduce (max) and all scales are updated by one
 // UpdateFp8Scales call per group:
@@ -9,7 +11,38 @@
 //                 | weight_data_scale_inv[n_weights]
 // weight_data_scale_inv holds 1/scale that each weight's current FP8 bytes
 // were encoded with (FusedAdam encodes with this step's scale, before the
-// update), which is what the next GEMM must use.
+// update), which is what the next GEMM must use. RecordWeightEncodeScales
+// sets it on every rank, including ranks whose shard of a weight is empty
+// and which therefore encoded nothing.
+//
+// When each scale is used, delayed scaling (TransformerEngine's recipe):
+//  * Step k's activations and gradients are quantized with the scales
+//    computed at the end of step k-1 from the history as it stood then
+//    (amaxes of steps k-H..k-1); their own amaxes are recorded by the fused
+//    Quantize and only enter the history at the end of step k. Step 0 uses
+//    scale 1.
+//  * Weights: setup all-reduces the amax of the initial masters and encodes
+//    the shards with the resulting scale. In step k, FusedAdam re-encodes
+//    the new master with the scale from the end of step k-1 (which the
+//    gathered bytes of step k+1 therefore carry in weight_data_scale_inv)
+//    and records the new masters' amax.
+//  * End of step: one AllReduce(max) over amax[0, n4 + n5), then one
+//    UpdateFp8Scales per group rolls the histories and recomputes every
+//    scale. All ranks hold identical scales, so a gathered FP8 weight is
+//    decoded with one scale_inv that every rank already has: only the FP8
+//    bytes travel in the all-gather.
+// Current scaling (history 1, most recent):
+//  * Activations and gradients take the amax of the tensor itself right
+//    before quantizing (UpdateInputSlot / UpdateGradSlot). The amax is the
+//    rank's LOCAL one, not all-reduced: a sharded run therefore quantizes
+//    activations slightly differently from a 1-rank run with the same global
+//    batch (it stays within the FP8 tolerance, not bit-exact); an extra
+//    all-reduce per linear would restore exactness at the cost of a
+//    collective on the critical path.
+//  * Weights: after FusedAdam and the packed all-reduce, the trainer runs a
+//    separate pass re-quantizing every FP8 shard from its master with the
+//    scale of the all-reduced new amax, so weights use their exact current
+//    scale and stay identical on all ranks.
 #ifndef TESSERA_WORKER_MODEL_FP8_META_H_
 #define TESSERA_WORKER_MODEL_FP8_META_H_
 
@@ -26,8 +59,8 @@ class Fp8Meta {
   int n4() const { return n4_; }
   int n5() const { return n5_; }
   // Slots of linear i.
-  int weight_slot(int i) const { return 2 * i; }
-  int input_slot(int i) const { return 2 * i + 1; }
+  int weight_slot(int i) const { return i; }
+  int input_slot(int i) const { return n5_ + i; }
 
   float* amax4(int slot) const { return amax_ + slot; }
   float* scale4(int slot) const { return scale4_ + slot; }
@@ -41,6 +74,10 @@ class Fp8Meta {
 
   // Rolls histories and recomputes every scale from the (all-reduced) amaxes.
   absl::Status UpdateScales(Ops& ops, Stream* stream);
+  // Call right after the FP8 weight shards were (re-)encoded with the
+  // weights' current scales: copies their 1/scale (one contiguous copy) into
+  // weight_data_scale_inv, identically on every rank.
+  absl::Status RecordWeightEncodeScales(Ops& ops, Stream* stream);
   bool current_scaling() const { return current_; }
   // The whole packed block (amaxes, scales, histories), for checkpoints.
   const TensorDesc& packed() const { return block_.desc; }

@@ -20,7 +20,7 @@ constexpr float kInitStd = 0.02f;
 }  // namespace
 
 FsdpTrainer::FsdpTrainer(std::unique_ptr<Ops> ops, CommunicatorFactory make_communicator)
-    : ops_(std::move(ops)), make_communicator_(std::move(make_communicator)) {}
+    : ops_(std::make_unique<CountingOps>(std::move(ops))), make_communicator_(std::move(make_communicator)) {}
 
 FsdpTrainer::~FsdpTrainer() = default;
 
@@ -35,7 +35,6 @@ absl::Status FsdpTrainer::CheckAborted() const {
 }
 
 absl::StatusOr<DeviceTensor> FsdpTrainer::Alloc(DType dtype, Shape shape) {
-  ++allocations_;
   return AllocateTensor(*ops_, dtype, shape);
 }
 
@@ -100,7 +99,6 @@ absl::Status FsdpTrainer::AllocateState() {
   const DType block_dtype = fp8_ ? DType::kE4M3 : DType::kBFloat16;
   auto param = [&](const std::string& name, int64_t rows, int64_t cols, DType dtype,
                    bool decay) -> absl::StatusOr<Fp8ShardedParam> {
-    allocations_ += 5;
     return CreateShardedParam(*ops_, name, rows, cols, dtype, decay, rank_, world_);
   };
   ASSIGN_OR_RETURN(embedding_, param("embedding", vocab_, hidden_, DType::kBFloat16, true));
@@ -119,7 +117,6 @@ absl::Status FsdpTrainer::AllocateState() {
   ASSIGN_OR_RETURN(lm_head_, param("lm_head", vocab_, hidden_, DType::kBFloat16, true));
 
   // Quantizer state, built once; each FP8 weight points into it.
-  ++allocations_;
   ASSIGN_OR_RETURN(Fp8Meta meta, Fp8Meta::Create(*ops_, 4 * layers_, spec_.fp8()));
   meta_ = std::make_unique<Fp8Meta>(std::move(meta));
   for (int l = 0; l < layers_; ++l) {
@@ -187,7 +184,6 @@ absl::Status FsdpTrainer::AllocateState() {
     ASSIGN_OR_RETURN(a.gate_up, Alloc(DType::kBFloat16, Shape{t, 2 * f}));
     ASSIGN_OR_RETURN(a.swiglu, Alloc(DType::kBFloat16, Shape{t, f}));
     for (int i = 0; i < 4; ++i) {
-      ++allocations_;
       RETURN_IF_ERROR(AllocateLinearSaved(*ops_, Spec(l, i), a.saved[i]));
     }
   }
@@ -250,7 +246,8 @@ absl::Status FsdpTrainer::QuantizeWeightsFromMaster() {
     out.scale_inv = p->scale_inv;
     RETURN_IF_ERROR(ops_->Quantize(Reshaped(p->master.desc, Shape{n}), out, nullptr));
   }
-  return absl::OkStatus();
+  // Also on ranks whose shard of some weight is empty (they encoded nothing).
+  return meta_->RecordWeightEncodeScales(*ops_, nullptr);
 }
 
 absl::Status FsdpTrainer::InitCollective(RendezvousStore* store, const std::string& host,
@@ -302,8 +299,14 @@ absl::StatusOr<std::vector<uint8_t>> FsdpTrainer::GatheredWeightBytes(int layer,
 
 // Checkpoint file, little-endian: "TSRCKPT1", int64 step, rank, world; per
 // parameter: int64 name length, name, int64 n, then n fp32 each of master,
-// exp_avg and exp_avg_sq; then int64 m and the m floats of the FP8 state.
+// exp_avg and exp_avg_sq (parameters in model order: embedding, each block's
+// attn_norm, qkv, out_proj, mlp_norm, gate_up, down, then final_norm and
+// lm_head); then int64 m and the m floats of the FP8 state, the packed block
+// laid out as fp8_meta.h describes (amaxes, scales, histories, and the
+// scale_inv each weight's FP8 bytes were encoded with). Written to a temp
+// file and renamed, so a reader never sees a partial checkpoint.
 absl::StatusOr<std::string> FsdpTrainer::Checkpoint(int step, const std::string& dir) {
+  if (meta_ == nullptr) return absl::FailedPreconditionError("Checkpoint before Setup");
   const std::string step_dir = absl::StrCat(dir, "/step-", step);
   mkdir(dir.c_str(), 0755);
   mkdir(step_dir.c_str(), 0755);

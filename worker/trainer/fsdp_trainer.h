@@ -28,6 +28,7 @@
 #include "worker/fsdp/fp8_sharded_param.h"
 #include "worker/model/fp8_linear.h"
 #include "worker/model/fp8_meta.h"
+#include "worker/trainer/counting_ops.h"
 #include "worker/trainer/trainer.h"
 
 namespace tessera {
@@ -48,9 +49,11 @@ class FsdpTrainer : public Trainer {
   absl::StatusOr<std::string> Checkpoint(int step, const std::string& dir) override;
   void Abort() override;
 
-  // For tests: engine allocations so far (none may happen after setup), and
-  // the gathered (full) compute bytes of a block linear weight.
-  int64_t allocation_count() const { return allocations_; }
+  // For tests: engine allocations and host reads so far, counted at the ops
+  // boundary (a step allocates nothing and reads back one block of scalars),
+  // and the gathered (full) compute bytes of a block linear weight.
+  int64_t allocation_count() const { return ops_->allocations(); }
+  int64_t host_read_count() const { return ops_->host_reads(); }
   absl::StatusOr<std::vector<uint8_t>> GatheredWeightBytes(int layer, int linear);
 
  private:
@@ -84,6 +87,7 @@ class FsdpTrainer : public Trainer {
     DeviceTensor attn_norm, qkv, out_proj, mlp_norm, gate_up, down;
   };
 
+  absl::StatusOr<StepReport> Step(int step);  // RunStep without the abort mapping
   absl::Status AllocateState();
   absl::Status InitParams();
   absl::Status QuantizeWeightsFromMaster();
@@ -99,12 +103,11 @@ class FsdpTrainer : public Trainer {
   LinearSpec Spec(int layer, int linear) const;
   GatheredBlock& GatheredFor(int layer);
 
-  std::unique_ptr<Ops> ops_;
+  std::unique_ptr<CountingOps> ops_;  // the engine, behind the counting decorator
   CommunicatorFactory make_communicator_;
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<BatchSource> data_;
   std::atomic<bool> aborted_{false};
-  int64_t allocations_ = 0;
   bool collective_ready_ = false;
   int next_step_ = 0;
 

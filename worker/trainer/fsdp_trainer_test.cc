@@ -6,7 +6,9 @@
 //  - a fixed seed repeats bit for bit; resharding after forward or not gives
 //    identical losses; FP8 off trains too;
 //  - the loss on the addition task falls below a threshold;
-//  - no engine allocation happens after setup; Abort stops a step.
+//  - current scaling keeps a sharded run close to the 1-rank run;
+//  - no engine allocation happens after setup; Abort stops a step, also one
+//    blocked in a collective.
 #include "worker/trainer/fsdp_trainer.h"
 
 #include <sys/wait.h>
@@ -15,6 +17,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -26,19 +29,7 @@
 namespace tessera {
 namespace {
 
-// The shared test job, shrunk so a CPU step takes milliseconds.
-v1::JobSpec TinySpec(int micro_batch) {
-  v1::JobSpec spec = TestJobSpec(micro_batch);
-  v1::ModelConfig* m = spec.mutable_model();
-  m->set_vocab_size(64);
-  m->set_d_model(32);
-  m->set_ffn_dim(48);
-  m->set_seq_len(16);
-  spec.mutable_data()->mutable_synthetic()->set_num_tokens(50000);
-  spec.set_seed(11);
-  spec.set_loss_chunk_tokens(24);
-  return spec;
-}
+v1::JobSpec TinySpec(int micro_batch) { return TinyCpuTestJobSpec(micro_batch); }
 
 std::string FreshDir(const std::string& name) {
   std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name, "-", getpid());
@@ -50,6 +41,7 @@ struct RankResult {
   std::vector<float> losses;
   std::vector<uint8_t> gathered;  // layer 0 qkv, after training
   int64_t allocations_after_setup = -1, allocations_after_steps = -1;
+  int64_t host_reads_during_steps = -1;
 };
 
 // Trains `steps` steps as `rank` of `world`; writes losses and bytes to out.
@@ -60,6 +52,7 @@ int TrainRank(const v1::JobSpec& spec, int rank, int world, const std::string& r
   FileRendezvousStore store(rdzv);
   if (!trainer.InitCollective(&store, "127.0.0.1", absl::Seconds(30)).ok()) return 3;
   const int64_t after_setup = trainer.allocation_count();
+  const int64_t reads_before = trainer.host_read_count();
   std::ofstream file(out, std::ios::binary);
   for (int s = 0; s < steps; ++s) {
     auto report = trainer.RunStep(s);
@@ -69,7 +62,8 @@ int TrainRank(const v1::JobSpec& spec, int rank, int world, const std::string& r
     }
     file.write(reinterpret_cast<const char*>(&report->loss), sizeof(float));
   }
-  int64_t counts[2] = {after_setup, trainer.allocation_count()};
+  int64_t counts[3] = {after_setup, trainer.allocation_count(),
+                       trainer.host_read_count() - reads_before};
   auto bytes = trainer.GatheredWeightBytes(0, 0);
   if (!bytes.ok()) return 5;
   int64_t nbytes = static_cast<int64_t>(bytes->size());
@@ -98,11 +92,12 @@ std::vector<RankResult> Train(const v1::JobSpec& spec, int world, int steps) {
     std::ifstream in(absl::StrCat(dir, "/out-", r), std::ios::binary);
     results[r].losses.resize(steps);
     in.read(reinterpret_cast<char*>(results[r].losses.data()), steps * sizeof(float));
-    int64_t counts[2] = {-1, -1}, nbytes = 0;
+    int64_t counts[3] = {-1, -1, -1}, nbytes = 0;
     in.read(reinterpret_cast<char*>(counts), sizeof(counts));
     in.read(reinterpret_cast<char*>(&nbytes), sizeof(nbytes));
     results[r].allocations_after_setup = counts[0];
     results[r].allocations_after_steps = counts[1];
+    results[r].host_reads_during_steps = counts[2];
     results[r].gathered.resize(std::max<int64_t>(0, nbytes));
     in.read(reinterpret_cast<char*>(results[r].gathered.data()), results[r].gathered.size());
   }
@@ -125,11 +120,33 @@ TEST(FsdpTrainer, TwoRanksMatchOneRankAndGatherIdenticalFp8Weights) {
   EXPECT_FLOAT_EQ(sharded[0].losses[0], single[0].losses[0]);  // same init, same data
   ASSERT_FALSE(sharded[0].gathered.empty());
   EXPECT_EQ(sharded[0].gathered, sharded[1].gathered);
-  // A steady-state step allocates nothing on the engine.
+  // A steady-state step allocates nothing on the engine (counted at the ops
+  // boundary) and reads back one block of scalars.
   for (const RankResult& r : sharded) {
     EXPECT_GT(r.allocations_after_setup, 0);
     EXPECT_EQ(r.allocations_after_steps, r.allocations_after_setup);
+    EXPECT_EQ(r.host_reads_during_steps, steps);
   }
+}
+
+TEST(FsdpTrainer, CurrentScalingTwoRanksTrackOneRank) {
+  // Current scaling quantizes activations with each rank's local amax
+  // (fp8_meta.h), so the sharded run is close to, not bit-equal with, the
+  // 1-rank run; weights still use the all-reduced amax and gather identically.
+  const int steps = 6;
+  v1::JobSpec spec2 = TinySpec(2), spec1 = TinySpec(4);
+  spec2.mutable_fp8()->mutable_current()->set_margin(0);
+  spec1.mutable_fp8()->mutable_current()->set_margin(0);
+  std::vector<RankResult> sharded = Train(spec2, 2, steps);
+  std::vector<RankResult> single = Train(spec1, 1, steps);
+  for (int s = 0; s < steps; ++s) {
+    EXPECT_EQ(sharded[0].losses[s], sharded[1].losses[s]) << "step " << s;
+    EXPECT_NEAR(sharded[0].losses[s], single[0].losses[s], 2e-2 * single[0].losses[s])
+        << "step " << s;
+  }
+  EXPECT_LT(single[0].losses[steps - 1], single[0].losses[0]);
+  ASSERT_FALSE(sharded[0].gathered.empty());
+  EXPECT_EQ(sharded[0].gathered, sharded[1].gathered);
 }
 
 TEST(FsdpTrainer, ThreeRanksWithEmptyShardsTrain) {
@@ -138,10 +155,17 @@ TEST(FsdpTrainer, ThreeRanksWithEmptyShardsTrain) {
   spec.mutable_model()->set_n_heads(1);
   spec.mutable_model()->set_ffn_dim(2);
   std::vector<RankResult> r = Train(spec, 3, 3);
+  // The same model on one rank with the three micro-batches as one.
+  v1::JobSpec whole = spec;
+  whole.mutable_data()->set_micro_batch_size(3);
+  std::vector<RankResult> one = Train(whole, 1, 3);
   for (int s = 0; s < 3; ++s) {
     EXPECT_TRUE(std::isfinite(r[0].losses[s]));
     EXPECT_EQ(r[0].losses[s], r[2].losses[s]);
+    EXPECT_NEAR(r[0].losses[s], one[0].losses[s], 2e-2 * one[0].losses[s]) << "step " << s;
   }
+  EXPECT_FLOAT_EQ(r[0].losses[0], one[0].losses[0]);  // same init and data before any update
+  EXPECT_EQ(r[0].gathered, r[2].gathered);
 }
 
 TEST(FsdpTrainer, FixedSeedRepeatsBitForBitAndReshardingDoesNotChangeLosses) {
@@ -187,8 +211,63 @@ TEST(FsdpTrainer, AbortStopsTheNextStepAndOrderIsEnforced) {
   EXPECT_EQ(trainer.RunStep(1).status().code(), absl::StatusCode::kCancelled);
 }
 
+TEST(FsdpTrainer, AbortDuringABlockedCollectiveReturnsCancelledInTime) {
+  // Rank 1 joins the group but never steps, so rank 0's first all-gather
+  // blocks; Abort() from another thread must end RunStep with CANCELLED,
+  // at the latest when the blocked collective's timeout (2 s) expires.
+  const std::string dir = FreshDir("abort");
+  const absl::Duration timeout = absl::Seconds(2);
+  pid_t peer = fork();
+  if (peer == 0) {
+    FsdpTrainer idle(CreateCpuOps(), CreateGlooCommunicator);
+    if (!idle.Setup(TinySpec(1), 1, 2).ok()) _exit(2);
+    FileRendezvousStore store(dir);
+    if (!idle.InitCollective(&store, "127.0.0.1", timeout).ok()) _exit(3);
+    absl::SleepFor(timeout + absl::Milliseconds(500));
+    _exit(0);
+  }
+  FsdpTrainer trainer(CreateCpuOps(), CreateGlooCommunicator);
+  ASSERT_TRUE(trainer.Setup(TinySpec(1), 0, 2).ok());
+  FileRendezvousStore store(dir);
+  ASSERT_TRUE(trainer.InitCollective(&store, "127.0.0.1", timeout).ok());
+  std::thread stopper([&trainer] {
+    absl::SleepFor(absl::Milliseconds(300));
+    trainer.Abort();
+  });
+  const absl::Time start = absl::Now();
+  absl::StatusOr<StepReport> report = trainer.RunStep(0);
+  const absl::Duration elapsed = absl::Now() - start;
+  stopper.join();
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kCancelled) << report.status();
+  EXPECT_LT(elapsed, timeout + absl::Seconds(1));
+  EXPECT_EQ(trainer.RunStep(0).status().code(), absl::StatusCode::kCancelled);
+  int status = 0;
+  waitpid(peer, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+TEST(FsdpTrainer, AbortFromAnotherThreadStopsATrainingLoop) {
+  FsdpTrainer trainer(CreateCpuOps(), CreateGlooCommunicator);
+  ASSERT_TRUE(trainer.Setup(TinySpec(2), 0, 1).ok());
+  ASSERT_TRUE(trainer.InitCollective(nullptr, "127.0.0.1", absl::Seconds(5)).ok());
+  std::thread stopper([&trainer] {
+    absl::SleepFor(absl::Milliseconds(50));
+    trainer.Abort();
+  });
+  absl::Status last;
+  int step = 0;
+  const absl::Time start = absl::Now();
+  for (; step < 100000 && last.ok(); ++step) last = trainer.RunStep(step).status();
+  stopper.join();
+  EXPECT_EQ(last.code(), absl::StatusCode::kCancelled);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_GT(step, 1);
+}
+
 TEST(FsdpTrainer, CheckpointWritesTheRankShard) {
   FsdpTrainer trainer(CreateCpuOps(), CreateGlooCommunicator);
+  EXPECT_EQ(trainer.Checkpoint(0, FreshDir("early")).status().code(),
+            absl::StatusCode::kFailedPrecondition);
   ASSERT_TRUE(trainer.Setup(TinySpec(1), 0, 1).ok());
   ASSERT_TRUE(trainer.InitCollective(nullptr, "127.0.0.1", absl::Seconds(5)).ok());
   ASSERT_TRUE(trainer.RunStep(0).ok());

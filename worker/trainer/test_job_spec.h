@@ -1,6 +1,6 @@
 // The small job the trainer tests train. Its default dimensions suit the
 // GPU: every FP8 GEMM dimension is a multiple of 16, as cuBLASLt's FP8
-// kernels require; CPU tests shrink it further.
+// kernels require; CPU tests use the tiny variant below.
 #ifndef TESSERA_WORKER_TRAINER_TEST_JOB_SPEC_H_
 #define TESSERA_WORKER_TRAINER_TEST_JOB_SPEC_H_
 
@@ -34,6 +34,20 @@ inline v1::JobSpec TestJobSpec(int micro_batch) {
   spec.set_steps(1000);
   spec.set_seed(5);
   spec.set_loss_chunk_tokens(64);
+  return spec;
+}
+
+// The test job shrunk for the CPU engine, so that a step takes milliseconds.
+inline v1::JobSpec TinyCpuTestJobSpec(int micro_batch) {
+  v1::JobSpec spec = TestJobSpec(micro_batch);
+  v1::ModelConfig* m = spec.mutable_model();
+  m->set_vocab_size(64);
+  m->set_d_model(32);
+  m->set_ffn_dim(48);
+  m->set_seq_len(16);
+  spec.mutable_data()->mutable_synthetic()->set_num_tokens(50000);
+  spec.set_seed(11);
+  spec.set_loss_chunk_tokens(24);
   return spec;
 }
 

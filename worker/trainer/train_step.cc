@@ -33,6 +33,14 @@ TensorDesc Full(const DeviceTensor& gathered, const Fp8ShardedParam& p) {
 }  // namespace
 
 absl::StatusOr<StepReport> FsdpTrainer::RunStep(int step) {
+  absl::StatusOr<StepReport> report = Step(step);
+  // Abort() breaks the collectives, which then fail with their own error;
+  // the stop was asked for, so it is reported as such.
+  if (!report.ok() && aborted_) return absl::CancelledError("step aborted");
+  return report;
+}
+
+absl::StatusOr<StepReport> FsdpTrainer::Step(int step) {
   if (!collective_ready_) return absl::FailedPreconditionError("RunStep before InitCollective");
   if (step != next_step_) {
     return absl::FailedPreconditionError(
@@ -43,7 +51,6 @@ absl::StatusOr<StepReport> FsdpTrainer::RunStep(int step) {
   Ops& ops = *ops_;
   float* scalars = scalars_.data<float>();
   const float eps = spec_.model().norm_eps();
-  const float theta = spec_.model().rope_theta();
   const int64_t t = tokens_, h = hidden_;
 
   // ---- Batch: this rank's micro-batch for `step`, onto the engine --------
@@ -135,6 +142,9 @@ absl::StatusOr<StepReport> FsdpTrainer::RunStep(int step) {
   hyper.weight_decay = spec_.optimizer().weight_decay();
   hyper.step = step + 1;
   RETURN_IF_ERROR(ops.FusedAdam(*adam_, hyper, scalars + kGradScale, nullptr));
+  // The FP8 shards now hold bytes encoded with the weights' current scales;
+  // record that 1/scale on every rank before the scales move on.
+  RETURN_IF_ERROR(meta_->RecordWeightEncodeScales(ops, nullptr));
 
   // ---- FP8 scaling: every amax in one all-reduce, then new scales --------
   RETURN_IF_ERROR(comm_->AllReduce(meta_->amaxes(), ReduceOp::kMax, nullptr));

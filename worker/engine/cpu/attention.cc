@@ -1,9 +1,16 @@
-// Causal attention forward and backward for the CPU engine (see attention.h).
+// Causal attention forward and backward for the CPU reference engine
+// (formulas in attention.h). Each (batch, head) slice of q, k, v (and of the
+// output and its gradient) is first copied into contiguous fp32 [S, hd]
+// scratch, so every inner loop runs over hd consecutive floats.
 #include "worker/engine/cpu/attention.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "worker/engine/cpu/tensor_access.h"
 
 namespace tessera {
@@ -12,60 +19,104 @@ namespace {
 
 struct Dims {
   int64_t batch, seq, heads, hd;
+  Shape OutShape() const { return Shape{batch, seq, heads, hd}; }
+  Shape LseShape() const { return Shape{batch, heads, seq}; }
+  // Offset of element 0 of (b, s, part, h) in a [B, S, 3, nh, hd] tensor.
+  int64_t QkvRow(int64_t b, int64_t s, int64_t part, int64_t h) const {
+    return (((b * seq + s) * 3 + part) * heads + h) * hd;
+  }
+  // Offset of element 0 of (b, s, h) in a [B, S, nh, hd] tensor.
+  int64_t OutRow(int64_t b, int64_t s, int64_t h) const { return ((b * seq + s) * heads + h) * hd; }
 };
 
-absl::StatusOr<Dims> CheckQkv(const TensorDesc& qkv) {
-  if (absl::Status s = CheckRank("qkv", qkv, 5); !s.ok()) return s;
-  if (absl::Status s = CheckDType("qkv", qkv, {DType::kBFloat16}); !s.ok()) return s;
-  if (qkv.shape[2] != 3) return absl::InvalidArgumentError("qkv: dim 2 must be 3 (q, k, v)");
-  return Dims{qkv.shape[0], qkv.shape[1], qkv.shape[3], qkv.shape[4]};
+absl::Status CheckBf16(const char* name, const TensorDesc& t, const Shape& shape) {
+  RETURN_IF_ERROR(CheckDType(name, t, {DType::kBFloat16}));
+  RETURN_IF_ERROR(CheckShape(name, t, shape));
+  return CheckData(name, t);
 }
 
-// Copies part (0 q, 1 k, 2 v) of head h of batch b into dst [S, hd] fp32.
-void Gather(const TensorDesc& qkv, const Dims& d, int64_t b, int64_t part, int64_t h, float* dst) {
-  const uint16_t* p = static_cast<const uint16_t*>(qkv.data);
-  for (int64_t s = 0; s < d.seq; ++s) {
-    const uint16_t* row = p + (((b * d.seq + s) * 3 + part) * d.heads + h) * d.hd;
-    for (int64_t i = 0; i < d.hd; ++i) dst[s * d.hd + i] = Bf16ToFloat(row[i]);
+absl::Status CheckLse(const TensorDesc& lse, const Dims& d) {
+  RETURN_IF_ERROR(CheckDType("lse", lse, {DType::kFloat32}));
+  RETURN_IF_ERROR(CheckShape("lse", lse, d.LseShape()));
+  return CheckData("lse", lse);
+}
+
+absl::Status ReadDims(const char* name, const TensorDesc& qkv, Dims* d) {
+  RETURN_IF_ERROR(CheckDType(name, qkv, {DType::kBFloat16}));
+  RETURN_IF_ERROR(CheckRank(name, qkv, 5));
+  if (qkv.shape[2] != 3 || qkv.shape[4] < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": expected [B, S, 3, nh, hd] with hd >= 1, got ", qkv.shape.ToString()));
   }
+  *d = Dims{qkv.shape[0], qkv.shape[1], qkv.shape[3], qkv.shape[4]};
+  return CheckData(name, qkv);
+}
+
+// dst [S, hd] fp32 = rows of a bf16 tensor starting at row_offset(s).
+template <typename RowOffset>
+void GatherRows(const TensorDesc& t, const Dims& d, RowOffset row_offset, float* dst) {
+  const uint16_t* p = t.As<const uint16_t>();
+  for (int64_t s = 0; s < d.seq; ++s) {
+    const uint16_t* row = p + row_offset(s);
+    for (int64_t c = 0; c < d.hd; ++c) dst[s * d.hd + c] = Bf16ToFloat(row[c]);
+  }
+}
+
+// Copies q, k and v of (b, h) into three [S, hd] fp32 buffers.
+void GatherQkv(const TensorDesc& qkv, const Dims& d, int64_t b, int64_t h, float* q, float* k,
+               float* v) {
+  float* dst[3] = {q, k, v};
+  for (int64_t part = 0; part < 3; ++part) {
+    GatherRows(qkv, d, [&](int64_t s) { return d.QkvRow(b, s, part, h); }, dst[part]);
+  }
+}
+
+float Dot(const float* a, const float* b, int64_t n) {
+  float acc = 0.0f;
+  for (int64_t c = 0; c < n; ++c) acc += a[c] * b[c];
+  return acc;
 }
 
 }  // namespace
 
 absl::Status AttentionForward(const TensorDesc& qkv, const TensorDesc& out, const TensorDesc& lse) {
-  absl::StatusOr<Dims> dims = CheckQkv(qkv);
-  if (!dims.ok()) return dims.status();
-  const Dims d = *dims;
-  if (absl::Status s = CheckShape("out", out, Shape{d.batch, d.seq, d.heads, d.hd}); !s.ok()) return s;
-  if (absl::Status s = CheckShape("lse", lse, Shape{d.batch, d.heads, d.seq}); !s.ok()) return s;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d.hd));
-  std::vector<float> q(d.seq * d.hd), k(d.seq * d.hd), v(d.seq * d.hd), p(d.seq), o(d.hd);
-  float* lse_p = static_cast<float*>(lse.data);
+  Dims d;
+  RETURN_IF_ERROR(ReadDims("qkv", qkv, &d));
+  RETURN_IF_ERROR(CheckBf16("out", out, d.OutShape()));
+  RETURN_IF_ERROR(CheckLse(lse, d));
+  const int64_t hd = d.hd, n = d.seq * hd;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  thread_local std::vector<float> q, k, v, p, acc;
+  q.resize(n);
+  k.resize(n);
+  v.resize(n);
+  p.resize(d.seq);
+  acc.resize(hd);
+  uint16_t* o = out.As<uint16_t>();
+  float* lse_out = lse.As<float>();
   for (int64_t b = 0; b < d.batch; ++b) {
     for (int64_t h = 0; h < d.heads; ++h) {
-      Gather(qkv, d, b, 0, h, q.data());
-      Gather(qkv, d, b, 1, h, k.data());
-      Gather(qkv, d, b, 2, h, v.data());
+      GatherQkv(qkv, d, b, h, q.data(), k.data(), v.data());
       for (int64_t i = 0; i < d.seq; ++i) {
+        const float* qi = &q[i * hd];
         float m = -INFINITY;
         for (int64_t j = 0; j <= i; ++j) {
-          float s = 0.f;
-          for (int64_t c = 0; c < d.hd; ++c) s += q[i * d.hd + c] * k[j * d.hd + c];
-          p[j] = s * scale;
+          p[j] = Dot(qi, &k[j * hd], hd) * scale;
           m = std::max(m, p[j]);
         }
-        float sum = 0.f;
+        float z = 0.0f;
         for (int64_t j = 0; j <= i; ++j) {
           p[j] = std::exp(p[j] - m);
-          sum += p[j];
+          z += p[j];
         }
-        std::fill(o.begin(), o.end(), 0.f);
+        std::fill(acc.begin(), acc.end(), 0.0f);
         for (int64_t j = 0; j <= i; ++j) {
-          const float w = p[j] / sum;
-          for (int64_t c = 0; c < d.hd; ++c) o[c] += w * v[j * d.hd + c];
+          const float* vj = &v[j * hd];
+          for (int64_t c = 0; c < hd; ++c) acc[c] += p[j] * vj[c];
         }
-        for (int64_t c = 0; c < d.hd; ++c) Store(out, ((b * d.seq + i) * d.heads + h) * d.hd + c, o[c]);
-        lse_p[(b * d.heads + h) * d.seq + i] = std::log(sum) + m;
+        uint16_t* orow = o + d.OutRow(b, i, h);
+        for (int64_t c = 0; c < hd; ++c) orow[c] = FloatToBf16(acc[c] / z);
+        lse_out[(b * d.heads + h) * d.seq + i] = std::log(z) + m;
       }
     }
   }
@@ -75,59 +126,52 @@ absl::Status AttentionForward(const TensorDesc& qkv, const TensorDesc& out, cons
 absl::Status AttentionBackward(const TensorDesc& grad_out, const TensorDesc& qkv,
                                const TensorDesc& out, const TensorDesc& lse,
                                const TensorDesc& grad_qkv) {
-  absl::StatusOr<Dims> dims = CheckQkv(qkv);
-  if (!dims.ok()) return dims.status();
-  const Dims d = *dims;
-  const Shape o_shape{d.batch, d.seq, d.heads, d.hd};
-  if (absl::Status s = CheckShape("grad_out", grad_out, o_shape); !s.ok()) return s;
-  if (absl::Status s = CheckShape("out", out, o_shape); !s.ok()) return s;
-  if (absl::Status s = CheckShape("lse", lse, Shape{d.batch, d.heads, d.seq}); !s.ok()) return s;
-  if (absl::Status s = CheckShape("grad_qkv", grad_qkv, qkv.shape); !s.ok()) return s;
-  if (absl::Status s = CheckDType("grad_qkv", grad_qkv, {DType::kBFloat16}); !s.ok()) return s;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d.hd));
-  const int64_t n = d.seq * d.hd;
-  std::vector<float> q(n), k(n), v(n), dout(n), o(n), dq(n), dk(n), dv(n), p(d.seq);
-  const float* lse_p = static_cast<const float*>(lse.data);
-  uint16_t* g = static_cast<uint16_t*>(grad_qkv.data);
+  Dims d;
+  RETURN_IF_ERROR(ReadDims("qkv", qkv, &d));
+  RETURN_IF_ERROR(CheckBf16("grad_out", grad_out, d.OutShape()));
+  RETURN_IF_ERROR(CheckBf16("out", out, d.OutShape()));
+  RETURN_IF_ERROR(CheckLse(lse, d));
+  RETURN_IF_ERROR(CheckBf16("grad_qkv", grad_qkv, qkv.shape));
+  const int64_t hd = d.hd, n = d.seq * hd;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  thread_local std::vector<float> q, k, v, dout, o, dq, dk, dv;
+  for (std::vector<float>* buf : {&q, &k, &v, &dout, &o, &dq, &dk, &dv}) buf->resize(n);
+  const float* lse_in = lse.As<const float>();
+  uint16_t* grad = grad_qkv.As<uint16_t>();
   for (int64_t b = 0; b < d.batch; ++b) {
     for (int64_t h = 0; h < d.heads; ++h) {
-      Gather(qkv, d, b, 0, h, q.data());
-      Gather(qkv, d, b, 1, h, k.data());
-      Gather(qkv, d, b, 2, h, v.data());
-      for (int64_t s = 0; s < d.seq; ++s) {
-        for (int64_t c = 0; c < d.hd; ++c) {
-          int64_t idx = ((b * d.seq + s) * d.heads + h) * d.hd + c;
-          dout[s * d.hd + c] = Load(grad_out, idx);
-          o[s * d.hd + c] = Load(out, idx);
-        }
-      }
-      std::fill(dq.begin(), dq.end(), 0.f);
-      std::fill(dk.begin(), dk.end(), 0.f);
-      std::fill(dv.begin(), dv.end(), 0.f);
+      GatherQkv(qkv, d, b, h, q.data(), k.data(), v.data());
+      auto out_row = [&](int64_t s) { return d.OutRow(b, s, h); };
+      GatherRows(grad_out, d, out_row, dout.data());
+      GatherRows(out, d, out_row, o.data());
+      std::fill(dq.begin(), dq.end(), 0.0f);
+      std::fill(dk.begin(), dk.end(), 0.0f);
+      std::fill(dv.begin(), dv.end(), 0.0f);
       for (int64_t i = 0; i < d.seq; ++i) {
-        const float l = lse_p[(b * d.heads + h) * d.seq + i];
-        float di = 0.f;
-        for (int64_t c = 0; c < d.hd; ++c) di += dout[i * d.hd + c] * o[i * d.hd + c];
+        const float* qi = &q[i * hd];
+        const float* doi = &dout[i * hd];
+        float* dqi = &dq[i * hd];
+        const float l = lse_in[(b * d.heads + h) * d.seq + i];
+        const float di = Dot(doi, &o[i * hd], hd);
         for (int64_t j = 0; j <= i; ++j) {
-          float s = 0.f, dp = 0.f;
-          for (int64_t c = 0; c < d.hd; ++c) {
-            s += q[i * d.hd + c] * k[j * d.hd + c];
-            dp += dout[i * d.hd + c] * v[j * d.hd + c];
-          }
-          const float pij = std::exp(s * scale - l);
-          const float ds = pij * (dp - di) * scale;
-          for (int64_t c = 0; c < d.hd; ++c) {
-            dv[j * d.hd + c] += pij * dout[i * d.hd + c];
-            dq[i * d.hd + c] += ds * k[j * d.hd + c];
-            dk[j * d.hd + c] += ds * q[i * d.hd + c];
+          const float* kj = &k[j * hd];
+          const float pij = std::exp(Dot(qi, kj, hd) * scale - l);
+          const float ds = pij * (Dot(doi, &v[j * hd], hd) - di) * scale;
+          float* dkj = &dk[j * hd];
+          float* dvj = &dv[j * hd];
+          for (int64_t c = 0; c < hd; ++c) {
+            dqi[c] += ds * kj[c];
+            dkj[c] += ds * qi[c];
+            dvj[c] += pij * doi[c];
           }
         }
       }
+      const float* src[3] = {dq.data(), dk.data(), dv.data()};
       for (int64_t s = 0; s < d.seq; ++s) {
         for (int64_t part = 0; part < 3; ++part) {
-          const float* src = part == 0 ? dq.data() : part == 1 ? dk.data() : dv.data();
-          uint16_t* row = g + (((b * d.seq + s) * 3 + part) * d.heads + h) * d.hd;
-          for (int64_t c = 0; c < d.hd; ++c) row[c] = FloatToBf16(src[s * d.hd + c]);
+          uint16_t* row = grad + d.QkvRow(b, s, part, h);
+          const float* from = src[part] + s * hd;
+          for (int64_t c = 0; c < hd; ++c) row[c] = FloatToBf16(from[c]);
         }
       }
     }

@@ -40,7 +40,8 @@ class CpuOps : public Ops {
 
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) override {
     if (bytes > SIZE_MAX - 64) {
-      return absl::ResourceExhaustedError(absl::StrCat("host allocation of ", bytes, " bytes failed"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("host allocation of ", bytes, " bytes failed"));
     }
     size_t rounded = (bytes + 63) / 64 * 64;
     void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);

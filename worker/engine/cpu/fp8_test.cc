@@ -94,13 +94,13 @@ TEST(Fp8, E5M2RoundingAtTheEdgesOfTheRange) {
   EXPECT_EQ(EncodeE5M2(std::ldexp(3.0f, -17)), 0x02);  // between 0x01 and 0x02 -> even
   EXPECT_EQ(EncodeE5M2(std::ldexp(7.0f, -17)), 0x04);  // max subnormal/min normal tie -> 0x04
   EXPECT_EQ(EncodeE5M2(std::ldexp(3.0f, -16)), 0x03);  // max subnormal exactly
-  EXPECT_EQ(EncodeE5M2(61440.0f), 0x7B);   // halfway to 65536 (inf): saturates
+  EXPECT_EQ(EncodeE5M2(61440.0f), 0x7B);               // halfway to 65536 (inf): saturates
   EXPECT_EQ(EncodeE5M2(65536.0f), 0x7B);
   EXPECT_EQ(EncodeE5M2(-1e30f), 0xFB);
   EXPECT_EQ(EncodeE5M2(-INFINITY), 0xFB);
   EXPECT_EQ(EncodeE5M2(-NAN), kFp8NaN);
   EXPECT_EQ(EncodeE5M2(1.75f), 0x3F);
-  EXPECT_EQ(EncodeE5M2(1.875f), 0x40);     // tie between 1.75 (odd) and 2.0 (even)
+  EXPECT_EQ(EncodeE5M2(1.875f), 0x40);  // tie between 1.75 (odd) and 2.0 (even)
   EXPECT_EQ(DecodeE5M2(0x04), std::ldexp(1.0f, -14));
   EXPECT_EQ(DecodeE5M2(0x01), std::ldexp(1.0f, -16));
   EXPECT_EQ(DecodeE5M2(0xFB), -57344.0f);

@@ -34,8 +34,11 @@ absl::Status FusedLinearCrossEntropy(const TensorDesc& x, const TensorDesc& weig
   if (loss_sum == nullptr || valid_tokens == nullptr) {
     return absl::InvalidArgumentError("loss_sum, valid_tokens: must be set");
   }
-  for (auto [name, t] : {std::pair<const char*, const TensorDesc*>{"x", &x}, {"weight", &weight},
-                         {"targets", &targets}, {"grad_x", &grad_x}, {"grad_weight", &grad_weight}}) {
+  for (auto [name, t] : {std::pair<const char*, const TensorDesc*>{"x", &x},
+                         {"weight", &weight},
+                         {"targets", &targets},
+                         {"grad_x", &grad_x},
+                         {"grad_weight", &grad_weight}}) {
     if (absl::Status s = CheckData(name, *t); !s.ok()) return s;
   }
   const int32_t* target = static_cast<const int32_t*>(targets.data);

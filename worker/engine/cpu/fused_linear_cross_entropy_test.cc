@@ -4,6 +4,8 @@
 #include "worker/engine/cpu/fused_linear_cross_entropy.h"
 
 #include <cmath>
+#include <cstring>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "worker/engine/cpu/reference_test_util.h"
@@ -40,6 +42,9 @@ TEST_P(FusedCeTest, MatchesNaiveFullLogits) {
   double loss = 0;
   int count = 0;
   std::vector<double> want_gx(t * h, 0.0), want_gw(gw_before.begin(), gw_before.end());
+  // The same weight gradient built from dlogits rounded to bf16, as the
+  // documented beta=1 GEMM with bf16 operands computes it.
+  std::vector<double> want_gw16(gw_before.begin(), gw_before.end());
   for (int i = 0; i < t; ++i) {
     if (targets[i] == kIgnore) continue;
     std::vector<double> logits(v);
@@ -57,21 +62,29 @@ TEST_P(FusedCeTest, MatchesNaiveFullLogits) {
     ++count;
     for (int k = 0; k < v; ++k) {
       double d = std::exp(logits[k] - lse) - (k == targets[i] ? 1.0 : 0.0);
+      double d16 = RoundToBf16(static_cast<float>(d));
       for (int j = 0; j < h; ++j) {
         want_gx[i * h + j] += d * wd[k * h + j];
         want_gw[k * h + j] += d * xd[i * h + j];
+        want_gw16[k * h + j] += d16 * xd[i * h + j];
       }
     }
   }
   EXPECT_NEAR(loss_sum, 1.5 + loss, 1e-4 * std::fabs(loss) + 1e-4);
   EXPECT_EQ(valid, 2.0f + count);
   EXPECT_LT(RelativeError(FromBf16(gx), want_gx), 1e-2);
-  std::vector<double> got_delta(v * h), want_delta(v * h);
+  std::vector<double> got_delta(v * h), want_delta(v * h), want_delta16(v * h);
   for (int i = 0; i < v * h; ++i) {
-    got_delta[i] = gw[i] - gw_before[i];
+    got_delta[i] = static_cast<double>(gw[i]) - gw_before[i];
     want_delta[i] = want_gw[i] - gw_before[i];
+    want_delta16[i] = want_gw16[i] - gw_before[i];
   }
   EXPECT_LT(RelativeError(got_delta, want_delta), 1e-2);
+  // Against bf16-rounded dlogits the only differences left are fp32
+  // rounding and the rare dlogit whose fp32 value rounds to the other bf16
+  // neighbour: far below the ~1e-3 that skipping the rounding would give.
+  EXPECT_LT(RelativeError(got_delta, want_delta16), 1e-4)
+      << "unrounded dlogits would differ by " << RelativeError(want_delta, want_delta16);
   for (int i = 0; i < t; ++i) {
     if (targets[i] != kIgnore) continue;
     for (int j = 0; j < h; ++j) EXPECT_EQ(gx[i * h + j], 0) << "ignored row " << i;
@@ -83,6 +96,113 @@ INSTANTIATE_TEST_SUITE_P(Shapes, FusedCeTest,
                                            std::make_tuple(13, 16, 37, 4),   // ragged chunks
                                            std::make_tuple(32, 24, 64, 32),  // one chunk
                                            std::make_tuple(40, 32, 256, 7)));
+
+// Host storage for one call, with the descriptors over it.
+struct CeCall {
+  int t, h, v;
+  std::vector<uint16_t> x, w, gx;
+  std::vector<int32_t> targets;
+  std::vector<float> gw;
+  float loss_sum = 0.f, valid = 0.f;
+
+  CeCall(int t_, int h_, int v_, uint32_t seed, float x_scale)
+      : t(t_),
+        h(h_),
+        v(v_),
+        x(RandomBf16(t_ * h_, seed, x_scale)),
+        w(RandomBf16(v_ * h_, seed + 1, 0.5f)),
+        gx(t_ * h_),
+        targets(RandomInts(t_, seed + 2, 0, v_)),
+        gw(RandomFloats(v_ * h_, seed + 3)) {
+    Poison(gx);
+  }
+  absl::Status Run(int chunk, int ignore_index = -100) {
+    return FusedLinearCrossEntropy(MakeTensor(x.data(), DType::kBFloat16, Shape{t, h}),
+                                   MakeTensor(w.data(), DType::kBFloat16, Shape{v, h}),
+                                   MakeTensor(targets.data(), DType::kInt32, Shape{t}),
+                                   ignore_index, chunk, &loss_sum, &valid,
+                                   MakeTensor(gx.data(), DType::kBFloat16, Shape{t, h}),
+                                   MakeTensor(gw.data(), DType::kFloat32, Shape{v, h}));
+  }
+};
+
+TEST(FusedCe, RepeatedCallsAreBitIdentical) {
+  CeCall first(50, 64, 300, 71, 1.0f);
+  CeCall again = first;
+  ASSERT_TRUE(first.Run(16).ok());
+  ASSERT_TRUE(again.Run(16).ok());
+  EXPECT_EQ(std::memcmp(&first.loss_sum, &again.loss_sum, sizeof(float)), 0);
+  EXPECT_EQ(first.valid, again.valid);
+  EXPECT_EQ(first.gx, again.gx);
+  EXPECT_EQ(std::memcmp(first.gw.data(), again.gw.data(), first.gw.size() * sizeof(float)), 0);
+}
+
+TEST(FusedCe, ChunkSizeChangesNothingButRounding) {
+  // Per token the computation does not depend on the chunk, so loss and
+  // grad_x agree across chunk sizes; grad_weight sums chunks in a different
+  // order, so it agrees to fp32 rounding.
+  CeCall one(23, 16, 40, 81, 1.0f), many = one;
+  ASSERT_TRUE(one.Run(23).ok());
+  ASSERT_TRUE(many.Run(3).ok());
+  EXPECT_NEAR(one.loss_sum, many.loss_sum, 1e-5f * std::fabs(one.loss_sum));
+  EXPECT_EQ(one.gx, many.gx);
+  EXPECT_LT(RelativeError(many.gw, one.gw), 1e-6);
+}
+
+TEST(FusedCe, AllTokensIgnoredLeavesGradWeightAndZeroesGradX) {
+  CeCall call(9, 8, 12, 91, 1.0f);
+  std::fill(call.targets.begin(), call.targets.end(), -1);
+  const std::vector<float> gw_before = call.gw;
+  call.loss_sum = 4.0f;
+  call.valid = 3.0f;
+  ASSERT_TRUE(call.Run(4, /*ignore_index=*/-1).ok());
+  EXPECT_EQ(call.loss_sum, 4.0f);
+  EXPECT_EQ(call.valid, 3.0f);
+  for (uint16_t g : call.gx) ASSERT_EQ(g, 0);
+  EXPECT_EQ(call.gw, gw_before);
+}
+
+TEST(FusedCe, LargeLogitsStayFinite) {
+  // Logits of several hundred overflow exp() without the max subtraction.
+  CeCall call(6, 32, 50, 101, 200.0f);
+  const std::vector<float> gw_before = call.gw;
+  ASSERT_TRUE(call.Run(4).ok());
+  EXPECT_TRUE(std::isfinite(call.loss_sum));
+  EXPECT_GT(call.loss_sum, 100.0f);  // confidently wrong tokens cost a lot
+  for (uint16_t g : call.gx) ASSERT_TRUE(std::isfinite(Bf16ToFloat(g)));
+  for (float g : call.gw) ASSERT_TRUE(std::isfinite(g));
+  // Each dlogits row (softmax - onehot) sums to zero, so every column of
+  // the grad_weight increment sums over V to zero, up to the bf16 rounding
+  // of dlogits.
+  for (int j = 0; j < 32; ++j) {
+    double sum = 0, size = 0;
+    for (int k = 0; k < 50; ++k) {
+      const double d = static_cast<double>(call.gw[k * 32 + j]) - gw_before[k * 32 + j];
+      sum += d;
+      size += std::fabs(d);
+    }
+    EXPECT_LT(std::fabs(sum), 1e-2 * size + 1e-3) << "column " << j;
+  }
+}
+
+TEST(FusedCe, RejectsBadArguments) {
+  CeCall call(4, 8, 10, 111, 1.0f);
+  EXPECT_EQ(call.Run(0).code(), absl::StatusCode::kInvalidArgument);
+  std::vector<float> gx32(4 * 8);
+  float loss = 0, valid = 0;
+  absl::Status s =
+      FusedLinearCrossEntropy(MakeTensor(call.x.data(), DType::kBFloat16, Shape{4, 8}),
+                              MakeTensor(call.w.data(), DType::kBFloat16, Shape{10, 8}),
+                              MakeTensor(call.targets.data(), DType::kInt32, Shape{4}), -100, 2,
+                              &loss, &valid, MakeTensor(gx32.data(), DType::kFloat32, Shape{4, 8}),
+                              MakeTensor(call.gw.data(), DType::kFloat32, Shape{10, 8}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("grad_x"), std::string::npos) << s;
+  call.targets[2] = -5;  // negative and not the ignore index
+  s = call.Run(2);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("token 2"), std::string::npos) << s;
+}
 
 TEST(FusedCe, OutOfRangeTargetIsRejected) {
   std::vector<uint16_t> x(4, 0x3f80), w(8, 0x3f80), gx(4);

@@ -48,7 +48,8 @@ absl::Status Gemm(const TensorDesc& a, bool trans_a, const TensorDesc& b, bool t
   }
   if (absl::Status s = CheckShape("d", d, Shape{m, n}); !s.ok()) return s;
   if (m == 0 || n == 0) return absl::OkStatus();
-  for (auto [name, t] : {std::pair<const char*, const TensorDesc*>{"a", &a}, {"b", &b}, {"d", &d}}) {
+  for (auto [name, t] :
+       {std::pair<const char*, const TensorDesc*>{"a", &a}, {"b", &b}, {"d", &d}}) {
     if (absl::Status s = CheckData(name, *t); !s.ok()) return s;
   }
 

@@ -2,6 +2,10 @@
 // accumulation, and the FP8 layout rule.
 #include "worker/engine/cpu/gemm.h"
 
+#include <cmath>
+#include <cstring>
+#include <vector>
+
 #include "gtest/gtest.h"
 #include "worker/engine/cpu/fp8.h"
 #include "worker/engine/cpu/reference_test_util.h"
@@ -82,6 +86,97 @@ TEST(GemmFp8, ScaledProductsForEveryFormatPair) {
     for (int i = 0; i < n * k; ++i) bd[i] = DecodeFp8(db, b[i]) * sb;
     EXPECT_LT(RelativeError(d, Reference(ad, false, bd, true, m, n, k)), 1e-6);
   }
+}
+
+TEST(GemmFp8, AccumulatesIntoFp32AndRoundsBf16Output) {
+  const int m = 6, n = 10, k = 48;
+  std::vector<float> af = RandomFloats(m * k, 15, 300.f), bf = RandomFloats(n * k, 16, 20.f);
+  std::vector<uint8_t> a(m * k), b(n * k);
+  for (int i = 0; i < m * k; ++i) a[i] = EncodeE4M3(af[i]);
+  for (int i = 0; i < n * k; ++i) b[i] = EncodeE5M2(bf[i]);
+  float sa = 1.0f / 256, sb = 3.0f;
+  TensorDesc A = MakeTensor(a.data(), DType::kE4M3, Shape{m, k});
+  A.scale_inv = &sa;
+  TensorDesc B = MakeTensor(b.data(), DType::kE5M2, Shape{n, k});
+  B.scale_inv = &sb;
+  std::vector<double> ad(m * k), bd(n * k);
+  for (int i = 0; i < m * k; ++i) ad[i] = DecodeE4M3(a[i]) * static_cast<double>(sa);
+  for (int i = 0; i < n * k; ++i) bd[i] = DecodeE5M2(b[i]) * static_cast<double>(sb);
+  const std::vector<double> product = Reference(ad, false, bd, true, m, n, k);
+  std::vector<float> base = RandomFloats(m * n, 17, 50.f), acc = base;
+  ASSERT_TRUE(
+      Gemm(A, false, B, true, MakeTensor(acc.data(), DType::kFloat32, Shape{m, n}), true).ok());
+  std::vector<double> want(m * n);
+  for (int i = 0; i < m * n; ++i) want[i] = product[i] + base[i];
+  EXPECT_LT(RelativeError(acc, want), 1e-6);
+  std::vector<uint16_t> d16(m * n);
+  testing::Poison(d16);
+  ASSERT_TRUE(
+      Gemm(A, false, B, true, MakeTensor(d16.data(), DType::kBFloat16, Shape{m, n}), false).ok());
+  // Each output is the fp32 result rounded once to bf16: within half a bf16
+  // ulp (at most 2^-8 relative) of the exact value, plus fp32 summation error.
+  for (int i = 0; i < m * n; ++i) {
+    EXPECT_NEAR(Bf16ToFloat(d16[i]), product[i], std::fabs(product[i]) * (1.0 / 256 + 1e-5) + 1e-3)
+        << i;
+  }
+}
+
+TEST(Gemm, RepeatedCallsAreBitIdentical) {
+  // Large enough for OpenBLAS to block the product; same inputs must give
+  // the same bits every time (the CPU engine is the deterministic reference).
+  const int m = 96, n = 80, k = 300;
+  auto a = testing::RandomBf16(m * k, 21), b = testing::RandomBf16(n * k, 22);
+  TensorDesc A = MakeTensor(a.data(), DType::kBFloat16, Shape{m, k});
+  TensorDesc B = MakeTensor(b.data(), DType::kBFloat16, Shape{n, k});
+  std::vector<float> first(m * n), again(m * n);
+  testing::Poison(first);
+  ASSERT_TRUE(
+      Gemm(A, false, B, true, MakeTensor(first.data(), DType::kFloat32, Shape{m, n}), false).ok());
+  for (int rep = 0; rep < 3; ++rep) {
+    testing::Poison(again);
+    ASSERT_TRUE(
+        Gemm(A, false, B, true, MakeTensor(again.data(), DType::kFloat32, Shape{m, n}), false)
+            .ok());
+    ASSERT_EQ(std::memcmp(first.data(), again.data(), first.size() * sizeof(float)), 0) << rep;
+  }
+}
+
+TEST(Gemm, EmptyInnerDimensionWritesZerosOrKeepsD) {
+  std::vector<uint16_t> a(1), b(1);
+  std::vector<float> d = RandomFloats(12, 23);
+  const std::vector<float> before = d;
+  TensorDesc A = MakeTensor(a.data(), DType::kBFloat16, Shape{3, 0});
+  TensorDesc B = MakeTensor(b.data(), DType::kBFloat16, Shape{0, 4});
+  ASSERT_TRUE(
+      Gemm(A, false, B, false, MakeTensor(d.data(), DType::kFloat32, Shape{3, 4}), true).ok());
+  EXPECT_EQ(d, before);
+  ASSERT_TRUE(
+      Gemm(A, false, B, false, MakeTensor(d.data(), DType::kFloat32, Shape{3, 4}), false).ok());
+  for (float v : d) EXPECT_EQ(v, 0.0f);
+}
+
+TEST(Gemm, RejectsMixedOperandsAndBadShapes) {
+  std::vector<uint16_t> a16(12, 0x3f80), b16(12, 0x3f80);
+  std::vector<uint8_t> b8(12, 0x38);
+  std::vector<float> d(9);
+  float s = 1.f;
+  TensorDesc A = MakeTensor(a16.data(), DType::kBFloat16, Shape{3, 4});
+  TensorDesc B8 = MakeTensor(b8.data(), DType::kE4M3, Shape{3, 4});
+  B8.scale_inv = &s;
+  TensorDesc D = MakeTensor(d.data(), DType::kFloat32, Shape{3, 3});
+  EXPECT_EQ(Gemm(A, false, B8, true, D, false).code(), absl::StatusCode::kInvalidArgument);
+  // Inner dimensions 4 vs 3.
+  TensorDesc B = MakeTensor(b16.data(), DType::kBFloat16, Shape{3, 4});
+  EXPECT_EQ(Gemm(A, false, B, false, D, false).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Gemm(A, false, B, true, D, false).ok());
+  // fp32 operands are not a GEMM input dtype.
+  std::vector<float> af(12, 1.f);
+  EXPECT_EQ(
+      Gemm(MakeTensor(af.data(), DType::kFloat32, Shape{3, 4}), false, B, true, D, false).code(),
+      absl::StatusCode::kInvalidArgument);
+  // FP8 without scale_inv.
+  TensorDesc A8 = MakeTensor(b8.data(), DType::kE4M3, Shape{3, 4});
+  EXPECT_EQ(Gemm(A8, false, B8, true, D, false).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(GemmFp8, RejectsLayoutsCublasLtCannotRun) {

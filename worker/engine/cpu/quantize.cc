@@ -103,7 +103,8 @@ absl::Status UpdateFp8Scales(float* amax, float* history, float* scale, float* s
   if (n < 0 || history_len < 1) {
     return absl::InvalidArgumentError("n must be >= 0 and history_len >= 1");
   }
-  if (n > 0 && (amax == nullptr || history == nullptr || scale == nullptr || scale_inv == nullptr)) {
+  if (n > 0 &&
+      (amax == nullptr || history == nullptr || scale == nullptr || scale_inv == nullptr)) {
     return absl::InvalidArgumentError("amax, history, scale, scale_inv: must all be set");
   }
   for (int i = 0; i < n; ++i) {

@@ -124,8 +124,9 @@ TEST(QuantizeTranspose, TransposeOnlyWhenOutDataIsNull) {
   out.amax = &amax;
   TensorDesc out_t = MakeTensor(qt.data(), DType::kE4M3, Shape{cols, rows});
   out_t.scale_inv = &scale_inv_t;
-  ASSERT_TRUE(QuantizeTranspose(MakeTensor(x.data(), DType::kBFloat16, Shape{rows, cols}), out,
-                                out_t).ok());
+  ASSERT_TRUE(
+      QuantizeTranspose(MakeTensor(x.data(), DType::kBFloat16, Shape{rows, cols}), out, out_t)
+          .ok());
   float want_amax = 0.f;
   for (int r = 0; r < rows; ++r) {
     for (int c = 0; c < cols; ++c) {
@@ -191,14 +192,15 @@ TEST(UpdateFp8Scales, CurrentScalingAndNonFiniteAmax) {
   float amax[n] = {2.0f, INFINITY, NAN, 0.0f};
   float history[n] = {7, 7, 7, 7};
   float scale[n] = {3, 3, 3, 3}, scale_inv[n] = {9, 9, 9, 9};
-  ASSERT_TRUE(UpdateFp8Scales(amax, history, scale, scale_inv, n, 1, 57344.0f, 2,
-                              AmaxAlgo::kMostRecent).ok());
+  ASSERT_TRUE(
+      UpdateFp8Scales(amax, history, scale, scale_inv, n, 1, 57344.0f, 2, AmaxAlgo::kMostRecent)
+          .ok());
   EXPECT_EQ(scale[0], 57344.0f / 2.0f / 4.0f);
   EXPECT_EQ(scale_inv[0], 1.0f / scale[0]);
   for (int i = 1; i < n; ++i) {
     EXPECT_EQ(scale[i], 3.0f) << i;  // inf, NaN and 0 leave the scale alone
     EXPECT_EQ(scale_inv[i], 9.0f) << i;
-    EXPECT_EQ(amax[i], 0.0f) << i;   // but the amax is still consumed
+    EXPECT_EQ(amax[i], 0.0f) << i;  // but the amax is still consumed
   }
   EXPECT_EQ(history[0], 2.0f);
   EXPECT_EQ(history[3], 0.0f);
@@ -215,8 +217,8 @@ TEST(UpdateFp8Scales, HistoryRollsOneRowPerCallAndAgesOut) {
   const float want_a1[5] = {1, 2, 4, 8, 8};
   for (int s = 0; s < 5; ++s) {
     float amax[n] = {steps[s][0], steps[s][1]};
-    ASSERT_TRUE(UpdateFp8Scales(amax, history, scale, scale_inv, n, len, 448.0f, 0,
-                                AmaxAlgo::kMax).ok());
+    ASSERT_TRUE(
+        UpdateFp8Scales(amax, history, scale, scale_inv, n, len, 448.0f, 0, AmaxAlgo::kMax).ok());
     EXPECT_EQ(scale[0], 448.0f / want_a0[s]) << "step " << s;
     EXPECT_EQ(scale[1], 448.0f / want_a1[s]) << "step " << s;
     for (int h = 0; h < len; ++h) {
@@ -224,9 +226,9 @@ TEST(UpdateFp8Scales, HistoryRollsOneRowPerCallAndAgesOut) {
       EXPECT_EQ(history[h * n + 1], src >= 0 ? steps[src][1] : 0.f) << "step " << s << " row " << h;
     }
   }
-  EXPECT_EQ(UpdateFp8Scales(nullptr, history, scale, scale_inv, n, 0, 448.0f, 0,
-                            AmaxAlgo::kMax).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      UpdateFp8Scales(nullptr, history, scale, scale_inv, n, 0, 448.0f, 0, AmaxAlgo::kMax).code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 TEST(Transpose, TransposesBytesAndWords) {
@@ -274,25 +276,28 @@ TEST(Amax, RandomBf16AndFp32KeepTheLargerOldValue) {
             absl::StatusCode::kInvalidArgument);
 }
 
-TEST(Transpose, FourByteWordsAndScaleInvLeftAloneWithoutSource) {
+TEST(Transpose, FourAndTwoByteWordsAndWidthMismatch) {
   const int rows = 7, cols = 3;
   std::vector<float> a = RandomFloats(rows * cols, 8);
   std::vector<float> t(rows * cols);
   testing::Poison(t);
   ASSERT_TRUE(Transpose(MakeTensor(a.data(), DType::kFloat32, Shape{rows, cols}),
-                        MakeTensor(t.data(), DType::kFloat32, Shape{cols, rows})).ok());
+                        MakeTensor(t.data(), DType::kFloat32, Shape{cols, rows}))
+                  .ok());
   for (int r = 0; r < rows; ++r) {
     for (int c = 0; c < cols; ++c) EXPECT_EQ(t[c * rows + r], a[r * cols + c]);
   }
   std::vector<uint16_t> b = testing::RandomBf16(rows * cols, 9), bt(rows * cols);
   testing::Poison(bt);
   ASSERT_TRUE(Transpose(MakeTensor(b.data(), DType::kBFloat16, Shape{rows, cols}),
-                        MakeTensor(bt.data(), DType::kBFloat16, Shape{cols, rows})).ok());
+                        MakeTensor(bt.data(), DType::kBFloat16, Shape{cols, rows}))
+                  .ok());
   for (int r = 0; r < rows; ++r) {
     for (int c = 0; c < cols; ++c) EXPECT_EQ(bt[c * rows + r], b[r * cols + c]);
   }
   EXPECT_EQ(Transpose(MakeTensor(a.data(), DType::kFloat32, Shape{rows, cols}),
-                      MakeTensor(bt.data(), DType::kBFloat16, Shape{cols, rows})).code(),
+                      MakeTensor(bt.data(), DType::kBFloat16, Shape{cols, rows}))
+                .code(),
             absl::StatusCode::kInvalidArgument);
 }
 

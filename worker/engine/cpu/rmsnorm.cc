@@ -1,30 +1,73 @@
-// RMSNorm forward and backward for the CPU engine (see rmsnorm.h).
+// RMSNorm forward and backward for the CPU reference engine (formulas and
+// evaluation order in rmsnorm.h). One row at a time: the row is read into
+// fp32 scratch first, so outputs may alias inputs of the same dtype.
 #include "worker/engine/cpu/rmsnorm.h"
 
 #include <cmath>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "worker/engine/cpu/tensor_access.h"
 
 namespace tessera {
 namespace cpu {
+namespace {
+
+constexpr std::initializer_list<DType> kFloatTypes = {DType::kFloat32, DType::kBFloat16};
+
+// An fp32 or bf16 tensor of the given shape with data behind it.
+absl::Status CheckFloatTensor(const char* name, const TensorDesc& t, const Shape& shape) {
+  RETURN_IF_ERROR(CheckDType(name, t, kFloatTypes));
+  RETURN_IF_ERROR(CheckShape(name, t, shape));
+  return CheckData(name, t);
+}
+
+// x must be [T, H] with H >= 1; returns nothing, the caller reads the dims.
+absl::Status CheckX(const TensorDesc& x) {
+  RETURN_IF_ERROR(CheckDType("x", x, kFloatTypes));
+  RETURN_IF_ERROR(CheckRank("x", x, 2));
+  if (x.shape[1] < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("x: hidden size must be at least 1, got ", x.shape.ToString()));
+  }
+  return CheckData("x", x);
+}
+
+absl::Status CheckRstd(const TensorDesc& rstd, int64_t tokens) {
+  RETURN_IF_ERROR(CheckDType("rstd", rstd, {DType::kFloat32}));
+  RETURN_IF_ERROR(CheckShape("rstd", rstd, Shape{tokens}));
+  return CheckData("rstd", rstd);
+}
+
+void LoadRange(const TensorDesc& t, int64_t offset, int64_t count, float* dst) {
+  for (int64_t j = 0; j < count; ++j) dst[j] = Load(t, offset + j);
+}
+
+}  // namespace
 
 absl::Status RmsNormForward(const TensorDesc& x, const TensorDesc& weight, float eps,
                             const TensorDesc& out, const TensorDesc& rstd) {
-  if (absl::Status s = CheckRank("x", x, 2); !s.ok()) return s;
-  const int64_t t_count = x.shape[0], h = x.shape[1];
-  if (absl::Status s = CheckShape("weight", weight, Shape{h}); !s.ok()) return s;
-  if (absl::Status s = CheckShape("out", out, Shape{t_count, h}); !s.ok()) return s;
-  if (absl::Status s = CheckShape("rstd", rstd, Shape{t_count}); !s.ok()) return s;
-  if (absl::Status s = CheckDType("rstd", rstd, {DType::kFloat32}); !s.ok()) return s;
-  float* r = static_cast<float*>(rstd.data);
-  for (int64_t t = 0; t < t_count; ++t) {
-    float sum = 0.f;
-    for (int64_t j = 0; j < h; ++j) {
-      float v = Load(x, t * h + j);
-      sum += v * v;
-    }
-    r[t] = 1.0f / std::sqrt(sum / static_cast<float>(h) + eps);
-    for (int64_t j = 0; j < h; ++j) Store(out, t * h + j, Load(x, t * h + j) * r[t] * Load(weight, j));
+  RETURN_IF_ERROR(CheckX(x));
+  const int64_t tokens = x.shape[0], h = x.shape[1];
+  RETURN_IF_ERROR(CheckFloatTensor("weight", weight, Shape{h}));
+  RETURN_IF_ERROR(CheckFloatTensor("out", out, Shape{tokens, h}));
+  RETURN_IF_ERROR(CheckRstd(rstd, tokens));
+  if (!(eps >= 0.0f) || std::isinf(eps)) {
+    return absl::InvalidArgumentError(absl::StrCat("eps: must be finite and >= 0, got ", eps));
+  }
+  thread_local std::vector<float> w, row;
+  w.resize(h);
+  row.resize(h);
+  LoadRange(weight, 0, h, w.data());
+  float* rstd_out = rstd.As<float>();
+  for (int64_t t = 0; t < tokens; ++t) {
+    LoadRange(x, t * h, h, row.data());
+    float sum_sq = 0.0f;
+    for (int64_t j = 0; j < h; ++j) sum_sq += row[j] * row[j];
+    const float r = 1.0f / std::sqrt(sum_sq / static_cast<float>(h) + eps);
+    rstd_out[t] = r;
+    for (int64_t j = 0; j < h; ++j) Store(out, t * h + j, (row[j] * r) * w[j]);
   }
   return absl::OkStatus();
 }
@@ -33,24 +76,34 @@ absl::Status RmsNormBackward(const TensorDesc& grad_out, const TensorDesc& x,
                              const TensorDesc& weight, const TensorDesc& rstd,
                              const TensorDesc& grad_x, bool accumulate_grad_x,
                              const TensorDesc& grad_weight) {
-  if (absl::Status s = CheckRank("x", x, 2); !s.ok()) return s;
-  const int64_t t_count = x.shape[0], h = x.shape[1];
-  if (absl::Status s = CheckShape("grad_out", grad_out, Shape{t_count, h}); !s.ok()) return s;
-  if (absl::Status s = CheckShape("grad_x", grad_x, Shape{t_count, h}); !s.ok()) return s;
-  if (absl::Status s = CheckShape("grad_weight", grad_weight, Shape{h}); !s.ok()) return s;
-  if (absl::Status s = CheckDType("grad_weight", grad_weight, {DType::kFloat32}); !s.ok()) return s;
-  const float* r = static_cast<const float*>(rstd.data);
-  float* gw = static_cast<float*>(grad_weight.data);
-  for (int64_t t = 0; t < t_count; ++t) {
-    float dot = 0.f;
+  RETURN_IF_ERROR(CheckX(x));
+  const int64_t tokens = x.shape[0], h = x.shape[1];
+  RETURN_IF_ERROR(CheckFloatTensor("grad_out", grad_out, Shape{tokens, h}));
+  RETURN_IF_ERROR(CheckFloatTensor("weight", weight, Shape{h}));
+  RETURN_IF_ERROR(CheckRstd(rstd, tokens));
+  RETURN_IF_ERROR(CheckFloatTensor("grad_x", grad_x, Shape{tokens, h}));
+  RETURN_IF_ERROR(CheckDType("grad_weight", grad_weight, {DType::kFloat32}));
+  RETURN_IF_ERROR(CheckShape("grad_weight", grad_weight, Shape{h}));
+  RETURN_IF_ERROR(CheckData("grad_weight", grad_weight));
+  thread_local std::vector<float> w, xr, dy;
+  w.resize(h);
+  xr.resize(h);
+  dy.resize(h);
+  LoadRange(weight, 0, h, w.data());
+  const float* rstd_in = rstd.As<const float>();
+  float* gw = grad_weight.As<float>();
+  for (int64_t t = 0; t < tokens; ++t) {
+    LoadRange(x, t * h, h, xr.data());
+    LoadRange(grad_out, t * h, h, dy.data());
+    const float r = rstd_in[t];
+    float dot = 0.0f;
     for (int64_t j = 0; j < h; ++j) {
-      float dy = Load(grad_out, t * h + j), xv = Load(x, t * h + j);
-      dot += Load(weight, j) * dy * xv;
-      gw[j] += dy * xv * r[t];
+      dot += w[j] * dy[j] * xr[j];
+      gw[j] += dy[j] * xr[j] * r;
     }
-    const float coef = r[t] * r[t] * r[t] / static_cast<float>(h) * dot;
+    const float c = r * r * r * dot / static_cast<float>(h);
     for (int64_t j = 0; j < h; ++j) {
-      float dx = r[t] * Load(weight, j) * Load(grad_out, t * h + j) - Load(x, t * h + j) * coef;
+      float dx = r * (w[j] * dy[j]) - xr[j] * c;
       if (accumulate_grad_x) dx += Load(grad_x, t * h + j);
       Store(grad_x, t * h + j, dx);
     }

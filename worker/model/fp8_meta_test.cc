@@ -1,0 +1,152 @@
+// The packed FP8 quantizer state on the CPU engine: the amaxes form one
+// contiguous all-reduce buffer, scales start at 1, and UpdateScales follows
+// the recipe (history window and MAX, MOST_RECENT, margin, default history
+// length, current scaling of single slots), checked against the formula
+// scale = fp8_max / amax / 2^margin computed here in double.
+#include "worker/model/fp8_meta.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "worker/engine/cpu/cpu_ops.h"
+
+namespace tessera {
+namespace {
+
+constexpr int kLinears = 3;  // n4 = 6 (weights + inputs), n5 = 3 (grads)
+
+v1::Fp8Recipe Delayed(int history, int margin, v1::DelayedScaling::AmaxCompute algo) {
+  v1::Fp8Recipe r;
+  r.mutable_delayed()->set_amax_history_len(history);
+  r.mutable_delayed()->set_margin(margin);
+  r.mutable_delayed()->set_amax_compute(algo);
+  return r;
+}
+
+// Relative tolerance for scales: the engine computes in fp32.
+void ExpectScale(float got, double want) { EXPECT_NEAR(got, want, 1e-6 * want); }
+
+TEST(Fp8Meta, SlotsAreDistinctAndAmaxesContiguous) {
+  std::unique_ptr<Ops> ops = CreateCpuOps();
+  auto meta = Fp8Meta::Create(*ops, kLinears, Delayed(4, 0, v1::DelayedScaling::MAX));
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  EXPECT_EQ(meta->n4(), 2 * kLinears);
+  EXPECT_EQ(meta->n5(), kLinears);
+  const TensorDesc amaxes = meta->amaxes();
+  EXPECT_EQ(amaxes.NumElements(), 3 * kLinears);
+  float* base = amaxes.As<float>();
+  std::vector<const float*> seen;
+  for (int i = 0; i < kLinears; ++i) {
+    EXPECT_EQ(meta->amax4(meta->weight_slot(i)), base + i);
+    EXPECT_EQ(meta->amax4(meta->input_slot(i)), base + kLinears + i);
+    EXPECT_EQ(meta->amax5(i), base + 2 * kLinears + i);
+    for (const float* p : {meta->scale4(meta->weight_slot(i)), meta->scale4(meta->input_slot(i)),
+                           meta->scale_inv4(meta->input_slot(i)), meta->scale5(i),
+                           meta->scale_inv5(i), meta->weight_data_scale_inv(i)}) {
+      EXPECT_EQ(std::count(seen.begin(), seen.end(), p), 0);
+      seen.push_back(p);
+      EXPECT_EQ(*p, 1.f);  // every scale starts at 1
+    }
+  }
+  for (int i = 0; i < amaxes.NumElements(); ++i) EXPECT_EQ(base[i], 0.f);
+}
+
+// Feeds random amaxes for several steps and checks every scale against a
+// history kept here.
+void CheckRecipe(int history_len, int margin, v1::DelayedScaling::AmaxCompute algo) {
+  std::unique_ptr<Ops> ops = CreateCpuOps();
+  auto meta = Fp8Meta::Create(*ops, kLinears, Delayed(history_len, margin, algo));
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  const int window = history_len > 0 ? history_len : 16;
+  const int n = 3 * kLinears;
+  std::vector<std::deque<double>> history(n);
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_real_distribution<float> exponent(-8.f, 8.f);
+  for (int step = 0; step < window + 3; ++step) {
+    float* amax = meta->amaxes().As<float>();
+    for (int i = 0; i < n; ++i) {
+      amax[i] = std::exp2(exponent(rng));
+      history[i].push_front(amax[i]);
+      if (static_cast<int>(history[i].size()) > window) history[i].pop_back();
+    }
+    ASSERT_TRUE(meta->UpdateScales(*ops, nullptr).ok());
+    for (int i = 0; i < n; ++i) {
+      EXPECT_EQ(amax[i], 0.f) << "amax not cleared after use";
+      const double a = algo == v1::DelayedScaling::MOST_RECENT
+                           ? history[i].front()
+                           : *std::max_element(history[i].begin(), history[i].end());
+      const bool e4m3 = i < 2 * kLinears;
+      const double want = (e4m3 ? 448.0 : 57344.0) / a / std::exp2(margin);
+      const float* scale = e4m3 ? meta->scale4(i) : meta->scale5(i - 2 * kLinears);
+      const float* scale_inv = e4m3 ? meta->scale_inv4(i) : meta->scale_inv5(i - 2 * kLinears);
+      ExpectScale(*scale, want);
+      ExpectScale(*scale_inv, 1.0 / want);
+    }
+  }
+}
+
+TEST(Fp8Meta, DelayedMaxOverHistoryWindow) { CheckRecipe(3, 0, v1::DelayedScaling::MAX); }
+TEST(Fp8Meta, DelayedMostRecentWithMargin) { CheckRecipe(4, 2, v1::DelayedScaling::MOST_RECENT); }
+TEST(Fp8Meta, HistoryLengthZeroMeansSixteen) { CheckRecipe(0, 1, v1::DelayedScaling::MAX); }
+
+TEST(Fp8Meta, CurrentScalingUpdatesOneSlotAtATime) {
+  std::unique_ptr<Ops> ops = CreateCpuOps();
+  v1::Fp8Recipe recipe;
+  recipe.mutable_current()->set_margin(1);
+  auto meta = Fp8Meta::Create(*ops, kLinears, recipe);
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  EXPECT_TRUE(meta->current_scaling());
+  float* amax = meta->amaxes().As<float>();
+  for (int i = 0; i < 3 * kLinears; ++i) amax[i] = 3.5f + i;
+  const int slot = meta->input_slot(1);
+  ASSERT_TRUE(meta->UpdateInputSlot(*ops, slot, nullptr).ok());
+  ExpectScale(*meta->scale4(slot), 448.0 / (3.5 + slot) / 2);
+  EXPECT_EQ(*meta->scale4(meta->input_slot(0)), 1.f);  // other slots untouched
+  EXPECT_EQ(amax[slot], 0.f);
+  EXPECT_EQ(amax[slot + 1], 3.5f + slot + 1);
+  ASSERT_TRUE(meta->UpdateGradSlot(*ops, 2, nullptr).ok());
+  ExpectScale(*meta->scale5(2), 57344.0 / (3.5 + 2 * kLinears + 2) / 2);
+  EXPECT_EQ(*meta->scale5(0), 1.f);
+}
+
+TEST(Fp8Meta, RecordWeightEncodeScalesCopiesOnlyTheWeightsScaleInv) {
+  std::unique_ptr<Ops> ops = CreateCpuOps();
+  auto meta = Fp8Meta::Create(*ops, kLinears, Delayed(2, 0, v1::DelayedScaling::MAX));
+  ASSERT_TRUE(meta.ok());
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_real_distribution<float> amax_dist(0.1f, 50.f);
+  float* amax = meta->amaxes().As<float>();
+  for (int i = 0; i < 3 * kLinears; ++i) amax[i] = amax_dist(rng);
+  ASSERT_TRUE(meta->UpdateScales(*ops, nullptr).ok());
+  for (int i = 0; i < kLinears; ++i) EXPECT_EQ(*meta->weight_data_scale_inv(i), 1.f);
+  ASSERT_TRUE(meta->RecordWeightEncodeScales(*ops, nullptr).ok());
+  for (int i = 0; i < kLinears; ++i) {
+    EXPECT_EQ(*meta->weight_data_scale_inv(i), *meta->scale_inv4(meta->weight_slot(i)));
+    EXPECT_NE(*meta->weight_data_scale_inv(i), *meta->scale_inv4(meta->input_slot(i)));
+  }
+  // The next update changes the scales but not what the bytes were encoded with.
+  for (int i = 0; i < 3 * kLinears; ++i) amax[i] = 100.f + amax_dist(rng);
+  const float recorded = *meta->weight_data_scale_inv(0);
+  ASSERT_TRUE(meta->UpdateScales(*ops, nullptr).ok());
+  EXPECT_EQ(*meta->weight_data_scale_inv(0), recorded);
+  EXPECT_NE(*meta->scale_inv4(meta->weight_slot(0)), recorded);
+}
+
+TEST(Fp8Meta, ZeroAmaxKeepsTheScale) {
+  std::unique_ptr<Ops> ops = CreateCpuOps();
+  auto meta = Fp8Meta::Create(*ops, kLinears, Delayed(1, 0, v1::DelayedScaling::MAX));
+  ASSERT_TRUE(meta.ok());
+  float* amax = meta->amaxes().As<float>();
+  amax[0] = 2.f;
+  ASSERT_TRUE(meta->UpdateScales(*ops, nullptr).ok());
+  ExpectScale(*meta->scale4(0), 224.0);
+  ASSERT_TRUE(meta->UpdateScales(*ops, nullptr).ok());  // nothing recorded: amax 0
+  ExpectScale(*meta->scale4(0), 224.0);
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,55 @@
+// Device strings: "cpu" describes the host and builds a working CPU trainer;
+// malformed strings are INVALID_ARGUMENT naming the device; an absent CUDA
+// ordinal is NOT_FOUND or UNAVAILABLE, never a crash.
+#include "worker/trainer/trainer_factory.h"
+
+#include "gtest/gtest.h"
+#include "worker/trainer/test_job_spec.h"
+
+namespace tessera {
+namespace {
+
+TEST(TrainerFactory, DescribesTheCpu) {
+  absl::StatusOr<v1::DeviceInfo> info = DescribeDevice("cpu");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->kind(), v1::CPU);
+  EXPECT_EQ(info->index(), 0);
+  EXPECT_EQ(info->name().rfind("cpu (", 0), 0u) << info->name();
+  EXPECT_NE(info->name().find(" cores)"), std::string::npos) << info->name();
+  EXPECT_GT(info->memory_bytes(), int64_t{1} << 20);
+  EXPECT_FALSE(info->host().empty());
+}
+
+TEST(TrainerFactory, MalformedDevicesAreInvalidArgument) {
+  for (const char* device : {"", "CPU", "gpu", "cuda", "cuda:", "cuda:x", "cuda:-1", "cuda:1x",
+                             "cpu:0", " cpu"}) {
+    absl::StatusOr<v1::DeviceInfo> info = DescribeDevice(device);
+    EXPECT_EQ(info.status().code(), absl::StatusCode::kInvalidArgument) << "'" << device << "'";
+    EXPECT_NE(info.status().message().find("device"), absl::string_view::npos);
+    EXPECT_EQ(CreateTrainer(device).status().code(), absl::StatusCode::kInvalidArgument)
+        << "'" << device << "'";
+  }
+}
+
+TEST(TrainerFactory, AbsentCudaDeviceIsNotFoundOrUnavailable) {
+  absl::StatusOr<v1::DeviceInfo> info = DescribeDevice("cuda:999");
+  ASSERT_FALSE(info.ok());
+  EXPECT_TRUE(info.status().code() == absl::StatusCode::kNotFound ||
+              info.status().code() == absl::StatusCode::kUnavailable)
+      << info.status();
+}
+
+TEST(TrainerFactory, CpuTrainerTrainsAStep) {
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = CreateTrainer("cpu");
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  ASSERT_NE(*trainer, nullptr);
+  ASSERT_TRUE((*trainer)->Setup(TinyCpuTestJobSpec(1), 0, 1).ok());
+  ASSERT_TRUE((*trainer)->InitCollective(nullptr, "127.0.0.1", absl::Seconds(5)).ok());
+  absl::StatusOr<StepReport> report = (*trainer)->RunStep(0);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_GT(report->loss, 3.0f);  // ~ln(64) at init
+  EXPECT_LT(report->loss, 5.0f);
+}
+
+}  // namespace
+}  // namespace tessera
