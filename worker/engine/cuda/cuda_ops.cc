@@ -1,13 +1,16 @@
 // CudaOps: the ops API on the GPU (see cuda_ops.h).
 #include "worker/engine/cuda/cuda_ops.h"
 
-#include <unistd.h>
-
+#include <algorithm>
+#include <cstring>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/engine/cpu/tensor_access.h"
 #include "worker/engine/cuda/cuda_check.h"
+#include "worker/engine/cuda/device_context.h"
 #include "worker/engine/cuda/gemm.h"
 #include "worker/engine/cuda/kernels.h"
 
@@ -32,6 +35,19 @@ class DeviceBuffer : public Buffer {
   size_t bytes_;
 };
 
+// cudaMalloc that leaves no stale error behind: a failed allocation is also
+// recorded as the thread's "last error", which the next launch check would
+// otherwise report against an innocent kernel.
+absl::Status DeviceMalloc(void** p, size_t bytes) {
+  const cudaError_t err = cudaMalloc(p, bytes);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    *p = nullptr;
+  }
+  CUDA_RETURN_IF_ERROR(err);
+  return absl::OkStatus();
+}
+
 // Device memory that grows on first use for a larger shape, then is reused.
 class Scratch {
  public:
@@ -42,7 +58,7 @@ class Scratch {
     if (bytes > bytes_) {
       if (data_ != nullptr) cudaFree(data_);
       data_ = nullptr;
-      CUDA_RETURN_IF_ERROR(cudaMalloc(&data_, bytes));
+      RETURN_IF_ERROR(DeviceMalloc(&data_, bytes));
       bytes_ = bytes;
     }
     return data_;
@@ -53,14 +69,16 @@ class Scratch {
   size_t bytes_ = 0;
 };
 
+// The rank's shard table in device memory, built once by CreateAdamPlan:
+// one allocation holding [num_shards] DeviceAdamShard, then the block map
+// ([num_blocks] shard index, [num_blocks] element offset) and [num_blocks]
+// fp32 partial sums for GradSumSquares.
 class CudaAdamPlan : public AdamPlan {
  public:
   ~CudaAdamPlan() override {
-    for (void* p : {static_cast<void*>(table), static_cast<void*>(block_shard),
-                    static_cast<void*>(block_offset), static_cast<void*>(partials)}) {
-      if (p != nullptr) cudaFree(p);
-    }
+    if (storage != nullptr) cudaFree(storage);
   }
+  void* storage = nullptr;
   cuda::DeviceAdamShard* table = nullptr;
   int* block_shard = nullptr;
   int64_t* block_offset = nullptr;
@@ -69,62 +87,55 @@ class CudaAdamPlan : public AdamPlan {
   int num_blocks = 0;
 };
 
+size_t RoundUp(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
 class CudaOps : public Ops {
  public:
-  explicit CudaOps(int device) : device_(device) {}
+  explicit CudaOps(std::unique_ptr<cuda::DeviceContext> ctx)
+      : ctx_(std::move(ctx)), gemm_(ctx_.get()) {}
 
-  absl::Status Init() {
-    CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-    CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&props_, device_));
-    CUDA_RETURN_IF_ERROR(cudaMalloc(&error_flag_, sizeof(int)));
-    CUDA_RETURN_IF_ERROR(cudaMemset(error_flag_, 0, sizeof(int)));
-    return gemm_.Init(32 << 20);
-  }
-  ~CudaOps() override {
-    if (error_flag_ != nullptr) cudaFree(error_flag_);
-  }
+  absl::Status Init() { return gemm_.Init(); }
 
   // ---- Memory ----
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) override {
+    RETURN_IF_ERROR(ctx_->MakeCurrent());
     void* p = nullptr;
-    CUDA_RETURN_IF_ERROR(cudaMalloc(&p, bytes == 0 ? 256 : bytes));
+    RETURN_IF_ERROR(DeviceMalloc(&p, bytes == 0 ? 256 : bytes));
     return std::unique_ptr<Buffer>(new DeviceBuffer(p, bytes));
   }
   absl::Status CopyToDevice(void* dst, const void* src, size_t bytes, Stream* stream) override {
+    RETURN_IF_ERROR(ctx_->MakeCurrent());
     if (bytes == 0) return absl::OkStatus();
     CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, S(stream)));
     return absl::OkStatus();
   }
   absl::Status CopyToHost(void* dst, const void* src, size_t bytes, Stream* stream) override {
+    RETURN_IF_ERROR(ctx_->MakeCurrent());
     if (bytes == 0) return absl::OkStatus();
     CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, S(stream)));
     CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(S(stream)));
     return absl::OkStatus();
   }
   absl::Status CopyDeviceToDevice(void* dst, const void* src, size_t bytes, Stream* stream) override {
+    RETURN_IF_ERROR(ctx_->MakeCurrent());
     if (bytes == 0) return absl::OkStatus();
     CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, S(stream)));
     return absl::OkStatus();
   }
   absl::Status Memset(void* dst, int value, size_t bytes, Stream* stream) override {
+    RETURN_IF_ERROR(ctx_->MakeCurrent());
     if (bytes == 0) return absl::OkStatus();
     CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dst, value, bytes, S(stream)));
     return absl::OkStatus();
   }
   absl::Status Synchronize(Stream* stream) override {
-    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(S(stream)));
-    int flag = 0;
-    CUDA_RETURN_IF_ERROR(cudaMemcpy(&flag, error_flag_, sizeof(int), cudaMemcpyDeviceToHost));
-    if (flag != 0) {
-      CUDA_RETURN_IF_ERROR(cudaMemset(error_flag_, 0, sizeof(int)));
-      return absl::InvalidArgumentError(
-          "a token id or target was outside [0, vocab_size) (rows were treated as zero/ignored)");
-    }
-    return absl::OkStatus();
+    RETURN_IF_ERROR(ctx_->MakeCurrent());
+    return ctx_->SynchronizeAndCheckFlag(S(stream));
   }
 
   // ---- FP8 ----
   absl::Status Quantize(const TensorDesc& in, const TensorDesc& out, Stream* stream) override {
+    RETURN_IF_ERROR(ctx_->MakeCurrent());
     RETURN_IF_ERROR(CheckDType("in", in, {DType::kFloat32, DType::kBFloat16}));
     RETURN_IF_ERROR(CheckDType("out", out, {DType::kE4M3, DType::kE5M2}));
     if (out.scale == nullptr) return absl::InvalidArgumentError("out.scale: must be set");
@@ -135,6 +146,7 @@ class CudaOps : public Ops {
   }
   absl::Status QuantizeTranspose(const TensorDesc& in, const TensorDesc& out,
                                  const TensorDesc& out_t, Stream* stream) override {
+    RETURN_IF_ERROR(ctx_->MakeCurrent());
     RETURN_IF_ERROR(CheckDType("in", in, {DType::kFloat32, DType::kBFloat16}));
     RETURN_IF_ERROR(CheckDType("out", out, {DType::kE4M3, DType::kE5M2}));
     RETURN_IF_ERROR(CheckRank("in", in, 2));
@@ -143,18 +155,21 @@ class CudaOps : public Ops {
     return cuda::LaunchQuantize(in, out, &out_t, S(stream));
   }
   absl::Status Dequantize(const TensorDesc& in, const TensorDesc& out, Stream* stream) override {
+    RETURN_IF_ERROR(ctx_->MakeCurrent());
     RETURN_IF_ERROR(CheckDType("in", in, {DType::kE4M3, DType::kE5M2}));
     RETURN_IF_ERROR(CheckDType("out", out, {DType::kFloat32, DType::kBFloat16}));
     if (in.scale_inv == nullptr) return absl::InvalidArgumentError("in.scale_inv: must be set");
     return cuda::LaunchDequantize(in, out, S(stream));
   }
   absl::Status Amax(const TensorDesc& in, float* amax, Stream* stream) override {
+    RETURN_IF_ERROR(ctx_->MakeCurrent());
     RETURN_IF_ERROR(CheckDType("in", in, {DType::kFloat32, DType::kBFloat16}));
     return cuda::LaunchAmax(in, amax, S(stream));
   }
   absl::Status UpdateFp8Scales(float* amax, float* history, float* scale, float* scale_inv, int n,
                                int history_len, float fp8_max, int margin, AmaxAlgo algo,
                                Stream* stream) override {
+    RETURN_IF_ERROR(ctx_->MakeCurrent());
     if (n < 0 || history_len < 1) {
       return absl::InvalidArgumentError("n must be >= 0 and history_len >= 1");
     }
@@ -162,6 +177,7 @@ class CudaOps : public Ops {
                                        margin, algo, S(stream));
   }
   absl::Status Transpose(const TensorDesc& in, const TensorDesc& out, Stream* stream) override {
+    RETURN_IF_ERROR(ctx_->MakeCurrent());
     RETURN_IF_ERROR(CheckRank("in", in, 2));
     RETURN_IF_ERROR(CheckShape("out", out, Shape{in.shape[1], in.shape[0]}));
     return cuda::LaunchTranspose(in, out, S(stream));
@@ -170,6 +186,7 @@ class CudaOps : public Ops {
   // ---- GEMM ----
   absl::Status Gemm(const TensorDesc& a, bool trans_a, const TensorDesc& b, bool trans_b,
                     const TensorDesc& d, bool accumulate, Stream* stream) override {
+    RETURN_IF_ERROR(ctx_->MakeCurrent());
     const std::initializer_list<DType> operand = {DType::kBFloat16, DType::kE4M3, DType::kE5M2};
     RETURN_IF_ERROR(CheckDType("a", a, operand));
     RETURN_IF_ERROR(CheckDType("b", b, operand));
@@ -201,12 +218,19 @@ class CudaOps : public Ops {
   // ---- Elementwise and normalisation ----
   absl::Status Add(const TensorDesc& a, const TensorDesc& b, const TensorDesc& out,
                    Stream* stream) override {
+    RETURN_IF_ERROR(ctx_->MakeCurrent());
+    RETURN_IF_ERROR(CheckDType("a", a, {DType::kFloat32, DType::kBFloat16}));
+    RETURN_IF_ERROR(CheckDType("b", b, {DType::kFloat32, DType::kBFloat16}));
+    RETURN_IF_ERROR(CheckDType("out", out, {DType::kFloat32, DType::kBFloat16}));
     if (a.NumElements() != out.NumElements() || b.NumElements() != out.NumElements()) {
       return absl::InvalidArgumentError("a, b, out: element counts differ");
     }
     return cuda::LaunchAdd(a, b, out, S(stream));
   }
   absl::Status Cast(const TensorDesc& in, const TensorDesc& out, Stream* stream) override {
+    RETURN_IF_ERROR(ctx_->MakeCurrent());
+    RETURN_IF_ERROR(CheckDType("in", in, {DType::kFloat32, DType::kBFloat16}));
+    RETURN_IF_ERROR(CheckDType("out", out, {DType::kFloat32, DType::kBFloat16}));
     if (in.NumElements() != out.NumElements()) {
       return absl::InvalidArgumentError("out: element count differs from in");
     }
@@ -214,17 +238,20 @@ class CudaOps : public Ops {
   }
   absl::Status EmbeddingForward(const TensorDesc& ids, const TensorDesc& table,
                                 const TensorDesc& out, Stream* stream) override {
+    RETURN_IF_ERROR(ctx_->MakeCurrent());
     RETURN_IF_ERROR(CheckRank("table", table, 2));
     RETURN_IF_ERROR(CheckShape("out", out, Shape{ids.NumElements(), table.shape[1]}));
-    return cuda::LaunchEmbeddingForward(ids, table, out, error_flag_, S(stream));
+    return cuda::LaunchEmbeddingForward(ids, table, out, ctx_->error_flag(), S(stream));
   }
   absl::Status EmbeddingBackward(const TensorDesc& ids, const TensorDesc& grad_out,
                                  const TensorDesc& grad_table, Stream* stream) override {
+    RETURN_IF_ERROR(ctx_->MakeCurrent());
     RETURN_IF_ERROR(CheckDType("grad_table", grad_table, {DType::kFloat32}));
-    return cuda::LaunchEmbeddingBackward(ids, grad_out, grad_table, error_flag_, S(stream));
+    return cuda::LaunchEmbeddingBackward(ids, grad_out, grad_table, ctx_->error_flag(), S(stream));
   }
   absl::Status RmsNormForward(const TensorDesc& x, const TensorDesc& weight, float eps,
                               const TensorDesc& out, const TensorDesc& rstd, Stream* stream) override {
+    RETURN_IF_ERROR(ctx_->MakeCurrent());
     RETURN_IF_ERROR(CheckRank("x", x, 2));
     RETURN_IF_ERROR(CheckShape("weight", weight, Shape{x.shape[1]}));
     RETURN_IF_ERROR(CheckShape("rstd", rstd, Shape{x.shape[0]}));
@@ -234,48 +261,75 @@ class CudaOps : public Ops {
                                const TensorDesc& weight, const TensorDesc& rstd,
                                const TensorDesc& grad_x, bool accumulate_grad_x,
                                const TensorDesc& grad_weight, Stream* stream) override {
+    RETURN_IF_ERROR(ctx_->MakeCurrent());
     RETURN_IF_ERROR(CheckRank("x", x, 2));
     RETURN_IF_ERROR(CheckDType("grad_weight", grad_weight, {DType::kFloat32}));
+    RETURN_IF_ERROR(CheckShape("grad_out", grad_out, x.shape));
+    RETURN_IF_ERROR(CheckShape("grad_x", grad_x, x.shape));
+    RETURN_IF_ERROR(CheckShape("weight", weight, Shape{x.shape[1]}));
+    RETURN_IF_ERROR(CheckShape("grad_weight", grad_weight, Shape{x.shape[1]}));
+    RETURN_IF_ERROR(CheckShape("rstd", rstd, Shape{x.shape[0]}));
+    const int64_t partials = cuda::RmsNormWeightGradScratchFloats(x.shape[0], x.shape[1]);
+    ASSIGN_OR_RETURN(void* scratch,
+                     rmsnorm_scratch_.Get(std::max<int64_t>(1, partials) * sizeof(float)));
     return cuda::LaunchRmsNormBackward(grad_out, x, weight, rstd, grad_x, accumulate_grad_x,
-                                       grad_weight, S(stream));
+                                       grad_weight, static_cast<float*>(scratch), S(stream));
   }
   absl::Status RopeForward(const TensorDesc& qkv, float theta, Stream* stream) override {
+    RETURN_IF_ERROR(ctx_->MakeCurrent());
     RETURN_IF_ERROR(CheckRank("qkv", qkv, 5));
     return cuda::LaunchRope(qkv, theta, 1.0f, S(stream));
   }
   absl::Status RopeBackward(const TensorDesc& grad_qkv, float theta, Stream* stream) override {
+    RETURN_IF_ERROR(ctx_->MakeCurrent());
     RETURN_IF_ERROR(CheckRank("grad_qkv", grad_qkv, 5));
     return cuda::LaunchRope(grad_qkv, theta, -1.0f, S(stream));
   }
   absl::Status AttentionForward(const TensorDesc& qkv, const TensorDesc& out, const TensorDesc& lse,
                                 Stream* stream) override {
+    RETURN_IF_ERROR(ctx_->MakeCurrent());
     RETURN_IF_ERROR(CheckRank("qkv", qkv, 5));
     return cuda::LaunchAttentionForward(qkv, out, lse, S(stream));
   }
   absl::Status AttentionBackward(const TensorDesc& grad_out, const TensorDesc& qkv,
                                  const TensorDesc& out, const TensorDesc& lse,
                                  const TensorDesc& grad_qkv, Stream* stream) override {
+    RETURN_IF_ERROR(ctx_->MakeCurrent());
     RETURN_IF_ERROR(CheckRank("qkv", qkv, 5));
-    ASSIGN_OR_RETURN(void* scratch, attention_scratch_.Get(2 * out.NumElements() * sizeof(float)));
+    // D_i = dO_i · O_i for every query, [B, nh, S] fp32 like lse.
+    ASSIGN_OR_RETURN(void* scratch, attention_scratch_.Get(
+                                        std::max<int64_t>(1, lse.NumElements()) * sizeof(float)));
     return cuda::LaunchAttentionBackward(grad_out, qkv, out, lse, grad_qkv,
                                          static_cast<float*>(scratch), S(stream));
   }
   absl::Status SwiGluForward(const TensorDesc& gate_up, const TensorDesc& out, Stream* stream) override {
+    RETURN_IF_ERROR(ctx_->MakeCurrent());
     RETURN_IF_ERROR(CheckRank("gate_up", gate_up, 2));
     return cuda::LaunchSwiGluForward(gate_up, out, S(stream));
   }
   absl::Status SwiGluBackward(const TensorDesc& grad_out, const TensorDesc& gate_up,
                               const TensorDesc& grad_gate_up, Stream* stream) override {
+    RETURN_IF_ERROR(ctx_->MakeCurrent());
     RETURN_IF_ERROR(CheckRank("gate_up", gate_up, 2));
     return cuda::LaunchSwiGluBackward(grad_out, gate_up, grad_gate_up, S(stream));
   }
 
   // ---- Fused linear + cross-entropy ----
+  // Per chunk of at most chunk_tokens rows: logits [c, V] fp32 = x_c · Wᵀ
+  // (bf16 GEMM, fp32 out, so the loss sees unrounded logits); one kernel
+  // turns each row into its loss (atomically added to *loss_sum and 1 to
+  // *valid_tokens: nothing is read back) and its bf16 dlogits = softmax -
+  // onehot (zero rows for ignored tokens); grad_x_c = dlogits · W (bf16
+  // out); grad_weight += dlogitsᵀ · x_c (beta = 1, fp32 out, bf16 operands:
+  // no [V, H] temporary, no fp32 copy of an operand). The two chunk buffers
+  // (fp32 logits and bf16 dlogits, chunk x V each) are allocated on the
+  // first call for a shape and reused by every later call.
   absl::Status FusedLinearCrossEntropy(const TensorDesc& x, const TensorDesc& weight,
                                        const TensorDesc& targets, int ignore_index,
                                        int chunk_tokens, float* loss_sum, float* valid_tokens,
                                        const TensorDesc& grad_x, const TensorDesc& grad_weight,
                                        Stream* stream) override {
+    RETURN_IF_ERROR(ctx_->MakeCurrent());
     RETURN_IF_ERROR(CheckDType("x", x, {DType::kBFloat16}));
     RETURN_IF_ERROR(CheckDType("weight", weight, {DType::kBFloat16}));
     RETURN_IF_ERROR(CheckDType("grad_weight", grad_weight, {DType::kFloat32}));
@@ -298,7 +352,7 @@ class CudaOps : public Ops {
       RETURN_IF_ERROR(cuda::LaunchCrossEntropyRows(
           static_cast<float*>(logits), static_cast<const int32_t*>(targets.data) + start,
           static_cast<int>(c), static_cast<int>(vocab), ignore_index, loss_sum, valid_tokens,
-          dlogits, error_flag_, S(stream)));
+          dlogits, ctx_->error_flag(), S(stream)));
       RETURN_IF_ERROR(gemm_.Run(dl, false, weight, false, gxc, false, S(stream)));
       RETURN_IF_ERROR(gemm_.Run(dl, true, xc, false, grad_weight, true, S(stream)));
     }
@@ -307,6 +361,7 @@ class CudaOps : public Ops {
 
   // ---- Optimizer ----
   absl::StatusOr<std::unique_ptr<AdamPlan>> CreateAdamPlan(absl::Span<const AdamShard> shards) override {
+    RETURN_IF_ERROR(ctx_->MakeCurrent());
     std::vector<cuda::DeviceAdamShard> table;
     std::vector<int> block_shard;
     std::vector<int64_t> block_offset;
@@ -316,6 +371,11 @@ class CudaOps : public Ops {
       if (s.grad.NumElements() != n || s.exp_avg.NumElements() != n ||
           s.exp_avg_sq.NumElements() != n || s.fp8.NumElements() != n) {
         return absl::InvalidArgumentError(absl::StrCat("shard ", i, ": element counts differ"));
+      }
+      if (s.fp8.dtype != DType::kE4M3 && s.fp8.dtype != DType::kBFloat16) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("shard ", i, ": fp8: dtype must be e4m3 or bf16, got ",
+                         DTypeName(s.fp8.dtype)));
       }
       const bool fp8 = s.fp8.dtype == DType::kE4M3;
       if (fp8 && s.fp8.scale == nullptr) {
@@ -333,64 +393,62 @@ class CudaOps : public Ops {
     auto plan = std::make_unique<CudaAdamPlan>();
     plan->num_shards = static_cast<int>(table.size());
     plan->num_blocks = static_cast<int>(block_shard.size());
-    CUDA_RETURN_IF_ERROR(cudaMalloc(&plan->table, std::max<size_t>(1, table.size()) * sizeof(table[0])));
-    CUDA_RETURN_IF_ERROR(cudaMalloc(&plan->block_shard, std::max<size_t>(1, block_shard.size()) * sizeof(int)));
-    CUDA_RETURN_IF_ERROR(cudaMalloc(&plan->block_offset, std::max<size_t>(1, block_offset.size()) * sizeof(int64_t)));
-    CUDA_RETURN_IF_ERROR(cudaMalloc(&plan->partials, std::max<size_t>(1, block_shard.size()) * sizeof(float)));
-    CUDA_RETURN_IF_ERROR(cudaMemcpy(plan->table, table.data(), table.size() * sizeof(table[0]), cudaMemcpyHostToDevice));
-    CUDA_RETURN_IF_ERROR(cudaMemcpy(plan->block_shard, block_shard.data(), block_shard.size() * sizeof(int), cudaMemcpyHostToDevice));
-    CUDA_RETURN_IF_ERROR(cudaMemcpy(plan->block_offset, block_offset.data(), block_offset.size() * sizeof(int64_t), cudaMemcpyHostToDevice));
+    // Host image of the table and block map, uploaded with one copy.
+    const size_t table_bytes = RoundUp(table.size() * sizeof(cuda::DeviceAdamShard));
+    const size_t shard_bytes = RoundUp(block_shard.size() * sizeof(int));
+    const size_t offset_bytes = RoundUp(block_offset.size() * sizeof(int64_t));
+    const size_t image_bytes = table_bytes + shard_bytes + offset_bytes;
+    const size_t partial_bytes = RoundUp(std::max<size_t>(1, block_shard.size()) * sizeof(float));
+    std::vector<uint8_t> image(image_bytes, 0);
+    std::memcpy(image.data(), table.data(), table.size() * sizeof(cuda::DeviceAdamShard));
+    std::memcpy(image.data() + table_bytes, block_shard.data(), block_shard.size() * sizeof(int));
+    std::memcpy(image.data() + table_bytes + shard_bytes, block_offset.data(),
+                block_offset.size() * sizeof(int64_t));
+    RETURN_IF_ERROR(DeviceMalloc(&plan->storage, image_bytes + partial_bytes));
+    uint8_t* base = static_cast<uint8_t*>(plan->storage);
+    plan->table = reinterpret_cast<cuda::DeviceAdamShard*>(base);
+    plan->block_shard = reinterpret_cast<int*>(base + table_bytes);
+    plan->block_offset = reinterpret_cast<int64_t*>(base + table_bytes + shard_bytes);
+    plan->partials = reinterpret_cast<float*>(base + image_bytes);
+    if (image_bytes > 0) {
+      CUDA_RETURN_IF_ERROR(
+          cudaMemcpy(plan->storage, image.data(), image_bytes, cudaMemcpyHostToDevice));
+    }
     return std::unique_ptr<AdamPlan>(std::move(plan));
   }
   absl::Status GradSumSquares(const AdamPlan& plan, float* sum_sq, Stream* stream) override {
+    RETURN_IF_ERROR(ctx_->MakeCurrent());
     const auto& p = static_cast<const CudaAdamPlan&>(plan);
     return cuda::LaunchGradSumSquares(p.table, p.block_shard, p.block_offset, p.num_blocks,
                                       p.partials, sum_sq, S(stream));
   }
   absl::Status ComputeGradScale(const float* sum_sq, const float* tokens, float max_norm,
                                 float* grad_norm, float* grad_scale, Stream* stream) override {
+    RETURN_IF_ERROR(ctx_->MakeCurrent());
     return cuda::LaunchComputeGradScale(sum_sq, tokens, max_norm, grad_norm, grad_scale, S(stream));
   }
   absl::Status FusedAdam(const AdamPlan& plan, const AdamHyper& hyper, const float* grad_scale,
                          Stream* stream) override {
+    RETURN_IF_ERROR(ctx_->MakeCurrent());
     const auto& p = static_cast<const CudaAdamPlan&>(plan);
     return cuda::LaunchFusedAdam(p.table, p.num_shards, p.block_shard, p.block_offset,
                                  p.num_blocks, hyper, grad_scale, S(stream));
   }
 
  private:
-  int device_;
-  cudaDeviceProp props_{};
-  int* error_flag_ = nullptr;
+  std::unique_ptr<cuda::DeviceContext> ctx_;
   cuda::GemmRunner gemm_;
-  Scratch attention_scratch_, ce_logits_, ce_dlogits_;
+  Scratch attention_scratch_, rmsnorm_scratch_, ce_logits_, ce_dlogits_;
 };
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Ops>> CreateCudaOps(int device_index) {
-  auto ops = std::make_unique<CudaOps>(device_index);
+  ASSIGN_OR_RETURN(std::unique_ptr<cuda::DeviceContext> ctx,
+                   cuda::DeviceContext::Create(device_index));
+  auto ops = std::make_unique<CudaOps>(std::move(ctx));
   RETURN_IF_ERROR(ops->Init());
   return std::unique_ptr<Ops>(std::move(ops));
-}
-
-absl::StatusOr<v1::DeviceInfo> DescribeCudaDevice(int index) {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || index >= count) {
-    cudaGetLastError();
-    return absl::NotFoundError(absl::StrCat("no CUDA device ", index, " (", count, " visible)"));
-  }
-  cudaDeviceProp props;
-  CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&props, index));
-  v1::DeviceInfo info;
-  info.set_kind(v1::CUDA);
-  info.set_index(index);
-  info.set_name(props.name);
-  info.set_memory_bytes(static_cast<int64_t>(props.totalGlobalMem));
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
-  info.set_host(host);
-  return info;
 }
 
 }  // namespace tessera

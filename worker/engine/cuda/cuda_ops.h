@@ -1,30 +1,30 @@
 // The CUDA engine for Hopper: the Ops interface (worker/ops/ops.h) over the
 // kernels in this directory and cuBLASLt, with the same semantics as the CPU
-// reference engine.
+// reference engine (worker/engine/cpu).
 //
-// Host-side discipline: CreateCudaOps sets the device for the calling thread
-// (the worker's compute thread, which makes every later call) and queries the
-// device properties once; the cuBLASLt handle, its workspace and every GEMM
-// plan are created once; scratch for attention backward and the fused loss
-// is allocated on first use for a shape and reused. Memory comes from
-// cudaMalloc at setup only. Bad token ids or targets raise a device flag
-// that the next Synchronize reports as INVALID_ARGUMENT; CUDA failures come
-// back as INTERNAL (sticky) or RESOURCE_EXHAUSTED.
+// Host-side discipline: CreateCudaOps builds the DeviceContext (device facts
+// queried once, the cuBLASLt handle and its one workspace, the device error
+// flag) and every op first makes its device current for the calling thread
+// (a thread_local check; cudaSetDevice runs once per thread). GEMM plans are
+// built once per shape; scratch for attention backward and the fused loss
+// is allocated on the first call for a shape and reused. Memory comes from
+// cudaMalloc at setup only. Nothing on the step path reads back to the
+// host: bad token ids or targets raise the device flag, which the next
+// Synchronize reports as INVALID_ARGUMENT. CUDA failures come back through
+// cuda_check.h (sticky ones as INTERNAL, out-of-memory as RESOURCE_EXHAUSTED).
 #ifndef TESSERA_WORKER_ENGINE_CUDA_CUDA_OPS_H_
 #define TESSERA_WORKER_ENGINE_CUDA_CUDA_OPS_H_
 
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "proto/tessera/v1/worker.pb.h"
+#include "worker/engine/cuda/describe_device.h"  // DescribeCudaDevice, for callers
 #include "worker/ops/ops.h"
 
 namespace tessera {
 
+// The engine for GPU `device_index`; NOT_FOUND if there is no such GPU.
 absl::StatusOr<std::unique_ptr<Ops>> CreateCudaOps(int device_index);
-
-// Name, memory and host of GPU `index`; NOT_FOUND if there is no such GPU.
-absl::StatusOr<v1::DeviceInfo> DescribeCudaDevice(int index);
 
 }  // namespace tessera
 

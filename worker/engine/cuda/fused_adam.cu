@@ -4,9 +4,9 @@
 // updates all shards: AdamW with bias correction and decoupled weight decay
 // on the fp32 master, m and v, writes the e4m3 (or bf16) shard from the new
 // master with the shard's scale, and max-combines |master| into its amax.
-// Empty shards own no blocks. GradSumSquares writes one partial per block
-// and sums them in a fixed order (deterministic); ComputeGradScale is one
-// thread.
+// Empty shards own no blocks; the whole update is one kernel launch.
+// GradSumSquares writes one partial per block and sums them in a fixed
+// order (deterministic); ComputeGradScale is one thread.
 
 #include <cuda_bf16.h>
 
@@ -21,11 +21,24 @@ namespace {
 
 // ---- kernels ---------------------------------------------------------------
 
-__global__ void FusedAdamKernel(const DeviceAdamShard* table, const int* block_shard,
-                                const int64_t* block_offset, float lr, float beta1, float beta2,
-                                float eps, float weight_decay, float bias1, float bias2,
+// One launch for every shard: block i < num_blocks updates chunk i of its
+// shard; block 0 also publishes 1 / scale to every FP8 shard's scale_inv,
+// empty shards included (a rank whose shard is empty still multiplies the
+// gathered bytes by it). With no elements at all, one block runs for that.
+__global__ void FusedAdamKernel(const DeviceAdamShard* table, int num_shards,
+                                const int* block_shard, const int64_t* block_offset,
+                                int num_blocks, float lr, float beta1, float beta2, float eps,
+                                float weight_decay, float bias1, float bias2,
                                 const float* grad_scale) {
   __shared__ float scratch[32];
+  if (blockIdx.x == 0) {
+    for (int i = threadIdx.x; i < num_shards; i += blockDim.x) {
+      if (table[i].is_fp8 && table[i].scale_inv != nullptr) {
+        *table[i].scale_inv = 1.0f / *table[i].scale;
+      }
+    }
+  }
+  if (static_cast<int>(blockIdx.x) >= num_blocks) return;
   const DeviceAdamShard s = table[block_shard[blockIdx.x]];
   const int64_t begin = block_offset[blockIdx.x];
   const int64_t end = min(begin + kAdamChunk, s.numel);
@@ -51,17 +64,7 @@ __global__ void FusedAdamKernel(const DeviceAdamShard* table, const int* block_s
     }
   }
   amax = BlockMax(amax, scratch);
-  if (threadIdx.x == 0) {
-    if (s.amax != nullptr) AtomicMaxNonNegative(s.amax, amax);
-  }
-}
-
-// 1/scale for every FP8 shard, empty ones included: a rank whose shard is
-// empty still multiplies the gathered bytes by it.
-__global__ void ScaleInvKernel(const DeviceAdamShard* table, int num_shards) {
-  for (int i = threadIdx.x; i < num_shards; i += blockDim.x) {
-    if (table[i].is_fp8 && table[i].scale_inv != nullptr) *table[i].scale_inv = 1.0f / *table[i].scale;
-  }
+  if (threadIdx.x == 0 && s.amax != nullptr) AtomicMaxNonNegative(s.amax, amax);
 }
 
 __global__ void SumSquaresPartialKernel(const DeviceAdamShard* table, const int* block_shard,
@@ -101,16 +104,12 @@ __global__ void GradScaleKernel(const float* sum_sq, const float* tokens, float 
 absl::Status LaunchFusedAdam(const DeviceAdamShard* table, int num_shards,
                              const int* block_shard, const int64_t* block_offset, int num_blocks,
                              const AdamHyper& hp, const float* grad_scale, cudaStream_t stream) {
-  if (num_shards > 0) {
-    ScaleInvKernel<<<1, 256, 0, stream>>>(table, num_shards);
-    CUDA_RETURN_IF_LAUNCH_FAILED();
-  }
-  if (num_blocks == 0) return absl::OkStatus();
+  if (num_shards == 0) return absl::OkStatus();
   const float bias1 = 1.0f - powf(hp.beta1, static_cast<float>(hp.step));
   const float bias2 = 1.0f - powf(hp.beta2, static_cast<float>(hp.step));
-  FusedAdamKernel<<<num_blocks, 256, 0, stream>>>(table, block_shard, block_offset, hp.lr, hp.beta1,
-                                                  hp.beta2, hp.eps, hp.weight_decay, bias1, bias2,
-                                                  grad_scale);
+  FusedAdamKernel<<<max(num_blocks, 1), 256, 0, stream>>>(
+      table, num_shards, block_shard, block_offset, num_blocks, hp.lr, hp.beta1, hp.beta2, hp.eps,
+      hp.weight_decay, bias1, bias2, grad_scale);
   CUDA_RETURN_IF_LAUNCH_FAILED();
   return absl::OkStatus();
 }

@@ -1,26 +1,39 @@
-// GEMM on cuBLASLt with the semantics of Ops::Gemm (row-major, fp32
-// accumulation, bf16 or FP8 operands with per-tensor scales passed as device
-// pointers, bf16 or fp32 output, beta = 1 accumulation into fp32).
+// GEMM on cuBLASLt with the semantics of Ops::Gemm: row-major operands,
+// fp32 accumulation, bf16 or FP8 operands (e4m3 x e4m3, e5m2 x e4m3,
+// e4m3 x e5m2) with per-tensor scales read from device memory, bf16 or fp32
+// output, and beta = 1 accumulation into fp32.
 //
-// Row-major D = op(A)·op(B) is computed as the column-major Dᵀ = op(B)ᵀ·op(A)ᵀ,
-// so cuBLASLt's "A" is our b. FP8 needs cuBLASLt's TN layout, which is
-// exactly our trans_a = false, trans_b = true (both operands K-contiguous).
+// Mapping: row-major D = op(A)·op(B) is the column-major Dᵀ = op(B)ᵀ·op(A)ᵀ,
+// so cuBLASLt's "A" is our b and its "B" is our a. FP8 needs cuBLASLt's TN
+// layout, which is exactly our trans_a = false, trans_b = true (both
+// operands K-contiguous); other FP8 layouts are INVALID_ARGUMENT.
 //
-// Descriptors, layouts and the chosen algorithm are created once per shape
-// key and cached; the workspace is allocated once. A steady-state step makes
-// no heuristic query and creates no descriptor (plans_built() counts them).
+// Plans: the matmul descriptor, the three layouts and the heuristic's
+// candidate algorithms are built once per (m, n, k, dtypes, transposes,
+// accumulate) key and cached. A steady-state step makes no heuristic query
+// and creates no descriptor; plans_built() and plan_hits() count both paths
+// so tests can prove it.
+//
+// FP8 scales: cuBLASLt reads a scale through a pointer fixed in the matmul
+// descriptor and rejects pointers that are not 16-byte aligned (the ops API
+// places scale_inv inside packed metadata, 4-byte aligned). Each FP8 GEMM
+// therefore first copies its two scale_inv values, on the same stream, into
+// two aligned slots owned by the runner, which every plan points at. The
+// runner is meant for one stream at a time (the compute stream): two FP8
+// GEMMs on different streams running at once would share the slots.
 #ifndef TESSERA_WORKER_ENGINE_CUDA_GEMM_H_
 #define TESSERA_WORKER_ENGINE_CUDA_GEMM_H_
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
-#include <map>
+#include <cstdint>
 #include <memory>
-#include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "worker/engine/cuda/device_context.h"
 #include "worker/ops/tensor.h"
 
 namespace tessera {
@@ -28,34 +41,55 @@ namespace cuda {
 
 class GemmRunner {
  public:
+  // `ctx` provides the cuBLASLt handle and workspace; it must outlive this.
+  explicit GemmRunner(const DeviceContext* ctx) : ctx_(ctx) {}
   ~GemmRunner();
-  absl::Status Init(size_t workspace_bytes);
+  GemmRunner(const GemmRunner&) = delete;
+  GemmRunner& operator=(const GemmRunner&) = delete;
+
+  // Allocates the FP8 scale slots. Call once before Run.
+  absl::Status Init();
+
+  // Shapes and dtypes must already be validated (CudaOps::Gemm does); Run
+  // itself only rejects what cuBLASLt cannot do (FP8 with K % 16 != 0, or
+  // no algorithm for the key).
   absl::Status Run(const TensorDesc& a, bool trans_a, const TensorDesc& b, bool trans_b,
                    const TensorDesc& d, bool accumulate, cudaStream_t stream);
-  int plans_built() const { return plans_built_; }
+
+  int plans_built() const { return plans_built_; }  // heuristic queries made
+  int64_t plan_hits() const { return plan_hits_; }  // runs served from the cache
 
  private:
+  // What a plan depends on. Pointers are not part of it: they are passed
+  // to every cublasLtMatmul call.
+  struct Key {
+    int64_t m, n, k;
+    DType a, b, d;
+    bool trans_a, trans_b, accumulate;
+    bool operator==(const Key& o) const {
+      return m == o.m && n == o.n && k == o.k && a == o.a && b == o.b && d == o.d &&
+             trans_a == o.trans_a && trans_b == o.trans_b && accumulate == o.accumulate;
+    }
+  };
+  struct KeyHash {
+    size_t operator()(const Key& key) const;
+  };
   struct Plan {
     cublasLtMatmulDesc_t desc = nullptr;
-    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-    // Candidates from the heuristic, best first; `chosen` is the first that
-    // ran (validated on first use, then fixed).
+    cublasLtMatrixLayout_t lt_a = nullptr, lt_b = nullptr, lt_d = nullptr;
+    // Candidates from the heuristic, best first. `chosen` is the first that
+    // launched: a candidate cuBLASLt refuses at launch is skipped for good.
     std::vector<cublasLtMatmulAlgo_t> algos;
     size_t chosen = 0;
   };
   absl::Status BuildPlan(const TensorDesc& a, bool trans_a, const TensorDesc& b, bool trans_b,
                          const TensorDesc& d, bool accumulate, Plan& plan);
 
-  cublasLtHandle_t handle_ = nullptr;
-  void* workspace_ = nullptr;
-  size_t workspace_bytes_ = 0;
-  std::map<std::string, std::unique_ptr<Plan>> plans_;
+  const DeviceContext* ctx_;
+  std::unordered_map<Key, std::unique_ptr<Plan>, KeyHash> plans_;
   int plans_built_ = 0;
-  // FP8 scale factors are copied into two fixed, 16-byte-aligned device
-  // slots before each FP8 GEMM: cuBLASLt rejects scale pointers that are
-  // only 4-byte aligned (as they are inside the packed metadata block), and
-  // fixed addresses let each plan carry its scale pointers from creation.
-  float* scale_slots_ = nullptr;
+  int64_t plan_hits_ = 0;
+  float* scale_slots_ = nullptr;  // [8] fp32: [0] cuBLASLt A's scale, [4] B's
 };
 
 }  // namespace cuda

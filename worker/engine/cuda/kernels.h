@@ -39,9 +39,11 @@ absl::Status LaunchEmbeddingBackward(const TensorDesc& ids, const TensorDesc& gr
 absl::Status LaunchRmsNormForward(const TensorDesc& x, const TensorDesc& w, float eps,
                                   const TensorDesc& out, const TensorDesc& rstd,
                                   cudaStream_t stream);
+// scratch: RmsNormWeightGradScratchFloats(T, H) fp32 for the grad_weight partials.
+int64_t RmsNormWeightGradScratchFloats(int64_t tokens, int64_t h);
 absl::Status LaunchRmsNormBackward(const TensorDesc& dy, const TensorDesc& x, const TensorDesc& w,
                                    const TensorDesc& rstd, const TensorDesc& dx, bool accumulate,
-                                   const TensorDesc& dw, cudaStream_t stream);
+                                   const TensorDesc& dw, float* scratch, cudaStream_t stream);
 // rope.cu
 absl::Status LaunchRope(const TensorDesc& qkv, float theta, float direction, cudaStream_t stream);
 // swiglu.cu
@@ -49,7 +51,7 @@ absl::Status LaunchSwiGluForward(const TensorDesc& gate_up, const TensorDesc& ou
                                  cudaStream_t stream);
 absl::Status LaunchSwiGluBackward(const TensorDesc& dy, const TensorDesc& gate_up,
                                   const TensorDesc& dgu, cudaStream_t stream);
-// attention.cu (dq/dk/dv fp32 scratch of [B, S, nh, hd] each, for backward)
+// attention.cu (backward scratch: [B, nh, S] fp32, like lse)
 absl::Status LaunchAttentionForward(const TensorDesc& qkv, const TensorDesc& out,
                                     const TensorDesc& lse, cudaStream_t stream);
 absl::Status LaunchAttentionBackward(const TensorDesc& dout, const TensorDesc& qkv,

@@ -5,11 +5,17 @@
 // not finish in time is torn down with ncclCommAbort and reported as
 // ABORTED, never a hang.
 //
-// Collectives run on the communicator's own stream, ordered after the
-// caller's stream with an event; the call then waits (polling, with the
-// timeout) for completion. Waiting on the host costs overlap; it is what
-// makes the watchdog possible without a second thread, and the overlap of
-// the next block's all-gather with compute is left to the performance work.
+// Collectives run on the communicator's own stream (created at init),
+// ordered after the caller's stream with one event; the caller's stream is
+// ordered after the collective with another. Today the call also waits on
+// the host (polling ncclCommGetAsyncError and the completion event, bounded
+// by the timeout): that is the watchdog, and it costs the overlap the two
+// events would otherwise allow. Moving the polling to a watchdog thread so
+// the call returns right after issuing is the planned next step; the
+// stream/event structure already fits it.
+//
+// Abort() may be called from any thread: the group is torn down under a
+// mutex and operations in flight return ABORTED at their next poll.
 #ifndef TESSERA_WORKER_ENGINE_CUDA_NCCL_COMMUNICATOR_H_
 #define TESSERA_WORKER_ENGINE_CUDA_NCCL_COMMUNICATOR_H_
 

@@ -1,8 +1,11 @@
-// FP8 casts on the GPU: cast with fused amax (optionally also writing the
-// transposed copy), dequantize, amax, byte/word transpose, and the
-// delayed/current scaling update over n tensors. Encoding is bit-identical
-// to the CPU reference.
+// FP8 casts on the GPU: cast with fused amax, the cast that also writes the
+// transposed copy (tiled through shared memory), dequantize, amax, the
+// 1/2/4-byte transpose, and the delayed/current scaling update over n
+// tensors in one small kernel. Encoding is bit-identical to the CPU
+// reference (fp8_device.cuh mirrors worker/engine/cpu/fp8.h: round to
+// nearest even, satfinite, NaN -> 0x7F).
 
+#include "absl/strings/str_cat.h"
 #include "worker/engine/cuda/cuda_check.h"
 #include "worker/engine/cuda/device_util.cuh"
 #include "worker/engine/cuda/fp8_device.cuh"
@@ -14,27 +17,66 @@ namespace {
 
 // ---- kernels ---------------------------------------------------------------
 
-// out[i] = encode(in[i] * scale); out_t (optional) is the [cols, rows]
-// transpose; amax of |in| is block-reduced then atomically max-combined.
-__global__ void QuantizeKernel(const void* in, int in_dtype, uint8_t* out, uint8_t* out_t,
-                               int64_t rows, int64_t cols, const float* scale, float* scale_inv,
-                               float* amax, int e5m2) {
+// out[i] = encode(in[i] * scale); amax of |in| is block-reduced, then
+// atomically max-combined into *amax.
+__global__ void QuantizeKernel(const void* in, int in_dtype, uint8_t* out, int64_t n,
+                               const float* scale, float* scale_inv, float* amax, int e5m2) {
   __shared__ float scratch[32];
   const float s = *scale;
   float local = 0.f;
-  const int64_t n = rows * cols;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     const float v = LoadF(in, in_dtype, i);
     if (!isnan(v)) local = fmaxf(local, fabsf(v));
-    const uint8_t code = e5m2 ? EncodeE5M2(v * s) : EncodeE4M3(v * s);
-    if (out != nullptr) out[i] = code;
-    if (out_t != nullptr) out_t[(i % cols) * rows + i / cols] = code;
+    out[i] = e5m2 ? EncodeE5M2(v * s) : EncodeE4M3(v * s);
   }
   local = BlockMax(local, scratch);
   if (threadIdx.x == 0) {
     if (amax != nullptr) AtomicMaxNonNegative(amax, local);
     if (scale_inv != nullptr && blockIdx.x == 0) *scale_inv = 1.0f / s;
+  }
+}
+
+// The 2-D cast that also writes the transposed copy. A block of 32 x 8
+// threads owns a 32 x 32 tile: it reads the tile row by row (coalesced),
+// writes out (optional) the same way, stages the codes in shared memory,
+// and writes out_t [cols, rows] row by row as well, so neither side of the
+// transpose is strided in global memory.
+constexpr int kTile = 32;
+constexpr int kTileRows = 8;
+
+__global__ void QuantizeTransposeKernel(const void* in, int in_dtype, uint8_t* out,
+                                        uint8_t* out_t, int64_t rows, int64_t cols,
+                                        const float* scale, float* scale_inv, float* amax,
+                                        int e5m2) {
+  __shared__ uint8_t tile[kTile][kTile + 4];
+  __shared__ float warp_max[kTileRows];
+  const float s = *scale;
+  const int64_t col0 = int64_t(blockIdx.x) * kTile, row0 = int64_t(blockIdx.y) * kTile;
+  float local = 0.f;
+  for (int r = threadIdx.y; r < kTile; r += kTileRows) {
+    const int64_t row = row0 + r, col = col0 + threadIdx.x;
+    if (row < rows && col < cols) {
+      const float v = LoadF(in, in_dtype, row * cols + col);
+      if (!isnan(v)) local = fmaxf(local, fabsf(v));
+      const uint8_t code = e5m2 ? EncodeE5M2(v * s) : EncodeE4M3(v * s);
+      if (out != nullptr) out[row * cols + col] = code;
+      tile[r][threadIdx.x] = code;
+    }
+  }
+  __syncthreads();
+  for (int c = threadIdx.y; c < kTile; c += kTileRows) {
+    const int64_t out_row = col0 + c, out_col = row0 + threadIdx.x;  // out_t[col][row]
+    if (out_row < cols && out_col < rows) out_t[out_row * rows + out_col] = tile[threadIdx.x][c];
+  }
+  local = WarpMax(local);  // each threadIdx.y is one warp
+  if (threadIdx.x == 0) warp_max[threadIdx.y] = local;
+  __syncthreads();
+  if (threadIdx.y == 0 && threadIdx.x == 0) {
+    float block = warp_max[0];
+    for (int w = 1; w < kTileRows; ++w) block = fmaxf(block, warp_max[w]);
+    if (amax != nullptr) AtomicMaxNonNegative(amax, block);
+    if (scale_inv != nullptr && blockIdx.x == 0 && blockIdx.y == 0) *scale_inv = 1.0f / s;
   }
 }
 
@@ -76,7 +118,10 @@ __global__ void TransposeKernel(const T* in, T* out, int64_t rows, int64_t cols)
   }
 }
 
-__global__ void CopyScaleInvKernel(const float* src, float* dst) { *dst = *src; }
+// *dst = *src, or 1 / *src when `invert` (from a scale rather than a scale_inv).
+__global__ void CopyScaleInvKernel(const float* src, float* dst, int invert) {
+  *dst = invert ? 1.0f / *src : *src;
+}
 
 __global__ void UpdateScalesKernel(float* amax, float* history, float* scale, float* scale_inv,
                                    int n, int history_len, float fp8_max, int margin, int use_max) {
@@ -105,16 +150,35 @@ __global__ void UpdateScalesKernel(float* amax, float* history, float* scale, fl
 absl::Status LaunchQuantize(const TensorDesc& in, const TensorDesc& out, const TensorDesc* out_t,
                             cudaStream_t stream) {
   const int64_t n = in.NumElements();
-  const int64_t rows = out_t != nullptr ? in.shape[0] : 1;
-  const int64_t cols = out_t != nullptr ? in.shape[1] : n;
-  if (n == 0) return absl::OkStatus();
-  QuantizeKernel<<<BlocksFor(n, 256), 256, 0, stream>>>(
-      in.data, static_cast<int>(in.dtype), static_cast<uint8_t*>(out.data),
-      out_t != nullptr ? static_cast<uint8_t*>(out_t->data) : nullptr, rows, cols, out.scale,
-      out.scale_inv, out.amax, out.dtype == DType::kE5M2);
-  CUDA_RETURN_IF_LAUNCH_FAILED();
-  if (out_t != nullptr && out_t->scale_inv != nullptr && out.scale_inv != nullptr) {
-    CopyScaleInvKernel<<<1, 1, 0, stream>>>(out.scale_inv, out_t->scale_inv);
+  if (n == 0 && out.scale_inv != nullptr) {  // no block runs: still publish 1 / scale
+    CopyScaleInvKernel<<<1, 1, 0, stream>>>(out.scale, out.scale_inv, 1);
+    CUDA_RETURN_IF_LAUNCH_FAILED();
+  }
+  if (out_t == nullptr) {
+    if (n == 0) return absl::OkStatus();
+    QuantizeKernel<<<BlocksFor(n, 256), 256, 0, stream>>>(
+        in.data, static_cast<int>(in.dtype), static_cast<uint8_t*>(out.data), n, out.scale,
+        out.scale_inv, out.amax, out.dtype == DType::kE5M2);
+    CUDA_RETURN_IF_LAUNCH_FAILED();
+    return absl::OkStatus();
+  }
+  const int64_t rows = in.shape[0], cols = in.shape[1];
+  const int64_t row_tiles = (rows + kTile - 1) / kTile, col_tiles = (cols + kTile - 1) / kTile;
+  if (row_tiles > 65535 || col_tiles > (int64_t{1} << 31) - 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("in: ", rows, " x ", cols, " is too large for one QuantizeTranspose"));
+  }
+  if (n > 0) {
+    dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(row_tiles));
+    QuantizeTransposeKernel<<<grid, dim3(kTile, kTileRows), 0, stream>>>(
+        in.data, static_cast<int>(in.dtype), static_cast<uint8_t*>(out.data),
+        static_cast<uint8_t*>(out_t->data), rows, cols, out.scale, out.scale_inv, out.amax,
+        out.dtype == DType::kE5M2);
+    CUDA_RETURN_IF_LAUNCH_FAILED();
+  }
+  if (out_t->scale_inv != nullptr) {
+    // out_t shares out's scale: its scale_inv is 1 / *out.scale as well.
+    CopyScaleInvKernel<<<1, 1, 0, stream>>>(out.scale, out_t->scale_inv, 1);
     CUDA_RETURN_IF_LAUNCH_FAILED();
   }
   return absl::OkStatus();
@@ -159,7 +223,7 @@ absl::Status LaunchTranspose(const TensorDesc& in, const TensorDesc& out, cudaSt
     CUDA_RETURN_IF_LAUNCH_FAILED();
   }
   if (in.scale_inv != nullptr && out.scale_inv != nullptr) {
-    CopyScaleInvKernel<<<1, 1, 0, stream>>>(in.scale_inv, out.scale_inv);
+    CopyScaleInvKernel<<<1, 1, 0, stream>>>(in.scale_inv, out.scale_inv, 0);
     CUDA_RETURN_IF_LAUNCH_FAILED();
   }
   return absl::OkStatus();

@@ -1,0 +1,75 @@
+// The chunked fused LM head + cross-entropy on the GPU against the CPU
+// reference (needs a GPU, tag "gpu"). Tolerances (relative): loss sum 1e-4
+// (fp32 logits from a bf16 GEMM, row sums in another order); valid-token
+// count exact; grad_x 1e-2 (bf16 dlogits and bf16 output); grad_weight 1e-3
+// (accumulated in fp32 by a beta=1 GEMM into the random initial values).
+// Shapes cover chunk sizes that do and do not divide T, a chunk larger than
+// T, ignored tokens, and a chunk of only ignored tokens.
+#include <tuple>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "worker/engine/cuda/engine_harness_for_test.h"
+
+namespace tessera {
+namespace testing {
+namespace {
+
+using Param = std::tuple<int, int, int, int>;  // T, H, V, chunk_tokens
+constexpr int kIgnore = -100;
+
+class FusedLinearCrossEntropyTest : public CpuVsCudaTest,
+                                    public ::testing::WithParamInterface<Param> {};
+
+TEST_P(FusedLinearCrossEntropyTest, MatchesCpu) {
+  const auto [tokens, h, vocab, chunk] = GetParam();
+  std::vector<int32_t> targets = RandomInts(tokens, 9, 0, vocab);
+  for (int i = 0; i < tokens; ++i) {
+    if (i % 5 == 4 || (i >= 8 && i < 16)) targets[i] = kIgnore;  // rows 8..15: a whole chunk of 8
+  }
+  std::vector<HostTensor> t = {RandomTensor(DType::kBFloat16, Shape{tokens, h}, 1),
+                               RandomTensor(DType::kBFloat16, Shape{vocab, h}, 2, 0.3f),
+                               HostTensor::FromVector(DType::kInt32, Shape{tokens}, targets),
+                               Scalar(0.5f), Scalar(3.0f),
+                               Poisoned(DType::kBFloat16, Shape{tokens, h}),
+                               RandomTensor(DType::kFloat32, Shape{vocab, h}, 3)};
+  auto [c, g] = Both(t, [chunk = chunk](Ops& ops, std::vector<TensorDesc>& d) {
+    absl::Status s = ops.FusedLinearCrossEntropy(d[0], d[1], d[2], kIgnore, chunk,
+                                                 d[3].As<float>(), d[4].As<float>(), d[5], d[6],
+                                                 nullptr);
+    // A second call for the same shape reuses the chunk workspace.
+    if (s.ok()) {
+      s = ops.FusedLinearCrossEntropy(d[0], d[1], d[2], kIgnore, chunk, d[3].As<float>(),
+                                      d[4].As<float>(), d[5], d[6], nullptr);
+    }
+    return s;
+  });
+  EXPECT_LT(Error(g[3], c[3]), 1e-4) << "loss_sum";
+  EXPECT_EQ(g[4].As<float>(), c[4].As<float>()) << "valid_tokens";
+  EXPECT_LT(Error(g[5], c[5]), 1e-2) << "grad_x";
+  EXPECT_LT(Error(g[6], c[6]), 1e-3) << "grad_weight";
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, FusedLinearCrossEntropyTest,
+                         ::testing::Values(Param{64, 64, 512, 8}, Param{100, 128, 1000, 48},
+                                           Param{24, 32, 50, 256}, Param{1, 16, 7, 1},
+                                           Param{257, 96, 4099, 64}));
+
+TEST_F(CpuVsCudaTest, TargetOutOfRangeRaisesTheFlag) {
+  const int tokens = 4, h = 16, vocab = 10;
+  std::vector<HostTensor> t = {
+      RandomTensor(DType::kBFloat16, Shape{tokens, h}, 1),
+      RandomTensor(DType::kBFloat16, Shape{vocab, h}, 2),
+      HostTensor::FromVector(DType::kInt32, Shape{tokens}, std::vector<int32_t>{1, vocab, 2, 3}),
+      Scalar(0.f), Scalar(0.f), Poisoned(DType::kBFloat16, Shape{tokens, h}),
+      RandomTensor(DType::kFloat32, Shape{vocab, h}, 3)};
+  auto g = RunOn(gpu(), t, [](Ops& ops, std::vector<TensorDesc>& d) {
+    return ops.FusedLinearCrossEntropy(d[0], d[1], d[2], kIgnore, 2, d[3].As<float>(),
+                                       d[4].As<float>(), d[5], d[6], nullptr);
+  });
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument) << g.status();
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace tessera

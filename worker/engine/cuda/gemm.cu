@@ -1,0 +1,172 @@
+// cuBLASLt GEMM with cached plans (see gemm.h). Host code, plus one tiny
+// kernel that moves a GEMM's FP8 scale_inv values into the aligned slots
+// its plan points at.
+#include "worker/engine/cuda/gemm.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "worker/engine/cuda/cuda_check.h"
+
+namespace tessera {
+namespace cuda {
+
+namespace {
+
+// ---- kernels ---------------------------------------------------------------
+
+// slots[0] = cuBLASLt A's scale (our b), slots[4] = cuBLASLt B's (our a).
+__global__ void CopyScalesKernel(const float* b_scale_inv, const float* a_scale_inv,
+                                 float* slots) {
+  slots[0] = *b_scale_inv;
+  slots[4] = *a_scale_inv;
+}
+
+// ---- host helpers ----------------------------------------------------------
+
+cudaDataType_t ToCudaType(DType d) {
+  switch (d) {
+    case DType::kBFloat16: return CUDA_R_16BF;
+    case DType::kE4M3: return CUDA_R_8F_E4M3;
+    case DType::kE5M2: return CUDA_R_8F_E5M2;
+    default: return CUDA_R_32F;
+  }
+}
+
+std::string Describe(int64_t m, int64_t n, int64_t k, const TensorDesc& a, const TensorDesc& b,
+                     const TensorDesc& d, bool accumulate) {
+  return absl::StrCat(m, "x", n, "x", k, " ", DTypeName(a.dtype), " x ", DTypeName(b.dtype),
+                      " -> ", DTypeName(d.dtype), accumulate ? " (accumulate)" : "");
+}
+
+}  // namespace
+
+size_t GemmRunner::KeyHash::operator()(const Key& key) const {
+  size_t h = std::hash<int64_t>()(key.m);
+  auto mix = [&h](size_t v) { h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
+  mix(std::hash<int64_t>()(key.n));
+  mix(std::hash<int64_t>()(key.k));
+  mix(static_cast<size_t>(key.a) | static_cast<size_t>(key.b) << 8 |
+      static_cast<size_t>(key.d) << 16 | static_cast<size_t>(key.trans_a) << 24 |
+      static_cast<size_t>(key.trans_b) << 25 | static_cast<size_t>(key.accumulate) << 26);
+  return h;
+}
+
+GemmRunner::~GemmRunner() {
+  for (auto& entry : plans_) {
+    Plan& plan = *entry.second;
+    if (plan.lt_a != nullptr) cublasLtMatrixLayoutDestroy(plan.lt_a);
+    if (plan.lt_b != nullptr) cublasLtMatrixLayoutDestroy(plan.lt_b);
+    if (plan.lt_d != nullptr) cublasLtMatrixLayoutDestroy(plan.lt_d);
+    if (plan.desc != nullptr) cublasLtMatmulDescDestroy(plan.desc);
+  }
+  if (scale_slots_ != nullptr) cudaFree(scale_slots_);
+}
+
+absl::Status GemmRunner::Init() {
+  CUDA_RETURN_IF_ERROR(cudaMalloc(&scale_slots_, 8 * sizeof(float)));  // cudaMalloc: 256B-aligned
+  return absl::OkStatus();
+}
+
+absl::Status GemmRunner::BuildPlan(const TensorDesc& a, bool trans_a, const TensorDesc& b,
+                                   bool trans_b, const TensorDesc& d, bool accumulate,
+                                   Plan& plan) {
+  const int64_t m = d.shape[0], n = d.shape[1];
+  const int64_t k = trans_a ? a.shape[0] : a.shape[1];
+  // Column-major view: Dᵀ [n, m] = op_lt(B=our b) [n, k] · op_lt(A=our a) [k, m].
+  const cublasOperation_t op_lt_a = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_lt_b = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA,
+                                                        &op_lt_a, sizeof(op_lt_a)));
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB,
+                                                        &op_lt_b, sizeof(op_lt_b)));
+  // A row-major [r, c] matrix is column-major [c, r] with leading dimension c.
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan.lt_a, ToCudaType(b.dtype), b.shape[1],
+                                                    b.shape[0], b.shape[1]));
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan.lt_b, ToCudaType(a.dtype), a.shape[1],
+                                                    a.shape[0], a.shape[1]));
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan.lt_d, ToCudaType(d.dtype), n, m, n));
+  if (IsFp8(a.dtype)) {
+    const float* lt_a_scale = scale_slots_;
+    const float* lt_b_scale = scale_slots_ + 4;
+    CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+        plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &lt_a_scale, sizeof(lt_a_scale)));
+    CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+        plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &lt_b_scale, sizeof(lt_b_scale)));
+  }
+  cublasLtMatmulPreference_t pref;
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&pref));
+  const size_t workspace_bytes = ctx_->workspace_bytes();
+  cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes, sizeof(workspace_bytes));
+  constexpr int kCandidates = 8;
+  cublasLtMatmulHeuristicResult_t results[kCandidates];
+  int found = 0;
+  if (st == CUBLAS_STATUS_SUCCESS) {
+    st = cublasLtMatmulAlgoGetHeuristic(ctx_->cublaslt(), plan.desc, plan.lt_a, plan.lt_b,
+                                        plan.lt_d, plan.lt_d, pref, kCandidates, results, &found);
+  }
+  cublasLtMatmulPreferenceDestroy(pref);
+  CUBLAS_RETURN_IF_ERROR(st);
+  ++plans_built_;
+  for (int i = 0; i < found; ++i) {
+    if (results[i].state == CUBLAS_STATUS_SUCCESS) plan.algos.push_back(results[i].algo);
+  }
+  if (plan.algos.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuBLASLt has no algorithm for ", Describe(m, n, k, a, b, d, accumulate)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GemmRunner::Run(const TensorDesc& a, bool trans_a, const TensorDesc& b, bool trans_b,
+                             const TensorDesc& d, bool accumulate, cudaStream_t stream) {
+  const int64_t m = d.shape[0], n = d.shape[1];
+  const int64_t k = trans_a ? a.shape[0] : a.shape[1];
+  if (m == 0 || n == 0) return absl::OkStatus();
+  if (k == 0) {  // an empty sum: D = 0 (or unchanged when accumulating)
+    if (!accumulate) CUDA_RETURN_IF_ERROR(cudaMemsetAsync(d.data, 0, d.Bytes(), stream));
+    return absl::OkStatus();
+  }
+  const bool fp8 = IsFp8(a.dtype);
+  if (fp8 && k % 16 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a, b: FP8 GEMM needs K to be a multiple of 16 (got ", k, ")"));
+  }
+  const Key key{m, n, k, a.dtype, b.dtype, d.dtype, trans_a, trans_b, accumulate};
+  auto it = plans_.find(key);
+  if (it == plans_.end()) {
+    auto plan = std::make_unique<Plan>();
+    absl::Status built = BuildPlan(a, trans_a, b, trans_b, d, accumulate, *plan);
+    // A failed key is cached too (with no candidates), so a steady state
+    // never repeats the heuristic query; its error is rebuilt below.
+    it = plans_.emplace(key, std::move(plan)).first;
+    if (!built.ok()) return built;
+  } else {
+    ++plan_hits_;
+  }
+  Plan& plan = *it->second;
+  if (fp8) {
+    CopyScalesKernel<<<1, 1, 0, stream>>>(b.scale_inv, a.scale_inv, scale_slots_);
+    CUDA_RETURN_IF_LAUNCH_FAILED();
+  }
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  cublasStatus_t st = CUBLAS_STATUS_NOT_SUPPORTED;
+  for (; plan.chosen < plan.algos.size(); ++plan.chosen) {
+    st = cublasLtMatmul(ctx_->cublaslt(), plan.desc, &alpha, b.data, plan.lt_a, a.data, plan.lt_b,
+                        &beta, d.data, plan.lt_d, d.data, plan.lt_d, &plan.algos[plan.chosen],
+                        ctx_->workspace(), ctx_->workspace_bytes(), stream);
+    if (st != CUBLAS_STATUS_NOT_SUPPORTED) break;
+  }
+  if (st != CUBLAS_STATUS_SUCCESS) {
+    const absl::Status s = CublasStatus(st, "cublasLtMatmul", __FILE__, __LINE__);
+    return absl::Status(s.code(), absl::StrCat(s.message(), " for ",
+                                               Describe(m, n, k, a, b, d, accumulate)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace cuda
+}  // namespace tessera

@@ -1,0 +1,162 @@
+// The cuBLASLt GEMM against the CPU reference (needs a GPU, tag "gpu").
+// Tolerances (relative L2 error):
+//   bf16 operands, fp32 out: 1e-5 (both accumulate exact bf16 products in
+//     fp32, in different orders).
+//   FP8 operands, fp32 out: 1e-3 on the same FP8 bytes (Hopper's FP8 tensor
+//     cores keep fewer accumulator bits between promotions; ~1e-4 is typical).
+//   bf16 out: 1e-2 (one bf16 rounding).
+// Also: the plan cache (one heuristic query per key, none in steady state)
+// and the INVALID_ARGUMENT cases the API documents.
+#include <cuda_runtime.h>
+
+#include <tuple>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "worker/engine/cuda/device_context.h"
+#include "worker/engine/cuda/engine_harness_for_test.h"
+#include "worker/engine/cuda/gemm.h"
+
+namespace tessera {
+namespace testing {
+namespace {
+
+using Bf16Param = std::tuple<bool, bool, int, int, int>;  // trans_a, trans_b, m, n, k
+
+class Bf16GemmTest : public CpuVsCudaTest, public ::testing::WithParamInterface<Bf16Param> {};
+
+TEST_P(Bf16GemmTest, MatchesCpu) {
+  const auto [ta, tb, m, n, k] = GetParam();
+  std::vector<HostTensor> t = {RandomTensor(DType::kBFloat16, ta ? Shape{k, m} : Shape{m, k}, 5),
+                               RandomTensor(DType::kBFloat16, tb ? Shape{n, k} : Shape{k, n}, 6),
+                               RandomTensor(DType::kFloat32, Shape{m, n}, 7),  // accumulated into
+                               Poisoned(DType::kBFloat16, Shape{m, n}),
+                               Poisoned(DType::kFloat32, Shape{m, n})};
+  auto [c, g] = Both(t, [ta = ta, tb = tb](Ops& ops, std::vector<TensorDesc>& d) {
+    absl::Status s = ops.Gemm(d[0], ta, d[1], tb, d[2], /*accumulate=*/true, nullptr);
+    if (s.ok()) s = ops.Gemm(d[0], ta, d[1], tb, d[3], false, nullptr);
+    if (s.ok()) s = ops.Gemm(d[0], ta, d[1], tb, d[4], false, nullptr);
+    return s;
+  });
+  EXPECT_LT(Error(g[2], c[2]), 1e-5) << "fp32 accumulate";
+  EXPECT_LT(Error(g[3], c[3]), 1e-2) << "bf16 out";
+  EXPECT_LT(Error(g[4], c[4]), 1e-5) << "fp32 out";
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, Bf16GemmTest,
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool(),
+                                            ::testing::Values(1, 96), ::testing::Values(32, 200),
+                                            ::testing::Values(8, 136)));
+
+using Fp8Param = std::tuple<std::pair<DType, DType>, std::tuple<int, int, int>>;
+
+class Fp8GemmTest : public CpuVsCudaTest, public ::testing::WithParamInterface<Fp8Param> {};
+
+TEST_P(Fp8GemmTest, MatchesCpuOnTheSameFp8Bytes) {
+  const auto [dtypes, mnk] = GetParam();
+  const auto [da, db] = dtypes;
+  const auto [m, n, k] = mnk;
+  std::vector<HostTensor> t = {RandomTensor(DType::kFloat32, Shape{m, k}, 8, 50.f),
+                               RandomTensor(DType::kFloat32, Shape{n, k}, 9, 50.f),
+                               Poisoned(da, Shape{m, k}), Poisoned(db, Shape{n, k}),
+                               Scalar(2.0f), Scalar(0.f), Scalar(4.0f), Scalar(0.f),
+                               Poisoned(DType::kFloat32, Shape{m, n}),
+                               Poisoned(DType::kBFloat16, Shape{m, n}),
+                               RandomTensor(DType::kFloat32, Shape{m, n}, 10)};
+  auto [c, g] = Both(t, [](Ops& ops, std::vector<TensorDesc>& d) {
+    TensorDesc a8 = d[2], b8 = d[3];
+    a8.scale = d[4].As<float>();
+    a8.scale_inv = d[5].As<float>();
+    b8.scale = d[6].As<float>();
+    b8.scale_inv = d[7].As<float>();
+    absl::Status s = ops.Quantize(d[0], a8, nullptr);
+    if (s.ok()) s = ops.Quantize(d[1], b8, nullptr);
+    if (s.ok()) s = ops.Gemm(a8, false, b8, true, d[8], false, nullptr);
+    if (s.ok()) s = ops.Gemm(a8, false, b8, true, d[9], false, nullptr);
+    if (s.ok()) s = ops.Gemm(a8, false, b8, true, d[10], true, nullptr);
+    return s;
+  });
+  ASSERT_EQ(g[2].bytes, c[2].bytes) << "operands differ: compare GEMMs on equal bytes only";
+  ASSERT_EQ(g[3].bytes, c[3].bytes);
+  EXPECT_LT(Error(g[8], c[8]), 1e-3) << DTypeName(da) << " x " << DTypeName(db);
+  EXPECT_LT(Error(g[9], c[9]), 1e-2) << "bf16 out";
+  EXPECT_LT(Error(g[10], c[10]), 1e-3) << "fp32 accumulate";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    DtypesAndShapes, Fp8GemmTest,
+    ::testing::Combine(::testing::Values(std::pair{DType::kE4M3, DType::kE4M3},
+                                         std::pair{DType::kE5M2, DType::kE4M3},
+                                         std::pair{DType::kE4M3, DType::kE5M2}),
+                       ::testing::Values(std::tuple{128, 96, 256}, std::tuple{16, 16, 16},
+                                         std::tuple{48, 272, 528})));
+
+class GemmArgumentsTest : public CpuVsCudaTest {};
+
+TEST_F(GemmArgumentsTest, RejectsWhatTheApiForbids) {
+  std::vector<HostTensor> t = {Poisoned(DType::kE4M3, Shape{32, 32}), Poisoned(DType::kE4M3, Shape{32, 32}),
+                               Scalar(1.f), Poisoned(DType::kFloat32, Shape{32, 32}),
+                               Poisoned(DType::kBFloat16, Shape{32, 32}),
+                               Poisoned(DType::kE5M2, Shape{32, 32})};
+  auto g = RunOn(gpu(), t, [](Ops& ops, std::vector<TensorDesc>& d) {
+    TensorDesc a = d[0], b = d[1], b5 = d[5];
+    a.scale_inv = b.scale_inv = b5.scale_inv = d[2].As<float>();
+    TensorDesc a5 = b5;
+    // FP8 must be K-contiguous: trans_a = false, trans_b = true.
+    EXPECT_EQ(ops.Gemm(a, true, b, true, d[3], false, nullptr).code(),
+              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(ops.Gemm(a, false, b, false, d[3], false, nullptr).code(),
+              absl::StatusCode::kInvalidArgument);
+    // Mixed bf16 x FP8, and e5m2 x e5m2.
+    EXPECT_EQ(ops.Gemm(a, false, d[4], true, d[3], false, nullptr).code(),
+              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(ops.Gemm(a5, false, b5, true, d[3], false, nullptr).code(),
+              absl::StatusCode::kInvalidArgument);
+    // Accumulation needs fp32 d.
+    EXPECT_EQ(ops.Gemm(d[4], false, d[4], true, d[4], true, nullptr).code(),
+              absl::StatusCode::kInvalidArgument);
+    // Shapes that do not chain.
+    TensorDesc wide = d[4];
+    wide.shape = Shape{16, 64};
+    EXPECT_EQ(ops.Gemm(wide, false, d[4], false, d[3], false, nullptr).code(),
+              absl::StatusCode::kInvalidArgument);
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(g.ok()) << g.status();
+}
+
+// Steady state: after the first call per key, no heuristic query and no
+// descriptor creation; every further call is a cache hit.
+TEST(GemmPlanCacheTest, BuildsOnePlanPerKey) {
+  auto ctx = cuda::DeviceContext::Create(0);
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  cuda::GemmRunner runner(ctx->get());
+  ASSERT_TRUE(runner.Init().ok());
+  const int64_t m = 64, n = 48, k = 32;
+  std::vector<uint16_t> a_host = ToBf16(RandomFloats(m * k, 1)), b_host = ToBf16(RandomFloats(k * n, 2));
+  void *a = nullptr, *b = nullptr, *d = nullptr;
+  ASSERT_EQ(cudaMalloc(&a, a_host.size() * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&b, b_host.size() * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d, m * n * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(a, a_host.data(), a_host.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(b, b_host.data(), b_host.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  const TensorDesc ta = MakeTensor(a, DType::kBFloat16, Shape{m, k});
+  const TensorDesc tb = MakeTensor(b, DType::kBFloat16, Shape{k, n});
+  const TensorDesc td = MakeTensor(d, DType::kFloat32, Shape{m, n});
+  const TensorDesc td16 = MakeTensor(d, DType::kBFloat16, Shape{m, n});
+  for (int step = 0; step < 5; ++step) {
+    ASSERT_TRUE(runner.Run(ta, false, tb, false, td, false, nullptr).ok());
+    ASSERT_TRUE(runner.Run(ta, false, tb, false, td, true, nullptr).ok());
+    ASSERT_TRUE(runner.Run(ta, false, tb, false, td16, false, nullptr).ok());
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(runner.plans_built(), 3);  // three keys: accumulate and the output dtype differ
+  EXPECT_EQ(runner.plan_hits(), 12);
+  cudaFree(a);
+  cudaFree(b);
+  cudaFree(d);
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace tessera

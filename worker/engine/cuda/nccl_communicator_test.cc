@@ -1,0 +1,227 @@
+// NcclCommunicator across two real processes, one GPU each (needs 2 GPUs,
+// tag "gpu"; with fewer the tests skip). Each test forks one process per
+// rank (device = rank) and bootstraps through a FileRendezvousStore in a
+// fresh directory. Checked: all-gather is the rank-order concatenation,
+// reduce-scatter (fp32 and bf16) is slice `rank` of the sum, all-reduce sum
+// and max; and the watchdog: a peer that never joins, or never enters a
+// collective, turns into ABORTED after the timeout instead of a hang.
+//
+// The parent process never touches CUDA (a forked child cannot use a CUDA
+// context its parent created). gtest assertions do not cross fork, so rank
+// bodies return an error string and the exit code carries the verdict.
+#include "worker/engine/cuda/nccl_communicator.h"
+
+#include <cuda_runtime.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "worker/comm/file_rendezvous_store_for_test.h"
+#include "worker/engine/cpu/bf16.h"
+
+namespace tessera {
+namespace {
+
+constexpr int kWorld = 2;
+constexpr int kSkipExitCode = 77;
+
+// Runs body(rank, store dir) in kWorld forked processes; returns their exit
+// codes. A body returns "" on success or a description of what failed.
+std::vector<int> RunRanks(const std::function<std::string(int, const std::string&)>& body) {
+  char dir_template[] = "/tmp/nccl_test_XXXXXX";
+  const std::string dir = mkdtemp(dir_template);
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < kWorld; ++rank) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      int count = 0;
+      if (cudaGetDeviceCount(&count) != cudaSuccess || count < kWorld) _exit(kSkipExitCode);
+      const std::string error = body(rank, dir);
+      if (!error.empty()) std::fprintf(stderr, "rank %d: %s\n", rank, error.c_str());
+      std::fflush(stderr);
+      _exit(error.empty() ? 0 : 1);
+    }
+    pids.push_back(pid);
+  }
+  std::vector<int> codes;
+  for (pid_t pid : pids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+  }
+  return codes;
+}
+
+void ExpectAllPassed(const std::vector<int>& codes) {
+  for (int code : codes) {
+    if (code == kSkipExitCode) GTEST_SKIP() << "needs " << kWorld << " GPUs";
+  }
+  for (size_t rank = 0; rank < codes.size(); ++rank) EXPECT_EQ(codes[rank], 0) << "rank " << rank;
+}
+
+// Device buffer helpers for the rank bodies.
+template <typename T>
+T* Upload(const std::vector<T>& host) {
+  T* device = nullptr;
+  cudaMalloc(&device, std::max<size_t>(1, host.size()) * sizeof(T));
+  cudaMemcpy(device, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
+  return device;
+}
+template <typename T>
+std::vector<T> Download(const T* device, size_t n) {
+  std::vector<T> host(n);
+  cudaMemcpy(host.data(), device, n * sizeof(T), cudaMemcpyDeviceToHost);
+  return host;
+}
+
+std::string CollectivesBody(int rank, const std::string& dir) {
+  if (cudaSetDevice(rank) != cudaSuccess) return "cudaSetDevice failed";
+  FileRendezvousStore store(dir);
+  auto comm = CreateNcclCommunicator(&store, rank, kWorld, rank, absl::Seconds(60));
+  if (!comm.ok()) return comm.status().ToString();
+  if ((*comm)->rank() != rank || (*comm)->world_size() != kWorld) return "rank/world_size";
+
+  // All-gather: rank-order concatenation of raw bytes (an odd count).
+  const size_t bytes = 1001;
+  std::vector<uint8_t> send(bytes);
+  for (size_t i = 0; i < bytes; ++i) send[i] = static_cast<uint8_t>(i * 3 + rank * 101);
+  uint8_t* d_send = Upload(send);
+  uint8_t* d_recv = Upload(std::vector<uint8_t>(kWorld * bytes, 0xEE));
+  absl::Status s = (*comm)->AllGather(d_send, d_recv, bytes, nullptr);
+  if (!s.ok()) return s.ToString();
+  std::vector<uint8_t> gathered = Download(d_recv, kWorld * bytes);
+  for (int r = 0; r < kWorld; ++r) {
+    for (size_t i = 0; i < bytes; ++i) {
+      if (gathered[r * bytes + i] != static_cast<uint8_t>(i * 3 + r * 101)) {
+        return absl::StrCat("all-gather byte ", r * bytes + i);
+      }
+    }
+  }
+
+  // Reduce-scatter, fp32 and bf16: small integers, so every sum is exact.
+  const int64_t n = 777;
+  auto value = [](int r, int64_t i) { return static_cast<float>((i % 13) - 6 + 2 * r); };
+  std::vector<float> rs_send(kWorld * n);
+  std::vector<uint16_t> rs_send16(kWorld * n);
+  for (int64_t i = 0; i < kWorld * n; ++i) {
+    rs_send[i] = value(rank, i);
+    rs_send16[i] = cpu::FloatToBf16(value(rank, i));
+  }
+  float* d_rs = Upload(rs_send);
+  float* d_rs_out = Upload(std::vector<float>(n, NAN));
+  uint16_t* d_rs16 = Upload(rs_send16);
+  uint16_t* d_rs16_out = Upload(std::vector<uint16_t>(n, 0xFFFF));
+  s = (*comm)->ReduceScatter(MakeTensor(d_rs, DType::kFloat32, Shape{kWorld * n}),
+                             MakeTensor(d_rs_out, DType::kFloat32, Shape{n}), nullptr);
+  if (s.ok()) {
+    s = (*comm)->ReduceScatter(MakeTensor(d_rs16, DType::kBFloat16, Shape{kWorld * n}),
+                               MakeTensor(d_rs16_out, DType::kBFloat16, Shape{n}), nullptr);
+  }
+  if (!s.ok()) return s.ToString();
+  std::vector<float> rs = Download(d_rs_out, n);
+  std::vector<uint16_t> rs16 = Download(d_rs16_out, n);
+  for (int64_t i = 0; i < n; ++i) {
+    float want = 0;
+    for (int r = 0; r < kWorld; ++r) want += value(r, rank * n + i);
+    if (rs[i] != want) return absl::StrCat("reduce-scatter fp32 element ", i);
+    if (cpu::Bf16ToFloat(rs16[i]) != want) return absl::StrCat("reduce-scatter bf16 element ", i);
+  }
+
+  // Wrong sizes are INVALID_ARGUMENT, and leave the group usable.
+  if ((*comm)->ReduceScatter(MakeTensor(d_rs, DType::kFloat32, Shape{n}),
+                             MakeTensor(d_rs_out, DType::kFloat32, Shape{n}), nullptr)
+          .code() != absl::StatusCode::kInvalidArgument) {
+    return "reduce-scatter with send != world x recv was accepted";
+  }
+
+  // All-reduce, sum and max.
+  std::vector<float> ar(n), ar_max(n);
+  for (int64_t i = 0; i < n; ++i) {
+    ar[i] = value(rank, i);
+    ar_max[i] = (i + rank) % 2 == 0 ? static_cast<float>(i) : -static_cast<float>(i);
+  }
+  float* d_ar = Upload(ar);
+  float* d_ar_max = Upload(ar_max);
+  s = (*comm)->AllReduce(MakeTensor(d_ar, DType::kFloat32, Shape{n}), ReduceOp::kSum, nullptr);
+  if (s.ok()) {
+    s = (*comm)->AllReduce(MakeTensor(d_ar_max, DType::kFloat32, Shape{n}), ReduceOp::kMax,
+                           nullptr);
+  }
+  if (!s.ok()) return s.ToString();
+  ar = Download(d_ar, n);
+  ar_max = Download(d_ar_max, n);
+  for (int64_t i = 0; i < n; ++i) {
+    if (ar[i] != value(0, i) + value(1, i)) return absl::StrCat("all-reduce sum element ", i);
+    if (ar_max[i] != static_cast<float>(i)) return absl::StrCat("all-reduce max element ", i);
+  }
+  return "";
+}
+
+TEST(NcclCommunicatorTest, CollectivesMatchTheirDefinitions) { ExpectAllPassed(RunRanks(CollectivesBody)); }
+
+// Rank 1 builds the group but never enters the all-reduce: rank 0 must get
+// ABORTED after its timeout, and stay aborted.
+std::string MissingCollectivePeerBody(int rank, const std::string& dir) {
+  if (cudaSetDevice(rank) != cudaSuccess) return "cudaSetDevice failed";
+  FileRendezvousStore store(dir);
+  const absl::Duration timeout = absl::Seconds(3);
+  auto comm = CreateNcclCommunicator(&store, rank, kWorld, rank, timeout);
+  if (!comm.ok()) return comm.status().ToString();
+  float* buf = Upload(std::vector<float>(1024, 1.0f));
+  const TensorDesc desc = MakeTensor(buf, DType::kFloat32, Shape{1024});
+  if (rank == 1) {
+    absl::SleepFor(timeout + absl::Seconds(5));  // alive, but absent from the collective
+    return "";
+  }
+  const absl::Time start = absl::Now();
+  absl::Status s = (*comm)->AllReduce(desc, ReduceOp::kSum, nullptr);
+  const absl::Duration took = absl::Now() - start;
+  if (s.code() != absl::StatusCode::kAborted) return absl::StrCat("want ABORTED, got ", s.ToString());
+  if (took > timeout + absl::Seconds(3)) return absl::StrCat("abort took ", absl::FormatDuration(took));
+  if ((*comm)->AllReduce(desc, ReduceOp::kSum, nullptr).code() != absl::StatusCode::kAborted) {
+    return "the group was usable after ABORTED";
+  }
+  return "";
+}
+
+TEST(NcclCommunicatorTest, WatchdogAbortsACollectiveWithAnAbsentPeer) {
+  ExpectAllPassed(RunRanks(MissingCollectivePeerBody));
+}
+
+// Rank 1 never joins the group at all: rank 0's initialisation is bounded
+// by the timeout and comes back ABORTED.
+std::string MissingInitPeerBody(int rank, const std::string& dir) {
+  if (rank == 1) return "";  // never shows up
+  if (cudaSetDevice(rank) != cudaSuccess) return "cudaSetDevice failed";
+  FileRendezvousStore store(dir);
+  const absl::Time start = absl::Now();
+  auto comm = CreateNcclCommunicator(&store, rank, kWorld, rank, absl::Seconds(3));
+  if (comm.ok()) return "a group formed without its second rank";
+  if (comm.status().code() != absl::StatusCode::kAborted) {
+    return absl::StrCat("want ABORTED, got ", comm.status().ToString());
+  }
+  if (absl::Now() - start > absl::Seconds(8)) return "initialisation was not bounded by the timeout";
+  return "";
+}
+
+TEST(NcclCommunicatorTest, WatchdogBoundsInitialisationWithoutPeers) {
+  ExpectAllPassed(RunRanks(MissingInitPeerBody));
+}
+
+TEST(NcclCommunicatorTest, RejectsBadRanks) {
+  EXPECT_EQ(CreateNcclCommunicator(nullptr, 2, 2, 0, absl::Seconds(1)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CreateNcclCommunicator(nullptr, 0, 0, 0, absl::Seconds(1)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace tessera
