@@ -56,9 +56,7 @@ FsdpTrainer::GatheredBlock& FsdpTrainer::GatheredFor(int layer) {
 std::vector<Fp8ShardedParam*> FsdpTrainer::AllParams() {
   std::vector<Fp8ShardedParam*> all = {&embedding_};
   for (Block& b : blocks_) {
-    for (Fp8ShardedParam* p : {&b.attn_norm, &b.qkv, &b.out_proj, &b.mlp_norm, &b.gate_up, &b.down}) {
-      all.push_back(p);
-    }
+    for (Fp8ShardedParam Block::*member : kBlockParams) all.push_back(&(b.*member));
   }
   all.push_back(&final_norm_);
   all.push_back(&lm_head_);
@@ -139,15 +137,7 @@ absl::Status FsdpTrainer::AllocateState() {
     return Alloc(p.compute_dtype, Shape{p.layout.gathered_numel()});
   };
   gathered_.resize(spec_.reshard_after_forward() ? 1 : layers_);
-  for (GatheredBlock& g : gathered_) {
-    const Block& b = blocks_[0];
-    ASSIGN_OR_RETURN(g.attn_norm, gathered(b.attn_norm));
-    ASSIGN_OR_RETURN(g.qkv, gathered(b.qkv));
-    ASSIGN_OR_RETURN(g.out_proj, gathered(b.out_proj));
-    ASSIGN_OR_RETURN(g.mlp_norm, gathered(b.mlp_norm));
-    ASSIGN_OR_RETURN(g.gate_up, gathered(b.gate_up));
-    ASSIGN_OR_RETURN(g.down, gathered(b.down));
-  }
+  for (GatheredBlock& g : gathered_) RETURN_IF_ERROR(AllocateBlockTensors(std::nullopt, g));
   ASSIGN_OR_RETURN(gathered_embedding_, gathered(embedding_));
   ASSIGN_OR_RETURN(gathered_final_norm_, gathered(final_norm_));
   ASSIGN_OR_RETURN(gathered_lm_head_, gathered(lm_head_));
@@ -156,13 +146,7 @@ absl::Status FsdpTrainer::AllocateState() {
   auto full_grad = [&](const Fp8ShardedParam& p) {
     return Alloc(DType::kFloat32, Shape{p.layout.gathered_numel()});
   };
-  const Block& b0 = blocks_[0];
-  ASSIGN_OR_RETURN(block_grads_.attn_norm, full_grad(b0.attn_norm));
-  ASSIGN_OR_RETURN(block_grads_.qkv, full_grad(b0.qkv));
-  ASSIGN_OR_RETURN(block_grads_.out_proj, full_grad(b0.out_proj));
-  ASSIGN_OR_RETURN(block_grads_.mlp_norm, full_grad(b0.mlp_norm));
-  ASSIGN_OR_RETURN(block_grads_.gate_up, full_grad(b0.gate_up));
-  ASSIGN_OR_RETURN(block_grads_.down, full_grad(b0.down));
+  RETURN_IF_ERROR(AllocateBlockTensors(DType::kFloat32, block_grads_));
   ASSIGN_OR_RETURN(grad_embedding_, full_grad(embedding_));
   ASSIGN_OR_RETURN(grad_final_norm_, full_grad(final_norm_));
   ASSIGN_OR_RETURN(grad_lm_head_, full_grad(lm_head_));
@@ -265,24 +249,31 @@ absl::Status FsdpTrainer::InitCollective(RendezvousStore* store, const std::stri
   return absl::OkStatus();
 }
 
+absl::Status FsdpTrainer::AllocateBlockTensors(std::optional<DType> dtype, BlockTensors& out) {
+  const Block& b = blocks_[0];  // every block has the same shapes
+  for (int i = 0; i < 6; ++i) {
+    const Fp8ShardedParam& p = b.*kBlockParams[i];
+    ASSIGN_OR_RETURN(out.*kBlockTensors[i],
+                     Alloc(dtype.value_or(p.compute_dtype), Shape{p.layout.gathered_numel()}));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status FsdpTrainer::GatherBlock(int layer, GatheredBlock& g) {
   const Block& b = blocks_[layer];
-  RETURN_IF_ERROR(AllGatherParam(*comm_, b.attn_norm, g.attn_norm.desc, nullptr));
-  RETURN_IF_ERROR(AllGatherParam(*comm_, b.qkv, g.qkv.desc, nullptr));
-  RETURN_IF_ERROR(AllGatherParam(*comm_, b.out_proj, g.out_proj.desc, nullptr));
-  RETURN_IF_ERROR(AllGatherParam(*comm_, b.mlp_norm, g.mlp_norm.desc, nullptr));
-  RETURN_IF_ERROR(AllGatherParam(*comm_, b.gate_up, g.gate_up.desc, nullptr));
-  return AllGatherParam(*comm_, b.down, g.down.desc, nullptr);
+  for (int i = 0; i < 6; ++i) {
+    RETURN_IF_ERROR(AllGatherParam(*comm_, b.*kBlockParams[i], (g.*kBlockTensors[i]).desc, nullptr));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status FsdpTrainer::ReduceScatterBlock(int layer) {
   const Block& b = blocks_[layer];
-  RETURN_IF_ERROR(ReduceScatterGrad(*comm_, b.attn_norm, block_grads_.attn_norm.desc, nullptr));
-  RETURN_IF_ERROR(ReduceScatterGrad(*comm_, b.qkv, block_grads_.qkv.desc, nullptr));
-  RETURN_IF_ERROR(ReduceScatterGrad(*comm_, b.out_proj, block_grads_.out_proj.desc, nullptr));
-  RETURN_IF_ERROR(ReduceScatterGrad(*comm_, b.mlp_norm, block_grads_.mlp_norm.desc, nullptr));
-  RETURN_IF_ERROR(ReduceScatterGrad(*comm_, b.gate_up, block_grads_.gate_up.desc, nullptr));
-  return ReduceScatterGrad(*comm_, b.down, block_grads_.down.desc, nullptr);
+  for (int i = 0; i < 6; ++i) {
+    RETURN_IF_ERROR(ReduceScatterGrad(*comm_, b.*kBlockParams[i],
+                                      (block_grads_.*kBlockTensors[i]).desc, nullptr));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<uint8_t>> FsdpTrainer::GatheredWeightBytes(int layer, int linear) {

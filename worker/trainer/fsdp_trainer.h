@@ -20,6 +20,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,11 +62,23 @@ class FsdpTrainer : public Trainer {
   struct Block {
     Fp8ShardedParam attn_norm, qkv, out_proj, mlp_norm, gate_up, down;
   };
-  // Gathered compute weights of one block (shared by all blocks when
-  // reshard_after_forward, else one set per block).
-  struct GatheredBlock {
+  // One full-size tensor per parameter of a block, field for field with
+  // Block. Used for the gathered compute weights (shared by all blocks when
+  // reshard_after_forward, else one set per block) and for the fp32
+  // gradients (one shared set: each block's are reduce-scattered right after
+  // its backward).
+  struct BlockTensors {
     DeviceTensor attn_norm, qkv, out_proj, mlp_norm, gate_up, down;
   };
+  using GatheredBlock = BlockTensors;
+  using BlockGrads = BlockTensors;
+  // The pairing of the two, for code that treats every block parameter alike.
+  static constexpr Fp8ShardedParam Block::*kBlockParams[6] = {
+      &Block::attn_norm, &Block::qkv, &Block::out_proj,
+      &Block::mlp_norm,  &Block::gate_up, &Block::down};
+  static constexpr DeviceTensor BlockTensors::*kBlockTensors[6] = {
+      &BlockTensors::attn_norm, &BlockTensors::qkv, &BlockTensors::out_proj,
+      &BlockTensors::mlp_norm,  &BlockTensors::gate_up, &BlockTensors::down};
   // Activations one block saves for backward.
   struct BlockActivations {
     DeviceTensor x_in;      // [T, H] fp32 residual entering the block
@@ -81,11 +94,9 @@ class FsdpTrainer : public Trainer {
     DeviceTensor swiglu;    // [T, F] bf16
     LinearSaved saved[4];   // FP8 transposed inputs of qkv, out_proj, gate_up, down
   };
-  // Full-size fp32 gradients of one block (shared: each block's are
-  // reduce-scattered right after its backward).
-  struct BlockGrads {
-    DeviceTensor attn_norm, qkv, out_proj, mlp_norm, gate_up, down;
-  };
+  // Allocates one full-size (gathered_numel) tensor of `dtype` per block
+  // parameter, or of each parameter's compute dtype when dtype is unset.
+  absl::Status AllocateBlockTensors(std::optional<DType> dtype, BlockTensors& out);
 
   absl::StatusOr<StepReport> Step(int step);  // RunStep without the abort mapping
   absl::Status AllocateState();
