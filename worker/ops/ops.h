@@ -147,21 +147,37 @@ class Ops {
                                        const TensorDesc& weight, const TensorDesc& rstd,
                                        const TensorDesc& grad_x, bool accumulate_grad_x,
                                        const TensorDesc& grad_weight, Stream* stream) = 0;
-  // Rotary embedding, in place on the q and k parts of qkv [B, S, 3, nh, hd]
-  // bf16 (v untouched). Position of token s is s. Pairs are (i, i + hd/2)
-  // (the "rotate half" convention); freq_i = theta^(-2i/hd).
-  virtual absl::Status RopeForward(const TensorDesc& qkv, float theta, Stream* stream) = 0;
-  // Inverse rotation of the q and k parts of grad_qkv, in place.
-  virtual absl::Status RopeBackward(const TensorDesc& grad_qkv, float theta, Stream* stream) = 0;
-  // Causal softmax attention. qkv [B, S, 3, nh, hd] bf16 (RoPE applied);
-  // out [B, S, nh, hd] bf16; lse [B, nh, S] fp32 (log-sum-exp of the scaled
-  // scores, saved for backward). Scale 1/sqrt(hd).
-  virtual absl::Status AttentionForward(const TensorDesc& qkv, const TensorDesc& out,
-                                        const TensorDesc& lse, Stream* stream) = 0;
-  // grad_qkv [B, S, 3, nh, hd] bf16 from grad_out [B, S, nh, hd] bf16.
+  // Attention uses grouped-query heads throughout: qkv [B, S, nh + 2*nkv, hd]
+  // bf16 holds, per token, the nh query heads, then the nkv key heads, then
+  // the nkv value heads (the output columns of the fused QKV projection in
+  // that order). nkv divides nh; query head h reads key/value head
+  // h / (nh / nkv). nkv == nh is plain multi-head attention.
+  //
+  // Rotary embedding, in place on the query and key heads of qkv (heads
+  // [0, nh + nkv)); the value heads are untouched. Position of token s is s.
+  // Pairs are (i, i + hd/2) (the "rotate half" convention);
+  // freq_i = theta^(-2i/hd).
+  virtual absl::Status RopeForward(const TensorDesc& qkv, int n_kv_heads, float theta,
+                                   Stream* stream) = 0;
+  // Inverse rotation of the query and key heads of grad_qkv, in place.
+  virtual absl::Status RopeBackward(const TensorDesc& grad_qkv, int n_kv_heads, float theta,
+                                    Stream* stream) = 0;
+  // Causal softmax attention. qkv [B, S, nh + 2*nkv, hd] bf16 (RoPE
+  // applied); nh is taken from out [B, S, nh, hd] bf16; lse [B, nh, S] fp32
+  // is the log-sum-exp of each query's scaled scores, the only softmax
+  // statistic kept for backward (no S x S tensor exists anywhere).
+  // Scale 1/sqrt(hd).
+  virtual absl::Status AttentionForward(const TensorDesc& qkv, int n_kv_heads,
+                                        const TensorDesc& out, const TensorDesc& lse,
+                                        Stream* stream) = 0;
+  // grad_qkv [B, S, nh + 2*nkv, hd] bf16 from grad_out [B, S, nh, hd] bf16;
+  // every element is written (key and value gradients are summed over the
+  // query heads of their group). Deterministic: the same inputs give the
+  // same bits.
   virtual absl::Status AttentionBackward(const TensorDesc& grad_out, const TensorDesc& qkv,
-                                         const TensorDesc& out, const TensorDesc& lse,
-                                         const TensorDesc& grad_qkv, Stream* stream) = 0;
+                                         int n_kv_heads, const TensorDesc& out,
+                                         const TensorDesc& lse, const TensorDesc& grad_qkv,
+                                         Stream* stream) = 0;
   // gate_up [T, 2F] bf16 holds gate in columns [0, F) and up in [F, 2F);
   // out [T, F] bf16 = silu(gate) * up.
   virtual absl::Status SwiGluForward(const TensorDesc& gate_up, const TensorDesc& out,

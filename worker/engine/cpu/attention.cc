@@ -1,7 +1,9 @@
-// Causal attention forward and backward for the CPU reference engine
-// (formulas in attention.h). Each (batch, head) slice of q, k, v (and of the
-// output and its gradient) is first copied into contiguous fp32 [S, hd]
-// scratch, so every inner loop runs over hd consecutive floats.
+// Causal grouped-query attention forward and backward for the CPU reference
+// engine (formulas in attention.h). The loops run per (batch, kv head): the
+// kv head's keys and values are copied once into contiguous fp32 [S, hd]
+// scratch and reused by every query head of its group, and in the backward
+// their gradients accumulate in fp32 over the group before one bf16
+// rounding, so every inner loop runs over hd consecutive floats.
 #include "worker/engine/cpu/attention.h"
 
 #include <algorithm>
@@ -18,13 +20,17 @@ namespace cpu {
 namespace {
 
 struct Dims {
-  int64_t batch, seq, heads, hd;
+  int64_t batch, seq, heads, kv_heads, hd;
+  int64_t group() const { return heads / kv_heads; }  // query heads per kv head
   Shape OutShape() const { return Shape{batch, seq, heads, hd}; }
   Shape LseShape() const { return Shape{batch, heads, seq}; }
-  // Offset of element 0 of (b, s, part, h) in a [B, S, 3, nh, hd] tensor.
-  int64_t QkvRow(int64_t b, int64_t s, int64_t part, int64_t h) const {
-    return (((b * seq + s) * 3 + part) * heads + h) * hd;
+  // Offset of element 0 of head `head` (of the nh + 2*nkv) of token (b, s)
+  // in a [B, S, nh + 2*nkv, hd] tensor.
+  int64_t QkvRow(int64_t b, int64_t s, int64_t head) const {
+    return ((b * seq + s) * (heads + 2 * kv_heads) + head) * hd;
   }
+  int64_t KeyHead(int64_t g) const { return heads + g; }
+  int64_t ValueHead(int64_t g) const { return heads + kv_heads + g; }
   // Offset of element 0 of (b, s, h) in a [B, S, nh, hd] tensor.
   int64_t OutRow(int64_t b, int64_t s, int64_t h) const { return ((b * seq + s) * heads + h) * hd; }
 };
@@ -41,15 +47,39 @@ absl::Status CheckLse(const TensorDesc& lse, const Dims& d) {
   return CheckData("lse", lse);
 }
 
-absl::Status ReadDims(const char* name, const TensorDesc& qkv, Dims* d) {
-  RETURN_IF_ERROR(CheckDType(name, qkv, {DType::kBFloat16}));
-  RETURN_IF_ERROR(CheckRank(name, qkv, 5));
-  if (qkv.shape[2] != 3 || qkv.shape[4] < 1) {
+// Reads B, S and hd from qkv and nh from out, and checks that n_kv_heads
+// divides nh and that qkv holds nh + 2 * n_kv_heads heads.
+absl::Status ReadDims(const TensorDesc& qkv, int n_kv_heads, const TensorDesc& out, Dims* d) {
+  RETURN_IF_ERROR(CheckDType("qkv", qkv, {DType::kBFloat16}));
+  RETURN_IF_ERROR(CheckRank("qkv", qkv, 4));
+  if (qkv.shape[3] < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        name, ": expected [B, S, 3, nh, hd] with hd >= 1, got ", qkv.shape.ToString()));
+        "qkv: expected [B, S, nh + 2*nkv, hd] with hd >= 1, got ", qkv.shape.ToString()));
   }
-  *d = Dims{qkv.shape[0], qkv.shape[1], qkv.shape[3], qkv.shape[4]};
-  return CheckData(name, qkv);
+  if (n_kv_heads < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("n_kv_heads: must be >= 1, got ", n_kv_heads));
+  }
+  RETURN_IF_ERROR(CheckDType("out", out, {DType::kBFloat16}));
+  RETURN_IF_ERROR(CheckRank("out", out, 4));
+  const int64_t heads = out.shape[2];
+  if (heads < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("out: expected [B, S, nh, hd] with nh >= 1, got ", out.shape.ToString()));
+  }
+  RETURN_IF_ERROR(CheckShape("out", out, Shape{qkv.shape[0], qkv.shape[1], heads, qkv.shape[3]}));
+  if (heads % n_kv_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("n_kv_heads: must divide the query head count nh = ",
+                                                   heads, " (out's dim 2), got ", n_kv_heads));
+  }
+  if (qkv.shape[2] != heads + 2 * n_kv_heads) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "qkv: expected nh + 2*n_kv_heads = ", heads + 2 * n_kv_heads,
+        " heads ([B, S, nh + 2*nkv, hd] with nh = ", heads, ", nkv = ", n_kv_heads, "), got ",
+        qkv.shape.ToString()));
+  }
+  *d = Dims{qkv.shape[0], qkv.shape[1], heads, n_kv_heads, qkv.shape[3]};
+  RETURN_IF_ERROR(CheckData("qkv", qkv));
+  return CheckData("out", out);
 }
 
 // dst [S, hd] fp32 = rows of a bf16 tensor starting at row_offset(s).
@@ -62,13 +92,19 @@ void GatherRows(const TensorDesc& t, const Dims& d, RowOffset row_offset, float*
   }
 }
 
-// Copies q, k and v of (b, h) into three [S, hd] fp32 buffers.
-void GatherQkv(const TensorDesc& qkv, const Dims& d, int64_t b, int64_t h, float* q, float* k,
-               float* v) {
-  float* dst[3] = {q, k, v};
-  for (int64_t part = 0; part < 3; ++part) {
-    GatherRows(qkv, d, [&](int64_t s) { return d.QkvRow(b, s, part, h); }, dst[part]);
+// Rows of a bf16 tensor starting at row_offset(s) = src [S, hd], rounded.
+template <typename RowOffset>
+void ScatterRows(const float* src, const Dims& d, RowOffset row_offset, const TensorDesc& t) {
+  uint16_t* p = t.As<uint16_t>();
+  for (int64_t s = 0; s < d.seq; ++s) {
+    uint16_t* row = p + row_offset(s);
+    for (int64_t c = 0; c < d.hd; ++c) row[c] = FloatToBf16(src[s * d.hd + c]);
   }
+}
+
+// Copies head `head` of qkv for batch b into an [S, hd] fp32 buffer.
+void GatherHead(const TensorDesc& qkv, const Dims& d, int64_t b, int64_t head, float* dst) {
+  GatherRows(qkv, d, [&](int64_t s) { return d.QkvRow(b, s, head); }, dst);
 }
 
 float Dot(const float* a, const float* b, int64_t n) {
@@ -79,10 +115,10 @@ float Dot(const float* a, const float* b, int64_t n) {
 
 }  // namespace
 
-absl::Status AttentionForward(const TensorDesc& qkv, const TensorDesc& out, const TensorDesc& lse) {
+absl::Status AttentionForward(const TensorDesc& qkv, int n_kv_heads, const TensorDesc& out,
+                              const TensorDesc& lse) {
   Dims d;
-  RETURN_IF_ERROR(ReadDims("qkv", qkv, &d));
-  RETURN_IF_ERROR(CheckBf16("out", out, d.OutShape()));
+  RETURN_IF_ERROR(ReadDims(qkv, n_kv_heads, out, &d));
   RETURN_IF_ERROR(CheckLse(lse, d));
   const int64_t hd = d.hd, n = d.seq * hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -95,41 +131,44 @@ absl::Status AttentionForward(const TensorDesc& qkv, const TensorDesc& out, cons
   uint16_t* o = out.As<uint16_t>();
   float* lse_out = lse.As<float>();
   for (int64_t b = 0; b < d.batch; ++b) {
-    for (int64_t h = 0; h < d.heads; ++h) {
-      GatherQkv(qkv, d, b, h, q.data(), k.data(), v.data());
-      for (int64_t i = 0; i < d.seq; ++i) {
-        const float* qi = &q[i * hd];
-        float m = -INFINITY;
-        for (int64_t j = 0; j <= i; ++j) {
-          p[j] = Dot(qi, &k[j * hd], hd) * scale;
-          m = std::max(m, p[j]);
+    for (int64_t g = 0; g < d.kv_heads; ++g) {
+      GatherHead(qkv, d, b, d.KeyHead(g), k.data());
+      GatherHead(qkv, d, b, d.ValueHead(g), v.data());
+      for (int64_t h = g * d.group(); h < (g + 1) * d.group(); ++h) {
+        GatherHead(qkv, d, b, h, q.data());
+        for (int64_t i = 0; i < d.seq; ++i) {
+          const float* qi = &q[i * hd];
+          float m = -INFINITY;
+          for (int64_t j = 0; j <= i; ++j) {
+            p[j] = Dot(qi, &k[j * hd], hd) * scale;
+            m = std::max(m, p[j]);
+          }
+          float z = 0.0f;
+          for (int64_t j = 0; j <= i; ++j) {
+            p[j] = std::exp(p[j] - m);
+            z += p[j];
+          }
+          std::fill(acc.begin(), acc.end(), 0.0f);
+          for (int64_t j = 0; j <= i; ++j) {
+            const float* vj = &v[j * hd];
+            for (int64_t c = 0; c < hd; ++c) acc[c] += p[j] * vj[c];
+          }
+          uint16_t* orow = o + d.OutRow(b, i, h);
+          for (int64_t c = 0; c < hd; ++c) orow[c] = FloatToBf16(acc[c] / z);
+          lse_out[(b * d.heads + h) * d.seq + i] = std::log(z) + m;
         }
-        float z = 0.0f;
-        for (int64_t j = 0; j <= i; ++j) {
-          p[j] = std::exp(p[j] - m);
-          z += p[j];
-        }
-        std::fill(acc.begin(), acc.end(), 0.0f);
-        for (int64_t j = 0; j <= i; ++j) {
-          const float* vj = &v[j * hd];
-          for (int64_t c = 0; c < hd; ++c) acc[c] += p[j] * vj[c];
-        }
-        uint16_t* orow = o + d.OutRow(b, i, h);
-        for (int64_t c = 0; c < hd; ++c) orow[c] = FloatToBf16(acc[c] / z);
-        lse_out[(b * d.heads + h) * d.seq + i] = std::log(z) + m;
       }
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status AttentionBackward(const TensorDesc& grad_out, const TensorDesc& qkv,
+absl::Status AttentionBackward(const TensorDesc& grad_out, const TensorDesc& qkv, int n_kv_heads,
                                const TensorDesc& out, const TensorDesc& lse,
                                const TensorDesc& grad_qkv) {
   Dims d;
-  RETURN_IF_ERROR(ReadDims("qkv", qkv, &d));
+  RETURN_IF_ERROR(ReadDims(qkv, n_kv_heads, out, &d));
   RETURN_IF_ERROR(CheckBf16("grad_out", grad_out, d.OutShape()));
-  RETURN_IF_ERROR(CheckBf16("out", out, d.OutShape()));
   RETURN_IF_ERROR(CheckLse(lse, d));
   RETURN_IF_ERROR(CheckBf16("grad_qkv", grad_qkv, qkv.shape));
   const int64_t hd = d.hd, n = d.seq * hd;
@@ -137,43 +176,42 @@ absl::Status AttentionBackward(const TensorDesc& grad_out, const TensorDesc& qkv
   thread_local std::vector<float> q, k, v, dout, o, dq, dk, dv;
   for (std::vector<float>* buf : {&q, &k, &v, &dout, &o, &dq, &dk, &dv}) buf->resize(n);
   const float* lse_in = lse.As<const float>();
-  uint16_t* grad = grad_qkv.As<uint16_t>();
   for (int64_t b = 0; b < d.batch; ++b) {
-    for (int64_t h = 0; h < d.heads; ++h) {
-      GatherQkv(qkv, d, b, h, q.data(), k.data(), v.data());
-      auto out_row = [&](int64_t s) { return d.OutRow(b, s, h); };
-      GatherRows(grad_out, d, out_row, dout.data());
-      GatherRows(out, d, out_row, o.data());
-      std::fill(dq.begin(), dq.end(), 0.0f);
+    for (int64_t g = 0; g < d.kv_heads; ++g) {
+      GatherHead(qkv, d, b, d.KeyHead(g), k.data());
+      GatherHead(qkv, d, b, d.ValueHead(g), v.data());
       std::fill(dk.begin(), dk.end(), 0.0f);
       std::fill(dv.begin(), dv.end(), 0.0f);
-      for (int64_t i = 0; i < d.seq; ++i) {
-        const float* qi = &q[i * hd];
-        const float* doi = &dout[i * hd];
-        float* dqi = &dq[i * hd];
-        const float l = lse_in[(b * d.heads + h) * d.seq + i];
-        const float di = Dot(doi, &o[i * hd], hd);
-        for (int64_t j = 0; j <= i; ++j) {
-          const float* kj = &k[j * hd];
-          const float pij = std::exp(Dot(qi, kj, hd) * scale - l);
-          const float ds = pij * (Dot(doi, &v[j * hd], hd) - di) * scale;
-          float* dkj = &dk[j * hd];
-          float* dvj = &dv[j * hd];
-          for (int64_t c = 0; c < hd; ++c) {
-            dqi[c] += ds * kj[c];
-            dkj[c] += ds * qi[c];
-            dvj[c] += pij * doi[c];
+      for (int64_t h = g * d.group(); h < (g + 1) * d.group(); ++h) {
+        GatherHead(qkv, d, b, h, q.data());
+        auto out_row = [&](int64_t s) { return d.OutRow(b, s, h); };
+        GatherRows(grad_out, d, out_row, dout.data());
+        GatherRows(out, d, out_row, o.data());
+        std::fill(dq.begin(), dq.end(), 0.0f);
+        for (int64_t i = 0; i < d.seq; ++i) {
+          const float* qi = &q[i * hd];
+          const float* doi = &dout[i * hd];
+          float* dqi = &dq[i * hd];
+          const float l = lse_in[(b * d.heads + h) * d.seq + i];
+          const float di = Dot(doi, &o[i * hd], hd);
+          for (int64_t j = 0; j <= i; ++j) {
+            const float* kj = &k[j * hd];
+            const float pij = std::exp(Dot(qi, kj, hd) * scale - l);
+            const float ds = pij * (Dot(doi, &v[j * hd], hd) - di) * scale;
+            float* dkj = &dk[j * hd];
+            float* dvj = &dv[j * hd];
+            for (int64_t c = 0; c < hd; ++c) {
+              dqi[c] += ds * kj[c];
+              dkj[c] += ds * qi[c];
+              dvj[c] += pij * doi[c];
+            }
           }
         }
+        ScatterRows(dq.data(), d, [&](int64_t s) { return d.QkvRow(b, s, h); }, grad_qkv);
       }
-      const float* src[3] = {dq.data(), dk.data(), dv.data()};
-      for (int64_t s = 0; s < d.seq; ++s) {
-        for (int64_t part = 0; part < 3; ++part) {
-          uint16_t* row = grad + d.QkvRow(b, s, part, h);
-          const float* from = src[part] + s * hd;
-          for (int64_t c = 0; c < hd; ++c) row[c] = FloatToBf16(from[c]);
-        }
-      }
+      ScatterRows(dk.data(), d, [&](int64_t s) { return d.QkvRow(b, s, d.KeyHead(g)); }, grad_qkv);
+      ScatterRows(dv.data(), d, [&](int64_t s) { return d.QkvRow(b, s, d.ValueHead(g)); },
+                  grad_qkv);
     }
   }
   return absl::OkStatus();

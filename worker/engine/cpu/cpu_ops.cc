@@ -120,20 +120,21 @@ class CpuOps : public Ops {
                                const TensorDesc& grad_weight, Stream*) override {
     return cpu::RmsNormBackward(grad_out, x, weight, rstd, grad_x, accumulate_grad_x, grad_weight);
   }
-  absl::Status RopeForward(const TensorDesc& qkv, float theta, Stream*) override {
-    return cpu::RopeForward(qkv, theta);
+  absl::Status RopeForward(const TensorDesc& qkv, int n_kv_heads, float theta, Stream*) override {
+    return cpu::RopeForward(qkv, n_kv_heads, theta);
   }
-  absl::Status RopeBackward(const TensorDesc& grad_qkv, float theta, Stream*) override {
-    return cpu::RopeBackward(grad_qkv, theta);
+  absl::Status RopeBackward(const TensorDesc& grad_qkv, int n_kv_heads, float theta,
+                            Stream*) override {
+    return cpu::RopeBackward(grad_qkv, n_kv_heads, theta);
   }
-  absl::Status AttentionForward(const TensorDesc& qkv, const TensorDesc& out,
+  absl::Status AttentionForward(const TensorDesc& qkv, int n_kv_heads, const TensorDesc& out,
                                 const TensorDesc& lse, Stream*) override {
-    return cpu::AttentionForward(qkv, out, lse);
+    return cpu::AttentionForward(qkv, n_kv_heads, out, lse);
   }
-  absl::Status AttentionBackward(const TensorDesc& grad_out, const TensorDesc& qkv,
+  absl::Status AttentionBackward(const TensorDesc& grad_out, const TensorDesc& qkv, int n_kv_heads,
                                  const TensorDesc& out, const TensorDesc& lse,
                                  const TensorDesc& grad_qkv, Stream*) override {
-    return cpu::AttentionBackward(grad_out, qkv, out, lse, grad_qkv);
+    return cpu::AttentionBackward(grad_out, qkv, n_kv_heads, out, lse, grad_qkv);
   }
   absl::Status SwiGluForward(const TensorDesc& gate_up, const TensorDesc& out, Stream*) override {
     return cpu::SwiGluForward(gate_up, out);

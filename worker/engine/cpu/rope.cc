@@ -1,6 +1,6 @@
-// RoPE forward and backward for the CPU reference engine (formulas in
-// rope.h). Both directions share one rotation routine: the backward is the
-// forward with the sine negated.
+// RoPE forward and backward for the CPU reference engine (formulas and the
+// grouped-query layout in rope.h). Both directions share one rotation
+// routine: the backward is the forward with the sine negated.
 #include "worker/engine/cpu/rope.h"
 
 #include <cmath>
@@ -15,15 +15,27 @@ namespace tessera {
 namespace cpu {
 namespace {
 
-// Rotates the q and k parts of `name` in place by +angle (sign = +1, the
-// forward) or -angle (sign = -1, the backward).
-absl::Status Rotate(const char* name, const TensorDesc& qkv, float theta, float sign) {
+// Rotates the query and key heads of `name` in place by +angle (sign = +1,
+// the forward) or -angle (sign = -1, the backward).
+absl::Status Rotate(const char* name, const TensorDesc& qkv, int n_kv_heads, float theta,
+                    float sign) {
   RETURN_IF_ERROR(CheckDType(name, qkv, {DType::kBFloat16}));
-  RETURN_IF_ERROR(CheckRank(name, qkv, 5));
-  const int64_t batch = qkv.shape[0], seq = qkv.shape[1], heads = qkv.shape[3], hd = qkv.shape[4];
-  if (qkv.shape[2] != 3) {
+  RETURN_IF_ERROR(CheckRank(name, qkv, 4));
+  const int64_t batch = qkv.shape[0], seq = qkv.shape[1], all_heads = qkv.shape[2],
+                hd = qkv.shape[3];
+  if (n_kv_heads < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("n_kv_heads: must be >= 1, got ", n_kv_heads));
+  }
+  const int64_t heads = all_heads - 2 * int64_t{n_kv_heads};
+  if (heads < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        name, ": expected [B, S, 3, nh, hd] (q, k, v), got ", qkv.shape.ToString()));
+        name, ": expected [B, S, nh + 2*n_kv_heads, hd] with nh >= 1 and n_kv_heads = ",
+        n_kv_heads, ", got ", qkv.shape.ToString()));
+  }
+  if (heads % n_kv_heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("n_kv_heads: must divide the query head count nh = ", heads, " (", name,
+                     "'s dim 2 minus 2*n_kv_heads), got ", n_kv_heads));
   }
   if (hd < 2 || hd % 2 != 0) {
     return absl::InvalidArgumentError(
@@ -49,9 +61,10 @@ absl::Status Rotate(const char* name, const TensorDesc& qkv, float theta, float 
       sin_s[i] = sign * sinf(angle);
     }
     for (int64_t b = 0; b < batch; ++b) {
-      // q and k of token (b, s) are 2 * heads consecutive rows of hd.
-      uint16_t* rows = base + (b * seq + s) * 3 * heads * hd;
-      for (int64_t r = 0; r < 2 * heads; ++r) {
+      // The query and key heads of token (b, s) are its first nh + nkv
+      // rows of hd.
+      uint16_t* rows = base + (b * seq + s) * all_heads * hd;
+      for (int64_t r = 0; r < heads + n_kv_heads; ++r) {
         uint16_t* row = rows + r * hd;
         for (int64_t i = 0; i < half; ++i) {
           const float x1 = Bf16ToFloat(row[i]), x2 = Bf16ToFloat(row[i + half]);
@@ -66,12 +79,12 @@ absl::Status Rotate(const char* name, const TensorDesc& qkv, float theta, float 
 
 }  // namespace
 
-absl::Status RopeForward(const TensorDesc& qkv, float theta) {
-  return Rotate("qkv", qkv, theta, 1.0f);
+absl::Status RopeForward(const TensorDesc& qkv, int n_kv_heads, float theta) {
+  return Rotate("qkv", qkv, n_kv_heads, theta, 1.0f);
 }
 
-absl::Status RopeBackward(const TensorDesc& grad_qkv, float theta) {
-  return Rotate("grad_qkv", grad_qkv, theta, -1.0f);
+absl::Status RopeBackward(const TensorDesc& grad_qkv, int n_kv_heads, float theta) {
+  return Rotate("grad_qkv", grad_qkv, n_kv_heads, theta, -1.0f);
 }
 
 }  // namespace cpu

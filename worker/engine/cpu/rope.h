@@ -1,5 +1,8 @@
 // Rotary position embedding (RoPE) of the CPU reference engine, in place on
-// the q and k parts of qkv [B, S, 3, nh, hd] bf16; the v part is untouched.
+// the query and key heads of the grouped-query layout qkv
+// [B, S, nh + 2*nkv, hd] bf16 (worker/ops/ops.h): heads [0, nh + nkv) of
+// every token are rotated, the nkv value heads after them are untouched.
+// nh is not an argument: it is qkv's head count minus 2 * n_kv_heads.
 //
 // Token s (0-based within its sequence) has position s. Pairs are
 // (i, i + hd/2) for i < hd/2 ("rotate half"). Per pair, in fp32, with the
@@ -9,12 +12,13 @@
 //   Forward:   x_i' = x_i c - x_{i+hd/2} n,   x_{i+hd/2}' = x_{i+hd/2} c + x_i n
 //   Backward:  g_i' = g_i c + g_{i+hd/2} n,   g_{i+hd/2}' = g_{i+hd/2} c - g_i n
 // The backward is the transpose (= inverse) rotation, applied in place to the
-// q and k parts of grad_qkv; the v gradients pass through unchanged. Results
-// are rounded to bf16 (nearest even).
+// query and key heads of grad_qkv; the value gradients pass through
+// unchanged. Results are rounded to bf16 (nearest even).
 //
 // Errors: INVALID_ARGUMENT naming the argument for a dtype other than bf16,
-// a shape that is not [B, S, 3, nh, hd] with hd even and positive, null
-// data, or theta not finite and > 0.
+// a shape that is not [B, S, nh + 2*nkv, hd] with nh >= 1 and hd even and
+// positive, n_kv_heads < 1 or not dividing nh, null data, or theta not
+// finite and > 0. A failed call writes nothing.
 #ifndef TESSERA_WORKER_ENGINE_CPU_ROPE_H_
 #define TESSERA_WORKER_ENGINE_CPU_ROPE_H_
 
@@ -24,8 +28,8 @@
 namespace tessera {
 namespace cpu {
 
-absl::Status RopeForward(const TensorDesc& qkv, float theta);
-absl::Status RopeBackward(const TensorDesc& grad_qkv, float theta);
+absl::Status RopeForward(const TensorDesc& qkv, int n_kv_heads, float theta);
+absl::Status RopeBackward(const TensorDesc& grad_qkv, int n_kv_heads, float theta);
 
 }  // namespace cpu
 }  // namespace tessera

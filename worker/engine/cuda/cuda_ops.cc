@@ -2,6 +2,7 @@
 #include "worker/engine/cuda/cuda_ops.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/engine/cpu/tensor_access.h"
+#include "worker/engine/cuda/attention_args.h"
 #include "worker/engine/cuda/cuda_check.h"
 #include "worker/engine/cuda/device_context.h"
 #include "worker/engine/cuda/gemm.h"
@@ -275,32 +277,51 @@ class CudaOps : public Ops {
     return cuda::LaunchRmsNormBackward(grad_out, x, weight, rstd, grad_x, accumulate_grad_x,
                                        grad_weight, static_cast<float*>(scratch), S(stream));
   }
-  absl::Status RopeForward(const TensorDesc& qkv, float theta, Stream* stream) override {
+  absl::Status RopeForward(const TensorDesc& qkv, int n_kv_heads, float theta,
+                           Stream* stream) override {
     RETURN_IF_ERROR(ctx_->MakeCurrent());
-    RETURN_IF_ERROR(CheckRank("qkv", qkv, 5));
-    return cuda::LaunchRope(qkv, theta, 1.0f, S(stream));
+    ASSIGN_OR_RETURN(int rotated, cuda::RopeRotatedHeads("qkv", qkv, n_kv_heads));
+    return cuda::LaunchRope(qkv, rotated, theta, 1.0f, S(stream));
   }
-  absl::Status RopeBackward(const TensorDesc& grad_qkv, float theta, Stream* stream) override {
+  absl::Status RopeBackward(const TensorDesc& grad_qkv, int n_kv_heads, float theta,
+                            Stream* stream) override {
     RETURN_IF_ERROR(ctx_->MakeCurrent());
-    RETURN_IF_ERROR(CheckRank("grad_qkv", grad_qkv, 5));
-    return cuda::LaunchRope(grad_qkv, theta, -1.0f, S(stream));
+    ASSIGN_OR_RETURN(int rotated, cuda::RopeRotatedHeads("grad_qkv", grad_qkv, n_kv_heads));
+    return cuda::LaunchRope(grad_qkv, rotated, theta, -1.0f, S(stream));
   }
-  absl::Status AttentionForward(const TensorDesc& qkv, const TensorDesc& out, const TensorDesc& lse,
-                                Stream* stream) override {
+  absl::Status AttentionForward(const TensorDesc& qkv, int n_kv_heads, const TensorDesc& out,
+                                const TensorDesc& lse, Stream* stream) override {
     RETURN_IF_ERROR(ctx_->MakeCurrent());
-    RETURN_IF_ERROR(CheckRank("qkv", qkv, 5));
-    return cuda::LaunchAttentionForward(qkv, out, lse, S(stream));
+    ASSIGN_OR_RETURN(cuda::AttentionShape shape,
+                     cuda::ReadAttentionShape(qkv, n_kv_heads, out, lse));
+    return cuda::LaunchFlashAttentionForward(shape, qkv.data, out.data, lse.As<float>(),
+                                             S(stream));
   }
   absl::Status AttentionBackward(const TensorDesc& grad_out, const TensorDesc& qkv,
-                                 const TensorDesc& out, const TensorDesc& lse,
+                                 int n_kv_heads, const TensorDesc& out, const TensorDesc& lse,
                                  const TensorDesc& grad_qkv, Stream* stream) override {
     RETURN_IF_ERROR(ctx_->MakeCurrent());
-    RETURN_IF_ERROR(CheckRank("qkv", qkv, 5));
-    // D_i = dO_i · O_i for every query, [B, nh, S] fp32 like lse.
-    ASSIGN_OR_RETURN(void* scratch, attention_scratch_.Get(
-                                        std::max<int64_t>(1, lse.NumElements()) * sizeof(float)));
-    return cuda::LaunchAttentionBackward(grad_out, qkv, out, lse, grad_qkv,
-                                         static_cast<float*>(scratch), S(stream));
+    ASSIGN_OR_RETURN(cuda::AttentionShape shape,
+                     cuda::ReadAttentionShape(qkv, n_kv_heads, out, lse));
+    RETURN_IF_ERROR(CheckDType("grad_out", grad_out, {DType::kBFloat16}));
+    RETURN_IF_ERROR(CheckShape("grad_out", grad_out, out.shape));
+    RETURN_IF_ERROR(CheckDType("grad_qkv", grad_qkv, {DType::kBFloat16}));
+    RETURN_IF_ERROR(CheckShape("grad_qkv", grad_qkv, qkv.shape));
+    if (qkv.NumElements() > 0) {
+      for (const TensorDesc* t : {&grad_out, &grad_qkv}) {
+        if (t->data == nullptr || reinterpret_cast<uintptr_t>(t->data) % 16 != 0) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(t == &grad_out ? "grad_out" : "grad_qkv",
+                           ": data must be non-null and 16-byte aligned"));
+        }
+      }
+    }
+    // D and the log2-domain lse per query, padded to whole tiles.
+    const int64_t floats = std::max<int64_t>(1, cuda::FlashAttentionBackwardScratchFloats(shape));
+    ASSIGN_OR_RETURN(void* scratch, attention_scratch_.Get(floats * sizeof(float)));
+    return cuda::LaunchFlashAttentionBackward(shape, grad_out.data, qkv.data, out.data,
+                                              lse.As<float>(), grad_qkv.data,
+                                              static_cast<float*>(scratch), S(stream));
   }
   absl::Status SwiGluForward(const TensorDesc& gate_up, const TensorDesc& out, Stream* stream) override {
     RETURN_IF_ERROR(ctx_->MakeCurrent());

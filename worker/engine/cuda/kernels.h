@@ -44,19 +44,30 @@ int64_t RmsNormWeightGradScratchFloats(int64_t tokens, int64_t h);
 absl::Status LaunchRmsNormBackward(const TensorDesc& dy, const TensorDesc& x, const TensorDesc& w,
                                    const TensorDesc& rstd, const TensorDesc& dx, bool accumulate,
                                    const TensorDesc& dw, float* scratch, cudaStream_t stream);
-// rope.cu
-absl::Status LaunchRope(const TensorDesc& qkv, float theta, float direction, cudaStream_t stream);
+// rope.cu: rotates heads [0, rotated_heads) of qkv [B, S, heads, hd] in
+// place (direction -1 is the inverse rotation).
+absl::Status LaunchRope(const TensorDesc& qkv, int rotated_heads, float theta, float direction,
+                        cudaStream_t stream);
 // swiglu.cu
 absl::Status LaunchSwiGluForward(const TensorDesc& gate_up, const TensorDesc& out,
                                  cudaStream_t stream);
 absl::Status LaunchSwiGluBackward(const TensorDesc& dy, const TensorDesc& gate_up,
                                   const TensorDesc& dgu, cudaStream_t stream);
-// attention.cu (backward scratch: [B, nh, S] fp32, like lse)
-absl::Status LaunchAttentionForward(const TensorDesc& qkv, const TensorDesc& out,
-                                    const TensorDesc& lse, cudaStream_t stream);
-absl::Status LaunchAttentionBackward(const TensorDesc& dout, const TensorDesc& qkv,
-                                     const TensorDesc& out, const TensorDesc& lse,
-                                     const TensorDesc& dqkv, float* scratch, cudaStream_t stream);
+// flash_attention_forward.cu, flash_attention_backward.cu: causal
+// grouped-query attention on tensor cores. qkv [B, S, heads + 2 kv_heads,
+// head_dim] bf16, out and grad_out [B, S, heads, head_dim] bf16, lse
+// [B, heads, S] fp32 (see Ops::AttentionForward). head_dim is 64 or 128.
+struct AttentionShape {
+  int64_t batch = 0, seq = 0;
+  int heads = 0, kv_heads = 0, head_dim = 0;
+};
+absl::Status LaunchFlashAttentionForward(const AttentionShape& shape, const void* qkv, void* out,
+                                         float* lse, cudaStream_t stream);
+// fp32 scratch the backward needs: FlashAttentionBackwardScratchFloats(shape).
+int64_t FlashAttentionBackwardScratchFloats(const AttentionShape& shape);
+absl::Status LaunchFlashAttentionBackward(const AttentionShape& shape, const void* grad_out,
+                                          const void* qkv, const void* out, const float* lse,
+                                          void* grad_qkv, float* scratch, cudaStream_t stream);
 // fused_linear_cross_entropy.cu: the per-row softmax/loss/dlogits step.
 absl::Status LaunchCrossEntropyRows(const float* logits, const int32_t* targets, int rows,
                                     int vocab, int ignore_index, float* loss_sum,
