@@ -9,10 +9,11 @@
 // fp32 summation order, in exp2 with a folded log2(e) scale, and in feeding
 // P to the P V product as bf16 (as every flash kernel does).
 //
-// Work split: a block of 8 warps owns 128 consecutive queries of one head
-// (warp w the 16 rows [16 w, 16 w + 16)); Q stays in shared memory, K and V
-// tiles of 64 rows are double-buffered with cp.async so the next tile loads
-// while this one is multiplied. Grouped-query heads read their shared K/V
+// Work split: a block of 4 warps owns 128 consecutive queries of one head
+// (warp w the 32 rows [32 w, 32 w + 32), two 16-row MMA tiles, so that every
+// K/V fragment read from shared memory feeds two products); Q stays in
+// shared memory, K and V tiles of 64 rows are double-buffered with cp.async
+// so the next tile loads while this one is multiplied. Grouped-query heads read their shared K/V
 // head directly from the packed qkv tensor. Blocks are issued heaviest
 // (last query block, most tiles) first.
 
@@ -31,7 +32,9 @@ using flash::AttentionParams;
 
 constexpr int kBlockQ = 128;   // queries per block
 constexpr int kBlockKV = 64;   // keys per tile
-constexpr int kWarps = kBlockQ / 16;
+constexpr int kWarpRows = 32;  // queries per warp: kM = 2 MMA row tiles
+constexpr int kM = kWarpRows / 16;
+constexpr int kWarps = kBlockQ / kWarpRows;
 constexpr int kThreads = 32 * kWarps;
 
 template <int kD>
@@ -69,95 +72,108 @@ __global__ void __launch_bounds__(kThreads)
 
   const int64_t last_row = min(q0 + kBlockQ, p.seq) - 1;
   const int tiles = static_cast<int>(last_row / kBlockKV) + 1;
-  const int64_t warp_row0 = q0 + 16 * warp;
-  const int64_t row_lo = warp_row0 + g, row_hi = row_lo + 8;
+  const int64_t warp_row0 = q0 + kWarpRows * warp;
 
-  float o[kD / 8][4] = {};
-  float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.f, l_hi = 0.f;
+  // Per MMA row tile mt and half (0: row g, 1: row g + 8) of this lane.
+  float o[kM][kD / 8][4] = {};
+  float m[kM][2], l[kM][2];
+#pragma unroll
+  for (int mt = 0; mt < kM; ++mt) {
+    m[mt][0] = m[mt][1] = -INFINITY;
+    l[mt][0] = l[mt][1] = 0.f;
+  }
   for (int j = 0; j < tiles; ++j) {
     flash::WaitAsyncCopies();
     __syncthreads();  // tile j visible; every warp is done with tile j - 1
     if (j + 1 < tiles) {
       const int64_t k0 = int64_t(j + 1) * kBlockKV;
       const int buf = (j + 1) & 1;
-      flash::LoadTileAsync<kBlockKV, kD, kThreads>(s_k + buf * kTileBytes, k_src + k0 * ts, ts, p.seq - k0,
-                                                   p.qkv);
-      flash::LoadTileAsync<kBlockKV, kD, kThreads>(s_v + buf * kTileBytes, v_src + k0 * ts, ts, p.seq - k0,
-                                                   p.qkv);
+      flash::LoadTileAsync<kBlockKV, kD, kThreads>(s_k + buf * kTileBytes, k_src + k0 * ts, ts,
+                                                   p.seq - k0, p.qkv);
+      flash::LoadTileAsync<kBlockKV, kD, kThreads>(s_v + buf * kTileBytes, v_src + k0 * ts, ts,
+                                                   p.seq - k0, p.qkv);
     }
     flash::CommitAsyncCopies();
     const int64_t k0 = int64_t(j) * kBlockKV;
-    if (warp_row0 + 15 < k0) continue;  // every key of this tile is in this warp's future
+    if (warp_row0 + kWarpRows - 1 < k0) continue;  // all of this tile is in the warp's future
 
-    float s[kBlockKV / 8][4] = {};
-    flash::MmaABt<kD, kBlockKV / 8>(s, s_q, 16 * warp, s_k + (j & 1) * kTileBytes, 0, lane);
+    float s[kM][kBlockKV / 8][4] = {};
+    flash::MmaABt<kD, kM, kBlockKV / 8>(s, s_q, kWarpRows * warp, s_k + (j & 1) * kTileBytes, 0,
+                                        lane);
 
     // Scale into the log2 domain, mask the future, and update the row maxima.
     const bool diagonal = k0 + kBlockKV - 1 > warp_row0;
-    float mx_lo = m_lo, mx_hi = m_hi;
 #pragma unroll
-    for (int nt = 0; nt < kBlockKV / 8; ++nt) {
+    for (int mt = 0; mt < kM; ++mt) {
+      const int64_t row_lo = warp_row0 + 16 * mt + g;
+      float mx[2] = {m[mt][0], m[mt][1]};
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float v = s[nt][e] * p.scale_log2;
-        if (diagonal) {
-          const int64_t col = k0 + nt * 8 + 2 * t + (e & 1);
-          if (col > (e < 2 ? row_lo : row_hi)) v = -INFINITY;
+      for (int nt = 0; nt < kBlockKV / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float v = s[mt][nt][e] * p.scale_log2;
+          if (diagonal && k0 + nt * 8 + 2 * t + (e & 1) > row_lo + (e >> 1) * 8) v = -INFINITY;
+          s[mt][nt][e] = v;
+          mx[e >> 1] = fmaxf(mx[e >> 1], v);
         }
-        s[nt][e] = v;
       }
-      mx_lo = fmaxf(mx_lo, fmaxf(s[nt][0], s[nt][1]));
-      mx_hi = fmaxf(mx_hi, fmaxf(s[nt][2], s[nt][3]));
-    }
 #pragma unroll
-    for (int o_ = 1; o_ <= 2; o_ <<= 1) {
-      mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, o_));
-      mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, o_));
-    }
-    // Every row of a warp that reaches here has at least one visible key,
-    // so the maxima are finite; exp2(-inf - m) = 0 rescales an empty start.
-    const float alpha_lo = flash::FastExp2(m_lo - mx_lo);
-    const float alpha_hi = flash::FastExp2(m_hi - mx_hi);
-    m_lo = mx_lo;
-    m_hi = mx_hi;
-    float sum_lo = 0.f, sum_hi = 0.f;
+      for (int half = 0; half < 2; ++half) {
+        mx[half] = fmaxf(mx[half], __shfl_xor_sync(0xffffffffu, mx[half], 1));
+        mx[half] = fmaxf(mx[half], __shfl_xor_sync(0xffffffffu, mx[half], 2));
+      }
+      // Each warp's rows all lie at or after the tile's first key (32 divides
+      // the tile size), so every row sees a key and mx is finite. Should the tile sizes
+      // change, a row with no key yet keeps m = -inf and uses 0 as its
+      // reference, so that exp2 gives 0 rather than NaN.
+      float alpha[2], ref[2];
 #pragma unroll
-    for (int nt = 0; nt < kBlockKV / 8; ++nt) {
-      s[nt][0] = flash::FastExp2(s[nt][0] - m_lo);
-      s[nt][1] = flash::FastExp2(s[nt][1] - m_lo);
-      s[nt][2] = flash::FastExp2(s[nt][2] - m_hi);
-      s[nt][3] = flash::FastExp2(s[nt][3] - m_hi);
-      sum_lo += s[nt][0] + s[nt][1];
-      sum_hi += s[nt][2] + s[nt][3];
-    }
-    l_lo = l_lo * alpha_lo + sum_lo;  // this lane's partial row sums
-    l_hi = l_hi * alpha_hi + sum_hi;
+      for (int half = 0; half < 2; ++half) {
+        ref[half] = mx[half] == -INFINITY ? 0.f : mx[half];
+        alpha[half] = flash::FastExp2(m[mt][half] - ref[half]);
+        m[mt][half] = mx[half];
+      }
+      float sum[2] = {0.f, 0.f};
 #pragma unroll
-    for (int nt = 0; nt < kD / 8; ++nt) {
-      o[nt][0] *= alpha_lo;
-      o[nt][1] *= alpha_lo;
-      o[nt][2] *= alpha_hi;
-      o[nt][3] *= alpha_hi;
+      for (int nt = 0; nt < kBlockKV / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[mt][nt][e] = flash::FastExp2(s[mt][nt][e] - ref[e >> 1]);
+          sum[e >> 1] += s[mt][nt][e];
+        }
+      }
+#pragma unroll
+      for (int half = 0; half < 2; ++half) l[mt][half] = l[mt][half] * alpha[half] + sum[half];
+#pragma unroll
+      for (int nt = 0; nt < kD / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[mt][nt][e] *= alpha[e >> 1];
+      }
     }
-    flash::MmaPB<kD, kBlockKV / 16>(o, s, s_v + (j & 1) * kTileBytes, 0, lane);
+    flash::MmaPB<kD, kM, kBlockKV / 16>(o, s, s_v + (j & 1) * kTileBytes, 0, lane);
   }
 
-  // Full row sums, then out = o / l and lse = ln(l) + m (m back from log2).
-#pragma unroll
-  for (int o_ = 1; o_ <= 2; o_ <<= 1) {
-    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, o_);
-    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, o_);
-  }
-  if (warp_row0 >= p.seq) return;
+  // Full row sums (this lane held a partial one), then out = o / l and
+  // lse = ln(l) + m (m back from the log2 domain).
   const int64_t lse_row0 = (int64_t(b) * p.heads + h) * p.seq;
-  if (t == 0) {
-    if (row_lo < p.seq) lse[lse_row0 + row_lo] = (m_lo + __log2f(l_lo)) * flash::kLn2;
-    if (row_hi < p.seq) lse[lse_row0 + row_hi] = (m_hi + __log2f(l_hi)) * flash::kLn2;
+#pragma unroll
+  for (int mt = 0; mt < kM; ++mt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      l[mt][half] += __shfl_xor_sync(0xffffffffu, l[mt][half], 1);
+      l[mt][half] += __shfl_xor_sync(0xffffffffu, l[mt][half], 2);
+      const int64_t row = warp_row0 + 16 * mt + g + 8 * half;
+      if (t == 0 && row < p.seq) {
+        lse[lse_row0 + row] = (m[mt][half] + __log2f(l[mt][half])) * flash::kLn2;
+      }
+    }
+    const int64_t row0 = warp_row0 + 16 * mt;
+    if (row0 >= p.seq) break;
+    // This warp's Q rows are no longer read by anyone: stage the output there.
+    flash::StoreRows<kD>(o[mt], 1.f / l[mt][0], 1.f / l[mt][1], smem, kWarpRows * warp + 16 * mt,
+                         out + (int64_t(b) * p.seq + row0) * p.out_token_stride + int64_t(h) * kD,
+                         p.out_token_stride, p.seq - row0, lane);
   }
-  // This warp's Q rows are no longer read by anyone: stage the output there.
-  flash::StoreRows<kD>(o, 1.f / l_lo, 1.f / l_hi, smem, 16 * warp,
-                       out + (int64_t(b) * p.seq + warp_row0) * p.out_token_stride + int64_t(h) * kD,
-                       p.out_token_stride, p.seq - warp_row0, lane);
 }
 
 template <int kD>

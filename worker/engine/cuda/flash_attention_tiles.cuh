@@ -174,42 +174,55 @@ __device__ __forceinline__ void LoadBRowsAreK(uint32_t (&b)[4], uint32_t tile, i
                                               nn + (lane >> 4)));
 }
 
-// acc (16 x 8 kN) += rows [a_row0, a_row0 + 16) of tile a times the
+// acc (16 kM x 8 kN) += rows [a_row0, a_row0 + 16 kM) of tile a times the
 // transpose of rows [b_row0, b_row0 + 8 kN) of tile b (k runs over kD).
-template <int kD, int kN>
-__device__ __forceinline__ void MmaABt(float (&acc)[kN][4], uint32_t a_tile, int a_row0,
+// acc[mt] holds rows a_row0 + 16 mt; each B fragment feeds kM products.
+template <int kD, int kM, int kN>
+__device__ __forceinline__ void MmaABt(float (&acc)[kM][kN][4], uint32_t a_tile, int a_row0,
                                        uint32_t b_tile, int b_row0, int lane) {
 #pragma unroll
   for (int kk = 0; kk < kD / 16; ++kk) {
-    uint32_t a[4];
-    LoadA<kD>(a, a_tile, a_row0, kk, lane);
+    uint32_t a[kM][4];
+#pragma unroll
+    for (int mt = 0; mt < kM; ++mt) LoadA<kD>(a[mt], a_tile, a_row0 + 16 * mt, kk, lane);
 #pragma unroll
     for (int np = 0; np < kN / 2; ++np) {
       uint32_t b[4];
       LoadBRowsAreN<kD>(b, b_tile, b_row0 + 16 * np, kk, lane);
-      Mma(acc[2 * np], a, b[0], b[1]);
-      Mma(acc[2 * np + 1], a, b[2], b[3]);
+#pragma unroll
+      for (int mt = 0; mt < kM; ++mt) {
+        Mma(acc[mt][2 * np], a[mt], b[0], b[1]);
+        Mma(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+      }
     }
   }
 }
 
-// acc (16 x kD) += P (16 x 16 kK, held as C fragments p[2 kK][4]) times
-// rows [b_row0, b_row0 + 16 kK) of tile b (rows are the k index).
-template <int kD, int kK>
-__device__ __forceinline__ void MmaPB(float (&acc)[kD / 8][4], const float (&p)[2 * kK][4],
-                                      uint32_t b_tile, int b_row0, int lane) {
+// acc (16 kM x kD) += P (16 kM x 16 kK, held as C fragments p[kM][2 kK][4])
+// times rows [b_row0, b_row0 + 16 kK) of tile b (rows are the k index).
+template <int kD, int kM, int kK>
+__device__ __forceinline__ void MmaPB(float (&acc)[kM][kD / 8][4],
+                                      const float (&p)[kM][2 * kK][4], uint32_t b_tile,
+                                      int b_row0, int lane) {
 #pragma unroll
   for (int kt = 0; kt < kK; ++kt) {
-    const uint32_t a[4] = {PackBf16(p[2 * kt][0], p[2 * kt][1]),
-                           PackBf16(p[2 * kt][2], p[2 * kt][3]),
-                           PackBf16(p[2 * kt + 1][0], p[2 * kt + 1][1]),
-                           PackBf16(p[2 * kt + 1][2], p[2 * kt + 1][3])};
+    uint32_t a[kM][4];
+#pragma unroll
+    for (int mt = 0; mt < kM; ++mt) {
+      a[mt][0] = PackBf16(p[mt][2 * kt][0], p[mt][2 * kt][1]);
+      a[mt][1] = PackBf16(p[mt][2 * kt][2], p[mt][2 * kt][3]);
+      a[mt][2] = PackBf16(p[mt][2 * kt + 1][0], p[mt][2 * kt + 1][1]);
+      a[mt][3] = PackBf16(p[mt][2 * kt + 1][2], p[mt][2 * kt + 1][3]);
+    }
 #pragma unroll
     for (int dp = 0; dp < kD / 16; ++dp) {
       uint32_t b[4];
       LoadBRowsAreK<kD>(b, b_tile, b_row0 + 16 * kt, 2 * dp, lane);
-      Mma(acc[2 * dp], a, b[0], b[1]);
-      Mma(acc[2 * dp + 1], a, b[2], b[3]);
+#pragma unroll
+      for (int mt = 0; mt < kM; ++mt) {
+        Mma(acc[mt][2 * dp], a[mt], b[0], b[1]);
+        Mma(acc[mt][2 * dp + 1], a[mt], b[2], b[3]);
+      }
     }
   }
 }
