@@ -36,6 +36,7 @@ TEST(JobFile, ExampleYamlAndJsonAreTheSameSpec) {
   EXPECT_FLOAT_EQ(yaml->optimizer().lr(), 0.003f);
   EXPECT_EQ(yaml->device_kind(), v1::CPU);
   EXPECT_EQ(yaml->model().d_model(), 128);
+  EXPECT_EQ(yaml->model().n_kv_heads(), 4);
   EXPECT_EQ(yaml->fp8().delayed().amax_history_len(), 16);
   EXPECT_EQ(yaml->seed(), 1234u);
 }

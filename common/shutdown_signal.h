@@ -1,6 +1,9 @@
-// Clean shutdown for the daemons: block SIGINT and SIGTERM in every thread
-// (call before starting any), then wait for one on the main thread, which
-// then stops the service in order instead of dying mid-write.
+// Process signal handling for the daemons. Clean shutdown: block SIGINT and
+// SIGTERM in every thread (call before starting any), then wait for one on
+// the main thread, which then stops the service in order instead of dying
+// mid-write. Broken pipes: a write to a socket whose peer died must come back
+// as an EPIPE error that the caller reports (a collective as ABORTED), not
+// as SIGPIPE, whose default action kills the whole process.
 #ifndef TESSERA_COMMON_SHUTDOWN_SIGNAL_H_
 #define TESSERA_COMMON_SHUTDOWN_SIGNAL_H_
 
@@ -29,6 +32,9 @@ inline int WaitForShutdownSignal() {
   sigwait(&signals, &sig);
   return sig;
 }
+
+// Ignores SIGPIPE process-wide (idempotent, safe from any thread).
+inline void IgnoreBrokenPipeSignals() { signal(SIGPIPE, SIG_IGN); }
 
 }  // namespace tessera
 

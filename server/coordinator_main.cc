@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
 
   tessera::BlockShutdownSignals();  // before any thread starts
+  tessera::IgnoreBrokenPipeSignals();
 
   const std::string listen = absl::GetFlag(FLAGS_listen);
   std::string advertise = absl::GetFlag(FLAGS_advertise_address);

@@ -37,11 +37,34 @@ absl::Status ValidateModel(const v1::ModelConfig& m) {
     return Bad("model.n_heads", absl::StrCat("head dim d_model/n_heads must be even for RoPE (got ",
                                              m.d_model() / m.n_heads(), ")"));
   }
+  if (m.n_kv_heads() < 0) {
+    return Bad("model.n_kv_heads",
+               absl::StrCat("must be >= 0 (0 means model.n_heads), got ", m.n_kv_heads()));
+  }
+  if (m.n_kv_heads() > 0 && m.n_heads() % m.n_kv_heads() != 0) {
+    return Bad("model.n_kv_heads",
+               absl::StrCat("must divide model.n_heads: each key/value head serves a whole group "
+                            "of query heads (got ", m.n_kv_heads(), " and ", m.n_heads(), ")"));
+  }
   if (!Finite(m.norm_eps()) || m.norm_eps() < 0) {
     return Bad("model.norm_eps", "must be a finite value >= 0 (0 means 1e-5)");
   }
   if (!Finite(m.rope_theta()) || m.rope_theta() < 0) {
     return Bad("model.rope_theta", "must be a finite value >= 0 (0 means 10000)");
+  }
+  return absl::OkStatus();
+}
+
+// What the device kind's engine supports beyond the model's own rules; run
+// after ValidateModel. The CUDA engine's attention kernels are written for
+// head dims 64 and 128 only.
+absl::Status ValidateForDevice(const v1::ModelConfig& m, v1::DeviceKind kind) {
+  const int head_dim = m.d_model() / m.n_heads();
+  if (kind == v1::CUDA && head_dim != 64 && head_dim != 128) {
+    return Bad("model.n_heads",
+               absl::StrCat("CUDA jobs need a head dim d_model/n_heads of 64 or 128, the sizes the "
+                            "CUDA engine's tensor-core attention kernels support (got ",
+                            m.d_model(), "/", m.n_heads(), " = ", head_dim, ")"));
   }
   return absl::OkStatus();
 }
@@ -120,6 +143,7 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
                                           spec.world_size(), ")"));
   }
   if (!v1::DeviceKind_IsValid(spec.device_kind())) return Bad("device_kind", "unknown kind");
+  if (absl::Status s = ValidateForDevice(spec.model(), spec.device_kind()); !s.ok()) return s;
   if (absl::Status s = AtLeast("steps", spec.steps(), 1); !s.ok()) return s;
   if (absl::Status s = AtLeast("checkpoint.interval_steps", spec.checkpoint().interval_steps(), 0);
       !s.ok()) {
@@ -136,6 +160,7 @@ v1::JobSpec WithDefaults(const v1::JobSpec& in) {
   v1::ModelConfig* m = spec.mutable_model();
   if (m->norm_eps() == 0) m->set_norm_eps(1e-5f);
   if (m->rope_theta() == 0) m->set_rope_theta(10000.f);
+  if (m->n_kv_heads() == 0) m->set_n_kv_heads(m->n_heads());
   v1::OptimizerConfig* o = spec.mutable_optimizer();
   if (o->beta1() == 0) o->set_beta1(0.9f);
   if (o->beta2() == 0) o->set_beta2(0.95f);

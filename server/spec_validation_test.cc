@@ -1,11 +1,15 @@
 // Every validation rule rejects with INVALID_ARGUMENT naming its field, a
-// valid spec passes, and defaults fill what the proto documents.
+// valid spec passes, and defaults fill what the proto documents. The newer
+// rules are checked from both sides: n_kv_heads (grouped-query attention)
+// accepted when it divides n_heads, the CUDA head dims 64 and 128, and no
+// upper limit on seq_len.
 #include "server/spec_validation.h"
 
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace tessera {
@@ -46,6 +50,10 @@ TEST(SpecValidation, EachRuleNamesItsField) {
       {"model.seq_len", [](v1::JobSpec& s) { s.mutable_model()->set_seq_len(1); }},
       {"model.d_model", [](v1::JobSpec& s) { s.mutable_model()->set_n_heads(3); }},
       {"model.n_heads", [](v1::JobSpec& s) { s.mutable_model()->set_d_model(12); s.mutable_model()->set_n_heads(4); }},
+      {"model.n_kv_heads", [](v1::JobSpec& s) { s.mutable_model()->set_n_kv_heads(-1); }},
+      {"model.n_kv_heads", [](v1::JobSpec& s) { s.mutable_model()->set_n_kv_heads(3); }},
+      {"model.n_kv_heads", [](v1::JobSpec& s) { s.mutable_model()->set_n_kv_heads(8); }},
+      {"model.n_heads", [](v1::JobSpec& s) { s.set_device_kind(v1::CUDA); }},  // head dim 16
       {"model.norm_eps", [](v1::JobSpec& s) { s.mutable_model()->set_norm_eps(-1); }},
       {"data", [](v1::JobSpec& s) { s.mutable_data()->clear_synthetic(); }},
       {"data.token_file", [](v1::JobSpec& s) { s.mutable_data()->set_token_file(""); }},
@@ -77,6 +85,69 @@ TEST(SpecValidation, EachRuleNamesItsField) {
   }
 }
 
+TEST(SpecValidation, KvHeadsMustDivideTheQueryHeads) {
+  for (int kv_heads : {0, 1, 2, 4}) {  // n_heads 4; 0 means 4
+    v1::JobSpec spec = ValidSpec();
+    spec.mutable_model()->set_n_kv_heads(kv_heads);
+    EXPECT_TRUE(ValidateJobSpec(spec).ok()) << kv_heads << ": " << ValidateJobSpec(spec);
+  }
+  for (int kv_heads : {-4, -1, 3, 5, 8}) {
+    v1::JobSpec spec = ValidSpec();
+    spec.mutable_model()->set_n_kv_heads(kv_heads);
+    const absl::Status s = ValidateJobSpec(spec);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << kv_heads;
+    EXPECT_EQ(s.message().rfind("model.n_kv_heads: ", 0), 0u) << s.message();
+    const std::string reason = kv_heads < 0 ? ">= 0" : "must divide model.n_heads";
+    EXPECT_NE(s.message().find(reason), std::string::npos) << s.message();
+  }
+}
+
+TEST(SpecValidation, CudaJobsNeedHeadDim64Or128) {
+  struct Shape {
+    int d_model, n_heads;
+  };
+  for (v1::DeviceKind kind : {v1::CUDA, v1::CPU, v1::DEVICE_KIND_UNSPECIFIED}) {
+    for (Shape shape : {Shape{128, 2}, Shape{512, 8}, Shape{256, 2}, Shape{1024, 8}}) {
+      v1::JobSpec spec = ValidSpec();
+      spec.set_device_kind(kind);
+      spec.mutable_model()->set_d_model(shape.d_model);
+      spec.mutable_model()->set_n_heads(shape.n_heads);
+      spec.mutable_model()->set_n_kv_heads(1);
+      EXPECT_TRUE(ValidateJobSpec(spec).ok()) << shape.d_model << "/" << shape.n_heads;
+    }
+    // Head dims 16, 32, 96 and 256: fine on the CPU engine, refused on CUDA.
+    for (Shape shape : {Shape{64, 4}, Shape{128, 4}, Shape{192, 2}, Shape{512, 2}}) {
+      v1::JobSpec spec = ValidSpec();
+      spec.set_device_kind(kind);
+      spec.mutable_model()->set_d_model(shape.d_model);
+      spec.mutable_model()->set_n_heads(shape.n_heads);
+      const absl::Status s = ValidateJobSpec(spec);
+      if (kind != v1::CUDA) {
+        EXPECT_TRUE(s.ok()) << shape.d_model << "/" << shape.n_heads << ": " << s;
+        continue;
+      }
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_EQ(s.message().rfind("model.n_heads: ", 0), 0u) << s.message();
+      EXPECT_NE(s.message().find("64 or 128"), std::string::npos) << s.message();
+      EXPECT_NE(s.message().find(absl::StrCat("= ", shape.d_model / shape.n_heads, ")")),
+                std::string::npos)
+          << s.message();
+    }
+  }
+}
+
+TEST(SpecValidation, LongSequencesAreAccepted) {
+  for (v1::DeviceKind kind : {v1::CPU, v1::CUDA}) {
+    for (int seq_len : {2, 4096, 8192, 32768}) {
+      v1::JobSpec spec = ValidSpec();
+      spec.set_device_kind(kind);
+      spec.mutable_model()->set_d_model(256);  // head dim 64
+      spec.mutable_model()->set_seq_len(seq_len);
+      EXPECT_TRUE(ValidateJobSpec(spec).ok()) << seq_len << ": " << ValidateJobSpec(spec);
+    }
+  }
+}
+
 TEST(SpecValidation, DefaultsFillUnsetFields) {
   v1::JobSpec spec = WithDefaults(ValidSpec());
   EXPECT_FLOAT_EQ(spec.optimizer().beta1(), 0.9f);
@@ -84,6 +155,7 @@ TEST(SpecValidation, DefaultsFillUnsetFields) {
   EXPECT_FLOAT_EQ(spec.optimizer().eps(), 1e-8f);
   EXPECT_FLOAT_EQ(spec.model().norm_eps(), 1e-5f);
   EXPECT_FLOAT_EQ(spec.model().rope_theta(), 10000.f);
+  EXPECT_EQ(spec.model().n_kv_heads(), spec.model().n_heads());
   EXPECT_EQ(spec.device_kind(), v1::CPU);
   EXPECT_EQ(spec.fp8().delayed().amax_history_len(), 16);
   EXPECT_EQ(spec.optimizer().schedule(), v1::OptimizerConfig::COSINE);
@@ -93,8 +165,10 @@ TEST(SpecValidation, DefaultsFillUnsetFields) {
   v1::JobSpec explicit_spec = ValidSpec();
   explicit_spec.mutable_optimizer()->set_beta1(0.5f);
   explicit_spec.mutable_fp8()->mutable_current();
+  explicit_spec.mutable_model()->set_n_kv_heads(2);
   v1::JobSpec filled = WithDefaults(explicit_spec);
   EXPECT_FLOAT_EQ(filled.optimizer().beta1(), 0.5f);
+  EXPECT_EQ(filled.model().n_kv_heads(), 2);
   EXPECT_TRUE(filled.fp8().has_current());
 }
 

@@ -1,5 +1,7 @@
 // The `tessera` CLI against a real coordinator and workers: submit a job file
-// and watch it to completion, list jobs as JSON, and fail cleanly (one line,
+// and watch it to completion, list jobs as JSON, train a grouped-query
+// attention model (n_kv_heads < n_heads) end to end on CPU workers, refuse a
+// CUDA job whose head dim the CUDA engine lacks, and fail cleanly (one line,
 // non-zero exit) when the coordinator cannot be reached.
 #include <string>
 
@@ -59,6 +61,64 @@ TEST(CliTest, SubmitWatchAndListJobs) {
   EXPECT_EQ(jobs.exit_code, 0) << jobs.output;
   EXPECT_TRUE(absl::StrContains(jobs.output, "cli-tiny")) << jobs.output;
   EXPECT_TRUE(absl::StrContains(jobs.output, "SUCCEEDED")) << jobs.output;
+}
+
+// The tiny job with 4 query heads of 8 sharing 2 key/value heads.
+constexpr char kGqaJobYaml[] = R"(name: cli-gqa
+model:
+  vocab_size: 256
+  d_model: 32
+  n_layers: 2
+  n_heads: 4
+  n_kv_heads: 2
+  ffn_dim: 64
+  seq_len: 16
+data:
+  synthetic:
+    task: ADDITION
+  micro_batch_size: 2
+optimizer:
+  lr: 0.003
+  warmup_steps: 2
+world_size: 2
+device_kind: CPU
+steps: 8
+seed: 4
+)";
+
+std::string WriteJobFile(const std::string& name, const std::string& text) {
+  std::string path = testing::MakeTempDir("cli") + "/" + name;
+  FILE* f = fopen(path.c_str(), "w");
+  fputs(text.c_str(), f);
+  fclose(f);
+  return path;
+}
+
+TEST(CliTest, GroupedQueryAttentionJobSucceedsOnCpuWorkers) {
+  auto cluster = LocalCluster::Start(2);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::string coordinator = absl::StrCat("--coordinator=", (*cluster)->address());
+  const std::string job_file = WriteJobFile("gqa.yaml", kGqaJobYaml);
+  auto submit = RunCommand(BinaryPath("client/tessera"),
+                           {"submit", job_file, "--watch", coordinator}, absl::Seconds(120));
+  EXPECT_EQ(submit.exit_code, 0) << submit.output << (*cluster)->Logs();
+  EXPECT_TRUE(absl::StrContains(submit.output, "SUCCEEDED")) << submit.output;
+
+  // The coordinator kept the field (JSON with the proto field names).
+  auto jobs = RunCommand(BinaryPath("client/tessera"), {"jobs", "--json", coordinator},
+                         absl::Seconds(30));
+  EXPECT_EQ(jobs.exit_code, 0) << jobs.output;
+  EXPECT_TRUE(absl::StrContains(jobs.output, "\"n_kv_heads\":2")) << jobs.output;
+
+  // The same model on CUDA workers: head dim 8 is refused at submit time.
+  std::string cuda = kGqaJobYaml;
+  cuda.replace(cuda.find("device_kind: CPU"), 16, "device_kind: CUDA");
+  auto refused = RunCommand(BinaryPath("client/tessera"),
+                            {"submit", WriteJobFile("gqa-cuda.yaml", cuda), coordinator},
+                            absl::Seconds(30));
+  EXPECT_EQ(refused.exit_code, 1) << refused.output;
+  EXPECT_TRUE(absl::StrContains(refused.output, "INVALID_ARGUMENT")) << refused.output;
+  EXPECT_TRUE(absl::StrContains(refused.output, "model.n_heads")) << refused.output;
 }
 
 TEST(CliTest, UnreachableCoordinatorGivesOneLineAndNonZeroExit) {

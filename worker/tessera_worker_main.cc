@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
       "tessera-worker --coordinator=HOST:PORT --device=cpu|cuda:N: a Tessera worker daemon");
   absl::ParseCommandLine(argc, argv);
   tessera::BlockShutdownSignals();  // before any thread starts
+  tessera::IgnoreBrokenPipeSignals();
 
   const std::string device = absl::GetFlag(FLAGS_device);
   absl::StatusOr<tessera::v1::DeviceInfo> info = tessera::DescribeDevice(device);

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/shutdown_signal.h"
 #include "common/status_macros.h"
 #include "gloo/allgather.h"
 #include "gloo/allreduce.h"
@@ -192,6 +193,10 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(RendezvousS
                                                                      int rank, int world_size,
                                                                      const std::string& host,
                                                                      absl::Duration timeout) {
+  // A peer that dies mid-collective closes its sockets; the next write here
+  // must fail with EPIPE (reported as ABORTED), not raise SIGPIPE, which
+  // would kill this process before it could report anything.
+  IgnoreBrokenPipeSignals();
   if (world_size < 1) {
     return absl::InvalidArgumentError(absl::StrCat("world_size: must be >= 1, got ", world_size));
   }

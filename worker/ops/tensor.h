@@ -32,7 +32,7 @@ size_t DTypeSize(DType dtype);
 const char* DTypeName(DType dtype);
 inline bool IsFp8(DType dtype) { return dtype == DType::kE4M3 || dtype == DType::kE5M2; }
 
-// Row-major shape of up to 5 dimensions (attention uses [B, S, 3, nh, hd]). A 0-d shape (rank 0) has one element.
+// Row-major shape of up to 5 dimensions (attention uses [B, S, nh + 2 nkv, hd]). A 0-d shape (rank 0) has one element.
 struct Shape {
   static constexpr int kMaxRank = 5;
   int rank = 0;

@@ -96,20 +96,22 @@ class CountingOps : public Ops {
     return engine_->RmsNormBackward(grad_out, x, weight, rstd, grad_x, accumulate_grad_x,
                                     grad_weight, s);
   }
-  absl::Status RopeForward(const TensorDesc& qkv, float theta, Stream* s) override {
-    return engine_->RopeForward(qkv, theta, s);
+  absl::Status RopeForward(const TensorDesc& qkv, int n_kv_heads, float theta,
+                           Stream* s) override {
+    return engine_->RopeForward(qkv, n_kv_heads, theta, s);
   }
-  absl::Status RopeBackward(const TensorDesc& grad_qkv, float theta, Stream* s) override {
-    return engine_->RopeBackward(grad_qkv, theta, s);
+  absl::Status RopeBackward(const TensorDesc& grad_qkv, int n_kv_heads, float theta,
+                            Stream* s) override {
+    return engine_->RopeBackward(grad_qkv, n_kv_heads, theta, s);
   }
-  absl::Status AttentionForward(const TensorDesc& qkv, const TensorDesc& out,
+  absl::Status AttentionForward(const TensorDesc& qkv, int n_kv_heads, const TensorDesc& out,
                                 const TensorDesc& lse, Stream* s) override {
-    return engine_->AttentionForward(qkv, out, lse, s);
+    return engine_->AttentionForward(qkv, n_kv_heads, out, lse, s);
   }
-  absl::Status AttentionBackward(const TensorDesc& grad_out, const TensorDesc& qkv,
+  absl::Status AttentionBackward(const TensorDesc& grad_out, const TensorDesc& qkv, int n_kv_heads,
                                  const TensorDesc& out, const TensorDesc& lse,
                                  const TensorDesc& grad_qkv, Stream* s) override {
-    return engine_->AttentionBackward(grad_out, qkv, out, lse, grad_qkv, s);
+    return engine_->AttentionBackward(grad_out, qkv, n_kv_heads, out, lse, grad_qkv, s);
   }
   absl::Status SwiGluForward(const TensorDesc& gate_up, const TensorDesc& out,
                              Stream* s) override {

@@ -1,11 +1,15 @@
-// CountingOps counts what it should and forwards results unchanged.
+// CountingOps counts what it should and forwards results unchanged, and the
+// grouped-query attention ops reach the engine with their n_kv_heads.
 #include "worker/trainer/counting_ops.h"
 
+#include <cmath>
+#include <memory>
 #include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "worker/engine/cpu/cpu_ops.h"
+#include "worker/engine/cpu/reference_test_util.h"
 #include "worker/ops/device_tensor.h"
 
 namespace tessera {
@@ -34,6 +38,48 @@ TEST(CountingOps, CountsAllocationsAndHostReadsAndForwards) {
   EXPECT_EQ(ops.Add(da->desc, MakeTensor(db->desc.data, DType::kFloat32, Shape{5}), da->desc,
                     nullptr).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CountingOps, ForwardsKvHeadCountsOfRopeAndAttention) {
+  // nh 4 query heads sharing nkv 2 key/value heads of hd 8; B 1, S 5.
+  const int nh = 4, nkv = 2, hd = 8, s = 5;
+  const Shape qkv_shape{1, s, nh + 2 * nkv, hd}, out_shape{1, s, nh, hd}, lse_shape{1, nh, s};
+  CountingOps counting(CreateCpuOps());
+  std::unique_ptr<Ops> engine = CreateCpuOps();
+  std::vector<uint16_t> qkv = testing::RandomBf16(qkv_shape.NumElements(), 7);
+  std::vector<uint16_t> dout = testing::RandomBf16(out_shape.NumElements(), 8);
+  struct Outputs {
+    std::vector<uint16_t> qkv, out, grad;
+    std::vector<float> lse;
+  };
+  auto run = [&](Ops& ops, Outputs& o) {
+    o.qkv = qkv;
+    o.out.assign(out_shape.NumElements(), 0xFFFF);  // NaN poison
+    o.grad.assign(qkv_shape.NumElements(), 0xFFFF);
+    o.lse.assign(lse_shape.NumElements(), NAN);
+    const TensorDesc q = MakeTensor(o.qkv.data(), DType::kBFloat16, qkv_shape);
+    const TensorDesc out = MakeTensor(o.out.data(), DType::kBFloat16, out_shape);
+    const TensorDesc lse = MakeTensor(o.lse.data(), DType::kFloat32, lse_shape);
+    const TensorDesc grad = MakeTensor(o.grad.data(), DType::kBFloat16, qkv_shape);
+    ASSERT_TRUE(ops.RopeForward(q, nkv, 10000.f, nullptr).ok());
+    ASSERT_TRUE(ops.AttentionForward(q, nkv, out, lse, nullptr).ok());
+    ASSERT_TRUE(ops.AttentionBackward(MakeTensor(dout.data(), DType::kBFloat16, out_shape), q, nkv,
+                                      out, lse, grad, nullptr)
+                    .ok());
+    ASSERT_TRUE(ops.RopeBackward(grad, nkv, 10000.f, nullptr).ok());
+    // A count that does not divide nh comes back refused.
+    EXPECT_EQ(ops.AttentionForward(q, 3, out, lse, nullptr).code(),
+              absl::StatusCode::kInvalidArgument);
+  };
+  Outputs via_counting, direct;
+  run(counting, via_counting);
+  run(*engine, direct);
+  EXPECT_EQ(via_counting.qkv, direct.qkv);
+  EXPECT_EQ(via_counting.out, direct.out);
+  EXPECT_EQ(via_counting.grad, direct.grad);
+  EXPECT_EQ(via_counting.lse, direct.lse);  // NaN != NaN: unwritten lse fails
+  EXPECT_NE(via_counting.qkv, qkv);         // RoPE rotated something
+  for (uint16_t g : via_counting.grad) ASSERT_NE(g, 0xFFFF);
 }
 
 }  // namespace

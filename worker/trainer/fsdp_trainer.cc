@@ -45,7 +45,7 @@ LinearSpec FsdpTrainer::Spec(int layer, int linear) const {
   s.index = layer * 4 + linear;
   s.fp8 = fp8_;
   s.in = kIn[linear] == 0 ? hidden_ : ffn_;
-  s.out = linear == 0 ? 3 * hidden_ : linear == 2 ? 2 * ffn_ : hidden_;
+  s.out = linear == 0 ? qkv_width_ : linear == 2 ? 2 * ffn_ : hidden_;
   return s;
 }
 
@@ -72,13 +72,16 @@ absl::StatusOr<SetupReport> FsdpTrainer::Setup(const v1::JobSpec& spec, int rank
   hidden_ = m.d_model();
   ffn_ = m.ffn_dim();
   heads_ = m.n_heads();
-  head_dim_ = hidden_ / heads_;
+  head_dim_ = heads_ > 0 ? hidden_ / heads_ : 0;
+  kv_heads_ = m.n_kv_heads() == 0 ? m.n_heads() : m.n_kv_heads();
+  qkv_width_ = (heads_ + 2 * int64_t{kv_heads_}) * head_dim_;
   layers_ = m.n_layers();
   batch_ = spec.data().micro_batch_size();
   seq_ = m.seq_len();
   tokens_ = batch_ * seq_;
   fp8_ = !spec.fp8().disabled();
-  if (hidden_ <= 0 || heads_ <= 0 || hidden_ % heads_ != 0 || head_dim_ % 2 != 0 || layers_ < 1) {
+  if (hidden_ <= 0 || heads_ <= 0 || hidden_ % heads_ != 0 || head_dim_ % 2 != 0 || layers_ < 1 ||
+      kv_heads_ <= 0 || heads_ % kv_heads_ != 0) {
     return absl::InvalidArgumentError("model: shapes are inconsistent (validate the spec first)");
   }
   ASSIGN_OR_RETURN(data_, OpenBatchSource(spec, rank, world_size));
@@ -105,7 +108,7 @@ absl::Status FsdpTrainer::AllocateState() {
     Block& b = blocks_[l];
     const std::string p = absl::StrCat("blocks.", l, ".");
     ASSIGN_OR_RETURN(b.attn_norm, param(p + "attn_norm", hidden_, 1, DType::kBFloat16, false));
-    ASSIGN_OR_RETURN(b.qkv, param(p + "qkv", 3 * hidden_, hidden_, block_dtype, true));
+    ASSIGN_OR_RETURN(b.qkv, param(p + "qkv", qkv_width_, hidden_, block_dtype, true));
     ASSIGN_OR_RETURN(b.out_proj, param(p + "out_proj", hidden_, hidden_, block_dtype, true));
     ASSIGN_OR_RETURN(b.mlp_norm, param(p + "mlp_norm", hidden_, 1, DType::kBFloat16, false));
     ASSIGN_OR_RETURN(b.gate_up, param(p + "gate_up", 2 * ffn_, hidden_, block_dtype, true));
@@ -153,13 +156,14 @@ absl::Status FsdpTrainer::AllocateState() {
 
   // Activations saved for backward.
   const int64_t t = tokens_, h = hidden_, f = ffn_;
+  const Shape qkv_shape{batch_, seq_, heads_ + 2 * kv_heads_, head_dim_};
   acts_.resize(layers_);
   for (int l = 0; l < layers_; ++l) {
     BlockActivations& a = acts_[l];
     ASSIGN_OR_RETURN(a.x_in, Alloc(DType::kFloat32, Shape{t, h}));
     ASSIGN_OR_RETURN(a.rstd1, Alloc(DType::kFloat32, Shape{t}));
     ASSIGN_OR_RETURN(a.h1, Alloc(DType::kBFloat16, Shape{t, h}));
-    ASSIGN_OR_RETURN(a.qkv, Alloc(DType::kBFloat16, Shape{batch_, seq_, 3, heads_, head_dim_}));
+    ASSIGN_OR_RETURN(a.qkv, Alloc(DType::kBFloat16, qkv_shape));
     ASSIGN_OR_RETURN(a.attn, Alloc(DType::kBFloat16, Shape{t, h}));
     ASSIGN_OR_RETURN(a.lse, Alloc(DType::kFloat32, Shape{batch_, heads_, seq_}));
     ASSIGN_OR_RETURN(a.x_mid, Alloc(DType::kFloat32, Shape{t, h}));
@@ -171,7 +175,8 @@ absl::Status FsdpTrainer::AllocateState() {
       RETURN_IF_ERROR(AllocateLinearSaved(*ops_, Spec(l, i), a.saved[i]));
     }
   }
-  const int64_t max_in = std::max(h, f), max_out = std::max(3 * h, 2 * f);
+  // Largest linear input and output widths (the qkv width exceeds H).
+  const int64_t max_in = std::max(h, f), max_out = std::max(qkv_width_, 2 * f);
   ASSIGN_OR_RETURN(scratch_.x_fp8, Alloc(DType::kE4M3, Shape{t * max_in}));
   ASSIGN_OR_RETURN(scratch_.dy_fp8, Alloc(DType::kE5M2, Shape{t * max_out}));
   ASSIGN_OR_RETURN(scratch_.dy_fp8_t, Alloc(DType::kE5M2, Shape{t * max_out}));
@@ -189,7 +194,7 @@ absl::Status FsdpTrainer::AllocateState() {
   ASSIGN_OR_RETURN(grad_mid_, Alloc(DType::kFloat32, Shape{t, h}));
   ASSIGN_OR_RETURN(grad_bf16_a_, Alloc(DType::kBFloat16, Shape{t * max_out}));
   ASSIGN_OR_RETURN(grad_bf16_b_, Alloc(DType::kBFloat16, Shape{t * max_in}));
-  ASSIGN_OR_RETURN(grad_qkv_, Alloc(DType::kBFloat16, Shape{batch_, seq_, 3, heads_, head_dim_}));
+  ASSIGN_OR_RETURN(grad_qkv_, Alloc(DType::kBFloat16, qkv_shape));
   ASSIGN_OR_RETURN(scalars_, Alloc(DType::kFloat32, Shape{8}));
   host_inputs_.resize(t);
   host_targets_.resize(t);

@@ -3,9 +3,14 @@
 // same code runs on the CPU reference engine with Gloo and on the CUDA
 // engine with NCCL.
 //
-// Model: token embedding [V, H]; per block attn_norm [H], qkv [3H, H],
-// out_proj [H, H], mlp_norm [H], gate_up [2F, H], down [H, F]; final_norm
-// [H]; lm_head [V, H] (untied). The four block linears hold FP8 (e4m3)
+// Model: token embedding [V, H]; per block attn_norm [H], qkv
+// [(nh + 2*nkv) * hd, H], out_proj [H, H], mlp_norm [H], gate_up [2F, H],
+// down [H, F]; final_norm [H]; lm_head [V, H] (untied). Attention is
+// grouped-query: nh = n_heads query heads of hd = H / nh share nkv =
+// n_kv_heads key/value heads (nkv == nh is multi-head attention), so the
+// qkv rows are the nh query heads, then the nkv key heads, then the nkv
+// value heads, and its output per token is the [nh + 2*nkv, hd] layout the
+// ops API's RoPE and attention take. The four block linears hold FP8 (e4m3)
 // compute weights and run FP8 GEMMs (e4m3 activations forward, e5m2
 // gradients backward); the embedding, norms and the LM head keep bf16
 // compute copies: they are a small share of the FLOPs and the most
@@ -84,7 +89,7 @@ class FsdpTrainer : public Trainer {
     DeviceTensor x_in;      // [T, H] fp32 residual entering the block
     DeviceTensor rstd1;     // [T] fp32
     DeviceTensor h1;        // [T, H] bf16 attn_norm output
-    DeviceTensor qkv;       // [B, S, 3, nh, hd] bf16 after RoPE
+    DeviceTensor qkv;       // [B, S, nh + 2*nkv, hd] bf16 after RoPE
     DeviceTensor attn;      // [T, H] bf16 attention output
     DeviceTensor lse;       // [B, nh, S] fp32
     DeviceTensor x_mid;     // [T, H] fp32 residual after attention
@@ -125,6 +130,8 @@ class FsdpTrainer : public Trainer {
   v1::JobSpec spec_;
   int rank_ = 0, world_ = 1;
   int64_t vocab_ = 0, hidden_ = 0, ffn_ = 0, heads_ = 0, head_dim_ = 0;
+  int kv_heads_ = 0;        // n_kv_heads (n_heads when the spec leaves it 0)
+  int64_t qkv_width_ = 0;   // (nh + 2*nkv) * hd: output features of the qkv linear
   int64_t batch_ = 0, seq_ = 0, tokens_ = 0;
   int layers_ = 0;
   bool fp8_ = true;
@@ -148,8 +155,9 @@ class FsdpTrainer : public Trainer {
   DeviceTensor grad_h_;                  // [T, H] bf16 gradient of a norm output
   DeviceTensor grad_res_[2];             // [T, H] fp32 residual gradients (ping-pong)
   DeviceTensor grad_mid_;                // [T, H] fp32 gradient at x_mid
-  DeviceTensor grad_bf16_a_, grad_bf16_b_;  // [T, max(3H, 2F)] bf16 scratch
-  DeviceTensor grad_qkv_;                // [T, 3H] bf16
+  DeviceTensor grad_bf16_a_;             // [T, max(qkv width, 2F)] bf16 scratch
+  DeviceTensor grad_bf16_b_;             // [T, max(H, F)] bf16 scratch
+  DeviceTensor grad_qkv_;                // [B, S, nh + 2*nkv, hd] bf16
   DeviceTensor scalars_;  // [loss_sum, valid_tokens, grad_sum_sq, grad_norm, grad_scale]
   std::vector<int32_t> host_inputs_, host_targets_;
 };

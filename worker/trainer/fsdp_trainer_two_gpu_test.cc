@@ -1,8 +1,9 @@
 // Two ranks on two GPUs (NCCL, bootstrapped through a file rendezvous) match
 // one GPU with the micro-batch doubled, and the all-gathered FP8 weights are
 // byte-identical on both ranks. Every rank, and the 1-GPU reference, runs in
-// its own child process (CUDA must not be initialised before fork). Needs
-// two GPUs; skipped with fewer.
+// its own child process (CUDA must not be initialised before fork). The job
+// (test_job_spec.h) has grouped-query attention with head dim 64. Needs two
+// GPUs; skipped with fewer.
 #include <cuda_runtime.h>
 #include <sys/stat.h>
 #include <sys/wait.h>

@@ -172,16 +172,18 @@ absl::Status FsdpTrainer::BlockForward(int l, const GatheredBlock& w, BlockActiv
   Ops& ops = *ops_;
   const Block& b = blocks_[l];
   const float eps = spec_.model().norm_eps();
-  const int64_t t = tokens_, h = hidden_, f = ffn_;
-  // Attention: x_mid = x_in + out_proj(attention(rope(qkv(norm(x_in))))).
+  const int64_t t = tokens_, f = ffn_;
+  // Attention: x_mid = x_in + out_proj(attention(rope(qkv(norm(x_in))))),
+  // qkv's [T, qkv width] output viewed as [B, S, nh + 2*nkv, hd].
   RETURN_IF_ERROR(ops.RmsNormForward(x_in, Full(w.attn_norm, b.attn_norm), eps, a.h1.desc,
                                      a.rstd1.desc, nullptr));
   RETURN_IF_ERROR(LinearForward(ops, *meta_, Spec(l, 0), Full(w.qkv, b.qkv), a.h1.desc,
-                                Reshaped(a.qkv.desc, Shape{t, 3 * h}), scratch_, a.saved[0],
+                                Reshaped(a.qkv.desc, Shape{t, qkv_width_}), scratch_, a.saved[0],
                                 nullptr));
-  RETURN_IF_ERROR(ops.RopeForward(a.qkv.desc, spec_.model().rope_theta(), nullptr));
+  RETURN_IF_ERROR(ops.RopeForward(a.qkv.desc, kv_heads_, spec_.model().rope_theta(), nullptr));
   RETURN_IF_ERROR(ops.AttentionForward(
-      a.qkv.desc, Reshaped(a.attn.desc, Shape{batch_, seq_, heads_, head_dim_}), a.lse.desc, nullptr));
+      a.qkv.desc, kv_heads_, Reshaped(a.attn.desc, Shape{batch_, seq_, heads_, head_dim_}),
+      a.lse.desc, nullptr));
   RETURN_IF_ERROR(LinearForward(ops, *meta_, Spec(l, 1), Full(w.out_proj, b.out_proj), a.attn.desc,
                                 proj_out_.desc, scratch_, a.saved[1], nullptr));
   RETURN_IF_ERROR(ops.Add(x_in, proj_out_.desc, a.x_mid.desc, nullptr));
@@ -227,12 +229,12 @@ absl::Status FsdpTrainer::BlockBackward(int l, const GatheredBlock& w, BlockActi
                                  a.attn.desc, grad_h_.desc, d_bf16_th, block_grads_.out_proj.desc,
                                  scratch_, a.saved[1], nullptr));
   RETURN_IF_ERROR(ops.AttentionBackward(
-      Reshaped(d_bf16_th, Shape{batch_, seq_, heads_, head_dim_}), a.qkv.desc,
+      Reshaped(d_bf16_th, Shape{batch_, seq_, heads_, head_dim_}), a.qkv.desc, kv_heads_,
       Reshaped(a.attn.desc, Shape{batch_, seq_, heads_, head_dim_}), a.lse.desc, grad_qkv_.desc,
       nullptr));
-  RETURN_IF_ERROR(ops.RopeBackward(grad_qkv_.desc, spec_.model().rope_theta(), nullptr));
+  RETURN_IF_ERROR(ops.RopeBackward(grad_qkv_.desc, kv_heads_, spec_.model().rope_theta(), nullptr));
   RETURN_IF_ERROR(LinearBackward(ops, *meta_, Spec(l, 0), Full(w.qkv, b.qkv), a.h1.desc,
-                                 Reshaped(grad_qkv_.desc, Shape{t, 3 * h}), grad_h_.desc,
+                                 Reshaped(grad_qkv_.desc, Shape{t, qkv_width_}), grad_h_.desc,
                                  block_grads_.qkv.desc, scratch_, a.saved[0], nullptr));
   RETURN_IF_ERROR(ops.CopyDeviceToDevice(grad_in.data, grad_mid_.desc.data, grad_in.Bytes(), nullptr));
   return ops.RmsNormBackward(grad_h_.desc, a.x_in.desc, Full(w.attn_norm, b.attn_norm),

@@ -68,8 +68,9 @@ absl::Status ReadDims(const TensorDesc& qkv, int n_kv_heads, const TensorDesc& o
   }
   RETURN_IF_ERROR(CheckShape("out", out, Shape{qkv.shape[0], qkv.shape[1], heads, qkv.shape[3]}));
   if (heads % n_kv_heads != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("n_kv_heads: must divide the query head count nh = ",
-                                                   heads, " (out's dim 2), got ", n_kv_heads));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "n_kv_heads: must divide the query head count nh = ", heads, " (out's dim 2), got ",
+        n_kv_heads));
   }
   if (qkv.shape[2] != heads + 2 * n_kv_heads) {
     return absl::InvalidArgumentError(absl::StrCat(

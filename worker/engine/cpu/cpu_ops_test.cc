@@ -216,7 +216,7 @@ TEST(CpuOps, FusedLossAndOptimizerMatchTheFreeFunctions) {
 
 TEST(CpuOps, ActivationOpsMatchTheFreeFunctions) {
   std::unique_ptr<Ops> ops = CreateCpuOps();
-  const int b = 1, s = 6, nh = 2, hd = 8, h = nh * hd, t = b * s, f = 12, v = 9;
+  const int b = 1, s = 6, nh = 4, nkv = 2, hd = 8, h = nh * hd, t = b * s, f = 12, v = 9;
   // Add and Cast.
   std::vector<float> a32 = RandomFloats(t * h, 10);
   std::vector<uint16_t> a16 = RandomBf16(t * h, 11), sum(t * h), sum_ref(t * h);
@@ -274,45 +274,67 @@ TEST(CpuOps, ActivationOpsMatchTheFreeFunctions) {
                   .ok());
   EXPECT_EQ(gx, gx_ref);
   EXPECT_EQ(gnw, gnw_ref);
-  // RoPE, attention and SwiGLU.
-  const Shape qkv_shape{b, s, 3, nh, hd};
-  std::vector<uint16_t> qkv = RandomBf16(3 * t * h, 17), qkv_ref = qkv;
+  // RoPE and attention on grouped-query heads, and SwiGLU.
+  const int qkv_width = (nh + 2 * nkv) * hd;
+  const Shape qkv_shape{b, s, nh + 2 * nkv, hd};
+  std::vector<uint16_t> qkv = RandomBf16(t * qkv_width, 17), qkv_ref = qkv;
   ASSERT_TRUE(
-      ops->RopeForward(MakeTensor(qkv.data(), DType::kBFloat16, qkv_shape), 10000.f, nullptr).ok());
+      ops->RopeForward(MakeTensor(qkv.data(), DType::kBFloat16, qkv_shape), nkv, 10000.f, nullptr)
+          .ok());
   ASSERT_TRUE(
-      cpu::RopeForward(MakeTensor(qkv_ref.data(), DType::kBFloat16, qkv_shape), 10000.f).ok());
+      cpu::RopeForward(MakeTensor(qkv_ref.data(), DType::kBFloat16, qkv_shape), nkv, 10000.f).ok());
   EXPECT_EQ(qkv, qkv_ref);
   std::vector<uint16_t> back = qkv, back_ref = qkv;
   ASSERT_TRUE(
-      ops->RopeBackward(MakeTensor(back.data(), DType::kBFloat16, qkv_shape), 10000.f, nullptr)
+      ops->RopeBackward(MakeTensor(back.data(), DType::kBFloat16, qkv_shape), nkv, 10000.f, nullptr)
           .ok());
   ASSERT_TRUE(
-      cpu::RopeBackward(MakeTensor(back_ref.data(), DType::kBFloat16, qkv_shape), 10000.f).ok());
+      cpu::RopeBackward(MakeTensor(back_ref.data(), DType::kBFloat16, qkv_shape), nkv, 10000.f)
+          .ok());
   EXPECT_EQ(back, back_ref);
   const TensorDesc Qkv = MakeTensor(qkv.data(), DType::kBFloat16, qkv_shape);
+  // Two different NaN poisons, so an output left unwritten on either side
+  // fails the comparison.
+  auto poison_both = [](std::vector<uint16_t>& a, std::vector<uint16_t>& a_ref) {
+    Poison(a);
+    std::fill(a_ref.begin(), a_ref.end(), uint16_t{0x7FC1});
+  };
   std::vector<uint16_t> out(t * h), out_ref(t * h);
   std::vector<float> lse(b * nh * s), lse_ref(b * nh * s);
+  poison_both(out, out_ref);
+  Poison(lse);
+  Poison(lse_ref);
   const Shape out_shape{b, s, nh, hd};
-  ASSERT_TRUE(ops->AttentionForward(Qkv, MakeTensor(out.data(), DType::kBFloat16, out_shape),
+  ASSERT_TRUE(ops->AttentionForward(Qkv, nkv, MakeTensor(out.data(), DType::kBFloat16, out_shape),
                                     MakeTensor(lse.data(), DType::kFloat32, Shape{b, nh, s}),
                                     nullptr)
                   .ok());
-  ASSERT_TRUE(cpu::AttentionForward(Qkv, MakeTensor(out_ref.data(), DType::kBFloat16, out_shape),
+  ASSERT_TRUE(cpu::AttentionForward(Qkv, nkv,
+                                    MakeTensor(out_ref.data(), DType::kBFloat16, out_shape),
                                     MakeTensor(lse_ref.data(), DType::kFloat32, Shape{b, nh, s}))
                   .ok());
   EXPECT_EQ(out, out_ref);
   EXPECT_EQ(lse, lse_ref);
-  std::vector<uint16_t> gout = RandomBf16(t * h, 18), gqkv(3 * t * h), gqkv_ref(3 * t * h);
+  std::vector<uint16_t> gout = RandomBf16(t * h, 18), gqkv(t * qkv_width), gqkv_ref(t * qkv_width);
+  poison_both(gqkv, gqkv_ref);
   const TensorDesc Gout = MakeTensor(gout.data(), DType::kBFloat16, out_shape);
   const TensorDesc Out = MakeTensor(out.data(), DType::kBFloat16, out_shape);
   const TensorDesc Lse = MakeTensor(lse.data(), DType::kFloat32, Shape{b, nh, s});
-  ASSERT_TRUE(ops->AttentionBackward(Gout, Qkv, Out, Lse,
+  ASSERT_TRUE(ops->AttentionBackward(Gout, Qkv, nkv, Out, Lse,
                                      MakeTensor(gqkv.data(), DType::kBFloat16, qkv_shape), nullptr)
                   .ok());
-  ASSERT_TRUE(cpu::AttentionBackward(Gout, Qkv, Out, Lse,
+  ASSERT_TRUE(cpu::AttentionBackward(Gout, Qkv, nkv, Out, Lse,
                                      MakeTensor(gqkv_ref.data(), DType::kBFloat16, qkv_shape))
                   .ok());
   EXPECT_EQ(gqkv, gqkv_ref);
+  // n_kv_heads reaches the engine: a count that does not fit is refused.
+  for (absl::Status bad : {ops->AttentionForward(Qkv, 3, Out, Lse, nullptr),
+                           ops->AttentionBackward(Gout, Qkv, 3, Out, Lse, Qkv, nullptr),
+                           ops->RopeForward(Qkv, 0, 10000.f, nullptr),
+                           ops->RopeBackward(Qkv, 0, 10000.f, nullptr)}) {
+    EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(bad.message().rfind("n_kv_heads:", 0), 0u) << bad;
+  }
   std::vector<uint16_t> gu = RandomBf16(t * 2 * f, 19), act(t * f), act_ref(t * f);
   const TensorDesc Gu = MakeTensor(gu.data(), DType::kBFloat16, Shape{t, 2 * f});
   ASSERT_TRUE(

@@ -1,0 +1,325 @@
+// attention_bench: runs Tessera's causal grouped-query attention
+// (Ops::AttentionForward and Ops::AttentionBackward, worker/ops/ops.h) on
+// inputs written by bench/attention_bench.py, writes the outputs back for
+// that script to check against PyTorch, then times forward alone and
+// forward + backward. It exists so the attention kernels can be measured
+// and verified through the same Ops interface the trainer calls, without
+// the rest of a training step around them.
+//
+// Usage:
+//   attention_bench --dir=DIR [--engine=cuda|cpu] [--device=0] [--warmup=5] [--reps=20]
+//
+// DIR holds (all raw little-endian, row-major):
+//   meta.json      {"B": .., "S": .., "nh": .., "nkv": .., "hd": ..}
+//   qkv.bf16       [B, S, nh + 2*nkv, hd] bf16: per token nh query heads,
+//                  then nkv key heads, then nkv value heads
+//   grad_out.bf16  [B, S, nh, hd] bf16
+// and receives out.bf16 [B, S, nh, hd], lse.f32 [B, nh, S] and
+// grad_qkv.bf16 [B, S, nh + 2*nkv, hd] from one forward + backward run.
+// Outputs are poisoned (0xFF bytes, NaN) before that run, so an element the
+// engine failed to write shows up as NaN in the comparison.
+//
+// Timing (engine cuda): cudaEvents recorded on one stream around each
+// repetition; `warmup` untimed repetitions, then the median (and minimum)
+// of `reps`. Engine cpu (the reference engine, for dry runs without a GPU)
+// times with the host clock. Everything is allocated through Ops::Allocate
+// before the first run; the timed loops only launch. Prints one JSON line
+// on stdout; any failing CUDA or Ops call prints its status on stderr and
+// the exit code is 1 (2 for bad usage).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "nlohmann/json.hpp"
+#include "worker/engine/cpu/cpu_ops.h"
+#include "worker/engine/cuda/cuda_ops.h"
+#include "worker/ops/device_tensor.h"
+#include "worker/ops/ops.h"
+
+ABSL_FLAG(std::string, dir, "", "directory with meta.json, qkv.bf16 and grad_out.bf16");
+ABSL_FLAG(std::string, engine, "cuda", "cuda (timed with cudaEvents) or cpu (reference engine)");
+ABSL_FLAG(int, device, 0, "CUDA device index (engine cuda)");
+ABSL_FLAG(int, warmup, 5, "untimed repetitions before each timed series");
+ABSL_FLAG(int, reps, 20, "timed repetitions per series (0: only run once and write outputs)");
+
+// The engine's own CUDA check macros are private to worker/engine/cuda;
+// the bench's few direct CUDA calls (stream, events, device name) use this.
+#define BENCH_CUDA_RETURN_IF_ERROR(expr)                                                   \
+  do {                                                                                     \
+    const cudaError_t bench_err_ = (expr);                                                 \
+    if (bench_err_ != cudaSuccess) {                                                       \
+      return absl::InternalError(absl::StrCat(__FILE__, ":", __LINE__, ": ", #expr, ": ",  \
+                                              cudaGetErrorName(bench_err_), " (",          \
+                                              cudaGetErrorString(bench_err_), ")"));      \
+    }                                                                                      \
+  } while (false)
+
+namespace tessera {
+namespace {
+
+struct Dims {
+  int64_t batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  Shape Qkv() const { return Shape{batch, seq, heads + 2 * kv_heads, head_dim}; }
+  Shape Out() const { return Shape{batch, seq, heads, head_dim}; }
+  Shape Lse() const { return Shape{batch, heads, seq}; }
+};
+
+absl::StatusOr<Dims> ReadMeta(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
+  }
+  auto get = [&](const char* key, int64_t* value) -> absl::Status {
+    if (!j.contains(key) || !j[key].is_number_integer() || j[key].get<int64_t>() < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": \"", key, "\" must be an integer >= 1"));
+    }
+    *value = j[key].get<int64_t>();
+    return absl::OkStatus();
+  };
+  Dims d;
+  RETURN_IF_ERROR(get("B", &d.batch));
+  RETURN_IF_ERROR(get("S", &d.seq));
+  RETURN_IF_ERROR(get("nh", &d.heads));
+  RETURN_IF_ERROR(get("nkv", &d.kv_heads));
+  RETURN_IF_ERROR(get("hd", &d.head_dim));
+  if (d.heads % d.kv_heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": nkv (", d.kv_heads, ") must divide nh (", d.heads, ")"));
+  }
+  return d;
+}
+
+// Reads exactly `bytes` bytes; a file of any other size is an error.
+absl::StatusOr<std::vector<uint8_t>> ReadRaw(const std::string& path, size_t bytes) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  std::vector<uint8_t> data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (data.size() != bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", data.size(), " bytes, expected ", bytes, " from meta.json"));
+  }
+  return data;
+}
+
+absl::Status WriteRaw(const std::string& path, const std::vector<uint8_t>& data) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
+  out.close();
+  if (!out) return absl::InternalError(absl::StrCat(path, ": write failed"));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<uint8_t>> Download(Ops& ops, const TensorDesc& t, Stream* stream) {
+  std::vector<uint8_t> host(t.Bytes());
+  RETURN_IF_ERROR(ops.CopyToHost(host.data(), t.data, host.size(), stream));
+  RETURN_IF_ERROR(ops.Synchronize(stream));
+  return host;
+}
+
+// Times one repetition of a body that enqueues work on the bench stream.
+class RepTimer {
+ public:
+  virtual ~RepTimer() = default;
+  virtual absl::StatusOr<double> TimeMs(const std::function<absl::Status()>& body) = 0;
+};
+
+// cudaEvents on the stream: device time from the first launch to the last.
+class CudaEventTimer : public RepTimer {
+ public:
+  static absl::StatusOr<std::unique_ptr<CudaEventTimer>> Create(cudaStream_t stream) {
+    std::unique_ptr<CudaEventTimer> t(new CudaEventTimer(stream));
+    BENCH_CUDA_RETURN_IF_ERROR(cudaEventCreate(&t->start_));
+    BENCH_CUDA_RETURN_IF_ERROR(cudaEventCreate(&t->stop_));
+    return t;
+  }
+  ~CudaEventTimer() override {
+    if (start_ != nullptr) cudaEventDestroy(start_);
+    if (stop_ != nullptr) cudaEventDestroy(stop_);
+  }
+  absl::StatusOr<double> TimeMs(const std::function<absl::Status()>& body) override {
+    BENCH_CUDA_RETURN_IF_ERROR(cudaEventRecord(start_, stream_));
+    RETURN_IF_ERROR(body());
+    BENCH_CUDA_RETURN_IF_ERROR(cudaEventRecord(stop_, stream_));
+    BENCH_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop_));
+    float ms = 0.f;
+    BENCH_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start_, stop_));
+    return static_cast<double>(ms);
+  }
+
+ private:
+  explicit CudaEventTimer(cudaStream_t stream) : stream_(stream) {}
+  cudaStream_t stream_;
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+};
+
+// Host clock around the body and a Synchronize (the CPU engine is synchronous).
+class HostClockTimer : public RepTimer {
+ public:
+  HostClockTimer(Ops& ops, Stream* stream) : ops_(ops), stream_(stream) {}
+  absl::StatusOr<double> TimeMs(const std::function<absl::Status()>& body) override {
+    const auto start = std::chrono::steady_clock::now();
+    RETURN_IF_ERROR(body());
+    RETURN_IF_ERROR(ops_.Synchronize(stream_));
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  }
+
+ private:
+  Ops& ops_;
+  Stream* stream_;
+};
+
+struct Series {
+  double median_ms = 0, min_ms = 0;
+};
+
+// `warmup` untimed runs, then `reps` timed ones. The median is the element
+// at index reps / 2 of the sorted times (bench/attention_bench.py's rule).
+absl::StatusOr<Series> TimeSeries(RepTimer& timer, const std::function<absl::Status()>& body,
+                                  int warmup, int reps) {
+  for (int i = 0; i < warmup; ++i) RETURN_IF_ERROR(timer.TimeMs(body).status());
+  std::vector<double> ms;
+  for (int i = 0; i < reps; ++i) {
+    ASSIGN_OR_RETURN(double t, timer.TimeMs(body));
+    ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  return Series{ms[ms.size() / 2], ms.front()};
+}
+
+// The bench's stream: a non-blocking CUDA stream (engine cuda) or nullptr.
+struct BenchStream {
+  cudaStream_t cuda = nullptr;
+  ~BenchStream() {
+    if (cuda != nullptr) cudaStreamDestroy(cuda);
+  }
+  Stream* get() const { return reinterpret_cast<Stream*>(cuda); }
+};
+
+absl::Status Run() {
+  const std::string dir = absl::GetFlag(FLAGS_dir);
+  const std::string engine = absl::GetFlag(FLAGS_engine);
+  const int device = absl::GetFlag(FLAGS_device);
+  const int warmup = absl::GetFlag(FLAGS_warmup), reps = absl::GetFlag(FLAGS_reps);
+  if (warmup < 0 || reps < 0) return absl::InvalidArgumentError("--warmup and --reps must be >= 0");
+
+  ASSIGN_OR_RETURN(const Dims d, ReadMeta(dir + "/meta.json"));
+  const auto bytes = [](DType t, const Shape& s) {
+    return static_cast<size_t>(s.NumElements()) * DTypeSize(t);
+  };
+  ASSIGN_OR_RETURN(std::vector<uint8_t> qkv_host,
+                   ReadRaw(dir + "/qkv.bf16", bytes(DType::kBFloat16, d.Qkv())));
+  ASSIGN_OR_RETURN(std::vector<uint8_t> grad_out_host,
+                   ReadRaw(dir + "/grad_out.bf16", bytes(DType::kBFloat16, d.Out())));
+
+  // ---- Setup: engine, stream, timer, every buffer ----
+  std::unique_ptr<Ops> ops;
+  BenchStream stream;
+  std::unique_ptr<RepTimer> timer;
+  std::string device_name = "cpu";
+  if (engine == "cuda") {
+    ASSIGN_OR_RETURN(ops, CreateCudaOps(device));
+    BENCH_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+    cudaDeviceProp prop;
+    BENCH_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device));
+    device_name = prop.name;
+    BENCH_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream.cuda, cudaStreamNonBlocking));
+    ASSIGN_OR_RETURN(timer, CudaEventTimer::Create(stream.cuda));
+  } else if (engine == "cpu") {
+    ops = CreateCpuOps();
+    timer = std::make_unique<HostClockTimer>(*ops, stream.get());
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("--engine: cuda or cpu, got '", engine, "'"));
+  }
+  Stream* s = stream.get();
+  const int nkv = static_cast<int>(d.kv_heads);
+  ASSIGN_OR_RETURN(DeviceTensor qkv, AllocateTensor(*ops, DType::kBFloat16, d.Qkv()));
+  ASSIGN_OR_RETURN(DeviceTensor grad_out, AllocateTensor(*ops, DType::kBFloat16, d.Out()));
+  ASSIGN_OR_RETURN(DeviceTensor out, AllocateTensor(*ops, DType::kBFloat16, d.Out()));
+  ASSIGN_OR_RETURN(DeviceTensor lse, AllocateTensor(*ops, DType::kFloat32, d.Lse()));
+  ASSIGN_OR_RETURN(DeviceTensor grad_qkv, AllocateTensor(*ops, DType::kBFloat16, d.Qkv()));
+  RETURN_IF_ERROR(ops->Synchronize(nullptr));  // AllocateTensor zero-fills on the default stream
+  RETURN_IF_ERROR(ops->CopyToDevice(qkv.desc.data, qkv_host.data(), qkv_host.size(), s));
+  RETURN_IF_ERROR(ops->CopyToDevice(grad_out.desc.data, grad_out_host.data(), grad_out_host.size(), s));
+  for (const DeviceTensor* t : {&out, &lse, &grad_qkv}) {
+    RETURN_IF_ERROR(ops->Memset(t->desc.data, 0xFF, t->desc.Bytes(), s));
+  }
+
+  const auto forward = [&]() -> absl::Status {
+    return ops->AttentionForward(qkv.desc, nkv, out.desc, lse.desc, s);
+  };
+  const auto forward_backward = [&]() -> absl::Status {
+    RETURN_IF_ERROR(forward());
+    return ops->AttentionBackward(grad_out.desc, qkv.desc, nkv, out.desc, lse.desc, grad_qkv.desc, s);
+  };
+
+  // ---- One checked run; its outputs go to DIR for the Python comparison ----
+  RETURN_IF_ERROR(forward_backward());
+  RETURN_IF_ERROR(ops->Synchronize(s));
+  ASSIGN_OR_RETURN(std::vector<uint8_t> out_host, Download(*ops, out.desc, s));
+  ASSIGN_OR_RETURN(std::vector<uint8_t> lse_host, Download(*ops, lse.desc, s));
+  ASSIGN_OR_RETURN(std::vector<uint8_t> grad_qkv_host, Download(*ops, grad_qkv.desc, s));
+  RETURN_IF_ERROR(WriteRaw(dir + "/out.bf16", out_host));
+  RETURN_IF_ERROR(WriteRaw(dir + "/lse.f32", lse_host));
+  RETURN_IF_ERROR(WriteRaw(dir + "/grad_qkv.bf16", grad_qkv_host));
+
+  nlohmann::json result = {{"engine", engine}, {"device", device_name},
+                           {"B", d.batch}, {"S", d.seq}, {"nh", d.heads},
+                           {"nkv", d.kv_heads}, {"hd", d.head_dim}};
+  if (reps > 0) {
+    // ---- Timing: forward alone, then forward + backward ----
+    ASSIGN_OR_RETURN(const Series fwd, TimeSeries(*timer, forward, warmup, reps));
+    ASSIGN_OR_RETURN(const Series fwd_bwd, TimeSeries(*timer, forward_backward, warmup, reps));
+    RETURN_IF_ERROR(ops->Synchronize(s));  // also reports the engine's device error flag
+    result["warmup"] = warmup;
+    result["reps"] = reps;
+    result["clock"] = engine == "cuda" ? "cudaEvent" : "host";
+    result["fwd_ms"] = fwd.median_ms;
+    result["fwd_min_ms"] = fwd.min_ms;
+    result["fwdbwd_ms"] = fwd_bwd.median_ms;
+    result["fwdbwd_min_ms"] = fwd_bwd.min_ms;
+    // The timed runs recomputed every output from the same inputs: the ops
+    // API promises the same bits each time.
+    ASSIGN_OR_RETURN(std::vector<uint8_t> out_again, Download(*ops, out.desc, s));
+    ASSIGN_OR_RETURN(std::vector<uint8_t> lse_again, Download(*ops, lse.desc, s));
+    ASSIGN_OR_RETURN(std::vector<uint8_t> grad_qkv_again, Download(*ops, grad_qkv.desc, s));
+    result["repeat_bitwise_equal"] =
+        out_again == out_host && lse_again == lse_host && grad_qkv_again == grad_qkv_host;
+  }
+  std::cout << result.dump() << std::endl;
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace tessera
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  if (absl::GetFlag(FLAGS_dir).empty()) {
+    std::cerr << "usage: attention_bench --dir=DIR [--engine=cuda|cpu] [--device=0] "
+                 "[--warmup=5] [--reps=20]\n";
+    return 2;
+  }
+  const absl::Status status = tessera::Run();
+  if (!status.ok()) {
+    std::cerr << "attention_bench: error: " << status << "\n";
+    return 1;
+  }
+  return 0;
+}
