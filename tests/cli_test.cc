@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
@@ -63,28 +64,13 @@ TEST(CliTest, SubmitWatchAndListJobs) {
   EXPECT_TRUE(absl::StrContains(jobs.output, "SUCCEEDED")) << jobs.output;
 }
 
-// The tiny job with 4 query heads of 8 sharing 2 key/value heads.
-constexpr char kGqaJobYaml[] = R"(name: cli-gqa
-model:
-  vocab_size: 256
-  d_model: 32
-  n_layers: 2
-  n_heads: 4
-  n_kv_heads: 2
-  ffn_dim: 64
-  seq_len: 16
-data:
-  synthetic:
-    task: ADDITION
-  micro_batch_size: 2
-optimizer:
-  lr: 0.003
-  warmup_steps: 2
-world_size: 2
-device_kind: CPU
-steps: 8
-seed: 4
-)";
+// The tiny job with 2 layers and 4 query heads (head dim 8) sharing 2 key/value heads.
+std::string GqaJobYaml() {
+  return absl::StrReplaceAll(kTinyJobYaml, {{"name: cli-tiny", "name: cli-gqa"},
+                                            {"n_layers: 1", "n_layers: 2"},
+                                            {"n_heads: 2", "n_heads: 4\n  n_kv_heads: 2"},
+                                            {"seed: 3", "seed: 4"}});
+}
 
 std::string WriteJobFile(const std::string& name, const std::string& text) {
   std::string path = testing::MakeTempDir("cli") + "/" + name;
@@ -98,7 +84,7 @@ TEST(CliTest, GroupedQueryAttentionJobSucceedsOnCpuWorkers) {
   auto cluster = LocalCluster::Start(2);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   const std::string coordinator = absl::StrCat("--coordinator=", (*cluster)->address());
-  const std::string job_file = WriteJobFile("gqa.yaml", kGqaJobYaml);
+  const std::string job_file = WriteJobFile("gqa.yaml", GqaJobYaml());
   auto submit = RunCommand(BinaryPath("client/tessera"),
                            {"submit", job_file, "--watch", coordinator}, absl::Seconds(120));
   EXPECT_EQ(submit.exit_code, 0) << submit.output << (*cluster)->Logs();
@@ -111,7 +97,7 @@ TEST(CliTest, GroupedQueryAttentionJobSucceedsOnCpuWorkers) {
   EXPECT_TRUE(absl::StrContains(jobs.output, "\"n_kv_heads\":2")) << jobs.output;
 
   // The same model on CUDA workers: head dim 8 is refused at submit time.
-  std::string cuda = kGqaJobYaml;
+  std::string cuda = GqaJobYaml();
   cuda.replace(cuda.find("device_kind: CPU"), 16, "device_kind: CUDA");
   auto refused = RunCommand(BinaryPath("client/tessera"),
                             {"submit", WriteJobFile("gqa-cuda.yaml", cuda), coordinator},
