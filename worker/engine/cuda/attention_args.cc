@@ -70,6 +70,19 @@ absl::StatusOr<AttentionShape> ReadAttentionShape(const TensorDesc& qkv, int n_k
   return shape;
 }
 
+absl::Status CheckAttentionGradients(const TensorDesc& grad_out, const TensorDesc& out,
+                                     const TensorDesc& grad_qkv, const TensorDesc& qkv) {
+  RETURN_IF_ERROR(cpu::CheckDType("grad_out", grad_out, {DType::kBFloat16}));
+  RETURN_IF_ERROR(cpu::CheckShape("grad_out", grad_out, out.shape));
+  RETURN_IF_ERROR(cpu::CheckDType("grad_qkv", grad_qkv, {DType::kBFloat16}));
+  RETURN_IF_ERROR(cpu::CheckShape("grad_qkv", grad_qkv, qkv.shape));
+  if (qkv.NumElements() > 0) {
+    RETURN_IF_ERROR(CheckAligned("grad_out", grad_out));
+    RETURN_IF_ERROR(CheckAligned("grad_qkv", grad_qkv));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int> RopeRotatedHeads(const char* name, const TensorDesc& qkv, int n_kv_heads) {
   RETURN_IF_ERROR(cpu::CheckDType(name, qkv, {DType::kBFloat16}));
   RETURN_IF_ERROR(cpu::CheckRank(name, qkv, 4));

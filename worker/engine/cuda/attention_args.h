@@ -21,6 +21,11 @@ bool SupportedAttentionHeadDim(int64_t head_dim);
 absl::StatusOr<AttentionShape> ReadAttentionShape(const TensorDesc& qkv, int n_kv_heads,
                                                   const TensorDesc& out, const TensorDesc& lse);
 
+// grad_out like out and grad_qkv like qkv (bf16, same shapes, 16-byte
+// aligned), for the backward.
+absl::Status CheckAttentionGradients(const TensorDesc& grad_out, const TensorDesc& out,
+                                     const TensorDesc& grad_qkv, const TensorDesc& qkv);
+
 // The number of leading heads RoPE rotates in qkv [B, S, nh + 2 nkv, hd]
 // bf16 (nh + nkv), after checking the layout (hd even, nkv divides nh).
 absl::StatusOr<int> RopeRotatedHeads(const char* name, const TensorDesc& qkv, int n_kv_heads);

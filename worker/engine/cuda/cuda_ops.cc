@@ -303,19 +303,7 @@ class CudaOps : public Ops {
     RETURN_IF_ERROR(ctx_->MakeCurrent());
     ASSIGN_OR_RETURN(cuda::AttentionShape shape,
                      cuda::ReadAttentionShape(qkv, n_kv_heads, out, lse));
-    RETURN_IF_ERROR(CheckDType("grad_out", grad_out, {DType::kBFloat16}));
-    RETURN_IF_ERROR(CheckShape("grad_out", grad_out, out.shape));
-    RETURN_IF_ERROR(CheckDType("grad_qkv", grad_qkv, {DType::kBFloat16}));
-    RETURN_IF_ERROR(CheckShape("grad_qkv", grad_qkv, qkv.shape));
-    if (qkv.NumElements() > 0) {
-      for (const TensorDesc* t : {&grad_out, &grad_qkv}) {
-        if (t->data == nullptr || reinterpret_cast<uintptr_t>(t->data) % 16 != 0) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(t == &grad_out ? "grad_out" : "grad_qkv",
-                           ": data must be non-null and 16-byte aligned"));
-        }
-      }
-    }
+    RETURN_IF_ERROR(cuda::CheckAttentionGradients(grad_out, out, grad_qkv, qkv));
     // D and the log2-domain lse per query, padded to whole tiles.
     const int64_t floats = std::max<int64_t>(1, cuda::FlashAttentionBackwardScratchFloats(shape));
     ASSIGN_OR_RETURN(void* scratch, attention_scratch_.Get(floats * sizeof(float)));
