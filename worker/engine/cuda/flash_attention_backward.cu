@@ -1,7 +1,7 @@
-// Causal attention backward on tensor cores, FlashAttention-2 style, with P
-// recomputed from the forward's log-sum-exp (no S x S tensor anywhere) and
-// every gradient element owned by exactly one thread block: no atomics, so
-// the result is bit-identical run to run.
+// Causal attention backward on Hopper tensor cores, FlashAttention style,
+// with P recomputed from the forward's log-sum-exp (no S x S tensor
+// anywhere) and every gradient element owned by exactly one thread block:
+// no atomics, so the result is bit-identical run to run.
 //
 // Same quantities as the CPU reference (worker/engine/cpu/attention.h):
 //   P = exp(s - lse), D_i = dO_i . O_i, dP = dO V^T, dS = P (dP - D),
@@ -12,17 +12,21 @@
 //  1. Prepare: D_i from the stored bf16 out and grad_out, and lse in the
 //     log2 domain, both padded to whole 128-row blocks (padding rows get
 //     D = 0 and lse = +inf, so their P is exactly 0).
-//  2. dK/dV: a block of 4 warps owns 64 (head dim 128) or 128 (head dim
-//     64) keys of one K/V head, 16 or 32 per warp, and walks every query
-//     tile at or after the diagonal, for every query head of the group,
-//     accumulating dK and dV in registers. It computes the transposed products (S^T = K Q^T,
-//     dP^T = V dO^T) so each warp's rows are its keys.
-//  3. dQ: a block of 4 warps owns 128 queries of one head (32 per warp) and
-//     walks the 32-key tiles up to the diagonal, recomputing S and dP. Recomputing is the
-//     price of determinism: the alternative, adding dQ from the dK/dV
-//     blocks, needs atomics (order-dependent sums) or a T x T-sized buffer.
-// Query/dO tiles (kernel 2) and K/V tiles (kernel 3) are double-buffered
-// with cp.async.
+//  2. dK/dV: a block of two warpgroups owns 128 keys of one K/V head, 64
+//     per warpgroup, and walks every 64-query tile at or after the
+//     diagonal, for every query head of the group, accumulating dK and dV
+//     in registers. It computes the transposed products (S^T = K Q^T,
+//     dP^T = V dO^T, operands from shared memory) so that each warpgroup's
+//     rows are its keys and P^T, dS^T feed dV += P^T dO and dK += dS^T Q
+//     straight from registers.
+//  3. dQ: a block of two warpgroups owns 128 queries of one head and walks
+//     the 64-key tiles up to the diagonal, recomputing S and dP;
+//     dQ += dS K takes dS from registers. Recomputing is the price of
+//     determinism: adding dQ from the dK/dV blocks needs atomics
+//     (order-dependent sums), a T x T-sized buffer, or blocks that wait on
+//     each other.
+// Products are wgmma (wgmma.cuh); query/dO tiles (kernel 2) and K/V tiles
+// (kernel 3) are double-buffered with cp.async.
 
 #include <cuda_bf16.h>
 
@@ -30,6 +34,7 @@
 #include "worker/engine/cuda/cuda_check.h"
 #include "worker/engine/cuda/flash_attention_tiles.cuh"
 #include "worker/engine/cuda/kernels.h"
+#include "worker/engine/cuda/wgmma.cuh"
 
 namespace tessera {
 namespace cuda {
@@ -37,36 +42,43 @@ namespace {
 
 using flash::AttentionParams;
 
-constexpr int kWarps = 4;
-constexpr int kThreads = 32 * kWarps;
-// dK/dV kernel: 16 keys per warp and MMA row tile, 1 row tile per warp at
-// head dim 128 (the dK and dV accumulators fill the registers), 2 at 64;
-// query tiles of 64, processed in column chunks of 32.
-constexpr int kTile = 64;
-constexpr int kChunk = 32;
-template <int kD>
-constexpr int KVRowTiles() { return kD == 128 ? 1 : 2; }
-template <int kD>
-constexpr int KVBlock() { return 16 * KVRowTiles<kD>() * kWarps; }
-// dQ kernel: 128 queries per block (32 per warp: kM = 2 MMA row tiles, so
-// each K/V fragment read from shared memory feeds two products), key tiles
-// of 32.
+constexpr int kThreads = 2 * wgmma::kWarpgroupThreads;
+constexpr int kGroupRows = 64;  // keys (kernel 2) or queries (kernel 3) per warpgroup
+// dK/dV kernel: 128 keys per block, query tiles of 64.
+constexpr int kKVBlock = 128;
+constexpr int kQTile = 64;
+// dQ kernel: 128 queries per block, key tiles of 64.
 constexpr int kQBlock = 128;
-constexpr int kWarpRows = kQBlock / kWarps;
-constexpr int kM = kWarpRows / 16;
-constexpr int kQKeys = 32;
+constexpr int kKeyTile = 64;
 
-// D and lse2 are padded to whole dQ blocks, so no kernel reads past them.
+// D and lse2 are padded to whole 128-row blocks, so no kernel reads past them.
 int64_t PaddedSeq(int64_t seq) { return (seq + kQBlock - 1) / kQBlock * kQBlock; }
 
 template <int kD>
 constexpr int KVSmemBytes() {
-  // K, V, Q[2], dO[2]; lse2[2], D[2]
-  return (2 * KVBlock<kD>() + 4 * kTile) * kD * 2 + 4 * kTile * 4;
+  // K, V, Q[2], dO[2]; lse2[2], D[2]; 1024-byte alignment
+  return (2 * kKVBlock + 4 * kQTile) * kD * 2 + 4 * kQTile * 4 + 1024;
 }
 template <int kD>
 constexpr int QSmemBytes() {
-  return (2 * kQBlock + 4 * kQKeys) * kD * 2;  // Q, dO, K[2], V[2]
+  return (2 * kQBlock + 4 * kKeyTile) * kD * 2 + 1024;  // Q, dO, K[2], V[2]
+}
+
+// The smem_raw address rounded up to the 1024-byte boundary wgmma tiles need.
+__device__ __forceinline__ unsigned char* AlignedSmem(unsigned char* smem_raw) {
+  const uint32_t raw = flash::SmemAddress(smem_raw);
+  return smem_raw + (((raw + 1023) & ~1023u) - raw);
+}
+
+// d (64 x kD) += A (64 x 16 from registers) B (16 x kD, MN-major tile).
+template <int kD>
+__device__ __forceinline__ void MmaRowsTimesTile(float (&d)[kD / 8][4], const uint32_t (&a)[4],
+                                                 uint64_t b) {
+  if constexpr (kD == 128) {
+    wgmma::MmaRS128<1>(d, a, b, 1);
+  } else {
+    wgmma::MmaRS64<1>(d, a, b, 1);
+  }
 }
 
 // ---- kernels ---------------------------------------------------------------
@@ -108,233 +120,279 @@ __global__ void AttentionBackwardPrepareKernel(AttentionParams p, int64_t batch,
 }
 
 template <int kD>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 1)
     AttentionBackwardKVKernel(AttentionParams p, const __nv_bfloat16* dout, const float* delta,
                               const float* lse2, int64_t seq_pad, __nv_bfloat16* dqkv) {
-  extern __shared__ __align__(128) unsigned char smem[];
-  constexpr int kKM = KVRowTiles<kD>(), kBlockKV = 16 * kKM * kWarps;
-  constexpr int kKVBytes = kBlockKV * kD * 2, kTileBytes = kTile * kD * 2;
+#ifdef TESSERA_WGMMA
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  unsigned char* smem = AlignedSmem(smem_raw);
+  constexpr int kKVBytes = kKVBlock * kD * 2, kTileBytes = kQTile * kD * 2;
   unsigned char* k_ptr = smem;
   unsigned char* v_ptr = smem + kKVBytes;
   const uint32_t s_k = flash::SmemAddress(k_ptr), s_v = s_k + kKVBytes;
   // Buffer i of Q is at s_q + i * kTileBytes, of dO at s_do + i * kTileBytes.
   const uint32_t s_q = s_k + 2 * kKVBytes, s_do = s_q + 2 * kTileBytes;
-  float* s_lse = reinterpret_cast<float*>(smem + 2 * kKVBytes + 4 * kTileBytes);  // [2][kTile]
-  float* s_delta = s_lse + 2 * kTile;                                            // [2][kTile]
+  float* s_lse = reinterpret_cast<float*>(smem + 2 * kKVBytes + 4 * kTileBytes);  // [2][kQTile]
+  float* s_delta = s_lse + 2 * kQTile;                                            // [2][kQTile]
 
   const int kv_block = blockIdx.x, kv_head = blockIdx.y, b = blockIdx.z;
-  const int group = p.heads / p.kv_heads;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int group_size = p.heads / p.kv_heads;
+  const int wg = threadIdx.x / wgmma::kWarpgroupThreads;
+  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
   const int64_t ts = p.qkv_token_stride, os = p.out_token_stride;
-  const int64_t k0 = int64_t(kv_block) * kBlockKV;
-  const int64_t warp_kv0 = k0 + 16 * kKM * warp;
+  const int64_t k0 = int64_t(kv_block) * kKVBlock;
+  const int64_t wg_k0 = k0 + kGroupRows * wg;
+  const int64_t key_lo = wg_k0 + 16 * warp + g;  // this lane's keys: key_lo and key_lo + 8
   const __nv_bfloat16* batch = p.qkv + int64_t(b) * p.seq * ts;
 
-  flash::LoadTileAsync<kBlockKV, kD, kThreads>(
+  wgmma::LoadTileAsync<kKVBlock, kD, kThreads>(
       s_k, batch + k0 * ts + int64_t(p.heads + kv_head) * kD, ts, p.seq - k0, p.qkv);
-  flash::LoadTileAsync<kBlockKV, kD, kThreads>(
+  wgmma::LoadTileAsync<kKVBlock, kD, kThreads>(
       s_v, batch + k0 * ts + int64_t(p.heads + p.kv_heads + kv_head) * kD, ts, p.seq - k0, p.qkv);
 
   // Query tiles from the one holding key k0 to the last, for every query
   // head of the group.
-  const int first_tile = static_cast<int>(k0 / kTile);
-  const int per_head = static_cast<int>((p.seq + kTile - 1) / kTile) - first_tile;
-  const int iterations = group * per_head;
+  const int first_tile = static_cast<int>(k0 / kQTile);
+  const int per_head = static_cast<int>((p.seq + kQTile - 1) / kQTile) - first_tile;
+  const int iterations = group_size * per_head;
   auto issue = [&](int it, int buf) {
-    const int h = kv_head * group + it / per_head;
-    const int64_t q0 = int64_t(first_tile + it % per_head) * kTile;
-    flash::LoadTileAsync<kTile, kD, kThreads>(s_q + buf * kTileBytes,
-                                              batch + q0 * ts + int64_t(h) * kD, ts, p.seq - q0,
-                                              p.qkv);
-    flash::LoadTileAsync<kTile, kD, kThreads>(
+    const int h = kv_head * group_size + it / per_head;
+    const int64_t q0 = int64_t(first_tile + it % per_head) * kQTile;
+    wgmma::LoadTileAsync<kQTile, kD, kThreads>(s_q + buf * kTileBytes,
+                                               batch + q0 * ts + int64_t(h) * kD, ts,
+                                               p.seq - q0, p.qkv);
+    wgmma::LoadTileAsync<kQTile, kD, kThreads>(
         s_do + buf * kTileBytes, dout + (int64_t(b) * p.seq + q0) * os + int64_t(h) * kD, os,
         p.seq - q0, dout);
     const int64_t stats = (int64_t(b) * p.heads + h) * seq_pad + q0;
-    if (threadIdx.x < 2 * kTile / 4) {  // 16 lanes copy lse2, 16 copy delta
-      const int c = threadIdx.x % (kTile / 4);
-      const bool is_lse = threadIdx.x < kTile / 4;
+    if (threadIdx.x < 2 * kQTile / 4) {  // 16 threads copy lse2, 16 copy delta
+      const int c = threadIdx.x % (kQTile / 4);
+      const bool is_lse = threadIdx.x < kQTile / 4;
       const float* src = (is_lse ? lse2 : delta) + stats + 4 * c;
-      float* dst = (is_lse ? s_lse : s_delta) + buf * kTile + 4 * c;
+      float* dst = (is_lse ? s_lse : s_delta) + buf * kQTile + 4 * c;
       flash::CopyAsync16(flash::SmemAddress(dst), src, 16);
     }
   };
   issue(0, 0);
   flash::CommitAsyncCopies();
 
-  float dk[kKM][kD / 8][4] = {}, dv[kKM][kD / 8][4] = {};
+  float dk[kD / 8][4] = {}, dv[kD / 8][4] = {};
   for (int it = 0; it < iterations; ++it) {
     flash::WaitAsyncCopies();
-    __syncthreads();  // tile `it` visible; every warp is done with tile it - 1
+    wgmma::ProxyFence();
+    __syncthreads();  // tile `it` visible; every warpgroup is done with tile it - 1
     if (it + 1 < iterations) issue(it + 1, (it + 1) & 1);
     flash::CommitAsyncCopies();
     const int buf = it & 1;
-    const int64_t q0 = int64_t(first_tile + it % per_head) * kTile;
-    const float* tile_lse = s_lse + buf * kTile;
-    const float* tile_delta = s_delta + buf * kTile;
+    const int64_t q0 = int64_t(first_tile + it % per_head) * kQTile;
+    if (q0 + kQTile - 1 < wg_k0) continue;  // every query precedes this warpgroup's keys
+    const bool diagonal = q0 < wg_k0 + kGroupRows - 1;
+    const float* tile_lse = s_lse + buf * kQTile;
+    const float* tile_delta = s_delta + buf * kQTile;
     const uint32_t q_tile = s_q + buf * kTileBytes, do_tile = s_do + buf * kTileBytes;
 
-    // The query tile in column chunks of kChunk (the register budget).
-#pragma unroll 1
-    for (int c0 = 0; c0 < kTile; c0 += kChunk) {
-      if (q0 + c0 + kChunk - 1 < warp_kv0) continue;  // every query precedes the warp's keys
-      const bool diagonal = q0 + c0 < warp_kv0 + 16 * kKM - 1;
-      // P^T = exp2(S^T scale_log2 - lse2[q]), zero where the query precedes the key.
-      float pt[kKM][kChunk / 8][4] = {};
-      flash::MmaABt<kD, kKM, kChunk / 8>(pt, s_k, 16 * kKM * warp, q_tile, c0, lane);
+    // S^T = K Q^T and dP^T = V dO^T for this warpgroup's 64 keys.
+    float pt[kQTile / 8][4], dst[kQTile / 8][4];
+    wgmma::Fence();
 #pragma unroll
-      for (int mt = 0; mt < kKM; ++mt) {
-#pragma unroll
-        for (int nt = 0; nt < kChunk / 8; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int col = c0 + nt * 8 + 2 * t + (e & 1);
-            const int64_t key = warp_kv0 + 16 * mt + g + 8 * (e >> 1);
-            float v = flash::FastExp2(pt[mt][nt][e] * p.scale_log2 - tile_lse[col]);
-            if (diagonal && q0 + col < key) v = 0.f;
-            pt[mt][nt][e] = v;
-          }
-        }
-      }
-      // dS^T = P^T (dP^T - D[q]) with dP^T = V dO^T.
-      float ds[kKM][kChunk / 8][4] = {};
-      flash::MmaABt<kD, kKM, kChunk / 8>(ds, s_v, 16 * kKM * warp, do_tile, c0, lane);
-#pragma unroll
-      for (int mt = 0; mt < kKM; ++mt) {
-#pragma unroll
-        for (int nt = 0; nt < kChunk / 8; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int col = c0 + nt * 8 + 2 * t + (e & 1);
-            ds[mt][nt][e] = pt[mt][nt][e] * (ds[mt][nt][e] - tile_delta[col]);
-          }
-        }
-      }
-      flash::MmaPB<kD, kKM, kChunk / 16>(dv, pt, do_tile, c0, lane);  // dV += P^T dO
-      flash::MmaPB<kD, kKM, kChunk / 16>(dk, ds, q_tile, c0, lane);   // dK += dS^T Q
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      wgmma::MmaSS64<0, 0>(pt, wgmma::KMajor<kKVBlock>(s_k, kGroupRows * wg, kk),
+                           wgmma::KMajor<kQTile>(q_tile, 0, kk), kk > 0);
     }
-  }
-
-  // Each warp's K and V rows are read by that warp alone: stage through them.
-  const float scale = p.scale_log2 / flash::kLog2e;
+    wgmma::Commit();
 #pragma unroll
-  for (int mt = 0; mt < kKM; ++mt) {
-    const int64_t row0 = warp_kv0 + 16 * mt;
-    if (row0 >= p.seq) break;
-    __nv_bfloat16* dst = dqkv + (int64_t(b) * p.seq + row0) * ts;
-    flash::StoreRows<kD>(dk[mt], scale, scale, k_ptr, 16 * kKM * warp + 16 * mt,
-                         dst + int64_t(p.heads + kv_head) * kD, ts, p.seq - row0, lane);
-    flash::StoreRows<kD>(dv[mt], 1.f, 1.f, v_ptr, 16 * kKM * warp + 16 * mt,
-                         dst + int64_t(p.heads + p.kv_heads + kv_head) * kD, ts, p.seq - row0,
-                         lane);
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      wgmma::MmaSS64<0, 0>(dst, wgmma::KMajor<kKVBlock>(s_v, kGroupRows * wg, kk),
+                           wgmma::KMajor<kQTile>(do_tile, 0, kk), kk > 0);
+    }
+    wgmma::Commit();
+
+    // P^T = exp2(S^T scale_log2 - lse2[q]), zero where the query precedes the key.
+    wgmma::Wait<1>();
+    wgmma::FenceOperands(pt);
+#pragma unroll
+    for (int nt = 0; nt < kQTile / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = nt * 8 + 2 * t + (e & 1);
+        float v = flash::FastExp2(pt[nt][e] * p.scale_log2 - tile_lse[col]);
+        if (diagonal && q0 + col < key_lo + 8 * (e >> 1)) v = 0.f;
+        pt[nt][e] = v;
+      }
+    }
+    // dS^T = P^T (dP^T - D[q]).
+    wgmma::Wait<0>();
+    wgmma::FenceOperands(dst);
+#pragma unroll
+    for (int nt = 0; nt < kQTile / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        dst[nt][e] = pt[nt][e] * (dst[nt][e] - tile_delta[nt * 8 + 2 * t + (e & 1)]);
+      }
+    }
+    uint32_t pa[kQTile / 16][4], dsa[kQTile / 16][4];
+#pragma unroll
+    for (int kt = 0; kt < kQTile / 16; ++kt) {
+      wgmma::PackA(pt, kt, pa[kt]);
+      wgmma::PackA(dst, kt, dsa[kt]);
+    }
+    // dV += P^T dO and dK += dS^T Q: the tiles' rows are the contraction.
+    wgmma::Fence();
+#pragma unroll
+    for (int kt = 0; kt < kQTile / 16; ++kt) {
+      MmaRowsTimesTile<kD>(dv, pa[kt], wgmma::MNMajor<kQTile>(do_tile, 16 * kt, 0));
+    }
+#pragma unroll
+    for (int kt = 0; kt < kQTile / 16; ++kt) {
+      MmaRowsTimesTile<kD>(dk, dsa[kt], wgmma::MNMajor<kQTile>(q_tile, 16 * kt, 0));
+    }
+    wgmma::Commit();
+    wgmma::Wait<0>();
+    wgmma::FenceOperands(dv);
+    wgmma::FenceOperands(dk);
   }
+  __syncthreads();  // K and V are no longer read: they stage the gradients
+
+  const float scale = p.scale_log2 / flash::kLog2e;
+  const int64_t row0 = wg_k0 + 16 * warp;
+  if (row0 < p.seq) {
+    __nv_bfloat16* dst_row = dqkv + (int64_t(b) * p.seq + row0) * ts;
+    const int stage_row = kGroupRows * wg + 16 * warp;
+    flash::StoreRows<kD>(dk, scale, scale, k_ptr, stage_row,
+                         dst_row + int64_t(p.heads + kv_head) * kD, ts, p.seq - row0, lane);
+    flash::StoreRows<kD>(dv, 1.f, 1.f, v_ptr, stage_row,
+                         dst_row + int64_t(p.heads + p.kv_heads + kv_head) * kD, ts,
+                         p.seq - row0, lane);
+  }
+#else
+  __trap();
+#endif
 }
 
 template <int kD>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 1)
     AttentionBackwardQKernel(AttentionParams p, const __nv_bfloat16* dout, const float* delta,
                              const float* lse2, int64_t seq_pad, __nv_bfloat16* dqkv) {
-  extern __shared__ __align__(128) unsigned char smem[];
-  constexpr int kRowBytes = kD * 2;
-  const uint32_t s_q = flash::SmemAddress(smem), s_do = s_q + kQBlock * kRowBytes;
-  // Buffer i of K is at s_k + i * kKVBytes, of V at s_v + i * kKVBytes.
-  constexpr int kKVBytes = kQKeys * kRowBytes;
-  const uint32_t s_k = s_do + kQBlock * kRowBytes, s_v = s_k + 2 * kKVBytes;
+#ifdef TESSERA_WGMMA
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  unsigned char* smem = AlignedSmem(smem_raw);
+  constexpr int kBlockBytes = kQBlock * kD * 2, kTileBytes = kKeyTile * kD * 2;
+  const uint32_t s_q = flash::SmemAddress(smem), s_do = s_q + kBlockBytes;
+  // Buffer i of K is at s_k + i * kTileBytes, of V at s_v + i * kTileBytes.
+  const uint32_t s_k = s_do + kBlockBytes, s_v = s_k + 2 * kTileBytes;
 
   const int q_block = gridDim.x - 1 - blockIdx.x;
   const int h = blockIdx.y, b = blockIdx.z;
   const int kv_head = h / (p.heads / p.kv_heads);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int wg = threadIdx.x / wgmma::kWarpgroupThreads;
+  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
   const int64_t ts = p.qkv_token_stride, os = p.out_token_stride;
   const int64_t q0 = int64_t(q_block) * kQBlock;
+  const int64_t wg_q0 = q0 + kGroupRows * wg;
+  const int64_t row_lo = wg_q0 + 16 * warp + g;  // this lane's rows: row_lo and row_lo + 8
   const __nv_bfloat16* batch = p.qkv + int64_t(b) * p.seq * ts;
   const __nv_bfloat16* k_src = batch + int64_t(p.heads + kv_head) * kD;
   const __nv_bfloat16* v_src = batch + int64_t(p.heads + p.kv_heads + kv_head) * kD;
 
-  flash::LoadTileAsync<kQBlock, kD, kThreads>(s_q, batch + q0 * ts + int64_t(h) * kD, ts,
+  wgmma::LoadTileAsync<kQBlock, kD, kThreads>(s_q, batch + q0 * ts + int64_t(h) * kD, ts,
                                               p.seq - q0, p.qkv);
-  flash::LoadTileAsync<kQBlock, kD, kThreads>(
+  wgmma::LoadTileAsync<kQBlock, kD, kThreads>(
       s_do, dout + (int64_t(b) * p.seq + q0) * os + int64_t(h) * kD, os, p.seq - q0, dout);
-  flash::LoadTileAsync<kQKeys, kD, kThreads>(s_k, k_src, ts, p.seq, p.qkv);
-  flash::LoadTileAsync<kQKeys, kD, kThreads>(s_v, v_src, ts, p.seq, p.qkv);
+  wgmma::LoadTileAsync<kKeyTile, kD, kThreads>(s_k, k_src, ts, p.seq, p.qkv);
+  wgmma::LoadTileAsync<kKeyTile, kD, kThreads>(s_v, v_src, ts, p.seq, p.qkv);
   flash::CommitAsyncCopies();
 
-  // lse2 and D of this lane's rows: [row tile][0: row g, 1: row g + 8].
-  const int64_t warp_row0 = q0 + kWarpRows * warp;
-  const int64_t stats = (int64_t(b) * p.heads + h) * seq_pad + warp_row0 + g;
-  float row_lse[kM][2], row_delta[kM][2];
+  const int64_t stats = (int64_t(b) * p.heads + h) * seq_pad + row_lo;
+  float row_lse[2], row_delta[2];
 #pragma unroll
-  for (int mt = 0; mt < kM; ++mt) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      row_lse[mt][half] = lse2[stats + 16 * mt + 8 * half];
-      row_delta[mt][half] = delta[stats + 16 * mt + 8 * half];
-    }
+  for (int half = 0; half < 2; ++half) {
+    row_lse[half] = lse2[stats + 8 * half];
+    row_delta[half] = delta[stats + 8 * half];
   }
 
   const int64_t last_row = min(q0 + kQBlock, p.seq) - 1;
-  const int tiles = static_cast<int>(last_row / kQKeys) + 1;
-  float dq[kM][kD / 8][4] = {};
+  const int tiles = static_cast<int>(last_row / kKeyTile) + 1;
+  float dq[kD / 8][4] = {};
   for (int j = 0; j < tiles; ++j) {
     flash::WaitAsyncCopies();
-    __syncthreads();  // tile j visible; every warp is done with tile j - 1
+    wgmma::ProxyFence();
+    __syncthreads();  // tile j visible; every warpgroup is done with tile j - 1
     if (j + 1 < tiles) {
-      const int64_t k0 = int64_t(j + 1) * kQKeys;
+      const int64_t k0 = int64_t(j + 1) * kKeyTile;
       const int buf = (j + 1) & 1;
-      flash::LoadTileAsync<kQKeys, kD, kThreads>(s_k + buf * kKVBytes, k_src + k0 * ts, ts,
-                                                 p.seq - k0, p.qkv);
-      flash::LoadTileAsync<kQKeys, kD, kThreads>(s_v + buf * kKVBytes, v_src + k0 * ts, ts,
-                                                 p.seq - k0, p.qkv);
+      wgmma::LoadTileAsync<kKeyTile, kD, kThreads>(s_k + buf * kTileBytes, k_src + k0 * ts, ts,
+                                                   p.seq - k0, p.qkv);
+      wgmma::LoadTileAsync<kKeyTile, kD, kThreads>(s_v + buf * kTileBytes, v_src + k0 * ts, ts,
+                                                   p.seq - k0, p.qkv);
     }
     flash::CommitAsyncCopies();
-    const int64_t k0 = int64_t(j) * kQKeys;
-    if (warp_row0 + kWarpRows - 1 < k0) continue;  // all of this tile is in the warp's future
-    const bool diagonal = k0 + kQKeys - 1 > warp_row0;
-    const uint32_t k_tile = s_k + (j & 1) * kKVBytes, v_tile = s_v + (j & 1) * kKVBytes;
+    const int64_t k0 = int64_t(j) * kKeyTile;
+    if (wg_q0 + kGroupRows - 1 < k0) continue;  // all of this tile is in the warpgroup's future
+    const bool diagonal = k0 + kKeyTile - 1 > wg_q0;
+    const uint32_t k_tile = s_k + (j & 1) * kTileBytes, v_tile = s_v + (j & 1) * kTileBytes;
+
+    // S = Q K^T and dP = dO V^T for this warpgroup's 64 queries.
+    float ps[kKeyTile / 8][4], ds[kKeyTile / 8][4];
+    wgmma::Fence();
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      wgmma::MmaSS64<0, 0>(ps, wgmma::KMajor<kQBlock>(s_q, kGroupRows * wg, kk),
+                           wgmma::KMajor<kKeyTile>(k_tile, 0, kk), kk > 0);
+    }
+    wgmma::Commit();
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      wgmma::MmaSS64<0, 0>(ds, wgmma::KMajor<kQBlock>(s_do, kGroupRows * wg, kk),
+                           wgmma::KMajor<kKeyTile>(v_tile, 0, kk), kk > 0);
+    }
+    wgmma::Commit();
 
     // P = exp2(S scale_log2 - lse2), zero where the key follows the query.
-    float ps[kM][kQKeys / 8][4] = {};
-    flash::MmaABt<kD, kM, kQKeys / 8>(ps, s_q, kWarpRows * warp, k_tile, 0, lane);
+    wgmma::Wait<1>();
+    wgmma::FenceOperands(ps);
 #pragma unroll
-    for (int mt = 0; mt < kM; ++mt) {
+    for (int nt = 0; nt < kKeyTile / 8; ++nt) {
 #pragma unroll
-      for (int nt = 0; nt < kQKeys / 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int64_t row = warp_row0 + 16 * mt + g + 8 * (e >> 1);
-          float v = flash::FastExp2(ps[mt][nt][e] * p.scale_log2 - row_lse[mt][e >> 1]);
-          if (diagonal && k0 + nt * 8 + 2 * t + (e & 1) > row) v = 0.f;
-          ps[mt][nt][e] = v;
-        }
+      for (int e = 0; e < 4; ++e) {
+        float v = flash::FastExp2(ps[nt][e] * p.scale_log2 - row_lse[e >> 1]);
+        if (diagonal && k0 + nt * 8 + 2 * t + (e & 1) > row_lo + 8 * (e >> 1)) v = 0.f;
+        ps[nt][e] = v;
       }
     }
-    // dS = P (dP - D) with dP = dO V^T.
-    float ds[kM][kQKeys / 8][4] = {};
-    flash::MmaABt<kD, kM, kQKeys / 8>(ds, s_do, kWarpRows * warp, v_tile, 0, lane);
+    // dS = P (dP - D), then dQ += dS K (K's rows are the contraction).
+    wgmma::Wait<0>();
+    wgmma::FenceOperands(ds);
+    uint32_t dsa[kKeyTile / 16][4];
 #pragma unroll
-    for (int mt = 0; mt < kM; ++mt) {
+    for (int nt = 0; nt < kKeyTile / 8; ++nt) {
 #pragma unroll
-      for (int nt = 0; nt < kQKeys / 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          ds[mt][nt][e] = ps[mt][nt][e] * (ds[mt][nt][e] - row_delta[mt][e >> 1]);
-        }
-      }
+      for (int e = 0; e < 4; ++e) ds[nt][e] = ps[nt][e] * (ds[nt][e] - row_delta[e >> 1]);
     }
-    flash::MmaPB<kD, kM, kQKeys / 16>(dq, ds, k_tile, 0, lane);  // dQ += dS K
+#pragma unroll
+    for (int kt = 0; kt < kKeyTile / 16; ++kt) wgmma::PackA(ds, kt, dsa[kt]);
+    wgmma::Fence();
+#pragma unroll
+    for (int kt = 0; kt < kKeyTile / 16; ++kt) {
+      MmaRowsTimesTile<kD>(dq, dsa[kt], wgmma::MNMajor<kKeyTile>(k_tile, 16 * kt, 0));
+    }
+    wgmma::Commit();
+    wgmma::Wait<0>();
+    wgmma::FenceOperands(dq);
   }
+  __syncthreads();  // Q is no longer read: it stages the gradient
 
-  // Each warp's Q rows are read by that warp alone: stage through them.
   const float scale = p.scale_log2 / flash::kLog2e;
-#pragma unroll
-  for (int mt = 0; mt < kM; ++mt) {
-    const int64_t row0 = warp_row0 + 16 * mt;
-    if (row0 >= p.seq) break;
-    flash::StoreRows<kD>(dq[mt], scale, scale, smem, kWarpRows * warp + 16 * mt,
+  const int64_t row0 = wg_q0 + 16 * warp;
+  if (row0 < p.seq) {
+    flash::StoreRows<kD>(dq, scale, scale, smem, kGroupRows * wg + 16 * warp,
                          dqkv + (int64_t(b) * p.seq + row0) * ts + int64_t(h) * kD, ts,
                          p.seq - row0, lane);
   }
+#else
+  __trap();
+#endif
 }
 
 template <int kD>
@@ -356,7 +414,7 @@ absl::Status Launch(const AttentionParams& p, int64_t batch, const __nv_bfloat16
                                                kv_smem_allowed));
   CUDA_RETURN_IF_ERROR(
       flash::AllowDynamicSmem(AttentionBackwardQKernel<kD>, QSmemBytes<kD>(), q_smem_allowed));
-  const unsigned kv_blocks = static_cast<unsigned>((p.seq + KVBlock<kD>() - 1) / KVBlock<kD>());
+  const unsigned kv_blocks = static_cast<unsigned>((p.seq + kKVBlock - 1) / kKVBlock);
   AttentionBackwardKVKernel<kD>
       <<<dim3(kv_blocks, static_cast<unsigned>(p.kv_heads), static_cast<unsigned>(batch)),
          kThreads, KVSmemBytes<kD>(), stream>>>(p, dout, delta, lse2, seq_pad, dqkv);

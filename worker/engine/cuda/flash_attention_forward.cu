@@ -1,5 +1,5 @@
-// Causal attention forward on tensor cores, FlashAttention-2 style: for one
-// block of 128 queries of one head, walk the key/value tiles up to the
+// Causal attention forward on Hopper tensor cores, FlashAttention style: for
+// one block of 128 queries of one head, walk the key/value tiles up to the
 // diagonal, keeping a running row max and row sum (online softmax) and a
 // rescaled fp32 output accumulator in registers. Only the output and the
 // per-query log-sum-exp leave the chip; no S x S tensor exists.
@@ -9,13 +9,14 @@
 // fp32 summation order, in exp2 with a folded log2(e) scale, and in feeding
 // P to the P V product as bf16 (as every flash kernel does).
 //
-// Work split: a block of 4 warps owns 128 consecutive queries of one head
-// (warp w the 32 rows [32 w, 32 w + 32), two 16-row MMA tiles, so that every
-// K/V fragment read from shared memory feeds two products); Q stays in
-// shared memory, K and V tiles of 64 rows are double-buffered with cp.async
-// so the next tile loads while this one is multiplied. Grouped-query heads read their shared K/V
-// head directly from the packed qkv tensor. Blocks are issued heaviest
-// (last query block, most tiles) first.
+// Work split: a block of two warpgroups owns 128 consecutive queries of one
+// head, 64 per warpgroup. S = Q K^T reads Q and K from shared memory
+// (wgmma.cuh); P stays in registers as the A operand of P V, V is read from
+// shared memory. K and V tiles of 128 keys are double-buffered with
+// cp.async, so the next tile loads while this one is multiplied, and the two
+// warpgroups' softmax and products interleave on the SM. Grouped-query heads
+// read their shared K/V head directly from the packed qkv tensor. Blocks are
+// issued heaviest (last query block, most tiles) first.
 
 #include <cuda_bf16.h>
 
@@ -23,6 +24,7 @@
 #include "worker/engine/cuda/cuda_check.h"
 #include "worker/engine/cuda/flash_attention_tiles.cuh"
 #include "worker/engine/cuda/kernels.h"
+#include "worker/engine/cuda/wgmma.cuh"
 
 namespace tessera {
 namespace cuda {
@@ -31,32 +33,34 @@ namespace {
 using flash::AttentionParams;
 
 constexpr int kBlockQ = 128;   // queries per block
-constexpr int kBlockKV = 64;   // keys per tile
-constexpr int kWarpRows = 32;  // queries per warp: kM = 2 MMA row tiles
-constexpr int kM = kWarpRows / 16;
-constexpr int kWarps = kBlockQ / kWarpRows;
-constexpr int kThreads = 32 * kWarps;
+constexpr int kBlockKV = 128;  // keys per tile
+constexpr int kGroupRows = 64; // queries per warpgroup
+constexpr int kThreads = kBlockQ / kGroupRows * wgmma::kWarpgroupThreads;
 
 template <int kD>
 constexpr int ForwardSmemBytes() {
-  return (kBlockQ + 4 * kBlockKV) * kD * 2;  // Q, K[2], V[2]
+  return (kBlockQ + 4 * kBlockKV) * kD * 2 + 1024;  // Q, K[2], V[2]; 1024-byte alignment
 }
 
 // ---- kernels ---------------------------------------------------------------
 
 template <int kD>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 1)
     FlashAttentionForwardKernel(AttentionParams p, __nv_bfloat16* out, float* lse) {
-  extern __shared__ __align__(128) unsigned char smem[];
+#ifdef TESSERA_WGMMA
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
   constexpr int kTileBytes = kBlockKV * kD * 2;
-  const uint32_t s_q = flash::SmemAddress(smem);
+  const uint32_t raw = flash::SmemAddress(smem_raw);
+  const uint32_t s_q = (raw + 1023) & ~1023u;
+  unsigned char* smem = smem_raw + (s_q - raw);
   // Buffer i of K is at s_k + i * kTileBytes, of V at s_v + i * kTileBytes.
   const uint32_t s_k = s_q + kBlockQ * kD * 2, s_v = s_k + 2 * kTileBytes;
 
   const int q_block = gridDim.x - 1 - blockIdx.x;
   const int h = blockIdx.y, b = blockIdx.z;
   const int kv_head = h / (p.heads / p.kv_heads);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int group = threadIdx.x / wgmma::kWarpgroupThreads;
+  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
   const int64_t q0 = int64_t(q_block) * kBlockQ;
   const int64_t ts = p.qkv_token_stride;
@@ -64,116 +68,125 @@ __global__ void __launch_bounds__(kThreads)
   const __nv_bfloat16* k_src = batch + int64_t(p.heads + kv_head) * kD;
   const __nv_bfloat16* v_src = batch + int64_t(p.heads + p.kv_heads + kv_head) * kD;
 
-  flash::LoadTileAsync<kBlockQ, kD, kThreads>(s_q, batch + q0 * ts + int64_t(h) * kD, ts,
+  wgmma::LoadTileAsync<kBlockQ, kD, kThreads>(s_q, batch + q0 * ts + int64_t(h) * kD, ts,
                                               p.seq - q0, p.qkv);
-  flash::LoadTileAsync<kBlockKV, kD, kThreads>(s_k, k_src, ts, p.seq, p.qkv);
-  flash::LoadTileAsync<kBlockKV, kD, kThreads>(s_v, v_src, ts, p.seq, p.qkv);
+  wgmma::LoadTileAsync<kBlockKV, kD, kThreads>(s_k, k_src, ts, p.seq, p.qkv);
+  wgmma::LoadTileAsync<kBlockKV, kD, kThreads>(s_v, v_src, ts, p.seq, p.qkv);
   flash::CommitAsyncCopies();
 
   const int64_t last_row = min(q0 + kBlockQ, p.seq) - 1;
   const int tiles = static_cast<int>(last_row / kBlockKV) + 1;
-  const int64_t warp_row0 = q0 + kWarpRows * warp;
+  const int64_t group_row0 = q0 + kGroupRows * group;
+  // This lane's two rows (0: row g, 1: row g + 8 of the warp's 16).
+  const int64_t row_lo = group_row0 + 16 * warp + g;
 
-  // Per MMA row tile mt and half (0: row g, 1: row g + 8) of this lane.
-  float o[kM][kD / 8][4] = {};
-  float m[kM][2], l[kM][2];
-#pragma unroll
-  for (int mt = 0; mt < kM; ++mt) {
-    m[mt][0] = m[mt][1] = -INFINITY;
-    l[mt][0] = l[mt][1] = 0.f;
-  }
+  float o[kD / 8][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   for (int j = 0; j < tiles; ++j) {
     flash::WaitAsyncCopies();
-    __syncthreads();  // tile j visible; every warp is done with tile j - 1
+    wgmma::ProxyFence();
+    __syncthreads();  // tile j visible; every warpgroup is done with tile j - 1
     if (j + 1 < tiles) {
       const int64_t k0 = int64_t(j + 1) * kBlockKV;
       const int buf = (j + 1) & 1;
-      flash::LoadTileAsync<kBlockKV, kD, kThreads>(s_k + buf * kTileBytes, k_src + k0 * ts, ts,
+      wgmma::LoadTileAsync<kBlockKV, kD, kThreads>(s_k + buf * kTileBytes, k_src + k0 * ts, ts,
                                                    p.seq - k0, p.qkv);
-      flash::LoadTileAsync<kBlockKV, kD, kThreads>(s_v + buf * kTileBytes, v_src + k0 * ts, ts,
+      wgmma::LoadTileAsync<kBlockKV, kD, kThreads>(s_v + buf * kTileBytes, v_src + k0 * ts, ts,
                                                    p.seq - k0, p.qkv);
     }
     flash::CommitAsyncCopies();
     const int64_t k0 = int64_t(j) * kBlockKV;
-    if (warp_row0 + kWarpRows - 1 < k0) continue;  // all of this tile is in the warp's future
+    const uint32_t k_tile = s_k + (j & 1) * kTileBytes, v_tile = s_v + (j & 1) * kTileBytes;
 
-    float s[kM][kBlockKV / 8][4] = {};
-    flash::MmaABt<kD, kM, kBlockKV / 8>(s, s_q, kWarpRows * warp, s_k + (j & 1) * kTileBytes, 0,
-                                        lane);
+    // S = Q K^T for this warpgroup's 64 rows and the tile's 128 keys.
+    float s[kBlockKV / 8][4];
+    wgmma::Fence();
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      wgmma::MmaSS128<0, 0>(s, wgmma::KMajor<kBlockQ>(s_q, kGroupRows * group, kk),
+                            wgmma::KMajor<kBlockKV>(k_tile, 0, kk), kk > 0);
+    }
+    wgmma::Commit();
+    wgmma::Wait<0>();
+    wgmma::FenceOperands(s);
 
     // Scale into the log2 domain, mask the future, and update the row maxima.
-    const bool diagonal = k0 + kBlockKV - 1 > warp_row0;
+    // Every row sees at least key k0 (k0 <= q0), so the maxima are finite.
+    const bool diagonal = k0 + kBlockKV - 1 > group_row0;
+    float mx[2] = {m[0], m[1]};
 #pragma unroll
-    for (int mt = 0; mt < kM; ++mt) {
-      const int64_t row_lo = warp_row0 + 16 * mt + g;
-      float mx[2] = {m[mt][0], m[mt][1]};
+    for (int nt = 0; nt < kBlockKV / 8; ++nt) {
 #pragma unroll
-      for (int nt = 0; nt < kBlockKV / 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float v = s[mt][nt][e] * p.scale_log2;
-          if (diagonal && k0 + nt * 8 + 2 * t + (e & 1) > row_lo + (e >> 1) * 8) v = -INFINITY;
-          s[mt][nt][e] = v;
-          mx[e >> 1] = fmaxf(mx[e >> 1], v);
-        }
-      }
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        mx[half] = fmaxf(mx[half], __shfl_xor_sync(0xffffffffu, mx[half], 1));
-        mx[half] = fmaxf(mx[half], __shfl_xor_sync(0xffffffffu, mx[half], 2));
-      }
-      // Each warp's rows all lie at or after the tile's first key (32 divides
-      // the tile size), so every row sees a key and mx is finite. Should the tile sizes
-      // change, a row with no key yet keeps m = -inf and uses 0 as its
-      // reference, so that exp2 gives 0 rather than NaN.
-      float alpha[2], ref[2];
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        ref[half] = mx[half] == -INFINITY ? 0.f : mx[half];
-        alpha[half] = flash::FastExp2(m[mt][half] - ref[half]);
-        m[mt][half] = mx[half];
-      }
-      float sum[2] = {0.f, 0.f};
-#pragma unroll
-      for (int nt = 0; nt < kBlockKV / 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          s[mt][nt][e] = flash::FastExp2(s[mt][nt][e] - ref[e >> 1]);
-          sum[e >> 1] += s[mt][nt][e];
-        }
-      }
-#pragma unroll
-      for (int half = 0; half < 2; ++half) l[mt][half] = l[mt][half] * alpha[half] + sum[half];
-#pragma unroll
-      for (int nt = 0; nt < kD / 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) o[mt][nt][e] *= alpha[e >> 1];
+      for (int e = 0; e < 4; ++e) {
+        float v = s[nt][e] * p.scale_log2;
+        if (diagonal && k0 + nt * 8 + 2 * t + (e & 1) > row_lo + (e >> 1) * 8) v = -INFINITY;
+        s[nt][e] = v;
+        mx[e >> 1] = fmaxf(mx[e >> 1], v);
       }
     }
-    flash::MmaPB<kD, kM, kBlockKV / 16>(o, s, s_v + (j & 1) * kTileBytes, 0, lane);
+    float alpha[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      mx[half] = fmaxf(mx[half], __shfl_xor_sync(0xffffffffu, mx[half], 1));
+      mx[half] = fmaxf(mx[half], __shfl_xor_sync(0xffffffffu, mx[half], 2));
+      alpha[half] = flash::FastExp2(m[half] - mx[half]);
+      m[half] = mx[half];
+    }
+    float sum[2] = {0.f, 0.f};
+#pragma unroll
+    for (int nt = 0; nt < kBlockKV / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[nt][e] = flash::FastExp2(s[nt][e] - mx[e >> 1]);
+        sum[e >> 1] += s[nt][e];
+      }
+    }
+#pragma unroll
+    for (int half = 0; half < 2; ++half) l[half] = l[half] * alpha[half] + sum[half];
+#pragma unroll
+    for (int nt = 0; nt < kD / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[nt][e] *= alpha[e >> 1];
+    }
+
+    // O += P V, P as bf16 A fragments straight from the S accumulator.
+    uint32_t pa[kBlockKV / 16][4];
+#pragma unroll
+    for (int kt = 0; kt < kBlockKV / 16; ++kt) wgmma::PackA(s, kt, pa[kt]);
+    wgmma::Fence();
+#pragma unroll
+    for (int kt = 0; kt < kBlockKV / 16; ++kt) {
+      if constexpr (kD == 128) {
+        wgmma::MmaRS128<1>(o, pa[kt], wgmma::MNMajor<kBlockKV>(v_tile, 16 * kt, 0), 1);
+      } else {
+        wgmma::MmaRS64<1>(o, pa[kt], wgmma::MNMajor<kBlockKV>(v_tile, 16 * kt, 0), 1);
+      }
+    }
+    wgmma::Commit();
+    wgmma::Wait<0>();
+    wgmma::FenceOperands(o);
   }
+  __syncthreads();  // every warpgroup is done reading Q: its rows stage the output
 
   // Full row sums (this lane held a partial one), then out = o / l and
   // lse = ln(l) + m (m back from the log2 domain).
   const int64_t lse_row0 = (int64_t(b) * p.heads + h) * p.seq;
 #pragma unroll
-  for (int mt = 0; mt < kM; ++mt) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      l[mt][half] += __shfl_xor_sync(0xffffffffu, l[mt][half], 1);
-      l[mt][half] += __shfl_xor_sync(0xffffffffu, l[mt][half], 2);
-      const int64_t row = warp_row0 + 16 * mt + g + 8 * half;
-      if (t == 0 && row < p.seq) {
-        lse[lse_row0 + row] = (m[mt][half] + __log2f(l[mt][half])) * flash::kLn2;
-      }
-    }
-    const int64_t row0 = warp_row0 + 16 * mt;
-    if (row0 >= p.seq) break;
-    // This warp's Q rows are no longer read by anyone: stage the output there.
-    flash::StoreRows<kD>(o[mt], 1.f / l[mt][0], 1.f / l[mt][1], smem, kWarpRows * warp + 16 * mt,
+  for (int half = 0; half < 2; ++half) {
+    l[half] += __shfl_xor_sync(0xffffffffu, l[half], 1);
+    l[half] += __shfl_xor_sync(0xffffffffu, l[half], 2);
+    const int64_t row = row_lo + 8 * half;
+    if (t == 0 && row < p.seq) lse[lse_row0 + row] = (m[half] + __log2f(l[half])) * flash::kLn2;
+  }
+  const int64_t row0 = group_row0 + 16 * warp;
+  if (row0 < p.seq) {
+    flash::StoreRows<kD>(o, 1.f / l[0], 1.f / l[1], smem, kGroupRows * group + 16 * warp,
                          out + (int64_t(b) * p.seq + row0) * p.out_token_stride + int64_t(h) * kD,
                          p.out_token_stride, p.seq - row0, lane);
   }
+#else
+  __trap();
+#endif
 }
 
 template <int kD>
