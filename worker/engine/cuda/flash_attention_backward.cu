@@ -12,21 +12,22 @@
 //  1. Prepare: D_i from the stored bf16 out and grad_out, and lse in the
 //     log2 domain, both padded to whole 128-row blocks (padding rows get
 //     D = 0 and lse = +inf, so their P is exactly 0).
-//  2. dK/dV: a block of two warpgroups owns 128 keys of one K/V head, 64
-//     per warpgroup, and walks every 64-query tile at or after the
-//     diagonal, for every query head of the group, accumulating dK and dV
-//     in registers. It computes the transposed products (S^T = K Q^T,
-//     dP^T = V dO^T, operands from shared memory) so that each warpgroup's
-//     rows are its keys and P^T, dS^T feed dV += P^T dO and dK += dS^T Q
-//     straight from registers.
-//  3. dQ: a block of two warpgroups owns 128 queries of one head and walks
+//  2. dK/dV: a block (one warpgroup) owns 64 keys of one K/V head and
+//     walks every 64-query tile at or after the diagonal, for every query
+//     head of the group, accumulating dK and dV in registers. It computes
+//     the transposed products (S^T = K Q^T, dP^T = V dO^T, operands from
+//     shared memory) so that the accumulator rows are its keys and P^T,
+//     dS^T feed dV += P^T dO and dK += dS^T Q straight from registers.
+//  3. dQ: a block (one warpgroup) owns 64 queries of one head and walks
 //     the 64-key tiles up to the diagonal, recomputing S and dP;
 //     dQ += dS K takes dS from registers. Recomputing is the price of
 //     determinism: adding dQ from the dK/dV blocks needs atomics
 //     (order-dependent sums), a T x T-sized buffer, or blocks that wait on
 //     each other.
 // Products are wgmma (wgmma.cuh); query/dO tiles (kernel 2) and K/V tiles
-// (kernel 3) are double-buffered with cp.async.
+// (kernel 3) are double-buffered with cp.async. Two blocks share an SM and
+// never wait for each other, so one's elementwise work overlaps the other's
+// products.
 
 #include <cuda_bf16.h>
 
@@ -42,17 +43,16 @@ namespace {
 
 using flash::AttentionParams;
 
-constexpr int kThreads = 2 * wgmma::kWarpgroupThreads;
-constexpr int kGroupRows = 64;  // keys (kernel 2) or queries (kernel 3) per warpgroup
-// dK/dV kernel: 128 keys per block, query tiles of 64.
-constexpr int kKVBlock = 128;
+constexpr int kThreads = wgmma::kWarpgroupThreads;
+// dK/dV kernel: 64 keys per block, query tiles of 64.
+constexpr int kKVBlock = 64;
 constexpr int kQTile = 64;
-// dQ kernel: 128 queries per block, key tiles of 64.
-constexpr int kQBlock = 128;
+// dQ kernel: 64 queries per block, key tiles of 64.
+constexpr int kQBlock = 64;
 constexpr int kKeyTile = 64;
 
 // D and lse2 are padded to whole 128-row blocks, so no kernel reads past them.
-int64_t PaddedSeq(int64_t seq) { return (seq + kQBlock - 1) / kQBlock * kQBlock; }
+int64_t PaddedSeq(int64_t seq) { return (seq + 127) / 128 * 128; }
 
 template <int kD>
 constexpr int KVSmemBytes() {
@@ -120,7 +120,7 @@ __global__ void AttentionBackwardPrepareKernel(AttentionParams p, int64_t batch,
 }
 
 template <int kD>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kThreads, 2)
     AttentionBackwardKVKernel(AttentionParams p, const __nv_bfloat16* dout, const float* delta,
                               const float* lse2, int64_t seq_pad, __nv_bfloat16* dqkv) {
 #ifdef TESSERA_WGMMA
@@ -137,13 +137,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int kv_block = blockIdx.x, kv_head = blockIdx.y, b = blockIdx.z;
   const int group_size = p.heads / p.kv_heads;
-  const int wg = threadIdx.x / wgmma::kWarpgroupThreads;
-  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x & 31;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
   const int64_t ts = p.qkv_token_stride, os = p.out_token_stride;
   const int64_t k0 = int64_t(kv_block) * kKVBlock;
-  const int64_t wg_k0 = k0 + kGroupRows * wg;
-  const int64_t key_lo = wg_k0 + 16 * warp + g;  // this lane's keys: key_lo and key_lo + 8
+  const int64_t key_lo = k0 + 16 * warp + g;  // this lane's keys: key_lo and key_lo + 8
   const __nv_bfloat16* batch = p.qkv + int64_t(b) * p.seq * ts;
 
   wgmma::LoadTileAsync<kKVBlock, kD, kThreads>(
@@ -181,29 +179,28 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int it = 0; it < iterations; ++it) {
     flash::WaitAsyncCopies();
     wgmma::ProxyFence();
-    __syncthreads();  // tile `it` visible; every warpgroup is done with tile it - 1
+    __syncthreads();  // tile `it` visible; every warp is done with tile it - 1
     if (it + 1 < iterations) issue(it + 1, (it + 1) & 1);
     flash::CommitAsyncCopies();
     const int buf = it & 1;
     const int64_t q0 = int64_t(first_tile + it % per_head) * kQTile;
-    if (q0 + kQTile - 1 < wg_k0) continue;  // every query precedes this warpgroup's keys
-    const bool diagonal = q0 < wg_k0 + kGroupRows - 1;
+    const bool diagonal = q0 < k0 + kKVBlock - 1;
     const float* tile_lse = s_lse + buf * kQTile;
     const float* tile_delta = s_delta + buf * kQTile;
     const uint32_t q_tile = s_q + buf * kTileBytes, do_tile = s_do + buf * kTileBytes;
 
-    // S^T = K Q^T and dP^T = V dO^T for this warpgroup's 64 keys.
+    // S^T = K Q^T and dP^T = V dO^T for the block's 64 keys.
     float pt[kQTile / 8][4], dst[kQTile / 8][4];
     wgmma::Fence();
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
-      wgmma::MmaSS64<0, 0>(pt, wgmma::KMajor<kKVBlock>(s_k, kGroupRows * wg, kk),
+      wgmma::MmaSS64<0, 0>(pt, wgmma::KMajor<kKVBlock>(s_k, 0, kk),
                            wgmma::KMajor<kQTile>(q_tile, 0, kk), kk > 0);
     }
     wgmma::Commit();
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
-      wgmma::MmaSS64<0, 0>(dst, wgmma::KMajor<kKVBlock>(s_v, kGroupRows * wg, kk),
+      wgmma::MmaSS64<0, 0>(dst, wgmma::KMajor<kKVBlock>(s_v, 0, kk),
                            wgmma::KMajor<kQTile>(do_tile, 0, kk), kk > 0);
     }
     wgmma::Commit();
@@ -255,10 +252,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();  // K and V are no longer read: they stage the gradients
 
   const float scale = p.scale_log2 / flash::kLog2e;
-  const int64_t row0 = wg_k0 + 16 * warp;
+  const int64_t row0 = k0 + 16 * warp;
   if (row0 < p.seq) {
     __nv_bfloat16* dst_row = dqkv + (int64_t(b) * p.seq + row0) * ts;
-    const int stage_row = kGroupRows * wg + 16 * warp;
+    const int stage_row = 16 * warp;
     flash::StoreRows<kD>(dk, scale, scale, k_ptr, stage_row,
                          dst_row + int64_t(p.heads + kv_head) * kD, ts, p.seq - row0, lane);
     flash::StoreRows<kD>(dv, 1.f, 1.f, v_ptr, stage_row,
@@ -271,7 +268,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 template <int kD>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kThreads, 2)
     AttentionBackwardQKernel(AttentionParams p, const __nv_bfloat16* dout, const float* delta,
                              const float* lse2, int64_t seq_pad, __nv_bfloat16* dqkv) {
 #ifdef TESSERA_WGMMA
@@ -285,13 +282,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int q_block = gridDim.x - 1 - blockIdx.x;
   const int h = blockIdx.y, b = blockIdx.z;
   const int kv_head = h / (p.heads / p.kv_heads);
-  const int wg = threadIdx.x / wgmma::kWarpgroupThreads;
-  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x & 31;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
   const int64_t ts = p.qkv_token_stride, os = p.out_token_stride;
   const int64_t q0 = int64_t(q_block) * kQBlock;
-  const int64_t wg_q0 = q0 + kGroupRows * wg;
-  const int64_t row_lo = wg_q0 + 16 * warp + g;  // this lane's rows: row_lo and row_lo + 8
+  const int64_t row_lo = q0 + 16 * warp + g;  // this lane's rows: row_lo and row_lo + 8
   const __nv_bfloat16* batch = p.qkv + int64_t(b) * p.seq * ts;
   const __nv_bfloat16* k_src = batch + int64_t(p.heads + kv_head) * kD;
   const __nv_bfloat16* v_src = batch + int64_t(p.heads + p.kv_heads + kv_head) * kD;
@@ -318,7 +313,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int j = 0; j < tiles; ++j) {
     flash::WaitAsyncCopies();
     wgmma::ProxyFence();
-    __syncthreads();  // tile j visible; every warpgroup is done with tile j - 1
+    __syncthreads();  // tile j visible; every warp is done with tile j - 1
     if (j + 1 < tiles) {
       const int64_t k0 = int64_t(j + 1) * kKeyTile;
       const int buf = (j + 1) & 1;
@@ -329,22 +324,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     flash::CommitAsyncCopies();
     const int64_t k0 = int64_t(j) * kKeyTile;
-    if (wg_q0 + kGroupRows - 1 < k0) continue;  // all of this tile is in the warpgroup's future
-    const bool diagonal = k0 + kKeyTile - 1 > wg_q0;
+    const bool diagonal = k0 + kKeyTile - 1 > q0;
     const uint32_t k_tile = s_k + (j & 1) * kTileBytes, v_tile = s_v + (j & 1) * kTileBytes;
 
-    // S = Q K^T and dP = dO V^T for this warpgroup's 64 queries.
+    // S = Q K^T and dP = dO V^T for the block's 64 queries.
     float ps[kKeyTile / 8][4], ds[kKeyTile / 8][4];
     wgmma::Fence();
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
-      wgmma::MmaSS64<0, 0>(ps, wgmma::KMajor<kQBlock>(s_q, kGroupRows * wg, kk),
+      wgmma::MmaSS64<0, 0>(ps, wgmma::KMajor<kQBlock>(s_q, 0, kk),
                            wgmma::KMajor<kKeyTile>(k_tile, 0, kk), kk > 0);
     }
     wgmma::Commit();
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
-      wgmma::MmaSS64<0, 0>(ds, wgmma::KMajor<kQBlock>(s_do, kGroupRows * wg, kk),
+      wgmma::MmaSS64<0, 0>(ds, wgmma::KMajor<kQBlock>(s_do, 0, kk),
                            wgmma::KMajor<kKeyTile>(v_tile, 0, kk), kk > 0);
     }
     wgmma::Commit();
@@ -384,9 +378,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();  // Q is no longer read: it stages the gradient
 
   const float scale = p.scale_log2 / flash::kLog2e;
-  const int64_t row0 = wg_q0 + 16 * warp;
+  const int64_t row0 = q0 + 16 * warp;
   if (row0 < p.seq) {
-    flash::StoreRows<kD>(dq, scale, scale, smem, kGroupRows * wg + 16 * warp,
+    flash::StoreRows<kD>(dq, scale, scale, smem, 16 * warp,
                          dqkv + (int64_t(b) * p.seq + row0) * ts + int64_t(h) * kD, ts,
                          p.seq - row0, lane);
   }
@@ -419,7 +413,7 @@ absl::Status Launch(const AttentionParams& p, int64_t batch, const __nv_bfloat16
       <<<dim3(kv_blocks, static_cast<unsigned>(p.kv_heads), static_cast<unsigned>(batch)),
          kThreads, KVSmemBytes<kD>(), stream>>>(p, dout, delta, lse2, seq_pad, dqkv);
   CUDA_RETURN_IF_LAUNCH_FAILED();
-  const unsigned q_blocks = static_cast<unsigned>(seq_pad / kQBlock);
+  const unsigned q_blocks = static_cast<unsigned>((p.seq + kQBlock - 1) / kQBlock);
   AttentionBackwardQKernel<kD>
       <<<dim3(q_blocks, static_cast<unsigned>(p.heads), static_cast<unsigned>(batch)), kThreads,
          QSmemBytes<kD>(), stream>>>(p, dout, delta, lse2, seq_pad, dqkv);

@@ -9,12 +9,13 @@
 // fp32 summation order, in exp2 with a folded log2(e) scale, and in feeding
 // P to the P V product as bf16 (as every flash kernel does).
 //
-// Work split: a block of two warpgroups owns 128 consecutive queries of one
-// head, 64 per warpgroup. S = Q K^T reads Q and K from shared memory
-// (wgmma.cuh); P stays in registers as the A operand of P V, V is read from
-// shared memory. K and V tiles of 128 keys are double-buffered with
-// cp.async, so the next tile loads while this one is multiplied, and the two
-// warpgroups' softmax and products interleave on the SM. Grouped-query heads
+// Work split: a block is one warpgroup and owns 64 consecutive queries of
+// one head. S = Q K^T reads Q and K from shared memory (wgmma.cuh); P stays
+// in registers as the A operand of P V, V is read from shared memory. K and
+// V tiles of 64 keys are double-buffered with cp.async, so the next tile
+// loads while this one is multiplied. Two blocks share an SM and are never
+// made to wait for each other, so one's softmax runs while the other's
+// products keep the tensor cores busy. Grouped-query heads
 // read their shared K/V head directly from the packed qkv tensor. Blocks are
 // issued heaviest (last query block, most tiles) first.
 
@@ -32,10 +33,9 @@ namespace {
 
 using flash::AttentionParams;
 
-constexpr int kBlockQ = 128;   // queries per block
-constexpr int kBlockKV = 128;  // keys per tile
-constexpr int kGroupRows = 64; // queries per warpgroup
-constexpr int kThreads = kBlockQ / kGroupRows * wgmma::kWarpgroupThreads;
+constexpr int kBlockQ = 64;   // queries per block
+constexpr int kBlockKV = 64;  // keys per tile
+constexpr int kThreads = wgmma::kWarpgroupThreads;
 
 template <int kD>
 constexpr int ForwardSmemBytes() {
@@ -45,7 +45,7 @@ constexpr int ForwardSmemBytes() {
 // ---- kernels ---------------------------------------------------------------
 
 template <int kD>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kThreads, 2)
     FlashAttentionForwardKernel(AttentionParams p, __nv_bfloat16* out, float* lse) {
 #ifdef TESSERA_WGMMA
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -59,8 +59,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int q_block = gridDim.x - 1 - blockIdx.x;
   const int h = blockIdx.y, b = blockIdx.z;
   const int kv_head = h / (p.heads / p.kv_heads);
-  const int group = threadIdx.x / wgmma::kWarpgroupThreads;
-  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x & 31;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
   const int64_t q0 = int64_t(q_block) * kBlockQ;
   const int64_t ts = p.qkv_token_stride;
@@ -76,16 +75,15 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int64_t last_row = min(q0 + kBlockQ, p.seq) - 1;
   const int tiles = static_cast<int>(last_row / kBlockKV) + 1;
-  const int64_t group_row0 = q0 + kGroupRows * group;
   // This lane's two rows (0: row g, 1: row g + 8 of the warp's 16).
-  const int64_t row_lo = group_row0 + 16 * warp + g;
+  const int64_t row_lo = q0 + 16 * warp + g;
 
   float o[kD / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   for (int j = 0; j < tiles; ++j) {
     flash::WaitAsyncCopies();
     wgmma::ProxyFence();
-    __syncthreads();  // tile j visible; every warpgroup is done with tile j - 1
+    __syncthreads();  // tile j visible; every warp is done with tile j - 1
     if (j + 1 < tiles) {
       const int64_t k0 = int64_t(j + 1) * kBlockKV;
       const int buf = (j + 1) & 1;
@@ -98,12 +96,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int64_t k0 = int64_t(j) * kBlockKV;
     const uint32_t k_tile = s_k + (j & 1) * kTileBytes, v_tile = s_v + (j & 1) * kTileBytes;
 
-    // S = Q K^T for this warpgroup's 64 rows and the tile's 128 keys.
+    // S = Q K^T for the block's 64 queries and the tile's 64 keys.
     float s[kBlockKV / 8][4];
     wgmma::Fence();
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
-      wgmma::MmaSS128<0, 0>(s, wgmma::KMajor<kBlockQ>(s_q, kGroupRows * group, kk),
+      wgmma::MmaSS64<0, 0>(s, wgmma::KMajor<kBlockQ>(s_q, 0, kk),
                             wgmma::KMajor<kBlockKV>(k_tile, 0, kk), kk > 0);
     }
     wgmma::Commit();
@@ -112,7 +110,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     // Scale into the log2 domain, mask the future, and update the row maxima.
     // Every row sees at least key k0 (k0 <= q0), so the maxima are finite.
-    const bool diagonal = k0 + kBlockKV - 1 > group_row0;
+    const bool diagonal = k0 + kBlockKV - 1 > q0;
     float mx[2] = {m[0], m[1]};
 #pragma unroll
     for (int nt = 0; nt < kBlockKV / 8; ++nt) {
@@ -166,7 +164,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::Wait<0>();
     wgmma::FenceOperands(o);
   }
-  __syncthreads();  // every warpgroup is done reading Q: its rows stage the output
+  __syncthreads();  // every warp is done reading Q: its rows stage the output
 
   // Full row sums (this lane held a partial one), then out = o / l and
   // lse = ln(l) + m (m back from the log2 domain).
@@ -178,9 +176,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int64_t row = row_lo + 8 * half;
     if (t == 0 && row < p.seq) lse[lse_row0 + row] = (m[half] + __log2f(l[half])) * flash::kLn2;
   }
-  const int64_t row0 = group_row0 + 16 * warp;
+  const int64_t row0 = q0 + 16 * warp;
   if (row0 < p.seq) {
-    flash::StoreRows<kD>(o, 1.f / l[0], 1.f / l[1], smem, kGroupRows * group + 16 * warp,
+    flash::StoreRows<kD>(o, 1.f / l[0], 1.f / l[1], smem, 16 * warp,
                          out + (int64_t(b) * p.seq + row0) * p.out_token_stride + int64_t(h) * kD,
                          p.out_token_stride, p.seq - row0, lane);
   }
