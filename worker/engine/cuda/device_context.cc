@@ -44,6 +44,13 @@ absl::StatusOr<std::unique_ptr<DeviceContext>> DeviceContext::Create(int device,
   if (!current.ok()) return current;
   cudaDeviceProp props;
   CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&props, device));
+  // The kernels are built for sm_90a (wgmma, Hopper FP8): on any other GPU
+  // they could only trap, so refuse the device up front.
+  if (props.major != 9 || props.minor != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "device ", device, " (", props.name, ") has compute capability ", props.major, ".",
+        props.minor, "; this build of the CUDA engine runs on sm_90 (H100/H200) only"));
+  }
   ctx->facts_.name = props.name;
   ctx->facts_.sm_count = props.multiProcessorCount;
   ctx->facts_.compute_major = props.major;
