@@ -82,6 +82,17 @@ class Ops {
   virtual absl::Status Memset(void* dst, int value, size_t bytes, Stream* stream) = 0;
   virtual absl::Status Synchronize(Stream* stream) = 0;
 
+  // ---- Step timing --------------------------------------------------------
+  // Records time mark `mark` (0 <= mark < kTimeMarks) when the work queued
+  // on `stream` before it has run: a GPU event on the CUDA engine, the host
+  // clock on the CPU engine (whose work is done when each call returns).
+  // Recording costs no allocation and no host wait.
+  static constexpr int kTimeMarks = 1024;
+  virtual absl::Status MarkTime(int mark, Stream* stream) = 0;
+  // Seconds from mark `from` to mark `to`, both recorded and, on the GPU,
+  // reached (call after Synchronize).
+  virtual absl::StatusOr<double> SecondsBetween(int from, int to) = 0;
+
   // ---- FP8 ----------------------------------------------------------------
   // out = saturate(rne(in * *out.scale)) as e4m3/e5m2; in is fp32 or bf16 of
   // the same element count. *out.amax = max(*out.amax, max|in|) (fused amax;

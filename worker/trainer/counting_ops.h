@@ -41,6 +41,10 @@ class CountingOps : public Ops {
     return engine_->Memset(dst, value, bytes, s);
   }
   absl::Status Synchronize(Stream* s) override { return engine_->Synchronize(s); }
+  absl::Status MarkTime(int mark, Stream* s) override { return engine_->MarkTime(mark, s); }
+  absl::StatusOr<double> SecondsBetween(int from, int to) override {
+    return engine_->SecondsBetween(from, to);
+  }
 
   absl::Status Quantize(const TensorDesc& in, const TensorDesc& out, Stream* s) override {
     return engine_->Quantize(in, out, s);

@@ -35,6 +35,7 @@
 #include "worker/model/fp8_linear.h"
 #include "worker/model/fp8_meta.h"
 #include "worker/trainer/counting_ops.h"
+#include "worker/trainer/step_clock.h"
 #include "worker/trainer/trainer.h"
 
 namespace tessera {
@@ -120,6 +121,7 @@ class FsdpTrainer : public Trainer {
   GatheredBlock& GatheredFor(int layer);
 
   std::unique_ptr<CountingOps> ops_;  // the engine, behind the counting decorator
+  StepClock clock_{*ops_};            // the step's phase timing, on ops_
   CommunicatorFactory make_communicator_;
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<BatchSource> data_;

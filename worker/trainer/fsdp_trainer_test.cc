@@ -280,6 +280,28 @@ TEST(FsdpTrainer, GpuTestJobFitsTheCudaEngineAndTrainsOnTheCpuEngine) {
   }
 }
 
+TEST(FsdpTrainer, StepReportsWhereItsTimeWent) {
+  FsdpTrainer trainer(CreateCpuOps(), CreateGlooCommunicator);
+  ASSERT_TRUE(trainer.Setup(TinySpec(1), 0, 1).ok());
+  ASSERT_TRUE(trainer.InitCollective(nullptr, "127.0.0.1", absl::Seconds(5)).ok());
+  for (int step = 0; step < 3; ++step) {
+    absl::StatusOr<StepReport> report = trainer.RunStep(step);
+    ASSERT_TRUE(report.ok()) << report.status();
+    const StepPhaseTimes& p = report->phases;
+    // Every compute phase ran some work; the collectives ran at world size 1
+    // too; nothing is negative; the phases and the host time are the step.
+    EXPECT_GT(p.forward_s, 0.0);
+    EXPECT_GT(p.loss_s, 0.0);
+    EXPECT_GT(p.backward_s, 0.0);
+    EXPECT_GT(p.optimizer_s, 0.0);
+    EXPECT_GE(p.collective_s, 0.0);
+    EXPECT_GE(p.host_s, 0.0);
+    const double total =
+        p.forward_s + p.loss_s + p.backward_s + p.optimizer_s + p.collective_s + p.host_s;
+    EXPECT_NEAR(total, report->compute_time_s, 1e-3 + 1e-3 * report->compute_time_s);
+  }
+}
+
 TEST(FsdpTrainer, AbortStopsTheNextStepAndOrderIsEnforced) {
   FsdpTrainer trainer(CreateCpuOps(), CreateGlooCommunicator);
   ASSERT_TRUE(trainer.Setup(TinySpec(1), 0, 1).ok());

@@ -61,6 +61,9 @@ absl::StatusOr<StepReport> FsdpTrainer::Step(int step) {
   RETURN_IF_ERROR(ops.CopyToDevice(inputs_.desc.data, host_inputs_.data(), t * 4, nullptr));
   RETURN_IF_ERROR(ops.CopyToDevice(targets_.desc.data, host_targets_.data(), t * 4, nullptr));
   RETURN_IF_ERROR(ops.Memset(scalars, 0, 3 * sizeof(float), nullptr));
+  // Each phase below ends with a lap of the step clock, which charges the
+  // time since the previous lap to that phase (collectives to kCollective).
+  RETURN_IF_ERROR(clock_.Start(nullptr));
 
   // ---- All-gather the non-block parameters (bf16 compute copies) ---------
   {
@@ -68,6 +71,7 @@ absl::StatusOr<StepReport> FsdpTrainer::Step(int step) {
     RETURN_IF_ERROR(AllGatherParam(*comm_, embedding_, gathered_embedding_.desc, nullptr));
     RETURN_IF_ERROR(AllGatherParam(*comm_, final_norm_, gathered_final_norm_.desc, nullptr));
     RETURN_IF_ERROR(AllGatherParam(*comm_, lm_head_, gathered_lm_head_.desc, nullptr));
+    RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, nullptr));
   }
 
   // ---- Forward (each block's FP8 shards all-gathered just before it) ----
@@ -78,12 +82,15 @@ absl::StatusOr<StepReport> FsdpTrainer::Step(int step) {
     for (int l = 0; l < layers_; ++l) {
       RETURN_IF_ERROR(CheckAborted());
       GatheredBlock& w = GatheredFor(l);
+      RETURN_IF_ERROR(clock_.Lap(StepPhase::kForward, nullptr));
       RETURN_IF_ERROR(GatherBlock(l, w));
+      RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, nullptr));
       const TensorDesc& x_out = l + 1 < layers_ ? acts_[l + 1].x_in.desc : x_final_.desc;
       RETURN_IF_ERROR(BlockForward(l, w, acts_[l], acts_[l].x_in.desc, x_out));
     }
     RETURN_IF_ERROR(ops.RmsNormForward(x_final_.desc, Full(gathered_final_norm_, final_norm_), eps,
                                        h_final_.desc, rstd_final_.desc, nullptr));
+    RETURN_IF_ERROR(clock_.Lap(StepPhase::kForward, nullptr));
   }
 
   // ---- Fused LM head + cross-entropy: sum loss, valid count, grads -------
@@ -94,6 +101,7 @@ absl::StatusOr<StepReport> FsdpTrainer::Step(int step) {
         h_final_.desc, Full(gathered_lm_head_, lm_head_), targets_.desc, kIgnoreIndex,
         spec_.loss_chunk_tokens(), scalars + kLossSum, scalars + kValidTokens, grad_h_.desc,
         View(grad_lm_head_, DType::kFloat32, Shape{vocab_, h}), nullptr));
+    RETURN_IF_ERROR(clock_.Lap(StepPhase::kLoss, nullptr));
   }
 
   // ---- Backward ----------------------------------------------------------
@@ -107,28 +115,38 @@ absl::StatusOr<StepReport> FsdpTrainer::Step(int step) {
   for (int l = layers_ - 1; l >= 0; --l) {
     RETURN_IF_ERROR(CheckAborted());
     GatheredBlock& w = GatheredFor(l);
-    if (spec_.reshard_after_forward()) RETURN_IF_ERROR(GatherBlock(l, w));
+    if (spec_.reshard_after_forward()) {
+      RETURN_IF_ERROR(clock_.Lap(StepPhase::kBackward, nullptr));
+      RETURN_IF_ERROR(GatherBlock(l, w));
+      RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, nullptr));
+    }
     RETURN_IF_ERROR(BlockBackward(l, w, acts_[l], grad_res_[current].desc, grad_res_[1 - current].desc));
     current = 1 - current;
+    RETURN_IF_ERROR(clock_.Lap(StepPhase::kBackward, nullptr));
     // ---- Reduce-scatter this block's gradients to their owners ----------
     PhaseRange range("reduce-scatter");
     RETURN_IF_ERROR(ReduceScatterBlock(l));
+    RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, nullptr));
   }
   RETURN_IF_ERROR(ops.Memset(grad_embedding_.desc.data, 0, grad_embedding_.desc.Bytes(), nullptr));
   RETURN_IF_ERROR(ops.EmbeddingBackward(inputs_.desc, grad_res_[current].desc,
                                         View(grad_embedding_, DType::kFloat32, Shape{vocab_, h}),
                                         nullptr));
+  RETURN_IF_ERROR(clock_.Lap(StepPhase::kBackward, nullptr));
   RETURN_IF_ERROR(ReduceScatterGrad(*comm_, embedding_, grad_embedding_.desc, nullptr));
   RETURN_IF_ERROR(ReduceScatterGrad(*comm_, final_norm_, grad_final_norm_.desc, nullptr));
   RETURN_IF_ERROR(ReduceScatterGrad(*comm_, lm_head_, grad_lm_head_.desc, nullptr));
+  RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, nullptr));
   RETURN_IF_ERROR(CheckAborted());
   backward_range.reset();
   PhaseRange optimizer_range("optimizer");
 
   // ---- Global loss, token count and gradient norm: one packed all-reduce --
   RETURN_IF_ERROR(ops.GradSumSquares(*adam_, scalars + kGradSumSq, nullptr));
+  RETURN_IF_ERROR(clock_.Lap(StepPhase::kOptimizer, nullptr));
   RETURN_IF_ERROR(comm_->AllReduce(MakeTensor(scalars, DType::kFloat32, Shape{3}), ReduceOp::kSum,
                                    nullptr));
+  RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, nullptr));
   RETURN_IF_ERROR(ops.ComputeGradScale(scalars + kGradSumSq, scalars + kValidTokens,
                                        spec_.optimizer().grad_clip_norm(), scalars + kGradNorm,
                                        scalars + kGradScale, nullptr));
@@ -147,9 +165,12 @@ absl::StatusOr<StepReport> FsdpTrainer::Step(int step) {
   RETURN_IF_ERROR(meta_->RecordWeightEncodeScales(ops, nullptr));
 
   // ---- FP8 scaling: every amax in one all-reduce, then new scales --------
+  RETURN_IF_ERROR(clock_.Lap(StepPhase::kOptimizer, nullptr));
   RETURN_IF_ERROR(comm_->AllReduce(meta_->amaxes(), ReduceOp::kMax, nullptr));
+  RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, nullptr));
   RETURN_IF_ERROR(meta_->UpdateScales(ops, nullptr));
   if (meta_->current_scaling()) RETURN_IF_ERROR(QuantizeWeightsFromMaster());
+  RETURN_IF_ERROR(clock_.Lap(StepPhase::kOptimizer, nullptr));
 
   // ---- Report --------------------------------------------------------------
   float host_scalars[5];
@@ -163,6 +184,7 @@ absl::StatusOr<StepReport> FsdpTrainer::Step(int step) {
   report.tokens = local_tokens;
   report.compute_time_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  ASSIGN_OR_RETURN(report.phases, clock_.Finish(report.compute_time_s));
   next_step_ = step + 1;
   return report;
 }

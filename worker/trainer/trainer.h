@@ -22,6 +22,17 @@ struct SetupReport {
   int64_t total_parameters = 0;  // elements of the whole model
 };
 
+// Where one step's time went (see step_clock.h): GPU-timed phases on the
+// CUDA engine, host-timed on the CPU engine.
+struct StepPhaseTimes {
+  double forward_s = 0.0;
+  double loss_s = 0.0;
+  double backward_s = 0.0;
+  double optimizer_s = 0.0;
+  double collective_s = 0.0;  // all-gathers, reduce-scatters and all-reduces
+  double host_s = 0.0;        // step wall time outside the timeline above
+};
+
 struct StepReport {
   int step = 0;
   float loss = 0.f;       // global mean loss (identical on every rank)
@@ -29,6 +40,7 @@ struct StepReport {
   float lr = 0.f;
   int64_t tokens = 0;     // this rank's valid tokens
   double compute_time_s = 0.0;
+  StepPhaseTimes phases;
 };
 
 class Trainer {

@@ -3,6 +3,8 @@
 
 #include <cblas.h>
 
+#include <array>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -68,6 +70,24 @@ class CpuOps : public Ops {
     return absl::OkStatus();
   }
   absl::Status Synchronize(Stream*) override { return absl::OkStatus(); }
+
+  absl::Status MarkTime(int mark, Stream*) override {
+    if (mark < 0 || mark >= kTimeMarks) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("time mark ", mark, " is outside [0, ", kTimeMarks, ")"));
+    }
+    marks_[mark] = std::chrono::steady_clock::now();
+    marked_[mark] = true;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<double> SecondsBetween(int from, int to) override {
+    for (int mark : {from, to}) {
+      if (mark < 0 || mark >= kTimeMarks || !marked_[mark]) {
+        return absl::FailedPreconditionError(absl::StrCat("time mark ", mark, " was not recorded"));
+      }
+    }
+    return std::chrono::duration<double>(marks_[to] - marks_[from]).count();
+  }
 
   absl::Status Quantize(const TensorDesc& in, const TensorDesc& out, Stream*) override {
     return cpu::Quantize(in, out);
@@ -166,6 +186,10 @@ class CpuOps : public Ops {
                          Stream*) override {
     return cpu::FusedAdam(plan, hyper, grad_scale);
   }
+
+ private:
+  std::array<std::chrono::steady_clock::time_point, kTimeMarks> marks_{};
+  std::array<bool, kTimeMarks> marked_{};
 };
 
 }  // namespace

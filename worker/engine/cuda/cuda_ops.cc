@@ -15,6 +15,7 @@
 #include "worker/engine/cuda/device_context.h"
 #include "worker/engine/cuda/gemm.h"
 #include "worker/engine/cuda/kernels.h"
+#include "worker/engine/cuda/time_marks.h"
 
 namespace tessera {
 namespace {
@@ -96,7 +97,10 @@ class CudaOps : public Ops {
   explicit CudaOps(std::unique_ptr<cuda::DeviceContext> ctx)
       : ctx_(std::move(ctx)), gemm_(ctx_.get()) {}
 
-  absl::Status Init() { return gemm_.Init(); }
+  absl::Status Init() {
+    RETURN_IF_ERROR(gemm_.Init());
+    return time_marks_.Init(kTimeMarks);
+  }
 
   // ---- Memory ----
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) override {
@@ -133,6 +137,15 @@ class CudaOps : public Ops {
   absl::Status Synchronize(Stream* stream) override {
     RETURN_IF_ERROR(ctx_->MakeCurrent());
     return ctx_->SynchronizeAndCheckFlag(S(stream));
+  }
+
+  // ---- Step timing ----
+  absl::Status MarkTime(int mark, Stream* stream) override {
+    RETURN_IF_ERROR(ctx_->MakeCurrent());
+    return time_marks_.Record(mark, S(stream));
+  }
+  absl::StatusOr<double> SecondsBetween(int from, int to) override {
+    return time_marks_.SecondsBetween(from, to);
   }
 
   // ---- FP8 ----
@@ -447,6 +460,7 @@ class CudaOps : public Ops {
  private:
   std::unique_ptr<cuda::DeviceContext> ctx_;
   cuda::GemmRunner gemm_;
+  cuda::TimeMarks time_marks_;
   Scratch attention_scratch_, rmsnorm_scratch_, ce_logits_, ce_dlogits_;
 };
 

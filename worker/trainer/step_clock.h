@@ -1,0 +1,46 @@
+// Phase timing of one training step, as users see it in StepMetrics: the
+// step's GPU timeline (on the CPU engine, the host clock) is cut by time
+// marks into laps, and each lap is charged to one phase: forward, loss,
+// backward, optimizer, or waiting on collectives. What the timeline does not
+// cover (reading the batch, the launch of the first kernel, the read-back of
+// the step's scalars) is host time. Marks are Ops::MarkTime events: no
+// allocation, no host wait; the laps are read once, after the step's final
+// synchronize. Consecutive laps of the same phase share one mark.
+#ifndef TESSERA_WORKER_TRAINER_STEP_CLOCK_H_
+#define TESSERA_WORKER_TRAINER_STEP_CLOCK_H_
+
+#include <array>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/ops/ops.h"
+#include "worker/trainer/trainer.h"
+
+namespace tessera {
+
+enum class StepPhase { kForward = 0, kLoss, kBackward, kOptimizer, kCollective };
+constexpr int kStepPhases = 5;
+
+
+class StepClock {
+ public:
+  explicit StepClock(Ops& ops) : ops_(ops) {}
+
+  // Opens the step's timeline at the current point of `stream`.
+  absl::Status Start(Stream* stream);
+  // Closes the lap since the previous mark and charges it to `phase`.
+  absl::Status Lap(StepPhase phase, Stream* stream);
+  // Once the stream is synchronized: the phase sums, and as host time the
+  // part of `wall_s` (the step's host wall time) the timeline leaves out.
+  absl::StatusOr<StepPhaseTimes> Finish(double wall_s);
+
+ private:
+  Ops& ops_;
+  int marks_ = 0;  // marks recorded since Start
+  // lap_phase_[i]: the phase of the lap that ends at mark i (i >= 1).
+  std::array<StepPhase, Ops::kTimeMarks> lap_phase_{};
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_WORKER_TRAINER_STEP_CLOCK_H_

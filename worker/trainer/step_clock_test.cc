@@ -1,0 +1,102 @@
+// StepClock on the CPU engine, whose marks are host-clock readings: laps are
+// charged to the phase named when they close, same-phase laps share a mark,
+// and host time is the wall time the timeline leaves out. Sleeps give lower
+// bounds only, so the checks hold however slow the machine is.
+#include "worker/trainer/step_clock.h"
+
+#include <chrono>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "worker/engine/cpu/cpu_ops.h"
+
+namespace tessera {
+namespace {
+
+using std::chrono::milliseconds;
+
+double SecondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+TEST(StepClockTest, ChargesEachLapToItsPhase) {
+  std::unique_ptr<Ops> ops = CreateCpuOps();
+  StepClock clock(*ops);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(milliseconds(15));  // host work before the timeline
+  ASSERT_TRUE(clock.Start(nullptr).ok());
+  std::this_thread::sleep_for(milliseconds(20));
+  ASSERT_TRUE(clock.Lap(StepPhase::kForward, nullptr).ok());
+  std::this_thread::sleep_for(milliseconds(10));
+  ASSERT_TRUE(clock.Lap(StepPhase::kCollective, nullptr).ok());
+  std::this_thread::sleep_for(milliseconds(5));
+  ASSERT_TRUE(clock.Lap(StepPhase::kOptimizer, nullptr).ok());
+  absl::StatusOr<StepPhaseTimes> t = clock.Finish(SecondsSince(t0));
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_GE(t->forward_s, 0.020);
+  EXPECT_GE(t->collective_s, 0.010);
+  EXPECT_GE(t->optimizer_s, 0.005);
+  EXPECT_EQ(t->loss_s, 0.0);
+  EXPECT_EQ(t->backward_s, 0.0);
+  EXPECT_GE(t->host_s, 0.015);
+  // The phases and the host time add up to the wall time.
+  const double timeline = t->forward_s + t->collective_s + t->optimizer_s;
+  EXPECT_GE(t->host_s + timeline, 0.050);
+}
+
+TEST(StepClockTest, SamePhaseLapsShareAMarkSoLongStepsFit) {
+  std::unique_ptr<Ops> ops = CreateCpuOps();
+  StepClock clock(*ops);
+  ASSERT_TRUE(clock.Start(nullptr).ok());
+  for (int i = 0; i < 3 * Ops::kTimeMarks; ++i) {
+    ASSERT_TRUE(clock.Lap(StepPhase::kBackward, nullptr).ok()) << i;
+  }
+  std::this_thread::sleep_for(milliseconds(5));
+  ASSERT_TRUE(clock.Lap(StepPhase::kBackward, nullptr).ok());
+  absl::StatusOr<StepPhaseTimes> t = clock.Finish(1.0);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_GE(t->backward_s, 0.005);
+}
+
+TEST(StepClockTest, TooManyAlternatingLapsIsAnErrorNotACrash) {
+  std::unique_ptr<Ops> ops = CreateCpuOps();
+  StepClock clock(*ops);
+  ASSERT_TRUE(clock.Start(nullptr).ok());
+  absl::Status last;
+  for (int i = 0; i < Ops::kTimeMarks && last.ok(); ++i) {
+    last = clock.Lap(i % 2 ? StepPhase::kForward : StepPhase::kCollective, nullptr);
+  }
+  EXPECT_EQ(last.code(), absl::StatusCode::kResourceExhausted) << last;
+  // The clock starts over cleanly.
+  ASSERT_TRUE(clock.Start(nullptr).ok());
+  ASSERT_TRUE(clock.Lap(StepPhase::kLoss, nullptr).ok());
+  EXPECT_TRUE(clock.Finish(1.0).ok());
+}
+
+TEST(StepClockTest, OutOfOrderUseIsRefused) {
+  std::unique_ptr<Ops> ops = CreateCpuOps();
+  StepClock clock(*ops);
+  EXPECT_EQ(clock.Lap(StepPhase::kForward, nullptr).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(clock.Finish(1.0).status().code(), absl::StatusCode::kFailedPrecondition);
+  // A timeline with no laps is all host time.
+  ASSERT_TRUE(clock.Start(nullptr).ok());
+  absl::StatusOr<StepPhaseTimes> t = clock.Finish(0.25);
+  ASSERT_TRUE(t.ok());
+  EXPECT_DOUBLE_EQ(t->host_s, 0.25);
+}
+
+TEST(CpuOpsTimeMarksTest, UnrecordedOrOutOfRangeMarksAreRefused) {
+  std::unique_ptr<Ops> ops = CreateCpuOps();
+  EXPECT_EQ(ops->MarkTime(-1, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ops->MarkTime(Ops::kTimeMarks, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ops->SecondsBetween(0, 1).status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(ops->MarkTime(0, nullptr).ok());
+  ASSERT_TRUE(ops->MarkTime(1, nullptr).ok());
+  absl::StatusOr<double> s = ops->SecondsBetween(0, 1);
+  ASSERT_TRUE(s.ok());
+  EXPECT_GE(*s, 0.0);
+}
+
+}  // namespace
+}  // namespace tessera
