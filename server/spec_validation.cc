@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/spec_limits.h"
 
 namespace tessera {
 namespace {
@@ -131,6 +132,8 @@ absl::Status ValidateFp8(const v1::Fp8Recipe& f) {
 }  // namespace
 
 absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
+  // Upper bounds first: the rules below may multiply fields.
+  if (absl::Status s = CheckSpecLimits(spec); !s.ok()) return s;
   if (!spec.has_model()) return Bad("model", "is required");
   if (absl::Status s = ValidateModel(spec.model()); !s.ok()) return s;
   if (!spec.has_data()) return Bad("data", "is required");

@@ -2,7 +2,8 @@
 // valid spec passes, and defaults fill what the proto documents. The newer
 // rules are checked from both sides: n_kv_heads (grouped-query attention)
 // accepted when it divides n_heads, the CUDA head dims 64 and 128, and no
-// upper limit on seq_len.
+// upper limit on seq_len below common/spec_limits.h's. Upper limits are
+// checked too (their own tests are common/spec_limits_test.cc).
 #include "server/spec_validation.h"
 
 #include <functional>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/spec_limits.h"
 #include "gtest/gtest.h"
 
 namespace tessera {
@@ -75,6 +77,12 @@ TEST(SpecValidation, EachRuleNamesItsField) {
       {"checkpoint.interval_steps", [](v1::JobSpec& s) { s.mutable_checkpoint()->set_interval_steps(-1); }},
       {"checkpoint.dir", [](v1::JobSpec& s) { s.mutable_checkpoint()->set_interval_steps(5); }},
       {"loss_chunk_tokens", [](v1::JobSpec& s) { s.set_loss_chunk_tokens(-1); }},
+      // Upper limits (common/spec_limits.h): values that once aborted the
+      // coordinator, the worker, or every later `tessera jobs`.
+      {"steps: must be <= 10000000", [](v1::JobSpec& s) { s.set_steps(2147483647); }},
+      {"data.synthetic.num_tokens: must be <=", [](v1::JobSpec& s) { s.mutable_data()->mutable_synthetic()->set_num_tokens(1'000'000'000'000); }},
+      {"name: must be at most 256 bytes", [](v1::JobSpec& s) { s.set_name(std::string(10 << 20, '7')); }},
+      {"model.vocab_size: must be <=", [](v1::JobSpec& s) { s.mutable_model()->set_vocab_size(kMaxVocabSize + 1); }},
   };
   for (const Case& c : cases) {
     v1::JobSpec spec = ValidSpec();
