@@ -133,7 +133,35 @@ TEST(CliNoServerTest, BadJobFileIsUsageErrorNamingFileAndLine) {
   std::string path = WriteTemp("typo.yaml", "steps: 10\nmodel:\n  d_modle: 64\n");
   Result r = RunTessera({"submit", path, "--coordinator", "127.0.0.1:1"});
   EXPECT_EQ(r.code, kExitUsage);
-  EXPECT_EQ(r.err, absl::StrCat("tessera: ", path, ": line 3: model.d_modle: unknown field\n"));
+  EXPECT_EQ(r.err, absl::StrCat("tessera: ", path,
+                                ": line 3: model.d_modle: unknown field; did you mean d_model?\n"));
+}
+
+TEST(CliNoServerTest, HostileJobFilesAreUsageErrorsNotCrashes) {
+  // Each of these once crashed the CLI: a JSON document nested 100,000 deep
+  // and a 10 MB unquoted number as the name, in either format.
+  std::string deep = "{\"name\": ";
+  for (int i = 0; i < 100000; ++i) deep += "{\"a\": ";
+  deep += "1" + std::string(100000, '}') + "}";
+  const std::string number(10 << 20, '7');
+  struct Case {
+    std::string name, text, reason;
+  };
+  const std::vector<Case> cases = {
+      {"deep.json", deep, "nested deeper than"},
+      {"deep.yaml", "name: " + std::string(100000, '[') + std::string(100000, ']') + "\n", ""},
+      {"number.yaml", "name: " + number + "\n", "job files are at most"},
+      {"number.json", "{\"name\": " + number + "}", "job files are at most"},
+  };
+  for (const Case& c : cases) {
+    const std::string path = WriteTemp(c.name, c.text);
+    Result r = RunTessera({"submit", path, "--dry-run"});
+    EXPECT_EQ(r.code, kExitUsage) << c.name << ": " << r.err;
+    EXPECT_EQ(r.err.rfind(absl::StrCat("tessera: ", path, ": "), 0), 0u) << r.err;
+    EXPECT_NE(r.err.find(c.reason), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_TRUE(r.out.empty());
+  }
 }
 
 TEST_F(CliTest, ServerErrorIsCodeAndMessageWithExitCode1) {
