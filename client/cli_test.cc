@@ -215,6 +215,43 @@ TEST_F(CliTest, TablesAndJsonOutput) {
   EXPECT_EQ(RunTessera({"jobs", "--state", "SLEEPING", "--coordinator", addr}).code, kExitUsage);
 }
 
+TEST_F(CliTest, JobsListsEveryPage) {
+  for (int i = 1; i <= 230; ++i) AddFinishedJob(absl::StrCat("job-", i), 2, v1::SUCCEEDED);
+  const std::string addr = server_.address();
+  Result json = RunTessera({"jobs", "--json", "--coordinator", addr});
+  ASSERT_EQ(json.code, kExitOk) << json.err;
+  v1::ListJobsResponse list;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json.out, &list).ok()) << json.out;
+  EXPECT_EQ(list.jobs_size(), 230);
+  EXPECT_TRUE(list.next_page_token().empty());
+  Result table = RunTessera({"jobs", "--coordinator", addr});
+  EXPECT_EQ(std::count(table.out.begin(), table.out.end(), '\n'), 231) << table.out;  // + header
+  EXPECT_EQ(server_.calls("ListJobs"), 6);
+}
+
+TEST_F(CliTest, DeleteRemovesAFinishedJobAndRefusesOthers) {
+  AddFinishedJob("job-1", 4, v1::SUCCEEDED);
+  v1::Job running;
+  running.set_id("job-2");
+  running.set_state(v1::RUNNING);
+  server_.AddJob(running, {});
+  const std::string addr = server_.address();
+  Result deleted = RunTessera({"delete", "job-1", "--coordinator", addr});
+  EXPECT_EQ(deleted.code, kExitOk) << deleted.err;
+  EXPECT_EQ(deleted.out, "deleted job-1\n");
+  Result again = RunTessera({"delete", "job-1", "--coordinator", addr});
+  EXPECT_EQ(again.code, kExitFailed);
+  EXPECT_EQ(again.err, "tessera: NOT_FOUND: job_id: no job 'job-1'\n");
+  Result refused = RunTessera({"delete", "job-2", "--json", "--coordinator", addr});
+  EXPECT_EQ(refused.code, kExitFailed);
+  EXPECT_TRUE(absl::StartsWith(refused.err, "tessera: FAILED_PRECONDITION: ")) << refused.err;
+  AddFinishedJob("job-3", 4, v1::CANCELLED);
+  Result json = RunTessera({"delete", "job-3", "--json", "--coordinator", addr});
+  EXPECT_EQ(json.code, kExitOk);
+  EXPECT_EQ(json.out, "{\"job_id\":\"job-3\"}\n");
+  EXPECT_EQ(RunTessera({"delete", "--coordinator", addr}).code, kExitUsage);
+}
+
 TEST_F(CliTest, WatchOffATerminalPrintsBoundedLinesAndSummary) {
   AddFinishedJob("job-1", 500, v1::SUCCEEDED);
   Result r = RunTessera({"watch", "job-1", "--coordinator", server_.address()});
