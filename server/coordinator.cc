@@ -43,7 +43,9 @@ constexpr char kNextJobNumberFile[] = "next_job_number";
 }  // namespace
 
 Coordinator::Coordinator(CoordinatorOptions options)
-    : options_(std::move(options)), registry_(options_.worker_timeout) {}
+    : options_(std::move(options)),
+      registry_(options_.worker_timeout),
+      scheduler_(options_.starvation_timeout) {}
 
 Coordinator::~Coordinator() { Shutdown(); }
 
@@ -192,8 +194,8 @@ absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec) {
   *job.mutable_spec() = WithDefaults(spec);
   job.set_create_time_unix_ms(absl::ToUnixMillis(options_.now()));
   job.set_state(v1::PENDING);
-  scheduler_.Enqueue(job.id());
-  job.set_reason(Scheduler::PendingReason(job.spec(), registry_, scheduler_.Position(job.id())));
+  scheduler_.Enqueue(job.id(), job.spec(), options_.now());
+  job.set_reason(scheduler_.PendingReasons(registry_, options_.now())[job.id()]);
   v1::JobEvent event;
   event.mutable_state_change()->set_state(v1::PENDING);
   event.mutable_state_change()->set_reason(job.reason());
@@ -350,10 +352,10 @@ std::vector<v1::WorkerRecord> Coordinator::ListWorkers() {
 }
 
 void Coordinator::RefreshPendingLocked() {
-  for (const std::string& id : scheduler_.queue()) {
-    JobEntry& entry = *jobs_[id];
-    std::string reason =
-        Scheduler::PendingReason(entry.job.spec(), registry_, scheduler_.Position(id));
+  for (auto& [id, reason] : scheduler_.PendingReasons(registry_, options_.now())) {
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) continue;
+    JobEntry& entry = *it->second;
     if (reason != entry.job.reason()) {
       entry.job.set_reason(reason);
       PersistLocked(entry.job);
@@ -435,12 +437,9 @@ void Coordinator::Tick() {
     entry.events->Append(event, false);
     if (entry.runner) entry.runner->Stop(v1::FAILED, lost.reason);
   }
-  while (!scheduler_.queue().empty()) {
-    JobEntry& head = *jobs_[scheduler_.queue().front()];
-    std::optional<Placement> placement =
-        scheduler_.TryPlaceHead(head.job.id(), head.job.spec(), registry_);
-    if (!placement) break;
-    StartJobLocked(head, *placement);
+  for (const Placement& placement : scheduler_.Schedule(registry_, options_.now())) {
+    auto it = jobs_.find(placement.job_id);
+    if (it != jobs_.end()) StartJobLocked(*it->second, placement);
   }
   RefreshPendingLocked();
 }

@@ -5,7 +5,8 @@
 // (request_limits.h) and so is everything stored from them.
 //
 // A background thread ticks every 100 ms: it sweeps dead workers (failing
-// their jobs), and places the head of the queue when its gang is free. Job
+// their jobs), and starts every queued job whose gang is free (backfill with
+// a starvation bound, see scheduler.h). Job
 // records are persisted in the state directory so that `tessera jobs`
 // survives a coordinator restart; a job that was not terminal when the
 // coordinator stopped is marked FAILED on the next start. Deleting a job
@@ -40,6 +41,9 @@ struct CoordinatorOptions {
   absl::Duration worker_timeout = absl::Seconds(5);
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration collective_timeout = absl::Seconds(60);
+  // A job the registered workers could run that has waited this long stops
+  // later jobs of its device kind from starting before it (scheduler.h).
+  absl::Duration starvation_timeout = absl::Minutes(5);
   // Opens a connection to a worker's WorkerService at `address`.
   std::function<std::unique_ptr<WorkerConnection>(const std::string& address)> connect;
   // The clock (tests inject one).
@@ -77,7 +81,7 @@ class Coordinator {
   std::vector<v1::WorkerRecord> ListWorkers();
   RendezvousTable& rendezvous() { return rendezvous_; }
 
-  // One scheduling round: sweep dead workers, place the queue head.
+  // One scheduling round: sweep dead workers, start the jobs that fit.
   void Tick();
 
  private:

@@ -2,7 +2,8 @@
 // of the sizes that once broke it), NOT_FOUND, cancel semantics, scheduling
 // a gang, a lost worker failing its job, job records surviving a restart
 // through the state directory, bounded request strings and stored reasons,
-// ListJobs pages, and deleting finished jobs.
+// ListJobs pages, deleting finished jobs, and backfill past a job that
+// cannot be placed.
 #include "server/coordinator.h"
 
 #include <cstdlib>
@@ -40,6 +41,7 @@ class CoordinatorTest : public ::testing::Test {
     options.state_dir = state_dir;
     options.start_background_thread = false;
     options.worker_timeout = absl::Seconds(5);
+    options.starvation_timeout = starvation_timeout_;
     options.now = [this] { return now_; };
     options.connect = [behavior](const std::string&) {
       return std::make_unique<FakeWorkerConnection>(0, behavior);
@@ -66,6 +68,7 @@ class CoordinatorTest : public ::testing::Test {
     return *core_->GetJob(id);
   }
   absl::Time now_ = absl::FromUnixSeconds(1000);
+  absl::Duration starvation_timeout_ = absl::Minutes(5);
   std::unique_ptr<Coordinator> core_;
 };
 
@@ -330,6 +333,23 @@ TEST_F(CoordinatorTest, DeleteOnlyFinishedJobsAndNeverReuseTheirIds) {
   EXPECT_EQ(core_->GetJob(pending.id()).status().code(), absl::StatusCode::kNotFound);
   v1::Job next = *core_->SubmitJob(Spec(1, 1));
   EXPECT_NE(next.id(), pending.id());
+}
+
+TEST_F(CoordinatorTest, AnImpossibleJobDoesNotBlockTheJobsBehindIt) {
+  starvation_timeout_ = absl::ZeroDuration();  // a job that could run would hold the workers
+  Make();
+  AddWorker("h:1");
+  AddWorker("h:2");
+  v1::Job huge = *core_->SubmitJob(Spec(1000, 5));
+  v1::Job small = *core_->SubmitJob(Spec(1, 3));
+  v1::Job done = WaitTerminal(small.id());
+  EXPECT_EQ(done.state(), v1::SUCCEEDED) << done.reason();
+  v1::Job waiting = *core_->GetJob(huge.id());
+  EXPECT_EQ(waiting.state(), v1::PENDING);
+  EXPECT_EQ(waiting.queue_position(), 1);
+  EXPECT_NE(waiting.reason().find("waiting for 1000 healthy CPU workers to register: 2 registered"),
+            std::string::npos)
+      << waiting.reason();
 }
 
 }  // namespace
