@@ -40,6 +40,27 @@ absl::Status NotFound(const std::string& job_id) {
 
 constexpr char kNextJobNumberFile[] = "next_job_number";
 
+// Records written before the request limits existed may hold strings of any
+// size (a 10 MB name once made every ListJobs response too large for gRPC);
+// cutting them to the limits makes such a state directory listable again.
+// Returns whether anything was cut.
+bool BoundStoredStrings(v1::Job* job) {
+  bool cut = false;
+  auto bound = [&cut](std::string* s, size_t max) {
+    if (s->size() <= max) return;
+    *s = TruncateUtf8(*s, max);
+    cut = true;
+  };
+  v1::JobSpec* spec = job->mutable_spec();
+  bound(spec->mutable_name(), kMaxJobNameBytes);
+  if (spec->data().source_case() == v1::DataConfig::kTokenFile) {
+    bound(spec->mutable_data()->mutable_token_file(), kMaxPathBytes);
+  }
+  if (spec->has_checkpoint()) bound(spec->mutable_checkpoint()->mutable_dir(), kMaxPathBytes);
+  bound(job->mutable_reason(), kMaxStoredMessageBytes);
+  return cut;
+}
+
 }  // namespace
 
 Coordinator::Coordinator(CoordinatorOptions options)
@@ -105,8 +126,11 @@ void Coordinator::LoadPersisted() {
     std::ifstream in(dir + "/" + name, std::ios::binary);
     v1::Job job;
     if (!job.ParseFromIstream(&in)) continue;
+    if (job.id().empty() || static_cast<int64_t>(job.id().size()) > kMaxIdBytes) continue;
+    const bool cut = BoundStoredStrings(&job);
     auto entry = std::make_unique<JobEntry>();
     entry->job = job;
+    if (cut) PersistLocked(entry->job);
     int number = 0;
     if (absl::SimpleAtoi(job.id().substr(job.id().find('-') + 1), &number)) {
       next_job_number_ = std::max(next_job_number_, number + 1);

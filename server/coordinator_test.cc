@@ -7,6 +7,7 @@
 #include "server/coordinator.h"
 
 #include <cstdlib>
+#include <fstream>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -350,6 +351,38 @@ TEST_F(CoordinatorTest, AnImpossibleJobDoesNotBlockTheJobsBehindIt) {
   EXPECT_NE(waiting.reason().find("waiting for 1000 healthy CPU workers to register: 2 registered"),
             std::string::npos)
       << waiting.reason();
+}
+
+TEST_F(CoordinatorTest, OversizedRecordsFromBeforeTheLimitsAreCutOnLoad) {
+  // A state directory holding a job accepted with a 10 MB name once made
+  // every ListJobs fail; after a restart it must list again.
+  std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/old-state");
+  Make({}, dir);
+  core_->Shutdown();
+  v1::Job old;
+  old.set_id("job-7");
+  old.set_state(v1::SUCCEEDED);
+  old.set_reason(std::string(10 << 20, 'r'));
+  *old.mutable_spec() = Spec(1, 1);
+  old.mutable_spec()->set_name(std::string(10 << 20, '7'));
+  {
+    std::ofstream out(dir + "/jobs/job-7.binpb", std::ios::binary);
+    ASSERT_TRUE(old.SerializeToOstream(&out));
+  }
+  Make({}, dir);
+  auto page = core_->ListJobs({});
+  ASSERT_TRUE(page.ok()) << page.status();
+  ASSERT_EQ(page->jobs.size(), 1u);
+  EXPECT_LE(page->jobs[0].spec().name().size(), 256u);
+  EXPECT_LE(page->jobs[0].reason().size(), 4096u);
+  EXPECT_NE(page->jobs[0].spec().name().find("[truncated]"), std::string::npos);
+  EXPECT_EQ(core_->SubmitJob(Spec(1, 1))->id(), "job-8");
+  // The cut record was written back.
+  core_->Shutdown();
+  std::ifstream in(dir + "/jobs/job-7.binpb", std::ios::binary);
+  v1::Job reread;
+  ASSERT_TRUE(reread.ParseFromIstream(&in));
+  EXPECT_LE(reread.spec().name().size(), 256u);
 }
 
 }  // namespace
