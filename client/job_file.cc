@@ -124,17 +124,17 @@ absl::Status CheckJsonBounds(const std::string& text, const std::string& source)
   return absl::OkStatus();
 }
 
-// Parses JSON, refusing a key repeated within one object (nlohmann would
-// keep the last one silently; YAML files get the same check).
+// Parses JSON. A key repeated within one object (nlohmann would keep the
+// last one silently; YAML files get the same check) is reported through
+// `duplicate`, its field path, so that the caller can name its line.
 absl::StatusOr<Json> ParseJson(const std::string& text, const std::string& source,
-                               const LineMap& lines) {
+                               std::string* duplicate) {
   struct Open {
     std::string path;
     std::string key;  // the key whose value is being read
     std::set<std::string> keys;
   };
   std::vector<Open> objects;
-  std::string duplicate;  // path of the first duplicated field
   auto on_event = [&](int, Json::parse_event_t event, Json& parsed) {
     switch (event) {
       case Json::parse_event_t::object_start:
@@ -148,7 +148,9 @@ absl::StatusOr<Json> ParseJson(const std::string& text, const std::string& sourc
         if (!objects.empty() && parsed.is_string()) {
           Open& o = objects.back();
           o.key = parsed.get<std::string>();
-          if (!o.keys.insert(o.key).second && duplicate.empty()) duplicate = Join(o.path, o.key);
+          if (!o.keys.insert(o.key).second && duplicate->empty()) {
+            *duplicate = Join(o.path, o.key);
+          }
         }
         break;
       default:
@@ -166,27 +168,32 @@ absl::StatusOr<Json> ParseJson(const std::string& text, const std::string& sourc
   } catch (const std::exception& e) {
     return Invalid(source, 0, absl::StrCat("cannot read JSON: ", e.what()));
   }
-  if (!duplicate.empty()) {
-    return Invalid(source, LineOf(lines, duplicate, 1),
-                   absl::StrCat(duplicate, ": duplicate field"));
-  }
   return json;
 }
 
+// Nodes a YAML walk may still visit. Aliases let a few lines of YAML name
+// a tree of exponential size ("billion laughs"); the walks stop at the
+// budget instead of expanding it.
+struct NodeBudget {
+  int64_t left = kMaxJobFileNodes;
+  bool Take() { return left-- > 0; }
+};
+
 // Records the line of every mapping key, by field path. Stops descending at
-// the depth limit (the conversion refuses such files anyway).
-void CollectLines(const YAML::Node& node, const std::string& path, int depth, LineMap* lines) {
-  if (depth > kMaxJobFileDepth) return;
+// the depth limit or the node budget (the conversion refuses such files).
+void CollectLines(const YAML::Node& node, const std::string& path, int depth, NodeBudget* budget,
+                  LineMap* lines) {
+  if (depth > kMaxJobFileDepth || !budget->Take()) return;
   if (node.IsMap()) {
     for (const auto& kv : node) {
       std::string key_path = Join(path, kv.first.Scalar());
       (*lines)[key_path].push_back(kv.first.Mark().line + 1);
-      CollectLines(kv.second, key_path, depth + 1, lines);
+      CollectLines(kv.second, key_path, depth + 1, budget, lines);
     }
   } else if (node.IsSequence()) {
     int i = 0;
     for (const auto& item : node) {
-      CollectLines(item, absl::StrCat(path, "[", i++, "]"), depth + 1, lines);
+      CollectLines(item, absl::StrCat(path, "[", i++, "]"), depth + 1, budget, lines);
     }
   }
 }
@@ -228,8 +235,13 @@ bool IsPlainFloat(absl::string_view s) {
 // Integers too large for int64 stay strings, which protobuf accepts for
 // uint64 fields.
 absl::StatusOr<Json> YamlToJson(const YAML::Node& node, const std::string& path, int depth,
-                                const std::string& source) {
+                                NodeBudget* budget, const std::string& source) {
   if (depth > kMaxJobFileDepth) return Invalid(source, node.Mark().line + 1, TooDeep());
+  if (!budget->Take()) {
+    return Invalid(source, node.Mark().line + 1,
+                   absl::StrCat("more than ", kMaxJobFileNodes,
+                                " values (counting each use of an alias)"));
+  }
   switch (node.Type()) {
     case YAML::NodeType::Map: {
       Json obj = Json::object();
@@ -243,7 +255,8 @@ absl::StatusOr<Json> YamlToJson(const YAML::Node& node, const std::string& path,
           return Invalid(source, kv.first.Mark().line + 1,
                          absl::StrCat(Join(path, key), ": duplicate field"));
         }
-        absl::StatusOr<Json> value = YamlToJson(kv.second, Join(path, key), depth + 1, source);
+        absl::StatusOr<Json> value =
+            YamlToJson(kv.second, Join(path, key), depth + 1, budget, source);
         if (!value.ok()) return value.status();
         obj[key] = *std::move(value);
       }
@@ -254,7 +267,7 @@ absl::StatusOr<Json> YamlToJson(const YAML::Node& node, const std::string& path,
       int i = 0;
       for (const auto& item : node) {
         absl::StatusOr<Json> value =
-            YamlToJson(item, absl::StrCat(path, "[", i++, "]"), depth + 1, source);
+            YamlToJson(item, absl::StrCat(path, "[", i++, "]"), depth + 1, budget, source);
         if (!value.ok()) return value.status();
         arr.push_back(*std::move(value));
       }
@@ -373,23 +386,32 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text, const std::str
   LineMap lines;
   if (format == JobFileFormat::kJson) {
     if (absl::Status s = CheckJsonBounds(text, source); !s.ok()) return s;
+    std::string duplicate;
+    absl::StatusOr<Json> parsed = ParseJson(text, source, &duplicate);
+    if (!parsed.ok()) return parsed.status();
+    json = *std::move(parsed);
     try {
-      CollectLines(YAML::Load(text), "", 0, &lines);  // only for line numbers
+      // Only for line numbers; valid JSON holds no YAML aliases.
+      NodeBudget budget;
+      CollectLines(YAML::Load(text), "", 0, &budget, &lines);
     } catch (const std::exception&) {
       lines.clear();
     }
-    absl::StatusOr<Json> parsed = ParseJson(text, source, lines);
-    if (!parsed.ok()) return parsed.status();
-    json = *std::move(parsed);
+    if (!duplicate.empty()) {
+      return Invalid(source, LineOf(lines, duplicate, 1),
+                     absl::StrCat(duplicate, ": duplicate field"));
+    }
   } else {
     try {
       // yaml-cpp bounds its own recursion (a DeepRecursion error) while
       // parsing; the conversion below enforces the tighter job file limit.
       YAML::Node root = YAML::Load(text);
-      CollectLines(root, "", 0, &lines);
-      absl::StatusOr<Json> converted = YamlToJson(root, "", 0, source);
+      NodeBudget budget;
+      absl::StatusOr<Json> converted = YamlToJson(root, "", 0, &budget, source);
       if (!converted.ok()) return converted.status();
       json = *std::move(converted);
+      NodeBudget lines_budget;
+      CollectLines(root, "", 0, &lines_budget, &lines);
     } catch (const YAML::Exception& e) {
       return Invalid(source, e.mark.line + 1, e.msg);
     } catch (const std::exception& e) {

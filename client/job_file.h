@@ -9,7 +9,9 @@
 // A job file is a few dozen lines, so hostile or broken input is refused
 // before any parser recurses over it or any value is copied around: at most
 // kMaxJobFileBytes, nested at most kMaxJobFileDepth levels, no single value
-// longer than kMaxJobFileValueBytes.
+// longer than kMaxJobFileValueBytes, and at most kMaxJobFileNodes values
+// (YAML aliases counted at each use, so a few lines cannot expand into an
+// exponentially large document).
 #ifndef TESSERA_CLIENT_JOB_FILE_H_
 #define TESSERA_CLIENT_JOB_FILE_H_
 
@@ -24,6 +26,7 @@ namespace tessera {
 inline constexpr int64_t kMaxJobFileBytes = 1 << 20;
 inline constexpr int kMaxJobFileDepth = 32;
 inline constexpr int64_t kMaxJobFileValueBytes = 64 << 10;
+inline constexpr int64_t kMaxJobFileNodes = 10000;
 
 enum class JobFileFormat {
   kAuto,  // JSON if the text starts with '{', YAML otherwise

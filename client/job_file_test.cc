@@ -231,6 +231,23 @@ TEST(JobFile, HugeValuesAreRefused) {
   EXPECT_EQ(ok->name().size(), static_cast<size_t>(kMaxJobFileValueBytes - 10));
 }
 
+TEST(JobFile, AliasesCannotExpandIntoAHugeDocument) {
+  // Nine levels of ten aliases each would name 10^9 values.
+  std::string text = "a0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n";
+  for (int i = 1; i < 10; ++i) {
+    std::string prev = "*a" + std::to_string(i - 1);
+    text += absl::StrCat("a", i, ": &a", i, " [", prev, ", ", prev, ", ", prev, ", ", prev, ", ",
+                         prev, ", ", prev, ", ", prev, ", ", prev, ", ", prev, ", ", prev, "]\n");
+  }
+  auto spec = ParseJobSpec(text, "laughs.yaml");
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(spec.status(), absl::StrCat("more than ", kMaxJobFileNodes, " values")))
+      << spec.status();
+  // A few aliases are fine (and still checked against the schema).
+  auto small = ParseJobSpec("x: &x 1\nsteps: *x\n", "alias.yaml");
+  EXPECT_TRUE(Contains(small.status(), "line 1: x: unknown field")) << small.status();
+}
+
 TEST(JobFile, OversizedFilesAreRefusedBeforeParsing) {
   const std::string big = "name: " + std::string(10 << 20, '7') + "\n";  // a 10 MB number
   auto text = ParseJobSpec(big, "big.yaml");
