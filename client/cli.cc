@@ -157,6 +157,17 @@ int RunCommand(const ParsedArgs& args, std::ostream& out, std::ostream& err, boo
     out << (json ? ToJsonLine(*job) + "\n" : "cancelling " + job->id() + "\n");
     return kExitOk;
   }
+  if (args.command == "delete") {
+    if (absl::Status s = client.DeleteJob(args.positional[0]); !s.ok()) return Fail(s, err);
+    if (json) {
+      v1::DeleteJobRequest deleted;
+      deleted.set_job_id(args.positional[0]);
+      out << ToJsonLine(deleted) << "\n";
+    } else {
+      out << "deleted " << args.positional[0] << "\n";
+    }
+    return kExitOk;
+  }
   if (args.command == "workers") {
     absl::StatusOr<std::vector<v1::WorkerRecord>> workers = client.ListWorkers();
     if (!workers.ok()) return Fail(workers.status(), err);

@@ -48,6 +48,9 @@ const std::vector<CommandSpec>& Commands() {
        {{"from-step", true, "replay step metrics from this step (default 0)"}}},
       {"cancel", "cancel ID [--reason TEXT]", "cancel a job in any non-terminal state", 1, 1,
        {{"reason", true, "recorded in the job's terminal reason"}}},
+      {"delete", "delete ID",
+       "forget a job that has ended (SUCCEEDED, FAILED or CANCELLED): its record and events", 1,
+       1, {}},
       {"workers", "workers", "list registered worker daemons", 0, 0, {}},
       {"data",
        "data text --out FILE INPUT... | data synthetic --task addition|copy --tokens N [--seed S] "

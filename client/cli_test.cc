@@ -133,7 +133,35 @@ TEST(CliNoServerTest, BadJobFileIsUsageErrorNamingFileAndLine) {
   std::string path = WriteTemp("typo.yaml", "steps: 10\nmodel:\n  d_modle: 64\n");
   Result r = RunTessera({"submit", path, "--coordinator", "127.0.0.1:1"});
   EXPECT_EQ(r.code, kExitUsage);
-  EXPECT_EQ(r.err, absl::StrCat("tessera: ", path, ": line 3: model.d_modle: unknown field\n"));
+  EXPECT_EQ(r.err, absl::StrCat("tessera: ", path,
+                                ": line 3: model.d_modle: unknown field; did you mean d_model?\n"));
+}
+
+TEST(CliNoServerTest, HostileJobFilesAreUsageErrorsNotCrashes) {
+  // Each of these once crashed the CLI: a JSON document nested 100,000 deep
+  // and a 10 MB unquoted number as the name, in either format.
+  std::string deep = "{\"name\": ";
+  for (int i = 0; i < 100000; ++i) deep += "{\"a\": ";
+  deep += "1" + std::string(100000, '}') + "}";
+  const std::string number(10 << 20, '7');
+  struct Case {
+    std::string name, text, reason;
+  };
+  const std::vector<Case> cases = {
+      {"deep.json", deep, "nested deeper than"},
+      {"deep.yaml", "name: " + std::string(100000, '[') + std::string(100000, ']') + "\n", ""},
+      {"number.yaml", "name: " + number + "\n", "job files are at most"},
+      {"number.json", "{\"name\": " + number + "}", "job files are at most"},
+  };
+  for (const Case& c : cases) {
+    const std::string path = WriteTemp(c.name, c.text);
+    Result r = RunTessera({"submit", path, "--dry-run"});
+    EXPECT_EQ(r.code, kExitUsage) << c.name << ": " << r.err;
+    EXPECT_EQ(r.err.rfind(absl::StrCat("tessera: ", path, ": "), 0), 0u) << r.err;
+    EXPECT_NE(r.err.find(c.reason), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_TRUE(r.out.empty());
+  }
 }
 
 TEST_F(CliTest, ServerErrorIsCodeAndMessageWithExitCode1) {
@@ -185,6 +213,43 @@ TEST_F(CliTest, TablesAndJsonOutput) {
   Result filtered = RunTessera({"jobs", "--state", "RUNNING", "--coordinator", addr});
   EXPECT_FALSE(absl::StrContains(filtered.out, "job-1")) << filtered.out;
   EXPECT_EQ(RunTessera({"jobs", "--state", "SLEEPING", "--coordinator", addr}).code, kExitUsage);
+}
+
+TEST_F(CliTest, JobsListsEveryPage) {
+  for (int i = 1; i <= 230; ++i) AddFinishedJob(absl::StrCat("job-", i), 2, v1::SUCCEEDED);
+  const std::string addr = server_.address();
+  Result json = RunTessera({"jobs", "--json", "--coordinator", addr});
+  ASSERT_EQ(json.code, kExitOk) << json.err;
+  v1::ListJobsResponse list;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json.out, &list).ok()) << json.out;
+  EXPECT_EQ(list.jobs_size(), 230);
+  EXPECT_TRUE(list.next_page_token().empty());
+  Result table = RunTessera({"jobs", "--coordinator", addr});
+  EXPECT_EQ(std::count(table.out.begin(), table.out.end(), '\n'), 231) << table.out;  // + header
+  EXPECT_EQ(server_.calls("ListJobs"), 6);
+}
+
+TEST_F(CliTest, DeleteRemovesAFinishedJobAndRefusesOthers) {
+  AddFinishedJob("job-1", 4, v1::SUCCEEDED);
+  v1::Job running;
+  running.set_id("job-2");
+  running.set_state(v1::RUNNING);
+  server_.AddJob(running, {});
+  const std::string addr = server_.address();
+  Result deleted = RunTessera({"delete", "job-1", "--coordinator", addr});
+  EXPECT_EQ(deleted.code, kExitOk) << deleted.err;
+  EXPECT_EQ(deleted.out, "deleted job-1\n");
+  Result again = RunTessera({"delete", "job-1", "--coordinator", addr});
+  EXPECT_EQ(again.code, kExitFailed);
+  EXPECT_EQ(again.err, "tessera: NOT_FOUND: job_id: no job 'job-1'\n");
+  Result refused = RunTessera({"delete", "job-2", "--json", "--coordinator", addr});
+  EXPECT_EQ(refused.code, kExitFailed);
+  EXPECT_TRUE(absl::StartsWith(refused.err, "tessera: FAILED_PRECONDITION: ")) << refused.err;
+  AddFinishedJob("job-3", 4, v1::CANCELLED);
+  Result json = RunTessera({"delete", "job-3", "--json", "--coordinator", addr});
+  EXPECT_EQ(json.code, kExitOk);
+  EXPECT_EQ(json.out, "{\"job_id\":\"job-3\"}\n");
+  EXPECT_EQ(RunTessera({"delete", "--coordinator", addr}).code, kExitUsage);
 }
 
 TEST_F(CliTest, WatchOffATerminalPrintsBoundedLinesAndSummary) {

@@ -175,16 +175,38 @@ absl::StatusOr<v1::Job> CoordinatorClient::GetJob(const std::string& job_id) {
   return job;
 }
 
-absl::StatusOr<std::vector<v1::Job>> CoordinatorClient::ListJobs(
-    const std::vector<v1::JobState>& states) {
+absl::StatusOr<v1::ListJobsResponse> CoordinatorClient::ListJobsPage(
+    const std::vector<v1::JobState>& states, int page_size, const std::string& page_token) {
   v1::ListJobsRequest request;
   for (v1::JobState s : states) request.add_states(s);
+  request.set_page_size(page_size);
+  request.set_page_token(page_token);
   v1::ListJobsResponse response;
   grpc::Status status = impl_->WithRetries(options_, [&](grpc::ClientContext* c) {
+    response.Clear();
     return impl_->stub->ListJobs(c, request, &response);
   });
   if (!status.ok()) return impl_->Explain(status, address_, options_.call_timeout);
-  return std::vector<v1::Job>(response.jobs().begin(), response.jobs().end());
+  return response;
+}
+
+absl::StatusOr<std::vector<v1::Job>> CoordinatorClient::ListJobs(
+    const std::vector<v1::JobState>& states) {
+  std::vector<v1::Job> jobs;
+  std::string token;
+  do {
+    absl::StatusOr<v1::ListJobsResponse> page = ListJobsPage(states, 0, token);
+    if (!page.ok()) return page.status();
+    // An empty page that is not the last, or a token handed back unchanged,
+    // would never end the loop.
+    if (!page->next_page_token().empty() &&
+        (page->jobs().empty() || page->next_page_token() == token)) {
+      return absl::DataLossError("coordinator's ListJobs pages do not advance");
+    }
+    jobs.insert(jobs.end(), page->jobs().begin(), page->jobs().end());
+    token = page->next_page_token();
+  } while (!token.empty());
+  return jobs;
 }
 
 absl::StatusOr<v1::Job> CoordinatorClient::CancelJob(const std::string& job_id,
@@ -198,6 +220,20 @@ absl::StatusOr<v1::Job> CoordinatorClient::CancelJob(const std::string& job_id,
   });
   if (!status.ok()) return impl_->Explain(status, address_, options_.call_timeout);
   return job;
+}
+
+absl::Status CoordinatorClient::DeleteJob(const std::string& job_id) {
+  if (absl::Status connected = impl_->Connect(options_, address_); !connected.ok()) {
+    return connected;
+  }
+  v1::DeleteJobRequest request;
+  request.set_job_id(job_id);
+  v1::DeleteJobResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.call_timeout));
+  grpc::Status status = impl_->stub->DeleteJob(&context, request, &response);
+  if (!status.ok()) return impl_->Explain(status, address_, options_.call_timeout);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<v1::WorkerRecord>> CoordinatorClient::ListWorkers() {

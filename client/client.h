@@ -3,12 +3,13 @@
 // type appears here; results are absl::Status / absl::StatusOr.
 //
 // Every unary call carries a deadline. UNAVAILABLE is retried with
-// exponential backoff and jitter where retrying is safe: GetJob, ListJobs,
-// ListWorkers, CancelJob (idempotent on the server) and WatchJob, which
-// re-subscribes from the last step it delivered and never delivers an event
-// twice. SubmitJob retries only the connection: once the channel is
-// connected the request is sent exactly once, so a job is never submitted
-// twice.
+// exponential backoff and jitter where retrying is safe: GetJob, ListJobs
+// (each page), ListWorkers, CancelJob (idempotent on the server) and
+// WatchJob, which re-subscribes from the last step it delivered and never
+// delivers an event twice. SubmitJob and DeleteJob retry only the
+// connection: once the channel is connected the request is sent exactly
+// once, so a job is never submitted twice and a delete that succeeded is
+// never reported as NOT_FOUND by its own retry.
 #ifndef TESSERA_CLIENT_CLIENT_H_
 #define TESSERA_CLIENT_CLIENT_H_
 
@@ -53,10 +54,16 @@ class CoordinatorClient {
   absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec);
   // NOT_FOUND for an unknown id.
   absl::StatusOr<v1::Job> GetJob(const std::string& job_id);
-  // Newest first; empty `states` means every state.
+  // Every job, newest first, following the coordinator's pages until the
+  // last; empty `states` means every state.
   absl::StatusOr<std::vector<v1::Job>> ListJobs(const std::vector<v1::JobState>& states = {});
+  // One page (see ListJobsRequest in coordinator.proto).
+  absl::StatusOr<v1::ListJobsResponse> ListJobsPage(const std::vector<v1::JobState>& states,
+                                                    int page_size, const std::string& page_token);
   // FAILED_PRECONDITION if the job already ended.
   absl::StatusOr<v1::Job> CancelJob(const std::string& job_id, const std::string& reason = "");
+  // NOT_FOUND for an unknown job; FAILED_PRECONDITION if it has not ended.
+  absl::Status DeleteJob(const std::string& job_id);
   absl::StatusOr<std::vector<v1::WorkerRecord>> ListWorkers();
 
   // Streams the job's events to `on_event`, step metrics from `from_step`

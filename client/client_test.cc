@@ -276,5 +276,48 @@ TEST_F(WatchTest, UnknownJobIsNotFoundAndNotRetried) {
   EXPECT_EQ(server_.calls("WatchJob"), 1);
 }
 
+TEST_F(ClientTest, ListJobsFollowsEveryPage) {
+  // 250 jobs take three pages of the coordinator's default 100.
+  for (int i = 1; i <= 250; ++i) server_.AddJob(RandomJob(rng_, absl::StrCat("job-", i), 5), {});
+  CoordinatorClient client(server_.address(), FastOptions());
+  auto jobs = client.ListJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  ASSERT_EQ(jobs->size(), 250u);
+  for (int i = 0; i < 250; ++i) EXPECT_EQ((*jobs)[i].id(), absl::StrCat("job-", 250 - i));
+  EXPECT_EQ(server_.calls("ListJobs"), 3);
+
+  auto page = client.ListJobsPage({}, 7, "");
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_EQ(page->jobs_size(), 7);
+  EXPECT_FALSE(page->next_page_token().empty());
+  auto next = client.ListJobsPage({}, 7, page->next_page_token());
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(next->jobs(0).id(), "job-243");
+
+  // A page that fails mid-way is retried like any other call.
+  server_.FailNext("ListJobs", {Unavailable()});
+  EXPECT_EQ(client.ListJobs()->size(), 250u);
+}
+
+TEST_F(ClientTest, DeleteJobIsSentOnceAndReportsTheServersRefusals) {
+  v1::Job done = RandomJob(rng_, "job-1", 5);
+  done.set_state(v1::SUCCEEDED);
+  v1::Job running = RandomJob(rng_, "job-2", 5);
+  running.set_state(v1::RUNNING);
+  server_.AddJob(done, {});
+  server_.AddJob(running, {});
+  CoordinatorClient client(server_.address(), FastOptions());
+  EXPECT_TRUE(client.DeleteJob("job-1").ok());
+  EXPECT_EQ(client.DeleteJob("job-1").code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(client.DeleteJob("job-2").code(), absl::StatusCode::kFailedPrecondition);
+  server_.FailNext("DeleteJob", {Unavailable()});
+  EXPECT_EQ(client.DeleteJob("job-2").code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(server_.calls("DeleteJob"), 4);
+  auto left = client.ListJobs();
+  ASSERT_TRUE(left.ok());
+  ASSERT_EQ(left->size(), 1u);
+  EXPECT_EQ((*left)[0].id(), "job-2");
+}
+
 }  // namespace
 }  // namespace tessera

@@ -45,6 +45,10 @@ int RunDataCommand(const ParsedArgs& args, std::ostream& out, std::ostream& err)
       err << "tessera data synthetic: --tokens must be a positive number\n";
       return kExitUsage;
     }
+    if (tokens > kMaxSyntheticTokens) {  // generated in memory before writing
+      err << "tessera data synthetic: --tokens must be at most " << kMaxSyntheticTokens << "\n";
+      return kExitUsage;
+    }
     if (args.Has("seed") && !absl::SimpleAtoi(args.Get("seed"), &seed)) {
       err << "tessera data synthetic: --seed must be a number\n";
       return kExitUsage;

@@ -66,6 +66,12 @@ TEST(DataCommand, BadArgumentsAreUsageErrors) {
   EXPECT_NE(err.find("--task"), std::string::npos) << err;
   EXPECT_EQ(RunData({"data", "synthetic", "--task", "copy", "--tokens", "-5", "--out", "x"}), kExitUsage);
   EXPECT_EQ(RunData({"data", "synthetic", "--task", "copy", "--tokens", "10"}), kExitUsage);
+  // Beyond what is generated in memory: refused, not allocated.
+  EXPECT_EQ(RunData({"data", "synthetic", "--task", "copy", "--tokens", "1000000000000", "--out",
+                     TempPath("huge.tok")},
+                    &err),
+            kExitUsage);
+  EXPECT_NE(err.find("--tokens must be at most"), std::string::npos) << err;
   EXPECT_EQ(RunData({"data", "text", "--out", "x"}), kExitUsage);
   EXPECT_EQ(RunData({"data", "zip", "--out", "x"}), kExitUsage);
   EXPECT_EQ(RunData({"data", "text", "--out", TempPath("n.tok"), "/nonexistent.txt"}), kExitFailed);

@@ -3,6 +3,7 @@
 // CLI's output.
 #include "client/fake_coordinator.h"
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
@@ -125,13 +126,44 @@ grpc::Status FakeCoordinator::GetJob(grpc::ServerContext* context,
 grpc::Status FakeCoordinator::ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* request,
                                        v1::ListJobsResponse* response) {
   if (grpc::Status s = Enter("ListJobs"); !s.ok()) return s;
-  absl::MutexLock lock(&mu_);
-  for (auto it = job_order_.rbegin(); it != job_order_.rend(); ++it) {
-    const v1::Job& job = jobs_[*it];
-    bool wanted = request->states().empty();
-    for (int s : request->states()) wanted = wanted || s == job.state();
-    if (wanted) *response->add_jobs() = job;
+  const int page_size = request->page_size() > 0 ? request->page_size() : 100;
+  int offset = 0;  // the token is the index of the first matching job to return
+  if (!request->page_token().empty() && !absl::SimpleAtoi(request->page_token(), &offset)) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "page_token: not a token");
   }
+  absl::MutexLock lock(&mu_);
+  int index = 0;
+  for (auto it = job_order_.rbegin(); it != job_order_.rend(); ++it) {
+    auto job = jobs_.find(*it);
+    if (job == jobs_.end()) continue;  // deleted
+    bool wanted = request->states().empty();
+    for (int s : request->states()) wanted = wanted || s == job->second.state();
+    if (!wanted || index++ < offset) continue;
+    if (response->jobs_size() == page_size) {
+      response->set_next_page_token(absl::StrCat(index - 1));
+      break;
+    }
+    *response->add_jobs() = job->second;
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status FakeCoordinator::DeleteJob(grpc::ServerContext*, const v1::DeleteJobRequest* request,
+                                        v1::DeleteJobResponse*) {
+  if (grpc::Status s = Enter("DeleteJob"); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(request->job_id());
+  if (it == jobs_.end()) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        absl::StrCat("job_id: no job '", request->job_id(), "'"));
+  }
+  const v1::JobState state = it->second.state();
+  if (state != v1::SUCCEEDED && state != v1::FAILED && state != v1::CANCELLED) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrCat("job ", request->job_id(), " has not ended"));
+  }
+  jobs_.erase(it);
+  events_.erase(request->job_id());
   return grpc::Status::OK;
 }
 

@@ -1,7 +1,8 @@
 // A scriptable in-process Coordinator gRPC server on 127.0.0.1:0 for the
 // client and CLI tests: it can fail the next calls with given statuses,
 // answer slowly, and end a watch stream early, and it records what it was
-// asked. Test-only.
+// asked. ListJobs pages like the real coordinator (default page size 100,
+// offset tokens); DeleteJob forgets a terminal job. Test-only.
 #ifndef TESSERA_CLIENT_FAKE_COORDINATOR_H_
 #define TESSERA_CLIENT_FAKE_COORDINATOR_H_
 
@@ -51,6 +52,8 @@ class FakeCoordinator final : public v1::Coordinator::Service {
                         v1::ListJobsResponse* response) override;
   grpc::Status CancelJob(grpc::ServerContext* context, const v1::CancelJobRequest* request,
                          v1::Job* response) override;
+  grpc::Status DeleteJob(grpc::ServerContext* context, const v1::DeleteJobRequest* request,
+                         v1::DeleteJobResponse* response) override;
   grpc::Status WatchJob(grpc::ServerContext* context, const v1::WatchJobRequest* request,
                         grpc::ServerWriter<v1::JobEvent>* writer) override;
   grpc::Status ListWorkers(grpc::ServerContext* context, const v1::ListWorkersRequest* request,

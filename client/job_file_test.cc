@@ -1,9 +1,12 @@
-// Job files: YAML and JSON map onto the same JobSpec; unknown fields, bad
-// enums, camelCase names and malformed text are INVALID_ARGUMENT naming the
-// file, line and field; the writers round-trip.
+// Job files: YAML and JSON map onto the same JobSpec; unknown fields (with
+// the field meant), duplicate fields, bad enums, camelCase names and
+// malformed text are INVALID_ARGUMENT naming the file, line and field;
+// oversized, deeply nested and huge-valued files are refused before parsing
+// (they once crashed the CLI); the writers round-trip.
 #include "client/job_file.h"
 
 #include <cstdlib>
+#include <fstream>
 #include <random>
 #include <string>
 
@@ -66,6 +69,7 @@ TEST(JobFile, UnknownFieldIsRejectedWithFileLineAndField) {
   EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(Contains(spec.status(), "job.yaml: line 4: model.d_modle: unknown field"))
       << spec.status();
+  EXPECT_TRUE(Contains(spec.status(), "did you mean d_model?")) << spec.status();
   auto json = ParseJobSpec("{\n  \"steps\": 3,\n  \"stepz\": 4\n}\n", "job.json");
   EXPECT_EQ(json.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(Contains(json.status(), "job.json: line 3: stepz: unknown field")) << json.status();
@@ -127,6 +131,136 @@ TEST(JobFile, WritersRoundTripRandomSpecs) {
       EXPECT_TRUE(MessageDifferencer::Equals(*parsed, spec))
           << text << "\nparsed: " << parsed->DebugString();
     }
+  }
+}
+
+TEST(JobFile, UnknownFieldNamesItsPathAndTheFieldMeant) {
+  auto yaml = ParseJobSpec("name: x\nmodel:\n  n_heads: 4\n  n_head: 4\n", "job.yaml");
+  EXPECT_EQ(yaml.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(yaml.status().message(),
+            "job.yaml: line 4: model.n_head: unknown field; did you mean n_heads?");
+  auto json = ParseJobSpec("{\"name\": \"x\",\n \"model\": {\"n_heads\": 4,\n  \"n_head\": 4}}\n",
+                           "job.json");
+  EXPECT_EQ(json.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(json.status().message(),
+            "job.json: line 3: model.n_head: unknown field; did you mean n_heads?");
+  auto far = ParseJobSpec("data:\n  synthetic:\n    task: COPY\n    dropout: 0.1\n", "job.yaml");
+  EXPECT_EQ(far.status().message(), "job.yaml: line 4: data.synthetic.dropout: unknown field");
+  // The first problem in the file is the one reported.
+  auto two = ParseJobSpec("zzz: 1\naaa: 2\n", "job.yaml");
+  EXPECT_TRUE(Contains(two.status(), "line 1: zzz: unknown field")) << two.status();
+}
+
+TEST(JobFile, DuplicateJsonFieldIsRejected) {
+  auto json = ParseJobSpec("{\"model\": {\"n_heads\": 4,\n\"n_heads\": 5}}", "job.json");
+  EXPECT_EQ(json.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(json.status().message(), "job.json: line 2: model.n_heads: duplicate field");
+}
+
+TEST(JobFile, NumbersBeyondDoubleAreRejected) {
+  // Read as infinity, such a number would print as null and leave the
+  // field unset without a word.
+  auto yaml = ParseJobSpec("optimizer:\n  lr: 1e999\n", "job.yaml");
+  EXPECT_EQ(yaml.status().message(), "job.yaml: line 2: optimizer.lr: number out of range");
+  auto json = ParseJobSpec("{\"optimizer\": {\"lr\": 1e999}}", "job.json");
+  EXPECT_EQ(json.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(json.status(), "job.json: ")) << json.status();
+  EXPECT_TRUE(Contains(json.status(), "number out of range")) << json.status();
+}
+
+std::string Nested(int depth, const std::string& open, const std::string& inner,
+                   const std::string& close) {
+  std::string text;
+  for (int i = 0; i < depth; ++i) text += open;
+  text += inner;
+  for (int i = 0; i < depth; ++i) text += close;
+  return text;
+}
+
+TEST(JobFile, DeepNestingIsRefusedWithoutRecursing) {
+  const std::string deep_message = absl::StrCat("nested deeper than ", kMaxJobFileDepth, " levels");
+  struct Case {
+    std::string text, source;
+  };
+  const std::vector<Case> cases = {
+      {"{\"name\": " + Nested(100000, "{\"a\": ", "1", "}") + "}", "deep.json"},
+      {Nested(100000, "[", "1", "]"), "deep.json"},
+      {"name: " + Nested(100000, "[", "1", "]") + "\n", "deep.yaml"},
+      {"name: " + Nested(100000, "{a: ", "1", "}") + "\n", "deep.yaml"},
+  };
+  for (const Case& c : cases) {
+    auto spec = ParseJobSpec(c.text, c.source);
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument) << c.source;
+    EXPECT_TRUE(Contains(spec.status(), c.source + ": ")) << spec.status();
+  }
+  // The JSON refusals say why; so does YAML nested by indentation within
+  // the parser's own bound.
+  EXPECT_TRUE(Contains(ParseJobSpec(cases[0].text, "deep.json").status(), deep_message));
+  std::string indented = "name: x\n";
+  for (int i = 0; i < kMaxJobFileDepth + 2; ++i) {
+    indented += std::string(2 * i, ' ') + "a" + std::to_string(i) + ":\n";
+  }
+  indented += std::string(2 * (kMaxJobFileDepth + 2), ' ') + "b: 1\n";
+  auto spec = ParseJobSpec(indented, "indented.yaml");
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(spec.status(), "indented.yaml: line ")) << spec.status();
+  EXPECT_TRUE(Contains(spec.status(), deep_message)) << spec.status();
+}
+
+TEST(JobFile, HugeValuesAreRefused) {
+  // Just under the file limit: an unquoted number, a quoted string, a key.
+  const std::string digits(kMaxJobFileBytes - 100, '7');
+  for (const auto& [text, source] : std::vector<std::pair<std::string, std::string>>{
+           {"name: " + digits + "\n", "n.yaml"},
+           {"name: '" + digits + "'\n", "q.yaml"},
+           {digits + ": 1\n", "k.yaml"},
+           {"{\"name\": " + digits + "}", "n.json"},
+           {"{\"name\": \"" + digits + "\"}", "q.json"},
+           {"{\"" + digits + "\": 1}", "k.json"}}) {
+    auto spec = ParseJobSpec(text, source);
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument) << source;
+    EXPECT_TRUE(Contains(spec.status(), source + ": line 1: ")) << spec.status();
+    if (source == "k.yaml") continue;  // yaml-cpp itself refuses keys this long
+    EXPECT_TRUE(Contains(spec.status(), absl::StrCat("job file values are at most ",
+                                                     kMaxJobFileValueBytes, " bytes")))
+        << spec.status();
+  }
+  // A long but allowed value parses (the coordinator has its own limits).
+  auto ok = ParseJobSpec("name: " + std::string(kMaxJobFileValueBytes - 10, '7') + "\n", "ok.yaml");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->name().size(), static_cast<size_t>(kMaxJobFileValueBytes - 10));
+}
+
+TEST(JobFile, AliasesCannotExpandIntoAHugeDocument) {
+  // Nine levels of ten aliases each would name 10^9 values.
+  std::string text = "a0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n";
+  for (int i = 1; i < 10; ++i) {
+    std::string prev = "*a" + std::to_string(i - 1);
+    text += absl::StrCat("a", i, ": &a", i, " [", prev, ", ", prev, ", ", prev, ", ", prev, ", ",
+                         prev, ", ", prev, ", ", prev, ", ", prev, ", ", prev, ", ", prev, "]\n");
+  }
+  auto spec = ParseJobSpec(text, "laughs.yaml");
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(spec.status(), absl::StrCat("more than ", kMaxJobFileNodes, " values")))
+      << spec.status();
+  // A few aliases are fine (and still checked against the schema).
+  auto small = ParseJobSpec("x: &x 1\nsteps: *x\n", "alias.yaml");
+  EXPECT_TRUE(Contains(small.status(), "line 1: x: unknown field")) << small.status();
+}
+
+TEST(JobFile, OversizedFilesAreRefusedBeforeParsing) {
+  const std::string big = "name: " + std::string(10 << 20, '7') + "\n";  // a 10 MB number
+  auto text = ParseJobSpec(big, "big.yaml");
+  EXPECT_EQ(text.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(text.status().message(),
+            absl::StrCat("big.yaml: the file is ", big.size(), " bytes; job files are at most ",
+                         kMaxJobFileBytes, " bytes"));
+  for (const std::string name : {"big.yaml", "big.json"}) {
+    const std::string path = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
+    std::ofstream(path) << big;
+    auto file = ReadJobFile(path);
+    EXPECT_EQ(file.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(Contains(file.status(), path + ": the file is ")) << file.status();
   }
 }
 

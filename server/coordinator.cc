@@ -11,7 +11,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/spec_limits.h"
+#include "server/job_pagination.h"
 #include "server/job_state_machine.h"
+#include "server/request_limits.h"
 #include "server/spec_validation.h"
 
 namespace tessera {
@@ -27,10 +30,43 @@ void MakeDirs(const std::string& path) {
   }
 }
 
+absl::Status CheckJobId(const std::string& job_id) {
+  return CheckStringLimit("job_id", job_id, kMaxIdBytes);
+}
+
+absl::Status NotFound(const std::string& job_id) {
+  return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+}
+
+constexpr char kNextJobNumberFile[] = "next_job_number";
+
+// Records written before the request limits existed may hold strings of any
+// size (a 10 MB name once made every ListJobs response too large for gRPC);
+// cutting them to the limits makes such a state directory listable again.
+// Returns whether anything was cut.
+bool BoundStoredStrings(v1::Job* job) {
+  bool cut = false;
+  auto bound = [&cut](std::string* s, size_t max) {
+    if (s->size() <= max) return;
+    *s = TruncateUtf8(*s, max);
+    cut = true;
+  };
+  v1::JobSpec* spec = job->mutable_spec();
+  bound(spec->mutable_name(), kMaxJobNameBytes);
+  if (spec->data().source_case() == v1::DataConfig::kTokenFile) {
+    bound(spec->mutable_data()->mutable_token_file(), kMaxPathBytes);
+  }
+  if (spec->has_checkpoint()) bound(spec->mutable_checkpoint()->mutable_dir(), kMaxPathBytes);
+  bound(job->mutable_reason(), kMaxStoredMessageBytes);
+  return cut;
+}
+
 }  // namespace
 
 Coordinator::Coordinator(CoordinatorOptions options)
-    : options_(std::move(options)), registry_(options_.worker_timeout) {}
+    : options_(std::move(options)),
+      registry_(options_.worker_timeout),
+      scheduler_(options_.starvation_timeout) {}
 
 Coordinator::~Coordinator() { Shutdown(); }
 
@@ -74,6 +110,14 @@ void Coordinator::Shutdown() {
 void Coordinator::LoadPersisted() {
   absl::MutexLock lock(&mu_);
   std::string dir = options_.state_dir + "/jobs";
+  {
+    std::ifstream in(options_.state_dir + "/" + kNextJobNumberFile);
+    std::string text;
+    int number = 0;
+    if (in >> text && absl::SimpleAtoi(text, &number)) {
+      next_job_number_ = std::max(next_job_number_, number);
+    }
+  }
   DIR* d = opendir(dir.c_str());
   if (d == nullptr) return;
   while (dirent* e = readdir(d)) {
@@ -82,8 +126,11 @@ void Coordinator::LoadPersisted() {
     std::ifstream in(dir + "/" + name, std::ios::binary);
     v1::Job job;
     if (!job.ParseFromIstream(&in)) continue;
+    if (job.id().empty() || static_cast<int64_t>(job.id().size()) > kMaxIdBytes) continue;
+    const bool cut = BoundStoredStrings(&job);
     auto entry = std::make_unique<JobEntry>();
     entry->job = job;
+    if (cut) PersistLocked(entry->job);
     int number = 0;
     if (absl::SimpleAtoi(job.id().substr(job.id().find('-') + 1), &number)) {
       next_job_number_ = std::max(next_job_number_, number + 1);
@@ -117,15 +164,32 @@ void Coordinator::PersistLocked(const v1::Job& job) {
   std::rename(tmp.c_str(), path.c_str());
 }
 
+// Written when a job is deleted: the records left may no longer show the
+// highest number handed out.
+void Coordinator::PersistNextJobNumberLocked() {
+  if (options_.state_dir.empty()) return;
+  std::string path = absl::StrCat(options_.state_dir, "/", kNextJobNumberFile);
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << next_job_number_ << "\n";
+    if (!out) return;
+  }
+  std::rename(tmp.c_str(), path.c_str());
+}
+
 v1::Job Coordinator::SnapshotLocked(const JobEntry& entry) {
   v1::Job job = entry.job;
   job.set_queue_position(scheduler_.Position(job.id()));
   return job;
 }
 
-void Coordinator::SetStateLocked(JobEntry& entry, v1::JobState state, const std::string& reason) {
+void Coordinator::SetStateLocked(JobEntry& entry, v1::JobState state,
+                                 const std::string& full_reason) {
   v1::Job& job = entry.job;
-  if (!CheckTransition(job.state(), state, reason).ok()) return;
+  if (!CheckTransition(job.state(), state, full_reason).ok()) return;
+  // Reasons quote worker errors; keep every stored job record bounded.
+  const std::string reason = TruncateUtf8(full_reason, kMaxStoredMessageBytes);
   int64_t now_ms = absl::ToUnixMillis(options_.now());
   job.set_state(state);
   job.set_reason(reason);
@@ -154,8 +218,8 @@ absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec) {
   *job.mutable_spec() = WithDefaults(spec);
   job.set_create_time_unix_ms(absl::ToUnixMillis(options_.now()));
   job.set_state(v1::PENDING);
-  scheduler_.Enqueue(job.id());
-  job.set_reason(Scheduler::PendingReason(job.spec(), registry_, scheduler_.Position(job.id())));
+  scheduler_.Enqueue(job.id(), job.spec(), options_.now());
+  job.set_reason(scheduler_.PendingReasons(registry_, options_.now())[job.id()]);
   v1::JobEvent event;
   event.mutable_state_change()->set_state(v1::PENDING);
   event.mutable_state_change()->set_reason(job.reason());
@@ -167,36 +231,60 @@ absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec) {
 }
 
 absl::StatusOr<v1::Job> Coordinator::GetJob(const std::string& job_id) {
+  if (absl::Status s = CheckJobId(job_id); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+  if (it == jobs_.end()) return NotFound(job_id);
   return SnapshotLocked(*it->second);
 }
 
-std::vector<v1::Job> Coordinator::ListJobs(const std::vector<v1::JobState>& states) {
+absl::StatusOr<Coordinator::JobPage> Coordinator::ListJobs(const std::vector<v1::JobState>& states,
+                                                           int page_size,
+                                                           const std::string& page_token) {
+  absl::StatusOr<int> size = ResolvePageSize(page_size);
+  if (!size.ok()) return size.status();
+  const uint64_t fingerprint = FilterFingerprint(states);
+  absl::StatusOr<std::optional<JobListPosition>> after = DecodePageToken(page_token, fingerprint);
+  if (!after.ok()) return after.status();
+
   absl::MutexLock lock(&mu_);
-  std::vector<v1::Job> out;
+  std::vector<std::pair<JobListPosition, const JobEntry*>> matching;
   for (const auto& [id, entry] : jobs_) {
     if (!states.empty() &&
         std::find(states.begin(), states.end(), entry->job.state()) == states.end()) {
       continue;
     }
-    out.push_back(SnapshotLocked(*entry));
+    JobListPosition position = PositionOf(entry->job);
+    if (*after && !ListedBefore(**after, position)) continue;  // on an earlier page
+    matching.emplace_back(std::move(position), entry.get());
   }
-  std::sort(out.begin(), out.end(), [](const v1::Job& a, const v1::Job& b) {
-    if (a.create_time_unix_ms() != b.create_time_unix_ms()) {
-      return a.create_time_unix_ms() > b.create_time_unix_ms();
+  std::sort(matching.begin(), matching.end(),
+            [](const auto& a, const auto& b) { return ListedBefore(a.first, b.first); });
+  JobPage page;
+  int64_t bytes = 0;
+  for (const auto& [position, entry] : matching) {
+    v1::Job job = SnapshotLocked(*entry);
+    // A repeated message in the response costs its size plus a tag and a
+    // length prefix (at most 6 bytes together for jobs this small).
+    bytes += static_cast<int64_t>(job.ByteSizeLong()) + 6;
+    const bool full = static_cast<int>(page.jobs.size()) >= *size ||
+                      (!page.jobs.empty() && bytes > kMaxJobsPageBytes);
+    if (full) {
+      page.next_page_token = EncodePageToken(PositionOf(page.jobs.back()), fingerprint);
+      break;
     }
-    return a.id().size() != b.id().size() ? a.id().size() > b.id().size() : a.id() > b.id();
-  });
-  return out;
+    page.jobs.push_back(std::move(job));
+  }
+  return page;
 }
 
 absl::StatusOr<v1::Job> Coordinator::CancelJob(const std::string& job_id,
                                                const std::string& reason) {
+  if (absl::Status s = CheckJobId(job_id); !s.ok()) return s;
+  if (absl::Status s = CheckStringLimit("reason", reason, kMaxReasonBytes); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+  if (it == jobs_.end()) return NotFound(job_id);
   JobEntry& entry = *it->second;
   if (IsTerminal(entry.job.state())) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -211,15 +299,50 @@ absl::StatusOr<v1::Job> Coordinator::CancelJob(const std::string& job_id,
   return SnapshotLocked(entry);
 }
 
-absl::StatusOr<std::shared_ptr<EventLog>> Coordinator::JobEvents(const std::string& job_id) {
+absl::Status Coordinator::DeleteJob(const std::string& job_id) {
+  if (absl::Status s = CheckJobId(job_id); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+  if (it == jobs_.end()) return NotFound(job_id);
+  JobEntry& entry = *it->second;
+  if (!IsTerminal(entry.job.state())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job_id, " is ", v1::JobState_Name(entry.job.state()),
+                     "; only a job that has ended can be deleted (cancel it first)"));
+  }
+  if (entry.thread.joinable()) {
+    // A terminal job's runner thread has recorded its end and only has to
+    // return; its callbacks never run again.
+    if (!entry.thread_done) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", job_id, " is still releasing its workers; try again"));
+    }
+    entry.thread.join();
+  }
+  if (!options_.state_dir.empty()) {
+    std::remove(absl::StrCat(options_.state_dir, "/jobs/", job_id, ".binpb").c_str());
+    PersistNextJobNumberLocked();
+  }
+  jobs_.erase(it);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<EventLog>> Coordinator::JobEvents(const std::string& job_id) {
+  if (absl::Status s = CheckJobId(job_id); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return NotFound(job_id);
   return it->second->events;
 }
 
 absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
     const v1::RegisterWorkerRequest& req) {
+  for (const auto& [field, value] :
+       {std::pair<const char*, const std::string*>{"address", &req.address()},
+        {"device.name", &req.device().name()},
+        {"device.host", &req.device().host()}}) {
+    if (absl::Status s = CheckStringLimit(field, *value, kMaxAddressBytes); !s.ok()) return s;
+  }
   if (req.address().empty() || req.address().find(':') == std::string::npos) {
     return absl::InvalidArgumentError("address: must be host:port of the worker's WorkerService");
   }
@@ -236,6 +359,13 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
 }
 
 absl::Status Coordinator::Heartbeat(const v1::HeartbeatRequest& req) {
+  if (absl::Status s = CheckStringLimit("worker_id", req.worker_id(), kMaxIdBytes); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckStringLimit("health_reason", req.health_reason(), kMaxReasonBytes);
+      !s.ok()) {
+    return s;
+  }
   absl::MutexLock lock(&mu_);
   return registry_.Heartbeat(req.worker_id(), req.healthy(), req.health_reason(), options_.now());
 }
@@ -246,10 +376,10 @@ std::vector<v1::WorkerRecord> Coordinator::ListWorkers() {
 }
 
 void Coordinator::RefreshPendingLocked() {
-  for (const std::string& id : scheduler_.queue()) {
-    JobEntry& entry = *jobs_[id];
-    std::string reason =
-        Scheduler::PendingReason(entry.job.spec(), registry_, scheduler_.Position(id));
+  for (auto& [id, reason] : scheduler_.PendingReasons(registry_, options_.now())) {
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) continue;
+    JobEntry& entry = *it->second;
     if (reason != entry.job.reason()) {
       entry.job.set_reason(reason);
       PersistLocked(entry.job);
@@ -293,6 +423,8 @@ void Coordinator::StartJobLocked(JobEntry& entry, const Placement& placement) {
     absl::MutexLock lock(&mu_);
     v1::JobEvent event;
     *event.mutable_worker_error() = error;
+    event.mutable_worker_error()->set_message(
+        TruncateUtf8(error.message(), kMaxStoredMessageBytes));
     jobs_[id]->events->Append(event, false);
   };
   entry.runner = std::make_shared<JobRunner>(id, job.spec(), placement.worker_ids,
@@ -329,12 +461,9 @@ void Coordinator::Tick() {
     entry.events->Append(event, false);
     if (entry.runner) entry.runner->Stop(v1::FAILED, lost.reason);
   }
-  while (!scheduler_.queue().empty()) {
-    JobEntry& head = *jobs_[scheduler_.queue().front()];
-    std::optional<Placement> placement =
-        scheduler_.TryPlaceHead(head.job.id(), head.job.spec(), registry_);
-    if (!placement) break;
-    StartJobLocked(head, *placement);
+  for (const Placement& placement : scheduler_.Schedule(registry_, options_.now())) {
+    auto it = jobs_.find(placement.job_id);
+    if (it != jobs_.end()) StartJobLocked(*it->second, placement);
   }
   RefreshPendingLocked();
 }

@@ -1,13 +1,17 @@
-// The coordinator's core: the worker registry, the FIFO gang scheduler, the
-// jobs with their state machines and event logs, rendezvous, and one
-// JobRunner thread per running job. No gRPC types: every method returns
-// absl::Status, so it is unit-tested without a server.
+// The coordinator's core: the worker registry, the gang scheduler, the jobs
+// with their state machines and event logs, rendezvous, and one JobRunner
+// thread per running job. No gRPC types: every method returns absl::Status,
+// so it is unit-tested without a server. Request strings are bounded
+// (request_limits.h) and so is everything stored from them.
 //
 // A background thread ticks every 100 ms: it sweeps dead workers (failing
-// their jobs), and places the head of the queue when its gang is free. Job
+// their jobs), and starts every queued job whose gang is free (backfill with
+// a starvation bound, see scheduler.h). Job
 // records are persisted in the state directory so that `tessera jobs`
 // survives a coordinator restart; a job that was not terminal when the
-// coordinator stopped is marked FAILED on the next start.
+// coordinator stopped is marked FAILED on the next start. Deleting a job
+// removes its record; the next job number is persisted too, so ids are
+// never reused.
 #ifndef TESSERA_SERVER_COORDINATOR_H_
 #define TESSERA_SERVER_COORDINATOR_H_
 
@@ -37,6 +41,9 @@ struct CoordinatorOptions {
   absl::Duration worker_timeout = absl::Seconds(5);
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration collective_timeout = absl::Seconds(60);
+  // A job the registered workers could run that has waited this long stops
+  // later jobs of its device kind from starting before it (scheduler.h).
+  absl::Duration starvation_timeout = absl::Minutes(5);
   // Opens a connection to a worker's WorkerService at `address`.
   std::function<std::unique_ptr<WorkerConnection>(const std::string& address)> connect;
   // The clock (tests inject one).
@@ -56,8 +63,17 @@ class Coordinator {
 
   absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec);
   absl::StatusOr<v1::Job> GetJob(const std::string& job_id);
-  std::vector<v1::Job> ListJobs(const std::vector<v1::JobState>& states);
+  // One page of jobs in `states` (all if empty), newest first; see
+  // job_pagination.h for page sizes and tokens.
+  struct JobPage {
+    std::vector<v1::Job> jobs;
+    std::string next_page_token;  // empty on the last page
+  };
+  absl::StatusOr<JobPage> ListJobs(const std::vector<v1::JobState>& states, int page_size = 0,
+                                   const std::string& page_token = "");
   absl::StatusOr<v1::Job> CancelJob(const std::string& job_id, const std::string& reason);
+  // NOT_FOUND for an unknown job, FAILED_PRECONDITION for one not ended.
+  absl::Status DeleteJob(const std::string& job_id);
   absl::StatusOr<std::shared_ptr<EventLog>> JobEvents(const std::string& job_id);
 
   absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(const v1::RegisterWorkerRequest& req);
@@ -65,7 +81,7 @@ class Coordinator {
   std::vector<v1::WorkerRecord> ListWorkers();
   RendezvousTable& rendezvous() { return rendezvous_; }
 
-  // One scheduling round: sweep dead workers, place the queue head.
+  // One scheduling round: sweep dead workers, start the jobs that fit.
   void Tick();
 
  private:
@@ -83,6 +99,7 @@ class Coordinator {
   void StartJobLocked(JobEntry& entry, const Placement& placement)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistLocked(const v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PersistNextJobNumberLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LoadPersisted();
   void JoinFinishedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::Job SnapshotLocked(const JobEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -4,6 +4,7 @@
 // workers) and shut down cleanly.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -29,6 +30,10 @@ ABSL_FLAG(int, worker_timeout_ms, 5000, "a worker silent this long leaves the re
 ABSL_FLAG(int, heartbeat_interval_ms, 1000, "heartbeat interval asked of workers");
 ABSL_FLAG(int, collective_timeout_ms, 60000,
           "per-collective timeout on workers; also bounds setup commands");
+ABSL_FLAG(int, starvation_timeout_s, 300,
+          "a queued job the registered workers could run that has waited this long stops "
+          "later jobs of its device kind from starting before it (0: strict FIFO among "
+          "runnable jobs)");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
@@ -55,6 +60,7 @@ int main(int argc, char** argv) {
   options.worker_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_worker_timeout_ms));
   options.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
   options.collective_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_collective_timeout_ms));
+  options.starvation_timeout = absl::Seconds(std::max(0, absl::GetFlag(FLAGS_starvation_timeout_s)));
   const absl::Duration setup_timeout = options.collective_timeout + absl::Seconds(60);
   options.connect = [setup_timeout](const std::string& address) {
     return std::make_unique<tessera::WorkerClient>(address, setup_timeout);

@@ -26,8 +26,17 @@ grpc::Status CoordinatorService::ListJobs(grpc::ServerContext*, const v1::ListJo
                                           v1::ListJobsResponse* resp) {
   std::vector<v1::JobState> states;
   for (int s : req->states()) states.push_back(static_cast<v1::JobState>(s));
-  for (v1::Job& job : core_->ListJobs(states)) *resp->add_jobs() = std::move(job);
+  absl::StatusOr<Coordinator::JobPage> page =
+      core_->ListJobs(states, req->page_size(), req->page_token());
+  if (!page.ok()) return ToGrpcStatus(page.status());
+  for (v1::Job& job : page->jobs) *resp->add_jobs() = std::move(job);
+  resp->set_next_page_token(page->next_page_token);
   return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::DeleteJob(grpc::ServerContext*, const v1::DeleteJobRequest* req,
+                                           v1::DeleteJobResponse*) {
+  return ToGrpcStatus(core_->DeleteJob(req->job_id()));
 }
 
 grpc::Status CoordinatorService::CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* req,
@@ -78,8 +87,7 @@ grpc::Status WorkerRegistryService::Heartbeat(grpc::ServerContext*, const v1::He
 grpc::Status RendezvousService::RendezvousSet(grpc::ServerContext*,
                                               const v1::RendezvousSetRequest* req,
                                               v1::RendezvousSetResponse*) {
-  core_->rendezvous().Set(req->job_id(), req->key(), req->value());
-  return grpc::Status::OK;
+  return ToGrpcStatus(core_->rendezvous().Set(req->job_id(), req->key(), req->value()));
 }
 
 grpc::Status RendezvousService::RendezvousGet(grpc::ServerContext*,

@@ -20,6 +20,8 @@ class CoordinatorService final : public v1::Coordinator::Service {
                         v1::ListJobsResponse* resp) override;
   grpc::Status CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* req,
                          v1::Job* resp) override;
+  grpc::Status DeleteJob(grpc::ServerContext*, const v1::DeleteJobRequest* req,
+                         v1::DeleteJobResponse* resp) override;
   grpc::Status WatchJob(grpc::ServerContext* context, const v1::WatchJobRequest* req,
                         grpc::ServerWriter<v1::JobEvent>* writer) override;
   grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest* req,

@@ -3,10 +3,16 @@
 // subscriber replays what it missed (step metrics from a chosen step on,
 // everything else in full), then waits for new events. The log closes after
 // the job's terminal state event. Thread-safe.
+//
+// Step metrics are kept for the most recent `max_step_events` steps only
+// (default 100,000), so a job's memory does not grow with its step count;
+// a subscriber that falls further behind misses the oldest step records,
+// never a state change or worker error.
 #ifndef TESSERA_SERVER_EVENT_LOG_H_
 #define TESSERA_SERVER_EVENT_LOG_H_
 
 #include <cstdint>
+#include <deque>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -15,8 +21,13 @@
 
 namespace tessera {
 
+inline constexpr int64_t kDefaultMaxStepEvents = 100'000;
+
 class EventLog {
  public:
+  explicit EventLog(int64_t max_step_events = kDefaultMaxStepEvents)
+      : max_step_events_(max_step_events) {}
+
   // Stamps the sequence number and time, then appends. A state change to a
   // terminal state closes the log.
   void Append(v1::JobEvent event, bool closes);
@@ -26,13 +37,17 @@ class EventLog {
     int64_t next_cursor = 0;  // pass back as `cursor` on the next call
     bool closed = false;      // no event will follow these
   };
-  // Events at positions >= cursor, skipping step metrics before from_step.
-  // Waits up to `wait` for at least one if none is there yet.
+  // Events after `cursor` (0: from the start) in sequence order, skipping
+  // step metrics before from_step. Waits up to `wait` for at least one if
+  // none is there yet.
   Batch Read(int64_t cursor, int from_step, absl::Duration wait);
 
  private:
+  const int64_t max_step_events_;
   absl::Mutex mu_;
-  std::vector<v1::JobEvent> events_ ABSL_GUARDED_BY(mu_);
+  int64_t last_sequence_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<v1::JobEvent> other_events_ ABSL_GUARDED_BY(mu_);  // state changes, worker errors
+  std::deque<v1::JobEvent> step_events_ ABSL_GUARDED_BY(mu_);    // the most recent steps
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -1,4 +1,5 @@
-// Event log replay from a step, waiting for new events, and closing.
+// Event log replay from a step, waiting for new events, closing, and the
+// bound on retained step metrics (state changes and errors are all kept).
 #include "server/event_log.h"
 
 #include <thread>
@@ -49,6 +50,37 @@ TEST(EventLog, ReadWaitsForTheNextEvent) {
   EXPECT_FALSE(b.closed);
   EventLog::Batch none = log.Read(b.next_cursor, 0, absl::Milliseconds(10));
   EXPECT_TRUE(none.events.empty());
+}
+
+TEST(EventLog, KeepsOnlyTheMostRecentStepsButEveryOtherEvent) {
+  EventLog log(/*max_step_events=*/3);
+  log.Append(State(v1::RUNNING), false);
+  for (int i = 0; i < 10; ++i) {
+    log.Append(Step(i), false);
+    if (i == 8) {
+      v1::JobEvent error;
+      error.mutable_worker_error()->set_worker_id("w-1");
+      log.Append(error, false);
+    }
+  }
+  log.Append(State(v1::SUCCEEDED), true);
+  EventLog::Batch all = log.Read(0, 0, absl::ZeroDuration());
+  ASSERT_EQ(all.events.size(), 6u);
+  EXPECT_EQ(all.events[0].state_change().state(), v1::RUNNING);
+  EXPECT_EQ(all.events[1].step().step(), 7);
+  EXPECT_EQ(all.events[2].step().step(), 8);
+  EXPECT_EQ(all.events[3].worker_error().worker_id(), "w-1");
+  EXPECT_EQ(all.events[4].step().step(), 9);
+  EXPECT_EQ(all.events[5].state_change().state(), v1::SUCCEEDED);
+  for (size_t i = 1; i < all.events.size(); ++i) {
+    EXPECT_GT(all.events[i].sequence(), all.events[i - 1].sequence());
+  }
+  EXPECT_EQ(all.next_cursor, all.events.back().sequence());
+  // A reader that already saw step 8 gets only what followed it.
+  EventLog::Batch rest = log.Read(all.events[2].sequence(), 0, absl::ZeroDuration());
+  ASSERT_EQ(rest.events.size(), 3u);
+  EXPECT_TRUE(rest.events[0].has_worker_error());
+  EXPECT_EQ(rest.events[1].step().step(), 9);
 }
 
 }  // namespace

@@ -20,9 +20,7 @@ JobRunner::JobRunner(std::string job_id, v1::JobSpec spec, std::vector<std::stri
       connections_(std::move(connections)),
       rendezvous_address_(std::move(rendezvous_address)),
       collective_timeout_(collective_timeout),
-      callbacks_(std::move(callbacks)) {
-  partial_.resize(spec_.steps());
-}
+      callbacks_(std::move(callbacks)) {}
 
 bool JobRunner::stopped() {
   absl::MutexLock lock(&mu_);
@@ -84,8 +82,9 @@ void JobRunner::OnStepResult(const v1::StepResult& result) {
   v1::StepMetrics done;
   {
     absl::MutexLock lock(&mu_);
-    if (result.step() < 0 || result.step() >= static_cast<int>(partial_.size())) return;
-    Partial& p = partial_[result.step()];
+    if (result.step() < first_unfinished_step_ || result.step() >= spec_.steps()) return;
+    auto it = partial_.try_emplace(result.step()).first;
+    Partial& p = it->second;
     v1::StepMetrics& m = p.metrics;
     if (p.ranks == 0 || result.rank() == 0) {
       m.set_loss(result.loss());
@@ -102,6 +101,8 @@ void JobRunner::OnStepResult(const v1::StepResult& result) {
     m.set_control_overhead_s(std::max(0.0, interval - m.step_time_s()));
     if (m.step_time_s() > 0) m.set_tokens_per_s(static_cast<double>(m.tokens()) / m.step_time_s());
     done = m;
+    partial_.erase(it);
+    first_unfinished_step_ = std::max(first_unfinished_step_, result.step() + 1);
   }
   if (callbacks_.on_step) callbacks_.on_step(done);
 }

@@ -15,6 +15,7 @@
 #define TESSERA_SERVER_JOB_RUNNER_H_
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -76,7 +77,13 @@ class JobRunner {
     int ranks = 0;
     v1::StepMetrics metrics;
   };
-  std::vector<Partial> partial_ ABSL_GUARDED_BY(mu_);  // indexed by step
+  // Steps some but not all ranks have reported, by step. At most the steps
+  // of one RunSteps chunk are in flight, and a step leaves once complete, so
+  // this never grows with spec.steps.
+  std::map<int, Partial> partial_ ABSL_GUARDED_BY(mu_);
+  // Steps complete in order (every rank streams its steps in order), so a
+  // result for a step below this one is a duplicate and is dropped.
+  int first_unfinished_step_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time last_step_done_ ABSL_GUARDED_BY(mu_);
 };
 

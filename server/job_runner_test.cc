@@ -1,8 +1,10 @@
 // JobRunner with in-memory workers: success with aggregation and
-// checkpoints, a failing rank, a failing setup, cancel mid-run, and a stuck
-// worker that must not hang the job.
+// checkpoints, a failing rank, a failing setup, cancel mid-run, a stuck
+// worker that must not hang the job, and a job of 2^31-1 steps, whose
+// bookkeeping must not be sized by its step count.
 #include "server/job_runner.h"
 
+#include <limits>
 #include <thread>
 
 #include "gtest/gtest.h"
@@ -118,6 +120,27 @@ TEST(JobRunner, StopEndsAStuckJobPromptly) {
   EXPECT_EQ(outcome.reason, "cancelled by user");
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   EXPECT_TRUE(h.errors.empty());  // a requested stop is not a worker error
+}
+
+TEST(JobRunner, BookkeepingDoesNotGrowWithTheStepCount) {
+  // Per-step state sized by spec.steps once made this constructor abort.
+  Harness h(Spec(std::numeric_limits<int32_t>::max()), {{}, {}});
+  JobOutcome outcome;
+  std::thread run([&] { outcome = h.runner->Run(); });
+  {
+    absl::MutexLock lock(&h.mu);
+    auto five_steps = [&h]() ABSL_SHARED_LOCKS_REQUIRED(h.mu) { return h.metrics.size() >= 5; };
+    EXPECT_TRUE(h.mu.AwaitWithTimeout(absl::Condition(&five_steps), absl::Seconds(30)));
+  }
+  h.runner->Stop(v1::CANCELLED, "enough");
+  run.join();
+  EXPECT_EQ(outcome.state, v1::CANCELLED);
+  absl::MutexLock lock(&h.mu);
+  ASSERT_GE(h.metrics.size(), 5u);
+  for (size_t i = 0; i < h.metrics.size(); ++i) {
+    EXPECT_EQ(h.metrics[i].step(), static_cast<int>(i));
+    EXPECT_EQ(h.metrics[i].tokens(), 200);
+  }
 }
 
 }  // namespace

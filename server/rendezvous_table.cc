@@ -4,17 +4,42 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/spec_limits.h"
+#include "server/request_limits.h"
 
 namespace tessera {
+namespace {
 
-void RendezvousTable::Set(const std::string& job_id, const std::string& key,
-                          const std::string& value) {
+absl::Status CheckJobAndKey(const std::string& job_id, const std::string& key) {
+  if (absl::Status s = CheckStringLimit("job_id", job_id, kMaxIdBytes); !s.ok()) return s;
+  return CheckStringLimit("key", key, kMaxRendezvousKeyBytes);
+}
+
+// At most this many missing keys are named in a timeout message.
+constexpr size_t kMissingKeysNamed = 8;
+
+}  // namespace
+
+absl::Status RendezvousTable::Set(const std::string& job_id, const std::string& key,
+                                  const std::string& value) {
+  if (absl::Status s = CheckJobAndKey(job_id, key); !s.ok()) return s;
+  if (absl::Status s = CheckStringLimit("value", value, kMaxRendezvousValueBytes); !s.ok()) {
+    return s;
+  }
   absl::MutexLock lock(&mu_);
   values_[job_id][key] = value;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<std::string>> RendezvousTable::Get(
     const std::string& job_id, const std::vector<std::string>& keys, absl::Duration timeout) {
+  if (static_cast<int>(keys.size()) > kMaxRendezvousKeysPerGet) {
+    return absl::InvalidArgumentError(absl::StrCat("keys: at most ", kMaxRendezvousKeysPerGet,
+                                                   " per call (got ", keys.size(), ")"));
+  }
+  for (const std::string& k : keys) {
+    if (absl::Status s = CheckJobAndKey(job_id, k); !s.ok()) return s;
+  }
   absl::MutexLock lock(&mu_);
   auto all_present = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
     auto it = values_.find(job_id);
@@ -29,9 +54,12 @@ absl::StatusOr<std::vector<std::string>> RendezvousTable::Get(
     for (const std::string& k : keys) {
       if (values_[job_id].count(k) == 0) missing.push_back(k);
     }
-    return absl::DeadlineExceededError(absl::StrCat("rendezvous for ", job_id,
-                                                    ": keys never set: ",
-                                                    absl::StrJoin(missing, ", ")));
+    const size_t unnamed =
+        missing.size() > kMissingKeysNamed ? missing.size() - kMissingKeysNamed : 0;
+    missing.resize(missing.size() - unnamed);
+    return absl::DeadlineExceededError(absl::StrCat(
+        "rendezvous for ", job_id, ": keys never set: ", absl::StrJoin(missing, ", "),
+        unnamed > 0 ? absl::StrCat(" and ", unnamed, " more") : ""));
   }
   std::vector<std::string> out;
   for (const std::string& k : keys) out.push_back(values_[job_id][k]);
@@ -40,6 +68,7 @@ absl::StatusOr<std::vector<std::string>> RendezvousTable::Get(
 
 absl::StatusOr<int64_t> RendezvousTable::Add(const std::string& job_id, const std::string& key,
                                              int64_t increment) {
+  if (absl::Status s = CheckJobAndKey(job_id, key); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   std::string& slot = values_[job_id][key];
   int64_t current = 0;

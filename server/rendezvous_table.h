@@ -1,7 +1,9 @@
 // The coordinator side of rendezvous: a small key-value store per job that
 // the ranks use to bootstrap their collective group (Gloo's store on CPU,
 // the NCCL unique id on GPU). Get blocks until every key exists or the
-// timeout passes. A job's keys are dropped when the job ends. Thread-safe.
+// timeout passes. A job's keys are dropped when the job ends. Ids, keys,
+// values and key lists are bounded (request_limits.h): INVALID_ARGUMENT
+// naming the field beyond its bound. Thread-safe.
 #ifndef TESSERA_SERVER_RENDEZVOUS_TABLE_H_
 #define TESSERA_SERVER_RENDEZVOUS_TABLE_H_
 
@@ -18,7 +20,7 @@ namespace tessera {
 
 class RendezvousTable {
  public:
-  void Set(const std::string& job_id, const std::string& key, const std::string& value);
+  absl::Status Set(const std::string& job_id, const std::string& key, const std::string& value);
   // DEADLINE_EXCEEDED names the missing keys.
   absl::StatusOr<std::vector<std::string>> Get(const std::string& job_id,
                                                const std::vector<std::string>& keys,

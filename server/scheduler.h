@@ -1,16 +1,29 @@
-// Gang scheduling over a FIFO queue. The job at the head of the queue runs
-// only when `world_size` healthy, free workers of its device kind exist, and
-// then takes all of them at once; jobs behind it wait (strict FIFO, so a
-// large job is never starved by smaller ones). Every waiting job gets a
-// human-readable reason and its queue position.
+// Gang scheduling with backfill. Jobs wait in a FIFO queue. Each scheduling
+// round walks the queue in order and starts every job for which
+// `world_size` healthy, free workers of its device kind exist, giving it all
+// of them at once. A job that does not fit is skipped, so the jobs behind it
+// that fit start now (backfill) instead of waiting behind a job that cannot
+// run yet, or cannot run at all because it asks for more workers of its
+// kind than are registered. Such a job keeps waiting, since workers may
+// still join, and its reason says what it waits for.
+//
+// Starvation: with backfill alone, small jobs could keep taking the workers
+// a large job waits for. A job that the registered healthy workers could run
+// and that has waited longer than `starvation_timeout` therefore holds its
+// device kind: no job behind it of that kind starts before it does, so
+// workers accumulate for it as they free up. Only the oldest such job of a
+// kind holds it; other kinds are unaffected. A timeout of zero makes the
+// queue strictly FIFO among jobs that can run, while jobs that never can
+// are still passed over.
 #ifndef TESSERA_SERVER_SCHEDULER_H_
 #define TESSERA_SERVER_SCHEDULER_H_
 
 #include <deque>
-#include <optional>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "proto/tessera/v1/job.pb.h"
 #include "server/worker_registry.h"
 
@@ -23,26 +36,42 @@ struct Placement {
 
 class Scheduler {
  public:
-  void Enqueue(const std::string& job_id) { queue_.push_back(job_id); }
+  explicit Scheduler(absl::Duration starvation_timeout = absl::Minutes(5))
+      : starvation_timeout_(starvation_timeout) {}
+
+  // Queues a job (its world_size and device_kind come from `spec`).
+  void Enqueue(const std::string& job_id, const v1::JobSpec& spec, absl::Time now);
   // Removes a job (cancelled while pending). No-op if absent.
   void Remove(const std::string& job_id);
   bool Contains(const std::string& job_id) const;
-  // 1-based position, 0 if not queued.
+  // 1-based position in submission order, 0 if not queued.
   int Position(const std::string& job_id) const;
+  bool empty() const { return queue_.empty(); }
 
-  // If the head job fits, pops it and returns its placement (workers are not
-  // yet marked assigned; the caller does that).
-  std::optional<Placement> TryPlaceHead(const std::string& head_job_id,
-                                        const v1::JobSpec& spec,
-                                        const WorkerRegistry& registry);
-  const std::deque<std::string>& queue() const { return queue_; }
-
-  // Why `spec` cannot run now.
-  static std::string PendingReason(const v1::JobSpec& spec, const WorkerRegistry& registry,
-                                   int position);
+  // One scheduling round: the jobs to start now, in queue order, each with
+  // its gang. They leave the queue; marking the workers assigned is the
+  // caller's job.
+  std::vector<Placement> Schedule(const WorkerRegistry& registry, absl::Time now);
+  // Why each queued job is waiting, by job id, as of `now`.
+  std::map<std::string, std::string> PendingReasons(const WorkerRegistry& registry,
+                                                    absl::Time now) const;
 
  private:
-  std::deque<std::string> queue_;
+  struct Queued {
+    std::string job_id;
+    int world_size = 1;
+    v1::DeviceKind kind = v1::CPU;
+    absl::Time enqueued;
+  };
+  // What one round would do: placements, and a reason for every job left.
+  struct Plan {
+    std::vector<Placement> placements;
+    std::map<std::string, std::string> reasons;
+  };
+  Plan MakePlan(const WorkerRegistry& registry, absl::Time now) const;
+
+  absl::Duration starvation_timeout_;
+  std::deque<Queued> queue_;
 };
 
 }  // namespace tessera

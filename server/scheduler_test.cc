@@ -1,5 +1,8 @@
-// FIFO gang scheduling over a real WorkerRegistry: gangs, device kinds,
-// unhealthy and busy workers, strict FIFO, reasons and liveness sweeps.
+// Gang scheduling over a real WorkerRegistry: gangs, device kinds, unhealthy
+// and busy workers, backfill past jobs that do not fit (including one that
+// asks for more workers than exist, whose reason says so), the starvation
+// bound that makes a long-waiting job hold its kind, reasons, and liveness
+// sweeps.
 #include "server/scheduler.h"
 
 #include "gtest/gtest.h"
@@ -22,23 +25,37 @@ v1::JobSpec Spec(int world, v1::DeviceKind kind = v1::CPU) {
 
 const absl::Time kT0 = absl::FromUnixSeconds(1000);
 
+std::vector<std::string> Started(const std::vector<Placement>& placements) {
+  std::vector<std::string> ids;
+  for (const Placement& p : placements) ids.push_back(p.job_id);
+  return ids;
+}
+
+bool Has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
 TEST(Scheduler, PlacesAGangOnlyWhenEnoughFreeWorkersExist) {
   WorkerRegistry registry(absl::Seconds(5));
   Scheduler scheduler;
   std::string a = registry.Register("h:1", Device(v1::CPU), kT0);
-  scheduler.Enqueue("job-1");
-  EXPECT_FALSE(scheduler.TryPlaceHead("job-1", Spec(2), registry).has_value());
+  registry.Register("h:0", Device(v1::CPU), kT0);
+  std::string busy = registry.Register("h:9", Device(v1::CPU), kT0);
+  registry.Assign(busy, "job-0");
+  scheduler.Enqueue("job-1", Spec(3), kT0);
+  EXPECT_TRUE(scheduler.Schedule(registry, kT0).empty());
   EXPECT_EQ(scheduler.Position("job-1"), 1);
-  std::string reason = Scheduler::PendingReason(Spec(2), registry, 1);
-  EXPECT_NE(reason.find("2 free healthy CPU workers"), std::string::npos) << reason;
-  EXPECT_NE(reason.find("1 registered"), std::string::npos) << reason;
-  std::string b = registry.Register("h:2", Device(v1::CPU), kT0);
-  EXPECT_NE(Scheduler::PendingReason(Spec(2), registry, 1).find("starting at the next"),
-            std::string::npos);
-  auto placement = scheduler.TryPlaceHead("job-1", Spec(2), registry);
-  ASSERT_TRUE(placement.has_value());
-  EXPECT_EQ(placement->worker_ids, (std::vector<std::string>{a, b}));
+  std::string reason = scheduler.PendingReasons(registry, kT0)["job-1"];
+  EXPECT_TRUE(Has(reason, "waiting for 3 free healthy CPU workers (3 registered, 2 free)"))
+      << reason;
+  registry.Release(busy, "job-0");
+  EXPECT_TRUE(Has(scheduler.PendingReasons(registry, kT0)["job-1"], "starting at the next"));
+  std::vector<Placement> placed = scheduler.Schedule(registry, kT0);
+  ASSERT_EQ(placed.size(), 1u);
+  EXPECT_EQ(placed[0].worker_ids.size(), 3u);
+  EXPECT_EQ(placed[0].worker_ids[0], a);  // oldest registration first
   EXPECT_EQ(scheduler.Position("job-1"), 0);
+  EXPECT_TRUE(scheduler.empty());
 }
 
 TEST(Scheduler, DeviceKindUnhealthyAndBusyWorkersAreSkipped) {
@@ -49,30 +66,97 @@ TEST(Scheduler, DeviceKindUnhealthyAndBusyWorkersAreSkipped) {
   std::string busy = registry.Register("h:3", Device(v1::CPU), kT0);
   ASSERT_TRUE(registry.Heartbeat(sick, false, "cuda fault", kT0).ok());
   registry.Assign(busy, "job-0");
-  scheduler.Enqueue("job-1");
-  EXPECT_FALSE(scheduler.TryPlaceHead("job-1", Spec(1), registry).has_value());
+  scheduler.Enqueue("job-1", Spec(1), kT0);
+  scheduler.Enqueue("job-2", Spec(1, v1::CUDA), kT0);
+  std::vector<Placement> placed = scheduler.Schedule(registry, kT0);
+  ASSERT_EQ(placed.size(), 1u);
+  EXPECT_EQ(placed[0].job_id, "job-2");
+  EXPECT_EQ(placed[0].worker_ids[0], gpu);
   registry.Release(busy, "job-0");
-  auto placement = scheduler.TryPlaceHead("job-1", Spec(1), registry);
-  ASSERT_TRUE(placement.has_value());
-  EXPECT_EQ(placement->worker_ids[0], busy);
-  scheduler.Enqueue("job-2");
-  auto on_gpu = scheduler.TryPlaceHead("job-2", Spec(1, v1::CUDA), registry);
-  ASSERT_TRUE(on_gpu.has_value());
-  EXPECT_EQ(on_gpu->worker_ids[0], gpu);
+  placed = scheduler.Schedule(registry, kT0);
+  ASSERT_EQ(placed.size(), 1u);
+  EXPECT_EQ(placed[0].worker_ids[0], busy);
 }
 
-TEST(Scheduler, StrictFifoOnlyPlacesTheHead) {
+TEST(Scheduler, AJobThatCanNeverFitDoesNotBlockTheQueue) {
+  // 1000 ranks with 2 workers registered once kept a 1-rank job behind it
+  // waiting forever.
   WorkerRegistry registry(absl::Seconds(5));
-  Scheduler scheduler;
+  Scheduler scheduler(absl::ZeroDuration());  // even with the strictest bound
   registry.Register("h:1", Device(v1::CPU), kT0);
-  scheduler.Enqueue("big");
-  scheduler.Enqueue("small");
-  EXPECT_FALSE(scheduler.TryPlaceHead("small", Spec(1), registry).has_value());
-  EXPECT_EQ(scheduler.Position("small"), 2);
-  std::string reason = Scheduler::PendingReason(Spec(1), registry, 2);
-  EXPECT_NE(reason.find("1 job(s) ahead"), std::string::npos) << reason;
-  scheduler.Remove("big");
-  EXPECT_TRUE(scheduler.TryPlaceHead("small", Spec(1), registry).has_value());
+  registry.Register("h:2", Device(v1::CPU), kT0);
+  scheduler.Enqueue("huge", Spec(1000), kT0);
+  scheduler.Enqueue("small", Spec(1), kT0);
+  const absl::Time later = kT0 + absl::Hours(1);
+  std::vector<Placement> placed = scheduler.Schedule(registry, later);
+  ASSERT_EQ(Started(placed), std::vector<std::string>{"small"});
+  registry.Assign(placed[0].worker_ids[0], "small");
+  EXPECT_EQ(scheduler.Position("huge"), 1);
+  std::string reason = scheduler.PendingReasons(registry, later)["huge"];
+  EXPECT_TRUE(Has(reason, "waiting for 1000 healthy CPU workers to register: 2 registered"))
+      << reason;
+  // It is not failed: once enough workers join, it starts.
+  for (int i = 3; i <= 1000; ++i) registry.Register("h:" + std::to_string(i), Device(v1::CPU), kT0);
+  EXPECT_TRUE(scheduler.Schedule(registry, later).empty());  // "small" still holds one
+  EXPECT_TRUE(Has(scheduler.PendingReasons(registry, later)["huge"], "999 free"));
+  registry.Register("h:1001", Device(v1::CPU), kT0);
+  EXPECT_EQ(Started(scheduler.Schedule(registry, later)), std::vector<std::string>{"huge"});
+}
+
+TEST(Scheduler, BackfillsSmallJobsPastOneThatDoesNotFitYet) {
+  WorkerRegistry registry(absl::Seconds(5));
+  Scheduler scheduler(absl::Minutes(5));
+  for (int i = 0; i < 4; ++i) registry.Register("h:" + std::to_string(i), Device(v1::CPU), kT0);
+  registry.Assign(registry.FreeWorkers(v1::CPU)[0], "job-0");  // 3 of 4 free
+  scheduler.Enqueue("big", Spec(4), kT0);
+  scheduler.Enqueue("small-1", Spec(1), kT0);
+  scheduler.Enqueue("small-2", Spec(2), kT0);
+  scheduler.Enqueue("small-3", Spec(1), kT0);
+  std::map<std::string, std::string> reasons = scheduler.PendingReasons(registry, kT0);
+  EXPECT_TRUE(Has(reasons["big"], "jobs behind it that fit may start first")) << reasons["big"];
+  EXPECT_EQ(Started(scheduler.Schedule(registry, kT0)),
+            (std::vector<std::string>{"small-1", "small-2"}));
+  EXPECT_EQ(scheduler.Position("big"), 1);
+  EXPECT_EQ(scheduler.Position("small-3"), 2);
+}
+
+TEST(Scheduler, ALongWaitingJobHoldsItsKindUntilItStarts) {
+  WorkerRegistry registry(absl::Seconds(5));
+  Scheduler scheduler(absl::Minutes(5));
+  std::vector<std::string> workers;
+  for (int i = 0; i < 2; ++i) {
+    workers.push_back(registry.Register("h:" + std::to_string(i), Device(v1::CPU), kT0));
+  }
+  std::string gpu = registry.Register("g:0", Device(v1::CUDA), kT0);
+  registry.Assign(workers[0], "job-0");
+  scheduler.Enqueue("big", Spec(2), kT0);
+  scheduler.Enqueue("small", Spec(1), kT0 + absl::Minutes(1));
+  scheduler.Enqueue("gpu", Spec(1, v1::CUDA), kT0 + absl::Minutes(1));
+
+  // Past the bound, "big" holds the CPU workers: the free one stays free for
+  // it and "small" waits, naming why; the CUDA job is unaffected.
+  const absl::Time late = kT0 + absl::Minutes(6);
+  std::map<std::string, std::string> reasons = scheduler.PendingReasons(registry, late);
+  EXPECT_TRUE(Has(reasons["big"], "so jobs behind it of kind CPU wait until it starts"))
+      << reasons["big"];
+  EXPECT_TRUE(Has(reasons["small"], "waiting behind big")) << reasons["small"];
+  EXPECT_EQ(Started(scheduler.Schedule(registry, late)), std::vector<std::string>{"gpu"});
+  EXPECT_TRUE(registry.FreeWorkers(v1::CPU).size() == 1u);
+  registry.Release(workers[0], "job-0");
+  EXPECT_EQ(Started(scheduler.Schedule(registry, late)), std::vector<std::string>{"big"});
+  (void)gpu;
+}
+
+TEST(Scheduler, BeforeTheBoundSmallJobsBackfill) {
+  WorkerRegistry registry(absl::Seconds(5));
+  Scheduler scheduler(absl::Minutes(5));
+  std::string a = registry.Register("h:0", Device(v1::CPU), kT0);
+  registry.Register("h:1", Device(v1::CPU), kT0);
+  registry.Assign(a, "job-0");
+  scheduler.Enqueue("big", Spec(2), kT0);
+  scheduler.Enqueue("small", Spec(1), kT0);
+  EXPECT_EQ(Started(scheduler.Schedule(registry, kT0 + absl::Minutes(4))),
+            std::vector<std::string>{"small"});
 }
 
 TEST(WorkerRegistry, SweepRemovesSilentWorkersAndReportsTheirJob) {
@@ -88,6 +172,17 @@ TEST(WorkerRegistry, SweepRemovesSilentWorkersAndReportsTheirJob) {
   EXPECT_NE(lost[0].reason.find("no heartbeat"), std::string::npos);
   EXPECT_EQ(registry.Heartbeat(b, true, "", kT0).code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(registry.List().size(), 1u);
+}
+
+TEST(WorkerRegistry, CountsHealthyWorkersPerKind) {
+  WorkerRegistry registry(absl::Seconds(5));
+  std::string a = registry.Register("h:1", Device(v1::CPU), kT0);
+  registry.Register("h:2", Device(v1::CPU), kT0);
+  registry.Register("g:1", Device(v1::CUDA), kT0);
+  ASSERT_TRUE(registry.Heartbeat(a, false, "sticky fault", kT0).ok());
+  EXPECT_EQ(registry.CountWorkers(v1::CPU), 2);
+  EXPECT_EQ(registry.CountHealthyWorkers(v1::CPU), 1);
+  EXPECT_EQ(registry.CountHealthyWorkers(v1::CUDA), 1);
 }
 
 }  // namespace

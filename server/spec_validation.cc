@@ -3,8 +3,13 @@
 
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/spec_limits.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
+#include "google/protobuf/unknown_field_set.h"
 
 namespace tessera {
 namespace {
@@ -21,6 +26,34 @@ absl::Status AtLeast(const std::string& field, int64_t value, int64_t min) {
 }
 
 bool Finite(float v) { return std::isfinite(v); }
+
+// Protobuf keeps fields it does not know (a client built from a newer
+// job.proto, or a hand-made message) as unknown fields and otherwise ignores
+// them; a job must never silently drop a setting, so they are refused.
+absl::Status CheckNoUnknownFields(const google::protobuf::Message& message,
+                                  const std::string& path) {
+  const google::protobuf::Reflection* reflection = message.GetReflection();
+  const google::protobuf::UnknownFieldSet& unknown = reflection->GetUnknownFields(message);
+  if (!unknown.empty()) {
+    return Bad(path.empty() ? std::string(message.GetDescriptor()->name()) : path,
+               absl::StrCat("unknown field number ", unknown.field(0).number(),
+                            " (not in this coordinator's job.proto; is the client newer?)"));
+  }
+  std::vector<const google::protobuf::FieldDescriptor*> fields;
+  reflection->ListFields(message, &fields);
+  for (const google::protobuf::FieldDescriptor* field : fields) {
+    if (field->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE ||
+        field->is_repeated()) {
+      continue;  // JobSpec has no repeated messages
+    }
+    const std::string child = path.empty() ? field->name() : absl::StrCat(path, ".", field->name());
+    if (absl::Status s = CheckNoUnknownFields(reflection->GetMessage(message, field), child);
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::Status ValidateModel(const v1::ModelConfig& m) {
   if (absl::Status s = AtLeast("model.vocab_size", m.vocab_size(), 2); !s.ok()) return s;
@@ -131,6 +164,9 @@ absl::Status ValidateFp8(const v1::Fp8Recipe& f) {
 }  // namespace
 
 absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
+  if (absl::Status s = CheckNoUnknownFields(spec, ""); !s.ok()) return s;
+  // Upper bounds first: the rules below may multiply fields.
+  if (absl::Status s = CheckSpecLimits(spec); !s.ok()) return s;
   if (!spec.has_model()) return Bad("model", "is required");
   if (absl::Status s = ValidateModel(spec.model()); !s.ok()) return s;
   if (!spec.has_data()) return Bad("data", "is required");

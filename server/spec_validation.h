@@ -3,7 +3,10 @@
 //
 // Every rejection is INVALID_ARGUMENT and names the field path and the
 // reason, e.g. "model.d_model: must be divisible by model.n_heads (got 30
-// and 4)". Validation stops at the first bad field.
+// and 4)". Validation stops at the first bad field. The upper bounds on
+// sizes and counts are common/spec_limits.h, which workers check too. Fields
+// this coordinator's job.proto does not have (kept by protobuf as unknown
+// fields) are refused, naming the message path and field number.
 #ifndef TESSERA_SERVER_SPEC_VALIDATION_H_
 #define TESSERA_SERVER_SPEC_VALIDATION_H_
 

@@ -2,7 +2,8 @@
 // valid spec passes, and defaults fill what the proto documents. The newer
 // rules are checked from both sides: n_kv_heads (grouped-query attention)
 // accepted when it divides n_heads, the CUDA head dims 64 and 128, and no
-// upper limit on seq_len.
+// upper limit on seq_len below common/spec_limits.h's. Upper limits are
+// checked too (their own tests are common/spec_limits_test.cc).
 #include "server/spec_validation.h"
 
 #include <functional>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/spec_limits.h"
 #include "gtest/gtest.h"
 
 namespace tessera {
@@ -75,6 +77,12 @@ TEST(SpecValidation, EachRuleNamesItsField) {
       {"checkpoint.interval_steps", [](v1::JobSpec& s) { s.mutable_checkpoint()->set_interval_steps(-1); }},
       {"checkpoint.dir", [](v1::JobSpec& s) { s.mutable_checkpoint()->set_interval_steps(5); }},
       {"loss_chunk_tokens", [](v1::JobSpec& s) { s.set_loss_chunk_tokens(-1); }},
+      // Upper limits (common/spec_limits.h): values that once aborted the
+      // coordinator, the worker, or every later `tessera jobs`.
+      {"steps: must be <= 10000000", [](v1::JobSpec& s) { s.set_steps(2147483647); }},
+      {"data.synthetic.num_tokens: must be <=", [](v1::JobSpec& s) { s.mutable_data()->mutable_synthetic()->set_num_tokens(1'000'000'000'000); }},
+      {"name: must be at most 256 bytes", [](v1::JobSpec& s) { s.set_name(std::string(10 << 20, '7')); }},
+      {"model.vocab_size: must be <=", [](v1::JobSpec& s) { s.mutable_model()->set_vocab_size(kMaxVocabSize + 1); }},
   };
   for (const Case& c : cases) {
     v1::JobSpec spec = ValidSpec();
@@ -83,6 +91,30 @@ TEST(SpecValidation, EachRuleNamesItsField) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.field;
     EXPECT_NE(s.message().find(c.field), std::string::npos) << c.field << " -> " << s.message();
   }
+}
+
+TEST(SpecValidation, UnknownFieldsAreRefusedWithTheirPath) {
+  // A client built from a newer job.proto (or a hand-made message) sends
+  // fields this coordinator does not know; they must not be dropped silently.
+  v1::JobSpec top = ValidSpec();
+  top.GetReflection()->MutableUnknownFields(&top)->AddVarint(99, 1);
+  absl::Status s = ValidateJobSpec(top);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message().rfind("JobSpec: unknown field number 99", 0), 0u) << s.message();
+
+  v1::JobSpec nested = ValidSpec();
+  v1::SyntheticData* synthetic = nested.mutable_data()->mutable_synthetic();
+  synthetic->GetReflection()->MutableUnknownFields(synthetic)->AddLengthDelimited(42, "x");
+  s = ValidateJobSpec(nested);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message().rfind("data.synthetic: unknown field number 42", 0), 0u) << s.message();
+
+  // The same bytes parsed from the wire.
+  std::string wire = ValidSpec().SerializeAsString();
+  wire += std::string("\xa8\x06\x01", 3);  // field 101, varint 1
+  v1::JobSpec parsed;
+  ASSERT_TRUE(parsed.ParseFromString(wire));
+  EXPECT_EQ(ValidateJobSpec(parsed).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(SpecValidation, KvHeadsMustDivideTheQueryHeads) {

@@ -81,6 +81,14 @@ int WorkerRegistry::CountWorkers(v1::DeviceKind kind) const {
   return n;
 }
 
+int WorkerRegistry::CountHealthyWorkers(v1::DeviceKind kind) const {
+  int n = 0;
+  for (const auto& [order, record] : by_order_) {
+    n += record.device().kind() == kind && record.healthy() ? 1 : 0;
+  }
+  return n;
+}
+
 void WorkerRegistry::Assign(const std::string& worker_id, const std::string& job_id) {
   auto it = order_by_id_.find(worker_id);
   if (it != order_by_id_.end()) by_order_[it->second].set_job_id(job_id);

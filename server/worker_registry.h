@@ -40,6 +40,8 @@ class WorkerRegistry {
   // Free, healthy workers of `kind`, oldest registration first.
   std::vector<std::string> FreeWorkers(v1::DeviceKind kind) const;
   int CountWorkers(v1::DeviceKind kind) const;
+  // Registered workers of `kind` that are healthy, whether free or busy.
+  int CountHealthyWorkers(v1::DeviceKind kind) const;
   void Assign(const std::string& worker_id, const std::string& job_id);
   void Release(const std::string& worker_id, const std::string& job_id);
   const v1::WorkerRecord* Find(const std::string& worker_id) const;

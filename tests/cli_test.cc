@@ -1,8 +1,10 @@
 // The `tessera` CLI against a real coordinator and workers: submit a job file
 // and watch it to completion, list jobs as JSON, train a grouped-query
 // attention model (n_kv_heads < n_heads) end to end on CPU workers, refuse a
-// CUDA job whose head dim the CUDA engine lacks, and fail cleanly (one line,
-// non-zero exit) when the coordinator cannot be reached.
+// CUDA job whose head dim the CUDA engine lacks, fail cleanly (one line,
+// non-zero exit) when the coordinator cannot be reached, refuse hostile job
+// files with exit code 2 (they once crashed the CLI), list more jobs than
+// one page holds, and delete a finished job.
 #include <string>
 
 #include "absl/strings/match.h"
@@ -135,6 +137,70 @@ TEST(CliTest, BadSpecPrintsTheField) {
   EXPECT_NE(result.exit_code, 0);
   EXPECT_TRUE(absl::StrContains(result.output, "INVALID_ARGUMENT")) << result.output;
   EXPECT_TRUE(absl::StrContains(result.output, "steps")) << result.output;
+}
+
+TEST(CliTest, HostileJobFilesExitWithUsageErrorNotASignal) {
+  std::string deep = "{\"name\": ";
+  for (int i = 0; i < 100000; ++i) deep += "{\"a\": ";
+  deep += "1" + std::string(100000, '}') + "}";
+  const std::string number(10 << 20, '7');
+  const std::vector<std::pair<std::string, std::string>> files = {
+      {"deep.json", deep},
+      {"number.yaml", "name: " + number + "\n"},
+      {"number.json", "{\"name\": " + number + "}"},
+      {"typo.yaml", "name: x\nmodel:\n  n_head: 4\n"},
+  };
+  for (const auto& [name, text] : files) {
+    const std::string path = WriteJobFile(name, text);
+    auto result = RunCommand(BinaryPath("client/tessera"), {"submit", path, "--dry-run"},
+                             absl::Seconds(30));
+    EXPECT_EQ(result.exit_code, 2) << name << ": " << result.output;
+    EXPECT_TRUE(absl::StartsWith(result.output, "tessera: " + path + ": ")) << result.output;
+  }
+  auto typo = RunCommand(BinaryPath("client/tessera"),
+                         {"submit", WriteJobFile("typo2.yaml", "name: x\nmodel:\n  n_head: 4\n"),
+                          "--dry-run"},
+                         absl::Seconds(30));
+  EXPECT_TRUE(absl::StrContains(typo.output, "line 3: model.n_head: unknown field; did you mean "
+                                             "n_heads?"))
+      << typo.output;
+}
+
+TEST(CliTest, JobsListsEveryPageAndDeleteForgetsAFinishedJob) {
+  auto cluster = LocalCluster::Start(0);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::string coordinator = absl::StrCat("--coordinator=", (*cluster)->address());
+  // More jobs than one page (100) holds; none can run without workers.
+  const std::string job_file = WriteJobFile("waits.yaml", kTinyJobYaml);
+  constexpr int kJobs = 105;
+  for (int i = 0; i < kJobs; ++i) {
+    auto submit = RunCommand(BinaryPath("client/tessera"), {"submit", job_file, coordinator},
+                             absl::Seconds(30));
+    ASSERT_EQ(submit.exit_code, 0) << submit.output;
+  }
+  auto jobs = RunCommand(BinaryPath("client/tessera"), {"jobs", coordinator}, absl::Seconds(30));
+  ASSERT_EQ(jobs.exit_code, 0) << jobs.output;
+  std::vector<std::string> lines = absl::StrSplit(jobs.output, '\n', absl::SkipEmpty());
+  EXPECT_EQ(lines.size(), kJobs + 1u) << jobs.output;  // + header
+  EXPECT_TRUE(absl::StrContains(jobs.output, "job-1 ")) << jobs.output;
+  EXPECT_TRUE(absl::StrContains(jobs.output, absl::StrCat("job-", kJobs, " "))) << jobs.output;
+
+  auto running = RunCommand(BinaryPath("client/tessera"), {"delete", "job-1", coordinator},
+                            absl::Seconds(30));
+  EXPECT_EQ(running.exit_code, 1) << running.output;
+  EXPECT_TRUE(absl::StrContains(running.output, "FAILED_PRECONDITION")) << running.output;
+  ASSERT_EQ(RunCommand(BinaryPath("client/tessera"), {"cancel", "job-1", coordinator},
+                       absl::Seconds(30))
+                .exit_code,
+            0);
+  auto deleted = RunCommand(BinaryPath("client/tessera"), {"delete", "job-1", coordinator},
+                            absl::Seconds(30));
+  EXPECT_EQ(deleted.exit_code, 0) << deleted.output;
+  EXPECT_EQ(deleted.output, "deleted job-1\n");
+  auto missing = RunCommand(BinaryPath("client/tessera"), {"status", "job-1", coordinator},
+                            absl::Seconds(30));
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_TRUE(absl::StrContains(missing.output, "NOT_FOUND")) << missing.output;
 }
 
 }  // namespace

@@ -2,8 +2,14 @@
 // worker daemons on loopback, driven through the raw v1 gRPC API exactly as
 // an orchestration tool would. Covers submit + watch to completion (with a
 // late subscriber replaying), cancel mid-run, a bad spec, a job that cannot
-// be scheduled, and a worker killed mid-run.
+// be scheduled (and does not block a smaller one behind it), a worker
+// killed mid-run, specs sized to abort a process (refused by the
+// coordinator, and by a worker sent one directly), and ListJobs pages with
+// DeleteJob.
+#include <functional>
+#include <limits>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -12,6 +18,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/tessera/v1/coordinator.grpc.pb.h"
+#include "proto/tessera/v1/worker.grpc.pb.h"
 #include "tests/process_harness.h"
 
 namespace tessera {
@@ -248,6 +255,136 @@ TEST_F(JobLifecycleTest, KilledWorkerFailsItsJobWithoutHanging) {
   ASSERT_TRUE(stub_->ListWorkers(Context().get(), req, &workers).ok());
   ASSERT_EQ(workers.workers_size(), 1) << workers.DebugString();
   EXPECT_TRUE(workers.workers(0).job_id().empty());
+}
+
+TEST_F(JobLifecycleTest, SpecsSizedToAbortAProcessAreRefusedAndTheClusterKeepsWorking) {
+  StartCluster(2);
+  struct Case {
+    std::string field;
+    std::function<void(v1::JobSpec&)> mutate;
+  };
+  const std::vector<Case> cases = {
+      {"steps", [](v1::JobSpec& s) { s.set_steps(std::numeric_limits<int32_t>::max()); }},
+      {"data.synthetic.num_tokens",
+       [](v1::JobSpec& s) {
+         s.mutable_data()->mutable_synthetic()->set_num_tokens(1'000'000'000'000);
+       }},
+      {"name", [](v1::JobSpec& s) { s.set_name(std::string(10 << 20, '7')); }},
+  };
+  for (const Case& c : cases) {
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = TinyJob(3);
+    c.mutate(*req.mutable_spec());
+    v1::SubmitJobResponse resp;
+    grpc::Status s = stub_->SubmitJob(Context().get(), req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.field;
+    EXPECT_EQ(s.error_message().rfind(c.field + ": must be ", 0), 0u) << s.error_message();
+  }
+  v1::Job job = Submit(TinyJob(3));
+  v1::Job done = WaitFor(job.id(), [](const v1::Job& j) { return IsTerminal(j.state()); },
+                         absl::Seconds(60));
+  EXPECT_EQ(done.state(), v1::SUCCEEDED) << done.reason() << cluster_->Logs();
+  EXPECT_TRUE(cluster_->coordinator().Running());
+}
+
+TEST_F(JobLifecycleTest, WorkerRefusesAnOversizedSpecSentToItDirectly) {
+  StartCluster(2);
+  v1::ListWorkersResponse workers;
+  for (absl::Time deadline = absl::Now() + absl::Seconds(30);
+       workers.workers_size() < 2 && absl::Now() < deadline;) {
+    workers.Clear();
+    v1::ListWorkersRequest req;
+    ASSERT_TRUE(stub_->ListWorkers(Context().get(), req, &workers).ok());
+    if (workers.workers_size() < 2) absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_EQ(workers.workers_size(), 2) << cluster_->Logs();
+  auto worker = v1::WorkerService::NewStub(
+      grpc::CreateChannel(workers.workers(0).address(), grpc::InsecureChannelCredentials()));
+  v1::SetupJobRequest setup;
+  setup.set_job_id("job-direct");
+  setup.set_rank(0);
+  setup.set_world_size(1);
+  *setup.mutable_spec() = TinyJob(3, 1);
+  setup.mutable_spec()->mutable_data()->mutable_synthetic()->set_num_tokens(1'000'000'000'000);
+  v1::SetupJobResponse setup_resp;
+  grpc::Status s = worker->SetupJob(Context().get(), setup, &setup_resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_NE(s.error_message().find("data.synthetic.num_tokens"), std::string::npos)
+      << s.error_message();
+
+  v1::GetWorkerStatusRequest status_req;
+  v1::WorkerStatus status;
+  ASSERT_TRUE(worker->GetWorkerStatus(Context().get(), status_req, &status).ok())
+      << cluster_->Logs();
+  EXPECT_EQ(status.phase(), "idle");
+  EXPECT_TRUE(status.healthy());
+  v1::Job job = Submit(TinyJob(3));
+  v1::Job done = WaitFor(job.id(), [](const v1::Job& j) { return IsTerminal(j.state()); },
+                         absl::Seconds(60));
+  EXPECT_EQ(done.state(), v1::SUCCEEDED) << done.reason() << cluster_->Logs();
+}
+
+TEST_F(JobLifecycleTest, AJobThatCannotFitDoesNotBlockASmallerOneBehindIt) {
+  StartCluster(2);
+  v1::Job huge = Submit(TinyJob(5, /*world_size=*/1000));
+  v1::Job small = Submit(TinyJob(3, /*world_size=*/1));
+  v1::Job done = WaitFor(small.id(), [](const v1::Job& j) { return IsTerminal(j.state()); },
+                         absl::Seconds(60));
+  EXPECT_EQ(done.state(), v1::SUCCEEDED) << done.reason() << cluster_->Logs();
+  v1::Job waiting = Get(huge.id());
+  EXPECT_EQ(waiting.state(), v1::PENDING);
+  EXPECT_NE(waiting.reason().find("1000 healthy CPU workers"), std::string::npos)
+      << waiting.reason();
+  EXPECT_NE(waiting.reason().find("2 registered"), std::string::npos) << waiting.reason();
+}
+
+TEST_F(JobLifecycleTest, ListJobsPagesAndDeleteJob) {
+  StartCluster(0);
+  std::vector<std::string> ids;
+  for (int i = 0; i < 130; ++i) ids.push_back(Submit(TinyJob(1, 1)).id());
+  std::vector<std::string> listed;
+  std::string token;
+  int pages = 0;
+  do {
+    v1::ListJobsRequest req;
+    req.set_page_token(token);
+    v1::ListJobsResponse resp;
+    grpc::Status s = stub_->ListJobs(Context().get(), req, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_LE(resp.jobs_size(), 100);
+    for (const v1::Job& j : resp.jobs()) listed.push_back(j.id());
+    token = resp.next_page_token();
+    ++pages;
+  } while (!token.empty() && pages < 10);
+  EXPECT_EQ(pages, 2);
+  ASSERT_EQ(listed.size(), ids.size());
+  EXPECT_EQ(listed.front(), ids.back());  // newest first
+  EXPECT_EQ(std::set<std::string>(listed.begin(), listed.end()).size(), ids.size());
+
+  v1::ListJobsRequest bad;
+  bad.set_page_size(-1);
+  v1::ListJobsResponse ignored;
+  EXPECT_EQ(stub_->ListJobs(Context().get(), bad, &ignored).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+
+  v1::DeleteJobRequest del;
+  v1::DeleteJobResponse del_resp;
+  del.set_job_id(ids[0]);
+  EXPECT_EQ(stub_->DeleteJob(Context().get(), del, &del_resp).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);  // still pending
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(ids[0]);
+  v1::Job cancelled;
+  ASSERT_TRUE(stub_->CancelJob(Context().get(), cancel, &cancelled).ok());
+  WaitFor(ids[0], [](const v1::Job& j) { return IsTerminal(j.state()); }, absl::Seconds(10));
+  grpc::Status deleted = stub_->DeleteJob(Context().get(), del, &del_resp);
+  EXPECT_TRUE(deleted.ok()) << deleted.error_message();
+  v1::GetJobRequest get;
+  get.set_job_id(ids[0]);
+  v1::Job gone;
+  EXPECT_EQ(stub_->GetJob(Context().get(), get, &gone).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(stub_->DeleteJob(Context().get(), del, &del_resp).error_code(),
+            grpc::StatusCode::NOT_FOUND);
 }
 
 }  // namespace

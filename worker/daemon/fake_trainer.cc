@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,7 @@ absl::StatusOr<SetupReport> FakeTrainer::Setup(const v1::JobSpec& spec, int rank
     if (aborted_) return absl::CancelledError("setup aborted");
     absl::SleepFor(absl::Milliseconds(1));
   }
+  if (options_.setup_throws_bad_alloc) throw std::bad_alloc();
   if (options_.setup_fail_code != absl::StatusCode::kOk) {
     return absl::Status(options_.setup_fail_code, "injected setup failure");
   }

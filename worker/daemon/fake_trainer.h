@@ -22,6 +22,7 @@ struct FakeTrainerOptions {
   absl::StatusCode fail_code = absl::StatusCode::kAborted;
   absl::Duration setup_time = absl::ZeroDuration();  // Setup waits this long (abortable)
   absl::StatusCode setup_fail_code = absl::StatusCode::kOk;  // Setup fails with it unless OK
+  bool setup_throws_bad_alloc = false;  // Setup throws as an allocation the host refuses would
   // InitCollective publishes `host` under "host/<rank>" and waits for every
   // rank's entry, as a real collective bootstrap would.
   bool exchange_hosts = false;

@@ -6,7 +6,11 @@
 // in flight; Abort waits for it to settle before destroying the trainer.
 #include "worker/daemon/worker_core.h"
 
+#include <new>
+#include <stdexcept>
+
 #include "absl/strings/str_cat.h"
+#include "common/spec_limits.h"
 
 namespace tessera {
 
@@ -85,6 +89,11 @@ absl::StatusOr<v1::SetupJobResponse> WorkerCore::SetupJob(const v1::SetupJobRequ
                                                      request.rank(), " of ",
                                                      request.world_size(), ")"));
     }
+    // The coordinator checked these limits already; a spec that reaches a
+    // worker some other way must not size its allocations either.
+    if (absl::Status s = CheckSpecLimits(request.spec()); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("spec.", s.message()));
+    }
     job_id_ = request.job_id();
     rank_ = request.rank();
     phase_ = Phase::kSettingUp;
@@ -92,20 +101,30 @@ absl::StatusOr<v1::SetupJobResponse> WorkerCore::SetupJob(const v1::SetupJobRequ
   }
   absl::StatusOr<SetupReport> report = absl::InternalError("SetupJob: trainer never ran");
   compute_.Run([&] {
-    absl::StatusOr<std::unique_ptr<Trainer>> trainer = factory_();
-    if (!trainer.ok()) {
-      report = trainer.status();
-      return;
+    // Setup allocates everything the job needs; an allocation the host
+    // cannot satisfy must fail this job, not end the daemon.
+    try {
+      absl::StatusOr<std::unique_ptr<Trainer>> trainer = factory_();
+      if (!trainer.ok()) {
+        report = trainer.status();
+        return;
+      }
+      trainer_ = std::move(*trainer);
+      {
+        absl::MutexLock lock(&mu_);
+        trainer_for_abort_ = trainer_.get();
+        // An Abort that arrived while the trainer was being built could not
+        // reach it; pass it on now.
+        if (aborting_) trainer_->Abort();
+      }
+      report = trainer_->Setup(request.spec(), request.rank(), request.world_size());
+    } catch (const std::bad_alloc&) {
+      report = absl::ResourceExhaustedError(absl::StrCat(
+          "SetupJob for ", request.job_id(), ": out of host memory while setting up the job"));
+    } catch (const std::length_error& e) {
+      report = absl::ResourceExhaustedError(absl::StrCat(
+          "SetupJob for ", request.job_id(), ": a buffer too large to allocate (", e.what(), ")"));
     }
-    trainer_ = std::move(*trainer);
-    {
-      absl::MutexLock lock(&mu_);
-      trainer_for_abort_ = trainer_.get();
-      // An Abort that arrived while the trainer was being built could not
-      // reach it; pass it on now.
-      if (aborting_) trainer_->Abort();
-    }
-    report = trainer_->Setup(request.spec(), request.rank(), request.world_size());
     if (!report.ok()) {
       {
         absl::MutexLock lock(&mu_);

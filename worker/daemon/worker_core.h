@@ -38,7 +38,9 @@ class WorkerCore {
   ~WorkerCore();
 
   // Creates the trainer (through the factory) and sets it up. UNAVAILABLE if
-  // unhealthy; CANCELLED if aborted meanwhile.
+  // unhealthy; CANCELLED if aborted meanwhile; INVALID_ARGUMENT for a spec
+  // beyond common/spec_limits.h (checked before anything is allocated);
+  // RESOURCE_EXHAUSTED if setting up runs out of host memory.
   absl::StatusOr<v1::SetupJobResponse> SetupJob(const v1::SetupJobRequest& request);
   absl::Status InitCollective(const std::string& job_id, RendezvousStore* store,
                               const std::string& host, absl::Duration timeout);

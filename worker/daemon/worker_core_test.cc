@@ -1,6 +1,7 @@
 // The worker's command state machine with a fake trainer: the happy path,
 // every out-of-order command, wrong job ids, abort from each state and
-// mid-run, consecutive steps, health, and the single compute thread.
+// mid-run, consecutive steps, health, the single compute thread, and specs
+// or setups that would exhaust memory failing the job, never the worker.
 #include "worker/daemon/worker_core.h"
 
 #include <algorithm>
@@ -275,6 +276,42 @@ TEST(WorkerCore, BadSetupRequestsAreInvalidArgument) {
   ASSERT_TRUE(core.SetupJob(SetupRequest("job-1")).ok());
   ASSERT_TRUE(core.InitCollective("job-1", nullptr, "h", absl::Seconds(1)).ok());
   EXPECT_EQ(RunFor(core, "job-1", 0, -1).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(WorkerCore, SpecBeyondTheLimitsIsRefusedBeforeTheTrainerExists) {
+  std::atomic<int> trainers{0};
+  WorkerCore core([&trainers]() -> absl::StatusOr<std::unique_ptr<Trainer>> {
+    ++trainers;
+    return std::unique_ptr<Trainer>(new FakeTrainer());
+  });
+  v1::SetupJobRequest request = SetupRequest("job-1");
+  request.mutable_spec()->mutable_data()->mutable_synthetic()->set_num_tokens(1'000'000'000'000);
+  absl::StatusOr<v1::SetupJobResponse> setup = core.SetupJob(request);
+  EXPECT_EQ(setup.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(setup.status().message().rfind("spec.data.synthetic.num_tokens: must be <= ", 0), 0u)
+      << setup.status();
+  request.mutable_spec()->mutable_data()->mutable_synthetic()->set_num_tokens(0);
+  request.mutable_spec()->set_steps(2147483647);
+  EXPECT_EQ(core.SetupJob(request).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(trainers.load(), 0);
+  EXPECT_EQ(core.Status().phase(), "idle");
+  EXPECT_TRUE(core.healthy());
+  ASSERT_TRUE(core.SetupJob(SetupRequest("job-2")).ok());
+}
+
+TEST(WorkerCore, SetupOutOfHostMemoryFailsTheJobNotTheWorker) {
+  FakeTrainerOptions throws;
+  throws.setup_throws_bad_alloc = true;
+  WorkerCore core(SequenceFactory({throws, FakeTrainerOptions{}}));
+  absl::StatusOr<v1::SetupJobResponse> setup = core.SetupJob(SetupRequest("job-1"));
+  EXPECT_EQ(setup.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(setup.status().message().find("out of host memory"), absl::string_view::npos)
+      << setup.status();
+  EXPECT_EQ(core.Status().phase(), "idle");
+  EXPECT_TRUE(core.healthy());
+  ASSERT_TRUE(core.SetupJob(SetupRequest("job-2")).ok());
+  ASSERT_TRUE(core.InitCollective("job-2", nullptr, "h", absl::Seconds(1)).ok());
+  EXPECT_TRUE(RunFor(core, "job-2", 0, 2).ok());
 }
 
 }  // namespace

@@ -21,20 +21,21 @@ namespace {
 
 // Synthetic data is generated in memory. With num_tokens = 0 the task gets
 // one token per token the job will read (steps x global batch x (seq_len+1)),
-// at least kMinSyntheticTokens so short jobs still see varied lines and at
-// most kMaxSyntheticTokens (64 MiB of uint32) so a long job cannot exhaust
-// host memory; sequences are sampled at random offsets, so a job may read
-// more than this without harm. The count depends only on the global batch,
-// never on how it is split into ranks, so every sharding of one job sees the
-// same token stream.
-constexpr int64_t kMinSyntheticTokens = int64_t{1} << 20;
-constexpr int64_t kMaxSyntheticTokens = int64_t{16} << 20;
+// at least kMinDefaultSyntheticTokens so short jobs still see varied lines
+// and at most kMaxDefaultSyntheticTokens (64 MiB of uint32) so a long job
+// cannot exhaust host memory; sequences are sampled at random offsets, so a
+// job may read more than this without harm. The count depends only on the
+// global batch, never on how it is split into ranks, so every sharding of
+// one job sees the same token stream. An explicit num_tokens may go up to
+// kMaxSyntheticTokens (common/spec_limits.h).
+constexpr int64_t kMinDefaultSyntheticTokens = int64_t{1} << 20;
+constexpr int64_t kMaxDefaultSyntheticTokens = int64_t{16} << 20;
 
 int64_t DefaultSyntheticTokens(const v1::JobSpec& spec, int world_size) {
   const double wanted = static_cast<double>(std::max(spec.steps(), 1)) * world_size *
                         spec.data().micro_batch_size() * (spec.model().seq_len() + 1.0);
-  if (wanted >= static_cast<double>(kMaxSyntheticTokens)) return kMaxSyntheticTokens;
-  return std::max(kMinSyntheticTokens, static_cast<int64_t>(wanted));
+  if (wanted >= static_cast<double>(kMaxDefaultSyntheticTokens)) return kMaxDefaultSyntheticTokens;
+  return std::max(kMinDefaultSyntheticTokens, static_cast<int64_t>(wanted));
 }
 
 class TokenBatchSource : public BatchSource {

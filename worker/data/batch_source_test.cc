@@ -2,7 +2,8 @@
 // data with targets shifted by one; a step reads the same data however often
 // and after whatever ran before; ranks and seeds differ; one rank with 2B
 // sequences reads exactly what two ranks with B read; offsets reach both
-// ends of the data; bad data or buffers are INVALID_ARGUMENT.
+// ends of the data; bad data or buffers, and synthetic token counts beyond
+// the limit, are INVALID_ARGUMENT.
 #include "worker/data/batch_source.h"
 
 #include <cstdlib>
@@ -169,6 +170,15 @@ TEST(BatchSource, SyntheticDataWithoutATokenCountGetsADefault) {
   ASSERT_NE(source, nullptr);
   Batch b = Read(*source, 0, 2);
   for (int32_t t : b.inputs) EXPECT_TRUE(t >= 0 && t < 256);
+}
+
+TEST(BatchSource, SyntheticTokenCountBeyondTheLimitIsInvalidArgument) {
+  v1::JobSpec spec = SyntheticSpec(1, 2);
+  spec.mutable_data()->mutable_synthetic()->set_num_tokens(1'000'000'000'000);
+  auto s = OpenBatchSource(spec, 0, 1);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.status().message().rfind("data.synthetic: num_tokens: must be <= ", 0), 0u)
+      << s.status();
 }
 
 TEST(BatchSource, RejectsDataOrBuffersThatDoNotFit) {

@@ -33,6 +33,10 @@ std::string RandomDigits(SplitMixRng& rng, int max_digits, bool leading_zero_ok)
 absl::StatusOr<std::vector<uint32_t>> GenerateSyntheticTokens(const v1::SyntheticData& task,
                                                               uint64_t seed, int64_t num_tokens) {
   if (num_tokens <= 0) return absl::InvalidArgumentError("num_tokens: must be > 0");
+  if (num_tokens > kMaxSyntheticTokens) {
+    return absl::InvalidArgumentError(absl::StrCat("num_tokens: must be <= ", kMaxSyntheticTokens,
+                                                   " (got ", num_tokens, ")"));
+  }
   const bool copy = task.task() == v1::SyntheticData::COPY;
   if (!copy && task.task() != v1::SyntheticData::ADDITION) {
     return absl::InvalidArgumentError("task: must be ADDITION or COPY");

@@ -14,12 +14,14 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/spec_limits.h"
 #include "proto/tessera/v1/job.pb.h"
 
 namespace tessera {
 
-// Exactly num_tokens tokens in [0, 256). INVALID_ARGUMENT for num_tokens <= 0,
-// an unspecified task, or max_digits outside [0, 18].
+// Exactly num_tokens tokens in [0, 256). INVALID_ARGUMENT for num_tokens <= 0
+// or above kMaxSyntheticTokens (common/spec_limits.h; the tokens are held in
+// memory), an unspecified task, or max_digits outside [0, 18].
 absl::StatusOr<std::vector<uint32_t>> GenerateSyntheticTokens(const v1::SyntheticData& task,
                                                               uint64_t seed, int64_t num_tokens);
 // The same stream, written as a token file (see token_file.h).

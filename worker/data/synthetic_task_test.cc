@@ -1,7 +1,8 @@
 // Synthetic tasks are deterministic per seed, differ across seeds, and are
 // correct: every ADDITION line "a+b=c" adds up (operands of 1..max_digits
 // digits, default 3) and every COPY line "<digits>|<digits>" copies (1..
-// max_digits digits, default 8). Seeds are drawn fresh per run.
+// max_digits digits, default 8). Seeds are drawn fresh per run. Token
+// counts beyond the limit are refused.
 #include "worker/data/synthetic_task.h"
 
 #include <cstdlib>
@@ -133,6 +134,16 @@ TEST(SyntheticTask, BadRequestsAreInvalidArgument) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(GenerateSyntheticTokens(Task(v1::SyntheticData::COPY, 19), 1, 10).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST(SyntheticTask, TokenCountsBeyondTheLimitAreRefusedNotAllocated) {
+  // 10^12 tokens once reached the allocator and aborted the worker.
+  for (int64_t n : {kMaxSyntheticTokens + 1, int64_t{1'000'000'000'000}}) {
+    auto tokens = GenerateSyntheticTokens(Task(v1::SyntheticData::ADDITION), 1, n);
+    EXPECT_EQ(tokens.status().code(), absl::StatusCode::kInvalidArgument) << n;
+    EXPECT_EQ(tokens.status().message(),
+              absl::StrCat("num_tokens: must be <= ", kMaxSyntheticTokens, " (got ", n, ")"));
+  }
 }
 
 TEST(SyntheticTask, WritesATokenFileOfTheSameStream) {

@@ -1,0 +1,52 @@
+// Upper bounds on every JobSpec field that sizes memory, a loop or a
+// message: string lengths, step counts, model dimensions, tokens per
+// micro-batch and generated synthetic tokens. The coordinator refuses a spec
+// beyond them at submit time, and a worker refuses one again before it
+// allocates anything, so no input can make either process allocate without
+// bound or overflow an integer. The values are documented in job.proto and
+// the README; they are far above any job Tessera runs today.
+#ifndef TESSERA_COMMON_SPEC_LIMITS_H_
+#define TESSERA_COMMON_SPEC_LIMITS_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "proto/tessera/v1/job.pb.h"
+
+namespace tessera {
+
+// Strings.
+inline constexpr int64_t kMaxJobNameBytes = 256;
+inline constexpr int64_t kMaxPathBytes = 4096;  // data.token_file, checkpoint.dir
+
+// Step counts: steps, optimizer.warmup_steps, checkpoint.interval_steps.
+inline constexpr int64_t kMaxSteps = 10'000'000;
+
+// Model dimensions.
+inline constexpr int64_t kMaxVocabSize = int64_t{1} << 20;
+inline constexpr int64_t kMaxDModel = int64_t{1} << 16;
+inline constexpr int64_t kMaxFfnDim = int64_t{1} << 18;
+inline constexpr int64_t kMaxLayers = 1024;
+inline constexpr int64_t kMaxHeads = 1024;  // n_heads and n_kv_heads
+inline constexpr int64_t kMaxSeqLen = int64_t{1} << 20;
+
+// Tokens one rank processes per step (micro_batch_size x seq_len); also the
+// largest useful loss_chunk_tokens.
+inline constexpr int64_t kMaxTokensPerMicroBatch = int64_t{1} << 20;
+
+// Synthetic tokens a worker generates in memory (256 MiB as uint32).
+inline constexpr int64_t kMaxSyntheticTokens = int64_t{1} << 26;
+
+// OK, or INVALID_ARGUMENT naming the first field beyond its limit, the limit
+// and the value, e.g. "steps: must be <= 10000000 (got 2147483647)".
+// Lower bounds and consistency rules are the coordinator's validation.
+absl::Status CheckSpecLimits(const v1::JobSpec& spec);
+
+// INVALID_ARGUMENT "FIELD: must be at most MAX bytes (got N)" for a string
+// longer than `max_bytes`; used for request fields outside the spec too.
+absl::Status CheckStringLimit(absl::string_view field, absl::string_view value, int64_t max_bytes);
+
+}  // namespace tessera
+
+#endif  // TESSERA_COMMON_SPEC_LIMITS_H_
