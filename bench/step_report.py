@@ -86,6 +86,13 @@ def tessera_stats(events_path, spec_path, mem_path, mem_baseline, skip):
                   control_overhead_ms=round(median(float(s.get("control_overhead_s", 0)) for s in timed) * 1e3, 3),
                   loss_first=round(float(by_index[0].get("loss", 0)), 4),
                   loss_last=round(float(by_index[-1].get("loss", 0)), 4))
+    # The step's own phase timing (slowest rank) and MFU, medians of the timed steps.
+    phase_names = ("forward_s", "loss_s", "backward_s", "optimizer_s", "collective_s", "host_s")
+    if any("phases" in s for s in timed):
+        result["phases_ms"] = {name[:-2]: round(median(float(s.get("phases", {}).get(name, 0)) for s in timed) * 1e3, 3)
+                               for name in phase_names}
+    if any("mfu" in s for s in timed):
+        result["mfu"] = round(median(float(s.get("mfu", 0)) for s in timed), 4)
     if mem_path and os.path.exists(mem_path):  # absent without nvidia-smi
         with open(mem_path) as f:
             samples = [float(x) for x in f.read().split() if x.replace(".", "", 1).isdigit()]
@@ -133,6 +140,11 @@ def main():
         with open(path) as f:
             lines += [json.loads(l) for l in f if l.strip().startswith("{")]
     print(table(lines))
+    for r in lines:
+        if r.get("impl") == "tessera" and r.get("phases_ms"):
+            phases = ", ".join(f"{k} {v:.2f}" for k, v in r["phases_ms"].items())
+            mfu = f"; MFU {r['mfu'] * 100:.1f}%" if r.get("mfu") else ""
+            print(f"\nTessera step phases (ms, median of timed steps, slowest rank): {phases}{mfu}")
     return 0
 
 

@@ -65,6 +65,19 @@ std::string FormatJob(const v1::Job& j) {
     absl::StrAppend(&out, absl::StrFormat("last step loss %.4f  grad_norm %.4f  lr %.3g  tok/s %s\n",
                                           m.loss(), m.grad_norm(), m.lr(),
                                           FormatRate(m.tokens_per_s())));
+    if (m.has_phases()) {
+      const v1::StepPhases& p = m.phases();
+      absl::StrAppend(
+          &out,
+          absl::StrFormat("phases    forward %.2f  loss %.2f  backward %.2f  optimizer %.2f  "
+                          "collectives %.2f  host %.2f ms (last step, slowest rank)\n",
+                          p.forward_s() * 1e3, p.loss_s() * 1e3, p.backward_s() * 1e3,
+                          p.optimizer_s() * 1e3, p.collective_s() * 1e3, p.host_s() * 1e3));
+    }
+    if (m.mfu() > 0) {
+      absl::StrAppend(&out, absl::StrFormat("mfu       %.1f%% (model FLOPs / bf16 peak)\n",
+                                            m.mfu() * 100));
+    }
     absl::StrAppend(&out, absl::StrFormat("overhead  %.3f ms/step (coordinator, mean)\n",
                                           j.mean_control_overhead_s() * 1e3));
   }

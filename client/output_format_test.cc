@@ -68,5 +68,33 @@ TEST(OutputFormat, TablesSummaryAndJson) {
   EXPECT_NE(FormatWorkersTable({w}).find("no: cuda fault"), std::string::npos);
 }
 
+TEST(OutputFormat, StatusShowsStepPhasesAndMfuOnlyWhenKnown) {
+  v1::Job job;
+  job.set_id("job-5");
+  job.mutable_spec()->set_steps(3);
+  job.set_steps_done(3);
+  EXPECT_EQ(FormatJob(job).find("phases"), std::string::npos);  // none reported
+  EXPECT_EQ(FormatJob(job).find("mfu"), std::string::npos);
+  v1::StepPhases* p = job.mutable_last_metrics()->mutable_phases();
+  p->set_forward_s(0.0123);
+  p->set_loss_s(0.004);
+  p->set_backward_s(0.031);
+  p->set_optimizer_s(0.002);
+  p->set_collective_s(0.0055);
+  p->set_host_s(0.0004);
+  std::string text = FormatJob(job);
+  EXPECT_NE(text.find("forward 12.30  loss 4.00  backward 31.00  optimizer 2.00  "
+                      "collectives 5.50  host 0.40 ms"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("mfu"), std::string::npos) << text;  // CPU workers: no MFU
+  job.mutable_last_metrics()->set_mfu(0.4321);
+  text = FormatJob(job);
+  EXPECT_NE(text.find("mfu       43.2%"), std::string::npos) << text;
+  const std::string json = ToJsonLine(job);
+  EXPECT_NE(json.find("\"collective_s\":0.0055"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"mfu\":0.4321"), std::string::npos) << json;
+}
+
 }  // namespace
 }  // namespace tessera

@@ -14,6 +14,7 @@
 #include "common/spec_limits.h"
 #include "server/job_pagination.h"
 #include "server/job_state_machine.h"
+#include "server/model_flops.h"
 #include "server/request_limits.h"
 #include "server/spec_validation.h"
 
@@ -396,18 +397,29 @@ void Coordinator::JoinFinishedLocked() {
 void Coordinator::StartJobLocked(JobEntry& entry, const Placement& placement) {
   v1::Job& job = entry.job;
   std::vector<std::unique_ptr<WorkerConnection>> connections;
+  // MFU needs every device's peak; one unknown (a CPU worker) means none.
+  double peak_flops = 0.0;
+  bool peaks_known = true;
   for (const std::string& w : placement.worker_ids) {
     registry_.Assign(w, job.id());
     job.add_worker_ids(w);
-    connections.push_back(options_.connect(registry_.Find(w)->address()));
+    const auto* record = registry_.Find(w);
+    connections.push_back(options_.connect(record->address()));
+    const double peak = PeakBf16FlopsPerSecond(record->device().name());
+    peaks_known = peaks_known && peak > 0;
+    peak_flops += peak;
   }
+  const double flops_per_token = TrainingFlopsPerToken(job.spec().model());
   const std::string id = job.id();
   JobRunnerCallbacks callbacks;
   callbacks.on_state = [this, id](v1::JobState state, const std::string& reason) {
     absl::MutexLock lock(&mu_);
     SetStateLocked(*jobs_[id], state, reason);
   };
-  callbacks.on_step = [this, id](const v1::StepMetrics& m) {
+  callbacks.on_step = [this, id, flops_per_token, peak_flops = peaks_known ? peak_flops : 0.0](
+                          const v1::StepMetrics& step) {
+    v1::StepMetrics m = step;
+    if (peak_flops > 0) m.set_mfu(m.tokens_per_s() * flops_per_token / peak_flops);
     absl::MutexLock lock(&mu_);
     JobEntry& e = *jobs_[id];
     v1::Job& j = e.job;

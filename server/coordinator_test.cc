@@ -2,8 +2,8 @@
 // of the sizes that once broke it), NOT_FOUND, cancel semantics, scheduling
 // a gang, a lost worker failing its job, job records surviving a restart
 // through the state directory, bounded request strings and stored reasons,
-// ListJobs pages, deleting finished jobs, and backfill past a job that
-// cannot be placed.
+// ListJobs pages, deleting finished jobs, backfill past a job that cannot
+// be placed, and MFU in the step metrics.
 #include "server/coordinator.h"
 
 #include <cstdlib>
@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "server/fake_worker_connection.h"
+#include "server/model_flops.h"
 
 namespace tessera {
 namespace {
@@ -108,6 +109,35 @@ TEST_F(CoordinatorTest, RunsAGangAndReleasesIt) {
   EXPECT_EQ(done.steps_done(), 5);
   EXPECT_EQ(done.worker_ids_size(), 2);
   for (const v1::WorkerRecord& w : core_->ListWorkers()) EXPECT_TRUE(w.job_id().empty());
+}
+
+TEST_F(CoordinatorTest, StepMetricsCarryMfuOnlyWhenEveryDevicePeakIsKnown) {
+  Make();
+  for (const char* address : {"h:1", "h:2"}) {
+    v1::RegisterWorkerRequest req;
+    req.set_address(address);
+    req.mutable_device()->set_kind(v1::CUDA);
+    req.mutable_device()->set_name("NVIDIA H100 80GB HBM3");
+    ASSERT_TRUE(core_->RegisterWorker(req).ok());
+  }
+  v1::JobSpec gpu = Spec(2, 3);
+  gpu.set_device_kind(v1::CUDA);
+  gpu.mutable_model()->set_d_model(128);  // head dim 64, as CUDA jobs need
+  v1::Job job = *core_->SubmitJob(gpu);
+  v1::Job done = WaitTerminal(job.id());
+  ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.reason();
+  const v1::StepMetrics& m = done.last_metrics();
+  ASSERT_GT(m.tokens_per_s(), 0.0);
+  EXPECT_DOUBLE_EQ(m.mfu(),
+                   m.tokens_per_s() * TrainingFlopsPerToken(gpu.model()) / (2 * 989e12));
+
+  // CPU workers have no peak: no MFU.
+  AddWorker("h:3");
+  AddWorker("h:4");
+  v1::Job cpu = WaitTerminal(core_->SubmitJob(Spec(2, 3))->id());
+  ASSERT_EQ(cpu.state(), v1::SUCCEEDED) << cpu.reason();
+  EXPECT_GT(cpu.last_metrics().tokens_per_s(), 0.0);
+  EXPECT_EQ(cpu.last_metrics().mfu(), 0.0);
 }
 
 TEST_F(CoordinatorTest, LostWorkerFailsItsJob) {

@@ -50,6 +50,9 @@ class FakeWorkerConnection : public WorkerConnection {
       result.set_loss(3.0f - 0.01f * s);
       result.set_tokens(100);
       result.set_compute_time_s(absl::ToDoubleSeconds(behavior_.step_time) * (1 + rank_));
+      // Phases that name the rank: forward_s is the rank, the rest its time.
+      result.mutable_phases()->set_forward_s(rank_);
+      result.mutable_phases()->set_backward_s(result.compute_time_s());
       on_step(result);
     }
     return absl::OkStatus();

@@ -93,7 +93,11 @@ void JobRunner::OnStepResult(const v1::StepResult& result) {
     }
     m.set_step(result.step());
     m.set_tokens(m.tokens() + result.tokens());
-    m.set_step_time_s(std::max(m.step_time_s(), result.compute_time_s()));
+    // The step's time and its phases are the slowest rank's.
+    if (p.ranks == 0 || result.compute_time_s() > m.step_time_s()) {
+      m.set_step_time_s(result.compute_time_s());
+      *m.mutable_phases() = result.phases();
+    }
     if (++p.ranks < static_cast<int>(connections_.size())) return;
     absl::Time now = absl::Now();
     double interval = absl::ToDoubleSeconds(now - last_step_done_);

@@ -67,6 +67,9 @@ TEST(JobRunner, RunsToSuccessAggregatingOneRecordPerStep) {
     EXPECT_EQ(h.metrics[i].step(), i);
     EXPECT_EQ(h.metrics[i].tokens(), 200);  // summed over ranks
     EXPECT_NEAR(h.metrics[i].step_time_s(), 0.002, 1e-9);  // slowest rank
+    // ... and that rank's phases, whichever rank reported first.
+    EXPECT_EQ(h.metrics[i].phases().forward_s(), 1.0);
+    EXPECT_NEAR(h.metrics[i].phases().backward_s(), 0.002, 1e-9);
     EXPECT_NEAR(h.metrics[i].tokens_per_s(), 200 / 0.002, 1e-3);
     EXPECT_GE(h.metrics[i].control_overhead_s(), 0.0);
     EXPECT_FLOAT_EQ(h.metrics[i].loss(), 3.0f - 0.01f * i);

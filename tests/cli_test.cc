@@ -98,6 +98,14 @@ TEST(CliTest, GroupedQueryAttentionJobSucceedsOnCpuWorkers) {
   EXPECT_EQ(jobs.exit_code, 0) << jobs.output;
   EXPECT_TRUE(absl::StrContains(jobs.output, "\"n_kv_heads\":2")) << jobs.output;
 
+  // Status shows where the workers' last step went, timed by the workers.
+  auto status = RunCommand(BinaryPath("client/tessera"), {"status", "job-1", coordinator},
+                           absl::Seconds(30));
+  EXPECT_EQ(status.exit_code, 0) << status.output;
+  EXPECT_TRUE(absl::StrContains(status.output, "phases    forward ")) << status.output;
+  EXPECT_TRUE(absl::StrContains(status.output, "collectives ")) << status.output;
+  EXPECT_FALSE(absl::StrContains(status.output, "mfu")) << status.output;  // CPU workers
+
   // The same model on CUDA workers: head dim 8 is refused at submit time.
   std::string cuda = GqaJobYaml();
   cuda.replace(cuda.find("device_kind: CPU"), 16, "device_kind: CUDA");

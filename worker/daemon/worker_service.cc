@@ -48,6 +48,13 @@ grpc::Status WorkerServiceImpl::RunSteps(grpc::ServerContext* context,
         result.set_lr(report.lr);
         result.set_tokens(report.tokens);
         result.set_compute_time_s(report.compute_time_s);
+        v1::StepPhases* phases = result.mutable_phases();
+        phases->set_forward_s(report.phases.forward_s);
+        phases->set_loss_s(report.phases.loss_s);
+        phases->set_backward_s(report.phases.backward_s);
+        phases->set_optimizer_s(report.phases.optimizer_s);
+        phases->set_collective_s(report.phases.collective_s);
+        phases->set_host_s(report.phases.host_s);
         // A caller that went away stops hearing; the steps still finish so
         // the ranks stay in step until the coordinator aborts the job.
         if (!context->IsCancelled()) writer->Write(result);
