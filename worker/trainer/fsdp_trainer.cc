@@ -242,7 +242,12 @@ absl::Status FsdpTrainer::QuantizeWeightsFromMaster() {
 absl::Status FsdpTrainer::InitCollective(RendezvousStore* store, const std::string& host,
                                          absl::Duration timeout) {
   if (data_ == nullptr) return absl::FailedPreconditionError("InitCollective before Setup");
-  ASSIGN_OR_RETURN(comm_, make_communicator_(store, rank_, world_, host, timeout));
+  // One rank needs no group: its collectives are copies on the step's stream.
+  if (world_ == 1) {
+    comm_ = std::make_unique<SingleRankCommunicator>(*ops_);
+  } else {
+    ASSIGN_OR_RETURN(comm_, make_communicator_(store, rank_, world_, host, timeout));
+  }
   if (aborted_) comm_->Abort();
   // Agree on every FP8 weight's scale from the global amax of its master,
   // then encode the compute shards with it.

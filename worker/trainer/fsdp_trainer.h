@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "worker/comm/communicator.h"
+#include "worker/comm/single_rank_communicator.h"
 #include "worker/data/batch_source.h"
 #include "worker/fsdp/fp8_sharded_param.h"
 #include "worker/model/fp8_linear.h"
@@ -50,6 +51,8 @@ class FsdpTrainer : public Trainer {
   ~FsdpTrainer() override;
 
   absl::StatusOr<SetupReport> Setup(const v1::JobSpec& spec, int rank, int world_size) override;
+  // A one-rank job gets a SingleRankCommunicator (no group, no rendezvous);
+  // larger jobs the communicator `make_communicator` builds.
   absl::Status InitCollective(RendezvousStore* store, const std::string& host,
                               absl::Duration timeout) override;
   absl::StatusOr<StepReport> RunStep(int step) override;

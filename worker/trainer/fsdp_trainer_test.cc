@@ -280,6 +280,26 @@ TEST(FsdpTrainer, GpuTestJobFitsTheCudaEngineAndTrainsOnTheCpuEngine) {
   }
 }
 
+TEST(FsdpTrainer, OneRankBuildsNoCollectiveGroup) {
+  // A factory that fails: a one-rank job must never call it. (That one rank
+  // trains like two does is TwoRanksMatchOneRankAndGatherIdenticalFp8Weights.)
+  CommunicatorFactory refuse = [](RendezvousStore*, int, int, const std::string&,
+                                  absl::Duration) -> absl::StatusOr<std::unique_ptr<Communicator>> {
+    return absl::InternalError("a one-rank job built a collective group");
+  };
+  FsdpTrainer trainer(CreateCpuOps(), refuse);
+  ASSERT_TRUE(trainer.Setup(TinySpec(1), 0, 1).ok());
+  ASSERT_TRUE(trainer.InitCollective(nullptr, "127.0.0.1", absl::Seconds(5)).ok());
+  for (int step = 0; step < 3; ++step) {
+    absl::StatusOr<StepReport> report = trainer.RunStep(step);
+    ASSERT_TRUE(report.ok()) << report.status();
+    EXPECT_TRUE(std::isfinite(report->loss));
+  }
+  // Abort still ends the job's next step.
+  trainer.Abort();
+  EXPECT_EQ(trainer.RunStep(3).status().code(), absl::StatusCode::kCancelled);
+}
+
 TEST(FsdpTrainer, StepReportsWhereItsTimeWent) {
   FsdpTrainer trainer(CreateCpuOps(), CreateGlooCommunicator);
   ASSERT_TRUE(trainer.Setup(TinySpec(1), 0, 1).ok());
