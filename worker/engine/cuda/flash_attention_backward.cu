@@ -64,23 +64,6 @@ constexpr int QSmemBytes() {
   return (2 * kQBlock + 4 * kKeyTile) * kD * 2 + 1024;  // Q, dO, K[2], V[2]
 }
 
-// The smem_raw address rounded up to the 1024-byte boundary wgmma tiles need.
-__device__ __forceinline__ unsigned char* AlignedSmem(unsigned char* smem_raw) {
-  const uint32_t raw = flash::SmemAddress(smem_raw);
-  return smem_raw + (((raw + 1023) & ~1023u) - raw);
-}
-
-// d (64 x kD) += A (64 x 16 from registers) B (16 x kD, MN-major tile).
-template <int kD>
-__device__ __forceinline__ void MmaRowsTimesTile(float (&d)[kD / 8][4], const uint32_t (&a)[4],
-                                                 uint64_t b) {
-  if constexpr (kD == 128) {
-    wgmma::MmaRS128<1>(d, a, b, 1);
-  } else {
-    wgmma::MmaRS64<1>(d, a, b, 1);
-  }
-}
-
 // ---- kernels ---------------------------------------------------------------
 
 // delta[r] = dO_r . O_r and lse2[r] = lse_r * log2(e) for every padded row
@@ -125,7 +108,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                               const float* lse2, int64_t seq_pad, __nv_bfloat16* dqkv) {
 #ifdef TESSERA_WGMMA
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  unsigned char* smem = AlignedSmem(smem_raw);
+  unsigned char* smem = wgmma::AlignedSmem(smem_raw);
   constexpr int kKVBytes = kKVBlock * kD * 2, kTileBytes = kQTile * kD * 2;
   unsigned char* k_ptr = smem;
   unsigned char* v_ptr = smem + kKVBytes;
@@ -192,17 +175,9 @@ __global__ void __launch_bounds__(kThreads, 2)
     // S^T = K Q^T and dP^T = V dO^T for the block's 64 keys.
     float pt[kQTile / 8][4], dst[kQTile / 8][4];
     wgmma::Fence();
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      wgmma::MmaSS64<0, 0>(pt, wgmma::KMajor<kKVBlock>(s_k, 0, kk),
-                           wgmma::KMajor<kQTile>(q_tile, 0, kk), kk > 0);
-    }
+    wgmma::MmaRowsTimesRowsT<kD, kKVBlock, kQTile>(pt, s_k, 0, q_tile);
     wgmma::Commit();
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      wgmma::MmaSS64<0, 0>(dst, wgmma::KMajor<kKVBlock>(s_v, 0, kk),
-                           wgmma::KMajor<kQTile>(do_tile, 0, kk), kk > 0);
-    }
+    wgmma::MmaRowsTimesRowsT<kD, kKVBlock, kQTile>(dst, s_v, 0, do_tile);
     wgmma::Commit();
 
     // P^T = exp2(S^T scale_log2 - lse2[q]), zero where the query precedes the key.
@@ -236,14 +211,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
     // dV += P^T dO and dK += dS^T Q: the tiles' rows are the contraction.
     wgmma::Fence();
-#pragma unroll
-    for (int kt = 0; kt < kQTile / 16; ++kt) {
-      MmaRowsTimesTile<kD>(dv, pa[kt], wgmma::MNMajor<kQTile>(do_tile, 16 * kt, 0));
-    }
-#pragma unroll
-    for (int kt = 0; kt < kQTile / 16; ++kt) {
-      MmaRowsTimesTile<kD>(dk, dsa[kt], wgmma::MNMajor<kQTile>(q_tile, 16 * kt, 0));
-    }
+    wgmma::MmaFragmentsTimesTile<kD, kQTile>(dv, pa, do_tile);
+    wgmma::MmaFragmentsTimesTile<kD, kQTile>(dk, dsa, q_tile);
     wgmma::Commit();
     wgmma::Wait<0>();
     wgmma::FenceOperands(dv);
@@ -273,7 +242,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                              const float* lse2, int64_t seq_pad, __nv_bfloat16* dqkv) {
 #ifdef TESSERA_WGMMA
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  unsigned char* smem = AlignedSmem(smem_raw);
+  unsigned char* smem = wgmma::AlignedSmem(smem_raw);
   constexpr int kBlockBytes = kQBlock * kD * 2, kTileBytes = kKeyTile * kD * 2;
   const uint32_t s_q = flash::SmemAddress(smem), s_do = s_q + kBlockBytes;
   // Buffer i of K is at s_k + i * kTileBytes, of V at s_v + i * kTileBytes.
@@ -330,17 +299,9 @@ __global__ void __launch_bounds__(kThreads, 2)
     // S = Q K^T and dP = dO V^T for the block's 64 queries.
     float ps[kKeyTile / 8][4], ds[kKeyTile / 8][4];
     wgmma::Fence();
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      wgmma::MmaSS64<0, 0>(ps, wgmma::KMajor<kQBlock>(s_q, 0, kk),
-                           wgmma::KMajor<kKeyTile>(k_tile, 0, kk), kk > 0);
-    }
+    wgmma::MmaRowsTimesRowsT<kD, kQBlock, kKeyTile>(ps, s_q, 0, k_tile);
     wgmma::Commit();
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      wgmma::MmaSS64<0, 0>(ds, wgmma::KMajor<kQBlock>(s_do, 0, kk),
-                           wgmma::KMajor<kKeyTile>(v_tile, 0, kk), kk > 0);
-    }
+    wgmma::MmaRowsTimesRowsT<kD, kQBlock, kKeyTile>(ds, s_do, 0, v_tile);
     wgmma::Commit();
 
     // P = exp2(S scale_log2 - lse2), zero where the key follows the query.
@@ -367,10 +328,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
     for (int kt = 0; kt < kKeyTile / 16; ++kt) wgmma::PackA(ds, kt, dsa[kt]);
     wgmma::Fence();
-#pragma unroll
-    for (int kt = 0; kt < kKeyTile / 16; ++kt) {
-      MmaRowsTimesTile<kD>(dq, dsa[kt], wgmma::MNMajor<kKeyTile>(k_tile, 16 * kt, 0));
-    }
+    wgmma::MmaFragmentsTimesTile<kD, kKeyTile>(dq, dsa, k_tile);
     wgmma::Commit();
     wgmma::Wait<0>();
     wgmma::FenceOperands(dq);

@@ -50,9 +50,8 @@ __global__ void __launch_bounds__(kThreads, 2)
 #ifdef TESSERA_WGMMA
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   constexpr int kTileBytes = kBlockKV * kD * 2;
-  const uint32_t raw = flash::SmemAddress(smem_raw);
-  const uint32_t s_q = (raw + 1023) & ~1023u;
-  unsigned char* smem = smem_raw + (s_q - raw);
+  unsigned char* smem = wgmma::AlignedSmem(smem_raw);
+  const uint32_t s_q = flash::SmemAddress(smem);
   // Buffer i of K is at s_k + i * kTileBytes, of V at s_v + i * kTileBytes.
   const uint32_t s_k = s_q + kBlockQ * kD * 2, s_v = s_k + 2 * kTileBytes;
 
@@ -99,11 +98,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     // S = Q K^T for the block's 64 queries and the tile's 64 keys.
     float s[kBlockKV / 8][4];
     wgmma::Fence();
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      wgmma::MmaSS64<0, 0>(s, wgmma::KMajor<kBlockQ>(s_q, 0, kk),
-                            wgmma::KMajor<kBlockKV>(k_tile, 0, kk), kk > 0);
-    }
+    wgmma::MmaRowsTimesRowsT<kD, kBlockQ, kBlockKV>(s, s_q, 0, k_tile);
     wgmma::Commit();
     wgmma::Wait<0>();
     wgmma::FenceOperands(s);
@@ -152,14 +147,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
     for (int kt = 0; kt < kBlockKV / 16; ++kt) wgmma::PackA(s, kt, pa[kt]);
     wgmma::Fence();
-#pragma unroll
-    for (int kt = 0; kt < kBlockKV / 16; ++kt) {
-      if constexpr (kD == 128) {
-        wgmma::MmaRS128<1>(o, pa[kt], wgmma::MNMajor<kBlockKV>(v_tile, 16 * kt, 0), 1);
-      } else {
-        wgmma::MmaRS64<1>(o, pa[kt], wgmma::MNMajor<kBlockKV>(v_tile, 16 * kt, 0), 1);
-      }
-    }
+    wgmma::MmaFragmentsTimesTile<kD, kBlockKV>(o, pa, v_tile);
     wgmma::Commit();
     wgmma::Wait<0>();
     wgmma::FenceOperands(o);

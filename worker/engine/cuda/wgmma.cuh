@@ -266,6 +266,46 @@ __device__ __forceinline__ void MmaRS128(float (&d)[16][4], const uint32_t (&a)[
 }
 
 
+// ---- products over whole tiles ---------------------------------------------
+
+// d (64 x 64) = rows [a_row0, a_row0 + 64) of tile a (kRowsA rows) times the
+// transpose of the 64 rows of tile b (kRowsB = 64 rows), contracting over
+// the kD columns: S = Q K^T and its kin. Issues the products; the caller
+// fences, commits and waits.
+template <int kD, int kRowsA, int kRowsB>
+__device__ __forceinline__ void MmaRowsTimesRowsT(float (&d)[8][4], uint32_t a_tile, int a_row0,
+                                                  uint32_t b_tile) {
+  static_assert(kRowsB == 64, "B supplies the 64 output columns");
+#pragma unroll
+  for (int kk = 0; kk < kD / 16; ++kk) {
+    MmaSS64<0, 0>(d, KMajor<kRowsA>(a_tile, a_row0, kk), KMajor<kRowsB>(b_tile, 0, kk), kk > 0);
+  }
+}
+
+// d (64 x kD) += A (64 x 16 kSteps, as kSteps register fragments) times rows
+// [0, 16 kSteps) of tile b (kRows rows, kD columns): O += P V and its kin.
+template <int kD, int kRows, int kSteps>
+__device__ __forceinline__ void MmaFragmentsTimesTile(float (&d)[kD / 8][4],
+                                                      const uint32_t (&a)[kSteps][4],
+                                                      uint32_t b_tile) {
+#pragma unroll
+  for (int kt = 0; kt < kSteps; ++kt) {
+    if constexpr (kD == 128) {
+      MmaRS128<1>(d, a[kt], MNMajor<kRows>(b_tile, 16 * kt, 0), 1);
+    } else {
+      static_assert(kD == 64, "head dim 64 or 128");
+      MmaRS64<1>(d, a[kt], MNMajor<kRows>(b_tile, 16 * kt, 0), 1);
+    }
+  }
+}
+
+// Dynamic shared memory rounded up to the 1024-byte boundary the swizzled
+// tiles need (kernels ask for 1024 bytes more than their tiles take).
+__device__ __forceinline__ unsigned char* AlignedSmem(unsigned char* smem_raw) {
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  return smem_raw + (((raw + 1023) & ~1023u) - raw);
+}
+
 }  // namespace wgmma
 }  // namespace cuda
 }  // namespace tessera
