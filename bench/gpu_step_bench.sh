@@ -12,7 +12,7 @@
 # Run on the GPU host from the repository root, with an unpacked
 # deploy/bundle.sh bundle:
 #   bench/gpu_step_bench.sh BUNDLE_DIR JOB_FILE OUT_DIR
-# Environment (defaults): TORCH_MODES (eager,compile), TORCH_WARMUP (5),
+# Environment (defaults): TORCH_MODES (eager,compile; "none" runs Tessera only), TORCH_WARMUP (5),
 # TORCH_STEPS (20), TESSERA_SKIP (5 warm-up steps left out of Tessera's
 # median), TESSERA_TIMEOUT_S (300), TORCH_TIMEOUT_S (400), TESSERA_DEVICE
 # (cuda:0), TORCH_DEVICE (cuda), PYTHON (python3; a dry run without a GPU
@@ -125,15 +125,18 @@ fi
 
 # ---- PyTorch: the same model and batch, eager and compiled ----
 rm -f "$out/torch.jsonl"
-set +e
-bounded "${TORCH_TIMEOUT_S:-400}" "${python[@]}" "$here/torch_baseline.py" --jobspec "$out/jobspec.json" \
-  --modes "$modes" --warmup "${TORCH_WARMUP:-5}" --steps "${TORCH_STEPS:-20}" \
-  --device "${TORCH_DEVICE:-cuda}" --json-out "$out/torch.jsonl" >"$out/torch.log" 2>&1
-torch_rc=$?
-set -e
-stop_all
-cat "$out/torch.log"
-((torch_rc == 0)) || echo "FAILED: torch_baseline.py exited $torch_rc (124: timed out)"
+torch_rc=0
+if [[ "$modes" != none ]]; then
+  set +e
+  bounded "${TORCH_TIMEOUT_S:-400}" "${python[@]}" "$here/torch_baseline.py" --jobspec "$out/jobspec.json" \
+    --modes "$modes" --warmup "${TORCH_WARMUP:-5}" --steps "${TORCH_STEPS:-20}" \
+    --device "${TORCH_DEVICE:-cuda}" --json-out "$out/torch.jsonl" >"$out/torch.log" 2>&1
+  torch_rc=$?
+  set -e
+  stop_all
+  cat "$out/torch.log"
+  ((torch_rc == 0)) || echo "FAILED: torch_baseline.py exited $torch_rc (124: timed out)"
+fi
 
 cat "$out/tessera.json" "$out/torch.jsonl" 2>/dev/null | grep '^{' >"$out/step.jsonl" || true
 python3 "$here/step_report.py" table "$out/step.jsonl" >"$out/table.md"

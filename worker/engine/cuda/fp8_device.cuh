@@ -1,6 +1,11 @@
 // FP8 encode/decode on the device, bit-identical to the CPU reference
 // (worker/engine/cpu/fp8.h): round to nearest even into subnormals, satfinite
 // for out-of-range and infinite values, NaN -> 0x7F, for E4M3 and E5M2.
+// Encoding uses Hopper's converter (cvt.rn.satfinite.{e4m3,e5m2}x2.f32, two
+// values per instruction), which rounds and saturates exactly as the
+// reference; only NaN is mapped explicitly, so that it is 0x7F whatever its
+// sign. The portable software encoder remains for other targets and as the
+// written-out definition.
 #ifndef TESSERA_WORKER_ENGINE_CUDA_FP8_DEVICE_CUH_
 #define TESSERA_WORKER_ENGINE_CUDA_FP8_DEVICE_CUH_
 
@@ -36,8 +41,39 @@ __device__ __forceinline__ uint8_t EncodeFp8Device(float value, float max_value)
   return sign | static_cast<uint8_t>((exponent_field << kMantissaBits) | mantissa_field);
 }
 
-__device__ __forceinline__ uint8_t EncodeE4M3(float v) { return EncodeFp8Device<3, 7>(v, 448.0f); }
-__device__ __forceinline__ uint8_t EncodeE5M2(float v) { return EncodeFp8Device<2, 15>(v, 57344.0f); }
+// Two values in one converter instruction: `lo` lands in the low byte.
+template <bool kE5M2>
+__device__ __forceinline__ uint16_t EncodeFp8x2(float lo, float hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  uint16_t codes;
+  if constexpr (kE5M2) {
+    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(codes) : "f"(hi), "f"(lo));
+  } else {
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(codes) : "f"(hi), "f"(lo));
+  }
+  if (isnan(lo)) codes = (codes & 0xFF00u) | 0x7Fu;
+  if (isnan(hi)) codes = (codes & 0x00FFu) | 0x7F00u;
+  return codes;
+#else
+  const uint8_t l = kE5M2 ? EncodeFp8Device<2, 15>(lo, 57344.0f) : EncodeFp8Device<3, 7>(lo, 448.0f);
+  const uint8_t h = kE5M2 ? EncodeFp8Device<2, 15>(hi, 57344.0f) : EncodeFp8Device<3, 7>(hi, 448.0f);
+  return static_cast<uint16_t>(l | (h << 8));
+#endif
+}
+
+__device__ __forceinline__ uint8_t EncodeE4M3(float v) {
+  return static_cast<uint8_t>(EncodeFp8x2<false>(v, 0.0f));
+}
+__device__ __forceinline__ uint8_t EncodeE5M2(float v) {
+  return static_cast<uint8_t>(EncodeFp8x2<true>(v, 0.0f));
+}
+
+// Four values (v[0] in the low byte) encoded into one word.
+template <bool kE5M2>
+__device__ __forceinline__ uint32_t EncodeFp8x4(float v0, float v1, float v2, float v3) {
+  return static_cast<uint32_t>(EncodeFp8x2<kE5M2>(v0, v1)) |
+         static_cast<uint32_t>(EncodeFp8x2<kE5M2>(v2, v3)) << 16;
+}
 
 template <int kExponentBits, int kMantissaBits, int kBias>
 __device__ __forceinline__ float DecodeFp8Device(uint8_t code) {

@@ -21,10 +21,33 @@ namespace {
 
 // ---- kernels ---------------------------------------------------------------
 
+// One element's AdamW step: new m, v and master (in place); returns the
+// new master.
+struct AdamStep {
+  float lr, beta1, beta2, eps, weight_decay, bias1, bias2, g_scale;
+  int decay;
+  __device__ __forceinline__ float operator()(float grad, float& m, float& v, float w) const {
+    const float g = grad * g_scale;
+    m = beta1 * m + (1.0f - beta1) * g;
+    v = beta2 * v + (1.0f - beta2) * g * g;
+    const float update = (m / bias1) / (sqrtf(v / bias2) + eps);
+    if (decay) w -= lr * weight_decay * w;
+    return w - lr * update;
+  }
+};
+
+__device__ __forceinline__ bool Aligned(const void* p, uintptr_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
 // One launch for every shard: block i < num_blocks updates chunk i of its
 // shard; block 0 also publishes 1 / scale to every FP8 shard's scale_inv,
 // empty shards included (a rank whose shard is empty still multiplies the
 // gathered bytes by it). With no elements at all, one block runs for that.
+// A chunk whose arrays are 16-byte aligned (the usual case: chunks start at
+// multiples of kAdamChunk) moves four elements per 16-byte access; the
+// rest of it, and unaligned chunks, go one element at a time through the
+// same arithmetic.
 __global__ void FusedAdamKernel(const DeviceAdamShard* table, int num_shards,
                                 const int* block_shard, const int64_t* block_offset,
                                 int num_blocks, float lr, float beta1, float beta2, float eps,
@@ -42,19 +65,46 @@ __global__ void FusedAdamKernel(const DeviceAdamShard* table, int num_shards,
   const DeviceAdamShard s = table[block_shard[blockIdx.x]];
   const int64_t begin = block_offset[blockIdx.x];
   const int64_t end = min(begin + kAdamChunk, s.numel);
-  const float g_scale = *grad_scale;
+  const AdamStep step{lr, beta1, beta2, eps, weight_decay, bias1, bias2, *grad_scale, s.decay};
   const float scale = s.is_fp8 ? *s.scale : 1.0f;
   float amax = 0.f;
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    const float g = s.grad[i] * g_scale;
-    const float m = beta1 * s.m[i] + (1.0f - beta1) * g;
-    const float v = beta2 * s.v[i] + (1.0f - beta2) * g * g;
+  int64_t scalar_begin = begin;
+  const bool vector = Aligned(s.master + begin, 16) && Aligned(s.grad + begin, 16) &&
+                      Aligned(s.m + begin, 16) && Aligned(s.v + begin, 16) &&
+                      (s.is_fp8 ? Aligned(static_cast<uint8_t*>(s.fp8) + begin, 4)
+                                : Aligned(static_cast<__nv_bfloat16*>(s.fp8) + begin, 8));
+  if (vector) {
+    const int64_t quads = (end - begin) / 4;
+    for (int64_t q = threadIdx.x; q < quads; q += blockDim.x) {
+      const int64_t i = begin + 4 * q;
+      const float4 g = *reinterpret_cast<const float4*>(s.grad + i);
+      float4 m = *reinterpret_cast<const float4*>(s.m + i);
+      float4 v = *reinterpret_cast<const float4*>(s.v + i);
+      float4 w = *reinterpret_cast<const float4*>(s.master + i);
+      w.x = step(g.x, m.x, v.x, w.x);
+      w.y = step(g.y, m.y, v.y, w.y);
+      w.z = step(g.z, m.z, v.z, w.z);
+      w.w = step(g.w, m.w, v.w, w.w);
+      *reinterpret_cast<float4*>(s.m + i) = m;
+      *reinterpret_cast<float4*>(s.v + i) = v;
+      *reinterpret_cast<float4*>(s.master + i) = w;
+      amax = fmaxf(amax, fmaxf(fmaxf(fabsf(w.x), fabsf(w.y)), fmaxf(fabsf(w.z), fabsf(w.w))));
+      if (s.is_fp8) {
+        *reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(s.fp8) + i) =
+            EncodeFp8x4<false>(w.x * scale, w.y * scale, w.z * scale, w.w * scale);
+      } else {
+        __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(s.fp8) + i);
+        out[0] = __floats2bfloat162_rn(w.x, w.y);
+        out[1] = __floats2bfloat162_rn(w.z, w.w);
+      }
+    }
+    scalar_begin = begin + 4 * quads;
+  }
+  for (int64_t i = scalar_begin + threadIdx.x; i < end; i += blockDim.x) {
+    float m = s.m[i], v = s.v[i];
+    const float w = step(s.grad[i], m, v, s.master[i]);
     s.m[i] = m;
     s.v[i] = v;
-    const float update = (m / bias1) / (sqrtf(v / bias2) + eps);
-    float w = s.master[i];
-    if (s.decay) w -= lr * weight_decay * w;
-    w -= lr * update;
     s.master[i] = w;
     amax = fmaxf(amax, fabsf(w));
     if (s.is_fp8) {

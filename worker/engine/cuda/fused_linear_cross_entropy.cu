@@ -5,8 +5,25 @@
 // read back to the host), and dlogits = softmax - onehot rounded to bf16
 // (zero rows for ignored tokens). A target outside [0, V) raises the device
 // error flag and is treated as ignored.
+//
+// The kernel is memory-bound (V = 32768: 128 KiB of logits in, 64 KiB of
+// dlogits out per row). Where V is a multiple of 8 and the rows are 16-byte
+// aligned, it moves 8 logits per access (two 16-byte loads, one 16-byte
+// store of bf16):
+//  * V <= 32768: a block of 256 or 1024 threads holds its row in registers
+//    (32 logits per thread), so the row is read from memory once: max, then
+//    sum of exp(x - max), then dlogits.
+//  * wider V: one pass for the max and sum together (online softmax: the
+//    running sum is rescaled when the max grows), a second for dlogits.
+// Any other V or alignment takes the general kernel, which reads the row
+// three times with scalar loads. All use the same formulas (expf, logf,
+// one rounding to bf16); each row's sums run in an order fixed by the
+// shape, so dlogits are deterministic (the loss atomics add rows in any
+// order).
 
 #include <cuda_bf16.h>
+
+#include <cstdint>
 
 #include "worker/engine/cuda/cuda_check.h"
 #include "worker/engine/cuda/device_util.cuh"
@@ -16,8 +33,162 @@ namespace tessera {
 namespace cuda {
 namespace {
 
+constexpr int kVecWidth = 8;       // logits per vector: two float4 in, one 16-byte store out
+constexpr int kVecsPerThread = 4;  // 32 logits per thread in registers
+constexpr int kMaxThreads = 1024;
+constexpr int kMaxRegisterVocab = kMaxThreads * kVecsPerThread * kVecWidth;  // 32768
+constexpr int kStreamingThreads = 512;  // wider V: two passes over the row
+
 // ---- kernels ---------------------------------------------------------------
 
+// dlogits row of an ignored token: zeros, 8 per 16-byte store.
+__device__ __forceinline__ void ZeroRowVectors(__nv_bfloat16* drow, int vocab) {
+  for (int c = threadIdx.x * kVecWidth; c < vocab; c += blockDim.x * kVecWidth) {
+    *reinterpret_cast<uint4*>(drow + c) = make_uint4(0, 0, 0, 0);  // bf16 +0 is all zero bits
+  }
+}
+
+// Fast path: one block of kThreads per row; thread i holds the vectors
+// starting at columns (k * kThreads + i) * 8, so every load is coalesced.
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads)
+    CrossEntropyRowsInRegistersKernel(const float* logits, const int32_t* targets, int vocab,
+                                      int ignore_index, float* loss_sum, float* valid_tokens,
+                                      __nv_bfloat16* dlogits, int* error_flag) {
+  __shared__ float scratch[32];
+  const int64_t r = blockIdx.x;
+  const float* row = logits + r * vocab;
+  __nv_bfloat16* drow = dlogits + r * vocab;
+  const int32_t target = targets[r];
+  const bool bad = target != ignore_index && (target < 0 || target >= vocab);
+  if (target == ignore_index || bad) {
+    if (bad && threadIdx.x == 0) atomicExch(error_flag, 1);
+    ZeroRowVectors(drow, vocab);
+    return;
+  }
+  float v[kVecsPerThread][kVecWidth];
+  float m = -INFINITY;
+#pragma unroll
+  for (int k = 0; k < kVecsPerThread; ++k) {
+    const int c = (k * kThreads + threadIdx.x) * kVecWidth;
+    if (c < vocab) {
+      const float4 a = *reinterpret_cast<const float4*>(row + c);
+      const float4 b = *reinterpret_cast<const float4*>(row + c + 4);
+      v[k][0] = a.x, v[k][1] = a.y, v[k][2] = a.z, v[k][3] = a.w;
+      v[k][4] = b.x, v[k][5] = b.y, v[k][6] = b.z, v[k][7] = b.w;
+#pragma unroll
+      for (int e = 0; e < kVecWidth; ++e) m = fmaxf(m, v[k][e]);
+    }
+  }
+  m = BlockMax(m, scratch);
+  float z = 0.f;
+#pragma unroll
+  for (int k = 0; k < kVecsPerThread; ++k) {
+    const int c = (k * kThreads + threadIdx.x) * kVecWidth;
+    if (c < vocab) {
+#pragma unroll
+      for (int e = 0; e < kVecWidth; ++e) z += expf(v[k][e] - m);
+    }
+  }
+  z = BlockSum(z, scratch);
+  const float lse = logf(z) + m;
+#pragma unroll
+  for (int k = 0; k < kVecsPerThread; ++k) {
+    const int c = (k * kThreads + threadIdx.x) * kVecWidth;
+    if (c < vocab) {
+      uint32_t pairs[kVecWidth / 2];
+#pragma unroll
+      for (int e = 0; e < kVecWidth; e += 2) {
+        const __nv_bfloat162 d =
+            __floats2bfloat162_rn(expf(v[k][e] - lse) - (c + e == target ? 1.0f : 0.0f),
+                                  expf(v[k][e + 1] - lse) - (c + e + 1 == target ? 1.0f : 0.0f));
+        pairs[e / 2] = *reinterpret_cast<const uint32_t*>(&d);
+      }
+      *reinterpret_cast<uint4*>(drow + c) = make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
+    }
+  }
+  if (threadIdx.x == 0) {
+    atomicAdd(loss_sum, lse - row[target]);
+    atomicAdd(valid_tokens, 1.0f);
+  }
+}
+
+// Merges the softmax sum (om, os) into (m, s), where s = sum of exp(x - m)
+// over some logits: the result is over both sets, relative to the larger
+// max. Symmetric in its operands, so a butterfly gives every lane the same
+// bits.
+__device__ __forceinline__ void MergeExpSums(float& m, float& s, float om, float os) {
+  const float nm = fmaxf(m, om);
+  if (nm == -INFINITY) return;  // both empty
+  s = s * expf(m - nm) + os * expf(om - nm);
+  m = nm;
+}
+
+// Wide rows (V a multiple of 8 above kMaxRegisterVocab): one pass of 16-byte
+// loads for the max and sum together (online softmax: the running sum is
+// rescaled when the max grows), then a second pass for dlogits.
+__global__ void __launch_bounds__(kStreamingThreads)
+    CrossEntropyRowsStreamingKernel(const float* logits, const int32_t* targets, int vocab,
+                                    int ignore_index, float* loss_sum, float* valid_tokens,
+                                    __nv_bfloat16* dlogits, int* error_flag) {
+  __shared__ float warp_m[32], warp_s[32];
+  const int64_t r = blockIdx.x;
+  const float* row = logits + r * vocab;
+  __nv_bfloat16* drow = dlogits + r * vocab;
+  const int32_t target = targets[r];
+  const bool bad = target != ignore_index && (target < 0 || target >= vocab);
+  if (target == ignore_index || bad) {
+    if (bad && threadIdx.x == 0) atomicExch(error_flag, 1);
+    ZeroRowVectors(drow, vocab);
+    return;
+  }
+  float m = -INFINITY, s = 0.f;
+#pragma unroll 4
+  for (int c = threadIdx.x * kVecWidth; c < vocab; c += kStreamingThreads * kVecWidth) {
+    const float4 a = *reinterpret_cast<const float4*>(row + c);
+    const float4 b = *reinterpret_cast<const float4*>(row + c + 4);
+    const float v[kVecWidth] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    float vm = v[0];
+    for (int e = 1; e < kVecWidth; ++e) vm = fmaxf(vm, v[e]);
+    if (vm > m) {
+      s *= expf(m - vm);
+      m = vm;
+    }
+    for (int e = 0; e < kVecWidth; ++e) s += expf(v[e] - m);
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    MergeExpSums(m, s, __shfl_xor_sync(0xffffffff, m, o), __shfl_xor_sync(0xffffffff, s, o));
+  }
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) warp_m[warp] = m, warp_s[warp] = s;
+  __syncthreads();
+  m = lane < kStreamingThreads / 32 ? warp_m[lane] : -INFINITY;
+  s = lane < kStreamingThreads / 32 ? warp_s[lane] : 0.f;
+  for (int o = 16; o > 0; o >>= 1) {
+    MergeExpSums(m, s, __shfl_xor_sync(0xffffffff, m, o), __shfl_xor_sync(0xffffffff, s, o));
+  }
+  const float lse = logf(s) + m;
+#pragma unroll 4
+  for (int c = threadIdx.x * kVecWidth; c < vocab; c += kStreamingThreads * kVecWidth) {
+    const float4 a = *reinterpret_cast<const float4*>(row + c);
+    const float4 b = *reinterpret_cast<const float4*>(row + c + 4);
+    const float v[kVecWidth] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    uint32_t pairs[kVecWidth / 2];
+    for (int e = 0; e < kVecWidth; e += 2) {
+      const __nv_bfloat162 d =
+          __floats2bfloat162_rn(expf(v[e] - lse) - (c + e == target ? 1.0f : 0.0f),
+                                expf(v[e + 1] - lse) - (c + e + 1 == target ? 1.0f : 0.0f));
+      pairs[e / 2] = *reinterpret_cast<const uint32_t*>(&d);
+    }
+    *reinterpret_cast<uint4*>(drow + c) = make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
+  }
+  if (threadIdx.x == 0) {
+    atomicAdd(loss_sum, lse - row[target]);
+    atomicAdd(valid_tokens, 1.0f);
+  }
+}
+
+// General path: any V and alignment, scalar loads, three reads of the row.
 __global__ void CrossEntropyRowsKernel(const float* logits, const int32_t* targets, int vocab,
                                        int ignore_index, float* loss_sum, float* valid_tokens,
                                        __nv_bfloat16* dlogits, int* error_flag) {
@@ -48,6 +219,8 @@ __global__ void CrossEntropyRowsKernel(const float* logits, const int32_t* targe
   }
 }
 
+bool Is16ByteAligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
 }  // namespace
 
 // ---- launchers -------------------------------------------------------------
@@ -57,10 +230,22 @@ absl::Status LaunchCrossEntropyRows(const float* logits, const int32_t* targets,
                                     float* valid_tokens, void* dlogits_bf16, int* error_flag,
                                     cudaStream_t stream) {
   if (rows == 0) return absl::OkStatus();
-  CrossEntropyRowsKernel<<<rows, 256, 0, stream>>>(logits, targets, vocab, ignore_index, loss_sum,
-                                                   valid_tokens,
-                                                   static_cast<__nv_bfloat16*>(dlogits_bf16),
-                                                   error_flag);
+  __nv_bfloat16* dlogits = static_cast<__nv_bfloat16*>(dlogits_bf16);
+  const bool vectors = vocab % kVecWidth == 0 && Is16ByteAligned(logits) &&
+                       Is16ByteAligned(dlogits);
+  if (vectors && vocab <= kMaxRegisterVocab / 4) {
+    CrossEntropyRowsInRegistersKernel<kMaxThreads / 4><<<rows, kMaxThreads / 4, 0, stream>>>(
+        logits, targets, vocab, ignore_index, loss_sum, valid_tokens, dlogits, error_flag);
+  } else if (vectors && vocab <= kMaxRegisterVocab) {
+    CrossEntropyRowsInRegistersKernel<kMaxThreads><<<rows, kMaxThreads, 0, stream>>>(
+        logits, targets, vocab, ignore_index, loss_sum, valid_tokens, dlogits, error_flag);
+  } else if (vectors) {
+    CrossEntropyRowsStreamingKernel<<<rows, kStreamingThreads, 0, stream>>>(
+        logits, targets, vocab, ignore_index, loss_sum, valid_tokens, dlogits, error_flag);
+  } else {
+    CrossEntropyRowsKernel<<<rows, 256, 0, stream>>>(logits, targets, vocab, ignore_index,
+                                                     loss_sum, valid_tokens, dlogits, error_flag);
+  }
   CUDA_RETURN_IF_LAUNCH_FAILED();
   return absl::OkStatus();
 }

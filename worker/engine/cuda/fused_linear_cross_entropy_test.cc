@@ -4,7 +4,10 @@
 // count exact; grad_x 1e-2 (bf16 dlogits and bf16 output); grad_weight 1e-3
 // (accumulated in fp32 by a beta=1 GEMM into the random initial values).
 // Shapes cover chunk sizes that do and do not divide T, a chunk larger than
-// T, ignored tokens, and a chunk of only ignored tokens.
+// T, ignored tokens, a chunk of only ignored tokens, and every path of the
+// row kernel: rows in registers (V a multiple of 8: up to 8192 with 256
+// threads, up to 32768 with 1024), the streaming pass for wider V, and the
+// general kernel (V not a multiple of 8).
 #include <tuple>
 #include <vector>
 
@@ -53,21 +56,28 @@ TEST_P(FusedLinearCrossEntropyTest, MatchesCpu) {
 INSTANTIATE_TEST_SUITE_P(Shapes, FusedLinearCrossEntropyTest,
                          ::testing::Values(Param{64, 64, 512, 8}, Param{100, 128, 1000, 48},
                                            Param{24, 32, 50, 256}, Param{1, 16, 7, 1},
-                                           Param{257, 96, 4099, 64}));
+                                           Param{257, 96, 4099, 64}, Param{40, 32, 8192, 16},
+                                           Param{64, 64, 32768, 32}, Param{24, 32, 32776, 16},
+                                           Param{20, 32, 32772, 8}));
 
+// Each vocab size takes another path of the row kernel (general, rows in
+// registers, streaming).
 TEST_F(CpuVsCudaTest, TargetOutOfRangeRaisesTheFlag) {
-  const int tokens = 4, h = 16, vocab = 10;
-  std::vector<HostTensor> t = {
-      RandomTensor(DType::kBFloat16, Shape{tokens, h}, 1),
-      RandomTensor(DType::kBFloat16, Shape{vocab, h}, 2),
-      HostTensor::FromVector(DType::kInt32, Shape{tokens}, std::vector<int32_t>{1, vocab, 2, 3}),
-      Scalar(0.f), Scalar(0.f), Poisoned(DType::kBFloat16, Shape{tokens, h}),
-      RandomTensor(DType::kFloat32, Shape{vocab, h}, 3)};
-  auto g = RunOn(gpu(), t, [](Ops& ops, std::vector<TensorDesc>& d) {
-    return ops.FusedLinearCrossEntropy(d[0], d[1], d[2], kIgnore, 2, d[3].As<float>(),
-                                       d[4].As<float>(), d[5], d[6], nullptr);
-  });
-  EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument) << g.status();
+  for (int vocab : {10, 4096, 40000}) {
+    SCOPED_TRACE(vocab);
+    const int tokens = 4, h = 16;
+    std::vector<HostTensor> t = {
+        RandomTensor(DType::kBFloat16, Shape{tokens, h}, 1),
+        RandomTensor(DType::kBFloat16, Shape{vocab, h}, 2),
+        HostTensor::FromVector(DType::kInt32, Shape{tokens}, std::vector<int32_t>{1, vocab, 2, 3}),
+        Scalar(0.f), Scalar(0.f), Poisoned(DType::kBFloat16, Shape{tokens, h}),
+        RandomTensor(DType::kFloat32, Shape{vocab, h}, 3)};
+    auto g = RunOn(gpu(), t, [](Ops& ops, std::vector<TensorDesc>& d) {
+      return ops.FusedLinearCrossEntropy(d[0], d[1], d[2], kIgnore, 2, d[3].As<float>(),
+                                         d[4].As<float>(), d[5], d[6], nullptr);
+    });
+    EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument) << g.status();
+  }
 }
 
 }  // namespace

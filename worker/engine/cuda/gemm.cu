@@ -88,6 +88,14 @@ absl::Status GemmRunner::BuildPlan(const TensorDesc& a, bool trans_a, const Tens
   CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan.lt_b, ToCudaType(a.dtype), a.shape[1],
                                                     a.shape[0], a.shape[1]));
   CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan.lt_d, ToCudaType(d.dtype), n, m, n));
+  if (a.dtype == DType::kE4M3 && b.dtype == DType::kE4M3) {
+    // Forward products (activations x weights, both e4m3) accumulate on the
+    // tensor cores' fast path; gradient products (an e5m2 operand) keep the
+    // periodic promotion to full fp32, as TransformerEngine does.
+    const int8_t fast_accumulation = 1;
+    CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+        plan.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accumulation, sizeof(fast_accumulation)));
+  }
   if (IsFp8(a.dtype)) {
     const float* lt_a_scale = scale_slots_;
     const float* lt_b_scale = scale_slots_ + 4;

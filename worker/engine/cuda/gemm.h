@@ -14,6 +14,9 @@
 // and creates no descriptor; plans_built() and plan_hits() count both paths
 // so tests can prove it.
 //
+// Accumulation: e4m3 x e4m3 products (the forward) use cuBLASLt's fast
+// FP8 accumulation; products with an e5m2 operand (the gradients) do not.
+//
 // FP8 scales: cuBLASLt reads a scale through a pointer fixed in the matmul
 // descriptor and rejects pointers that are not 16-byte aligned (the ops API
 // places scale_inv inside packed metadata, 4-byte aligned). Each FP8 GEMM

@@ -1,12 +1,26 @@
 // RMSNorm on the GPU with the CPU reference's formulas (rstd =
-// 1/sqrtf(mean(x^2) + eps), fp32 arithmetic). Forward and grad_x: one block
-// per token row. grad_weight: a column sum over rows, done without atomics
-// in two fixed-order levels (each block sums kRowsPerPartial rows of 256
-// columns into a partial, then one pass adds the partials into grad_weight
-// in chunk order), so it is deterministic and free of atomic contention on
-// the H addresses.
+// 1/sqrtf(mean(x^2) + eps), fp32 arithmetic, one rounding to the output
+// dtype). The op is memory-bound, so the kernels are shaped by their loads:
+//
+//  * Fast path (fp32/bf16 tensors, H a multiple of 8 and at most 8192,
+//    16-byte aligned pointers): a group of 32..256 threads per row holds the
+//    row in registers as 8-element vectors (16-byte loads and stores), so x
+//    (forward) and dy, x (backward) are read from memory once. Each backward
+//    block also sums dy * x * rstd over its rows into one grad_weight
+//    partial, so grad_weight costs no second pass over dy and x.
+//  * General path (any other shape, dtype or alignment): one block of 256
+//    threads per row with scalar loads, and a separate partial-sum kernel.
+//
+// Both paths are deterministic: every sum (a row's sum of squares, a row's
+// dot product, grad_weight's column sums) runs in an order fixed by the
+// shape. grad_weight is summed without atomics in two levels: partials over
+// runs of rows, then a fixed-order tree over the partials of each column,
+// added into grad_weight.
 
-#include "absl/strings/str_cat.h"
+#include <cstdint>
+#include <initializer_list>
+#include <type_traits>
+
 #include "worker/engine/cuda/cuda_check.h"
 #include "worker/engine/cuda/device_util.cuh"
 #include "worker/engine/cuda/kernels.h"
@@ -15,9 +29,198 @@ namespace tessera {
 namespace cuda {
 namespace {
 
-constexpr int64_t kRowsPerPartial = 64;
+constexpr int kBlockThreads = 256;
+// Fast path: 8-element vectors (16 bytes of bf16, 32 of fp32). A row group
+// of 32..256 threads holds one vector per thread per tensor (H <= 2048), or
+// 256 threads hold 2 or 4 (H <= 8192). One vector per thread measured
+// fastest on H100: short per-thread chains, many resident warps.
+constexpr int kVecWidth = 8;
+constexpr int kMaxVecs = 4;
+constexpr int64_t kMaxRegisterRowWidth = int64_t{kBlockThreads} * kMaxVecs * kVecWidth;
+// grad_weight partials: at most kMaxPartials, each the sum over a power of
+// two (>= 8) rows, so a backward launch has enough blocks to fill the GPU
+// and the partials stay small (2 MiB for H = 1024).
+constexpr int64_t kMaxPartials = 512;
+static_assert(kMaxPartials <= 65535, "the general path puts the partials on grid.y");
+// Reduce kernel: a block sums kReduceColumns columns over all partials,
+// kReduceSlices threads per column.
+constexpr int kReduceColumns = 32;
+constexpr int kReduceSlices = 32;
 
 // ---- kernels ---------------------------------------------------------------
+
+// Elements [i, i + 8) of an fp32 or bf16 array (i a multiple of 8, the array
+// 16-byte aligned): one 16-byte load for bf16, two for fp32.
+__device__ __forceinline__ void Load8(const void* p, int dtype, int64_t i, float (&v)[kVecWidth]) {
+  if (dtype == static_cast<int>(DType::kFloat32)) {
+    const float4* q = reinterpret_cast<const float4*>(static_cast<const float*>(p) + i);
+    const float4 a = q[0], b = q[1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+    v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+  } else {
+    const uint4 u = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(p) + i);
+    const uint32_t pairs[4] = {u.x, u.y, u.z, u.w};
+    for (int k = 0; k < 4; ++k) {  // bf16 -> fp32 is exact: the bits move up 16
+      v[2 * k] = __uint_as_float(pairs[k] << 16);
+      v[2 * k + 1] = __uint_as_float(pairs[k] & 0xffff0000u);
+    }
+  }
+}
+
+// Stores v into elements [i, i + 8), rounding to nearest even for bf16.
+__device__ __forceinline__ void Store8(void* p, int dtype, int64_t i, const float (&v)[kVecWidth]) {
+  if (dtype == static_cast<int>(DType::kFloat32)) {
+    float4* q = reinterpret_cast<float4*>(static_cast<float*>(p) + i);
+    q[0] = make_float4(v[0], v[1], v[2], v[3]);
+    q[1] = make_float4(v[4], v[5], v[6], v[7]);
+  } else {
+    uint32_t pairs[4];
+    for (int k = 0; k < 4; ++k) {
+      const __nv_bfloat162 b = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+      pairs[k] = *reinterpret_cast<const uint32_t*>(&b);
+    }
+    *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p) + i) =
+        make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
+  }
+}
+
+// First column of vector k of thread `lane` of a row group: the group's
+// threads read adjacent vectors, so each of its loads is coalesced.
+template <int kRowThreads>
+__device__ __forceinline__ int64_t VecColumn(int k, int lane) {
+  return (int64_t{k} * kRowThreads + lane) * kVecWidth;
+}
+
+// Sum of v over the kRowThreads threads of this thread's row group (aligned
+// groups of whole warps), in a fixed order: a butterfly within each warp
+// (bitwise the same on every lane), then the group's warps in order. Every
+// thread of the block must call it (it synchronizes the block when a group
+// spans several warps). warp_sums: kBlockThreads / 32 floats of shared memory.
+template <int kRowThreads>
+__device__ __forceinline__ float RowGroupSum(float v, float* warp_sums) {
+  v = WarpSum(v);
+  if constexpr (kRowThreads > 32) {
+    constexpr int kWarps = kRowThreads / 32;
+    const int warp = threadIdx.x / 32;
+    __syncthreads();  // the previous call's readers are done with warp_sums
+    if (threadIdx.x % 32 == 0) warp_sums[warp] = v;
+    __syncthreads();
+    const int first = warp / kWarps * kWarps;
+    v = 0.f;
+    for (int i = 0; i < kWarps; ++i) v += warp_sums[first + i];
+  }
+  return v;
+}
+
+// Fast path, one row per group of kRowThreads threads; x is read once.
+template <int kRowThreads, int kVecs>
+__global__ void __launch_bounds__(kBlockThreads)
+    RmsNormForwardInRegistersKernel(const void* x, int dx, const void* w, int dw, float eps,
+                                    void* out, int dout, float* rstd, int64_t t, int64_t h) {
+  __shared__ float warp_sums[kBlockThreads / 32];
+  const int lane = threadIdx.x % kRowThreads;
+  const int64_t row =
+      int64_t{blockIdx.x} * (kBlockThreads / kRowThreads) + threadIdx.x / kRowThreads;
+  const bool live = row < t;  // dead groups still join the block's syncs
+  float xv[kVecs][kVecWidth];
+  float ss = 0.f;
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {
+    const int64_t c = VecColumn<kRowThreads>(k, lane);
+    if (live && c < h) {
+      Load8(x, dx, row * h + c, xv[k]);
+#pragma unroll
+      for (int e = 0; e < kVecWidth; ++e) ss += xv[k][e] * xv[k][e];
+    }
+  }
+  ss = RowGroupSum<kRowThreads>(ss, warp_sums);
+  // As the CPU: IEEE sqrt, then divide.
+  const float r = 1.0f / sqrtf(ss / static_cast<float>(h) + eps);
+  if (live && lane == 0) rstd[row] = r;
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {
+    const int64_t c = VecColumn<kRowThreads>(k, lane);
+    if (live && c < h) {
+      float wv[kVecWidth], o[kVecWidth];
+      Load8(w, dw, c, wv);
+#pragma unroll
+      for (int e = 0; e < kVecWidth; ++e) o[e] = xv[k][e] * r * wv[e];
+      Store8(out, dout, row * h + c, o);
+    }
+  }
+}
+
+// Fast path backward for the rows_per_partial rows (a power of two, >= 8)
+// starting at block * rows_per_partial: grad_x per row (dy and x read once,
+// held in registers), and partials[block, j] = sum over those rows of
+// dy * x * rstd (each thread sums its columns over its group's rows in row
+// order, then the groups are added in group order).
+template <int kRowThreads, int kVecs>
+__global__ void __launch_bounds__(kBlockThreads)
+    RmsNormBackwardInRegistersKernel(const void* dy, int ddy, const void* x, int dx_t,
+                                     const void* w, int dw_t, const float* rstd, void* dx,
+                                     int ddx, int accumulate, float* partials,
+                                     int rows_per_partial, int64_t t, int64_t h) {
+  constexpr int kGroups = kBlockThreads / kRowThreads;  // <= 8: divides rows_per_partial
+  __shared__ float warp_sums[kBlockThreads / 32];
+  extern __shared__ float group_partials[];  // [kGroups, h] when kGroups > 1
+  const int lane = threadIdx.x % kRowThreads, group = threadIdx.x / kRowThreads;
+  float acc[kVecs][kVecWidth] = {};
+  for (int i = group; i < rows_per_partial; i += kGroups) {
+    const int64_t row = int64_t{blockIdx.x} * rows_per_partial + i;
+    const bool live = row < t;  // dead groups still join the block's syncs
+    const float r = live ? rstd[row] : 0.f;
+    float g[kVecs][kVecWidth], xv[kVecs][kVecWidth];
+    float dot = 0.f;
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      const int64_t c = VecColumn<kRowThreads>(k, lane);
+      if (live && c < h) {
+        float wv[kVecWidth];
+        Load8(dy, ddy, row * h + c, g[k]);
+        Load8(x, dx_t, row * h + c, xv[k]);
+        Load8(w, dw_t, c, wv);
+#pragma unroll
+        for (int e = 0; e < kVecWidth; ++e) {
+          dot += wv[e] * g[k][e] * xv[k][e];
+          acc[k][e] += g[k][e] * xv[k][e] * r;
+        }
+      }
+    }
+    dot = RowGroupSum<kRowThreads>(dot, warp_sums);
+    const float coef = r * r * r / static_cast<float>(h) * dot;
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      const int64_t c = VecColumn<kRowThreads>(k, lane);
+      if (live && c < h) {
+        float wv[kVecWidth], old[kVecWidth], o[kVecWidth];
+        Load8(w, dw_t, c, wv);
+        if (accumulate) Load8(dx, ddx, row * h + c, old);
+#pragma unroll
+        for (int e = 0; e < kVecWidth; ++e) {
+          o[e] = r * wv[e] * g[k][e] - xv[k][e] * coef;
+          if (accumulate) o[e] += old[e];
+        }
+        Store8(dx, ddx, row * h + c, o);
+      }
+    }
+  }
+  float* partial = partials + int64_t{blockIdx.x} * h;
+  float* own = kGroups == 1 ? partial : group_partials + int64_t{group} * h;
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {
+    const int64_t c = VecColumn<kRowThreads>(k, lane);
+    if (c < h) Store8(own, static_cast<int>(DType::kFloat32), c, acc[k]);
+  }
+  if constexpr (kGroups > 1) {
+    __syncthreads();
+    for (int64_t j = threadIdx.x; j < h; j += kBlockThreads) {
+      float s = 0.f;
+      for (int gi = 0; gi < kGroups; ++gi) s += group_partials[gi * h + j];
+      partial[j] = s;
+    }
+  }
+}
 
 __global__ void RmsNormForwardKernel(const void* x, int dx, const void* w, int dw, float eps,
                                      void* out, int dout, float* rstd, int64_t h) {
@@ -56,14 +259,15 @@ __global__ void RmsNormBackwardKernel(const void* dy, int ddy, const void* x, in
   }
 }
 
-// partials[chunk, j] = sum over rows of the chunk of dy * x * rstd.
+// General path: partials[p, j] = sum over rows [p, p + 1) * rows_per_partial
+// of dy * x * rstd.
 __global__ void RmsNormWeightGradPartialKernel(const void* dy, int ddy, const void* x, int dx_t,
-                                               const float* rstd, float* partials, int64_t t,
-                                               int64_t h) {
+                                               const float* rstd, float* partials,
+                                               int rows_per_partial, int64_t t, int64_t h) {
   const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (j >= h) return;
-  const int64_t row0 = int64_t(blockIdx.y) * kRowsPerPartial;
-  const int64_t row_end = min(row0 + kRowsPerPartial, t);
+  const int64_t row0 = int64_t(blockIdx.y) * rows_per_partial;
+  const int64_t row_end = min(row0 + rows_per_partial, t);
   float acc = 0.f;
   for (int64_t row = row0; row < row_end; ++row) {
     acc += LoadF(dy, ddy, row * h + j) * LoadF(x, dx_t, row * h + j) * rstd[row];
@@ -71,14 +275,70 @@ __global__ void RmsNormWeightGradPartialKernel(const void* dy, int ddy, const vo
   partials[blockIdx.y * h + j] = acc;
 }
 
-// dw[j] += sum over chunks (in chunk order) of partials[chunk, j].
-__global__ void RmsNormWeightGradReduceKernel(const float* partials, int64_t chunks, int64_t h,
-                                              float* dw) {
-  const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (j >= h) return;
+// dw[j] += sum over p of partials[p, j]. Block (kReduceColumns,
+// kReduceSlices): slice s sums partials s, s + kReduceSlices, ... in order,
+// then a fixed tree adds the slices, so the result is the same every run.
+__global__ void __launch_bounds__(kReduceColumns * kReduceSlices)
+    RmsNormWeightGradReduceKernel(const float* partials, int64_t num_partials, int64_t h,
+                                  float* dw) {
+  __shared__ float slice_sums[kReduceSlices][kReduceColumns];
+  const int64_t j = int64_t{blockIdx.x} * kReduceColumns + threadIdx.x;
   float acc = 0.f;
-  for (int64_t c = 0; c < chunks; ++c) acc += partials[c * h + j];
-  dw[j] += acc;
+  if (j < h) {
+#pragma unroll 8
+    for (int64_t p = threadIdx.y; p < num_partials; p += kReduceSlices) {
+      acc += partials[p * h + j];
+    }
+  }
+  const int x = threadIdx.x, y = threadIdx.y;
+  slice_sums[y][x] = acc;
+  __syncthreads();
+  for (int half = kReduceSlices / 2; half > 0; half /= 2) {
+    if (y < half) slice_sums[y][x] += slice_sums[y + half][x];
+    __syncthreads();
+  }
+  if (y == 0 && j < h) dw[j] += slice_sums[0][x];
+}
+
+bool IsFloatType(DType d) { return d == DType::kFloat32 || d == DType::kBFloat16; }
+bool Is16ByteAligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Calls launch(threads, vecs) with the fast-path shape for rows of width h
+// (as std::integral_constant): the fewest threads per row (32..256) that
+// hold the row in one vector each, else 256 threads of 2 or 4 vectors.
+template <typename Launch>
+void WithRowShape(int64_t h, Launch&& launch) {
+  using std::integral_constant;
+  if (h <= 32 * kVecWidth) {
+    launch(integral_constant<int, 32>(), integral_constant<int, 1>());
+  } else if (h <= 64 * kVecWidth) {
+    launch(integral_constant<int, 64>(), integral_constant<int, 1>());
+  } else if (h <= 128 * kVecWidth) {
+    launch(integral_constant<int, 128>(), integral_constant<int, 1>());
+  } else if (h <= 256 * kVecWidth) {
+    launch(integral_constant<int, 256>(), integral_constant<int, 1>());
+  } else if (h <= 256 * 2 * kVecWidth) {
+    launch(integral_constant<int, 256>(), integral_constant<int, 2>());
+  } else {
+    launch(integral_constant<int, 256>(), integral_constant<int, kMaxVecs>());
+  }
+}
+
+// Whether rows of width h over these tensors take the fast path.
+bool RowsFitRegisters(int64_t h, std::initializer_list<const TensorDesc*> tensors) {
+  if (h % kVecWidth != 0 || h == 0 || h > kMaxRegisterRowWidth) return false;
+  for (const TensorDesc* d : tensors) {
+    if (!IsFloatType(d->dtype) || !Is16ByteAligned(d->data)) return false;
+  }
+  return true;
+}
+
+// Rows per grad_weight partial: the smallest power of two >= 8 that keeps
+// the partials at most kMaxPartials.
+int RowsPerPartial(int64_t tokens) {
+  int64_t rows = 8;
+  while ((tokens + rows - 1) / rows > kMaxPartials) rows *= 2;
+  return static_cast<int>(rows);
 }
 
 }  // namespace
@@ -90,15 +350,25 @@ absl::Status LaunchRmsNormForward(const TensorDesc& x, const TensorDesc& w, floa
                                   cudaStream_t stream) {
   const int64_t t = x.shape[0], h = x.shape[1];
   if (t == 0) return absl::OkStatus();
-  RmsNormForwardKernel<<<static_cast<unsigned>(t), 256, 0, stream>>>(
-      x.data, int(x.dtype), w.data, int(w.dtype), eps, out.data, int(out.dtype),
-      static_cast<float*>(rstd.data), h);
+  float* r = static_cast<float*>(rstd.data);
+  if (RowsFitRegisters(h, {&x, &w, &out})) {
+    WithRowShape(h, [&](auto threads, auto vecs) {
+      constexpr int kRowsPerBlock = kBlockThreads / threads();
+      const unsigned blocks = static_cast<unsigned>((t + kRowsPerBlock - 1) / kRowsPerBlock);
+      RmsNormForwardInRegistersKernel<threads(), vecs()><<<blocks, kBlockThreads, 0, stream>>>(
+          x.data, int(x.dtype), w.data, int(w.dtype), eps, out.data, int(out.dtype), r, t, h);
+    });
+  } else {
+    RmsNormForwardKernel<<<static_cast<unsigned>(t), kBlockThreads, 0, stream>>>(
+        x.data, int(x.dtype), w.data, int(w.dtype), eps, out.data, int(out.dtype), r, h);
+  }
   CUDA_RETURN_IF_LAUNCH_FAILED();
   return absl::OkStatus();
 }
 
 int64_t RmsNormWeightGradScratchFloats(int64_t tokens, int64_t h) {
-  return (tokens + kRowsPerPartial - 1) / kRowsPerPartial * h;
+  const int rows = RowsPerPartial(tokens);
+  return (tokens + rows - 1) / rows * h;
 }
 
 absl::Status LaunchRmsNormBackward(const TensorDesc& dy, const TensorDesc& x, const TensorDesc& w,
@@ -106,22 +376,32 @@ absl::Status LaunchRmsNormBackward(const TensorDesc& dy, const TensorDesc& x, co
                                    const TensorDesc& dw, float* scratch, cudaStream_t stream) {
   const int64_t t = x.shape[0], h = x.shape[1];
   if (t == 0 || h == 0) return absl::OkStatus();
-  RmsNormBackwardKernel<<<static_cast<unsigned>(t), 256, 0, stream>>>(
-      dy.data, int(dy.dtype), x.data, int(x.dtype), w.data, int(w.dtype),
-      static_cast<const float*>(rstd.data), dx.data, int(dx.dtype), accumulate ? 1 : 0, h);
-  CUDA_RETURN_IF_LAUNCH_FAILED();
-  const int64_t chunks = (t + kRowsPerPartial - 1) / kRowsPerPartial;
-  if (chunks > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("x: ", t, " rows exceed RmsNormBackward's limit of ", 65535 * kRowsPerPartial));
+  const float* r = static_cast<const float*>(rstd.data);
+  const int rows_per_partial = RowsPerPartial(t);
+  const unsigned partials = static_cast<unsigned>((t + rows_per_partial - 1) / rows_per_partial);
+  if (RowsFitRegisters(h, {&dy, &x, &w, &dx}) && Is16ByteAligned(scratch)) {
+    WithRowShape(h, [&](auto threads, auto vecs) {
+      constexpr int kGroups = kBlockThreads / threads();
+      const size_t smem = kGroups > 1 ? kGroups * h * sizeof(float) : 0;  // <= 32 KiB
+      RmsNormBackwardInRegistersKernel<threads(), vecs()>
+          <<<partials, kBlockThreads, smem, stream>>>(
+              dy.data, int(dy.dtype), x.data, int(x.dtype), w.data, int(w.dtype), r, dx.data,
+              int(dx.dtype), accumulate ? 1 : 0, scratch, rows_per_partial, t, h);
+    });
+    CUDA_RETURN_IF_LAUNCH_FAILED();
+  } else {
+    RmsNormBackwardKernel<<<static_cast<unsigned>(t), kBlockThreads, 0, stream>>>(
+        dy.data, int(dy.dtype), x.data, int(x.dtype), w.data, int(w.dtype), r, dx.data,
+        int(dx.dtype), accumulate ? 1 : 0, h);
+    CUDA_RETURN_IF_LAUNCH_FAILED();
+    const unsigned column_blocks = static_cast<unsigned>((h + kBlockThreads - 1) / kBlockThreads);
+    RmsNormWeightGradPartialKernel<<<dim3(column_blocks, partials), kBlockThreads, 0, stream>>>(
+        dy.data, int(dy.dtype), x.data, int(x.dtype), r, scratch, rows_per_partial, t, h);
+    CUDA_RETURN_IF_LAUNCH_FAILED();
   }
-  const unsigned column_blocks = static_cast<unsigned>((h + 255) / 256);
-  RmsNormWeightGradPartialKernel<<<dim3(column_blocks, static_cast<unsigned>(chunks)), 256, 0,
-                                   stream>>>(dy.data, int(dy.dtype), x.data, int(x.dtype),
-                                             static_cast<const float*>(rstd.data), scratch, t, h);
-  CUDA_RETURN_IF_LAUNCH_FAILED();
-  RmsNormWeightGradReduceKernel<<<column_blocks, 256, 0, stream>>>(scratch, chunks, h,
-                                                                  static_cast<float*>(dw.data));
+  const unsigned reduce_blocks = static_cast<unsigned>((h + kReduceColumns - 1) / kReduceColumns);
+  RmsNormWeightGradReduceKernel<<<reduce_blocks, dim3(kReduceColumns, kReduceSlices), 0, stream>>>(
+      scratch, partials, h, static_cast<float*>(dw.data));
   CUDA_RETURN_IF_LAUNCH_FAILED();
   return absl::OkStatus();
 }
