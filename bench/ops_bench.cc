@@ -667,14 +667,15 @@ absl::StatusOr<nlohmann::json> RunFusedCe(Engine& e, const std::string& dir) {
   RETURN_IF_ERROR(WriteRaw(dir + "/grad_weight.f32", grad_weight_out));
   RETURN_IF_ERROR(WriteRaw(dir + "/loss.f32", scalars_out));
 
-  // cuda_ops.cc sizes the op's two chunk buffers as chunk x V fp32 logits
-  // plus chunk x V bf16 dlogits; the cuBLASLt workspace is the engine's own.
+  // cuda_ops.cc sizes the op's one chunk buffer as chunk x V bf16 logits
+  // (the dlogits are written over them); the cuBLASLt workspace is the
+  // engine's own.
   const int64_t chunk = std::min<int64_t>(chunk_tokens, n);
   nlohmann::json r = {{"N", n},
                       {"H", h},
                       {"V", v},
                       {"chunk_tokens", chunk_tokens},
-                      {"workspace_bytes_sized", chunk * v * (4 + 2)}};
+                      {"workspace_bytes_sized", chunk * v * 2}};
   if (e.cuda()) {  // also counts kernel code the first call loaded (lazy module loading)
     r["workspace_bytes_measured"] =
         static_cast<int64_t>(free_before) - static_cast<int64_t>(free_after);

@@ -54,8 +54,8 @@ and grad_weight within 1e-2 relative L2. Baseline: full logits in PyTorch
 torch.autograd.grad for h and w), held to the same tolerances, its peak
 memory above its inputs from torch.cuda.max_memory_allocated. Tessera's
 extra memory is its chunk workspace: the free device memory its first call
-took (cudaMemGetInfo) beside the size cuda_ops.cc gives it (chunk x V x 6
-bytes). FLOPs 6NHV.
+took (cudaMemGetInfo) beside the size cuda_ops.cc gives it (chunk x V x 2
+bytes: bf16 logits, the dlogits written over them). FLOPs 6NHV.
 
 Timing everywhere: `--warmup` untimed repetitions, then `--reps`, each
 between two CUDA events around `inner` calls (inner is chosen per GEMM shape

@@ -1,7 +1,9 @@
 // JobSpec validation and defaults (see spec_validation.h).
 #include "server/spec_validation.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -217,7 +219,13 @@ v1::JobSpec WithDefaults(const v1::JobSpec& in) {
     spec.mutable_data()->mutable_synthetic()->set_max_digits(
         spec.data().synthetic().task() == v1::SyntheticData::COPY ? 8 : 3);
   }
-  if (spec.loss_chunk_tokens() == 0) spec.set_loss_chunk_tokens(1024);
+  if (spec.loss_chunk_tokens() == 0) {
+    // As many tokens as keep one chunk of bf16 logits within 256 MiB.
+    constexpr int64_t kLogitBudgetElements = (int64_t{256} << 20) / 2;
+    const int64_t vocab = std::max<int64_t>(1, spec.model().vocab_size());
+    spec.set_loss_chunk_tokens(static_cast<int32_t>(
+        std::clamp<int64_t>(kLogitBudgetElements / vocab, 1, kMaxTokensPerMicroBatch)));
+  }
   return spec;
 }
 

@@ -180,6 +180,20 @@ TEST(SpecValidation, LongSequencesAreAccepted) {
   }
 }
 
+TEST(SpecValidation, DefaultLossChunkKeepsBf16LogitsWithin256MiB) {
+  v1::JobSpec spec = ValidSpec();
+  spec.mutable_model()->set_vocab_size(32768);
+  EXPECT_EQ(WithDefaults(spec).loss_chunk_tokens(), 4096);
+  spec.mutable_model()->set_vocab_size(131072);
+  EXPECT_EQ(WithDefaults(spec).loss_chunk_tokens(), 1024);
+  spec.mutable_model()->set_vocab_size(300000000);  // more than fits: one token per chunk
+  EXPECT_EQ(WithDefaults(spec).loss_chunk_tokens(), 1);
+  spec.mutable_model()->set_vocab_size(16);  // tiny vocab: capped at the micro-batch limit
+  EXPECT_EQ(WithDefaults(spec).loss_chunk_tokens(), 1 << 20);
+  spec.set_loss_chunk_tokens(77);
+  EXPECT_EQ(WithDefaults(spec).loss_chunk_tokens(), 77);  // explicit values are kept
+}
+
 TEST(SpecValidation, DefaultsFillUnsetFields) {
   v1::JobSpec spec = WithDefaults(ValidSpec());
   EXPECT_FLOAT_EQ(spec.optimizer().beta1(), 0.9f);

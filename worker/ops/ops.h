@@ -209,6 +209,9 @@ class Ops {
   // Gradients are of the *sum* of token losses; the caller divides by the
   // global token count later (FusedAdam's grad_scale). A target outside
   // [0, V) other than ignore_index is INVALID_ARGUMENT (CPU) / sticky flag (CUDA).
+  // The CUDA engine keeps each chunk's logits in bf16, as PyTorch's autocast
+  // does, and writes the dlogits over them: its workspace is chunk_tokens x V
+  // x 2 bytes. The CPU reference keeps fp32 logits.
   virtual absl::Status FusedLinearCrossEntropy(const TensorDesc& x, const TensorDesc& weight,
                                                const TensorDesc& targets, int ignore_index,
                                                int chunk_tokens, float* loss_sum,

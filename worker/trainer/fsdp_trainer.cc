@@ -189,9 +189,7 @@ absl::Status FsdpTrainer::AllocateState() {
   ASSIGN_OR_RETURN(h_final_, Alloc(DType::kBFloat16, Shape{t, h}));
   ASSIGN_OR_RETURN(proj_out_, Alloc(DType::kBFloat16, Shape{t, h}));
   ASSIGN_OR_RETURN(grad_h_, Alloc(DType::kBFloat16, Shape{t, h}));
-  ASSIGN_OR_RETURN(grad_res_[0], Alloc(DType::kFloat32, Shape{t, h}));
-  ASSIGN_OR_RETURN(grad_res_[1], Alloc(DType::kFloat32, Shape{t, h}));
-  ASSIGN_OR_RETURN(grad_mid_, Alloc(DType::kFloat32, Shape{t, h}));
+  ASSIGN_OR_RETURN(grad_residual_, Alloc(DType::kFloat32, Shape{t, h}));
   ASSIGN_OR_RETURN(grad_bf16_a_, Alloc(DType::kBFloat16, Shape{t * max_out}));
   ASSIGN_OR_RETURN(grad_bf16_b_, Alloc(DType::kBFloat16, Shape{t * max_in}));
   ASSIGN_OR_RETURN(grad_qkv_, Alloc(DType::kBFloat16, qkv_shape));

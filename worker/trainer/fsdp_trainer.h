@@ -116,7 +116,7 @@ class FsdpTrainer : public Trainer {
   absl::Status BlockForward(int layer, const GatheredBlock& w, BlockActivations& a,
                             const TensorDesc& x_in, const TensorDesc& x_out);
   absl::Status BlockBackward(int layer, const GatheredBlock& w, BlockActivations& a,
-                             const TensorDesc& grad_out, const TensorDesc& grad_in);
+                             const TensorDesc& grad_residual);
   absl::Status ReduceScatterBlock(int layer);
   absl::Status CheckAborted() const;
   std::vector<Fp8ShardedParam*> AllParams();
@@ -158,8 +158,7 @@ class FsdpTrainer : public Trainer {
   DeviceTensor h_final_;                 // [T, H] bf16
   DeviceTensor proj_out_;                // [T, H] bf16 output of out_proj / down
   DeviceTensor grad_h_;                  // [T, H] bf16 gradient of a norm output
-  DeviceTensor grad_res_[2];             // [T, H] fp32 residual gradients (ping-pong)
-  DeviceTensor grad_mid_;                // [T, H] fp32 gradient at x_mid
+  DeviceTensor grad_residual_;           // [T, H] fp32 residual-stream gradient, updated in place
   DeviceTensor grad_bf16_a_;             // [T, max(qkv width, 2F)] bf16 scratch
   DeviceTensor grad_bf16_b_;             // [T, max(H, F)] bf16 scratch
   DeviceTensor grad_qkv_;                // [B, S, nh + 2*nkv, hd] bf16

@@ -109,9 +109,8 @@ absl::StatusOr<StepReport> FsdpTrainer::Step(int step) {
   RETURN_IF_ERROR(ops.Memset(grad_final_norm_.desc.data, 0, grad_final_norm_.desc.Bytes(), nullptr));
   RETURN_IF_ERROR(ops.RmsNormBackward(grad_h_.desc, x_final_.desc,
                                       Full(gathered_final_norm_, final_norm_), rstd_final_.desc,
-                                      grad_res_[0].desc, /*accumulate_grad_x=*/false,
+                                      grad_residual_.desc, /*accumulate_grad_x=*/false,
                                       View(grad_final_norm_, DType::kFloat32, Shape{h}), nullptr));
-  int current = 0;
   for (int l = layers_ - 1; l >= 0; --l) {
     RETURN_IF_ERROR(CheckAborted());
     GatheredBlock& w = GatheredFor(l);
@@ -120,8 +119,7 @@ absl::StatusOr<StepReport> FsdpTrainer::Step(int step) {
       RETURN_IF_ERROR(GatherBlock(l, w));
       RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, nullptr));
     }
-    RETURN_IF_ERROR(BlockBackward(l, w, acts_[l], grad_res_[current].desc, grad_res_[1 - current].desc));
-    current = 1 - current;
+    RETURN_IF_ERROR(BlockBackward(l, w, acts_[l], grad_residual_.desc));
     RETURN_IF_ERROR(clock_.Lap(StepPhase::kBackward, nullptr));
     // ---- Reduce-scatter this block's gradients to their owners ----------
     PhaseRange range("reduce-scatter");
@@ -129,7 +127,7 @@ absl::StatusOr<StepReport> FsdpTrainer::Step(int step) {
     RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, nullptr));
   }
   RETURN_IF_ERROR(ops.Memset(grad_embedding_.desc.data, 0, grad_embedding_.desc.Bytes(), nullptr));
-  RETURN_IF_ERROR(ops.EmbeddingBackward(inputs_.desc, grad_res_[current].desc,
+  RETURN_IF_ERROR(ops.EmbeddingBackward(inputs_.desc, grad_residual_.desc,
                                         View(grad_embedding_, DType::kFloat32, Shape{vocab_, h}),
                                         nullptr));
   RETURN_IF_ERROR(clock_.Lap(StepPhase::kBackward, nullptr));
@@ -221,8 +219,10 @@ absl::Status FsdpTrainer::BlockForward(int l, const GatheredBlock& w, BlockActiv
   return ops.Add(a.x_mid.desc, proj_out_.desc, x_out, nullptr);
 }
 
+// grad_residual holds d loss / d x_out on entry and d loss / d x_in on return:
+// each RMSNorm backward adds its branch's gradient into it in place.
 absl::Status FsdpTrainer::BlockBackward(int l, const GatheredBlock& w, BlockActivations& a,
-                                        const TensorDesc& grad_out, const TensorDesc& grad_in) {
+                                        const TensorDesc& grad_residual) {
   Ops& ops = *ops_;
   const Block& b = blocks_[l];
   const int64_t t = tokens_, h = hidden_, f = ffn_;
@@ -231,7 +231,7 @@ absl::Status FsdpTrainer::BlockBackward(int l, const GatheredBlock& w, BlockActi
   }
   const TensorDesc d_bf16_th = View(grad_bf16_b_, DType::kBFloat16, Shape{t, h});
   // MLP backward.
-  RETURN_IF_ERROR(ops.Cast(grad_out, grad_h_.desc, nullptr));  // dy of down, bf16
+  RETURN_IF_ERROR(ops.Cast(grad_residual, grad_h_.desc, nullptr));  // dy of down, bf16
   const TensorDesc d_swiglu = View(grad_bf16_b_, DType::kBFloat16, Shape{t, f});
   RETURN_IF_ERROR(LinearBackward(ops, *meta_, Spec(l, 3), Full(w.down, b.down), a.swiglu.desc,
                                  grad_h_.desc, d_swiglu, block_grads_.down.desc, scratch_,
@@ -241,12 +241,12 @@ absl::Status FsdpTrainer::BlockBackward(int l, const GatheredBlock& w, BlockActi
   RETURN_IF_ERROR(LinearBackward(ops, *meta_, Spec(l, 2), Full(w.gate_up, b.gate_up), a.h2.desc,
                                  d_gate_up, grad_h_.desc, block_grads_.gate_up.desc, scratch_,
                                  a.saved[2], nullptr));
-  RETURN_IF_ERROR(ops.CopyDeviceToDevice(grad_mid_.desc.data, grad_out.data, grad_out.Bytes(), nullptr));
+  // grad_residual becomes d loss / d x_mid.
   RETURN_IF_ERROR(ops.RmsNormBackward(grad_h_.desc, a.x_mid.desc, Full(w.mlp_norm, b.mlp_norm),
-                                      a.rstd2.desc, grad_mid_.desc, /*accumulate_grad_x=*/true,
+                                      a.rstd2.desc, grad_residual, /*accumulate_grad_x=*/true,
                                       Reshaped(block_grads_.mlp_norm.desc, Shape{h}), nullptr));
   // Attention backward.
-  RETURN_IF_ERROR(ops.Cast(grad_mid_.desc, grad_h_.desc, nullptr));  // dy of out_proj, bf16
+  RETURN_IF_ERROR(ops.Cast(grad_residual, grad_h_.desc, nullptr));  // dy of out_proj, bf16
   RETURN_IF_ERROR(LinearBackward(ops, *meta_, Spec(l, 1), Full(w.out_proj, b.out_proj),
                                  a.attn.desc, grad_h_.desc, d_bf16_th, block_grads_.out_proj.desc,
                                  scratch_, a.saved[1], nullptr));
@@ -258,9 +258,9 @@ absl::Status FsdpTrainer::BlockBackward(int l, const GatheredBlock& w, BlockActi
   RETURN_IF_ERROR(LinearBackward(ops, *meta_, Spec(l, 0), Full(w.qkv, b.qkv), a.h1.desc,
                                  Reshaped(grad_qkv_.desc, Shape{t, qkv_width_}), grad_h_.desc,
                                  block_grads_.qkv.desc, scratch_, a.saved[0], nullptr));
-  RETURN_IF_ERROR(ops.CopyDeviceToDevice(grad_in.data, grad_mid_.desc.data, grad_in.Bytes(), nullptr));
+  // grad_residual becomes d loss / d x_in.
   return ops.RmsNormBackward(grad_h_.desc, a.x_in.desc, Full(w.attn_norm, b.attn_norm),
-                             a.rstd1.desc, grad_in, /*accumulate_grad_x=*/true,
+                             a.rstd1.desc, grad_residual, /*accumulate_grad_x=*/true,
                              Reshaped(block_grads_.attn_norm.desc, Shape{h}), nullptr);
 }
 

@@ -362,21 +362,20 @@ class CudaOps : public Ops {
     RETURN_IF_ERROR(CheckShape("grad_weight", grad_weight, Shape{vocab, h}));
     if (chunk_tokens < 1) return absl::InvalidArgumentError("chunk_tokens: must be >= 1");
     const int64_t chunk = std::min<int64_t>(chunk_tokens, tokens);
-    ASSIGN_OR_RETURN(void* logits, ce_logits_.Get(chunk * vocab * sizeof(float)));
-    ASSIGN_OR_RETURN(void* dlogits, ce_dlogits_.Get(chunk * vocab * 2));
+    // One bf16 buffer per chunk: the logits, then (in place) the dlogits.
+    ASSIGN_OR_RETURN(void* logits, ce_logits_.Get(chunk * vocab * 2));
     for (int64_t start = 0; start < tokens; start += chunk) {
       const int64_t c = std::min(chunk, tokens - start);
       TensorDesc xc = MakeTensor(static_cast<uint16_t*>(x.data) + start * h, DType::kBFloat16, Shape{c, h});
       TensorDesc gxc = MakeTensor(static_cast<uint16_t*>(grad_x.data) + start * h, DType::kBFloat16, Shape{c, h});
-      TensorDesc lg = MakeTensor(logits, DType::kFloat32, Shape{c, vocab});
-      TensorDesc dl = MakeTensor(dlogits, DType::kBFloat16, Shape{c, vocab});
+      TensorDesc lg = MakeTensor(logits, DType::kBFloat16, Shape{c, vocab});
       RETURN_IF_ERROR(gemm_.Run(xc, false, weight, true, lg, false, S(stream)));
       RETURN_IF_ERROR(cuda::LaunchCrossEntropyRows(
-          static_cast<float*>(logits), static_cast<const int32_t*>(targets.data) + start,
-          static_cast<int>(c), static_cast<int>(vocab), ignore_index, loss_sum, valid_tokens,
-          dlogits, ctx_->error_flag(), S(stream)));
-      RETURN_IF_ERROR(gemm_.Run(dl, false, weight, false, gxc, false, S(stream)));
-      RETURN_IF_ERROR(gemm_.Run(dl, true, xc, false, grad_weight, true, S(stream)));
+          logits, static_cast<const int32_t*>(targets.data) + start, static_cast<int>(c),
+          static_cast<int>(vocab), ignore_index, loss_sum, valid_tokens, logits,
+          ctx_->error_flag(), S(stream)));
+      RETURN_IF_ERROR(gemm_.Run(lg, false, weight, false, gxc, false, S(stream)));
+      RETURN_IF_ERROR(gemm_.Run(lg, true, xc, false, grad_weight, true, S(stream)));
     }
     return absl::OkStatus();
   }
@@ -461,7 +460,7 @@ class CudaOps : public Ops {
   std::unique_ptr<cuda::DeviceContext> ctx_;
   cuda::GemmRunner gemm_;
   cuda::TimeMarks time_marks_;
-  Scratch attention_scratch_, rmsnorm_scratch_, ce_logits_, ce_dlogits_;
+  Scratch attention_scratch_, rmsnorm_scratch_, ce_logits_;
 };
 
 }  // namespace

@@ -1,15 +1,17 @@
 // The per-row part of the fused linear + cross-entropy on the GPU (the GEMMs
 // around it are cuBLASLt calls in CudaOps::FusedLinearCrossEntropy). For one
-// chunk of fp32 logits [rows, V]: row logsumexp with max subtraction, the
-// row's loss added to *loss_sum and 1 to *valid_tokens (atomics: nothing is
-// read back to the host), and dlogits = softmax - onehot rounded to bf16
-// (zero rows for ignored tokens). A target outside [0, V) raises the device
-// error flag and is treated as ignored.
+// chunk of bf16 logits [rows, V] (the LM head GEMM's bf16 output, as under
+// PyTorch's autocast): row logsumexp in fp32 with max subtraction, the row's
+// loss added to *loss_sum and 1 to *valid_tokens (atomics: nothing is read
+// back to the host), and dlogits = softmax - onehot rounded to bf16 (zero
+// rows for ignored tokens), written over the logits when the caller passes
+// the same buffer, so a chunk needs V * 2 bytes per row of workspace and
+// nothing else. A target outside [0, V) raises the device error flag and is
+// treated as ignored.
 //
-// The kernel is memory-bound (V = 32768: 128 KiB of logits in, 64 KiB of
-// dlogits out per row). Where V is a multiple of 8 and the rows are 16-byte
-// aligned, it moves 8 logits per access (two 16-byte loads, one 16-byte
-// store of bf16):
+// The kernel is memory-bound (V = 32768: 64 KiB in and 64 KiB out per row).
+// Where V is a multiple of 8 and the rows are 16-byte aligned, it moves 8
+// logits per 16-byte access:
 //  * V <= 32768: a block of 256 or 1024 threads holds its row in registers
 //    (32 logits per thread), so the row is read from memory once: max, then
 //    sum of exp(x - max), then dlogits.
@@ -19,7 +21,9 @@
 // three times with scalar loads. All use the same formulas (expf, logf,
 // one rounding to bf16); each row's sums run in an order fixed by the
 // shape, so dlogits are deterministic (the loss atomics add rows in any
-// order).
+// order). Every thread reads an element before it writes the same element
+// and the target's logit is read before the first barrier, so writing in
+// place is safe.
 
 #include <cuda_bf16.h>
 
@@ -33,13 +37,24 @@ namespace tessera {
 namespace cuda {
 namespace {
 
-constexpr int kVecWidth = 8;       // logits per vector: two float4 in, one 16-byte store out
+constexpr int kVecWidth = 8;       // logits per vector: one 16-byte load, one 16-byte store
 constexpr int kVecsPerThread = 4;  // 32 logits per thread in registers
 constexpr int kMaxThreads = 1024;
 constexpr int kMaxRegisterVocab = kMaxThreads * kVecsPerThread * kVecWidth;  // 32768
 constexpr int kStreamingThreads = 512;  // wider V: two passes over the row
 
 // ---- kernels ---------------------------------------------------------------
+
+// Eight bf16 logits from one 16-byte load, widened exactly to fp32.
+__device__ __forceinline__ void LoadBf16x8(const __nv_bfloat16* p, float (&v)[kVecWidth]) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    v[2 * k] = __uint_as_float(words[k] << 16);
+    v[2 * k + 1] = __uint_as_float(words[k] & 0xFFFF0000u);
+  }
+}
 
 // dlogits row of an ignored token: zeros, 8 per 16-byte store.
 __device__ __forceinline__ void ZeroRowVectors(__nv_bfloat16* drow, int vocab) {
@@ -52,12 +67,12 @@ __device__ __forceinline__ void ZeroRowVectors(__nv_bfloat16* drow, int vocab) {
 // starting at columns (k * kThreads + i) * 8, so every load is coalesced.
 template <int kThreads>
 __global__ void __launch_bounds__(kThreads)
-    CrossEntropyRowsInRegistersKernel(const float* logits, const int32_t* targets, int vocab,
+    CrossEntropyRowsInRegistersKernel(const __nv_bfloat16* logits, const int32_t* targets, int vocab,
                                       int ignore_index, float* loss_sum, float* valid_tokens,
                                       __nv_bfloat16* dlogits, int* error_flag) {
   __shared__ float scratch[32];
   const int64_t r = blockIdx.x;
-  const float* row = logits + r * vocab;
+  const __nv_bfloat16* row = logits + r * vocab;
   __nv_bfloat16* drow = dlogits + r * vocab;
   const int32_t target = targets[r];
   const bool bad = target != ignore_index && (target < 0 || target >= vocab);
@@ -66,16 +81,14 @@ __global__ void __launch_bounds__(kThreads)
     ZeroRowVectors(drow, vocab);
     return;
   }
+  const float target_logit = __bfloat162float(row[target]);  // before any dlogits are written
   float v[kVecsPerThread][kVecWidth];
   float m = -INFINITY;
 #pragma unroll
   for (int k = 0; k < kVecsPerThread; ++k) {
     const int c = (k * kThreads + threadIdx.x) * kVecWidth;
     if (c < vocab) {
-      const float4 a = *reinterpret_cast<const float4*>(row + c);
-      const float4 b = *reinterpret_cast<const float4*>(row + c + 4);
-      v[k][0] = a.x, v[k][1] = a.y, v[k][2] = a.z, v[k][3] = a.w;
-      v[k][4] = b.x, v[k][5] = b.y, v[k][6] = b.z, v[k][7] = b.w;
+      LoadBf16x8(row + c, v[k]);
 #pragma unroll
       for (int e = 0; e < kVecWidth; ++e) m = fmaxf(m, v[k][e]);
     }
@@ -108,7 +121,7 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   if (threadIdx.x == 0) {
-    atomicAdd(loss_sum, lse - row[target]);
+    atomicAdd(loss_sum, lse - target_logit);
     atomicAdd(valid_tokens, 1.0f);
   }
 }
@@ -128,12 +141,12 @@ __device__ __forceinline__ void MergeExpSums(float& m, float& s, float om, float
 // loads for the max and sum together (online softmax: the running sum is
 // rescaled when the max grows), then a second pass for dlogits.
 __global__ void __launch_bounds__(kStreamingThreads)
-    CrossEntropyRowsStreamingKernel(const float* logits, const int32_t* targets, int vocab,
+    CrossEntropyRowsStreamingKernel(const __nv_bfloat16* logits, const int32_t* targets, int vocab,
                                     int ignore_index, float* loss_sum, float* valid_tokens,
                                     __nv_bfloat16* dlogits, int* error_flag) {
   __shared__ float warp_m[32], warp_s[32];
   const int64_t r = blockIdx.x;
-  const float* row = logits + r * vocab;
+  const __nv_bfloat16* row = logits + r * vocab;
   __nv_bfloat16* drow = dlogits + r * vocab;
   const int32_t target = targets[r];
   const bool bad = target != ignore_index && (target < 0 || target >= vocab);
@@ -142,12 +155,12 @@ __global__ void __launch_bounds__(kStreamingThreads)
     ZeroRowVectors(drow, vocab);
     return;
   }
+  const float target_logit = __bfloat162float(row[target]);  // before any dlogits are written
   float m = -INFINITY, s = 0.f;
 #pragma unroll 4
   for (int c = threadIdx.x * kVecWidth; c < vocab; c += kStreamingThreads * kVecWidth) {
-    const float4 a = *reinterpret_cast<const float4*>(row + c);
-    const float4 b = *reinterpret_cast<const float4*>(row + c + 4);
-    const float v[kVecWidth] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    float v[kVecWidth];
+    LoadBf16x8(row + c, v);
     float vm = v[0];
     for (int e = 1; e < kVecWidth; ++e) vm = fmaxf(vm, v[e]);
     if (vm > m) {
@@ -170,9 +183,8 @@ __global__ void __launch_bounds__(kStreamingThreads)
   const float lse = logf(s) + m;
 #pragma unroll 4
   for (int c = threadIdx.x * kVecWidth; c < vocab; c += kStreamingThreads * kVecWidth) {
-    const float4 a = *reinterpret_cast<const float4*>(row + c);
-    const float4 b = *reinterpret_cast<const float4*>(row + c + 4);
-    const float v[kVecWidth] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    float v[kVecWidth];
+    LoadBf16x8(row + c, v);
     uint32_t pairs[kVecWidth / 2];
     for (int e = 0; e < kVecWidth; e += 2) {
       const __nv_bfloat162 d =
@@ -183,18 +195,18 @@ __global__ void __launch_bounds__(kStreamingThreads)
     *reinterpret_cast<uint4*>(drow + c) = make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
   }
   if (threadIdx.x == 0) {
-    atomicAdd(loss_sum, lse - row[target]);
+    atomicAdd(loss_sum, lse - target_logit);
     atomicAdd(valid_tokens, 1.0f);
   }
 }
 
 // General path: any V and alignment, scalar loads, three reads of the row.
-__global__ void CrossEntropyRowsKernel(const float* logits, const int32_t* targets, int vocab,
+__global__ void CrossEntropyRowsKernel(const __nv_bfloat16* logits, const int32_t* targets, int vocab,
                                        int ignore_index, float* loss_sum, float* valid_tokens,
                                        __nv_bfloat16* dlogits, int* error_flag) {
   __shared__ float scratch[32];
   const int64_t r = blockIdx.x;
-  const float* row = logits + r * vocab;
+  const __nv_bfloat16* row = logits + r * vocab;
   __nv_bfloat16* drow = dlogits + r * vocab;
   const int32_t target = targets[r];
   const bool bad = target != ignore_index && (target < 0 || target >= vocab);
@@ -203,18 +215,19 @@ __global__ void CrossEntropyRowsKernel(const float* logits, const int32_t* targe
     for (int v = threadIdx.x; v < vocab; v += blockDim.x) drow[v] = __float2bfloat16_rn(0.f);
     return;
   }
+  const float target_logit = __bfloat162float(row[target]);  // before any dlogits are written
   float m = -INFINITY;
-  for (int v = threadIdx.x; v < vocab; v += blockDim.x) m = fmaxf(m, row[v]);
+  for (int v = threadIdx.x; v < vocab; v += blockDim.x) m = fmaxf(m, __bfloat162float(row[v]));
   m = BlockMax(m, scratch);
   float z = 0.f;
-  for (int v = threadIdx.x; v < vocab; v += blockDim.x) z += expf(row[v] - m);
+  for (int v = threadIdx.x; v < vocab; v += blockDim.x) z += expf(__bfloat162float(row[v]) - m);
   z = BlockSum(z, scratch);
   const float lse = logf(z) + m;
   for (int v = threadIdx.x; v < vocab; v += blockDim.x) {
-    drow[v] = __float2bfloat16_rn(expf(row[v] - lse) - (v == target ? 1.0f : 0.0f));
+    drow[v] = __float2bfloat16_rn(expf(__bfloat162float(row[v]) - lse) - (v == target ? 1.0f : 0.0f));
   }
   if (threadIdx.x == 0) {
-    atomicAdd(loss_sum, lse - row[target]);
+    atomicAdd(loss_sum, lse - target_logit);
     atomicAdd(valid_tokens, 1.0f);
   }
 }
@@ -225,11 +238,12 @@ bool Is16ByteAligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16
 
 // ---- launchers -------------------------------------------------------------
 
-absl::Status LaunchCrossEntropyRows(const float* logits, const int32_t* targets, int rows,
+absl::Status LaunchCrossEntropyRows(const void* logits_bf16, const int32_t* targets, int rows,
                                     int vocab, int ignore_index, float* loss_sum,
                                     float* valid_tokens, void* dlogits_bf16, int* error_flag,
                                     cudaStream_t stream) {
   if (rows == 0) return absl::OkStatus();
+  const __nv_bfloat16* logits = static_cast<const __nv_bfloat16*>(logits_bf16);
   __nv_bfloat16* dlogits = static_cast<__nv_bfloat16*>(dlogits_bf16);
   const bool vectors = vocab % kVecWidth == 0 && Is16ByteAligned(logits) &&
                        Is16ByteAligned(dlogits);

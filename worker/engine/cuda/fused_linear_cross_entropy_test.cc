@@ -1,7 +1,9 @@
 // The chunked fused LM head + cross-entropy on the GPU against the CPU
-// reference (needs a GPU, tag "gpu"). Tolerances (relative): loss sum 1e-4
-// (fp32 logits from a bf16 GEMM, row sums in another order); valid-token
-// count exact; grad_x 1e-2 (bf16 dlogits and bf16 output); grad_weight 1e-3
+// reference (needs a GPU, tag "gpu"). The GPU rounds each chunk's logits to
+// bf16 (the reference keeps fp32), which sets the tolerances (relative):
+// loss sum 2e-3 (each row's lse and target logit carry a bf16 rounding of
+// the logits, unbiased across rows); valid-token count exact; grad_x 2e-2
+// (softmax of bf16 logits, bf16 dlogits and bf16 output); grad_weight 3e-3
 // (accumulated in fp32 by a beta=1 GEMM into the random initial values).
 // Shapes cover chunk sizes that do and do not divide T, a chunk larger than
 // T, ignored tokens, a chunk of only ignored tokens, and every path of the
@@ -47,10 +49,10 @@ TEST_P(FusedLinearCrossEntropyTest, MatchesCpu) {
     }
     return s;
   });
-  EXPECT_LT(Error(g[3], c[3]), 1e-4) << "loss_sum";
+  EXPECT_LT(Error(g[3], c[3]), 2e-3) << "loss_sum";
   EXPECT_EQ(g[4].As<float>(), c[4].As<float>()) << "valid_tokens";
-  EXPECT_LT(Error(g[5], c[5]), 1e-2) << "grad_x";
-  EXPECT_LT(Error(g[6], c[6]), 1e-3) << "grad_weight";
+  EXPECT_LT(Error(g[5], c[5]), 2e-2) << "grad_x";
+  EXPECT_LT(Error(g[6], c[6]), 3e-3) << "grad_weight";
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, FusedLinearCrossEntropyTest,

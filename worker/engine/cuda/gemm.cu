@@ -129,6 +129,45 @@ absl::Status GemmRunner::BuildPlan(const TensorDesc& a, bool trans_a, const Tens
   return absl::OkStatus();
 }
 
+absl::Status GemmRunner::ChooseFastest(Plan& plan, const void* lt_a, const void* lt_b, void* d,
+                                       cudaStream_t stream) {
+  plan.timed = true;
+  if (plan.algos.size() - plan.chosen < 2) return absl::OkStatus();
+  constexpr int kTimedLaunches = 3;
+  cudaEvent_t start, stop;
+  CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));
+  CUDA_RETURN_IF_ERROR(cudaEventCreate(&stop));
+  const float alpha = 1.0f, beta = 0.0f;
+  float best_ms = 0.f;
+  size_t best = plan.chosen;
+  absl::Status status = absl::OkStatus();
+  for (size_t i = plan.chosen; i < plan.algos.size() && status.ok(); ++i) {
+    auto launch = [&] {
+      return cublasLtMatmul(ctx_->cublaslt(), plan.desc, &alpha, lt_a, plan.lt_a, lt_b, plan.lt_b,
+                            &beta, d, plan.lt_d, d, plan.lt_d, &plan.algos[i], ctx_->workspace(),
+                            ctx_->workspace_bytes(), stream);
+    };
+    if (launch() != CUBLAS_STATUS_SUCCESS) continue;  // refused: not a candidate here
+    cudaError_t err = cudaEventRecord(start, stream);
+    for (int r = 0; r < kTimedLaunches && err == cudaSuccess; ++r) {
+      if (launch() != CUBLAS_STATUS_SUCCESS) err = cudaErrorLaunchFailure;
+    }
+    if (err == cudaSuccess) err = cudaEventRecord(stop, stream);
+    if (err == cudaSuccess) err = cudaEventSynchronize(stop);
+    float ms = 0.f;
+    if (err == cudaSuccess) err = cudaEventElapsedTime(&ms, start, stop);
+    if (err != cudaSuccess) {
+      status = CudaStatus(err, "timing GEMM candidates", __FILE__, __LINE__);
+      break;
+    }
+    if (best_ms == 0.f || ms < best_ms) best_ms = ms, best = i;
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  plan.chosen = best;
+  return status;
+}
+
 absl::Status GemmRunner::Run(const TensorDesc& a, bool trans_a, const TensorDesc& b, bool trans_b,
                              const TensorDesc& d, bool accumulate, cudaStream_t stream) {
   const int64_t m = d.shape[0], n = d.shape[1];
@@ -159,6 +198,10 @@ absl::Status GemmRunner::Run(const TensorDesc& a, bool trans_a, const TensorDesc
   if (fp8) {
     CopyScalesKernel<<<1, 1, 0, stream>>>(b.scale_inv, a.scale_inv, scale_slots_);
     CUDA_RETURN_IF_LAUNCH_FAILED();
+  }
+  if (!accumulate && !plan.timed) {
+    const absl::Status chosen = ChooseFastest(plan, b.data, a.data, d.data, stream);
+    if (!chosen.ok()) return chosen;
   }
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   cublasStatus_t st = CUBLAS_STATUS_NOT_SUPPORTED;

@@ -68,8 +68,9 @@ int64_t FlashAttentionBackwardScratchFloats(const AttentionShape& shape);
 absl::Status LaunchFlashAttentionBackward(const AttentionShape& shape, const void* grad_out,
                                           const void* qkv, const void* out, const float* lse,
                                           void* grad_qkv, float* scratch, cudaStream_t stream);
-// fused_linear_cross_entropy.cu: the per-row softmax/loss/dlogits step.
-absl::Status LaunchCrossEntropyRows(const float* logits, const int32_t* targets, int rows,
+// fused_linear_cross_entropy.cu: the per-row softmax/loss/dlogits step on
+// bf16 logits; dlogits_bf16 may be logits_bf16 (written in place).
+absl::Status LaunchCrossEntropyRows(const void* logits_bf16, const int32_t* targets, int rows,
                                     int vocab, int ignore_index, float* loss_sum,
                                     float* valid_tokens, void* dlogits_bf16, int* error_flag,
                                     cudaStream_t stream);
