@@ -21,36 +21,60 @@ absl::Status AllocateLinearSaved(Ops& ops, const LinearSpec& spec, LinearSaved& 
   return absl::OkStatus();
 }
 
+Fp8Operand Fp8Input(const Fp8Meta& meta, const LinearSpec& spec, const LinearScratch& scratch,
+                    const LinearSaved& saved) {
+  const int slot = meta.input_slot(spec.index);
+  Fp8Operand x8;
+  x8.codes = View(scratch.x_fp8, DType::kE4M3, Shape{spec.tokens, spec.in});
+  x8.codes.scale = meta.scale4(slot);
+  x8.codes.scale_inv = meta.scale_inv4(slot);
+  x8.codes.amax = meta.amax4(slot);
+  x8.codes_t = saved.x_t.desc;
+  return x8;
+}
+
+Fp8Operand Fp8Grad(const Fp8Meta& meta, const LinearSpec& spec, const LinearScratch& scratch) {
+  Fp8Operand dy8;
+  dy8.codes = View(scratch.dy_fp8, DType::kE5M2, Shape{spec.tokens, spec.out});
+  dy8.codes.scale = meta.scale5(spec.index);
+  dy8.codes.scale_inv = meta.scale_inv5(spec.index);
+  dy8.codes.amax = meta.amax5(spec.index);
+  dy8.codes_t = View(scratch.dy_fp8_t, DType::kE5M2, Shape{spec.out, spec.tokens});
+  dy8.codes_t.scale_inv = meta.scale_inv5(spec.index);
+  return dy8;
+}
+
 absl::Status LinearForward(Ops& ops, Fp8Meta& meta, const LinearSpec& spec,
                            const TensorDesc& weight, const TensorDesc& x, const TensorDesc& y,
                            LinearScratch& scratch, LinearSaved& saved, Stream* stream) {
-  const TensorDesc w = Reshaped(weight, Shape{spec.out, spec.in});
-  if (!spec.fp8) return ops.Gemm(x, false, w, true, y, false, stream);
-
+  if (!spec.fp8) {
+    return ops.Gemm(x, false, Reshaped(weight, Shape{spec.out, spec.in}), true, y, false, stream);
+  }
   const int slot = meta.input_slot(spec.index);
   if (meta.current_scaling()) {
     RETURN_IF_ERROR(ops.Amax(x, meta.amax4(slot), stream));
     RETURN_IF_ERROR(meta.UpdateInputSlot(ops, slot, stream));
   }
-  TensorDesc x8 = View(scratch.x_fp8, DType::kE4M3, Shape{spec.tokens, spec.in});
-  x8.scale = meta.scale4(slot);
-  x8.scale_inv = meta.scale_inv4(slot);
-  x8.amax = meta.amax4(slot);
-  TensorDesc x8_t = saved.x_t.desc;
-  RETURN_IF_ERROR(ops.QuantizeTranspose(x, x8, x8_t, stream));
+  const Fp8Operand x8 = Fp8Input(meta, spec, scratch, saved);
+  RETURN_IF_ERROR(ops.QuantizeTranspose(x, x8.codes, x8.codes_t, stream));
+  return LinearForwardFromFp8(ops, meta, spec, weight, x8, y, stream);
+}
 
-  TensorDesc w8 = w;
+absl::Status LinearForwardFromFp8(Ops& ops, Fp8Meta& meta, const LinearSpec& spec,
+                                  const TensorDesc& weight, const Fp8Operand& x8,
+                                  const TensorDesc& y, Stream* stream) {
+  TensorDesc w8 = Reshaped(weight, Shape{spec.out, spec.in});
   w8.scale_inv = meta.weight_data_scale_inv(spec.index);
-  return ops.Gemm(x8, false, w8, true, y, false, stream);
+  return ops.Gemm(x8.codes, false, w8, true, y, false, stream);
 }
 
 absl::Status LinearBackward(Ops& ops, Fp8Meta& meta, const LinearSpec& spec,
                             const TensorDesc& weight, const TensorDesc& x, const TensorDesc& dy,
                             const TensorDesc& dx, const TensorDesc& grad_w,
                             LinearScratch& scratch, LinearSaved& saved, Stream* stream) {
-  const TensorDesc w = Reshaped(weight, Shape{spec.out, spec.in});
-  const TensorDesc gw = Reshaped(grad_w, Shape{spec.out, spec.in});
   if (!spec.fp8) {
+    const TensorDesc w = Reshaped(weight, Shape{spec.out, spec.in});
+    const TensorDesc gw = Reshaped(grad_w, Shape{spec.out, spec.in});
     if (dx.data != nullptr) RETURN_IF_ERROR(ops.Gemm(dy, false, w, false, dx, false, stream));
     return ops.Gemm(dy, true, x, false, gw, false, stream);
   }
@@ -58,25 +82,27 @@ absl::Status LinearBackward(Ops& ops, Fp8Meta& meta, const LinearSpec& spec,
     RETURN_IF_ERROR(ops.Amax(dy, meta.amax5(spec.index), stream));
     RETURN_IF_ERROR(meta.UpdateGradSlot(ops, spec.index, stream));
   }
-  TensorDesc dy8 = View(scratch.dy_fp8, DType::kE5M2, Shape{spec.tokens, spec.out});
-  dy8.scale = meta.scale5(spec.index);
-  dy8.scale_inv = meta.scale_inv5(spec.index);
-  dy8.amax = meta.amax5(spec.index);
-  TensorDesc dy8_t = View(scratch.dy_fp8_t, DType::kE5M2, Shape{spec.out, spec.tokens});
-  dy8_t.scale_inv = meta.scale_inv5(spec.index);
-  RETURN_IF_ERROR(ops.QuantizeTranspose(dy, dy8, dy8_t, stream));
+  const Fp8Operand dy8 = Fp8Grad(meta, spec, scratch);
+  RETURN_IF_ERROR(ops.QuantizeTranspose(dy, dy8.codes, dy8.codes_t, stream));
+  return LinearBackwardFromFp8(ops, meta, spec, weight, dy8, dx, grad_w, scratch, saved, stream);
+}
 
+absl::Status LinearBackwardFromFp8(Ops& ops, Fp8Meta& meta, const LinearSpec& spec,
+                                   const TensorDesc& weight, const Fp8Operand& dy8,
+                                   const TensorDesc& dx, const TensorDesc& grad_w,
+                                   LinearScratch& scratch, LinearSaved& saved, Stream* stream) {
   if (dx.data != nullptr) {
-    TensorDesc w8 = w;
+    TensorDesc w8 = Reshaped(weight, Shape{spec.out, spec.in});
     w8.scale_inv = meta.weight_data_scale_inv(spec.index);
     TensorDesc w8_t = View(scratch.w_t, DType::kE4M3, Shape{spec.in, spec.out});
     w8_t.scale_inv = meta.weight_data_scale_inv(spec.index);
     RETURN_IF_ERROR(ops.Transpose(w8, w8_t, stream));
-    RETURN_IF_ERROR(ops.Gemm(dy8, false, w8_t, true, dx, false, stream));
+    RETURN_IF_ERROR(ops.Gemm(dy8.codes, false, w8_t, true, dx, false, stream));
   }
   TensorDesc x8_t = saved.x_t.desc;
   x8_t.scale_inv = meta.scale_inv4(meta.input_slot(spec.index));
-  return ops.Gemm(dy8_t, false, x8_t, true, gw, false, stream);
+  return ops.Gemm(dy8.codes_t, false, x8_t, true, Reshaped(grad_w, Shape{spec.out, spec.in}),
+                  false, stream);
 }
 
 }  // namespace tessera

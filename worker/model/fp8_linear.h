@@ -50,6 +50,28 @@ absl::Status LinearBackward(Ops& ops, Fp8Meta& meta, const LinearSpec& spec,
                             const TensorDesc& dx, const TensorDesc& grad_w,
                             LinearScratch& scratch, LinearSaved& saved, Stream* stream);
 
+// The same FP8 linear for a producer that writes the FP8 operands itself
+// (e.g. SwiGluForwardQuantize, SwiGluBackwardQuantize): Fp8Input and
+// Fp8Grad name the e4m3 input (its transpose is saved.x_t) and the e5m2
+// gradient with its transpose, carrying the slot's scale, scale_inv and
+// amax, exactly as LinearForward/LinearBackward would quantize into them.
+// Only for delayed scaling (current scaling needs the amax before the cast).
+struct Fp8Operand {
+  TensorDesc codes, codes_t;
+};
+Fp8Operand Fp8Input(const Fp8Meta& meta, const LinearSpec& spec, const LinearScratch& scratch,
+                    const LinearSaved& saved);
+Fp8Operand Fp8Grad(const Fp8Meta& meta, const LinearSpec& spec, const LinearScratch& scratch);
+// y = x8 · W8ᵀ for x8 = Fp8Input(...) already written.
+absl::Status LinearForwardFromFp8(Ops& ops, Fp8Meta& meta, const LinearSpec& spec,
+                                  const TensorDesc& weight, const Fp8Operand& x8,
+                                  const TensorDesc& y, Stream* stream);
+// dx and grad_w for dy8 = Fp8Grad(...) already written.
+absl::Status LinearBackwardFromFp8(Ops& ops, Fp8Meta& meta, const LinearSpec& spec,
+                                   const TensorDesc& weight, const Fp8Operand& dy8,
+                                   const TensorDesc& dx, const TensorDesc& grad_w,
+                                   LinearScratch& scratch, LinearSaved& saved, Stream* stream);
+
 }  // namespace tessera
 
 #endif  // TESSERA_WORKER_MODEL_FP8_LINEAR_H_

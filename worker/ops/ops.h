@@ -196,6 +196,19 @@ class Ops {
   // grad_gate_up [T, 2F] bf16 from grad_out [T, F] bf16.
   virtual absl::Status SwiGluBackward(const TensorDesc& grad_out, const TensorDesc& gate_up,
                                       const TensorDesc& grad_gate_up, Stream* stream) = 0;
+  // SwiGluForward, then QuantizeTranspose of its bf16 result into out
+  // [T, F] and out_t [F, T] (FP8, out's scale, amax and scale_inv as in
+  // QuantizeTranspose; out.data may be null), bit-identical to the two ops
+  // in sequence. The CUDA engine fuses them where the shapes allow, so the
+  // bf16 activation is never stored: the FP8 down projection's input.
+  virtual absl::Status SwiGluForwardQuantize(const TensorDesc& gate_up, const TensorDesc& out,
+                                             const TensorDesc& out_t, Stream* stream) = 0;
+  // SwiGluBackward, then QuantizeTranspose of its bf16 grad_gate_up into
+  // dgu [T, 2F] and dgu_t [2F, T], likewise: the FP8 gate/up projection's
+  // output gradient.
+  virtual absl::Status SwiGluBackwardQuantize(const TensorDesc& grad_out, const TensorDesc& gate_up,
+                                              const TensorDesc& dgu, const TensorDesc& dgu_t,
+                                              Stream* stream) = 0;
 
   // ---- Fused linear + cross-entropy (the LM head) --------------------------
   // For x [T, H] bf16, weight [V, H] bf16, targets [T] int32:

@@ -125,6 +125,15 @@ class CountingOps : public Ops {
                               const TensorDesc& grad_gate_up, Stream* s) override {
     return engine_->SwiGluBackward(grad_out, gate_up, grad_gate_up, s);
   }
+  absl::Status SwiGluForwardQuantize(const TensorDesc& gate_up, const TensorDesc& out,
+                                     const TensorDesc& out_t, Stream* s) override {
+    return engine_->SwiGluForwardQuantize(gate_up, out, out_t, s);
+  }
+  absl::Status SwiGluBackwardQuantize(const TensorDesc& grad_out, const TensorDesc& gate_up,
+                                      const TensorDesc& dgu, const TensorDesc& dgu_t,
+                                      Stream* s) override {
+    return engine_->SwiGluBackwardQuantize(grad_out, gate_up, dgu, dgu_t, s);
+  }
 
   absl::Status FusedLinearCrossEntropy(const TensorDesc& x, const TensorDesc& weight,
                                        const TensorDesc& targets, int ignore_index,

@@ -120,6 +120,7 @@ absl::Status FsdpTrainer::AllocateState() {
   // Quantizer state, built once; each FP8 weight points into it.
   ASSIGN_OR_RETURN(Fp8Meta meta, Fp8Meta::Create(*ops_, 4 * layers_, spec_.fp8()));
   meta_ = std::make_unique<Fp8Meta>(std::move(meta));
+  fuse_swiglu_fp8_ = fp8_ && !meta_->current_scaling();
   for (int l = 0; l < layers_; ++l) {
     Fp8ShardedParam* linears[4] = {&blocks_[l].qkv, &blocks_[l].out_proj, &blocks_[l].gate_up,
                                    &blocks_[l].down};
@@ -170,7 +171,9 @@ absl::Status FsdpTrainer::AllocateState() {
     ASSIGN_OR_RETURN(a.rstd2, Alloc(DType::kFloat32, Shape{t}));
     ASSIGN_OR_RETURN(a.h2, Alloc(DType::kBFloat16, Shape{t, h}));
     ASSIGN_OR_RETURN(a.gate_up, Alloc(DType::kBFloat16, Shape{t, 2 * f}));
-    ASSIGN_OR_RETURN(a.swiglu, Alloc(DType::kBFloat16, Shape{t, f}));
+    if (!fuse_swiglu_fp8_) {
+      ASSIGN_OR_RETURN(a.swiglu, Alloc(DType::kBFloat16, Shape{t, f}));
+    }
     for (int i = 0; i < 4; ++i) {
       RETURN_IF_ERROR(AllocateLinearSaved(*ops_, Spec(l, i), a.saved[i]));
     }

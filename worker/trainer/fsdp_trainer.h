@@ -100,7 +100,7 @@ class FsdpTrainer : public Trainer {
     DeviceTensor rstd2;     // [T] fp32
     DeviceTensor h2;        // [T, H] bf16 mlp_norm output
     DeviceTensor gate_up;   // [T, 2F] bf16
-    DeviceTensor swiglu;    // [T, F] bf16
+    DeviceTensor swiglu;    // [T, F] bf16 (not kept when the SwiGLU writes FP8 directly)
     LinearSaved saved[4];   // FP8 transposed inputs of qkv, out_proj, gate_up, down
   };
   // Allocates one full-size (gathered_numel) tensor of `dtype` per block
@@ -140,6 +140,9 @@ class FsdpTrainer : public Trainer {
   int64_t batch_ = 0, seq_ = 0, tokens_ = 0;
   int layers_ = 0;
   bool fp8_ = true;
+  // FP8 with delayed scaling: the SwiGLU writes the down projection's FP8
+  // input, and its backward the gate/up projection's FP8 gradient, directly.
+  bool fuse_swiglu_fp8_ = false;
 
   Fp8ShardedParam embedding_, final_norm_, lm_head_;
   std::vector<Block> blocks_;

@@ -212,10 +212,17 @@ absl::Status FsdpTrainer::BlockForward(int l, const GatheredBlock& w, BlockActiv
                                      a.rstd2.desc, nullptr));
   RETURN_IF_ERROR(LinearForward(ops, *meta_, Spec(l, 2), Full(w.gate_up, b.gate_up), a.h2.desc,
                                 a.gate_up.desc, scratch_, a.saved[2], nullptr));
-  RETURN_IF_ERROR(ops.SwiGluForward(a.gate_up.desc, a.swiglu.desc, nullptr));
-  RETURN_IF_ERROR(LinearForward(ops, *meta_, Spec(l, 3), Full(w.down, b.down),
-                                Reshaped(a.swiglu.desc, Shape{t, f}), proj_out_.desc, scratch_,
-                                a.saved[3], nullptr));
+  if (fuse_swiglu_fp8_) {  // SwiGLU straight into the down projection's FP8 input
+    const Fp8Operand x8 = Fp8Input(*meta_, Spec(l, 3), scratch_, a.saved[3]);
+    RETURN_IF_ERROR(ops.SwiGluForwardQuantize(a.gate_up.desc, x8.codes, x8.codes_t, nullptr));
+    RETURN_IF_ERROR(LinearForwardFromFp8(ops, *meta_, Spec(l, 3), Full(w.down, b.down), x8,
+                                         proj_out_.desc, nullptr));
+  } else {
+    RETURN_IF_ERROR(ops.SwiGluForward(a.gate_up.desc, a.swiglu.desc, nullptr));
+    RETURN_IF_ERROR(LinearForward(ops, *meta_, Spec(l, 3), Full(w.down, b.down),
+                                  Reshaped(a.swiglu.desc, Shape{t, f}), proj_out_.desc, scratch_,
+                                  a.saved[3], nullptr));
+  }
   return ops.Add(a.x_mid.desc, proj_out_.desc, x_out, nullptr);
 }
 
@@ -236,11 +243,20 @@ absl::Status FsdpTrainer::BlockBackward(int l, const GatheredBlock& w, BlockActi
   RETURN_IF_ERROR(LinearBackward(ops, *meta_, Spec(l, 3), Full(w.down, b.down), a.swiglu.desc,
                                  grad_h_.desc, d_swiglu, block_grads_.down.desc, scratch_,
                                  a.saved[3], nullptr));
-  const TensorDesc d_gate_up = View(grad_bf16_a_, DType::kBFloat16, Shape{t, 2 * f});
-  RETURN_IF_ERROR(ops.SwiGluBackward(d_swiglu, a.gate_up.desc, d_gate_up, nullptr));
-  RETURN_IF_ERROR(LinearBackward(ops, *meta_, Spec(l, 2), Full(w.gate_up, b.gate_up), a.h2.desc,
-                                 d_gate_up, grad_h_.desc, block_grads_.gate_up.desc, scratch_,
-                                 a.saved[2], nullptr));
+  if (fuse_swiglu_fp8_) {  // SwiGLU's gradient straight into the gate/up FP8 gradient
+    const Fp8Operand dy8 = Fp8Grad(*meta_, Spec(l, 2), scratch_);
+    RETURN_IF_ERROR(
+        ops.SwiGluBackwardQuantize(d_swiglu, a.gate_up.desc, dy8.codes, dy8.codes_t, nullptr));
+    RETURN_IF_ERROR(LinearBackwardFromFp8(ops, *meta_, Spec(l, 2), Full(w.gate_up, b.gate_up),
+                                          dy8, grad_h_.desc, block_grads_.gate_up.desc, scratch_,
+                                          a.saved[2], nullptr));
+  } else {
+    const TensorDesc d_gate_up = View(grad_bf16_a_, DType::kBFloat16, Shape{t, 2 * f});
+    RETURN_IF_ERROR(ops.SwiGluBackward(d_swiglu, a.gate_up.desc, d_gate_up, nullptr));
+    RETURN_IF_ERROR(LinearBackward(ops, *meta_, Spec(l, 2), Full(w.gate_up, b.gate_up),
+                                   a.h2.desc, d_gate_up, grad_h_.desc, block_grads_.gate_up.desc,
+                                   scratch_, a.saved[2], nullptr));
+  }
   // grad_residual becomes d loss / d x_mid.
   RETURN_IF_ERROR(ops.RmsNormBackward(grad_h_.desc, a.x_mid.desc, Full(w.mlp_norm, b.mlp_norm),
                                       a.rstd2.desc, grad_residual, /*accumulate_grad_x=*/true,

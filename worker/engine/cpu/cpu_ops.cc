@@ -3,13 +3,16 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "worker/engine/cpu/attention.h"
 #include "worker/engine/cpu/elementwise.h"
 #include "worker/engine/cpu/embedding.h"
@@ -163,6 +166,21 @@ class CpuOps : public Ops {
                               const TensorDesc& grad_gate_up, Stream*) override {
     return cpu::SwiGluBackward(grad_out, gate_up, grad_gate_up);
   }
+  // The reference composes the two ops through a bf16 temporary.
+  absl::Status SwiGluForwardQuantize(const TensorDesc& gate_up, const TensorDesc& out,
+                                     const TensorDesc& out_t, Stream*) override {
+    if (gate_up.shape.rank != 2) return absl::InvalidArgumentError("gate_up: must be 2-D");
+    TensorDesc act = Bf16Temporary(swiglu_temp_, Shape{gate_up.shape[0], gate_up.shape[1] / 2});
+    RETURN_IF_ERROR(cpu::SwiGluForward(gate_up, act));
+    return cpu::QuantizeTranspose(act, out, out_t);
+  }
+  absl::Status SwiGluBackwardQuantize(const TensorDesc& grad_out, const TensorDesc& gate_up,
+                                      const TensorDesc& dgu, const TensorDesc& dgu_t,
+                                      Stream*) override {
+    TensorDesc grad = Bf16Temporary(swiglu_temp_, gate_up.shape);
+    RETURN_IF_ERROR(cpu::SwiGluBackward(grad_out, gate_up, grad));
+    return cpu::QuantizeTranspose(grad, dgu, dgu_t);
+  }
   absl::Status FusedLinearCrossEntropy(const TensorDesc& x, const TensorDesc& weight,
                                        const TensorDesc& targets, int ignore_index,
                                        int chunk_tokens, float* loss_sum, float* valid_tokens,
@@ -188,6 +206,14 @@ class CpuOps : public Ops {
   }
 
  private:
+  // A bf16 tensor of `shape` over `storage`, grown as needed (kept between
+  // calls, so a steady state allocates nothing).
+  static TensorDesc Bf16Temporary(std::vector<uint16_t>& storage, Shape shape) {
+    storage.resize(static_cast<size_t>(std::max<int64_t>(shape.NumElements(), 1)));
+    return MakeTensor(storage.data(), DType::kBFloat16, shape);
+  }
+
+  std::vector<uint16_t> swiglu_temp_;
   std::array<std::chrono::steady_clock::time_point, kTimeMarks> marks_{};
   std::array<bool, kTimeMarks> marked_{};
 };

@@ -335,6 +335,49 @@ class CudaOps : public Ops {
     RETURN_IF_ERROR(CheckRank("gate_up", gate_up, 2));
     return cuda::LaunchSwiGluBackward(grad_out, gate_up, grad_gate_up, S(stream));
   }
+  // One fused pass where cuda::LaunchSwiGlu*Quantize accepts the shapes;
+  // otherwise the two ops through a bf16 scratch tensor.
+  absl::Status SwiGluForwardQuantize(const TensorDesc& gate_up, const TensorDesc& out,
+                                     const TensorDesc& out_t, Stream* stream) override {
+    RETURN_IF_ERROR(ctx_->MakeCurrent());
+    RETURN_IF_ERROR(CheckDType("gate_up", gate_up, {DType::kBFloat16}));
+    RETURN_IF_ERROR(CheckRank("gate_up", gate_up, 2));
+    const int64_t t = gate_up.shape[0], f = gate_up.shape[1] / 2;
+    if (gate_up.shape[1] % 2 != 0) return absl::InvalidArgumentError("gate_up: odd width");
+    RETURN_IF_ERROR(CheckDType("out", out, {DType::kE4M3, DType::kE5M2}));
+    if (out.data != nullptr) RETURN_IF_ERROR(CheckShape("out", out, Shape{t, f}));
+    RETURN_IF_ERROR(CheckShape("out_t", out_t, Shape{f, t}));
+    if (out.scale == nullptr) return absl::InvalidArgumentError("out.scale: must be set");
+    ASSIGN_OR_RETURN(const bool fused,
+                     cuda::LaunchSwiGluForwardQuantize(gate_up, out, out_t, S(stream)));
+    if (fused) return absl::OkStatus();
+    ASSIGN_OR_RETURN(void* act, swiglu_scratch_.Get(std::max<int64_t>(1, t * f) * 2));
+    const TensorDesc act_desc = MakeTensor(act, DType::kBFloat16, Shape{t, f});
+    RETURN_IF_ERROR(cuda::LaunchSwiGluForward(gate_up, act_desc, S(stream)));
+    return cuda::LaunchQuantize(act_desc, out, &out_t, S(stream));
+  }
+  absl::Status SwiGluBackwardQuantize(const TensorDesc& grad_out, const TensorDesc& gate_up,
+                                      const TensorDesc& dgu, const TensorDesc& dgu_t,
+                                      Stream* stream) override {
+    RETURN_IF_ERROR(ctx_->MakeCurrent());
+    RETURN_IF_ERROR(CheckDType("gate_up", gate_up, {DType::kBFloat16}));
+    RETURN_IF_ERROR(CheckDType("grad_out", grad_out, {DType::kBFloat16}));
+    RETURN_IF_ERROR(CheckRank("gate_up", gate_up, 2));
+    const int64_t t = gate_up.shape[0], f = gate_up.shape[1] / 2;
+    if (gate_up.shape[1] % 2 != 0) return absl::InvalidArgumentError("gate_up: odd width");
+    RETURN_IF_ERROR(CheckShape("grad_out", grad_out, Shape{t, f}));
+    RETURN_IF_ERROR(CheckDType("dgu", dgu, {DType::kE4M3, DType::kE5M2}));
+    if (dgu.data != nullptr) RETURN_IF_ERROR(CheckShape("dgu", dgu, Shape{t, 2 * f}));
+    RETURN_IF_ERROR(CheckShape("dgu_t", dgu_t, Shape{2 * f, t}));
+    if (dgu.scale == nullptr) return absl::InvalidArgumentError("dgu.scale: must be set");
+    ASSIGN_OR_RETURN(const bool fused,
+                     cuda::LaunchSwiGluBackwardQuantize(grad_out, gate_up, dgu, dgu_t, S(stream)));
+    if (fused) return absl::OkStatus();
+    ASSIGN_OR_RETURN(void* grad, swiglu_scratch_.Get(std::max<int64_t>(1, t * 2 * f) * 2));
+    const TensorDesc grad_desc = MakeTensor(grad, DType::kBFloat16, Shape{t, 2 * f});
+    RETURN_IF_ERROR(cuda::LaunchSwiGluBackward(grad_out, gate_up, grad_desc, S(stream)));
+    return cuda::LaunchQuantize(grad_desc, dgu, &dgu_t, S(stream));
+  }
 
   // ---- Fused linear + cross-entropy ----
   // Per chunk of at most chunk_tokens rows: logits [c, V] fp32 = x_c · Wᵀ
@@ -460,7 +503,7 @@ class CudaOps : public Ops {
   std::unique_ptr<cuda::DeviceContext> ctx_;
   cuda::GemmRunner gemm_;
   cuda::TimeMarks time_marks_;
-  Scratch attention_scratch_, rmsnorm_scratch_, ce_logits_;
+  Scratch attention_scratch_, rmsnorm_scratch_, ce_logits_, swiglu_scratch_;
 };
 
 }  // namespace

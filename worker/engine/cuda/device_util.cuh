@@ -12,6 +12,24 @@
 namespace tessera {
 namespace cuda {
 
+// Eight bf16 in one 16-byte word, as four pairs: for 16-byte loads and
+// stores.
+union Bf16x8 {
+  uint4 raw;
+  __nv_bfloat162 pair[4];
+};
+
+// Eight bf16 from one 16-byte load, widened exactly to fp32.
+__device__ __forceinline__ void LoadBf16x8AsFloats(const __nv_bfloat16* p, float (&v)[8]) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    v[2 * k] = __uint_as_float(words[k] << 16);
+    v[2 * k + 1] = __uint_as_float(words[k] & 0xFFFF0000u);
+  }
+}
+
 // dtype is DType::kFloat32 or DType::kBFloat16 (as int, for kernel params).
 __device__ __forceinline__ float LoadF(const void* p, int dtype, int64_t i) {
   if (dtype == static_cast<int>(DType::kFloat32)) return static_cast<const float*>(p)[i];

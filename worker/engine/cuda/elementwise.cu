@@ -42,12 +42,6 @@ __global__ void CastKernel(const void* in, int din, void* out, int dout, int64_t
   }
 }
 
-// 8 bf16 as 4 pairs, for 16-byte loads and stores.
-union Bf16x8 {
-  uint4 raw;
-  __nv_bfloat162 pair[kVector / 2];
-};
-
 // Fast-path element access: vector v is elements [8v, 8v + 8).
 __device__ __forceinline__ void Load8(const float* p, int64_t v, float (&x)[kVector]) {
   const float4 lo = reinterpret_cast<const float4*>(p)[2 * v];

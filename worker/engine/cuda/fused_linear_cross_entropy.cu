@@ -45,17 +45,6 @@ constexpr int kStreamingThreads = 512;  // wider V: two passes over the row
 
 // ---- kernels ---------------------------------------------------------------
 
-// Eight bf16 logits from one 16-byte load, widened exactly to fp32.
-__device__ __forceinline__ void LoadBf16x8(const __nv_bfloat16* p, float (&v)[kVecWidth]) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(p);
-  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    v[2 * k] = __uint_as_float(words[k] << 16);
-    v[2 * k + 1] = __uint_as_float(words[k] & 0xFFFF0000u);
-  }
-}
-
 // dlogits row of an ignored token: zeros, 8 per 16-byte store.
 __device__ __forceinline__ void ZeroRowVectors(__nv_bfloat16* drow, int vocab) {
   for (int c = threadIdx.x * kVecWidth; c < vocab; c += blockDim.x * kVecWidth) {
@@ -88,7 +77,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int k = 0; k < kVecsPerThread; ++k) {
     const int c = (k * kThreads + threadIdx.x) * kVecWidth;
     if (c < vocab) {
-      LoadBf16x8(row + c, v[k]);
+      LoadBf16x8AsFloats(row + c, v[k]);
 #pragma unroll
       for (int e = 0; e < kVecWidth; ++e) m = fmaxf(m, v[k][e]);
     }
@@ -160,7 +149,7 @@ __global__ void __launch_bounds__(kStreamingThreads)
 #pragma unroll 4
   for (int c = threadIdx.x * kVecWidth; c < vocab; c += kStreamingThreads * kVecWidth) {
     float v[kVecWidth];
-    LoadBf16x8(row + c, v);
+    LoadBf16x8AsFloats(row + c, v);
     float vm = v[0];
     for (int e = 1; e < kVecWidth; ++e) vm = fmaxf(vm, v[e]);
     if (vm > m) {
@@ -184,7 +173,7 @@ __global__ void __launch_bounds__(kStreamingThreads)
 #pragma unroll 4
   for (int c = threadIdx.x * kVecWidth; c < vocab; c += kStreamingThreads * kVecWidth) {
     float v[kVecWidth];
-    LoadBf16x8(row + c, v);
+    LoadBf16x8AsFloats(row + c, v);
     uint32_t pairs[kVecWidth / 2];
     for (int e = 0; e < kVecWidth; e += 2) {
       const __nv_bfloat162 d =

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "worker/ops/ops.h"
 
 namespace tessera {
@@ -53,6 +54,15 @@ absl::Status LaunchSwiGluForward(const TensorDesc& gate_up, const TensorDesc& ou
                                  cudaStream_t stream);
 absl::Status LaunchSwiGluBackward(const TensorDesc& dy, const TensorDesc& gate_up,
                                   const TensorDesc& dgu, cudaStream_t stream);
+// swiglu_quantize.cu: SwiGLU (forward, or backward into dgu [T, 2F])
+// followed by QuantizeTranspose of its bf16 result, in one pass. Returns
+// false, launching nothing, when the shapes or alignment do not fit the
+// tiled kernel (the caller then runs the two ops).
+absl::StatusOr<bool> LaunchSwiGluForwardQuantize(const TensorDesc& gate_up, const TensorDesc& out,
+                                                 const TensorDesc& out_t, cudaStream_t stream);
+absl::StatusOr<bool> LaunchSwiGluBackwardQuantize(const TensorDesc& grad_out,
+                                                  const TensorDesc& gate_up, const TensorDesc& dgu,
+                                                  const TensorDesc& dgu_t, cudaStream_t stream);
 // flash_attention_forward.cu, flash_attention_backward.cu: causal
 // grouped-query attention on tensor cores. qkv [B, S, heads + 2 kv_heads,
 // head_dim] bf16, out and grad_out [B, S, heads, head_dim] bf16, lse

@@ -7,15 +7,15 @@
 //
 // The cast-transpose runs on every FP8 linear's input and gradient, so it
 // has a fast path for the shapes a model produces (both sides multiples of
-// 64, 16-byte aligned rows): a block owns a 64 x 64 tile, reads it with
-// 16-byte loads, writes `out` with 8-byte stores, and writes `out_t` from
-// shared memory in 4 x 4 byte blocks transposed in registers, so both
-// sides are coalesced. Other shapes take a 32 x 32 tiled kernel.
+// 64, 16-byte aligned rows): the 64 x 64 tiled kernel of
+// fp8_cast_transpose.cuh, fed by 16-byte loads. Other shapes take a
+// 32 x 32 tiled kernel here.
 #include <cuda_bf16.h>
 
 #include "absl/strings/str_cat.h"
 #include "worker/engine/cuda/cuda_check.h"
 #include "worker/engine/cuda/device_util.cuh"
+#include "worker/engine/cuda/fp8_cast_transpose.cuh"
 #include "worker/engine/cuda/fp8_device.cuh"
 #include "worker/engine/cuda/kernels.h"
 
@@ -88,110 +88,25 @@ __global__ void QuantizeTransposeKernel(const void* in, int in_dtype, uint8_t* o
   }
 }
 
-// The fast path: 256 threads per 64 x 64 tile, T = float or __nv_bfloat16.
-// Phase 1: each thread encodes two 8-element row segments and keeps their
-// codes in `tile`. Phase 2: each thread turns a 4 x 4 byte block of the tile
-// around and writes 4 bytes to each of 4 rows of out_t.
-constexpr int kFastTile = 64;
-constexpr int kFastThreads = 256;
-constexpr int kFastTileStride = kFastTile + 4;  // bytes per tile row; 4 keeps words aligned
-
-template <typename T>
-__device__ __forceinline__ void LoadEight(const T* p, float (&v)[8]);
-
-template <>
-__device__ __forceinline__ void LoadEight<__nv_bfloat16>(const __nv_bfloat16* p, float (&v)[8]) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(p);
-  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-  for (int k = 0; k < 4; ++k) {
-    v[2 * k] = __uint_as_float(words[k] << 16);
-    v[2 * k + 1] = __uint_as_float(words[k] & 0xFFFF0000u);
+// The tiled cast-transpose's producer for a stored input: 8 values from
+// one 16-byte (bf16) or two 16-byte (fp32) loads.
+struct LoadBf16Rows {
+  const __nv_bfloat16* in;
+  int64_t cols;
+  __device__ void operator()(int64_t row, int64_t col, float (&v)[8]) const {
+    LoadBf16x8AsFloats(in + row * cols + col, v);
   }
-}
+};
 
-template <>
-__device__ __forceinline__ void LoadEight<float>(const float* p, float (&v)[8]) {
-  const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
-  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-}
-
-template <typename T, bool kE5M2>
-__global__ void __launch_bounds__(kFastThreads)
-    QuantizeTransposeTiledKernel(const T* in, uint8_t* out, uint8_t* out_t, int64_t rows,
-                                 int64_t cols, const float* scale, float* scale_inv,
-                                 float* out_t_scale_inv, float* amax) {
-  __shared__ __align__(16) uint8_t tile[kFastTile * kFastTileStride];
-  __shared__ float warp_max[kFastThreads / 32];
-  const float s = *scale;
-  const int64_t row0 = int64_t(blockIdx.y) * kFastTile, col0 = int64_t(blockIdx.x) * kFastTile;
-  float local = 0.f;
-#pragma unroll
-  for (int pass = 0; pass < 2; ++pass) {
-    const int segment = threadIdx.x + pass * kFastThreads;  // 8 segments of 8 per tile row
-    const int r = segment / 8, c = (segment % 8) * 8;
-    float v[8];
-    LoadEight<T>(in + (row0 + r) * cols + col0 + c, v);
-    for (int k = 0; k < 8; ++k) {
-      if (!isnan(v[k])) local = fmaxf(local, fabsf(v[k]));
-    }
-    const uint32_t lo = EncodeFp8x4<kE5M2>(v[0] * s, v[1] * s, v[2] * s, v[3] * s);
-    const uint32_t hi = EncodeFp8x4<kE5M2>(v[4] * s, v[5] * s, v[6] * s, v[7] * s);
-    if (out != nullptr) {
-      *reinterpret_cast<uint2*>(out + (row0 + r) * cols + col0 + c) = make_uint2(lo, hi);
-    }
-    uint32_t* slot = reinterpret_cast<uint32_t*>(tile + r * kFastTileStride + c);
-    slot[0] = lo;
-    slot[1] = hi;
+struct LoadFp32Rows {
+  const float* in;
+  int64_t cols;
+  __device__ void operator()(int64_t row, int64_t col, float (&v)[8]) const {
+    const float4* p = reinterpret_cast<const float4*>(in + row * cols + col);
+    const float4 a = p[0], b = p[1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
   }
-  __syncthreads();
-  // Thread (i, j) owns tile rows 4j..4j+3 and columns 4i..4i+3; 16
-  // consecutive lanes share i, so each out_t row gets 64 contiguous bytes.
-  const int j = threadIdx.x % 16, i = threadIdx.x / 16;
-  uint32_t w[4];
-  for (int q = 0; q < 4; ++q) {
-    w[q] = *reinterpret_cast<const uint32_t*>(tile + (4 * j + q) * kFastTileStride + 4 * i);
-  }
-  const uint32_t lo01 = __byte_perm(w[0], w[1], 0x5140), lo23 = __byte_perm(w[2], w[3], 0x5140);
-  const uint32_t hi01 = __byte_perm(w[0], w[1], 0x7362), hi23 = __byte_perm(w[2], w[3], 0x7362);
-  const uint32_t column_codes[4] = {__byte_perm(lo01, lo23, 0x5410), __byte_perm(lo01, lo23, 0x7632),
-                                    __byte_perm(hi01, hi23, 0x5410), __byte_perm(hi01, hi23, 0x7632)};
-  for (int p = 0; p < 4; ++p) {
-    *reinterpret_cast<uint32_t*>(out_t + (col0 + 4 * i + p) * rows + row0 + 4 * j) = column_codes[p];
-  }
-  local = WarpMax(local);
-  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = local;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float block = warp_max[0];
-    for (int k = 1; k < kFastThreads / 32; ++k) block = fmaxf(block, warp_max[k]);
-    if (amax != nullptr) AtomicMaxNonNegative(amax, block);
-    if (blockIdx.x == 0 && blockIdx.y == 0) {
-      if (scale_inv != nullptr) *scale_inv = 1.0f / s;
-      if (out_t_scale_inv != nullptr) *out_t_scale_inv = 1.0f / s;
-    }
-  }
-}
-
-bool TakesTiledPath(const TensorDesc& in, const TensorDesc& out, const TensorDesc& out_t) {
-  const int64_t rows = in.shape[0], cols = in.shape[1];
-  const auto aligned = [](const void* p, uintptr_t bytes) {
-    return reinterpret_cast<uintptr_t>(p) % bytes == 0;
-  };
-  return (in.dtype == DType::kBFloat16 || in.dtype == DType::kFloat32) && rows > 0 && cols > 0 &&
-         rows % kFastTile == 0 && cols % kFastTile == 0 && rows / kFastTile <= 65535 &&
-         aligned(in.data, 16) && aligned(out.data, 8) && aligned(out_t.data, 4);
-}
-
-template <typename T, bool kE5M2>
-void LaunchTiled(const TensorDesc& in, const TensorDesc& out, const TensorDesc& out_t,
-                 cudaStream_t stream) {
-  const int64_t rows = in.shape[0], cols = in.shape[1];
-  const dim3 grid(static_cast<unsigned>(cols / kFastTile), static_cast<unsigned>(rows / kFastTile));
-  QuantizeTransposeTiledKernel<T, kE5M2><<<grid, kFastThreads, 0, stream>>>(
-      static_cast<const T*>(in.data), static_cast<uint8_t*>(out.data),
-      static_cast<uint8_t*>(out_t.data), rows, cols, out.scale, out.scale_inv, out_t.scale_inv,
-      out.amax);
-}
+};
 
 __global__ void DequantizeKernel(const uint8_t* in, int e5m2, const float* scale_inv, void* out,
                                  int out_dtype, int64_t n) {
@@ -282,13 +197,18 @@ absl::Status LaunchQuantize(const TensorDesc& in, const TensorDesc& out, const T
     CUDA_RETURN_IF_LAUNCH_FAILED();
     return absl::OkStatus();
   }
-  if (TakesTiledPath(in, out, *out_t)) {
-    const bool bf16 = in.dtype == DType::kBFloat16, e5m2 = out.dtype == DType::kE5M2;
-    if (bf16 && e5m2) LaunchTiled<__nv_bfloat16, true>(in, out, *out_t, stream);
-    if (bf16 && !e5m2) LaunchTiled<__nv_bfloat16, false>(in, out, *out_t, stream);
-    if (!bf16 && e5m2) LaunchTiled<float, true>(in, out, *out_t, stream);
-    if (!bf16 && !e5m2) LaunchTiled<float, false>(in, out, *out_t, stream);
-    CUDA_RETURN_IF_LAUNCH_FAILED();
+  if ((in.dtype == DType::kBFloat16 || in.dtype == DType::kFloat32) &&
+      reinterpret_cast<uintptr_t>(in.data) % 16 == 0 &&
+      FitsCastTransposeTiles(in.shape[0], in.shape[1], out, *out_t)) {
+    const int64_t rows = in.shape[0], cols = in.shape[1];
+    if (in.dtype == DType::kBFloat16) {
+      CUDA_RETURN_IF_ERROR(LaunchCastTransposeTiled(
+          LoadBf16Rows{static_cast<const __nv_bfloat16*>(in.data), cols}, rows, cols, out, *out_t,
+          stream));
+    } else {
+      CUDA_RETURN_IF_ERROR(LaunchCastTransposeTiled(
+          LoadFp32Rows{static_cast<const float*>(in.data), cols}, rows, cols, out, *out_t, stream));
+    }
     return absl::OkStatus();
   }
   const int64_t rows = in.shape[0], cols = in.shape[1];

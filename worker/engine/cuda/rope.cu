@@ -31,12 +31,6 @@ constexpr int kRopeHeadsPerThread = 8;
 // Fast-path block size; two blocks per SM keep 128 KiB of loads in flight.
 constexpr int kRopeThreads = 256;
 
-// 8 bf16 as 4 pairs, for 16-byte loads and stores.
-union Bf16x8 {
-  uint4 raw;
-  __nv_bfloat162 pair[kRopeVector / 2];
-};
-
 // ---- kernels ---------------------------------------------------------------
 
 __global__ void RopeKernel(__nv_bfloat16* qkv, int64_t tokens, int64_t seq, int64_t heads,

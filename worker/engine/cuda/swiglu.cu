@@ -17,6 +17,7 @@
 #include "worker/engine/cuda/cuda_check.h"
 #include "worker/engine/cuda/device_util.cuh"
 #include "worker/engine/cuda/kernels.h"
+#include "worker/engine/cuda/swiglu_math.cuh"
 
 namespace tessera {
 namespace cuda {
@@ -28,14 +29,6 @@ constexpr int kSwiGluVector = 8;
 constexpr int kSwiGluRowsPerBlock = 8;
 
 // ---- kernels ---------------------------------------------------------------
-
-__device__ __forceinline__ float SiluTimes(float g, float u) { return g / (1.0f + expf(-g)) * u; }
-
-__device__ __forceinline__ void SwiGluGrads(float d, float g, float u, float* d_g, float* d_u) {
-  const float sig = 1.0f / (1.0f + expf(-g));
-  *d_g = d * u * sig * (1.0f + g * (1.0f - sig));
-  *d_u = d * g * sig;
-}
 
 __global__ void SwiGluForwardKernel(const void* gu, int dgu, void* out, int dout, int64_t t,
                                     int64_t f) {
@@ -60,12 +53,6 @@ __global__ void SwiGluBackwardKernel(const void* dy, int ddy, const void* gu, in
     StoreF(dgu_out, dout, row * 2 * f + f + j, d_u);
   }
 }
-
-// 8 bf16 as 4 pairs, for 16-byte loads and stores.
-union Bf16x8 {
-  uint4 raw;
-  __nv_bfloat162 pair[kSwiGluVector / 2];
-};
 
 // Fast path: the thread's columns are [j, j + 8) of rows threadIdx.y +
 // k * blockDim.y * gridDim.y (gridDim.y is capped at 65535).

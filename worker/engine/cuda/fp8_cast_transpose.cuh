@@ -1,0 +1,135 @@
+// The tiled FP8 cast-transpose shared by every op that ends in an FP8
+// linear's input or gradient: Quantize's cast-transpose (quantize.cu) and the
+// SwiGLU kernels that write FP8 directly (swiglu_quantize.cu). A `Producer`
+// supplies the values, so an op can compute them in registers instead of
+// writing a bf16 tensor for a separate cast to read back.
+//
+// A block of 256 threads owns a 64 x 64 tile of the [rows, cols] result.
+// Phase 1: each thread takes two 8-value row segments from the producer,
+// max-combines |v| into the tile's amax, encodes v * scale with Hopper's
+// converter, writes the 8 codes to `out` (if any) with one 8-byte store and
+// keeps them in shared memory. Phase 2: each thread turns a 4 x 4 byte block
+// of the tile around in registers and writes 4 bytes to each of 4 rows of
+// out_t [cols, rows], 16 lanes per 64-byte row, so both sides are coalesced.
+// Block (0, 0) also publishes 1 / scale to out's and out_t's scale_inv.
+//
+// A producer is a copyable struct with
+//   __device__ void operator()(int64_t row, int64_t col, float (&v)[8]) const
+// filling v with the values at [row, col .. col + 8) (col a multiple of 8).
+#ifndef TESSERA_WORKER_ENGINE_CUDA_FP8_CAST_TRANSPOSE_CUH_
+#define TESSERA_WORKER_ENGINE_CUDA_FP8_CAST_TRANSPOSE_CUH_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "worker/engine/cuda/device_util.cuh"
+#include "worker/engine/cuda/fp8_device.cuh"
+#include "worker/ops/tensor.h"
+
+namespace tessera {
+namespace cuda {
+
+inline constexpr int kCastTransposeTile = 64;
+inline constexpr int kCastTransposeThreads = 256;
+inline constexpr int kCastTransposeTileStride = kCastTransposeTile + 4;  // keeps words aligned
+
+template <typename Producer, bool kE5M2>
+__global__ void __launch_bounds__(kCastTransposeThreads)
+    CastTransposeTiledKernel(Producer produce, uint8_t* out, uint8_t* out_t, int64_t rows,
+                             int64_t cols, const float* scale, float* scale_inv,
+                             float* out_t_scale_inv, float* amax) {
+  constexpr int kTile = kCastTransposeTile, kStride = kCastTransposeTileStride;
+  __shared__ __align__(16) uint8_t tile[kTile * kStride];
+  __shared__ float warp_max[kCastTransposeThreads / 32];
+  const float s = *scale;
+  const int64_t row0 = int64_t(blockIdx.y) * kTile, col0 = int64_t(blockIdx.x) * kTile;
+  float local = 0.f;
+#pragma unroll
+  for (int pass = 0; pass < 2; ++pass) {
+    const int segment = threadIdx.x + pass * kCastTransposeThreads;  // 8 segments per tile row
+    const int r = segment / 8, c = (segment % 8) * 8;
+    float v[8];
+    produce(row0 + r, col0 + c, v);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      if (!isnan(v[k])) local = fmaxf(local, fabsf(v[k]));
+    }
+    const uint32_t lo = EncodeFp8x4<kE5M2>(v[0] * s, v[1] * s, v[2] * s, v[3] * s);
+    const uint32_t hi = EncodeFp8x4<kE5M2>(v[4] * s, v[5] * s, v[6] * s, v[7] * s);
+    if (out != nullptr) {
+      *reinterpret_cast<uint2*>(out + (row0 + r) * cols + col0 + c) = make_uint2(lo, hi);
+    }
+    uint32_t* slot = reinterpret_cast<uint32_t*>(tile + r * kStride + c);
+    slot[0] = lo;
+    slot[1] = hi;
+  }
+  __syncthreads();
+  // Thread (i, j) owns tile rows 4j..4j+3 and columns 4i..4i+3.
+  const int j = threadIdx.x % 16, i = threadIdx.x / 16;
+  uint32_t w[4];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    w[q] = *reinterpret_cast<const uint32_t*>(tile + (4 * j + q) * kStride + 4 * i);
+  }
+  const uint32_t lo01 = __byte_perm(w[0], w[1], 0x5140), lo23 = __byte_perm(w[2], w[3], 0x5140);
+  const uint32_t hi01 = __byte_perm(w[0], w[1], 0x7362), hi23 = __byte_perm(w[2], w[3], 0x7362);
+  const uint32_t column_codes[4] = {__byte_perm(lo01, lo23, 0x5410), __byte_perm(lo01, lo23, 0x7632),
+                                    __byte_perm(hi01, hi23, 0x5410), __byte_perm(hi01, hi23, 0x7632)};
+#pragma unroll
+  for (int p = 0; p < 4; ++p) {
+    *reinterpret_cast<uint32_t*>(out_t + (col0 + 4 * i + p) * rows + row0 + 4 * j) = column_codes[p];
+  }
+  local = WarpMax(local);
+  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = local;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float block = warp_max[0];
+    for (int k = 1; k < kCastTransposeThreads / 32; ++k) block = fmaxf(block, warp_max[k]);
+    if (amax != nullptr) AtomicMaxNonNegative(amax, block);
+    if (blockIdx.x == 0 && blockIdx.y == 0) {
+      if (scale_inv != nullptr) *scale_inv = 1.0f / s;
+      if (out_t_scale_inv != nullptr) *out_t_scale_inv = 1.0f / s;
+    }
+  }
+}
+
+// Whether a [rows, cols] result can take the tiled kernel: whole tiles, and
+// out (8-byte stores) and out_t (4-byte stores) aligned. The producer's own
+// loads have their own conditions.
+inline bool FitsCastTransposeTiles(int64_t rows, int64_t cols, const TensorDesc& out,
+                                   const TensorDesc& out_t) {
+  const auto aligned = [](const void* p, uintptr_t bytes) {
+    return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+  };
+  return rows > 0 && cols > 0 && rows % kCastTransposeTile == 0 &&
+         cols % kCastTransposeTile == 0 && rows / kCastTransposeTile <= 65535 &&
+         cols / kCastTransposeTile <= int64_t{1} << 30 && aligned(out.data, 8) &&
+         aligned(out_t.data, 4);
+}
+
+// Launches the tiled kernel for FP8 `out` [rows, cols] (data may be null)
+// and `out_t` [cols, rows], e4m3 or e5m2 as out.dtype says, with out's
+// scale, scale_inv and amax and out_t's scale_inv. Checks the launch.
+template <typename Producer>
+cudaError_t LaunchCastTransposeTiled(const Producer& produce, int64_t rows, int64_t cols,
+                                     const TensorDesc& out, const TensorDesc& out_t,
+                                     cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(cols / kCastTransposeTile),
+                  static_cast<unsigned>(rows / kCastTransposeTile));
+  uint8_t* codes = static_cast<uint8_t*>(out.data);
+  uint8_t* codes_t = static_cast<uint8_t*>(out_t.data);
+  if (out.dtype == DType::kE5M2) {
+    CastTransposeTiledKernel<Producer, true><<<grid, kCastTransposeThreads, 0, stream>>>(
+        produce, codes, codes_t, rows, cols, out.scale, out.scale_inv, out_t.scale_inv, out.amax);
+  } else {
+    CastTransposeTiledKernel<Producer, false><<<grid, kCastTransposeThreads, 0, stream>>>(
+        produce, codes, codes_t, rows, cols, out.scale, out.scale_inv, out_t.scale_inv, out.amax);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace cuda
+}  // namespace tessera
+
+#endif  // TESSERA_WORKER_ENGINE_CUDA_FP8_CAST_TRANSPOSE_CUH_
