@@ -17,7 +17,7 @@
 # Usage, on the GPU host from the repository root:
 #   bench/run_step_issue_benchmarks.sh BUNDLE_DIR OUT_DIR
 # BUNDLE_DIR is a deploy/bundle.sh directory built with //bench:ops_bench.
-# Environment: STAGES (ops 221m 1b loss), TORCH_MODES for the step stages
+# Environment: STAGES (221m ops 1b loss), TORCH_MODES for the step stages
 # (eager,compile).
 set -uo pipefail
 if [[ $# -ne 2 ]]; then
@@ -29,7 +29,7 @@ bundle="$(cd "$1" && pwd)"
 mkdir -p "$2"
 out="$(cd "$2" && pwd)"
 cd "$here/.."
-stages="${STAGES:-ops 221m 1b loss}"
+stages="${STAGES:-221m ops 1b loss}"
 failed=()
 summary=()
 
