@@ -44,10 +44,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "bench/bench_engine.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
-#include "worker/engine/cpu/cpu_ops.h"
-#include "worker/engine/cuda/cuda_ops.h"
 #include "worker/ops/device_tensor.h"
 #include "worker/ops/ops.h"
 
@@ -56,18 +55,6 @@ ABSL_FLAG(std::string, engine, "cuda", "cuda (timed with cudaEvents) or cpu (ref
 ABSL_FLAG(int, device, 0, "CUDA device index (engine cuda)");
 ABSL_FLAG(int, warmup, 5, "untimed repetitions before each timed series");
 ABSL_FLAG(int, reps, 20, "timed repetitions per series (0: only run once and write outputs)");
-
-// The engine's own CUDA check macros are private to worker/engine/cuda;
-// the bench's few direct CUDA calls (stream, events, device name) use this.
-#define BENCH_CUDA_RETURN_IF_ERROR(expr)                                                   \
-  do {                                                                                     \
-    const cudaError_t bench_err_ = (expr);                                                 \
-    if (bench_err_ != cudaSuccess) {                                                       \
-      return absl::InternalError(absl::StrCat(__FILE__, ":", __LINE__, ": ", #expr, ": ",  \
-                                              cudaGetErrorName(bench_err_), " (",          \
-                                              cudaGetErrorString(bench_err_), ")"));      \
-    }                                                                                      \
-  } while (false)
 
 namespace tessera {
 namespace {
@@ -106,111 +93,12 @@ absl::StatusOr<Dims> ReadMeta(const std::string& path) {
   return d;
 }
 
-// Reads exactly `bytes` bytes; a file of any other size is an error.
-absl::StatusOr<std::vector<uint8_t>> ReadRaw(const std::string& path, size_t bytes) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::vector<uint8_t> data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (data.size() != bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": ", data.size(), " bytes, expected ", bytes, " from meta.json"));
-  }
-  return data;
-}
-
-absl::Status WriteRaw(const std::string& path, const std::vector<uint8_t>& data) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
-  out.close();
-  if (!out) return absl::InternalError(absl::StrCat(path, ": write failed"));
-  return absl::OkStatus();
-}
-
 absl::StatusOr<std::vector<uint8_t>> Download(Ops& ops, const TensorDesc& t, Stream* stream) {
   std::vector<uint8_t> host(t.Bytes());
   RETURN_IF_ERROR(ops.CopyToHost(host.data(), t.data, host.size(), stream));
   RETURN_IF_ERROR(ops.Synchronize(stream));
   return host;
 }
-
-// Times one repetition of a body that enqueues work on the bench stream.
-class RepTimer {
- public:
-  virtual ~RepTimer() = default;
-  virtual absl::StatusOr<double> TimeMs(const std::function<absl::Status()>& body) = 0;
-};
-
-// cudaEvents on the stream: device time from the first launch to the last.
-class CudaEventTimer : public RepTimer {
- public:
-  static absl::StatusOr<std::unique_ptr<CudaEventTimer>> Create(cudaStream_t stream) {
-    std::unique_ptr<CudaEventTimer> t(new CudaEventTimer(stream));
-    BENCH_CUDA_RETURN_IF_ERROR(cudaEventCreate(&t->start_));
-    BENCH_CUDA_RETURN_IF_ERROR(cudaEventCreate(&t->stop_));
-    return t;
-  }
-  ~CudaEventTimer() override {
-    if (start_ != nullptr) cudaEventDestroy(start_);
-    if (stop_ != nullptr) cudaEventDestroy(stop_);
-  }
-  absl::StatusOr<double> TimeMs(const std::function<absl::Status()>& body) override {
-    BENCH_CUDA_RETURN_IF_ERROR(cudaEventRecord(start_, stream_));
-    RETURN_IF_ERROR(body());
-    BENCH_CUDA_RETURN_IF_ERROR(cudaEventRecord(stop_, stream_));
-    BENCH_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop_));
-    float ms = 0.f;
-    BENCH_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start_, stop_));
-    return static_cast<double>(ms);
-  }
-
- private:
-  explicit CudaEventTimer(cudaStream_t stream) : stream_(stream) {}
-  cudaStream_t stream_;
-  cudaEvent_t start_ = nullptr, stop_ = nullptr;
-};
-
-// Host clock around the body and a Synchronize (the CPU engine is synchronous).
-class HostClockTimer : public RepTimer {
- public:
-  HostClockTimer(Ops& ops, Stream* stream) : ops_(ops), stream_(stream) {}
-  absl::StatusOr<double> TimeMs(const std::function<absl::Status()>& body) override {
-    const auto start = std::chrono::steady_clock::now();
-    RETURN_IF_ERROR(body());
-    RETURN_IF_ERROR(ops_.Synchronize(stream_));
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  }
-
- private:
-  Ops& ops_;
-  Stream* stream_;
-};
-
-struct Series {
-  double median_ms = 0, min_ms = 0;
-};
-
-// `warmup` untimed runs, then `reps` timed ones. The median is the element
-// at index reps / 2 of the sorted times (bench/attention_bench.py's rule).
-absl::StatusOr<Series> TimeSeries(RepTimer& timer, const std::function<absl::Status()>& body,
-                                  int warmup, int reps) {
-  for (int i = 0; i < warmup; ++i) RETURN_IF_ERROR(timer.TimeMs(body).status());
-  std::vector<double> ms;
-  for (int i = 0; i < reps; ++i) {
-    ASSIGN_OR_RETURN(double t, timer.TimeMs(body));
-    ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
-  return Series{ms[ms.size() / 2], ms.front()};
-}
-
-// The bench's stream: a non-blocking CUDA stream (engine cuda) or nullptr.
-struct BenchStream {
-  cudaStream_t cuda = nullptr;
-  ~BenchStream() {
-    if (cuda != nullptr) cudaStreamDestroy(cuda);
-  }
-  Stream* get() const { return reinterpret_cast<Stream*>(cuda); }
-};
 
 absl::Status Run() {
   const std::string dir = absl::GetFlag(FLAGS_dir);
@@ -224,30 +112,16 @@ absl::Status Run() {
     return static_cast<size_t>(s.NumElements()) * DTypeSize(t);
   };
   ASSIGN_OR_RETURN(std::vector<uint8_t> qkv_host,
-                   ReadRaw(dir + "/qkv.bf16", bytes(DType::kBFloat16, d.Qkv())));
+                   bench::ReadRaw(dir + "/qkv.bf16", bytes(DType::kBFloat16, d.Qkv())));
   ASSIGN_OR_RETURN(std::vector<uint8_t> grad_out_host,
-                   ReadRaw(dir + "/grad_out.bf16", bytes(DType::kBFloat16, d.Out())));
+                   bench::ReadRaw(dir + "/grad_out.bf16", bytes(DType::kBFloat16, d.Out())));
 
   // ---- Setup: engine, stream, timer, every buffer ----
-  std::unique_ptr<Ops> ops;
-  BenchStream stream;
-  std::unique_ptr<RepTimer> timer;
-  std::string device_name = "cpu";
-  if (engine == "cuda") {
-    ASSIGN_OR_RETURN(ops, CreateCudaOps(device));
-    BENCH_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
-    cudaDeviceProp prop;
-    BENCH_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device));
-    device_name = prop.name;
-    BENCH_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream.cuda, cudaStreamNonBlocking));
-    ASSIGN_OR_RETURN(timer, CudaEventTimer::Create(stream.cuda));
-  } else if (engine == "cpu") {
-    ops = CreateCpuOps();
-    timer = std::make_unique<HostClockTimer>(*ops, stream.get());
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat("--engine: cuda or cpu, got '", engine, "'"));
-  }
-  Stream* s = stream.get();
+  bench::BenchEngine e;
+  RETURN_IF_ERROR(bench::CreateBenchEngine(engine, device, e));
+  Ops* ops = e.ops.get();
+  const std::string& device_name = e.device_name;
+  Stream* s = e.s();
   const int nkv = static_cast<int>(d.kv_heads);
   ASSIGN_OR_RETURN(DeviceTensor qkv, AllocateTensor(*ops, DType::kBFloat16, d.Qkv()));
   ASSIGN_OR_RETURN(DeviceTensor grad_out, AllocateTensor(*ops, DType::kBFloat16, d.Out()));
@@ -275,17 +149,17 @@ absl::Status Run() {
   ASSIGN_OR_RETURN(std::vector<uint8_t> out_host, Download(*ops, out.desc, s));
   ASSIGN_OR_RETURN(std::vector<uint8_t> lse_host, Download(*ops, lse.desc, s));
   ASSIGN_OR_RETURN(std::vector<uint8_t> grad_qkv_host, Download(*ops, grad_qkv.desc, s));
-  RETURN_IF_ERROR(WriteRaw(dir + "/out.bf16", out_host));
-  RETURN_IF_ERROR(WriteRaw(dir + "/lse.f32", lse_host));
-  RETURN_IF_ERROR(WriteRaw(dir + "/grad_qkv.bf16", grad_qkv_host));
+  RETURN_IF_ERROR(bench::WriteRaw(dir + "/out.bf16", out_host));
+  RETURN_IF_ERROR(bench::WriteRaw(dir + "/lse.f32", lse_host));
+  RETURN_IF_ERROR(bench::WriteRaw(dir + "/grad_qkv.bf16", grad_qkv_host));
 
   nlohmann::json result = {{"engine", engine}, {"device", device_name},
                            {"B", d.batch}, {"S", d.seq}, {"nh", d.heads},
                            {"nkv", d.kv_heads}, {"hd", d.head_dim}};
   if (reps > 0) {
     // ---- Timing: forward alone, then forward + backward ----
-    ASSIGN_OR_RETURN(const Series fwd, TimeSeries(*timer, forward, warmup, reps));
-    ASSIGN_OR_RETURN(const Series fwd_bwd, TimeSeries(*timer, forward_backward, warmup, reps));
+    ASSIGN_OR_RETURN(const bench::Series fwd, bench::TimeSeries(*e.timer, forward, warmup, reps));
+    ASSIGN_OR_RETURN(const bench::Series fwd_bwd, bench::TimeSeries(*e.timer, forward_backward, warmup, reps));
     RETURN_IF_ERROR(ops->Synchronize(s));  // also reports the engine's device error flag
     result["warmup"] = warmup;
     result["reps"] = reps;

@@ -62,6 +62,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "bench/bench_engine.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "worker/engine/cpu/cpu_ops.h"
@@ -81,48 +82,12 @@ ABSL_FLAG(int, reps, 20, "timed repetitions per series (0: only run once and wri
 ABSL_FLAG(int, inner, 1, "op calls per timed repetition (for ops shorter than a launch gap)");
 ABSL_FLAG(int, chunk_tokens, 1024, "fused_ce: tokens per logits chunk (the JobSpec default)");
 
-// The engine's own CUDA check macros are private to worker/engine/cuda;
-// the bench's few direct CUDA calls (stream, events, memory info) use this.
-#define BENCH_CUDA_RETURN_IF_ERROR(expr)                                                  \
-  do {                                                                                    \
-    const cudaError_t bench_err_ = (expr);                                                \
-    if (bench_err_ != cudaSuccess) {                                                      \
-      return absl::InternalError(absl::StrCat(__FILE__, ":", __LINE__, ": ", #expr, ": ", \
-                                              cudaGetErrorName(bench_err_), " (",         \
-                                              cudaGetErrorString(bench_err_), ")"));      \
-    }                                                                                     \
-  } while (false)
-
 namespace tessera {
 namespace {
 
 constexpr int kIgnoreIndex = -100;  // the trainer's (worker/data/batch_source.h)
 
 // ---- Files ---------------------------------------------------------------------------------
-
-// Reads exactly `bytes` bytes; a file of any other size is an error.
-absl::StatusOr<std::vector<uint8_t>> ReadRaw(const std::string& path, size_t bytes) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::vector<uint8_t> data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (data.size() != bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": ", data.size(), " bytes, expected ", bytes));
-  }
-  return data;
-}
-
-absl::Status WriteRaw(const std::string& path, const void* data, size_t bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
-  out.close();
-  if (!out) return absl::InternalError(absl::StrCat(path, ": write failed"));
-  return absl::OkStatus();
-}
-
-absl::Status WriteRaw(const std::string& path, const std::vector<uint8_t>& data) {
-  return WriteRaw(path, data.data(), data.size());
-}
 
 // --shape: exactly `count` comma-separated integers >= 1.
 absl::StatusOr<std::vector<int64_t>> ParseShape(const std::string& text, size_t count,
@@ -145,126 +110,36 @@ absl::StatusOr<std::vector<int64_t>> ParseShape(const std::string& text, size_t 
 
 // ---- Engine, stream and timing ---------------------------------------------------------------
 
-// Times one repetition of a body that enqueues work on the bench stream.
-class RepTimer {
- public:
-  virtual ~RepTimer() = default;
-  virtual absl::StatusOr<double> TimeMs(const std::function<absl::Status()>& body) = 0;
-};
-
-// cudaEvents on the stream: device time from the first launch to the last.
-class CudaEventTimer : public RepTimer {
- public:
-  static absl::StatusOr<std::unique_ptr<CudaEventTimer>> Create(cudaStream_t stream) {
-    std::unique_ptr<CudaEventTimer> t(new CudaEventTimer(stream));
-    BENCH_CUDA_RETURN_IF_ERROR(cudaEventCreate(&t->start_));
-    BENCH_CUDA_RETURN_IF_ERROR(cudaEventCreate(&t->stop_));
-    return t;
-  }
-  ~CudaEventTimer() override {
-    if (start_ != nullptr) cudaEventDestroy(start_);
-    if (stop_ != nullptr) cudaEventDestroy(stop_);
-  }
-  absl::StatusOr<double> TimeMs(const std::function<absl::Status()>& body) override {
-    BENCH_CUDA_RETURN_IF_ERROR(cudaEventRecord(start_, stream_));
-    RETURN_IF_ERROR(body());
-    BENCH_CUDA_RETURN_IF_ERROR(cudaEventRecord(stop_, stream_));
-    BENCH_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop_));
-    float ms = 0.f;
-    BENCH_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start_, stop_));
-    return static_cast<double>(ms);
-  }
-
- private:
-  explicit CudaEventTimer(cudaStream_t stream) : stream_(stream) {}
-  cudaStream_t stream_;
-  cudaEvent_t start_ = nullptr, stop_ = nullptr;
-};
-
-// Host clock around the body and a Synchronize (the CPU engine is synchronous).
-class HostClockTimer : public RepTimer {
- public:
-  HostClockTimer(Ops& ops, Stream* stream) : ops_(ops), stream_(stream) {}
-  absl::StatusOr<double> TimeMs(const std::function<absl::Status()>& body) override {
-    const auto start = std::chrono::steady_clock::now();
-    RETURN_IF_ERROR(body());
-    RETURN_IF_ERROR(ops_.Synchronize(stream_));
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-        .count();
-  }
-
- private:
-  Ops& ops_;
-  Stream* stream_;
-};
-
-// The bench's stream: a non-blocking CUDA stream (engine cuda) or nullptr.
-struct BenchStream {
-  cudaStream_t cuda = nullptr;
-  ~BenchStream() {
-    if (cuda != nullptr) cudaStreamDestroy(cuda);
-  }
-  Stream* get() const { return reinterpret_cast<Stream*>(cuda); }
-};
-
-// Members are destroyed bottom-up: the timer and the stream before the ops.
-struct Engine {
-  std::string name, device_name = "cpu";
-  std::unique_ptr<Ops> ops;
-  BenchStream stream;
-  std::unique_ptr<RepTimer> timer;
+// The shared bench engine plus this binary's repetition settings.
+struct Engine : bench::BenchEngine {
   int warmup = 0, reps = 0, inner = 1;
-
-  bool cuda() const { return name == "cuda"; }
-  Stream* s() const { return stream.get(); }
 };
 
 absl::Status CreateEngine(Engine& e) {
-  e.name = absl::GetFlag(FLAGS_engine);
   e.warmup = absl::GetFlag(FLAGS_warmup);
   e.reps = absl::GetFlag(FLAGS_reps);
   e.inner = absl::GetFlag(FLAGS_inner);
   if (e.warmup < 0 || e.reps < 0 || e.inner < 1) {
     return absl::InvalidArgumentError("--warmup and --reps must be >= 0, --inner >= 1");
   }
-  if (e.cuda()) {
-    const int device = absl::GetFlag(FLAGS_device);
-    ASSIGN_OR_RETURN(e.ops, CreateCudaOps(device));
-    BENCH_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
-    cudaDeviceProp prop;
-    BENCH_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device));
-    e.device_name = prop.name;
-    BENCH_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&e.stream.cuda, cudaStreamNonBlocking));
-    ASSIGN_OR_RETURN(e.timer, CudaEventTimer::Create(e.stream.cuda));
-  } else if (e.name == "cpu") {
-    e.ops = CreateCpuOps();
-    e.timer = std::make_unique<HostClockTimer>(*e.ops, e.s());
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat("--engine: cuda or cpu, got '", e.name, "'"));
-  }
-  return absl::OkStatus();
+  return bench::CreateBenchEngine(absl::GetFlag(FLAGS_engine), absl::GetFlag(FLAGS_device), e);
 }
 
-// Median (element reps / 2 of the sorted times, bench/ops_bench.py's rule)
-// and minimum, per op call.
-struct Series {
-  double median_ms = 0, min_ms = 0;
-};
+using bench::ReadRaw;
+using bench::Series;
+using bench::WriteRaw;
 
+// The series of `inner` op calls per repetition, per op call.
 absl::StatusOr<Series> TimeSeries(Engine& e, const std::function<absl::Status()>& op) {
   const auto body = [&]() -> absl::Status {
     for (int i = 0; i < e.inner; ++i) RETURN_IF_ERROR(op());
     return absl::OkStatus();
   };
-  for (int i = 0; i < e.warmup; ++i) RETURN_IF_ERROR(e.timer->TimeMs(body).status());
-  std::vector<double> ms;
-  for (int i = 0; i < e.reps; ++i) {
-    ASSIGN_OR_RETURN(double t, e.timer->TimeMs(body));
-    ms.push_back(t / e.inner);
-  }
+  ASSIGN_OR_RETURN(Series series, bench::TimeSeries(*e.timer, body, e.warmup, e.reps));
   RETURN_IF_ERROR(e.ops->Synchronize(e.s()));  // also reports the engine's device error flag
-  std::sort(ms.begin(), ms.end());
-  return Series{ms[ms.size() / 2], ms.front()};
+  series.median_ms /= e.inner;
+  series.min_ms /= e.inner;
+  return series;
 }
 
 void PutSeries(nlohmann::json& j, const std::string& name, const Series& s) {
