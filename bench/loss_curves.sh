@@ -59,30 +59,14 @@ open(f"{out}/bf16.yaml", "w").write(bf16)
 PY
 
 # ---- Coordinator + worker, the two runs one after the other ----
-port="$((51000 + RANDOM % 800))"
-addr="127.0.0.1:$port"
-pids=()
-stop_all() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  sleep 1
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
-  pids=()
-}
-trap stop_all EXIT
-"${in_bundle[@]}" tessera-coordinator --listen="$addr" --state_dir="$out/state" >"$out/coordinator.log" 2>&1 &
-pids+=($!)
-"${in_bundle[@]}" tessera-worker --coordinator="$addr" --device="${DEVICE:-cuda:0}" >"$out/worker.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 1 120); do
-  "${in_bundle[@]}" tessera workers --json --coordinator="$addr" 2>/dev/null | grep -q '"worker_id"' && break
-  sleep 0.5
-done
+source "$here/local_stack.sh"
+stack_start "$bundle" "$out" "${DEVICE:-cuda:0}"
 rc=0
 for run in fp8 bf16; do
   timeout "${RUN_TIMEOUT_S:-240}" "${in_bundle[@]}" tessera submit "$out/$run.yaml" --watch --json \
-    --coordinator="$addr" >"$out/$run.events.jsonl" 2>"$out/$run.err" || { echo "$run run exited $?"; rc=1; }
+    --coordinator="$stack_addr" >"$out/$run.events.jsonl" 2>"$out/$run.err" || { echo "$run run exited $?"; rc=1; }
 done
-stop_all
+stack_stop
 python3 "$here/loss_gap.py" --fp8 "$out/fp8.events.jsonl" --bf16 "$out/bf16.events.jsonl" \
   --json-out "$out/curves.jsonl" | tee "$out/loss_gap.md" || rc=1
 exit "$rc"

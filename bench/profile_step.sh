@@ -22,34 +22,15 @@ out="$3"
 mkdir -p "$out"
 steps="${STEPS:-3}"
 sed -E "s/^steps: .*/steps: $steps/" "$2" >"$out/job.yaml"
-in_bundle=(bash -c 'source "$0/env.sh" && exec "$@"' "$bundle")
-port="$((50900 + RANDOM % 90))"
-addr="127.0.0.1:$port"
-pids=()
-stop_all() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  sleep 1
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
-  pids=()
-}
-trap stop_all EXIT
-"${in_bundle[@]}" tessera-coordinator --listen="$addr" --state_dir="$out/state" >"$out/coordinator.log" 2>&1 &
-pids+=($!)
-"${in_bundle[@]}" "${NCU:-ncu}" --metrics gpu__time_duration.sum -f -o "$out/step" \
-  "$bundle/bin/tessera-worker" --coordinator="$addr" --device=cuda:0 >"$out/worker.log" 2>&1 &
-profiler=$!
-pids+=($profiler)
-for _ in $(seq 1 240); do
-  "${in_bundle[@]}" tessera workers --json --coordinator="$addr" 2>/dev/null | grep -q '"worker_id"' && break
-  sleep 0.5
-done
+source "$here/local_stack.sh"
+stack_start "$bundle" "$out" cuda:0 "${NCU:-ncu}" --metrics gpu__time_duration.sum -f -o "$out/step"
 timeout "${PROFILE_TIMEOUT_S:-420}" "${in_bundle[@]}" tessera submit "$out/job.yaml" --watch --json \
-  --coordinator="$addr" >"$out/events.jsonl" 2>"$out/submit.err" || echo "submit exited $?"
+  --coordinator="$stack_addr" >"$out/events.jsonl" 2>"$out/submit.err" || echo "submit exited $?"
 # The worker shuts down cleanly on SIGTERM; Nsight Compute then writes the
 # report.
 pkill -TERM -f "^$bundle/bin/tessera-worker" || true
-for _ in $(seq 1 240); do kill -0 "$profiler" 2>/dev/null || break; sleep 0.5; done
-stop_all
+for _ in $(seq 1 240); do kill -0 "$stack_worker_pid" 2>/dev/null || break; sleep 0.5; done
+stack_stop
 "${in_bundle[@]}" "${NCU:-ncu}" -i "$out/step.ncu-rep" --csv --page raw \
   --metrics gpu__time_duration.sum >"$out/kernels.csv"
 python3 "$here/kernel_profile.py" "$out/kernels.csv" --sequence "$out/sequence.txt" | tee "$out/profile.md"
