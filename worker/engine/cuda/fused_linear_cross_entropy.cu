@@ -52,17 +52,6 @@ __device__ __forceinline__ void ZeroRowVectors(__nv_bfloat16* drow, int vocab) {
   }
 }
 
-// An ignored row, or one whose target is outside [0, V) (which also raises
-// the error flag): zero dlogits and no loss. Returns whether it was one.
-__device__ __forceinline__ bool SkipRow(int32_t target, int vocab, int ignore_index,
-                                        __nv_bfloat16* drow, int* error_flag) {
-  const bool bad = target != ignore_index && (target < 0 || target >= vocab);
-  if (target != ignore_index && !bad) return false;
-  if (bad && threadIdx.x == 0) atomicExch(error_flag, 1);
-  ZeroRowVectors(drow, vocab);
-  return true;
-}
-
 // Fast path: one block of kThreads per row; thread i holds the vectors
 // starting at columns (k * kThreads + i) * 8, so every load is coalesced.
 template <int kThreads>
@@ -75,7 +64,12 @@ __global__ void __launch_bounds__(kThreads)
   const __nv_bfloat16* row = logits + r * vocab;
   __nv_bfloat16* drow = dlogits + r * vocab;
   const int32_t target = targets[r];
-  if (SkipRow(target, vocab, ignore_index, drow, error_flag)) return;
+  const bool bad = target != ignore_index && (target < 0 || target >= vocab);
+  if (target == ignore_index || bad) {
+    if (bad && threadIdx.x == 0) atomicExch(error_flag, 1);
+    ZeroRowVectors(drow, vocab);
+    return;
+  }
   const float target_logit = __bfloat162float(row[target]);  // before any dlogits are written
   float v[kVecsPerThread][kVecWidth];
   float m = -INFINITY;
@@ -144,7 +138,12 @@ __global__ void __launch_bounds__(kStreamingThreads)
   const __nv_bfloat16* row = logits + r * vocab;
   __nv_bfloat16* drow = dlogits + r * vocab;
   const int32_t target = targets[r];
-  if (SkipRow(target, vocab, ignore_index, drow, error_flag)) return;
+  const bool bad = target != ignore_index && (target < 0 || target >= vocab);
+  if (target == ignore_index || bad) {
+    if (bad && threadIdx.x == 0) atomicExch(error_flag, 1);
+    ZeroRowVectors(drow, vocab);
+    return;
+  }
   const float target_logit = __bfloat162float(row[target]);  // before any dlogits are written
   float m = -INFINITY, s = 0.f;
 #pragma unroll 4
