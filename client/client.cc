@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/grpc_keepalive.h"
 #include "common/grpc_status.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/tessera/v1/coordinator.grpc.pb.h"
@@ -139,11 +140,7 @@ CoordinatorClient::CoordinatorClient(const std::string& address, ClientOptions o
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, std::max(initial_ms, 1));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
               std::max(static_cast<int>(absl::ToInt64Milliseconds(options.max_backoff)), 1));
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,
-              static_cast<int>(absl::ToInt64Milliseconds(options.keepalive_time)));
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
-              static_cast<int>(absl::ToInt64Milliseconds(options.keepalive_timeout)));
-  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  ApplyClientKeepalive(args, options.keepalive_time, options.keepalive_timeout);
   impl_->channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
   impl_->stub = v1::Coordinator::NewStub(impl_->channel);
 }

@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/grpc_keepalive.h"
 #include "proto/tessera/v1/coordinator.pb.h"
 
 namespace tessera {
@@ -37,8 +38,10 @@ struct ClientOptions {
   absl::Duration max_backoff = absl::Seconds(2);
   // WatchJob has no overall deadline; HTTP/2 keepalive pings detect a
   // coordinator that stopped answering without closing the connection.
-  absl::Duration keepalive_time = absl::Seconds(20);
-  absl::Duration keepalive_timeout = absl::Seconds(10);
+  // keepalive_time below kMinKeepalivePing (10 s, what servers accept) is
+  // raised to it (common/grpc_keepalive.h).
+  absl::Duration keepalive_time = kClientKeepalivePing;
+  absl::Duration keepalive_timeout = kClientKeepaliveTimeout;
 };
 
 class CoordinatorClient {

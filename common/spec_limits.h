@@ -35,6 +35,9 @@ inline constexpr int64_t kMaxSeqLen = int64_t{1} << 20;
 // largest useful loss_chunk_tokens.
 inline constexpr int64_t kMaxTokensPerMicroBatch = int64_t{1} << 20;
 
+// Step watchdog timeout (step_timeout_s): one week.
+inline constexpr int64_t kMaxStepTimeoutSeconds = 7 * 24 * 3600;
+
 // Synthetic tokens a worker generates in memory (256 MiB as uint32).
 inline constexpr int64_t kMaxSyntheticTokens = int64_t{1} << 26;
 

@@ -48,6 +48,8 @@ std::vector<Limit> Limits() {
        [](v1::JobSpec& s, int64_t v) { s.mutable_checkpoint()->set_interval_steps(v); }},
       {"loss_chunk_tokens", kMaxTokensPerMicroBatch,
        [](v1::JobSpec& s, int64_t v) { s.set_loss_chunk_tokens(v); }},
+      {"step_timeout_s", kMaxStepTimeoutSeconds,
+       [](v1::JobSpec& s, int64_t v) { s.set_step_timeout_s(v); }},
   };
 }
 

@@ -14,6 +14,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/grpc_keepalive.h"
 #include "common/shutdown_signal.h"
 #include "grpcpp/grpcpp.h"
 #include "server/coordinator.h"
@@ -82,6 +83,7 @@ int main(int argc, char** argv) {
   builder.RegisterService(&registry_service);
   builder.RegisterService(&rendezvous_service);
   builder.SetMaxReceiveMessageSize(64 << 20);
+  tessera::ApplyServerKeepalive(builder);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || bound_port == 0) {
     std::fprintf(stderr, "tessera-coordinator: cannot listen on %s\n", listen.c_str());

@@ -1,6 +1,7 @@
 // Test-only in-memory WorkerConnection: answers every command, streams step
-// results with a configurable delay, can fail a chosen command or step, and
-// can hang until cancelled (a stuck worker). Records the commands it saw.
+// results with a configurable delay (or each twice), can fail a chosen
+// command or step, and can hang until cancelled (a stuck worker). Records
+// the commands it saw.
 #ifndef TESSERA_SERVER_FAKE_WORKER_CONNECTION_H_
 #define TESSERA_SERVER_FAKE_WORKER_CONNECTION_H_
 
@@ -19,14 +20,17 @@ struct FakeWorkerBehavior {
   int fail_at_step = -1;         // RunSteps fails with ABORTED at this step
   bool fail_setup = false;       // SetupJob fails with RESOURCE_EXHAUSTED
   bool hang_in_run = false;      // RunSteps blocks until CancelInFlight
+  bool duplicate_results = false;  // every StepResult is streamed twice
 };
 
 class FakeWorkerConnection : public WorkerConnection {
  public:
   FakeWorkerConnection(int rank, FakeWorkerBehavior behavior) : rank_(rank), behavior_(behavior) {}
 
-  absl::StatusOr<v1::SetupJobResponse> SetupJob(const v1::SetupJobRequest&) override {
+  // Like a real worker, it reports the rank SetupJob gave it.
+  absl::StatusOr<v1::SetupJobResponse> SetupJob(const v1::SetupJobRequest& r) override {
     Record("SetupJob");
+    rank_ = r.rank();
     if (behavior_.fail_setup) return absl::ResourceExhaustedError("out of memory");
     return v1::SetupJobResponse();
   }
@@ -54,6 +58,7 @@ class FakeWorkerConnection : public WorkerConnection {
       result.mutable_phases()->set_forward_s(rank_);
       result.mutable_phases()->set_backward_s(result.compute_time_s());
       on_step(result);
+      if (behavior_.duplicate_results) on_step(result);
     }
     return absl::OkStatus();
   }

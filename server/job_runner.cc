@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
+#include "server/spec_validation.h"
 
 namespace tessera {
 
@@ -20,6 +21,8 @@ JobRunner::JobRunner(std::string job_id, v1::JobSpec spec, std::vector<std::stri
       connections_(std::move(connections)),
       rendezvous_address_(std::move(rendezvous_address)),
       collective_timeout_(collective_timeout),
+      step_timeout_(absl::Seconds(spec_.step_timeout_s() > 0 ? spec_.step_timeout_s()
+                                                              : kDefaultStepTimeoutSeconds)),
       callbacks_(std::move(callbacks)) {}
 
 bool JobRunner::stopped() {
@@ -85,6 +88,10 @@ void JobRunner::OnStepResult(const v1::StepResult& result) {
     if (result.step() < first_unfinished_step_ || result.step() >= spec_.steps()) return;
     auto it = partial_.try_emplace(result.step()).first;
     Partial& p = it->second;
+    const int world = static_cast<int>(connections_.size());
+    if (p.reported.empty()) p.reported.assign(world, false);
+    if (result.rank() < 0 || result.rank() >= world || p.reported[result.rank()]) return;
+    p.reported[result.rank()] = true;
     v1::StepMetrics& m = p.metrics;
     if (p.ranks == 0 || result.rank() == 0) {
       m.set_loss(result.loss());
@@ -98,7 +105,7 @@ void JobRunner::OnStepResult(const v1::StepResult& result) {
       m.set_step_time_s(result.compute_time_s());
       *m.mutable_phases() = result.phases();
     }
-    if (++p.ranks < static_cast<int>(connections_.size())) return;
+    if (++p.ranks < world) return;
     absl::Time now = absl::Now();
     double interval = absl::ToDoubleSeconds(now - last_step_done_);
     last_step_done_ = now;
@@ -107,6 +114,7 @@ void JobRunner::OnStepResult(const v1::StepResult& result) {
     done = m;
     partial_.erase(it);
     first_unfinished_step_ = std::max(first_unfinished_step_, result.step() + 1);
+    ++steps_done_;
   }
   if (callbacks_.on_step) callbacks_.on_step(done);
 }
@@ -115,8 +123,10 @@ absl::Status JobRunner::RunChunk(int first_step, int num_steps) {
   {
     absl::MutexLock lock(&mu_);
     last_step_done_ = absl::Now();
+    chunk_running_ = true;
   }
-  return FanOut("RunSteps", [&](int rank) {
+  std::thread watchdog([this] { WatchSteps(); });
+  absl::Status s = FanOut("RunSteps", [&](int rank) {
     v1::RunStepsRequest request;
     request.set_job_id(job_id_);
     request.set_first_step(first_step);
@@ -124,6 +134,44 @@ absl::Status JobRunner::RunChunk(int first_step, int num_steps) {
     return connections_[rank]->RunSteps(
         request, [this](const v1::StepResult& r) { OnStepResult(r); });
   });
+  {
+    absl::MutexLock lock(&mu_);
+    chunk_running_ = false;
+  }
+  watchdog.join();
+  return s;
+}
+
+void JobRunner::WatchSteps() {
+  std::string reason;
+  {
+    absl::MutexLock lock(&mu_);
+    while (true) {
+      const int64_t seen = steps_done_;
+      const absl::Time deadline = absl::Now() + step_timeout_;
+      auto progressed = [this, seen]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return stopped_ || !chunk_running_ || steps_done_ != seen;
+      };
+      if (mu_.AwaitWithDeadline(absl::Condition(&progressed), deadline)) {
+        if (stopped_ || !chunk_running_) return;
+        continue;  // a step completed: the clock starts again
+      }
+      // No step completed in time: name the step and the ranks it waits on.
+      const int step = first_unfinished_step_;
+      std::string missing;
+      auto it = partial_.find(step);
+      for (int rank = 0; rank < static_cast<int>(connections_.size()); ++rank) {
+        if (it != partial_.end() && it->second.reported[rank]) continue;
+        absl::StrAppend(&missing, missing.empty() ? "" : ", ", "rank ", rank, " (",
+                        worker_ids_[rank], ")");
+      }
+      reason = absl::StrCat("step watchdog: no step completed for ",
+                            absl::FormatDuration(step_timeout_), " (step_timeout_s); step ",
+                            step, " is waiting on ", missing);
+      break;
+    }
+  }
+  Stop(v1::FAILED, reason);
 }
 
 JobOutcome JobRunner::Run() {

@@ -11,6 +11,12 @@
 // Stop() may be called from any thread (cancel, lost worker, shutdown): the
 // first call wins, every worker gets Abort and in-flight calls are cancelled,
 // so Run() returns promptly instead of hanging.
+//
+// Step watchdog: while steps run, a thread waits for progress. If no step
+// completes on every rank for spec.step_timeout_s (from the RunSteps
+// dispatch for the first), the job is stopped FAILED, naming the step and
+// the ranks that have not reported it: a rank whose compute thread is stuck
+// while its heartbeats still arrive would otherwise hold the job forever.
 #ifndef TESSERA_SERVER_JOB_RUNNER_H_
 #define TESSERA_SERVER_JOB_RUNNER_H_
 
@@ -58,6 +64,9 @@ class JobRunner {
   absl::Status FanOut(const std::string& command,
                       const std::function<absl::Status(int rank)>& fn);
   absl::Status RunChunk(int first_step, int num_steps);
+  // Until the chunk ends or the job stops: fails the job when no step
+  // completes for step_timeout_.
+  void WatchSteps();
   void OnStepResult(const v1::StepResult& result);
   void AbortAll(const std::string& reason);
   bool stopped();
@@ -68,13 +77,15 @@ class JobRunner {
   std::vector<std::unique_ptr<WorkerConnection>> connections_;
   const std::string rendezvous_address_;
   const absl::Duration collective_timeout_;
+  const absl::Duration step_timeout_;
   JobRunnerCallbacks callbacks_;
 
   absl::Mutex mu_;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   JobOutcome stop_outcome_ ABSL_GUARDED_BY(mu_);
   struct Partial {
-    int ranks = 0;
+    std::vector<bool> reported;  // by rank
+    int ranks = 0;               // how many have
     v1::StepMetrics metrics;
   };
   // Steps some but not all ranks have reported, by step. At most the steps
@@ -85,6 +96,8 @@ class JobRunner {
   // result for a step below this one is a duplicate and is dropped.
   int first_unfinished_step_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time last_step_done_ ABSL_GUARDED_BY(mu_);
+  int64_t steps_done_ ABSL_GUARDED_BY(mu_) = 0;  // progress the watchdog sees
+  bool chunk_running_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace tessera

@@ -1,7 +1,9 @@
 // JobRunner with in-memory workers: success with aggregation and
 // checkpoints, a failing rank, a failing setup, cancel mid-run, a stuck
-// worker that must not hang the job, and a job of 2^31-1 steps, whose
-// bookkeeping must not be sized by its step count.
+// worker that must not hang the job, the step watchdog (a rank that stops
+// reporting fails the job, slow steps that progress do not), a rank's
+// duplicated results, and a job of 2^31-1 steps, whose bookkeeping must not
+// be sized by its step count.
 #include "server/job_runner.h"
 
 #include <limits>
@@ -123,6 +125,55 @@ TEST(JobRunner, StopEndsAStuckJobPromptly) {
   EXPECT_EQ(outcome.reason, "cancelled by user");
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   EXPECT_TRUE(h.errors.empty());  // a requested stop is not a worker error
+}
+
+TEST(JobRunner, StepWatchdogFailsAJobWhoseRankStopsReporting) {
+  FakeWorkerBehavior stuck;
+  stuck.hang_in_run = true;  // heartbeats would still arrive: only the watchdog sees it
+  v1::JobSpec spec = Spec(100);
+  spec.set_step_timeout_s(1);
+  Harness h(spec, {{}, stuck});
+  const absl::Time start = absl::Now();
+  JobOutcome outcome = h.runner->Run();
+  EXPECT_EQ(outcome.state, v1::FAILED);
+  EXPECT_NE(outcome.reason.find("step watchdog"), std::string::npos) << outcome.reason;
+  EXPECT_NE(outcome.reason.find("step 0 is waiting on rank 1 (w-2)"), std::string::npos)
+      << outcome.reason;
+  EXPECT_EQ(outcome.reason.find("rank 0"), std::string::npos) << outcome.reason;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+  EXPECT_TRUE(h.metrics.empty());
+  EXPECT_TRUE(h.errors.empty());  // the cancelled RunSteps calls are not worker errors
+  EXPECT_EQ(h.workers[1]->commands().back(), "Abort");
+}
+
+TEST(JobRunner, StepWatchdogLetsSlowStepsThatProgressFinish) {
+  FakeWorkerBehavior slow;
+  slow.step_time = absl::Milliseconds(300);
+  v1::JobSpec spec = Spec(6);  // 1.8 s of steps against a 1 s watchdog
+  spec.set_step_timeout_s(1);
+  Harness h(spec, {slow, slow});
+  JobOutcome outcome = h.runner->Run();
+  EXPECT_EQ(outcome.state, v1::SUCCEEDED) << outcome.reason;
+  EXPECT_EQ(h.metrics.size(), 6u);
+}
+
+TEST(JobRunner, ARanksRepeatedResultDoesNotCompleteAStep) {
+  // Once a rank's duplicate counted as another rank's report, so a step was
+  // published before every rank had finished it.
+  FakeWorkerBehavior twice;
+  twice.duplicate_results = true;
+  FakeWorkerBehavior stuck;
+  stuck.hang_in_run = true;
+  v1::JobSpec spec = Spec(3);
+  spec.set_step_timeout_s(1);
+  Harness h(spec, {twice, stuck});
+  JobOutcome outcome = h.runner->Run();
+  EXPECT_EQ(outcome.state, v1::FAILED);
+  EXPECT_TRUE(h.metrics.empty());
+  // With both ranks reporting, each step is published once.
+  Harness both(Spec(3), {twice, {}});
+  EXPECT_EQ(both.runner->Run().state, v1::SUCCEEDED);
+  EXPECT_EQ(both.metrics.size(), 3u);
 }
 
 TEST(JobRunner, BookkeepingDoesNotGrowWithTheStepCount) {

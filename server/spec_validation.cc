@@ -190,6 +190,7 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   if (spec.checkpoint().interval_steps() > 0 && spec.checkpoint().dir().empty()) {
     return Bad("checkpoint.dir", "must be set when checkpoint.interval_steps > 0");
   }
+  if (absl::Status s = AtLeast("step_timeout_s", spec.step_timeout_s(), 0); !s.ok()) return s;
   return AtLeast("loss_chunk_tokens", spec.loss_chunk_tokens(), 0);
 }
 
@@ -219,6 +220,7 @@ v1::JobSpec WithDefaults(const v1::JobSpec& in) {
     spec.mutable_data()->mutable_synthetic()->set_max_digits(
         spec.data().synthetic().task() == v1::SyntheticData::COPY ? 8 : 3);
   }
+  if (spec.step_timeout_s() == 0) spec.set_step_timeout_s(kDefaultStepTimeoutSeconds);
   if (spec.loss_chunk_tokens() == 0) {
     // As many tokens as keep one chunk of bf16 logits within 256 MiB.
     constexpr int64_t kLogitBudgetElements = (int64_t{256} << 20) / 2;

@@ -18,6 +18,9 @@ namespace tessera {
 // Largest world size a job may ask for.
 inline constexpr int kMaxWorldSize = 1024;
 
+// JobSpec.step_timeout_s when unset.
+inline constexpr int kDefaultStepTimeoutSeconds = 600;
+
 absl::Status ValidateJobSpec(const v1::JobSpec& spec);
 
 // Replaces zero/unspecified fields with the defaults documented in

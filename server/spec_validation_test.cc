@@ -77,6 +77,8 @@ TEST(SpecValidation, EachRuleNamesItsField) {
       {"checkpoint.interval_steps", [](v1::JobSpec& s) { s.mutable_checkpoint()->set_interval_steps(-1); }},
       {"checkpoint.dir", [](v1::JobSpec& s) { s.mutable_checkpoint()->set_interval_steps(5); }},
       {"loss_chunk_tokens", [](v1::JobSpec& s) { s.set_loss_chunk_tokens(-1); }},
+      {"step_timeout_s", [](v1::JobSpec& s) { s.set_step_timeout_s(-1); }},
+      {"step_timeout_s: must be <=", [](v1::JobSpec& s) { s.set_step_timeout_s(kMaxStepTimeoutSeconds + 1); }},
       // Upper limits (common/spec_limits.h): values that once aborted the
       // coordinator, the worker, or every later `tessera jobs`.
       {"steps: must be <= 10000000", [](v1::JobSpec& s) { s.set_steps(2147483647); }},
@@ -206,6 +208,7 @@ TEST(SpecValidation, DefaultsFillUnsetFields) {
   EXPECT_EQ(spec.fp8().delayed().amax_history_len(), 16);
   EXPECT_EQ(spec.optimizer().schedule(), v1::OptimizerConfig::COSINE);
   EXPECT_GT(spec.loss_chunk_tokens(), 0);
+  EXPECT_EQ(spec.step_timeout_s(), kDefaultStepTimeoutSeconds);
   EXPECT_TRUE(ValidateJobSpec(spec).ok());
   // Explicit values are kept.
   v1::JobSpec explicit_spec = ValidSpec();

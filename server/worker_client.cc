@@ -3,6 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/grpc_keepalive.h"
 #include "common/grpc_status.h"
 
 namespace tessera {
@@ -11,7 +12,7 @@ WorkerClient::WorkerClient(const std::string& address, absl::Duration setup_time
     : address_(address),
       setup_timeout_(setup_timeout),
       stub_(v1::WorkerService::NewStub(
-          grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {}
+          KeepaliveChannel(address))) {}
 
 bool WorkerClient::Track(grpc::ClientContext* context) {
   absl::MutexLock lock(&mu_);

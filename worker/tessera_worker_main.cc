@@ -13,6 +13,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "common/grpc_keepalive.h"
 #include "common/shutdown_signal.h"
 #include "grpcpp/grpcpp.h"
 #include "worker/daemon/registration.h"
@@ -69,6 +70,7 @@ int main(int argc, char** argv) {
   int port = 0;
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
+  tessera::ApplyServerKeepalive(builder);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     std::fprintf(stderr, "tessera-worker: --listen=%s: cannot listen there\n", listen.c_str());

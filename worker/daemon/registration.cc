@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "absl/time/clock.h"
+#include "common/grpc_keepalive.h"
 
 namespace tessera {
 namespace {
@@ -24,7 +25,7 @@ Registration::Registration(const std::string& coordinator_address,
                            v1::RegisterWorkerRequest request, std::function<Health()> health,
                            std::function<void(const std::string&)> on_registered)
     : stub_(v1::WorkerRegistry::NewStub(
-          grpc::CreateChannel(coordinator_address, grpc::InsecureChannelCredentials()))),
+          KeepaliveChannel(coordinator_address))),
       coordinator_address_(coordinator_address),
       request_(std::move(request)),
       health_(std::move(health)),

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "absl/time/clock.h"
+#include "common/grpc_keepalive.h"
 #include "common/grpc_status.h"
 #include "grpcpp/grpcpp.h"
 
@@ -26,7 +27,7 @@ constexpr int64_t kMaxTimeoutMs = std::numeric_limits<int32_t>::max();
 RendezvousClient::RendezvousClient(const std::string& coordinator_address, std::string job_id)
     : job_id_(std::move(job_id)),
       stub_(v1::Rendezvous::NewStub(
-          grpc::CreateChannel(coordinator_address, grpc::InsecureChannelCredentials()))) {}
+          KeepaliveChannel(coordinator_address))) {}
 
 absl::Status RendezvousClient::Set(const std::string& key, const std::string& value) {
   grpc::ClientContext context;
