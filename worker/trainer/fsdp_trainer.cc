@@ -50,7 +50,11 @@ LinearSpec FsdpTrainer::Spec(int layer, int linear) const {
 }
 
 FsdpTrainer::GatheredBlock& FsdpTrainer::GatheredFor(int layer) {
-  return spec_.reshard_after_forward() ? gathered_[0] : gathered_[layer];
+  return gathered_.size() == 1 ? gathered_[0] : gathered_[layer];
+}
+
+FsdpTrainer::BlockGrads& FsdpTrainer::GradsFor(int layer) {
+  return block_grads_.size() == 1 ? block_grads_[0] : block_grads_[layer];
 }
 
 std::vector<Fp8ShardedParam*> FsdpTrainer::AllParams() {
@@ -136,24 +140,46 @@ absl::Status FsdpTrainer::AllocateState() {
   for (Fp8ShardedParam* p : AllParams()) shards.push_back(p->AsAdamShard());
   ASSIGN_OR_RETURN(adam_, ops_->CreateAdamPlan(shards));
 
-  // Gathered compute weights: one shared set when resharding after forward.
-  auto gathered = [&](const Fp8ShardedParam& p) {
-    return Alloc(p.compute_dtype, Shape{p.layout.gathered_numel()});
-  };
-  gathered_.resize(spec_.reshard_after_forward() ? 1 : layers_);
-  for (GatheredBlock& g : gathered_) RETURN_IF_ERROR(AllocateBlockTensors(std::nullopt, g));
-  ASSIGN_OR_RETURN(gathered_embedding_, gathered(embedding_));
-  ASSIGN_OR_RETURN(gathered_final_norm_, gathered(final_norm_));
-  ASSIGN_OR_RETURN(gathered_lm_head_, gathered(lm_head_));
+  if (world_ == 1) {
+    // One rank holds every parameter whole: the gathered weights are its
+    // compute shards and the full gradients its gradient shards, views with
+    // nothing to gather, reduce or copy.
+    gathered_.resize(layers_);
+    block_grads_.resize(layers_);
+    for (int l = 0; l < layers_; ++l) {
+      for (int i = 0; i < 6; ++i) {
+        const Fp8ShardedParam& p = blocks_[l].*kBlockParams[i];
+        (gathered_[l].*kBlockTensors[i]).desc = p.compute.desc;
+        (block_grads_[l].*kBlockTensors[i]).desc = p.grad_shard.desc;
+      }
+    }
+    gathered_embedding_.desc = embedding_.compute.desc;
+    gathered_final_norm_.desc = final_norm_.compute.desc;
+    gathered_lm_head_.desc = lm_head_.compute.desc;
+    grad_embedding_.desc = embedding_.grad_shard.desc;
+    grad_final_norm_.desc = final_norm_.grad_shard.desc;
+    grad_lm_head_.desc = lm_head_.grad_shard.desc;
+  } else {
+    // Gathered compute weights: one shared set when resharding after forward.
+    auto gathered = [&](const Fp8ShardedParam& p) {
+      return Alloc(p.compute_dtype, Shape{p.layout.gathered_numel()});
+    };
+    gathered_.resize(spec_.reshard_after_forward() ? 1 : layers_);
+    for (GatheredBlock& g : gathered_) RETURN_IF_ERROR(AllocateBlockTensors(std::nullopt, g));
+    ASSIGN_OR_RETURN(gathered_embedding_, gathered(embedding_));
+    ASSIGN_OR_RETURN(gathered_final_norm_, gathered(final_norm_));
+    ASSIGN_OR_RETURN(gathered_lm_head_, gathered(lm_head_));
 
-  // Full-size fp32 gradients: one shared set for the blocks.
-  auto full_grad = [&](const Fp8ShardedParam& p) {
-    return Alloc(DType::kFloat32, Shape{p.layout.gathered_numel()});
-  };
-  RETURN_IF_ERROR(AllocateBlockTensors(DType::kFloat32, block_grads_));
-  ASSIGN_OR_RETURN(grad_embedding_, full_grad(embedding_));
-  ASSIGN_OR_RETURN(grad_final_norm_, full_grad(final_norm_));
-  ASSIGN_OR_RETURN(grad_lm_head_, full_grad(lm_head_));
+    // Full-size fp32 gradients: one shared set for the blocks.
+    auto full_grad = [&](const Fp8ShardedParam& p) {
+      return Alloc(DType::kFloat32, Shape{p.layout.gathered_numel()});
+    };
+    block_grads_.resize(1);
+    RETURN_IF_ERROR(AllocateBlockTensors(DType::kFloat32, block_grads_[0]));
+    ASSIGN_OR_RETURN(grad_embedding_, full_grad(embedding_));
+    ASSIGN_OR_RETURN(grad_final_norm_, full_grad(final_norm_));
+    ASSIGN_OR_RETURN(grad_lm_head_, full_grad(lm_head_));
+  }
 
   // Activations saved for backward.
   const int64_t t = tokens_, h = hidden_, f = ffn_;
@@ -271,6 +297,7 @@ absl::Status FsdpTrainer::AllocateBlockTensors(std::optional<DType> dtype, Block
 }
 
 absl::Status FsdpTrainer::GatherBlock(int layer, GatheredBlock& g) {
+  if (world_ == 1) return absl::OkStatus();  // g is the block's own compute shards
   const Block& b = blocks_[layer];
   for (int i = 0; i < 6; ++i) {
     RETURN_IF_ERROR(AllGatherParam(*comm_, b.*kBlockParams[i], (g.*kBlockTensors[i]).desc, nullptr));
@@ -278,11 +305,26 @@ absl::Status FsdpTrainer::GatherBlock(int layer, GatheredBlock& g) {
   return absl::OkStatus();
 }
 
+absl::Status FsdpTrainer::GatherOuterParams() {
+  if (world_ == 1) return absl::OkStatus();  // gathered_* are the compute shards
+  RETURN_IF_ERROR(AllGatherParam(*comm_, embedding_, gathered_embedding_.desc, nullptr));
+  RETURN_IF_ERROR(AllGatherParam(*comm_, final_norm_, gathered_final_norm_.desc, nullptr));
+  return AllGatherParam(*comm_, lm_head_, gathered_lm_head_.desc, nullptr);
+}
+
+absl::Status FsdpTrainer::ReduceScatterOuterGrads() {
+  if (world_ == 1) return absl::OkStatus();  // grad_* are the gradient shards
+  RETURN_IF_ERROR(ReduceScatterGrad(*comm_, embedding_, grad_embedding_.desc, nullptr));
+  RETURN_IF_ERROR(ReduceScatterGrad(*comm_, final_norm_, grad_final_norm_.desc, nullptr));
+  return ReduceScatterGrad(*comm_, lm_head_, grad_lm_head_.desc, nullptr);
+}
+
 absl::Status FsdpTrainer::ReduceScatterBlock(int layer) {
+  if (world_ == 1) return absl::OkStatus();  // the backward wrote the gradient shards
   const Block& b = blocks_[layer];
   for (int i = 0; i < 6; ++i) {
     RETURN_IF_ERROR(ReduceScatterGrad(*comm_, b.*kBlockParams[i],
-                                      (block_grads_.*kBlockTensors[i]).desc, nullptr));
+                                      (GradsFor(layer).*kBlockTensors[i]).desc, nullptr));
   }
   return absl::OkStatus();
 }

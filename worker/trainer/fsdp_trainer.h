@@ -118,10 +118,15 @@ class FsdpTrainer : public Trainer {
   absl::Status BlockBackward(int layer, const GatheredBlock& w, BlockActivations& a,
                              const TensorDesc& grad_residual);
   absl::Status ReduceScatterBlock(int layer);
+  // The embedding, final norm and LM head: gathered before the forward,
+  // their gradients reduce-scattered after the backward.
+  absl::Status GatherOuterParams();
+  absl::Status ReduceScatterOuterGrads();
   absl::Status CheckAborted() const;
   std::vector<Fp8ShardedParam*> AllParams();
   LinearSpec Spec(int layer, int linear) const;
   GatheredBlock& GatheredFor(int layer);
+  BlockGrads& GradsFor(int layer);
 
   std::unique_ptr<CountingOps> ops_;  // the engine, behind the counting decorator
   StepClock clock_{*ops_};            // the step's phase timing, on ops_
@@ -149,10 +154,14 @@ class FsdpTrainer : public Trainer {
   std::unique_ptr<Fp8Meta> meta_;
   std::unique_ptr<AdamPlan> adam_;
 
+  // One shared set when resharding after forward, else one per block; at
+  // world size 1 one per block, views over its compute shards.
   std::vector<GatheredBlock> gathered_;
   DeviceTensor gathered_embedding_, gathered_final_norm_, gathered_lm_head_;
   std::vector<BlockActivations> acts_;
-  BlockGrads block_grads_;
+  // One shared set (reduce-scattered after each block's backward), or at
+  // world size 1 one set of views per block over its gradient shards.
+  std::vector<BlockGrads> block_grads_;
   DeviceTensor grad_embedding_, grad_final_norm_, grad_lm_head_;
   LinearScratch scratch_;
 

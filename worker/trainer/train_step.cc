@@ -68,9 +68,7 @@ absl::StatusOr<StepReport> FsdpTrainer::Step(int step) {
   // ---- All-gather the non-block parameters (bf16 compute copies) ---------
   {
     PhaseRange range("all-gather");
-    RETURN_IF_ERROR(AllGatherParam(*comm_, embedding_, gathered_embedding_.desc, nullptr));
-    RETURN_IF_ERROR(AllGatherParam(*comm_, final_norm_, gathered_final_norm_.desc, nullptr));
-    RETURN_IF_ERROR(AllGatherParam(*comm_, lm_head_, gathered_lm_head_.desc, nullptr));
+    RETURN_IF_ERROR(GatherOuterParams());
     RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, nullptr));
   }
 
@@ -131,9 +129,7 @@ absl::StatusOr<StepReport> FsdpTrainer::Step(int step) {
                                         View(grad_embedding_, DType::kFloat32, Shape{vocab_, h}),
                                         nullptr));
   RETURN_IF_ERROR(clock_.Lap(StepPhase::kBackward, nullptr));
-  RETURN_IF_ERROR(ReduceScatterGrad(*comm_, embedding_, grad_embedding_.desc, nullptr));
-  RETURN_IF_ERROR(ReduceScatterGrad(*comm_, final_norm_, grad_final_norm_.desc, nullptr));
-  RETURN_IF_ERROR(ReduceScatterGrad(*comm_, lm_head_, grad_lm_head_.desc, nullptr));
+  RETURN_IF_ERROR(ReduceScatterOuterGrads());
   RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, nullptr));
   RETURN_IF_ERROR(CheckAborted());
   backward_range.reset();
@@ -232,8 +228,9 @@ absl::Status FsdpTrainer::BlockBackward(int l, const GatheredBlock& w, BlockActi
                                         const TensorDesc& grad_residual) {
   Ops& ops = *ops_;
   const Block& b = blocks_[l];
+  BlockGrads& grads = GradsFor(l);
   const int64_t t = tokens_, h = hidden_, f = ffn_;
-  for (DeviceTensor* g : {&block_grads_.attn_norm, &block_grads_.mlp_norm}) {
+  for (DeviceTensor* g : {&grads.attn_norm, &grads.mlp_norm}) {
     RETURN_IF_ERROR(ops.Memset(g->desc.data, 0, g->desc.Bytes(), nullptr));
   }
   const TensorDesc d_bf16_th = View(grad_bf16_b_, DType::kBFloat16, Shape{t, h});
@@ -241,30 +238,30 @@ absl::Status FsdpTrainer::BlockBackward(int l, const GatheredBlock& w, BlockActi
   RETURN_IF_ERROR(ops.Cast(grad_residual, grad_h_.desc, nullptr));  // dy of down, bf16
   const TensorDesc d_swiglu = View(grad_bf16_b_, DType::kBFloat16, Shape{t, f});
   RETURN_IF_ERROR(LinearBackward(ops, *meta_, Spec(l, 3), Full(w.down, b.down), a.swiglu.desc,
-                                 grad_h_.desc, d_swiglu, block_grads_.down.desc, scratch_,
+                                 grad_h_.desc, d_swiglu, grads.down.desc, scratch_,
                                  a.saved[3], nullptr));
   if (fuse_swiglu_fp8_) {  // SwiGLU's gradient straight into the gate/up FP8 gradient
     const Fp8Operand dy8 = Fp8Grad(*meta_, Spec(l, 2), scratch_);
     RETURN_IF_ERROR(
         ops.SwiGluBackwardQuantize(d_swiglu, a.gate_up.desc, dy8.codes, dy8.codes_t, nullptr));
     RETURN_IF_ERROR(LinearBackwardFromFp8(ops, *meta_, Spec(l, 2), Full(w.gate_up, b.gate_up),
-                                          dy8, grad_h_.desc, block_grads_.gate_up.desc, scratch_,
+                                          dy8, grad_h_.desc, grads.gate_up.desc, scratch_,
                                           a.saved[2], nullptr));
   } else {
     const TensorDesc d_gate_up = View(grad_bf16_a_, DType::kBFloat16, Shape{t, 2 * f});
     RETURN_IF_ERROR(ops.SwiGluBackward(d_swiglu, a.gate_up.desc, d_gate_up, nullptr));
     RETURN_IF_ERROR(LinearBackward(ops, *meta_, Spec(l, 2), Full(w.gate_up, b.gate_up),
-                                   a.h2.desc, d_gate_up, grad_h_.desc, block_grads_.gate_up.desc,
+                                   a.h2.desc, d_gate_up, grad_h_.desc, grads.gate_up.desc,
                                    scratch_, a.saved[2], nullptr));
   }
   // grad_residual becomes d loss / d x_mid.
   RETURN_IF_ERROR(ops.RmsNormBackward(grad_h_.desc, a.x_mid.desc, Full(w.mlp_norm, b.mlp_norm),
                                       a.rstd2.desc, grad_residual, /*accumulate_grad_x=*/true,
-                                      Reshaped(block_grads_.mlp_norm.desc, Shape{h}), nullptr));
+                                      Reshaped(grads.mlp_norm.desc, Shape{h}), nullptr));
   // Attention backward.
   RETURN_IF_ERROR(ops.Cast(grad_residual, grad_h_.desc, nullptr));  // dy of out_proj, bf16
   RETURN_IF_ERROR(LinearBackward(ops, *meta_, Spec(l, 1), Full(w.out_proj, b.out_proj),
-                                 a.attn.desc, grad_h_.desc, d_bf16_th, block_grads_.out_proj.desc,
+                                 a.attn.desc, grad_h_.desc, d_bf16_th, grads.out_proj.desc,
                                  scratch_, a.saved[1], nullptr));
   RETURN_IF_ERROR(ops.AttentionBackward(
       Reshaped(d_bf16_th, Shape{batch_, seq_, heads_, head_dim_}), a.qkv.desc, kv_heads_,
@@ -273,11 +270,11 @@ absl::Status FsdpTrainer::BlockBackward(int l, const GatheredBlock& w, BlockActi
   RETURN_IF_ERROR(ops.RopeBackward(grad_qkv_.desc, kv_heads_, spec_.model().rope_theta(), nullptr));
   RETURN_IF_ERROR(LinearBackward(ops, *meta_, Spec(l, 0), Full(w.qkv, b.qkv), a.h1.desc,
                                  Reshaped(grad_qkv_.desc, Shape{t, qkv_width_}), grad_h_.desc,
-                                 block_grads_.qkv.desc, scratch_, a.saved[0], nullptr));
+                                 grads.qkv.desc, scratch_, a.saved[0], nullptr));
   // grad_residual becomes d loss / d x_in.
   return ops.RmsNormBackward(grad_h_.desc, a.x_in.desc, Full(w.attn_norm, b.attn_norm),
                              a.rstd1.desc, grad_residual, /*accumulate_grad_x=*/true,
-                             Reshaped(block_grads_.attn_norm.desc, Shape{h}), nullptr);
+                             Reshaped(grads.attn_norm.desc, Shape{h}), nullptr);
 }
 
 }  // namespace tessera
