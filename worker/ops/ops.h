@@ -122,6 +122,12 @@ class Ops {
   // exactly; out keeps in's scale_inv).
   virtual absl::Status Transpose(const TensorDesc& in, const TensorDesc& out, Stream* stream) = 0;
 
+  // ---- Memory -------------------------------------------------------------
+  // Bytes the engine could still allocate: free device memory (CUDA) or the
+  // host's available memory (CPU). Lets a job that cannot fit be refused
+  // before anything is allocated.
+  virtual absl::StatusOr<int64_t> AvailableMemoryBytes() = 0;
+
   // ---- GEMM ---------------------------------------------------------------
   // d [M, N] = op(a) · op(b) (+ d if accumulate), op(x) = xᵀ when trans_x.
   // a is [M, K] ([K, M] if trans_a); b is [K, N] ([N, K] if trans_b).

@@ -1,6 +1,7 @@
 // An Ops decorator that forwards every call to the real engine and counts
 // the calls that matter for a steady-state step: engine allocations
-// (Allocate, CreateAdamPlan) and host reads (CopyToHost). The trainer runs
+// (Allocate, CreateAdamPlan, and the bytes Allocate was asked for) and host
+// reads (CopyToHost). The trainer runs
 // its engine through it, so "a step allocates nothing and reads back one
 // block of scalars" is measured at the ops boundary, whoever allocates
 // (the trainer, the model's helpers or the FSDP sharding code), rather than
@@ -21,12 +22,15 @@ class CountingOps : public Ops {
   explicit CountingOps(std::unique_ptr<Ops> engine) : engine_(std::move(engine)) {}
 
   int64_t allocations() const { return allocations_; }
+  int64_t allocated_bytes() const { return allocated_bytes_; }  // requested through Allocate
   int64_t host_reads() const { return host_reads_; }
 
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) override {
     ++allocations_;
+    allocated_bytes_ += static_cast<int64_t>(bytes);
     return engine_->Allocate(bytes);
   }
+  absl::StatusOr<int64_t> AvailableMemoryBytes() override { return engine_->AvailableMemoryBytes(); }
   absl::Status CopyToDevice(void* dst, const void* src, size_t bytes, Stream* s) override {
     return engine_->CopyToDevice(dst, src, bytes, s);
   }
@@ -164,6 +168,7 @@ class CountingOps : public Ops {
  private:
   std::unique_ptr<Ops> engine_;
   std::atomic<int64_t> allocations_{0};
+  std::atomic<int64_t> allocated_bytes_{0};
   std::atomic<int64_t> host_reads_{0};
 };
 

@@ -9,8 +9,10 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "worker/model/param_init.h"
+#include "worker/trainer/memory_estimate.h"
 
 namespace tessera {
 namespace {
@@ -87,6 +89,16 @@ absl::StatusOr<SetupReport> FsdpTrainer::Setup(const v1::JobSpec& spec, int rank
   if (hidden_ <= 0 || heads_ <= 0 || hidden_ % heads_ != 0 || head_dim_ % 2 != 0 || layers_ < 1 ||
       kv_heads_ <= 0 || heads_ % kv_heads_ != 0) {
     return absl::InvalidArgumentError("model: shapes are inconsistent (validate the spec first)");
+  }
+  // Refuse a job this device cannot hold before allocating any of it.
+  const MemoryEstimate need = EstimateMemory(spec, rank, world_size);
+  ASSIGN_OR_RETURN(const int64_t available, ops_->AvailableMemoryBytes());
+  if (need.total() > available) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "rank ", rank, " needs about ", need.ToString(), ", but its device has ",
+        absl::StrFormat("%.2f GiB", static_cast<double>(available) / (int64_t{1} << 30)),
+        " free: use more workers (world_size), a smaller micro_batch_size or seq_len, or a "
+        "smaller model"));
   }
   ASSIGN_OR_RETURN(data_, OpenBatchSource(spec, rank, world_size));
   RETURN_IF_ERROR(AllocateState());

@@ -63,6 +63,7 @@ class FsdpTrainer : public Trainer {
   // boundary (a step allocates nothing and reads back one block of scalars),
   // and the gathered (full) compute bytes of a block linear weight.
   int64_t allocation_count() const { return ops_->allocations(); }
+  int64_t allocated_bytes() const { return ops_->allocated_bytes(); }
   int64_t host_read_count() const { return ops_->host_reads(); }
   absl::StatusOr<std::vector<uint8_t>> GatheredWeightBytes(int layer, int linear);
 

@@ -30,6 +30,7 @@
 #include "worker/comm/file_rendezvous_store_for_test.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/engine/cpu/cpu_ops.h"
+#include "worker/trainer/memory_estimate.h"
 #include "worker/trainer/test_job_spec.h"
 
 namespace tessera {
@@ -244,6 +245,50 @@ TEST(FsdpTrainer, LossFallsBelowThresholdOnAdditionWithAndWithoutFp8AndWithGqa) 
     EXPECT_GT(first, 3.8f) << run.name;
     EXPECT_LT(last, 2.2f) << run.name;
   }
+}
+
+// The memory estimate that guards Setup counts exactly what Setup allocates,
+// for every layout it has: one rank (views, nothing gathered) and several
+// (gathered weights, kept per block or resharded), uneven shards, FP8 with
+// delayed scaling (SwiGLU activation not kept), current scaling, bf16.
+TEST(FsdpTrainer, MemoryEstimateIsWhatSetupAllocates) {
+  struct Case {
+    const char* name;
+    v1::JobSpec spec;
+    int rank, world;
+  };
+  v1::JobSpec reshard = TestJobSpec(2);
+  reshard.set_reshard_after_forward(true);
+  v1::JobSpec current = TestJobSpec(2);
+  current.mutable_fp8()->mutable_current();
+  v1::JobSpec bf16 = TestJobSpec(2);
+  bf16.mutable_fp8()->set_disabled(true);
+  const Case cases[] = {{"one rank", TestJobSpec(2), 0, 1},
+                        {"rank 1 of 3", TestJobSpec(2), 1, 3},
+                        {"resharded, rank 2 of 3", reshard, 2, 3},
+                        {"current scaling", current, 0, 2},
+                        {"bf16", bf16, 1, 2},
+                        {"tiny GQA", TinyCpuGqaTestJobSpec(1, 2), 0, 1}};
+  for (const Case& c : cases) {
+    FsdpTrainer trainer(CreateCpuOps(), CreateGlooCommunicator);
+    ASSERT_TRUE(trainer.Setup(c.spec, c.rank, c.world).ok()) << c.name;
+    const MemoryEstimate e = EstimateMemory(c.spec, c.rank, c.world);
+    EXPECT_EQ(trainer.allocated_bytes(), e.trainer_bytes()) << c.name << ": " << e.ToString();
+    EXPECT_GT(e.engine_workspace, 0) << c.name;
+  }
+}
+
+TEST(FsdpTrainer, SetupRefusesAJobLargerThanItsDeviceBeforeAllocating) {
+  v1::JobSpec huge = TestJobSpec(2);
+  huge.mutable_model()->set_vocab_size(1 << 20);
+  huge.mutable_model()->set_d_model(1 << 16);  // an embedding of 2^36 parameters
+  huge.mutable_model()->set_n_heads(512);
+  FsdpTrainer trainer(CreateCpuOps(), CreateGlooCommunicator);
+  const absl::Status s = trainer.Setup(huge, 0, 1).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_NE(s.message().find("needs about"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("parameter shards"), std::string::npos) << s;
+  EXPECT_EQ(trainer.allocation_count(), 0);
 }
 
 TEST(FsdpTrainer, SetupRefusesKvHeadsThatDoNotDivideTheHeads) {

@@ -2,6 +2,7 @@
 #include "worker/engine/cpu/cpu_ops.h"
 
 #include <cblas.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -9,6 +10,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -165,6 +168,18 @@ class CpuOps : public Ops {
   absl::Status SwiGluBackward(const TensorDesc& grad_out, const TensorDesc& gate_up,
                               const TensorDesc& grad_gate_up, Stream*) override {
     return cpu::SwiGluBackward(grad_out, gate_up, grad_gate_up);
+  }
+  // MemAvailable of /proc/meminfo (what the kernel can give without
+  // swapping), else the free pages.
+  absl::StatusOr<int64_t> AvailableMemoryBytes() override {
+    std::ifstream meminfo("/proc/meminfo");
+    std::string key;
+    int64_t kib = 0;
+    std::string unit;
+    while (meminfo >> key >> kib >> unit) {
+      if (key == "MemAvailable:") return kib * 1024;
+    }
+    return static_cast<int64_t>(sysconf(_SC_AVPHYS_PAGES)) * sysconf(_SC_PAGESIZE);
   }
   // The reference composes the two ops through a bf16 temporary.
   absl::Status SwiGluForwardQuantize(const TensorDesc& gate_up, const TensorDesc& out,
