@@ -1,11 +1,10 @@
 // An Ops decorator that forwards every call to the real engine and counts
 // the calls that matter for a steady-state step: engine allocations
 // (Allocate, CreateAdamPlan, and the bytes Allocate was asked for) and host
-// reads (CopyToHost). The trainer runs
-// its engine through it, so "a step allocates nothing and reads back one
-// block of scalars" is measured at the ops boundary, whoever allocates
-// (the trainer, the model's helpers or the FSDP sharding code), rather than
-// being bookkept by hand. The cost is one extra virtual call per op.
+// reads (CopyToHost). The trainer runs its engine through it, so "a step
+// allocates nothing and reads back one block of scalars" is measured at the
+// ops boundary, whoever allocates (the trainer, the model's helpers or the
+// FSDP sharding code), rather than being bookkept by hand. The cost is one extra virtual call per op.
 #ifndef TESSERA_WORKER_TRAINER_COUNTING_OPS_H_
 #define TESSERA_WORKER_TRAINER_COUNTING_OPS_H_
 

@@ -9,7 +9,6 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "worker/model/param_init.h"
 #include "worker/trainer/memory_estimate.h"
@@ -96,8 +95,7 @@ absl::StatusOr<SetupReport> FsdpTrainer::Setup(const v1::JobSpec& spec, int rank
   if (need.total() > available) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "rank ", rank, " needs about ", need.ToString(), ", but its device has ",
-        absl::StrFormat("%.2f GiB", static_cast<double>(available) / (int64_t{1} << 30)),
-        " free: use more workers (world_size), a smaller micro_batch_size or seq_len, or a "
+        FormatGiB(available), " free: use more workers (world_size), a smaller micro_batch_size or seq_len, or a "
         "smaller model"));
   }
   ASSIGN_OR_RETURN(data_, OpenBatchSource(spec, rank, world_size));

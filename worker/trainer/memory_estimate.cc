@@ -14,16 +14,17 @@ namespace {
 constexpr int kDefaultAmaxHistory = 16;                 // job.proto
 constexpr int64_t kEngineScratchBytes = int64_t{96} << 20;  // cuBLASLt workspace and small scratch
 
-std::string GiB(int64_t bytes) {
+}  // namespace
+
+std::string FormatGiB(int64_t bytes) {
   return absl::StrFormat("%.2f GiB", static_cast<double>(bytes) / (int64_t{1} << 30));
 }
 
-}  // namespace
-
 std::string MemoryEstimate::ToString() const {
-  return absl::StrCat(GiB(total()), " (parameter shards ", GiB(parameter_shards), ", gathered ",
-                      GiB(gathered), ", activations ", GiB(activations), ", scratch ",
-                      GiB(scratch), ", engine workspace ", GiB(engine_workspace), ")");
+  return absl::StrCat(FormatGiB(total()), " (parameter shards ", FormatGiB(parameter_shards),
+                      ", gathered ", FormatGiB(gathered), ", activations ",
+                      FormatGiB(activations), ", scratch ", FormatGiB(scratch),
+                      ", engine workspace ", FormatGiB(engine_workspace), ")");
 }
 
 MemoryEstimate EstimateMemory(const v1::JobSpec& spec, int rank, int world) {

@@ -35,6 +35,9 @@ struct MemoryEstimate {
   std::string ToString() const;
 };
 
+// "12.34 GiB".
+std::string FormatGiB(int64_t bytes);
+
 // For a spec that passed validation (and the coordinator's defaults).
 MemoryEstimate EstimateMemory(const v1::JobSpec& spec, int rank, int world);
 

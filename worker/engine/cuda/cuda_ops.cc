@@ -386,15 +386,15 @@ class CudaOps : public Ops {
   }
 
   // ---- Fused linear + cross-entropy ----
-  // Per chunk of at most chunk_tokens rows: logits [c, V] fp32 = x_c · Wᵀ
-  // (bf16 GEMM, fp32 out, so the loss sees unrounded logits); one kernel
-  // turns each row into its loss (atomically added to *loss_sum and 1 to
-  // *valid_tokens: nothing is read back) and its bf16 dlogits = softmax -
-  // onehot (zero rows for ignored tokens); grad_x_c = dlogits · W (bf16
-  // out); grad_weight += dlogitsᵀ · x_c (beta = 1, fp32 out, bf16 operands:
-  // no [V, H] temporary, no fp32 copy of an operand). The two chunk buffers
-  // (fp32 logits and bf16 dlogits, chunk x V each) are allocated on the
-  // first call for a shape and reused by every later call.
+  // Per chunk of at most chunk_tokens rows: logits [c, V] bf16 = x_c · Wᵀ
+  // (as under PyTorch's autocast); one kernel turns each row into its loss
+  // (fp32 math, atomically added to *loss_sum and 1 to *valid_tokens:
+  // nothing is read back) and writes its bf16 dlogits = softmax - onehot
+  // over the logits (zero rows for ignored tokens); grad_x_c = dlogits · W
+  // (bf16 out); grad_weight += dlogitsᵀ · x_c (beta = 1, fp32 out, bf16
+  // operands: no [V, H] temporary, no fp32 copy of an operand). The one
+  // chunk buffer (chunk x V bf16) is allocated on the first call for a
+  // shape and reused by every later call.
   absl::Status FusedLinearCrossEntropy(const TensorDesc& x, const TensorDesc& weight,
                                        const TensorDesc& targets, int ignore_index,
                                        int chunk_tokens, float* loss_sum, float* valid_tokens,
