@@ -147,14 +147,16 @@ TEST(JobRunner, StepWatchdogFailsAJobWhoseRankStopsReporting) {
 }
 
 TEST(JobRunner, StepWatchdogLetsSlowStepsThatProgressFinish) {
+  // 2.4 s of steps against a 2 s watchdog: only steps that reset it let the
+  // job finish, and each step (0.2 s) has ten times its length to spare.
   FakeWorkerBehavior slow;
-  slow.step_time = absl::Milliseconds(300);
-  v1::JobSpec spec = Spec(6);  // 1.8 s of steps against a 1 s watchdog
-  spec.set_step_timeout_s(1);
+  slow.step_time = absl::Milliseconds(200);
+  v1::JobSpec spec = Spec(12);
+  spec.set_step_timeout_s(2);
   Harness h(spec, {slow, slow});
   JobOutcome outcome = h.runner->Run();
   EXPECT_EQ(outcome.state, v1::SUCCEEDED) << outcome.reason;
-  EXPECT_EQ(h.metrics.size(), 6u);
+  EXPECT_EQ(h.metrics.size(), 12u);
 }
 
 TEST(JobRunner, ARanksRepeatedResultDoesNotCompleteAStep) {
