@@ -5,6 +5,12 @@
 // Every collective has a timeout: a dead or stuck peer turns into an ABORTED
 // status, never a hang. After ABORTED the communicator is unusable; the job
 // fails and a new group is built for the next job.
+//
+// A collective may still be running on the device when its call returns
+// (NCCL queues it on a stream, ordered with the caller's stream by events).
+// Its failure then reaches the caller through FirstFailure(), and through
+// every later call. So the caller synchronises its stream and then asks
+// FirstFailure() before it trusts what the collectives produced.
 #ifndef TESSERA_WORKER_COMM_COMMUNICATOR_H_
 #define TESSERA_WORKER_COMM_COMMUNICATOR_H_
 
@@ -36,6 +42,9 @@ class Communicator {
   // Tears the group down so that blocked collectives return ABORTED. Safe to
   // call from another thread.
   virtual void Abort() = 0;
+  // OK while no collective has failed, timed out or been aborted; otherwise
+  // the first such failure (ABORTED, naming the collective and the rank).
+  virtual absl::Status FirstFailure() = 0;
 };
 
 }  // namespace tessera

@@ -22,7 +22,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/shutdown_signal.h"
 #include "common/status_macros.h"
 #include "gloo/allgather.h"
@@ -148,6 +150,13 @@ class GlooCommunicator : public Communicator {
   }
 
   void Abort() override { aborted_ = true; }
+  // Gloo collectives finish before they return, so a failure was already
+  // returned by its call; this repeats the first one.
+  absl::Status FirstFailure() override {
+    absl::MutexLock lock(&failure_mu_);
+    if (!first_failure_.ok()) return first_failure_;
+    return aborted_ ? AbortedStatus() : absl::OkStatus();
+  }
 
  private:
   absl::Status AbortedStatus() const {
@@ -173,7 +182,11 @@ class GlooCommunicator : public Communicator {
   absl::Status Run(const char* what, Fn&& fn) {
     absl::Status status = CatchGloo(absl::StrCat(what, " on rank ", rank_, " of ", world_),
                                     std::forward<Fn>(fn));
-    if (!status.ok()) aborted_ = true;
+    if (!status.ok()) {
+      aborted_ = true;
+      absl::MutexLock lock(&failure_mu_);
+      if (first_failure_.ok()) first_failure_ = status;
+    }
     return status;
   }
 
@@ -184,6 +197,8 @@ class GlooCommunicator : public Communicator {
   std::shared_ptr<gloo::Context> context_;
   const std::chrono::milliseconds timeout_;
   std::atomic<bool> aborted_{false};
+  absl::Mutex failure_mu_;
+  absl::Status first_failure_ ABSL_GUARDED_BY(failure_mu_);
   std::vector<float> scratch_;  // [world_size * n] fp32 reduce-scatter staging
 };
 

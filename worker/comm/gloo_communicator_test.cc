@@ -278,10 +278,12 @@ TEST(GlooCommunicator, PeerThatDiesBetweenCollectivesGivesAborted) {
     std::vector<float> v = RandomIntFloats(7, rank, 0, 64);
     TensorDesc t = MakeTensor(v.data(), DType::kFloat32, Shape{64});
     if (!c.AllReduce(t, ReduceOp::kSum, nullptr).ok()) return 20;  // everyone alive
+    if (!c.FirstFailure().ok()) return 24;
     if (rank == 2) _exit(0);  // dies without joining the next collective
     const absl::Time start = absl::Now();
     absl::Status s = c.AllReduce(t, ReduceOp::kSum, nullptr);
     if (s.code() != absl::StatusCode::kAborted) return 21;
+    if (c.FirstFailure() != s) return 25;  // the failure is remembered as it was
     if (absl::Now() - start > timeout + absl::Seconds(3)) return 22;
     // The failed group stays failed, without waiting again.
     if (c.AllReduce(t, ReduceOp::kSum, nullptr).code() != absl::StatusCode::kAborted) return 23;

@@ -28,6 +28,7 @@ class SingleRankCommunicator : public Communicator {
   absl::Status AllReduce(const TensorDesc& buf, ReduceOp op, Stream* stream) override;
   // Later collectives return ABORTED, as with a real group.
   void Abort() override { aborted_ = true; }
+  absl::Status FirstFailure() override { return CheckNotAborted(); }
 
  private:
   absl::Status CheckNotAborted() const;

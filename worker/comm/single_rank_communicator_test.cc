@@ -54,7 +54,9 @@ TEST(SingleRankCommunicatorTest, MismatchedReduceScatterIsRefused) {
 TEST(SingleRankCommunicatorTest, AbortMakesLaterCollectivesAborted) {
   std::unique_ptr<Ops> ops = CreateCpuOps();
   SingleRankCommunicator comm(*ops);
+  EXPECT_TRUE(comm.FirstFailure().ok());
   comm.Abort();
+  EXPECT_EQ(comm.FirstFailure().code(), absl::StatusCode::kAborted);
   std::vector<float> v(2, 1.f), w(2, 0.f);
   EXPECT_EQ(comm.AllReduce(Floats(v), ReduceOp::kSum, nullptr).code(), absl::StatusCode::kAborted);
   EXPECT_EQ(comm.ReduceScatter(Floats(v), Floats(w), nullptr).code(), absl::StatusCode::kAborted);

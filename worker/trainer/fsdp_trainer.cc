@@ -292,6 +292,7 @@ absl::Status FsdpTrainer::InitCollective(RendezvousStore* store, const std::stri
   RETURN_IF_ERROR(meta_->UpdateScales(*ops_, nullptr));
   RETURN_IF_ERROR(QuantizeWeightsFromMaster());
   RETURN_IF_ERROR(ops_->Synchronize(nullptr));
+  RETURN_IF_ERROR(comm_->FirstFailure());
   collective_ready_ = true;
   return absl::OkStatus();
 }

@@ -170,6 +170,9 @@ absl::StatusOr<StepReport> FsdpTrainer::Step(int step) {
   float host_scalars[5];
   RETURN_IF_ERROR(ops.CopyToHost(host_scalars, scalars, sizeof(host_scalars), nullptr));
   RETURN_IF_ERROR(ops.Synchronize(nullptr));
+  // The collectives were queued, not waited for: only now is it known that
+  // they all finished (a lost peer surfaces here as ABORTED).
+  RETURN_IF_ERROR(comm_->FirstFailure());
   StepReport report;
   report.step = step;
   report.loss = host_scalars[kLossSum] / std::max(1.0f, host_scalars[kValidTokens]);

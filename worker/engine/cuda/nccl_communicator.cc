@@ -1,8 +1,12 @@
-// NCCL-backed Communicator with a timeout watchdog (see nccl_communicator.h).
+// NCCL-backed Communicator: queued collectives and a watchdog thread that
+// bounds them (see nccl_communicator.h).
 #include "worker/engine/cuda/nccl_communicator.h"
 
+#include <algorithm>
 #include <cstring>
+#include <deque>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -21,13 +25,18 @@ class NcclCommunicator : public Communicator {
   NcclCommunicator(int rank, int world, int device, absl::Duration timeout)
       : rank_(rank), world_(world), device_(device), timeout_(timeout) {}
   ~NcclCommunicator() override {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    if (watchdog_.joinable()) watchdog_.join();
     if (!cuda::SetCurrentDevice(device_).ok()) return;
     {
       absl::MutexLock lock(&mu_);
       if (comm_ != nullptr) {
         // A communicator whose last operation did not finish cannot be
         // destroyed cleanly (ncclCommDestroy would wait for its peers).
-        if (healthy_) {
+        if (failure_.ok()) {
           ncclCommDestroy(comm_);
         } else {
           ncclCommAbort(comm_);
@@ -35,8 +44,8 @@ class NcclCommunicator : public Communicator {
         comm_ = nullptr;
       }
     }
+    for (cudaEvent_t e : done_) cudaEventDestroy(e);
     if (ready_ != nullptr) cudaEventDestroy(ready_);
-    if (done_ != nullptr) cudaEventDestroy(done_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
@@ -44,7 +53,10 @@ class NcclCommunicator : public Communicator {
     RETURN_IF_ERROR(cuda::SetCurrentDevice(device_));
     CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
-    CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+    done_.assign(kRingSize, nullptr);
+    for (cudaEvent_t& e : done_) {
+      CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    }
     ncclUniqueId id;
     std::memset(&id, 0, sizeof(id));
     if (rank_ == 0) NCCL_RETURN_IF_ERROR(ncclGetUniqueId(&id));
@@ -64,7 +76,7 @@ class NcclCommunicator : public Communicator {
       std::memcpy(id.internal, (*values)[0].data(), sizeof(id.internal));
     }
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 0;  // every call returns at once; WaitForComm bounds it
+    config.blocking = 0;  // every call returns at once; the watchdog bounds it
     {
       absl::MutexLock lock(&mu_);
       const ncclResult_t init = ncclCommInitRankConfig(&comm_, world_, id, rank_, &config);
@@ -74,7 +86,9 @@ class NcclCommunicator : public Communicator {
         NCCL_RETURN_IF_ERROR(init);
       }
     }
-    return WaitForComm("initialising the NCCL communicator");
+    RETURN_IF_ERROR(WaitWhileIssuing("initialising the NCCL communicator"));
+    watchdog_ = std::thread([this] { WatchdogLoop(); });
+    return absl::OkStatus();
   }
 
   int rank() const override { return rank_; }
@@ -82,8 +96,8 @@ class NcclCommunicator : public Communicator {
 
   absl::Status AllGather(const void* send, void* recv, size_t bytes_per_rank,
                          Stream* stream) override {
-    if (bytes_per_rank == 0) return absl::OkStatus();
-    return Run("all-gather", stream, [&](ncclComm_t comm) {
+    if (bytes_per_rank == 0) return FirstFailure();
+    return Issue("all-gather", stream, [&](ncclComm_t comm) {
       return ncclAllGather(send, recv, bytes_per_rank, ncclUint8, comm, stream_);
     });
   }
@@ -99,9 +113,9 @@ class NcclCommunicator : public Communicator {
           "send: must hold world_size x recv = ", recv.NumElements() * world_,
           " elements, has ", send.NumElements()));
     }
-    if (recv.NumElements() == 0) return absl::OkStatus();
+    if (recv.NumElements() == 0) return FirstFailure();
     const ncclDataType_t type = send.dtype == DType::kBFloat16 ? ncclBfloat16 : ncclFloat32;
-    return Run("reduce-scatter", stream, [&](ncclComm_t comm) {
+    return Issue("reduce-scatter", stream, [&](ncclComm_t comm) {
       return ncclReduceScatter(send.data, recv.data, recv.NumElements(), type, ncclSum, comm,
                                stream_);
     });
@@ -109,8 +123,8 @@ class NcclCommunicator : public Communicator {
 
   absl::Status AllReduce(const TensorDesc& buf, ReduceOp op, Stream* stream) override {
     if (buf.dtype != DType::kFloat32) return absl::InvalidArgumentError("buf: must be fp32");
-    if (buf.NumElements() == 0) return absl::OkStatus();
-    return Run("all-reduce", stream, [&](ncclComm_t comm) {
+    if (buf.NumElements() == 0) return FirstFailure();
+    return Issue("all-reduce", stream, [&](ncclComm_t comm) {
       return ncclAllReduce(buf.data, buf.data, buf.NumElements(), ncclFloat32,
                            op == ReduceOp::kSum ? ncclSum : ncclMax, comm, stream_);
     });
@@ -118,104 +132,178 @@ class NcclCommunicator : public Communicator {
 
   void Abort() override {
     absl::MutexLock lock(&mu_);
-    AbortLocked();
+    Fail(absl::AbortedError(absl::StrCat("the collective group of rank ", rank_, " was aborted")));
+  }
+
+  absl::Status FirstFailure() override {
+    absl::MutexLock lock(&mu_);
+    return failure_;
   }
 
  private:
   static constexpr char kUniqueIdKey[] = "nccl/unique_id";
+  // Completion events: more than one step's collectives (a 1.1B model issues
+  // about 120), so the ring only fills if the device falls far behind.
+  static constexpr int kRingSize = 1024;
 
-  // Tears the group down; operations in flight on any thread see comm_ ==
-  // nullptr at their next poll and return ABORTED.
-  void AbortLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (comm_ != nullptr) ncclCommAbort(comm_);
-    comm_ = nullptr;
-    healthy_ = false;
+  struct InFlight {
+    cudaEvent_t done;
+    const char* what;
+    absl::Time issued;
+  };
+
+  // Records the first failure. The watchdog thread then tears the group
+  // down (ncclCommAbort, outside the mutex: it waits for the NCCL kernels
+  // already queued, which end early once aborted), so a caller asking
+  // FirstFailure() or issuing another call is never held up by it.
+  void Fail(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (failure_.ok()) failure_ = std::move(status);
+    in_flight_.clear();
   }
 
   // One poll of the group: OK when idle, UNAVAILABLE (meaning "not yet")
-  // while an operation is still being issued, ABORTED when it failed or
-  // was aborted.
+  // while an operation is still being issued; a failure aborts the group and
+  // comes back as ABORTED.
   absl::Status Poll(const char* what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (comm_ == nullptr) return absl::AbortedError(absl::StrCat(what, ": the group was aborted"));
+    if (!failure_.ok()) return failure_;
     ncclResult_t state = ncclSuccess;
     const ncclResult_t query = ncclCommGetAsyncError(comm_, &state);
     if (query != ncclSuccess) state = query;
     if (state == ncclSuccess) return absl::OkStatus();
     if (state == ncclInProgress) return absl::UnavailableError("in progress");
-    AbortLocked();
-    return absl::AbortedError(absl::StrCat(what, " on rank ", rank_, " failed: ",
-                                           ncclGetErrorString(state)));
+    Fail(absl::AbortedError(
+        absl::StrCat(what, " on rank ", rank_, " failed: ", ncclGetErrorString(state))));
+    return failure_;
   }
 
-  absl::Status TimedOut(const char* what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    AbortLocked();
-    return absl::AbortedError(absl::StrCat(what, " on rank ", rank_, " timed out after ",
-                                           absl::FormatDuration(timeout_),
-                                           "; a peer is lost or stuck"));
+  void FailTimedOut(const char* what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    Fail(absl::AbortedError(absl::StrCat(what, " on rank ", rank_, " timed out after ",
+                                         absl::FormatDuration(timeout_),
+                                         "; a peer is lost or stuck")));
   }
 
-  // Waits until the group has no operation being issued (non-blocking
-  // communicators return ncclInProgress from init and enqueue calls).
-  absl::Status WaitForComm(const char* what) {
+  // Waits on the host while NCCL is still issuing an operation (a
+  // non-blocking communicator returns ncclInProgress from init, and from a
+  // collective while it sets up connections on first use).
+  absl::Status WaitWhileIssuing(const char* what) {
     const absl::Time deadline = absl::Now() + timeout_;
     while (true) {
       {
         absl::MutexLock lock(&mu_);
         absl::Status s = Poll(what);
         if (!absl::IsUnavailable(s)) return s;
-        if (absl::Now() > deadline) return TimedOut(what);
+        if (absl::Now() > deadline) {
+          FailTimedOut(what);
+          return failure_;
+        }
       }
       absl::SleepFor(absl::Microseconds(50));
     }
   }
 
-  // Orders the collective after the caller's stream (event ready_), issues
-  // it on the group's stream, waits for it with the timeout (the watchdog),
-  // and orders the caller's stream after it (event done_).
+  // Queues one collective: after the caller's stream (event ready_), on the
+  // group's stream, with the caller's stream ordered after it by the next
+  // completion event of the ring, which the watchdog then owns.
   template <typename Enqueue>
-  absl::Status Run(const char* what, Stream* caller, Enqueue enqueue) {
+  absl::Status Issue(const char* what, Stream* caller, Enqueue enqueue) {
     const cudaStream_t caller_stream = reinterpret_cast<cudaStream_t>(caller);
     RETURN_IF_ERROR(cuda::SetCurrentDevice(device_));
+    ncclResult_t issued = ncclSuccess;
     {
       absl::MutexLock lock(&mu_);
-      if (comm_ == nullptr) return absl::AbortedError(absl::StrCat(what, ": the group was aborted"));
+      const auto ring_has_room = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return !failure_.ok() || static_cast<int>(in_flight_.size()) < kRingSize;
+      };
+      // The watchdog retires or times out the oldest entry well within this.
+      if (!mu_.AwaitWithTimeout(absl::Condition(&ring_has_room), 2 * timeout_)) {
+        FailTimedOut(what);
+      }
+      if (!failure_.ok()) return failure_;
       CUDA_RETURN_IF_ERROR(cudaEventRecord(ready_, caller_stream));
       CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, ready_, 0));
-      const ncclResult_t issued = enqueue(comm_);
+      issued = enqueue(comm_);
       if (issued != ncclSuccess && issued != ncclInProgress) {
-        AbortLocked();
-        NCCL_RETURN_IF_ERROR(issued);
+        Fail(absl::AbortedError(
+            absl::StrCat(what, " on rank ", rank_, ": ", ncclGetErrorString(issued))));
+        return failure_;
       }
     }
-    RETURN_IF_ERROR(WaitForComm(what));
-    CUDA_RETURN_IF_ERROR(cudaEventRecord(done_, stream_));
-    const absl::Time deadline = absl::Now() + timeout_;
+    if (issued == ncclInProgress) RETURN_IF_ERROR(WaitWhileIssuing(what));
+    cudaEvent_t done = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!failure_.ok()) return failure_;
+      done = done_[next_done_];
+      next_done_ = (next_done_ + 1) % kRingSize;
+      CUDA_RETURN_IF_ERROR(cudaEventRecord(done, stream_));
+      in_flight_.push_back(InFlight{done, what, absl::Now()});
+    }
+    CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(caller_stream, done, 0));
+    return absl::OkStatus();
+  }
+
+  // Retires finished collectives in issue order, fails the group when the
+  // oldest unfinished one errs or outlives its deadline, and carries out the
+  // teardown of a failed group.
+  void WatchdogLoop() {
+    if (!cuda::SetCurrentDevice(device_).ok()) {
+      absl::MutexLock lock(&mu_);
+      Fail(absl::InternalError("the NCCL watchdog could not select its device"));
+      return;
+    }
+    absl::Time front_since = absl::InfinitePast();  // when the oldest became oldest
+    const auto has_work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stop_ || !in_flight_.empty() || (!failure_.ok() && comm_ != nullptr);
+    };
     while (true) {
-      const cudaError_t e = cudaEventQuery(done_);
-      if (e == cudaSuccess) break;
-      if (e != cudaErrorNotReady) CUDA_RETURN_IF_ERROR(e);
+      ncclComm_t doomed = nullptr;
       {
         absl::MutexLock lock(&mu_);
-        absl::Status s = Poll(what);
-        if (!s.ok() && !absl::IsUnavailable(s)) return s;
-        if (absl::Now() > deadline) return TimedOut(what);
+        mu_.Await(absl::Condition(&has_work));
+        if (stop_) return;  // the destructor tears down what is left
+        while (failure_.ok() && !in_flight_.empty()) {
+          const InFlight& oldest = in_flight_.front();
+          const cudaError_t e = cudaEventQuery(oldest.done);
+          const absl::Time now = absl::Now();
+          if (e == cudaSuccess) {
+            in_flight_.pop_front();
+            front_since = now;
+            continue;
+          }
+          if (e != cudaErrorNotReady) {
+            Fail(absl::AbortedError(absl::StrCat(oldest.what, " on rank ", rank_,
+                                                 ": CUDA error ", cudaGetErrorString(e))));
+            break;
+          }
+          const absl::Status polled = Poll(oldest.what);  // UNAVAILABLE: still issuing
+          if (!polled.ok() && !absl::IsUnavailable(polled)) break;
+          if (now > std::max(oldest.issued, front_since) + timeout_) FailTimedOut(oldest.what);
+          break;
+        }
+        if (!failure_.ok()) std::swap(doomed, comm_);
       }
-      absl::SleepFor(absl::Microseconds(20));
+      if (doomed != nullptr) {
+        ncclCommAbort(doomed);
+        continue;
+      }
+      absl::SleepFor(absl::Microseconds(100));
     }
-    CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(caller_stream, done_, 0));
-    return absl::OkStatus();
   }
 
   const int rank_;
   const int world_;
   const int device_;
   const absl::Duration timeout_;
-  cudaStream_t stream_ = nullptr;  // the group's own stream
-  cudaEvent_t ready_ = nullptr;    // caller's work before the collective
-  cudaEvent_t done_ = nullptr;     // the collective itself
+  cudaStream_t stream_ = nullptr;     // the group's own stream
+  cudaEvent_t ready_ = nullptr;       // caller's work before a collective
+  std::vector<cudaEvent_t> done_;     // completion events, used as a ring
+  std::thread watchdog_;
   absl::Mutex mu_;
   ncclComm_t comm_ ABSL_GUARDED_BY(mu_) = nullptr;
-  bool healthy_ ABSL_GUARDED_BY(mu_) = true;
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);  // the first failure; OK while healthy
+  std::deque<InFlight> in_flight_ ABSL_GUARDED_BY(mu_);  // oldest first
+  int next_done_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace

@@ -5,17 +5,23 @@
 // not finish in time is torn down with ncclCommAbort and reported as
 // ABORTED, never a hang.
 //
-// Collectives run on the communicator's own stream (created at init),
-// ordered after the caller's stream with one event; the caller's stream is
-// ordered after the collective with another. Today the call also waits on
-// the host (polling ncclCommGetAsyncError and the completion event, bounded
-// by the timeout): that is the watchdog, and it costs the overlap the two
-// events would otherwise allow. Moving the polling to a watchdog thread so
-// the call returns right after issuing is the planned next step; the
-// stream/event structure already fits it.
+// Collectives are queued, not waited for. Each runs on the communicator's
+// own stream, ordered after the caller's stream by one event and followed by
+// a completion event (from a ring created at init) that the caller's stream
+// waits on. The call returns as soon as NCCL has accepted the operation, so
+// the host can queue a whole step ahead of the GPU and never drains it.
 //
-// Abort() may be called from any thread: the group is torn down under a
-// mutex and operations in flight return ABORTED at their next poll.
+// A watchdog thread (started at init, device set once) owns the timeouts. It
+// polls the oldest unfinished collective's completion event and
+// ncclCommGetAsyncError. A collective that fails, or has not finished
+// `timeout` after it was issued and everything queued before it on the
+// communicator's stream had finished, tears the group down with
+// ncclCommAbort. That also ends the NCCL kernels still on the device, so a
+// caller blocked in a stream synchronise returns; FirstFailure() and every
+// later call then report ABORTED, naming the collective and the rank.
+//
+// Abort() may be called from any thread: the group is torn down under the
+// mutex and everything after it returns ABORTED.
 #ifndef TESSERA_WORKER_ENGINE_CUDA_NCCL_COMMUNICATOR_H_
 #define TESSERA_WORKER_ENGINE_CUDA_NCCL_COMMUNICATOR_H_
 

@@ -5,6 +5,10 @@
 // reduce-scatter (fp32 and bf16) is slice `rank` of the sum, all-reduce sum
 // and max; and the watchdog: a peer that never joins, or never enters a
 // collective, turns into ABORTED after the timeout instead of a hang.
+// Two tests need one GPU only (a group of one): a collective returns while
+// the device is still busy before it (it is queued, not waited for), and
+// the watchdog thread fails a queued collective that outlives its timeout
+// while the caller's thread is free.
 //
 // The parent process never touches CUDA (a forked child cannot use a CUDA
 // context its parent created). gtest assertions do not cross fork, so rank
@@ -21,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
@@ -33,17 +38,18 @@ namespace {
 constexpr int kWorld = 2;
 constexpr int kSkipExitCode = 77;
 
-// Runs body(rank, store dir) in kWorld forked processes; returns their exit
+// Runs body(rank, store dir) in `world` forked processes; returns their exit
 // codes. A body returns "" on success or a description of what failed.
-std::vector<int> RunRanks(const std::function<std::string(int, const std::string&)>& body) {
+std::vector<int> RunRanks(const std::function<std::string(int, const std::string&)>& body,
+                          int world = kWorld) {
   char dir_template[] = "/tmp/nccl_test_XXXXXX";
   const std::string dir = mkdtemp(dir_template);
   std::vector<pid_t> pids;
-  for (int rank = 0; rank < kWorld; ++rank) {
+  for (int rank = 0; rank < world; ++rank) {
     const pid_t pid = fork();
     if (pid == 0) {
       int count = 0;
-      if (cudaGetDeviceCount(&count) != cudaSuccess || count < kWorld) _exit(kSkipExitCode);
+      if (cudaGetDeviceCount(&count) != cudaSuccess || count < world) _exit(kSkipExitCode);
       const std::string error = body(rank, dir);
       if (!error.empty()) std::fprintf(stderr, "rank %d: %s\n", rank, error.c_str());
       std::fflush(stderr);
@@ -62,7 +68,7 @@ std::vector<int> RunRanks(const std::function<std::string(int, const std::string
 
 void ExpectAllPassed(const std::vector<int>& codes) {
   for (int code : codes) {
-    if (code == kSkipExitCode) GTEST_SKIP() << "needs " << kWorld << " GPUs";
+    if (code == kSkipExitCode) GTEST_SKIP() << "needs " << codes.size() << " GPUs";
   }
   for (size_t rank = 0; rank < codes.size(); ++rank) EXPECT_EQ(codes[rank], 0) << "rank " << rank;
 }
@@ -167,8 +173,10 @@ std::string CollectivesBody(int rank, const std::string& dir) {
 
 TEST(NcclCommunicatorTest, CollectivesMatchTheirDefinitions) { ExpectAllPassed(RunRanks(CollectivesBody)); }
 
-// Rank 1 builds the group but never enters the all-reduce: rank 0 must get
-// ABORTED after its timeout, and stay aborted.
+// Rank 1 builds the group but never enters the all-reduce. Rank 0's call
+// only queues it; synchronising its stream must end within the timeout
+// (the watchdog aborts the group, which ends the NCCL kernel), and then the
+// group reports ABORTED and stays aborted.
 std::string MissingCollectivePeerBody(int rank, const std::string& dir) {
   if (cudaSetDevice(rank) != cudaSuccess) return "cudaSetDevice failed";
   FileRendezvousStore store(dir);
@@ -183,7 +191,12 @@ std::string MissingCollectivePeerBody(int rank, const std::string& dir) {
   }
   const absl::Time start = absl::Now();
   absl::Status s = (*comm)->AllReduce(desc, ReduceOp::kSum, nullptr);
+  if (!s.ok() && s.code() != absl::StatusCode::kAborted) {
+    return absl::StrCat("want OK (queued) or ABORTED, got ", s.ToString());
+  }
+  if (cudaStreamSynchronize(nullptr) != cudaSuccess) return "stream synchronise failed";
   const absl::Duration took = absl::Now() - start;
+  s = (*comm)->FirstFailure();
   if (s.code() != absl::StatusCode::kAborted) return absl::StrCat("want ABORTED, got ", s.ToString());
   if (took > timeout + absl::Seconds(3)) return absl::StrCat("abort took ", absl::FormatDuration(took));
   if ((*comm)->AllReduce(desc, ReduceOp::kSum, nullptr).code() != absl::StatusCode::kAborted) {
@@ -214,6 +227,98 @@ std::string MissingInitPeerBody(int rank, const std::string& dir) {
 
 TEST(NcclCommunicatorTest, WatchdogBoundsInitialisationWithoutPeers) {
   ExpectAllPassed(RunRanks(MissingInitPeerBody));
+}
+
+// Delays a stream by `ms` milliseconds of host time (a host function on
+// the stream), standing in for a long kernel before a collective.
+void DelayStream(cudaStream_t stream, int ms) {
+  static int delay_ms;
+  delay_ms = ms;
+  cudaLaunchHostFunc(
+      stream, [](void*) { absl::SleepFor(absl::Milliseconds(delay_ms)); }, nullptr);
+}
+
+// A group of one: the all-reduce is queued behind 500 ms of other work on
+// the caller's stream and must return long before that work is done; after
+// a synchronise the result is right and the group healthy.
+std::string QueuedCollectiveBody(int, const std::string&) {
+  if (cudaSetDevice(0) != cudaSuccess) return "cudaSetDevice failed";
+  auto comm = CreateNcclCommunicator(nullptr, 0, 1, 0, absl::Seconds(30));
+  if (!comm.ok()) return comm.status().ToString();
+  cudaStream_t stream = nullptr;
+  if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) return "stream";
+  float* buf = Upload(std::vector<float>(4096, 2.5f));
+  const TensorDesc desc = MakeTensor(buf, DType::kFloat32, Shape{4096});
+  for (int i = 0; i < 3; ++i) {  // the first call also sets NCCL up
+    absl::Status s = (*comm)->AllReduce(desc, ReduceOp::kSum, reinterpret_cast<Stream*>(stream));
+    if (!s.ok()) return s.ToString();
+  }
+  if (cudaStreamSynchronize(stream) != cudaSuccess) return "synchronise";
+  DelayStream(stream, 500);
+  const absl::Time start = absl::Now();
+  absl::Status s = (*comm)->AllReduce(desc, ReduceOp::kMax, reinterpret_cast<Stream*>(stream));
+  const absl::Duration call = absl::Now() - start;
+  if (!s.ok()) return s.ToString();
+  if (call > absl::Milliseconds(250)) {
+    return absl::StrCat("the call waited for the device: ", absl::FormatDuration(call));
+  }
+  if (cudaStreamSynchronize(stream) != cudaSuccess) return "synchronise";
+  if (absl::Now() - start < absl::Milliseconds(450)) return "the stream did not wait for the delay";
+  for (float v : Download(buf, 4096)) {
+    if (v != 2.5f) return absl::StrCat("all-reduce of one rank changed a value to ", v);
+  }
+  s = (*comm)->FirstFailure();
+  return s.ok() ? "" : s.ToString();
+}
+
+TEST(NcclCommunicatorTest, CollectivesAreQueuedNotWaitedFor) {
+  ExpectAllPassed(RunRanks(QueuedCollectiveBody, 1));
+}
+
+// A group of one with a 1 s timeout: the all-reduce is queued behind 4 s of
+// other work. The call returns at once; the watchdog thread must fail the
+// group about 1 s later while the caller's thread is free, and the stream
+// must still drain (the aborted NCCL kernel ends).
+std::string OverdueQueuedCollectiveBody(int, const std::string&) {
+  if (cudaSetDevice(0) != cudaSuccess) return "cudaSetDevice failed";
+  const absl::Duration timeout = absl::Seconds(1);
+  auto comm = CreateNcclCommunicator(nullptr, 0, 1, 0, timeout);
+  if (!comm.ok()) return comm.status().ToString();
+  cudaStream_t stream = nullptr;
+  if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) return "stream";
+  float* buf = Upload(std::vector<float>(4096, 1.0f));
+  const TensorDesc desc = MakeTensor(buf, DType::kFloat32, Shape{4096});
+  absl::Status s = (*comm)->AllReduce(desc, ReduceOp::kSum, reinterpret_cast<Stream*>(stream));
+  if (!s.ok()) return s.ToString();
+  if (cudaStreamSynchronize(stream) != cudaSuccess) return "synchronise";
+  DelayStream(stream, 4000);
+  const absl::Time start = absl::Now();
+  s = (*comm)->AllReduce(desc, ReduceOp::kSum, reinterpret_cast<Stream*>(stream));
+  if (!s.ok()) return absl::StrCat("the call itself failed: ", s.ToString());
+  absl::Duration failed_after = absl::InfiniteDuration();
+  while (absl::Now() - start < absl::Seconds(3)) {
+    if (!(*comm)->FirstFailure().ok()) {
+      failed_after = absl::Now() - start;
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  s = (*comm)->FirstFailure();
+  if (s.code() != absl::StatusCode::kAborted || !absl::StrContains(s.message(), "timed out")) {
+    return absl::StrCat("want ABORTED (timed out) within 3 s, got ", s.ToString());
+  }
+  if (failed_after < timeout) {
+    return absl::StrCat("failed before its timeout: ", absl::FormatDuration(failed_after));
+  }
+  if (cudaStreamSynchronize(stream) != cudaSuccess) return "the stream did not drain cleanly";
+  if ((*comm)->AllReduce(desc, ReduceOp::kSum, nullptr).code() != absl::StatusCode::kAborted) {
+    return "the group was usable after ABORTED";
+  }
+  return "";
+}
+
+TEST(NcclCommunicatorTest, WatchdogFailsAnOverdueQueuedCollective) {
+  ExpectAllPassed(RunRanks(OverdueQueuedCollectiveBody, 1));
 }
 
 TEST(NcclCommunicatorTest, RejectsBadRanks) {
