@@ -237,12 +237,20 @@ absl::Status FsdpTrainer::BlockBackward(int l, const GatheredBlock& w, BlockActi
     RETURN_IF_ERROR(ops.Memset(g->desc.data, 0, g->desc.Bytes(), nullptr));
   }
   const TensorDesc d_bf16_th = View(grad_bf16_b_, DType::kBFloat16, Shape{t, h});
+  // The output gradient of down and of out_proj is the fp32 residual
+  // gradient. An FP8 linear quantizes it straight from fp32 (one pass into
+  // e5m2 and its transpose); a bf16 linear needs a bf16 copy first.
+  const auto residual_as_dy = [&]() -> absl::StatusOr<TensorDesc> {
+    if (fp8_) return grad_residual;
+    RETURN_IF_ERROR(ops.Cast(grad_residual, grad_h_.desc, nullptr));
+    return grad_h_.desc;
+  };
   // MLP backward.
-  RETURN_IF_ERROR(ops.Cast(grad_residual, grad_h_.desc, nullptr));  // dy of down, bf16
+  ASSIGN_OR_RETURN(const TensorDesc dy_down, residual_as_dy());
   const TensorDesc d_swiglu = View(grad_bf16_b_, DType::kBFloat16, Shape{t, f});
   RETURN_IF_ERROR(LinearBackward(ops, *meta_, Spec(l, 3), Full(w.down, b.down), a.swiglu.desc,
-                                 grad_h_.desc, d_swiglu, grads.down.desc, scratch_,
-                                 a.saved[3], nullptr));
+                                 dy_down, d_swiglu, grads.down.desc, scratch_, a.saved[3],
+                                 nullptr));
   if (fuse_swiglu_fp8_) {  // SwiGLU's gradient straight into the gate/up FP8 gradient
     const Fp8Operand dy8 = Fp8Grad(*meta_, Spec(l, 2), scratch_);
     RETURN_IF_ERROR(
@@ -262,9 +270,9 @@ absl::Status FsdpTrainer::BlockBackward(int l, const GatheredBlock& w, BlockActi
                                       a.rstd2.desc, grad_residual, /*accumulate_grad_x=*/true,
                                       Reshaped(grads.mlp_norm.desc, Shape{h}), nullptr));
   // Attention backward.
-  RETURN_IF_ERROR(ops.Cast(grad_residual, grad_h_.desc, nullptr));  // dy of out_proj, bf16
+  ASSIGN_OR_RETURN(const TensorDesc dy_out_proj, residual_as_dy());
   RETURN_IF_ERROR(LinearBackward(ops, *meta_, Spec(l, 1), Full(w.out_proj, b.out_proj),
-                                 a.attn.desc, grad_h_.desc, d_bf16_th, grads.out_proj.desc,
+                                 a.attn.desc, dy_out_proj, d_bf16_th, grads.out_proj.desc,
                                  scratch_, a.saved[1], nullptr));
   RETURN_IF_ERROR(ops.AttentionBackward(
       Reshaped(d_bf16_th, Shape{batch_, seq_, heads_, head_dim_}), a.qkv.desc, kv_heads_,
