@@ -14,6 +14,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev
   libopenblas-dev
+  libssl-dev
   libyaml-cpp-dev
   nlohmann-json3-dev
   python3-grpcio python3-grpc-tools

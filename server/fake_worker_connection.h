@@ -1,7 +1,8 @@
 // Test-only in-memory WorkerConnection: answers every command, streams step
 // results with a configurable delay (or each twice), can fail a chosen
-// command or step, and can hang until cancelled (a stuck worker). Records
-// the commands it saw.
+// command, step or checkpoint, and can hang until cancelled (a stuck worker).
+// Its checkpoints leave a (empty) rank manifest on disk as a worker's would.
+// Records the commands it saw.
 #ifndef TESSERA_SERVER_FAKE_WORKER_CONNECTION_H_
 #define TESSERA_SERVER_FAKE_WORKER_CONNECTION_H_
 
@@ -11,6 +12,8 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/checkpoint_layout.h"
+#include "common/durable_file.h"
 #include "server/worker_connection.h"
 
 namespace tessera {
@@ -21,6 +24,7 @@ struct FakeWorkerBehavior {
   bool fail_setup = false;       // SetupJob fails with RESOURCE_EXHAUSTED
   bool hang_in_run = false;      // RunSteps blocks until CancelInFlight
   bool duplicate_results = false;  // every StepResult is streamed twice
+  int fail_checkpoint_at = -1;     // Checkpoint of this step fails (RESOURCE_EXHAUSTED)
 };
 
 class FakeWorkerConnection : public WorkerConnection {
@@ -31,6 +35,10 @@ class FakeWorkerConnection : public WorkerConnection {
   absl::StatusOr<v1::SetupJobResponse> SetupJob(const v1::SetupJobRequest& r) override {
     Record("SetupJob");
     rank_ = r.rank();
+    {
+      absl::MutexLock lock(&mu_);
+      resume_step_ = r.resume_step();
+    }
     if (behavior_.fail_setup) return absl::ResourceExhaustedError("out of memory");
     return v1::SetupJobResponse();
   }
@@ -62,9 +70,22 @@ class FakeWorkerConnection : public WorkerConnection {
     }
     return absl::OkStatus();
   }
+  // Like a real worker, it leaves its manifest in dir/step-<N>/ (an empty
+  // one: only the coordinator's commit looks at it), or fails.
   absl::StatusOr<std::string> Checkpoint(const v1::CheckpointRequest& r) override {
     Record("Checkpoint@" + std::to_string(r.step()));
-    return std::string("path");
+    if (r.step() == behavior_.fail_checkpoint_at) {
+      return absl::ResourceExhaustedError("no space left on device");
+    }
+    if (absl::Status s = CreateStepDir(r.dir(), r.step()); !s.ok()) return s;
+    const std::string dir = StepDir(r.dir(), r.step());
+    if (absl::Status s = WriteFileDurably(dir, RankManifestName(rank_), ""); !s.ok()) return s;
+    return dir + "/" + RankManifestName(rank_);
+  }
+  // The resume step SetupJob asked for (-1 before SetupJob).
+  int resume_step() {
+    absl::MutexLock lock(&mu_);
+    return resume_step_;
   }
   absl::Status Abort(const v1::AbortRequest&) override {
     Record("Abort");
@@ -87,6 +108,7 @@ class FakeWorkerConnection : public WorkerConnection {
   std::atomic<bool> cancelled_{false};
   absl::Mutex mu_;
   std::vector<std::string> commands_;
+  int resume_step_ = -1;
 };
 
 }  // namespace tessera

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
+#include "server/checkpoint_commit.h"
 #include "server/spec_validation.h"
 
 namespace tessera {
@@ -174,6 +175,35 @@ void JobRunner::WatchSteps() {
   Stop(v1::FAILED, reason);
 }
 
+bool JobRunner::Checkpoint(int step) {
+  const std::string& root = spec_.checkpoint().dir();
+  const int world = static_cast<int>(connections_.size());
+  auto fail = [&](const absl::Status& s) {
+    Stop(v1::FAILED, absl::StrCat("checkpoint of step ", step, " under ", root, ": ",
+                                  StatusCodeName(s.code()), ": ", s.message()));
+    return false;
+  };
+  // Leftovers of an earlier attempt at this step must not mix with this one.
+  if (absl::Status s = PrepareStep(root, step); !s.ok()) return fail(s);
+  absl::Status s = FanOut("Checkpoint", [&](int rank) {
+    v1::CheckpointRequest request;
+    request.set_job_id(job_id_);
+    request.set_step(step);
+    request.set_dir(root);
+    return connections_[rank]->Checkpoint(request).status();
+  });
+  if (!s.ok()) {
+    // Never committed, so never loaded; removed so no partial step remains.
+    DiscardStep(root, step).IgnoreError();
+    return false;
+  }
+  // Every rank wrote its files: only now does the step count.
+  if (absl::Status c = CommitStep(root, step, world, spec_.checkpoint().keep_last()); !c.ok()) {
+    return fail(c);
+  }
+  return true;
+}
+
 JobOutcome JobRunner::Run() {
   const int world = static_cast<int>(connections_.size());
   JobOutcome outcome;
@@ -186,14 +216,32 @@ JobOutcome JobRunner::Run() {
     return outcome;
   };
 
-  if (callbacks_.on_state) callbacks_.on_state(v1::STARTING, "setting up shards on " +
-                                                   std::to_string(world) + " workers");
+  // checkpoint.resume_from names a committed step; the workers load it.
+  absl::StatusOr<int> resume = ResolveResumeStep(spec_.checkpoint(), spec_.steps());
+  if (!resume.ok()) {
+    Stop(v1::FAILED, absl::StrCat("checkpoint.resume_from: ", StatusCodeName(resume.status().code()),
+                                  ": ", resume.status().message()));
+    return finish();
+  }
+  const int first_step = *resume;
+  {
+    absl::MutexLock lock(&mu_);
+    first_unfinished_step_ = first_step;
+  }
+  if (callbacks_.on_state) {
+    callbacks_.on_state(v1::STARTING,
+                        absl::StrCat("setting up shards on ", world, " workers",
+                                     first_step > 0 ? absl::StrCat(", resuming from step ",
+                                                                   first_step)
+                                                    : ""));
+  }
   absl::Status s = FanOut("SetupJob", [&](int rank) {
     v1::SetupJobRequest request;
     request.set_job_id(job_id_);
     *request.mutable_spec() = spec_;
     request.set_rank(rank);
     request.set_world_size(world);
+    request.set_resume_step(first_step);
     return connections_[rank]->SetupJob(request).status();
   });
   if (!s.ok()) return finish();
@@ -211,23 +259,14 @@ JobOutcome JobRunner::Run() {
 
   const int steps = spec_.steps();
   const int interval = spec_.checkpoint().dir().empty() ? 0 : spec_.checkpoint().interval_steps();
-  int step = 0;
+  int step = first_step;
   while (step < steps) {
     int end = steps;
     if (interval > 0) end = std::min(steps, (step / interval + 1) * interval);
     if (!RunChunk(step, end - step).ok()) return finish();
     step = end;
     bool checkpoint = !spec_.checkpoint().dir().empty() && (interval > 0 || step == steps);
-    if (checkpoint) {
-      s = FanOut("Checkpoint", [&](int rank) {
-        v1::CheckpointRequest request;
-        request.set_job_id(job_id_);
-        request.set_step(step);
-        request.set_dir(spec_.checkpoint().dir());
-        return connections_[rank]->Checkpoint(request).status();
-      });
-      if (!s.ok()) return finish();
-    }
+    if (checkpoint && !Checkpoint(step)) return finish();
   }
   outcome = {v1::SUCCEEDED, absl::StrCat("completed ", steps, " steps")};
   return finish();

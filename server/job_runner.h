@@ -3,6 +3,14 @@
 // coordinator), then RunSteps in chunks that end at checkpoint boundaries,
 // Checkpoint when configured, and finally Abort to release the workers.
 //
+// Checkpoints (server/checkpoint_commit.h): a step is committed (its
+// COMMITTED marker written) only after every rank's Checkpoint succeeded,
+// then older steps are pruned to checkpoint.keep_last; a failed checkpoint
+// fails the job and its partial step directory is removed. With
+// checkpoint.resume_from the runner resolves the step to resume ("latest" is
+// the newest committed one) before SetupJob, passes it to every rank, and
+// runs steps from there.
+//
 // Per-rank step results are aggregated into one StepMetrics per step. The
 // control-plane overhead of a step is the time between this step's
 // aggregation and the previous one's (or the RunSteps dispatch) minus the
@@ -64,6 +72,9 @@ class JobRunner {
   absl::Status FanOut(const std::string& command,
                       const std::function<absl::Status(int rank)>& fn);
   absl::Status RunChunk(int first_step, int num_steps);
+  // Checkpoint of `step` on every rank, then commit and prune. False (the job
+  // stopped) on failure.
+  bool Checkpoint(int step);
   // Until the chunk ends or the job stops: fails the job when no step
   // completes for step_timeout_.
   void WatchSteps();

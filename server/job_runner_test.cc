@@ -1,14 +1,19 @@
 // JobRunner with in-memory workers: success with aggregation and
-// checkpoints, a failing rank, a failing setup, cancel mid-run, a stuck
+// checkpoints (committed once every rank wrote them, pruned to keep_last, a
+// failed one committing nothing), resume from the latest committed step and
+// from one never committed (NOT_FOUND), a failing rank,  a failing setup, cancel mid-run, a stuck
 // worker that must not hang the job, the step watchdog (a rank that stops
 // reporting fails the job, slow steps that progress do not), a rank's
 // duplicated results, and a job of 2^31-1 steps, whose bookkeeping must not
 // be sized by its step count.
 #include "server/job_runner.h"
 
+#include <cstdlib>
 #include <limits>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
+#include "common/checkpoint_layout.h"
 #include "gtest/gtest.h"
 #include "server/fake_worker_connection.h"
 
@@ -57,9 +62,21 @@ v1::JobSpec Spec(int steps) {
   return s;
 }
 
+std::string FreshRoot(const std::string& name) {
+  return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
+}
+
+// A job of `steps` steps checkpointing every `interval` under `root`.
+v1::JobSpec CheckpointingSpec(int steps, int interval, const std::string& root) {
+  v1::JobSpec spec = Spec(steps);
+  spec.mutable_checkpoint()->set_dir(root);
+  spec.mutable_checkpoint()->set_interval_steps(interval);
+  return spec;
+}
+
 TEST(JobRunner, RunsToSuccessAggregatingOneRecordPerStep) {
   v1::JobSpec spec = Spec(10);
-  spec.mutable_checkpoint()->set_dir("/tmp/ckpt");
+  spec.mutable_checkpoint()->set_dir(FreshRoot("success"));
   spec.mutable_checkpoint()->set_interval_steps(4);
   Harness h(spec, {{}, {}});
   JobOutcome outcome = h.runner->Run();
@@ -82,6 +99,72 @@ TEST(JobRunner, RunsToSuccessAggregatingOneRecordPerStep) {
   EXPECT_EQ(c, (std::vector<std::string>{"SetupJob", "InitCollective", "RunSteps", "Checkpoint@4",
                                          "RunSteps", "Checkpoint@8", "RunSteps", "Checkpoint@10",
                                          "Abort"}));
+}
+
+TEST(JobRunner, CommitsEachCheckpointOnceAllRanksWroteItAndKeepsTheLast) {
+  const std::string root = FreshRoot("commit");
+  v1::JobSpec spec = CheckpointingSpec(10, 4, root);
+  spec.mutable_checkpoint()->set_keep_last(2);
+  Harness h(spec, {{}, {}});
+  JobOutcome outcome = h.runner->Run();
+  EXPECT_EQ(outcome.state, v1::SUCCEEDED) << outcome.reason;
+  EXPECT_EQ(*ListCommittedSteps(root), (std::vector<int64_t>{8, 10}));
+  EXPECT_EQ(*ListStepDirs(root), (std::vector<int64_t>{8, 10}));  // step 4 pruned
+  EXPECT_EQ(ReadCommitMarker(root, 10)->world_size, 2);
+  EXPECT_EQ(h.workers[0]->resume_step(), 0);
+}
+
+TEST(JobRunner, AFailedCheckpointFailsTheJobAndCommitsNothing) {
+  const std::string root = FreshRoot("failed-checkpoint");
+  FakeWorkerBehavior full_disk;
+  full_disk.fail_checkpoint_at = 8;
+  Harness h(CheckpointingSpec(10, 4, root), {{}, full_disk});
+  JobOutcome outcome = h.runner->Run();
+  EXPECT_EQ(outcome.state, v1::FAILED);
+  EXPECT_NE(outcome.reason.find("Checkpoint failed on worker w-2"), std::string::npos)
+      << outcome.reason;
+  EXPECT_NE(outcome.reason.find("RESOURCE_EXHAUSTED"), std::string::npos) << outcome.reason;
+  // Step 4 was committed; step 8's partial directory (rank 0's files) is gone.
+  EXPECT_EQ(*ListStepDirs(root), (std::vector<int64_t>{4}));
+  EXPECT_EQ(*ListCommittedSteps(root), (std::vector<int64_t>{4}));
+}
+
+TEST(JobRunner, ResumesFromTheLatestCommittedStep) {
+  const std::string root = FreshRoot("resume");
+  for (int step : {4, 8, 9}) {
+    ASSERT_TRUE(CreateStepDir(root, step).ok());
+    if (step != 9) {  // 9 was never committed
+      ASSERT_TRUE(WriteCommitMarker(root, {step, 2}).ok());
+    }
+  }
+  v1::JobSpec spec = CheckpointingSpec(12, 4, root);
+  spec.mutable_checkpoint()->set_resume_from("latest");
+  Harness h(spec, {{}, {}});
+  JobOutcome outcome = h.runner->Run();
+  EXPECT_EQ(outcome.state, v1::SUCCEEDED) << outcome.reason;
+  EXPECT_EQ(h.workers[0]->resume_step(), 8);
+  EXPECT_EQ(h.workers[1]->resume_step(), 8);
+  ASSERT_EQ(h.metrics.size(), 4u);  // steps 8..11 only
+  EXPECT_EQ(h.metrics.front().step(), 8);
+  EXPECT_EQ(h.metrics.back().step(), 11);
+  EXPECT_EQ(h.workers[0]->commands(),
+            (std::vector<std::string>{"SetupJob", "InitCollective", "RunSteps", "Checkpoint@12",
+                                      "Abort"}));
+  EXPECT_EQ(*ListCommittedSteps(root), (std::vector<int64_t>{4, 8, 12}));
+}
+
+TEST(JobRunner, ResumingFromAStepThatWasNeverCommittedIsNotFound) {
+  const std::string root = FreshRoot("resume-missing");
+  for (const char* from : {"latest", "5"}) {
+    v1::JobSpec spec = CheckpointingSpec(12, 4, root);
+    spec.mutable_checkpoint()->set_resume_from(from);
+    Harness h(spec, {{}, {}});
+    JobOutcome outcome = h.runner->Run();
+    EXPECT_EQ(outcome.state, v1::FAILED);
+    EXPECT_NE(outcome.reason.find("checkpoint.resume_from: NOT_FOUND"), std::string::npos)
+        << outcome.reason;
+    EXPECT_EQ(h.workers[0]->commands(), std::vector<std::string>{"Abort"});  // no SetupJob
+  }
 }
 
 TEST(JobRunner, FailingRankFailsTheJobAndAbortsTheOthers) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/checkpoint_layout.h"
 #include "common/spec_limits.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
@@ -15,6 +16,8 @@
 
 namespace tessera {
 namespace {
+
+constexpr int kMaxKeepLast = 1'000'000;
 
 absl::Status Bad(const std::string& field, const std::string& reason) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", reason));
@@ -163,6 +166,42 @@ absl::Status ValidateFp8(const v1::Fp8Recipe& f) {
   return absl::OkStatus();
 }
 
+// keep_last and resume_from; interval_steps is checked with the steps.
+absl::Status ValidateCheckpoint(const v1::CheckpointConfig& c, int steps) {
+  if (!c.dir().empty()) {
+    if (absl::Status s = ValidateCheckpointRoot(c.dir()); !s.ok()) return s;
+  }
+  if (c.keep_last() < 0 || c.keep_last() > kMaxKeepLast) {
+    return Bad("checkpoint.keep_last",
+               absl::StrCat("must be in [0, ", kMaxKeepLast, "] (0 keeps every checkpoint), got ",
+                            c.keep_last()));
+  }
+  if (c.keep_last() > 0 && c.dir().empty()) {
+    return Bad("checkpoint.dir", "must be set when checkpoint.keep_last > 0");
+  }
+  const std::string& from = c.resume_from();
+  if (from.empty()) return absl::OkStatus();
+  if (c.dir().empty()) return Bad("checkpoint.dir", "must be set when checkpoint.resume_from is");
+  if (from == "latest") return absl::OkStatus();
+  // A canonical decimal step: digits only, no sign, no leading zero.
+  const bool digits = from.size() <= 8 && from[0] != '0' &&
+                      std::all_of(from.begin(), from.end(), [](char ch) {
+                        return ch >= '0' && ch <= '9';
+                      });
+  if (!digits) {
+    return Bad("checkpoint.resume_from",
+               absl::StrCat("must be \"latest\" or a step number (got \"",
+                            from.substr(0, 64), "\")"));
+  }
+  const int step = std::stoi(from);
+  if (step >= steps) {
+    return Bad("checkpoint.resume_from",
+               absl::StrCat("step ", step, " must be before steps (", steps,
+                            "); nothing would be left to run"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
@@ -190,6 +229,7 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   if (spec.checkpoint().interval_steps() > 0 && spec.checkpoint().dir().empty()) {
     return Bad("checkpoint.dir", "must be set when checkpoint.interval_steps > 0");
   }
+  if (absl::Status s = ValidateCheckpoint(spec.checkpoint(), spec.steps()); !s.ok()) return s;
   if (absl::Status s = AtLeast("step_timeout_s", spec.step_timeout_s(), 0); !s.ok()) return s;
   return AtLeast("loss_chunk_tokens", spec.loss_chunk_tokens(), 0);
 }

@@ -3,7 +3,9 @@
 // rules are checked from both sides: n_kv_heads (grouped-query attention)
 // accepted when it divides n_heads, the CUDA head dims 64 and 128, and no
 // upper limit on seq_len below common/spec_limits.h's. Upper limits are
-// checked too (their own tests are common/spec_limits_test.cc).
+// checked too (their own tests are common/spec_limits_test.cc), and so are
+// checkpoint.keep_last and checkpoint.resume_from ("latest" or a step before
+// steps, with a dir that has no ".." component).
 #include "server/spec_validation.h"
 
 #include <functional>
@@ -76,6 +78,17 @@ TEST(SpecValidation, EachRuleNamesItsField) {
       {"steps", [](v1::JobSpec& s) { s.set_steps(0); }},
       {"checkpoint.interval_steps", [](v1::JobSpec& s) { s.mutable_checkpoint()->set_interval_steps(-1); }},
       {"checkpoint.dir", [](v1::JobSpec& s) { s.mutable_checkpoint()->set_interval_steps(5); }},
+      {"checkpoint.dir", [](v1::JobSpec& s) { s.mutable_checkpoint()->set_dir("/shared/../etc"); }},
+      {"checkpoint.keep_last", [](v1::JobSpec& s) { s.mutable_checkpoint()->set_dir("/c"); s.mutable_checkpoint()->set_keep_last(-1); }},
+      {"checkpoint.keep_last", [](v1::JobSpec& s) { s.mutable_checkpoint()->set_dir("/c"); s.mutable_checkpoint()->set_keep_last(1'000'001); }},
+      {"checkpoint.dir", [](v1::JobSpec& s) { s.mutable_checkpoint()->set_keep_last(2); }},
+      {"checkpoint.dir", [](v1::JobSpec& s) { s.mutable_checkpoint()->set_resume_from("latest"); }},
+      {"checkpoint.resume_from", [](v1::JobSpec& s) { s.mutable_checkpoint()->set_dir("/c"); s.mutable_checkpoint()->set_resume_from("newest"); }},
+      {"checkpoint.resume_from", [](v1::JobSpec& s) { s.mutable_checkpoint()->set_dir("/c"); s.mutable_checkpoint()->set_resume_from("-3"); }},
+      {"checkpoint.resume_from", [](v1::JobSpec& s) { s.mutable_checkpoint()->set_dir("/c"); s.mutable_checkpoint()->set_resume_from("0"); }},
+      {"checkpoint.resume_from", [](v1::JobSpec& s) { s.mutable_checkpoint()->set_dir("/c"); s.mutable_checkpoint()->set_resume_from("007"); }},
+      {"checkpoint.resume_from", [](v1::JobSpec& s) { s.mutable_checkpoint()->set_dir("/c"); s.mutable_checkpoint()->set_resume_from("99999999999"); }},
+      {"checkpoint.resume_from: step 10 must be before steps (10)", [](v1::JobSpec& s) { s.mutable_checkpoint()->set_dir("/c"); s.mutable_checkpoint()->set_resume_from(std::to_string(s.steps())); }},
       {"loss_chunk_tokens", [](v1::JobSpec& s) { s.set_loss_chunk_tokens(-1); }},
       {"step_timeout_s", [](v1::JobSpec& s) { s.set_step_timeout_s(-1); }},
       {"step_timeout_s: must be <=", [](v1::JobSpec& s) { s.set_step_timeout_s(kMaxStepTimeoutSeconds + 1); }},
@@ -92,6 +105,16 @@ TEST(SpecValidation, EachRuleNamesItsField) {
     absl::Status s = ValidateJobSpec(spec);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.field;
     EXPECT_NE(s.message().find(c.field), std::string::npos) << c.field << " -> " << s.message();
+  }
+}
+
+TEST(SpecValidation, CheckpointKeepLastAndResumeFromAcceptTheirRange) {
+  for (const char* from : {"latest", "1", "9"}) {
+    v1::JobSpec spec = ValidSpec();
+    spec.mutable_checkpoint()->set_dir("/shared/ckpt");
+    spec.mutable_checkpoint()->set_keep_last(3);
+    spec.mutable_checkpoint()->set_resume_from(from);
+    EXPECT_TRUE(ValidateJobSpec(spec).ok()) << from << ": " << ValidateJobSpec(spec);
   }
 }
 

@@ -69,6 +69,10 @@ absl::Status FakeTrainer::InitCollective(RendezvousStore* store, const std::stri
 
 absl::StatusOr<StepReport> FakeTrainer::RunStep(int step) {
   Note();
+  if (step < restored_step_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("step ", step, " is before the restored step ", restored_step_));
+  }
   absl::Time end = absl::Now() + options_.step_time;
   while (absl::Now() < end) {
     if (aborted_) return absl::AbortedError(absl::StrCat("step ", step, " aborted"));
@@ -90,6 +94,16 @@ absl::StatusOr<StepReport> FakeTrainer::RunStep(int step) {
 absl::StatusOr<std::string> FakeTrainer::Checkpoint(int step, const std::string& dir) {
   Note();
   return absl::StrCat(dir, "/step-", step, "/rank-", rank_, ".bin");
+}
+
+absl::Status FakeTrainer::Restore(const std::string& dir, int step) {
+  Note();
+  if (options_.restore_fail_code != absl::StatusCode::kOk) {
+    return absl::Status(options_.restore_fail_code,
+                        absl::StrCat("fake restore of step ", step, " from ", dir, " failed"));
+  }
+  restored_step_ = step;
+  return absl::OkStatus();
 }
 
 }  // namespace tessera

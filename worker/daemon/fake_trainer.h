@@ -26,6 +26,7 @@ struct FakeTrainerOptions {
   // InitCollective publishes `host` under "host/<rank>" and waits for every
   // rank's entry, as a real collective bootstrap would.
   bool exchange_hosts = false;
+  absl::StatusCode restore_fail_code = absl::StatusCode::kOk;  // Restore fails with it unless OK
 };
 
 class FakeTrainer : public Trainer {
@@ -38,6 +39,9 @@ class FakeTrainer : public Trainer {
                               absl::Duration timeout) override;
   absl::StatusOr<StepReport> RunStep(int step) override;
   absl::StatusOr<std::string> Checkpoint(int step, const std::string& dir) override;
+  // Records the step (a RunStep before it then fails). Fails with
+  // restore_fail_code when that is set.
+  absl::Status Restore(const std::string& dir, int step) override;
   void Abort() override { aborted_ = true; }
 
   // Threads that made calls, other than Abort (shared by every FakeTrainer).
@@ -51,6 +55,7 @@ class FakeTrainer : public Trainer {
   int rank_ = 0;
   int world_size_ = 1;
   int tokens_per_step_ = 0;
+  int restored_step_ = -1;
 };
 
 }  // namespace tessera

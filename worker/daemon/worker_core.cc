@@ -94,12 +94,23 @@ absl::StatusOr<v1::SetupJobResponse> WorkerCore::SetupJob(const v1::SetupJobRequ
     if (absl::Status s = CheckSpecLimits(request.spec()); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("spec.", s.message()));
     }
+    if (request.resume_step() != 0 &&
+        (request.resume_step() < 0 || request.resume_step() >= request.spec().steps())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("resume_step: must be 0 or in [1, spec.steps) (got ",
+                       request.resume_step(), " of ", request.spec().steps(), " steps)"));
+    }
+    if (request.resume_step() > 0 && request.spec().checkpoint().dir().empty()) {
+      return absl::InvalidArgumentError(
+          "spec.checkpoint.dir: must be set to resume from a checkpoint (resume_step > 0)");
+    }
     job_id_ = request.job_id();
     rank_ = request.rank();
     phase_ = Phase::kSettingUp;
     next_step_ = 0;
   }
   absl::StatusOr<SetupReport> report = absl::InternalError("SetupJob: trainer never ran");
+  bool restore_failed = false;  // the checkpoint's fault, not the worker's
   compute_.Run([&] {
     // Setup allocates everything the job needs; an allocation the host
     // cannot satisfy must fail this job, not end the daemon.
@@ -118,6 +129,15 @@ absl::StatusOr<v1::SetupJobResponse> WorkerCore::SetupJob(const v1::SetupJobRequ
         if (aborting_) trainer_->Abort();
       }
       report = trainer_->Setup(request.spec(), request.rank(), request.world_size());
+      // Resume: the freshly allocated state is replaced by the checkpoint's.
+      if (report.ok() && request.resume_step() > 0) {
+        if (absl::Status s =
+                trainer_->Restore(request.spec().checkpoint().dir(), request.resume_step());
+            !s.ok()) {
+          report = s;
+          restore_failed = true;
+        }
+      }
     } catch (const std::bad_alloc&) {
       report = absl::ResourceExhaustedError(absl::StrCat(
           "SetupJob for ", request.job_id(), ": out of host memory while setting up the job"));
@@ -134,13 +154,15 @@ absl::StatusOr<v1::SetupJobResponse> WorkerCore::SetupJob(const v1::SetupJobRequ
     }
   });
   if (!report.ok()) {
-    NoteHealth(report.status()).IgnoreError();
+    // A damaged checkpoint (DATA_LOSS) says nothing about this worker's health.
+    if (!restore_failed) NoteHealth(report.status()).IgnoreError();
     absl::MutexLock lock(&mu_);
     ClearJobLocked();  // also releases an Abort waiting on this setup
     return report.status();
   }
   absl::MutexLock lock(&mu_);
   phase_ = Phase::kSetUp;
+  next_step_ = request.resume_step();
   if (aborting_) {
     return absl::CancelledError(
         absl::StrCat("SetupJob for ", request.job_id(), ": aborted: ", abort_reason_));

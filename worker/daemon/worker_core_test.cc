@@ -259,6 +259,54 @@ TEST(WorkerCore, CheckpointFromSetUpAndOnlyOfTheCurrentStep) {
   EXPECT_TRUE(core.Checkpoint("job-1", 3, "/tmp/ck").ok());
 }
 
+TEST(WorkerCore, ResumeRestoresAfterSetupAndStartsAtTheResumedStep) {
+  WorkerCore core(Factory());
+  v1::SetupJobRequest request = SetupRequest("job-1");
+  request.mutable_spec()->set_steps(10);
+  request.mutable_spec()->mutable_checkpoint()->set_dir("/shared/ckpt");
+  request.set_resume_step(4);
+  ASSERT_TRUE(core.SetupJob(request).ok());
+  ASSERT_TRUE(core.InitCollective("job-1", nullptr, "h", absl::Seconds(1)).ok());
+  EXPECT_EQ(RunFor(core, "job-1", 0, 1).code(), absl::StatusCode::kFailedPrecondition);
+  std::vector<StepReport> steps;
+  ASSERT_TRUE(RunFor(core, "job-1", 4, 2, &steps).ok());
+  ASSERT_EQ(steps.size(), 2u);
+  EXPECT_EQ(steps[0].step, 4);
+  EXPECT_TRUE(core.Checkpoint("job-1", 6, "/tmp/ck").ok());
+}
+
+TEST(WorkerCore, BadResumeRequestsAreInvalidArgument) {
+  WorkerCore core(Factory());
+  v1::SetupJobRequest request = SetupRequest("job-1");
+  request.mutable_spec()->set_steps(10);
+  request.set_resume_step(4);  // but no checkpoint.dir
+  absl::Status s = core.SetupJob(request).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("checkpoint.dir"), absl::string_view::npos) << s;
+  request.mutable_spec()->mutable_checkpoint()->set_dir("/shared/ckpt");
+  for (int bad : {-1, 10, 11}) {
+    request.set_resume_step(bad);
+    s = core.SetupJob(request).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("resume_step"), absl::string_view::npos) << s;
+  }
+  EXPECT_EQ(core.Status().phase(), "idle");
+}
+
+TEST(WorkerCore, ADamagedCheckpointFailsSetupButNotTheWorker) {
+  FakeTrainerOptions damaged;
+  damaged.restore_fail_code = absl::StatusCode::kDataLoss;
+  WorkerCore core(SequenceFactory({damaged, {}}));
+  v1::SetupJobRequest request = SetupRequest("job-1");
+  request.mutable_spec()->set_steps(10);
+  request.mutable_spec()->mutable_checkpoint()->set_dir("/shared/ckpt");
+  request.set_resume_step(4);
+  EXPECT_EQ(core.SetupJob(request).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(core.Status().healthy());
+  EXPECT_EQ(core.Status().phase(), "idle");
+  EXPECT_TRUE(core.SetupJob(request).ok());  // the next job gets the worker
+}
+
 TEST(WorkerCore, OutOfOrderMessageNamesTheCommandAndTheFix) {
   WorkerCore core(Factory());
   absl::Status s = core.InitCollective("job-3", nullptr, "h", absl::Seconds(1));

@@ -1,12 +1,9 @@
-// FsdpTrainer setup, collectives bootstrap, checkpoints and abort (see
-// fsdp_trainer.h). The step itself is in train_step.cc.
+// FsdpTrainer setup, collectives bootstrap and abort (see fsdp_trainer.h).
+// The step itself is in train_step.cc, checkpoints and restore in
+// fsdp_checkpoint.cc.
 #include "worker/trainer/fsdp_trainer.h"
 
-#include <sys/stat.h>
-
 #include <cmath>
-#include <cstdio>
-#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -287,10 +284,13 @@ absl::Status FsdpTrainer::InitCollective(RendezvousStore* store, const std::stri
   }
   if (aborted_) comm_->Abort();
   // Agree on every FP8 weight's scale from the global amax of its master,
-  // then encode the compute shards with it.
-  RETURN_IF_ERROR(comm_->AllReduce(meta_->amaxes(), ReduceOp::kMax, nullptr));
-  RETURN_IF_ERROR(meta_->UpdateScales(*ops_, nullptr));
-  RETURN_IF_ERROR(QuantizeWeightsFromMaster());
+  // then encode the compute shards with it. A restored job already holds the
+  // scales and the encoded shards of the step it resumes.
+  if (!restored_) {
+    RETURN_IF_ERROR(comm_->AllReduce(meta_->amaxes(), ReduceOp::kMax, nullptr));
+    RETURN_IF_ERROR(meta_->UpdateScales(*ops_, nullptr));
+    RETURN_IF_ERROR(QuantizeWeightsFromMaster());
+  }
   RETURN_IF_ERROR(ops_->Synchronize(nullptr));
   RETURN_IF_ERROR(comm_->FirstFailure());
   collective_ready_ = true;
@@ -350,55 +350,6 @@ absl::StatusOr<std::vector<uint8_t>> FsdpTrainer::GatheredWeightBytes(int layer,
   std::vector<uint8_t> bytes(p[linear]->rows * p[linear]->cols * DTypeSize(p[linear]->compute_dtype));
   RETURN_IF_ERROR(ops_->CopyToHost(bytes.data(), t[linear]->desc.data, bytes.size(), nullptr));
   return bytes;
-}
-
-// Checkpoint file, little-endian: "TSRCKPT1", int64 step, rank, world; per
-// parameter: int64 name length, name, int64 n, then n fp32 each of master,
-// exp_avg and exp_avg_sq (parameters in model order: embedding, each block's
-// attn_norm, qkv, out_proj, mlp_norm, gate_up, down, then final_norm and
-// lm_head); then int64 m and the m floats of the FP8 state, the packed block
-// laid out as fp8_meta.h describes (amaxes, scales, histories, and the
-// scale_inv each weight's FP8 bytes were encoded with). Written to a temp
-// file and renamed, so a reader never sees a partial checkpoint.
-absl::StatusOr<std::string> FsdpTrainer::Checkpoint(int step, const std::string& dir) {
-  if (meta_ == nullptr) return absl::FailedPreconditionError("Checkpoint before Setup");
-  const std::string step_dir = absl::StrCat(dir, "/step-", step);
-  mkdir(dir.c_str(), 0755);
-  mkdir(step_dir.c_str(), 0755);
-  const std::string path = absl::StrCat(step_dir, "/rank-", rank_, ".bin");
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return absl::InvalidArgumentError(absl::StrCat("dir: cannot write ", path));
-    out.write("TSRCKPT1", 8);
-    int64_t header[3] = {step, rank_, world_};
-    out.write(reinterpret_cast<const char*>(header), sizeof(header));
-    std::vector<float> host;
-    for (Fp8ShardedParam* p : AllParams()) {
-      const int64_t n = p->layout.shard_numel();
-      int64_t name_len = static_cast<int64_t>(p->name.size());
-      out.write(reinterpret_cast<const char*>(&name_len), sizeof(name_len));
-      out.write(p->name.data(), name_len);
-      out.write(reinterpret_cast<const char*>(&n), sizeof(n));
-      host.resize(n);
-      for (const DeviceTensor* t : {&p->master, &p->exp_avg, &p->exp_avg_sq}) {
-        RETURN_IF_ERROR(ops_->CopyToHost(host.data(), t->desc.data, n * sizeof(float), nullptr));
-        out.write(reinterpret_cast<const char*>(host.data()), n * sizeof(float));
-      }
-    }
-    // The FP8 quantizer state: amaxes, scales and amax histories.
-    const TensorDesc& meta = meta_->packed();
-    int64_t meta_count = meta.NumElements();
-    host.resize(meta_count);
-    RETURN_IF_ERROR(ops_->CopyToHost(host.data(), meta.data, meta.Bytes(), nullptr));
-    out.write(reinterpret_cast<const char*>(&meta_count), sizeof(meta_count));
-    out.write(reinterpret_cast<const char*>(host.data()), meta.Bytes());
-    if (!out) return absl::InternalError(absl::StrCat("writing ", path, " failed"));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("renaming ", tmp, " failed"));
-  }
-  return path;
 }
 
 }  // namespace tessera

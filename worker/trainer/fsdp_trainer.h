@@ -18,7 +18,8 @@
 // bf16 too. Every parameter is sharded on dim 0 (fp8_sharded_param.h).
 //
 // Setup (fsdp_trainer.cc) allocates everything; RunStep (train_step.cc, one
-// file that reads top to bottom) allocates nothing.
+// file that reads top to bottom) allocates nothing; Checkpoint and Restore
+// are in fsdp_checkpoint.cc.
 #ifndef TESSERA_WORKER_TRAINER_FSDP_TRAINER_H_
 #define TESSERA_WORKER_TRAINER_FSDP_TRAINER_H_
 
@@ -29,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "common/durable_file.h"
 #include "worker/comm/communicator.h"
 #include "worker/comm/single_rank_communicator.h"
 #include "worker/data/batch_source.h"
@@ -57,6 +59,10 @@ class FsdpTrainer : public Trainer {
                               absl::Duration timeout) override;
   absl::StatusOr<StepReport> RunStep(int step) override;
   absl::StatusOr<std::string> Checkpoint(int step, const std::string& dir) override;
+  // Loads master, Adam m and v, the compute shards (FP8 codes or bf16), the
+  // packed quantizer block, the data position and the step counter
+  // (fsdp_checkpoint.cc); InitCollective then keeps them as they are.
+  absl::Status Restore(const std::string& dir, int step) override;
   void Abort() override;
 
   // For tests: engine allocations and host reads so far, counted at the ops
@@ -112,6 +118,8 @@ class FsdpTrainer : public Trainer {
   absl::Status AllocateState();
   absl::Status InitParams();
   absl::Status QuantizeWeightsFromMaster();
+  // Appends this rank's state file (fsdp_checkpoint.cc) to `out`.
+  absl::Status WriteState(int step, DurableFileWriter& out);
   absl::StatusOr<DeviceTensor> Alloc(DType dtype, Shape shape);
   absl::Status GatherBlock(int layer, GatheredBlock& out);
   absl::Status BlockForward(int layer, const GatheredBlock& w, BlockActivations& a,
@@ -136,6 +144,7 @@ class FsdpTrainer : public Trainer {
   std::unique_ptr<BatchSource> data_;
   std::atomic<bool> aborted_{false};
   bool collective_ready_ = false;
+  bool restored_ = false;  // Restore loaded a checkpoint: InitCollective keeps its state
   int next_step_ = 0;
 
   v1::JobSpec spec_;

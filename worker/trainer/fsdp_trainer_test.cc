@@ -431,21 +431,5 @@ TEST(FsdpTrainer, AbortFromAnotherThreadStopsATrainingLoop) {
   EXPECT_GT(step, 1);
 }
 
-TEST(FsdpTrainer, CheckpointWritesTheRankShard) {
-  FsdpTrainer trainer(CreateCpuOps(), CreateGlooCommunicator);
-  EXPECT_EQ(trainer.Checkpoint(0, FreshDir("early")).status().code(),
-            absl::StatusCode::kFailedPrecondition);
-  ASSERT_TRUE(trainer.Setup(TinySpec(1), 0, 1).ok());
-  ASSERT_TRUE(trainer.InitCollective(nullptr, "127.0.0.1", absl::Seconds(5)).ok());
-  ASSERT_TRUE(trainer.RunStep(0).ok());
-  auto path = trainer.Checkpoint(1, FreshDir("ckpt"));
-  ASSERT_TRUE(path.ok()) << path.status();
-  std::ifstream in(*path, std::ios::binary);
-  char magic[8];
-  in.read(magic, 8);
-  EXPECT_EQ(std::string(magic, 8), "TSRCKPT1");
-  EXPECT_FALSE(trainer.Checkpoint(1, "/proc/forbidden").ok());
-}
-
 }  // namespace
 }  // namespace tessera

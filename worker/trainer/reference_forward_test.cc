@@ -66,34 +66,38 @@ double AbsMax(const Matrix& x) {
   return m;
 }
 
-// ---- The checkpoint (format in fsdp_trainer.cc) -----------------------------
+// ---- The checkpoint (format in fsdp_checkpoint.cc) --------------------------
 
 struct Checkpointed {
   std::map<std::string, std::vector<float>> master;
   std::vector<float> fp8_state;
 };
 
-Checkpointed ReadCheckpoint(const std::string& path) {
+// `manifest_path` is what Checkpoint returns; the state file lies beside it.
+Checkpointed ReadCheckpoint(const std::string& manifest_path) {
   Checkpointed c;
+  const std::string path =
+      manifest_path.substr(0, manifest_path.rfind('/')) + "/rank-0.state";
   std::ifstream in(path, std::ios::binary);
   char magic[8] = {};
-  int64_t header[3] = {};
+  int64_t header[5] = {};  // step, rank, world, data position, parameters
   in.read(magic, 8);
   in.read(reinterpret_cast<char*>(header), sizeof(header));
-  EXPECT_EQ(std::string(magic, 8), "TSRCKPT1");
+  EXPECT_EQ(std::string(magic, 8), "TSRSTAT1");
   EXPECT_EQ(header[2], 1) << "world";
-  while (in) {
+  for (int64_t p = 0; p < header[4] && in; ++p) {
     int64_t len = 0;
     in.read(reinterpret_cast<char*>(&len), 8);
     std::string name(len, '\0');
     in.read(name.data(), len);
-    int64_t n = 0;
-    in.read(reinterpret_cast<char*>(&n), 8);
+    int64_t shape[5] = {};  // rows, cols, compute dtype, first element, n
+    in.read(reinterpret_cast<char*>(shape), sizeof(shape));
+    const int64_t n = shape[4];
     std::vector<float> values(n);
     in.read(reinterpret_cast<char*>(values.data()), n * 4);
-    in.seekg(2 * n * 4, std::ios::cur);  // Adam m and v
+    const int64_t compute_bytes = n * (shape[2] == static_cast<int64_t>(DType::kE4M3) ? 1 : 2);
+    in.seekg(2 * n * 4 + compute_bytes, std::ios::cur);  // Adam m and v, compute copy
     c.master[name] = std::move(values);
-    if (name == "lm_head") break;
   }
   int64_t m = 0;
   in.read(reinterpret_cast<char*>(&m), 8);

@@ -1,6 +1,6 @@
 // The seam between the worker daemon (control plane) and compute. The daemon
-// drives one Trainer per job through Setup -> InitCollective -> RunStep... ->
-// (Checkpoint) and may call Abort from any thread at any time. The real
+// drives one Trainer per job through Setup -> (Restore) -> InitCollective ->
+// RunStep... -> (Checkpoint) and may call Abort from any thread at any time. The real
 // implementation is the FSDP2 trainer (worker/trainer/fsdp_trainer.h) over a
 // compute engine; tests may drive the daemon with a fake.
 #ifndef TESSERA_WORKER_TRAINER_TRAINER_H_
@@ -56,8 +56,16 @@ class Trainer {
                                       absl::Duration timeout) = 0;
   // One optimizer step (0-based). Steps must be consecutive.
   virtual absl::StatusOr<StepReport> RunStep(int step) = 0;
-  // Writes this rank's state after `step` steps into dir; returns the path.
+  // Writes this rank's state after `step` steps into dir/step-<step>/ as
+  // verified files (checkpoint_io.h); returns the rank's manifest path.
   virtual absl::StatusOr<std::string> Checkpoint(int step, const std::string& dir) = 0;
+  // Replaces the freshly initialised state with the one a committed
+  // checkpoint saved after `step` steps under dir, possibly written at
+  // another world size; the next RunStep is then `step`. Call after Setup
+  // and before InitCollective. NOT_FOUND: no committed checkpoint of that
+  // step; DATA_LOSS: a file is missing or damaged; FAILED_PRECONDITION: it
+  // was written by a job whose state-shaping spec fields differ.
+  virtual absl::Status Restore(const std::string& dir, int step) = 0;
   // Thread-safe: makes an in-flight or later RunStep return ABORTED/CANCELLED.
   virtual void Abort() = 0;
 };

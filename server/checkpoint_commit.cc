@@ -1,0 +1,83 @@
+// Commit, discard, prune and resume resolution of checkpoint steps (see
+// checkpoint_commit.h).
+#include "server/checkpoint_commit.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/checkpoint_layout.h"
+
+namespace tessera {
+
+absl::StatusOr<int> ResolveResumeStep(const v1::CheckpointConfig& config, int steps) {
+  const std::string& from = config.resume_from();
+  if (from.empty()) return 0;
+  if (absl::Status s = ValidateCheckpointRoot(config.dir()); !s.ok()) return s;
+  if (from == "latest") {
+    absl::StatusOr<std::vector<int64_t>> committed = ListCommittedSteps(config.dir());
+    if (!committed.ok()) return committed.status();
+    if (committed->empty()) {
+      return absl::NotFoundError(
+          absl::StrCat("\"latest\": no committed checkpoint under ", config.dir()));
+    }
+    const int64_t latest = committed->back();
+    if (latest >= steps) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "\"latest\" is step ", latest, ", which is not before steps (", steps,
+          "): nothing is left to run; raise steps to train further"));
+    }
+    return static_cast<int>(latest);
+  }
+  int step = 0;
+  if (!absl::SimpleAtoi(from, &step) || step < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("must be \"latest\" or a step number >= 1 (got \"", from, "\")"));
+  }
+  absl::StatusOr<CommitRecord> record = ReadCommitMarker(config.dir(), step);
+  if (!record.ok()) return record.status();
+  return step;
+}
+
+absl::Status PrepareStep(const std::string& root, int step) { return RemoveStepDir(root, step); }
+
+absl::Status CommitStep(const std::string& root, int step, int world_size, int keep_last) {
+  for (int rank = 0; rank < world_size; ++rank) {
+    const std::string manifest = absl::StrCat(StepDir(root, step), "/", RankManifestName(rank));
+    if (::access(manifest.c_str(), F_OK) != 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "rank ", rank, " reported its checkpoint of step ", step, ", but ", manifest,
+          " is not visible to the coordinator: checkpoint.dir must be a directory shared by the "
+          "coordinator and every worker"));
+    }
+  }
+  if (absl::Status s = WriteCommitMarker(root, {step, world_size}); !s.ok()) return s;
+  return PruneSteps(root, step, keep_last);
+}
+
+absl::Status DiscardStep(const std::string& root, int step) { return RemoveStepDir(root, step); }
+
+absl::Status PruneSteps(const std::string& root, int newest, int keep_last) {
+  absl::StatusOr<std::vector<int64_t>> all = ListStepDirs(root);
+  if (!all.ok()) return all.status();
+  absl::StatusOr<std::vector<int64_t>> committed = ListCommittedSteps(root);
+  if (!committed.ok()) return committed.status();
+  // Committed steps at or below `newest`, newest first: the first keep_last stay.
+  std::vector<int64_t> kept;
+  for (auto it = committed->rbegin(); it != committed->rend(); ++it) {
+    if (*it <= newest && (keep_last == 0 || static_cast<int>(kept.size()) < keep_last)) {
+      kept.push_back(*it);
+    }
+  }
+  for (int64_t step : *all) {
+    if (step >= newest) continue;
+    if (std::find(kept.begin(), kept.end(), step) != kept.end()) continue;
+    if (absl::Status s = RemoveStepDir(root, step); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tessera

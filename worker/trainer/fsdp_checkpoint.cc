@@ -1,0 +1,291 @@
+// FsdpTrainer's checkpoints: what a rank's state file holds, how it is
+// written through checkpoint_io.h, and how Restore loads it back, re-slicing
+// the dim-0 shards when the job now runs at another world size.
+//
+// rank-<R>.state, little-endian:
+//   "TSRSTAT1"
+//   int64 step, rank, world_size, data_position, parameter count
+//   per parameter, in model order (embedding; each block's attn_norm, qkv,
+//   out_proj, mlp_norm, gate_up, down; final_norm; lm_head):
+//     int64 name length, name, int64 rows, cols, compute dtype (DType value),
+//     first element, n (the rank's elements, ShardLayout)
+//     n fp32 master, n fp32 Adam m, n fp32 Adam v, n compute elements
+//     (e4m3 codes for FP8 block linears, bf16 for the rest)
+//   int64 m, then the m floats of the packed FP8 quantizer block (amaxes,
+//   scales, amax histories, and the scale_inv each weight's FP8 bytes were
+//   encoded with; fp8_meta.h)
+//
+// Why the compute bytes are saved instead of re-quantized from the masters:
+// under delayed scaling FusedAdam encodes step k's FP8 weights with the scale
+// from before step k's scale update, and the packed block keeps only its
+// inverse (weight_data_scale_inv), not the scale itself, so re-encoding from
+// the master with the block's current scale would give other bytes than the
+// unbroken run gathers at step k+1. Restoring the bytes makes a resumed run
+// bit-identical; they cost one byte per FP8 parameter (two for bf16).
+//
+// The batch source is a pure function of (seed, step, rank), so the data
+// position is the step; it is stored and checked so that a reader that one
+// day keeps state has its place in the format.
+//
+// Re-slicing: every saved parameter shard records its element range, so each
+// rank copies the overlap of its own range with every saved rank's. The
+// quantizer block is identical on all ranks after a step's all-reduce; a
+// re-sliced job takes saved rank 0's.
+#include <cstring>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "common/checkpoint_layout.h"
+#include "common/status_macros.h"
+#include "worker/trainer/checkpoint_io.h"
+#include "worker/trainer/fsdp_trainer.h"
+#include "worker/trainer/spec_hash.h"
+
+namespace tessera {
+namespace {
+
+constexpr char kStateMagic[] = "TSRSTAT1";
+
+std::string StateFileName(int rank) { return absl::StrCat("rank-", rank, ".state"); }
+
+absl::Status AppendInt(DurableFileWriter& out, int64_t v) { return out.Append(&v, sizeof(v)); }
+
+// One parameter shard as a state file holds it (pointers into the file).
+struct SavedParam {
+  std::string name;
+  int64_t rows = 0, cols = 0, dtype = 0, first = 0, n = 0;
+  const char* master = nullptr;
+  const char* exp_avg = nullptr;
+  const char* exp_avg_sq = nullptr;
+  const char* compute = nullptr;
+};
+
+struct SavedState {
+  std::string bytes;  // the whole verified file; the pointers below point into it
+  int64_t step = 0, rank = 0, world = 0, data_position = 0;
+  std::vector<SavedParam> params;
+  const char* meta = nullptr;
+  int64_t meta_count = 0;
+};
+
+// Bounds-checked reads from a verified file. The checksum already matched,
+// so a failure here means the writer and reader disagree on the format.
+class Cursor {
+ public:
+  Cursor(const std::string& bytes, const std::string& what) : bytes_(bytes), what_(what) {}
+  absl::Status Int(int64_t* v) {
+    const char* p = nullptr;
+    RETURN_IF_ERROR(Take(sizeof(*v), &p));
+    std::memcpy(v, p, sizeof(*v));
+    return absl::OkStatus();
+  }
+  absl::Status Take(int64_t size, const char** p) {
+    if (size < 0 || size > static_cast<int64_t>(bytes_.size() - offset_)) {
+      return absl::DataLossError(absl::StrCat(what_, ": malformed state file: a field at byte ",
+                                              offset_, " runs past its end"));
+    }
+    *p = bytes_.data() + offset_;
+    offset_ += static_cast<size_t>(size);
+    return absl::OkStatus();
+  }
+  bool AtEnd() const { return offset_ == bytes_.size(); }
+
+ private:
+  const std::string& bytes_;
+  const std::string what_;
+  size_t offset_ = 0;
+};
+
+absl::Status ParseState(const std::string& what, SavedState& s) {
+  Cursor in(s.bytes, what);
+  const char* magic = nullptr;
+  RETURN_IF_ERROR(in.Take(8, &magic));
+  if (std::memcmp(magic, kStateMagic, 8) != 0) {
+    return absl::DataLossError(absl::StrCat(what, ": not a Tessera state file"));
+  }
+  int64_t count = 0;
+  RETURN_IF_ERROR(in.Int(&s.step));
+  RETURN_IF_ERROR(in.Int(&s.rank));
+  RETURN_IF_ERROR(in.Int(&s.world));
+  RETURN_IF_ERROR(in.Int(&s.data_position));
+  RETURN_IF_ERROR(in.Int(&count));
+  if (count < 0 || count > 1 << 20) {
+    return absl::DataLossError(absl::StrCat(what, ": parameter count ", count));
+  }
+  s.params.resize(count);
+  for (SavedParam& p : s.params) {
+    int64_t name_len = 0;
+    const char* name = nullptr;
+    RETURN_IF_ERROR(in.Int(&name_len));
+    RETURN_IF_ERROR(in.Take(name_len, &name));
+    p.name.assign(name, name_len);
+    for (int64_t* v : {&p.rows, &p.cols, &p.dtype, &p.first, &p.n}) RETURN_IF_ERROR(in.Int(v));
+    if (p.n < 0 || p.n > (int64_t{1} << 40) ||
+        (p.dtype != static_cast<int64_t>(DType::kE4M3) &&
+         p.dtype != static_cast<int64_t>(DType::kBFloat16))) {
+      return absl::DataLossError(absl::StrCat(what, ": parameter ", p.name, " is malformed"));
+    }
+    RETURN_IF_ERROR(in.Take(p.n * 4, &p.master));
+    RETURN_IF_ERROR(in.Take(p.n * 4, &p.exp_avg));
+    RETURN_IF_ERROR(in.Take(p.n * 4, &p.exp_avg_sq));
+    RETURN_IF_ERROR(in.Take(p.n * static_cast<int64_t>(DTypeSize(static_cast<DType>(p.dtype))),
+                            &p.compute));
+  }
+  RETURN_IF_ERROR(in.Int(&s.meta_count));
+  if (s.meta_count < 0 || s.meta_count > (int64_t{1} << 30)) {
+    return absl::DataLossError(absl::StrCat(what, ": quantizer block size ", s.meta_count));
+  }
+  RETURN_IF_ERROR(in.Take(s.meta_count * 4, &s.meta));
+  if (!in.AtEnd()) return absl::DataLossError(absl::StrCat(what, ": trailing bytes"));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> FsdpTrainer::Checkpoint(int step, const std::string& dir) {
+  if (meta_ == nullptr) return absl::FailedPreconditionError("Checkpoint before Setup");
+  ASSIGN_OR_RETURN(std::unique_ptr<RankCheckpointWriter> writer,
+                   RankCheckpointWriter::Begin(dir, step, rank_, world_,
+                                               CheckpointSpecHash(spec_)));
+  RETURN_IF_ERROR(writer->AddFile(StateFileName(rank_), [&](DurableFileWriter& out) {
+    return WriteState(step, out);
+  }));
+  return writer->Finish();
+}
+
+absl::Status FsdpTrainer::WriteState(int step, DurableFileWriter& out) {
+  const std::vector<Fp8ShardedParam*> params = AllParams();
+  RETURN_IF_ERROR(out.Append(kStateMagic, 8));
+  for (int64_t v : {int64_t{step}, int64_t{rank_}, int64_t{world_}, int64_t{step},
+                    static_cast<int64_t>(params.size())}) {
+    RETURN_IF_ERROR(AppendInt(out, v));
+  }
+  std::vector<char> host;
+  for (const Fp8ShardedParam* p : params) {
+    const int64_t n = p->layout.shard_numel();
+    RETURN_IF_ERROR(AppendInt(out, static_cast<int64_t>(p->name.size())));
+    RETURN_IF_ERROR(out.Append(p->name));
+    for (int64_t v : {p->rows, p->cols, static_cast<int64_t>(p->compute_dtype),
+                      p->layout.first_elem(), n}) {
+      RETURN_IF_ERROR(AppendInt(out, v));
+    }
+    const size_t compute_bytes = n * DTypeSize(p->compute_dtype);
+    for (const DeviceTensor* t : {&p->master, &p->exp_avg, &p->exp_avg_sq, &p->compute}) {
+      const size_t bytes = t == &p->compute ? compute_bytes : n * sizeof(float);
+      host.resize(bytes);
+      RETURN_IF_ERROR(ops_->CopyToHost(host.data(), t->desc.data, bytes, nullptr));
+      RETURN_IF_ERROR(ops_->Synchronize(nullptr));
+      RETURN_IF_ERROR(out.Append(host.data(), bytes));
+    }
+  }
+  const TensorDesc& meta = meta_->packed();
+  host.resize(meta.Bytes());
+  RETURN_IF_ERROR(ops_->CopyToHost(host.data(), meta.data, meta.Bytes(), nullptr));
+  RETURN_IF_ERROR(ops_->Synchronize(nullptr));
+  RETURN_IF_ERROR(AppendInt(out, meta.NumElements()));
+  return out.Append(host.data(), host.size());
+}
+
+absl::Status FsdpTrainer::Restore(const std::string& dir, int step) {
+  if (meta_ == nullptr) return absl::FailedPreconditionError("Restore before Setup");
+  if (collective_ready_ || next_step_ != 0) {
+    return absl::FailedPreconditionError("Restore after InitCollective or a step");
+  }
+  if (step < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("resume step: must be >= 1 (a checkpoint follows at least one step), got ",
+                     step));
+  }
+  ASSIGN_OR_RETURN(const CommitRecord commit, ReadCommitMarker(dir, step));
+  const int saved_world = commit.world_size;
+  const std::vector<Fp8ShardedParam*> params = AllParams();
+
+  // The saved ranks whose shards overlap this rank's, and the one whose
+  // quantizer block is taken.
+  const int meta_rank = saved_world == world_ ? rank_ : 0;
+  std::map<int, SavedState> saved;
+  saved[meta_rank];
+  for (const Fp8ShardedParam* p : params) {
+    const int64_t lo = p->layout.first_elem(), hi = lo + p->layout.shard_numel();
+    for (int s = 0; s < saved_world; ++s) {
+      const ShardLayout theirs{p->rows, p->cols, saved_world, s};
+      const int64_t their_lo = theirs.first_elem(), their_hi = their_lo + theirs.shard_numel();
+      if (std::max(lo, their_lo) < std::min(hi, their_hi)) saved[s];
+    }
+  }
+  const std::string spec_hash = CheckpointSpecHash(spec_);
+  for (auto& [s, state] : saved) {
+    ASSIGN_OR_RETURN(const RankManifest manifest, ReadRankManifest(dir, step, s));
+    const std::string what = absl::StrCat(StepDir(dir, step), "/", StateFileName(s));
+    RETURN_IF_ERROR(CheckManifestFits(manifest, spec_hash, saved_world,
+                                      absl::StrCat(StepDir(dir, step), "/", RankManifestName(s))));
+    ASSIGN_OR_RETURN(state.bytes, ReadVerifiedFile(dir, manifest, StateFileName(s)));
+    RETURN_IF_ERROR(ParseState(what, state));
+    if (state.step != step || state.rank != s || state.world != saved_world ||
+        state.data_position != step || state.params.size() != params.size()) {
+      return absl::DataLossError(absl::StrCat(
+          what, ": header (step ", state.step, ", rank ", state.rank, " of ", state.world,
+          ", data position ", state.data_position, ", ", state.params.size(),
+          " parameters) does not match its step, rank, world size and model"));
+    }
+    for (size_t i = 0; i < params.size(); ++i) {
+      const Fp8ShardedParam& p = *params[i];
+      const SavedParam& q = state.params[i];
+      const ShardLayout theirs{p.rows, p.cols, saved_world, s};
+      if (q.name != p.name || q.rows != p.rows || q.cols != p.cols ||
+          q.dtype != static_cast<int64_t>(p.compute_dtype) || q.first != theirs.first_elem() ||
+          q.n != theirs.shard_numel()) {
+        return absl::DataLossError(absl::StrCat(what, ": parameter ", i, " (", q.name,
+                                                ") does not match this model's ", p.name));
+      }
+    }
+  }
+
+  // Copy each parameter's overlap with every saved shard, then onto the engine.
+  std::vector<char> master, exp_avg, exp_avg_sq, compute;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Fp8ShardedParam& p = *params[i];
+    const int64_t n = p.layout.shard_numel(), lo = p.layout.first_elem();
+    const int64_t esize = static_cast<int64_t>(DTypeSize(p.compute_dtype));
+    master.resize(n * 4);
+    exp_avg.resize(n * 4);
+    exp_avg_sq.resize(n * 4);
+    compute.resize(n * esize);
+    int64_t covered = 0;
+    for (const auto& [s, state] : saved) {
+      const SavedParam& q = state.params[i];
+      const int64_t from = std::max(lo, q.first), to = std::min(lo + n, q.first + q.n);
+      if (from >= to) continue;
+      const int64_t src = from - q.first, dst = from - lo, count = to - from;
+      std::memcpy(master.data() + dst * 4, q.master + src * 4, count * 4);
+      std::memcpy(exp_avg.data() + dst * 4, q.exp_avg + src * 4, count * 4);
+      std::memcpy(exp_avg_sq.data() + dst * 4, q.exp_avg_sq + src * 4, count * 4);
+      std::memcpy(compute.data() + dst * esize, q.compute + src * esize, count * esize);
+      covered += count;
+    }
+    if (covered != n) {
+      return absl::DataLossError(absl::StrCat(StepDir(dir, step), ": the saved shards of ",
+                                              p.name, " cover ", covered, " of this rank's ", n,
+                                              " elements"));
+    }
+    if (n == 0) continue;
+    RETURN_IF_ERROR(ops_->CopyToDevice(p.master.desc.data, master.data(), n * 4, nullptr));
+    RETURN_IF_ERROR(ops_->CopyToDevice(p.exp_avg.desc.data, exp_avg.data(), n * 4, nullptr));
+    RETURN_IF_ERROR(ops_->CopyToDevice(p.exp_avg_sq.desc.data, exp_avg_sq.data(), n * 4, nullptr));
+    RETURN_IF_ERROR(ops_->CopyToDevice(p.compute.desc.data, compute.data(), n * esize, nullptr));
+  }
+  const SavedState& meta_state = saved[meta_rank];
+  const TensorDesc& meta = meta_->packed();
+  if (meta_state.meta_count != meta.NumElements()) {
+    return absl::DataLossError(absl::StrCat(
+        StepDir(dir, step), "/", StateFileName(meta_rank), ": quantizer block of ",
+        meta_state.meta_count, " floats, this model's has ", meta.NumElements()));
+  }
+  RETURN_IF_ERROR(ops_->CopyToDevice(meta.data, meta_state.meta, meta.Bytes(), nullptr));
+  RETURN_IF_ERROR(ops_->Synchronize(nullptr));
+  next_step_ = step;
+  restored_ = true;
+  return absl::OkStatus();
+}
+
+}  // namespace tessera

@@ -1,0 +1,303 @@
+// FsdpTrainer checkpoints on the CPU engine, ranks in forked processes over
+// Gloo as in fsdp_trainer_test.cc:
+//  - a run resumed at step k gives losses (and gathered FP8 weights)
+//    bit-identical to an unbroken run, at 1 rank for delayed scaling, current
+//    scaling and FP8 off, and at 2 ranks;
+//  - resuming at another world size (2 -> 1 and 1 -> 2) re-slices the dim-0
+//    shards: every gathered block weight is byte-identical to the saved run's,
+//    and training goes on;
+//  - a damaged state file is DATA_LOSS naming it, an uncommitted step is
+//    NOT_FOUND, another job's checkpoint is FAILED_PRECONDITION, Restore out
+//    of order is FAILED_PRECONDITION, and a failed write leaves no step
+//    directory.
+#include <dirent.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+
+#include "absl/strings/str_cat.h"
+#include "common/checkpoint_layout.h"
+#include "gtest/gtest.h"
+#include "worker/comm/file_rendezvous_store_for_test.h"
+#include "worker/comm/gloo_communicator.h"
+#include "worker/engine/cpu/cpu_ops.h"
+#include "worker/trainer/fsdp_trainer.h"
+#include "worker/trainer/test_job_spec.h"
+
+namespace tessera {
+namespace {
+
+std::string FreshDir(const std::string& name) {
+  static int counter = 0;
+  std::string dir =
+      absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name, "-", getpid(), "-", counter++);
+  mkdir(dir.c_str(), 0755);
+  return dir;
+}
+
+// What one rank of a run saw: its losses, then every block linear's gathered
+// (full) compute bytes after the last step.
+struct RankRun {
+  std::vector<float> losses;
+  std::vector<std::vector<uint8_t>> gathered;
+};
+
+struct RunPlan {
+  v1::JobSpec spec;
+  int world = 1;
+  std::string root;     // checkpoint root
+  int restore_step = 0;  // 0: fresh start
+  int first_step = 0, end_step = 0;
+  bool checkpoint_at_end = false;
+};
+
+// One rank: setup, optional restore, steps, optional checkpoint, gather.
+absl::StatusOr<RankRun> RunRank(const RunPlan& plan, int rank, const std::string& rdzv) {
+  FsdpTrainer trainer(CreateCpuOps(), CreateGlooCommunicator);
+  absl::Status s = trainer.Setup(plan.spec, rank, plan.world).status();
+  if (s.ok() && plan.restore_step > 0) s = trainer.Restore(plan.root, plan.restore_step);
+  if (!s.ok()) return s;
+  FileRendezvousStore store(rdzv);
+  if (s = trainer.InitCollective(&store, "127.0.0.1", absl::Seconds(30)); !s.ok()) return s;
+  RankRun run;
+  for (int step = plan.first_step; step < plan.end_step; ++step) {
+    absl::StatusOr<StepReport> report = trainer.RunStep(step);
+    if (!report.ok()) return report.status();
+    run.losses.push_back(report->loss);
+  }
+  if (plan.checkpoint_at_end) {
+    if (absl::StatusOr<std::string> path = trainer.Checkpoint(plan.end_step, plan.root);
+        !path.ok()) {
+      return path.status();
+    }
+  }
+  for (int layer = 0; layer < plan.spec.model().n_layers(); ++layer) {
+    for (int linear = 0; linear < 4; ++linear) {
+      absl::StatusOr<std::vector<uint8_t>> bytes = trainer.GatheredWeightBytes(layer, linear);
+      if (!bytes.ok()) return bytes.status();
+      run.gathered.push_back(*std::move(bytes));
+    }
+  }
+  return run;
+}
+
+void WriteRun(const RankRun& run, const std::string& path) {
+  std::ofstream out(path, std::ios::binary);
+  const int64_t n = run.losses.size(), g = run.gathered.size();
+  out.write(reinterpret_cast<const char*>(&n), 8);
+  out.write(reinterpret_cast<const char*>(run.losses.data()), n * sizeof(float));
+  out.write(reinterpret_cast<const char*>(&g), 8);
+  for (const auto& bytes : run.gathered) {
+    const int64_t size = bytes.size();
+    out.write(reinterpret_cast<const char*>(&size), 8);
+    out.write(reinterpret_cast<const char*>(bytes.data()), size);
+  }
+}
+
+RankRun ReadRun(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  RankRun run;
+  int64_t n = 0, g = 0;
+  in.read(reinterpret_cast<char*>(&n), 8);
+  run.losses.resize(n);
+  in.read(reinterpret_cast<char*>(run.losses.data()), n * sizeof(float));
+  in.read(reinterpret_cast<char*>(&g), 8);
+  run.gathered.resize(g);
+  for (auto& bytes : run.gathered) {
+    int64_t size = 0;
+    in.read(reinterpret_cast<char*>(&size), 8);
+    bytes.resize(size);
+    in.read(reinterpret_cast<char*>(bytes.data()), size);
+  }
+  return run;
+}
+
+// Runs every rank of `plan` in a child process; a checkpointing run is then
+// committed, as the coordinator does once every rank succeeded.
+std::vector<RankRun> Run(const RunPlan& plan) {
+  const std::string dir = FreshDir("run");
+  std::vector<pid_t> pids;
+  for (int r = 0; r < plan.world; ++r) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      absl::StatusOr<RankRun> run = RunRank(plan, r, dir);
+      if (!run.ok()) {
+        std::fprintf(stderr, "rank %d: %s\n", r, run.status().ToString().c_str());
+        _exit(3);
+      }
+      WriteRun(*run, absl::StrCat(dir, "/out-", r));
+      _exit(0);
+    }
+    pids.push_back(pid);
+  }
+  bool ok = true;
+  for (int r = 0; r < plan.world; ++r) {
+    int status = 0;
+    waitpid(pids[r], &status, 0);
+    ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "rank " << r;
+  }
+  std::vector<RankRun> runs;
+  if (!ok) return runs;
+  for (int r = 0; r < plan.world; ++r) runs.push_back(ReadRun(absl::StrCat(dir, "/out-", r)));
+  if (plan.checkpoint_at_end) {
+    EXPECT_TRUE(WriteCommitMarker(plan.root, {plan.end_step, plan.world}).ok());
+  }
+  return runs;
+}
+
+// Trains `total` steps unbroken, and again as k steps, checkpoint, restore
+// (in new processes) and the rest; the two must agree bit for bit.
+void ExpectResumeIsExact(const v1::JobSpec& spec, int world, int k, int total) {
+  RunPlan unbroken{spec, world, FreshDir("unused"), 0, 0, total, false};
+  std::vector<RankRun> full = Run(unbroken);
+  RunPlan first{spec, world, FreshDir("ckpt"), 0, 0, k, true};
+  std::vector<RankRun> before = Run(first);
+  RunPlan second{spec, world, first.root, k, k, total, false};
+  std::vector<RankRun> after = Run(second);
+  ASSERT_EQ(full.size(), static_cast<size_t>(world));
+  ASSERT_EQ(before.size(), static_cast<size_t>(world));
+  ASSERT_EQ(after.size(), static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) {
+    std::vector<float> resumed = before[r].losses;
+    resumed.insert(resumed.end(), after[r].losses.begin(), after[r].losses.end());
+    ASSERT_EQ(resumed.size(), full[r].losses.size());
+    for (int s = 0; s < total; ++s) {
+      // Bitwise, not approximately.
+      EXPECT_EQ(std::memcmp(&resumed[s], &full[r].losses[s], sizeof(float)), 0)
+          << "rank " << r << " step " << s << ": " << resumed[s] << " vs " << full[r].losses[s];
+    }
+    EXPECT_EQ(after[r].gathered, full[r].gathered) << "rank " << r;
+  }
+  // The loss moved after the checkpoint, so the restored state was used.
+  EXPECT_NE(full[0].losses[k], full[0].losses[0]);
+}
+
+TEST(FsdpCheckpoint, OneRankResumeIsBitIdenticalForEveryFp8Recipe) {
+  v1::JobSpec delayed = TinyCpuTestJobSpec(2);
+  ExpectResumeIsExact(delayed, 1, 3, 6);
+  v1::JobSpec current = delayed;
+  current.mutable_fp8()->mutable_current();
+  ExpectResumeIsExact(current, 1, 2, 5);
+  v1::JobSpec bf16 = delayed;
+  bf16.mutable_fp8()->set_disabled(true);
+  ExpectResumeIsExact(bf16, 1, 3, 5);
+}
+
+TEST(FsdpCheckpoint, TwoRankResumeIsBitIdentical) {
+  ExpectResumeIsExact(TinyCpuTestJobSpec(1), 2, 3, 6);
+}
+
+// Saves at `from` ranks after k steps, restores at `to` ranks: the gathered
+// weights equal the saved ones byte for byte and training continues.
+void ExpectReshardedResume(int from, int to) {
+  const v1::JobSpec spec = TinyCpuGqaTestJobSpec(1, 2);  // qkv rows split unevenly
+  const int k = 3;
+  RunPlan save{spec, from, FreshDir("reshard"), 0, 0, k, true};
+  std::vector<RankRun> saved = Run(save);
+  RunPlan load{spec, to, save.root, k, k, k, false};  // no step: gather right after restore
+  std::vector<RankRun> loaded = Run(load);
+  ASSERT_EQ(saved.size(), static_cast<size_t>(from));
+  ASSERT_EQ(loaded.size(), static_cast<size_t>(to));
+  ASSERT_FALSE(saved[0].gathered.empty());
+  for (int r = 0; r < to; ++r) EXPECT_EQ(loaded[r].gathered, saved[0].gathered) << "rank " << r;
+  RunPlan train{spec, to, save.root, k, k, k + 2, false};
+  std::vector<RankRun> trained = Run(train);
+  ASSERT_EQ(trained.size(), static_cast<size_t>(to));
+  for (float loss : trained[0].losses) EXPECT_TRUE(std::isfinite(loss) && loss < 10.f) << loss;
+}
+
+TEST(FsdpCheckpoint, ResumingAtAnotherWorldSizeReslicesTheShards) {
+  ExpectReshardedResume(2, 1);
+  ExpectReshardedResume(1, 2);
+  ExpectReshardedResume(2, 3);  // uneven and empty shards
+}
+
+// A 1-rank trainer at step 2 with a committed checkpoint under root.
+std::string CommittedOneRankCheckpoint(const v1::JobSpec& spec) {
+  const std::string root = FreshDir("bad");
+  FsdpTrainer trainer(CreateCpuOps(), CreateGlooCommunicator);
+  EXPECT_TRUE(trainer.Setup(spec, 0, 1).ok());
+  EXPECT_TRUE(trainer.InitCollective(nullptr, "127.0.0.1", absl::Seconds(5)).ok());
+  EXPECT_TRUE(trainer.RunStep(0).ok());
+  EXPECT_TRUE(trainer.RunStep(1).ok());
+  absl::StatusOr<std::string> path = trainer.Checkpoint(2, root);
+  EXPECT_TRUE(path.ok()) << path.status();
+  EXPECT_EQ(*path, StepDir(root, 2) + "/rank-0.manifest");
+  EXPECT_TRUE(WriteCommitMarker(root, {2, 1}).ok());
+  return root;
+}
+
+absl::Status RestoreInto(const v1::JobSpec& spec, const std::string& root, int step) {
+  FsdpTrainer trainer(CreateCpuOps(), CreateGlooCommunicator);
+  if (absl::Status s = trainer.Setup(spec, 0, 1).status(); !s.ok()) return s;
+  return trainer.Restore(root, step);
+}
+
+TEST(FsdpCheckpoint, RestoreRefusesDamagedMissingAndForeignCheckpoints) {
+  const v1::JobSpec spec = TinyCpuTestJobSpec(1);
+  const std::string root = CommittedOneRankCheckpoint(spec);
+  EXPECT_TRUE(RestoreInto(spec, root, 2).ok());
+  EXPECT_EQ(RestoreInto(spec, root, 3).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(RestoreInto(spec, root, 0).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RestoreInto(spec, root + "/../x", 2).code(), absl::StatusCode::kInvalidArgument);
+  v1::JobSpec other = spec;
+  other.set_seed(spec.seed() + 1);
+  absl::Status foreign = RestoreInto(other, root, 2);
+  EXPECT_EQ(foreign.code(), absl::StatusCode::kFailedPrecondition) << foreign;
+
+  const std::string state = StepDir(root, 2) + "/rank-0.state";
+  {
+    std::fstream f(state, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(1000);
+    const char c = static_cast<char>(f.get());
+    f.seekp(1000);
+    f.put(static_cast<char>(c ^ 0x10));
+  }
+  absl::Status damaged = RestoreInto(spec, root, 2);
+  EXPECT_EQ(damaged.code(), absl::StatusCode::kDataLoss) << damaged;
+  EXPECT_NE(damaged.message().find("rank-0.state"), absl::string_view::npos) << damaged;
+  ASSERT_EQ(unlink(state.c_str()), 0);
+  damaged = RestoreInto(spec, root, 2);
+  EXPECT_EQ(damaged.code(), absl::StatusCode::kDataLoss) << damaged;
+  EXPECT_NE(damaged.message().find("rank-0.state"), absl::string_view::npos) << damaged;
+}
+
+TEST(FsdpCheckpoint, RestoreOutOfOrderIsAFailedPrecondition) {
+  const v1::JobSpec spec = TinyCpuTestJobSpec(1);
+  const std::string root = CommittedOneRankCheckpoint(spec);
+  FsdpTrainer trainer(CreateCpuOps(), CreateGlooCommunicator);
+  EXPECT_EQ(trainer.Restore(root, 2).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(trainer.Setup(spec, 0, 1).ok());
+  ASSERT_TRUE(trainer.InitCollective(nullptr, "127.0.0.1", absl::Seconds(5)).ok());
+  EXPECT_EQ(trainer.Restore(root, 2).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(FsdpCheckpoint, AFailedCheckpointLeavesNoStepDirectory) {
+  FsdpTrainer trainer(CreateCpuOps(), CreateGlooCommunicator);
+  EXPECT_EQ(trainer.Checkpoint(0, FreshDir("early")).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(trainer.Setup(TinyCpuTestJobSpec(1), 0, 1).ok());
+  ASSERT_TRUE(trainer.InitCollective(nullptr, "127.0.0.1", absl::Seconds(5)).ok());
+  ASSERT_TRUE(trainer.RunStep(0).ok());
+  EXPECT_FALSE(trainer.Checkpoint(1, "/proc/forbidden").ok());
+  // A root whose step directory cannot take files (read-only) fails cleanly.
+  const std::string root = FreshDir("readonly");
+  ASSERT_TRUE(CreateStepDir(root, 1).ok());
+  ASSERT_EQ(chmod(StepDir(root, 1).c_str(), 0555), 0);
+  if (access(StepDir(root, 1).c_str(), W_OK) != 0) {  // not when the test runs as root
+    EXPECT_FALSE(trainer.Checkpoint(1, root).ok());
+  }
+  ASSERT_EQ(chmod(StepDir(root, 1).c_str(), 0755), 0);
+  ASSERT_EQ(rmdir(StepDir(root, 1).c_str()), 0);
+  // Still usable, and the write then succeeds.
+  EXPECT_TRUE(trainer.Checkpoint(1, root).ok());
+}
+
+}  // namespace
+}  // namespace tessera
