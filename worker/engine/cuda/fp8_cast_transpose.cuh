@@ -1,6 +1,8 @@
 // The tiled FP8 cast-transpose shared by every op that ends in an FP8
 // linear's input or gradient: Quantize's cast-transpose (quantize.cu) and the
-// SwiGLU kernels that write FP8 directly (swiglu_quantize.cu). A `Producer`
+// SwiGLU kernels that write FP8 directly (swiglu_quantize.cu); and the plain
+// byte transpose of FP8 weights for the backward, which shares its second
+// phase. A `Producer`
 // supplies the values, so an op can compute them in registers instead of
 // writing a bf16 tensor for a separate cast to read back.
 //
@@ -8,9 +10,10 @@
 // Phase 1: each thread takes two 8-value row segments from the producer,
 // max-combines |v| into the tile's amax, encodes v * scale with Hopper's
 // converter, writes the 8 codes to `out` (if any) with one 8-byte store and
-// keeps them in shared memory. Phase 2: each thread turns a 4 x 4 byte block
-// of the tile around in registers and writes 4 bytes to each of 4 rows of
-// out_t [cols, rows], 16 lanes per 64-byte row, so both sides are coalesced.
+// keeps them in shared memory. Phase 2 (WriteTransposedTile): each thread
+// turns a 4 x 4 byte block of the tile around in registers and writes 4
+// bytes to each of 4 rows of out_t [cols, rows], 16 lanes per 64-byte row,
+// so both sides are coalesced.
 // Block (0, 0) also publishes 1 / scale to out's and out_t's scale_inv.
 //
 // A producer is a copyable struct with
@@ -33,6 +36,31 @@ namespace cuda {
 inline constexpr int kCastTransposeTile = 64;
 inline constexpr int kCastTransposeThreads = 256;
 inline constexpr int kCastTransposeTileStride = kCastTransposeTile + 4;  // keeps words aligned
+
+// Phase 2 of the tiled kernels below: `tile` holds a 64 x 64 byte tile
+// (row stride kCastTransposeTileStride) of a [rows, cols] byte matrix at
+// (row0, col0); writes it to out_t [cols, rows]. Thread (i, j) of 256 owns
+// tile rows 4j..4j+3 and columns 4i..4i+3, turns that 4 x 4 byte block
+// around in registers and writes 4 bytes to each of 4 rows of out_t, 16
+// lanes per 64-byte row, so the stores are coalesced.
+__device__ __forceinline__ void WriteTransposedTile(const uint8_t* tile, uint8_t* out_t,
+                                                    int64_t rows, int64_t row0, int64_t col0) {
+  constexpr int kStride = kCastTransposeTileStride;
+  const int j = threadIdx.x % 16, i = threadIdx.x / 16;
+  uint32_t w[4];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    w[q] = *reinterpret_cast<const uint32_t*>(tile + (4 * j + q) * kStride + 4 * i);
+  }
+  const uint32_t lo01 = __byte_perm(w[0], w[1], 0x5140), lo23 = __byte_perm(w[2], w[3], 0x5140);
+  const uint32_t hi01 = __byte_perm(w[0], w[1], 0x7362), hi23 = __byte_perm(w[2], w[3], 0x7362);
+  const uint32_t column_codes[4] = {__byte_perm(lo01, lo23, 0x5410), __byte_perm(lo01, lo23, 0x7632),
+                                    __byte_perm(hi01, hi23, 0x5410), __byte_perm(hi01, hi23, 0x7632)};
+#pragma unroll
+  for (int p = 0; p < 4; ++p) {
+    *reinterpret_cast<uint32_t*>(out_t + (col0 + 4 * i + p) * rows + row0 + 4 * j) = column_codes[p];
+  }
+}
 
 template <typename Producer, bool kE5M2>
 __global__ void __launch_bounds__(kCastTransposeThreads)
@@ -65,21 +93,7 @@ __global__ void __launch_bounds__(kCastTransposeThreads)
     slot[1] = hi;
   }
   __syncthreads();
-  // Thread (i, j) owns tile rows 4j..4j+3 and columns 4i..4i+3.
-  const int j = threadIdx.x % 16, i = threadIdx.x / 16;
-  uint32_t w[4];
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    w[q] = *reinterpret_cast<const uint32_t*>(tile + (4 * j + q) * kStride + 4 * i);
-  }
-  const uint32_t lo01 = __byte_perm(w[0], w[1], 0x5140), lo23 = __byte_perm(w[2], w[3], 0x5140);
-  const uint32_t hi01 = __byte_perm(w[0], w[1], 0x7362), hi23 = __byte_perm(w[2], w[3], 0x7362);
-  const uint32_t column_codes[4] = {__byte_perm(lo01, lo23, 0x5410), __byte_perm(lo01, lo23, 0x7632),
-                                    __byte_perm(hi01, hi23, 0x5410), __byte_perm(hi01, hi23, 0x7632)};
-#pragma unroll
-  for (int p = 0; p < 4; ++p) {
-    *reinterpret_cast<uint32_t*>(out_t + (col0 + 4 * i + p) * rows + row0 + 4 * j) = column_codes[p];
-  }
+  WriteTransposedTile(tile, out_t, rows, row0, col0);
   local = WarpMax(local);
   if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = local;
   __syncthreads();
