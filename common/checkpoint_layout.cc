@@ -97,15 +97,12 @@ absl::Status CreateStepDir(const std::string& root, int64_t step) {
 absl::StatusOr<std::vector<int64_t>> ListStepDirs(const std::string& root) {
   if (absl::Status s = ValidateCheckpointRoot(root); !s.ok()) return s;
   std::vector<int64_t> steps;
-  DIR* dir = ::opendir(root.c_str());
-  if (dir == nullptr) {
-    if (errno == ENOENT) return steps;
-    return FileErrno(errno, "listing", root);
+  absl::StatusOr<std::vector<std::string>> names = ListDirectory(root);
+  if (absl::IsNotFound(names.status())) return steps;
+  if (!names.ok()) return names.status();
+  for (const std::string& name : *names) {
+    if (std::optional<int64_t> step = ParseStepDirName(name)) steps.push_back(*step);
   }
-  while (dirent* entry = ::readdir(dir)) {
-    if (std::optional<int64_t> step = ParseStepDirName(entry->d_name)) steps.push_back(*step);
-  }
-  ::closedir(dir);
   std::sort(steps.begin(), steps.end());
   return steps;
 }

@@ -2,11 +2,13 @@
 // symlink-refusing reads (see durable_file.h).
 #include "common/durable_file.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -110,6 +112,19 @@ absl::Status WriteFileDurably(const std::string& dir, const std::string& name,
   if (!writer.ok()) return writer.status();
   if (absl::Status s = (*writer)->Append(data); !s.ok()) return s;
   return (*writer)->Commit();
+}
+
+absl::StatusOr<std::vector<std::string>> ListDirectory(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return FileErrno(errno, "listing", dir);
+  std::vector<std::string> names;
+  while (dirent* entry = ::readdir(d)) {
+    const std::string name = entry->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 absl::Status FsyncDirectory(const std::string& dir) {

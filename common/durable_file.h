@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -60,6 +61,10 @@ absl::Status WriteFileDurably(const std::string& dir, const std::string& name,
 
 // fsyncs a directory, making renames and unlinks inside it durable.
 absl::Status FsyncDirectory(const std::string& dir);
+
+// The names in `dir` other than "." and "..", sorted. NOT_FOUND when dir
+// does not exist.
+absl::StatusOr<std::vector<std::string>> ListDirectory(const std::string& dir);
 
 // Reads a whole regular file of at most max_bytes. NOT_FOUND when it does not
 // exist, INVALID_ARGUMENT when it is a symbolic link or not a regular file,

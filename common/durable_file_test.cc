@@ -4,7 +4,6 @@
 // with distinct codes.
 #include "common/durable_file.h"
 
-#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -24,16 +23,9 @@ std::string FreshDir(const std::string& name) {
   return dir;
 }
 
+// The names in dir, sorted; none when it does not exist.
 std::vector<std::string> Entries(const std::string& dir) {
-  std::vector<std::string> names;
-  DIR* d = opendir(dir.c_str());
-  if (d == nullptr) return names;
-  while (dirent* e = readdir(d)) {
-    std::string n = e->d_name;
-    if (n != "." && n != "..") names.push_back(n);
-  }
-  closedir(d);
-  return names;
+  return ListDirectory(dir).value_or(std::vector<std::string>{});
 }
 
 TEST(DurableFile, CommitPublishesTheBytesAndTheirDigest) {

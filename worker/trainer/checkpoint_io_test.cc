@@ -6,7 +6,6 @@
 // FAILED_PRECONDITION.
 #include "worker/trainer/checkpoint_io.h"
 
-#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint_layout.h"
+#include "common/durable_file.h"
 #include "common/sha256.h"
 #include "gtest/gtest.h"
 
@@ -27,17 +27,9 @@ std::string FreshRoot(const std::string& name) {
   return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
 }
 
+// The names in dir, sorted; none when it does not exist.
 std::vector<std::string> Entries(const std::string& dir) {
-  std::vector<std::string> names;
-  DIR* d = opendir(dir.c_str());
-  if (d == nullptr) return names;
-  while (dirent* e = readdir(d)) {
-    std::string n = e->d_name;
-    if (n != "." && n != "..") names.push_back(n);
-  }
-  closedir(d);
-  std::sort(names.begin(), names.end());
-  return names;
+  return ListDirectory(dir).value_or(std::vector<std::string>{});
 }
 
 auto Bytes(const std::string& data) {
