@@ -35,25 +35,18 @@ for run in full resumed; do
     --coordinator="$stack_addr" >"$out/$run.events.jsonl" 2>"$out/$run.err" ||
     { echo "$run run exited $?"; cat "$out/$run.err"; exit 1; }
 done
-python3 - "$out/full.events.jsonl" "$out/resumed.events.jsonl" "$middle" <<'PY'
-import json, sys
+PYTHONPATH="$here" python3 - "$out/full.events.jsonl" "$out/resumed.events.jsonl" "$middle" <<'PY'
+import sys
+from loss_gap import step_losses
 
-def losses(path):
-    steps = {}
-    for line in open(path):
-        if line.startswith("{"):
-            event = json.loads(line)
-            if isinstance(event.get("step"), dict):
-                steps[int(event["step"].get("step", 0))] = event["step"].get("loss")
-    return steps
-
-full, resumed, middle = losses(sys.argv[1]), losses(sys.argv[2]), int(sys.argv[3])
+full, resumed, middle = (step_losses(sys.argv[1])[0], step_losses(sys.argv[2])[0],
+                         int(sys.argv[3]))
 print("full   ", [full[k] for k in sorted(full)])
 print("resumed", [resumed[k] for k in sorted(resumed)])
 same = sorted(resumed) == [k for k in sorted(full) if k >= middle] and all(
     resumed[k] == full[k] for k in resumed)
-worst = max((abs(float(resumed[k]) - float(full[k])) / abs(float(full[k]))
-             for k in resumed if k in full), default=float("nan"))
+worst = max((abs(resumed[k] - full[k]) / abs(full[k]) for k in resumed if k in full),
+            default=float("nan"))
 print("resume:", "EXACT" if same else f"DIFFERS (largest relative difference {worst:.2e})")
 sys.exit(0 if same else 1)
 PY

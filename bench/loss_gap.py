@@ -14,7 +14,8 @@ import json
 import sys
 
 
-def losses(path):
+def step_losses(path):
+    """{step: loss} and the job's last state from one event stream."""
     steps, state = {}, None
     with open(path) as f:
         for line in f:
@@ -25,6 +26,11 @@ def losses(path):
                 steps[int(event["step"].get("step", 0))] = float(event["step"].get("loss", "nan"))
             elif "state_change" in event:
                 state = event["state_change"].get("state", state)
+    return steps, state
+
+
+def losses(path):
+    steps, state = step_losses(path)
     return [steps[k] for k in sorted(steps)], state
 
 
