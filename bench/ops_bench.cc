@@ -505,6 +505,34 @@ absl::StatusOr<nlohmann::json> RunFusedAdam(Engine& e, const std::string& dir) {
 
 // ---- fused_ce ---------------------------------------------------------------------------------
 
+// Where the fused loss's time goes: one chunk's three GEMMs, each timed
+// alone through Ops::Gemm on the shapes and layouts the op uses (logits =
+// x_c · Wᵀ in bf16; grad_x_c = dlogits · W; grad_weight += dlogitsᵀ · x_c
+// in fp32). The rest of a chunk's time is its row kernel. Runs after the
+// checked and timed calls, on a logits buffer of its own.
+absl::Status TimeFusedCeGemms(Engine& e, const TensorDesc& hidden, const TensorDesc& weight,
+                              const TensorDesc& grad_hidden, const TensorDesc& grad_weight,
+                              int64_t chunk, nlohmann::json& r) {
+  const int64_t h = hidden.shape[1], v = weight.shape[0];
+  ASSIGN_OR_RETURN(DeviceTensor logits, Alloc(e, DType::kBFloat16, Shape{chunk, v}));
+  const TensorDesc xc = MakeTensor(hidden.data, DType::kBFloat16, Shape{chunk, h});
+  const TensorDesc gxc = MakeTensor(grad_hidden.data, DType::kBFloat16, Shape{chunk, h});
+  RETURN_IF_ERROR(Poison(e, logits.desc));
+  RETURN_IF_ERROR(e.ops->Gemm(xc, false, weight, true, logits.desc, false, e.s()));  // finite dlogits stand-in
+  const std::vector<std::pair<const char*, std::function<absl::Status()>>> gemms = {
+      {"logits", [&] { return e.ops->Gemm(xc, false, weight, true, logits.desc, false, e.s()); }},
+      {"grad_x", [&] { return e.ops->Gemm(logits.desc, false, weight, false, gxc, false, e.s()); }},
+      {"grad_weight", [&] { return e.ops->Gemm(logits.desc, true, xc, false, grad_weight, true, e.s()); }},
+  };
+  nlohmann::json phases;
+  for (const auto& [name, gemm] : gemms) {
+    ASSIGN_OR_RETURN(const Series t, TimeSeries(e, gemm));
+    phases[name] = t.median_ms;
+  }
+  r["chunk_gemm_ms"] = phases;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<nlohmann::json> RunFusedCe(Engine& e, const std::string& dir) {
   ASSIGN_OR_RETURN(const std::vector<int64_t> nhv,
                    ParseShape(absl::GetFlag(FLAGS_shape), 3, "N,H,V"));
@@ -562,6 +590,8 @@ absl::StatusOr<nlohmann::json> RunFusedCe(Engine& e, const std::string& dir) {
     ASSIGN_OR_RETURN(std::vector<uint8_t> again,
                      Download(e, grad_hidden.desc.data, grad_hidden.desc.Bytes()));
     r["repeat_bitwise_equal"] = again == grad_hidden_out;
+    RETURN_IF_ERROR(TimeFusedCeGemms(e, hidden.desc, weight.desc, grad_hidden.desc,
+                                     grad_weight.desc, chunk, r));
   }
   return r;
 }

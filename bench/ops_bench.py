@@ -556,7 +556,7 @@ def ce_reference(hidden, weight, targets, chunk):
 def run_fused_ce(args, work_dir, log):
     import torch
     import torch.nn.functional as F
-    (n, h, v), chunk = TINY["ce"] if args.tiny else (CE_SHAPE, CE_CHUNK)
+    (n, h, v), chunk = TINY["ce"] if args.tiny else (CE_SHAPE, args.ce_chunk_tokens)
     dev, cuda = args.device, args.device.startswith("cuda")
     r = {"op": "fused_ce", "shape": [n, h, v], "chunk_tokens": chunk, "timings": {}, "baseline_errors": {},
          "memory_bytes": {}}
@@ -632,6 +632,7 @@ def run_fused_ce(args, work_dir, log):
         r["failures"] = bad
         return [r]
     r["timings"]["tessera"] = run["fused_ce_ms"]
+    r["chunk_gemm_ms"] = run.get("chunk_gemm_ms", {})
     r["memory_bytes"]["tessera_workspace_sized"] = run["workspace_bytes_sized"]
     if "workspace_bytes_measured" in run:
         r["memory_bytes"]["tessera_workspace_measured"] = run["workspace_bytes_measured"]
@@ -735,6 +736,15 @@ def markdown_tables(results):
             out.append(f"| {line['kernel']} | {line['ms']:.3f} | {line['tflops']:.1f} | {memory} | {ratio} |")
         for kernel, why in r.get("baseline_errors", {}).items():
             out.append(f"| {kernel} | - | - | - | {why[:60]} |")
+        phases = r.get("chunk_gemm_ms")
+        if phases and "tessera" in r.get("timings", {}):
+            chunks = -(-r["shape"][0] // r["chunk_tokens"])
+            per_chunk = r["timings"]["tessera"] / chunks
+            gemms = sum(phases.values())
+            out += ["", f"Per chunk ({chunks} chunks): {per_chunk:.3f} ms = " +
+                    " + ".join(f"{name} GEMM {phases[name]:.3f}" for name in ("logits", "grad_x", "grad_weight")
+                               if name in phases) +
+                    f" + rest (row kernel) {per_chunk - gemms:.3f}"]
         out.append("")
     return "\n".join(out).rstrip()
 
@@ -819,11 +829,15 @@ def main():
     p.add_argument("--table-out", help="also write the Markdown tables here")
     p.add_argument("--log", help="append the binary's output here (default: beside the work dir)")
     p.add_argument("--work-dir", default=None, help="where the input/output files go (default: system temp)")
+    p.add_argument("--ce-chunk-tokens", type=int, default=CE_CHUNK,
+                   help="fused_ce: tokens per logits chunk (default: the JobSpec default, 1024)")
     p.add_argument("--device", default="cuda", help="cuda (the benchmark), or cpu for a dry run (with --tiny)")
     p.add_argument("--tiny", action="store_true", help="tiny shapes, for a dry run of the path without a GPU")
     args = p.parse_args()
     if args.warmup < 0 or args.reps < 1:
         p.error("--warmup >= 0 and --reps >= 1")
+    if args.ce_chunk_tokens < 1:
+        p.error("--ce-chunk-tokens must be >= 1")
     try:
         ops = parse_ops(args.ops)
     except argparse.ArgumentTypeError as e:

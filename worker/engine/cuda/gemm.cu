@@ -109,7 +109,7 @@ absl::Status GemmRunner::BuildPlan(const TensorDesc& a, bool trans_a, const Tens
   const size_t workspace_bytes = ctx_->workspace_bytes();
   cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes, sizeof(workspace_bytes));
-  constexpr int kCandidates = 8;
+  constexpr int kCandidates = 16;
   cublasLtMatmulHeuristicResult_t results[kCandidates];
   int found = 0;
   if (st == CUBLAS_STATUS_SUCCESS) {
@@ -129,15 +129,38 @@ absl::Status GemmRunner::BuildPlan(const TensorDesc& a, bool trans_a, const Tens
   return absl::OkStatus();
 }
 
-absl::Status GemmRunner::ChooseFastest(Plan& plan, const void* lt_a, const void* lt_b, void* d,
-                                       cudaStream_t stream) {
+absl::Status GemmRunner::ChooseFastest(Plan& plan, const TensorDesc& a, const TensorDesc& b,
+                                       void* d, bool accumulate, cudaStream_t stream) {
   plan.timed = true;
   if (plan.algos.size() - plan.chosen < 2) return absl::OkStatus();
+  // cuBLASLt's A is our b and its B our a (see gemm.h).
+  const void* lt_a = b.data;
+  const void* lt_b = a.data;
+  // A plan that accumulates must leave D as it found it: its timed launches
+  // add a product whose smaller operand is all zeros, so D + 0 = D. (An
+  // inf or NaN in the other operand would make that sum NaN; the real
+  // product it precedes is then non-finite too.) The zeros are allocated
+  // for the timing only, once per plan.
+  void* zeros = nullptr;
+  if (accumulate) {
+    const bool zero_a = a.Bytes() <= b.Bytes();
+    const size_t bytes = zero_a ? a.Bytes() : b.Bytes();
+    if (cudaMalloc(&zeros, bytes) != cudaSuccess) {
+      (void)cudaGetLastError();  // not sticky: clear it and keep the heuristic's order
+      return absl::OkStatus();
+    }
+    const cudaError_t err = cudaMemsetAsync(zeros, 0, bytes, stream);  // +0 in every format
+    if (err != cudaSuccess) {
+      cudaFree(zeros);
+      return CudaStatus(err, "zeroing a GEMM timing operand", __FILE__, __LINE__);
+    }
+    (zero_a ? lt_b : lt_a) = zeros;
+  }
   constexpr int kTimedLaunches = 3;
   cudaEvent_t start, stop;
   CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));
   CUDA_RETURN_IF_ERROR(cudaEventCreate(&stop));
-  const float alpha = 1.0f, beta = 0.0f;
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   float best_ms = 0.f;
   size_t best = plan.chosen;
   absl::Status status = absl::OkStatus();
@@ -164,6 +187,13 @@ absl::Status GemmRunner::ChooseFastest(Plan& plan, const void* lt_a, const void*
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
+  if (zeros != nullptr) {
+    const cudaError_t err = cudaStreamSynchronize(stream);  // the launches above read it
+    cudaFree(zeros);
+    if (status.ok() && err != cudaSuccess) {
+      status = CudaStatus(err, "timing GEMM candidates", __FILE__, __LINE__);
+    }
+  }
   plan.chosen = best;
   return status;
 }
@@ -199,8 +229,8 @@ absl::Status GemmRunner::Run(const TensorDesc& a, bool trans_a, const TensorDesc
     CopyScalesKernel<<<1, 1, 0, stream>>>(b.scale_inv, a.scale_inv, scale_slots_);
     CUDA_RETURN_IF_LAUNCH_FAILED();
   }
-  if (!accumulate && !plan.timed) {
-    const absl::Status chosen = ChooseFastest(plan, b.data, a.data, d.data, stream);
+  if (!plan.timed) {
+    const absl::Status chosen = ChooseFastest(plan, a, b, d.data, accumulate, stream);
     if (!chosen.ok()) return chosen;
   }
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;

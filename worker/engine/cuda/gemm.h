@@ -11,9 +11,12 @@
 // Plans: the matmul descriptor, the three layouts and the heuristic's
 // candidate algorithms are built once per (m, n, k, dtypes, transposes,
 // accumulate) key and cached. On a plan's first run the candidates are
-// timed (a few launches each, between events) and the fastest is kept;
-// plans that accumulate (beta = 1) keep the heuristic's first, since
-// repeating them would change their output. A steady-state step makes no heuristic query
+// timed (a few launches each, between events) and the fastest is kept.
+// Plans that accumulate (beta = 1) are timed too, without changing their
+// output: their timed launches add a product with an all-zero operand. The
+// fused loss's grad_weight GEMM is one (K is only a chunk of tokens, so its
+// fp32 read-modify-write of D weighs as much as its math, and the kernels
+// differ in how well they hide it). A steady-state step makes no heuristic query
 // and creates no descriptor; plans_built() and plan_hits() count both paths
 // so tests can prove it.
 //
@@ -85,16 +88,18 @@ class GemmRunner {
     cublasLtMatrixLayout_t lt_a = nullptr, lt_b = nullptr, lt_d = nullptr;
     // Candidates from the heuristic, best first. `chosen` is the first that
     // launched: a candidate cuBLASLt refuses at launch is skipped for good.
-    // A plan that overwrites its output is timed once, on its first run,
+    // Every plan is timed once, on its first run,
     // and keeps the fastest candidate.
     std::vector<cublasLtMatmulAlgo_t> algos;
     size_t chosen = 0;
     bool timed = false;
   };
-  // Times every candidate of `plan` on these operands (each launch
-  // rewrites d with the same product) and makes the fastest the chosen one.
-  absl::Status ChooseFastest(Plan& plan, const void* a, const void* b, void* d,
-                             cudaStream_t stream);
+  // Times every candidate of `plan` on these operands and makes the
+  // fastest the chosen one. Without `accumulate` each launch rewrites d
+  // with the same product; with it, each adds a product with the smaller
+  // operand replaced by zeros, so d keeps its values.
+  absl::Status ChooseFastest(Plan& plan, const TensorDesc& a, const TensorDesc& b, void* d,
+                             bool accumulate, cudaStream_t stream);
   absl::Status BuildPlan(const TensorDesc& a, bool trans_a, const TensorDesc& b, bool trans_b,
                          const TensorDesc& d, bool accumulate, Plan& plan);
 

@@ -6,7 +6,8 @@
 //     cores keep fewer accumulator bits between promotions; ~1e-4 is typical);
 //     e4m3 x e4m3 runs with fast accumulation (no promotions): 4e-3.
 //   bf16 out: 1e-2 (one bf16 rounding).
-// Also: the plan cache (one heuristic query per key, none in steady state)
+// Also: the plan cache (one heuristic query per key, none in steady state),
+// timing an accumulating plan without changing its output,
 // and the INVALID_ARGUMENT cases the API documents.
 #include <cuda_runtime.h>
 
@@ -157,6 +158,44 @@ TEST(GemmPlanCacheTest, BuildsOnePlanPerKey) {
   cudaFree(a);
   cudaFree(b);
   cudaFree(d);
+}
+
+// A plan that accumulates is timed on its first run without changing its
+// output: the first call (timing, then the product) and a second call on a
+// copy of the same D (the chosen candidate only) leave the same bits. At
+// this size the heuristic offers several candidates, so timing launches run.
+TEST(GemmPlanCacheTest, TimingAnAccumulatingPlanLeavesItsOutputAlone) {
+  auto ctx = cuda::DeviceContext::Create(0);
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  cuda::GemmRunner runner(ctx->get());
+  ASSERT_TRUE(runner.Init().ok());
+  const int64_t m = 1024, n = 768, k = 512;  // d [m, n] += a [k, m]ᵀ · b [k, n], as the loss's wgrad
+  std::vector<uint16_t> a_host = ToBf16(RandomFloats(k * m, 11)), b_host = ToBf16(RandomFloats(k * n, 12));
+  std::vector<float> d_host = RandomFloats(m * n, 13);
+  void *a = nullptr, *b = nullptr, *d1 = nullptr, *d2 = nullptr;
+  ASSERT_EQ(cudaMalloc(&a, a_host.size() * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&b, b_host.size() * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d1, d_host.size() * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d2, d_host.size() * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(a, a_host.data(), a_host.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(b, b_host.data(), b_host.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  for (void* d : {d1, d2}) {
+    ASSERT_EQ(cudaMemcpy(d, d_host.data(), d_host.size() * sizeof(float), cudaMemcpyHostToDevice),
+              cudaSuccess);
+  }
+  const TensorDesc ta = MakeTensor(a, DType::kBFloat16, Shape{k, m});
+  const TensorDesc tb = MakeTensor(b, DType::kBFloat16, Shape{k, n});
+  ASSERT_TRUE(runner.Run(ta, true, tb, false, MakeTensor(d1, DType::kFloat32, Shape{m, n}), true,
+                         nullptr).ok());
+  ASSERT_TRUE(runner.Run(ta, true, tb, false, MakeTensor(d2, DType::kFloat32, Shape{m, n}), true,
+                         nullptr).ok());
+  std::vector<float> out1(d_host.size()), out2(d_host.size());
+  ASSERT_EQ(cudaMemcpy(out1.data(), d1, out1.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(out2.data(), d2, out2.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(runner.plans_built(), 1);
+  EXPECT_EQ(out1, out2) << "the timed first run added more than one product";
+  EXPECT_NE(out1, d_host) << "the product was not added at all";
+  for (void* p : {a, b, d1, d2}) cudaFree(p);
 }
 
 }  // namespace
