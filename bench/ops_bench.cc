@@ -26,8 +26,8 @@
 //   tiling the check inputs, then timed. Last, a device-to-device copy of
 //   copy_bytes, timed the same way, gives the copy bandwidth.
 // --op=fused_ce, --shape=N,H,V: Ops::FusedLinearCrossEntropy as the
-//   training step calls it (grad_weight fp32, zeroed, accumulated in place;
-//   ignore_index -100). DIR: hidden.bf16 [N, H], weight.bf16 [V, H],
+//   training step calls it (grad_weight fp32, written by the op rather than
+//   accumulated; ignore_index -100). DIR: hidden.bf16 [N, H], weight.bf16 [V, H],
 //   targets.i32 [N]; receives grad_hidden.bf16, grad_weight.f32 and loss.f32
 //   (loss_sum, valid_tokens). On the GPU it also reports the device memory
 //   the first call added (the op's chunk buffers).
@@ -80,6 +80,8 @@ ABSL_FLAG(int, device, 0, "CUDA device index (engine cuda)");
 ABSL_FLAG(int, warmup, 5, "untimed repetitions before each timed series");
 ABSL_FLAG(int, reps, 20, "timed repetitions per series (0: only run once and write outputs)");
 ABSL_FLAG(int, inner, 1, "op calls per timed repetition (for ops shorter than a launch gap)");
+ABSL_FLAG(bool, ce_accumulate, false,
+          "fused_ce: add to grad_weight (gradient accumulation) instead of writing it");
 ABSL_FLAG(int, chunk_tokens, 1024, "fused_ce: tokens per logits chunk (the JobSpec default)");
 
 namespace tessera {
@@ -547,16 +549,23 @@ absl::StatusOr<nlohmann::json> RunFusedCe(Engine& e, const std::string& dir) {
                    Upload(e, DType::kBFloat16, Shape{v, h}, weight_host));  // [V, H]
   ASSIGN_OR_RETURN(DeviceTensor targets, Upload(e, DType::kInt32, Shape{n}, targets_host));
   ASSIGN_OR_RETURN(DeviceTensor grad_hidden, Alloc(e, DType::kBFloat16, Shape{n, h}));
-  ASSIGN_OR_RETURN(DeviceTensor grad_weight, Alloc(e, DType::kFloat32, Shape{v, h}));  // fp32, +=
+  ASSIGN_OR_RETURN(DeviceTensor grad_weight, Alloc(e, DType::kFloat32, Shape{v, h}));  // fp32
   ASSIGN_OR_RETURN(DeviceTensor scalars, Alloc(e, DType::kFloat32, Shape{2}));  // loss_sum, valid
   const auto loss = [&]() -> absl::Status {
     return e.ops->FusedLinearCrossEntropy(
         hidden.desc, weight.desc, targets.desc, kIgnoreIndex, chunk_tokens, scalars.data<float>(),
-        scalars.data<float>() + 1, grad_hidden.desc, grad_weight.desc, e.s());
+        scalars.data<float>() + 1, grad_hidden.desc, grad_weight.desc,
+        absl::GetFlag(FLAGS_ce_accumulate), e.s());
   };
 
-  // The checked run, as the step runs it: grad_weight zeroed first.
+  // The checked run, as the step runs it: grad_weight written, not added to
+  // (so it is poisoned first, like grad_hidden); zeroed when accumulating.
   RETURN_IF_ERROR(Poison(e, grad_hidden.desc));
+  if (absl::GetFlag(FLAGS_ce_accumulate)) {
+    RETURN_IF_ERROR(e.ops->Memset(grad_weight.desc.data, 0, grad_weight.desc.Bytes(), e.s()));
+  } else {
+    RETURN_IF_ERROR(Poison(e, grad_weight.desc));
+  }
   ASSIGN_OR_RETURN(const size_t free_before, FreeDeviceBytes(e));
   RETURN_IF_ERROR(loss());
   ASSIGN_OR_RETURN(const size_t free_after, FreeDeviceBytes(e));
@@ -578,13 +587,14 @@ absl::StatusOr<nlohmann::json> RunFusedCe(Engine& e, const std::string& dir) {
                       {"H", h},
                       {"V", v},
                       {"chunk_tokens", chunk_tokens},
+                      {"accumulate_grad_weight", absl::GetFlag(FLAGS_ce_accumulate)},
                       {"workspace_bytes_sized", chunk * v * 2}};
   if (e.cuda()) {  // also counts kernel code the first call loaded (lazy module loading)
     r["workspace_bytes_measured"] =
         static_cast<int64_t>(free_before) - static_cast<int64_t>(free_after);
   }
   if (e.reps > 0) {
-    // Timed as gradient accumulation: grad_weight and the scalars keep adding up.
+    // Timed as the step calls it: grad_weight rewritten, the scalars adding up.
     ASSIGN_OR_RETURN(const Series loss_time, TimeSeries(e, loss));
     PutSeries(r, "fused_ce", loss_time);
     ASSIGN_OR_RETURN(std::vector<uint8_t> again,

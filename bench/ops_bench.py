@@ -45,7 +45,7 @@ bytes per element, no FP8 write).
 fused_ce. Ops::FusedLinearCrossEntropy at N 8192, H 4096, V 131072 (bf16
 hidden [N, H] ~ N(0, 1) and weight [V, H] ~ N(0, 0.02), int32 targets, 1%
 ignore_index -100, chunk_tokens 1024 like the JobSpec default; grad_weight
-fp32, zeroed, accumulated in place as the training step does).
+fp32, written by the op rather than added to, as the training step calls it).
 Reference: fp32 logits from the bf16 inputs (TF32 off), chunked over tokens,
 giving the summed loss, grad_hidden and grad_weight of the summed loss.
 Check: mean loss within 1e-3 relative, valid-token count exact, grad_hidden
@@ -571,7 +571,8 @@ def run_fused_ce(args, work_dir, log):
     torch_to_bits(weight).tofile(os.path.join(work_dir, "weight.bf16"))
     targets.cpu().numpy().astype("<i4").tofile(os.path.join(work_dir, "targets.i32"))
     try:
-        run = run_binary(args, "fused_ce", work_dir, [f"--shape={n},{h},{v}", f"--chunk_tokens={chunk}"], log)
+        run = run_binary(args, "fused_ce", work_dir, [f"--shape={n},{h},{v}", f"--chunk_tokens={chunk}",
+                                                      f"--ce_accumulate={str(args.ce_accumulate).lower()}"], log)
         grad_h = bits_to_torch(read_raw(os.path.join(work_dir, "grad_hidden.bf16"), "<u2", n * h).reshape(n, h), dev)
         grad_w = torch.from_numpy(read_raw(os.path.join(work_dir, "grad_weight.f32"), "<f4", v * h).reshape(v, h)).to(dev)
         loss_sum, valid = (float(x) for x in read_raw(os.path.join(work_dir, "loss.f32"), "<f4", 2))
@@ -831,6 +832,9 @@ def main():
     p.add_argument("--work-dir", default=None, help="where the input/output files go (default: system temp)")
     p.add_argument("--ce-chunk-tokens", type=int, default=CE_CHUNK,
                    help="fused_ce: tokens per logits chunk (default: the JobSpec default, 1024)")
+    p.add_argument("--ce-accumulate", action="store_true",
+                   help="fused_ce: time the op adding to grad_weight (gradient accumulation) "
+                        "instead of writing it, as the training step does")
     p.add_argument("--device", default="cuda", help="cuda (the benchmark), or cpu for a dry run (with --tiny)")
     p.add_argument("--tiny", action="store_true", help="tiny shapes, for a dry run of the path without a GPU")
     args = p.parse_args()

@@ -223,8 +223,13 @@ class Ops {
   //   *loss_sum += sum of loss_t over valid tokens (target != ignore_index);
   //   *valid_tokens += count of valid tokens (fp32 scalar, exact to 2^24).
   //   grad_x [T, H] bf16 = d(sum loss)/dx (rows of ignored tokens are zero);
-  //   grad_weight [V, H] fp32 += d(sum loss)/dweight, accumulated in place by
-  //   a beta=1 GEMM with bf16 operands and fp32 output: no [V, H] temporary.
+  //   grad_weight [V, H] fp32 = d(sum loss)/dweight, plus its old value when
+  //   accumulate_grad_weight (gradient accumulation), built in place by one
+  //   GEMM per chunk with bf16 operands and fp32 output: no [V, H] temporary.
+  //   The first chunk's GEMM writes it (beta = 0) unless accumulating, so
+  //   the caller needs no zeroing pass and the GEMM reads no old values;
+  //   every later chunk adds (beta = 1). With no tokens and no
+  //   accumulation, grad_weight is zeroed.
   // Gradients are of the *sum* of token losses; the caller divides by the
   // global token count later (FusedAdam's grad_scale). A target outside
   // [0, V) other than ignore_index is INVALID_ARGUMENT (CPU) / sticky flag (CUDA).
@@ -235,7 +240,8 @@ class Ops {
                                                const TensorDesc& targets, int ignore_index,
                                                int chunk_tokens, float* loss_sum,
                                                float* valid_tokens, const TensorDesc& grad_x,
-                                               const TensorDesc& grad_weight, Stream* stream) = 0;
+                                               const TensorDesc& grad_weight,
+                                               bool accumulate_grad_weight, Stream* stream) = 0;
 
   // ---- Optimizer ----------------------------------------------------------
   virtual absl::StatusOr<std::unique_ptr<AdamPlan>> CreateAdamPlan(

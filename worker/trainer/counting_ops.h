@@ -142,9 +142,10 @@ class CountingOps : public Ops {
                                        const TensorDesc& targets, int ignore_index,
                                        int chunk_tokens, float* loss_sum, float* valid_tokens,
                                        const TensorDesc& grad_x, const TensorDesc& grad_weight,
-                                       Stream* s) override {
+                                       bool accumulate_grad_weight, Stream* s) override {
     return engine_->FusedLinearCrossEntropy(x, weight, targets, ignore_index, chunk_tokens,
-                                            loss_sum, valid_tokens, grad_x, grad_weight, s);
+                                            loss_sum, valid_tokens, grad_x, grad_weight,
+                                            accumulate_grad_weight, s);
   }
 
   absl::StatusOr<std::unique_ptr<AdamPlan>> CreateAdamPlan(

@@ -186,6 +186,9 @@ absl::Status FsdpTrainer::AllocateState() {
     ASSIGN_OR_RETURN(grad_embedding_, full_grad(embedding_));
     ASSIGN_OR_RETURN(grad_final_norm_, full_grad(final_norm_));
     ASSIGN_OR_RETURN(grad_lm_head_, full_grad(lm_head_));
+    // The fused loss writes the first vocab x hidden elements every step;
+    // the padding past them, reduce-scattered with the rest, stays zero.
+    RETURN_IF_ERROR(ops_->Memset(grad_lm_head_.desc.data, 0, grad_lm_head_.desc.Bytes(), nullptr));
   }
 
   // Activations saved for backward.

@@ -94,11 +94,11 @@ absl::StatusOr<StepReport> FsdpTrainer::Step(int step) {
   // ---- Fused LM head + cross-entropy: sum loss, valid count, grads -------
   {
     PhaseRange range("fused-loss");
-    RETURN_IF_ERROR(ops.Memset(grad_lm_head_.desc.data, 0, grad_lm_head_.desc.Bytes(), nullptr));
     RETURN_IF_ERROR(ops.FusedLinearCrossEntropy(
         h_final_.desc, Full(gathered_lm_head_, lm_head_), targets_.desc, kIgnoreIndex,
         spec_.loss_chunk_tokens(), scalars + kLossSum, scalars + kValidTokens, grad_h_.desc,
-        View(grad_lm_head_, DType::kFloat32, Shape{vocab_, h}), nullptr));
+        View(grad_lm_head_, DType::kFloat32, Shape{vocab_, h}), /*accumulate_grad_weight=*/false,
+        nullptr));
     RETURN_IF_ERROR(clock_.Lap(StepPhase::kLoss, nullptr));
   }
 

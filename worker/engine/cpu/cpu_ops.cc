@@ -200,9 +200,9 @@ class CpuOps : public Ops {
                                        const TensorDesc& targets, int ignore_index,
                                        int chunk_tokens, float* loss_sum, float* valid_tokens,
                                        const TensorDesc& grad_x, const TensorDesc& grad_weight,
-                                       Stream*) override {
+                                       bool accumulate_grad_weight, Stream*) override {
     return cpu::FusedLinearCrossEntropy(x, weight, targets, ignore_index, chunk_tokens, loss_sum,
-                                        valid_tokens, grad_x, grad_weight);
+                                        valid_tokens, grad_x, grad_weight, accumulate_grad_weight);
   }
   absl::StatusOr<std::unique_ptr<AdamPlan>> CreateAdamPlan(
       absl::Span<const AdamShard> shards) override {

@@ -161,11 +161,12 @@ TEST(CpuOps, FusedLossAndOptimizerMatchTheFreeFunctions) {
   ASSERT_TRUE(ops->FusedLinearCrossEntropy(X, W, Tg, -100, 4, &loss, &valid,
                                            MakeTensor(gx.data(), DType::kBFloat16, Shape{t, h}),
                                            MakeTensor(gw.data(), DType::kFloat32, Shape{v, h}),
-                                           nullptr)
+                                           /*accumulate_grad_weight=*/true, nullptr)
                   .ok());
   ASSERT_TRUE(cpu::FusedLinearCrossEntropy(X, W, Tg, -100, 4, &loss_ref, &valid_ref,
                                            MakeTensor(gx_ref.data(), DType::kBFloat16, Shape{t, h}),
-                                           MakeTensor(gw_ref.data(), DType::kFloat32, Shape{v, h}))
+                                           MakeTensor(gw_ref.data(), DType::kFloat32, Shape{v, h}),
+                                           /*accumulate_grad_weight=*/true)
                   .ok());
   EXPECT_EQ(loss, loss_ref);
   EXPECT_EQ(valid, 9.f);

@@ -17,7 +17,8 @@ namespace cpu {
 absl::Status FusedLinearCrossEntropy(const TensorDesc& x, const TensorDesc& weight,
                                      const TensorDesc& targets, int ignore_index, int chunk_tokens,
                                      float* loss_sum, float* valid_tokens,
-                                     const TensorDesc& grad_x, const TensorDesc& grad_weight) {
+                                     const TensorDesc& grad_x, const TensorDesc& grad_weight,
+                                     bool accumulate_grad_weight) {
   if (absl::Status s = CheckRank("x", x, 2); !s.ok()) return s;
   if (absl::Status s = CheckRank("weight", weight, 2); !s.ok()) return s;
   if (absl::Status s = CheckDType("x", x, {DType::kBFloat16}); !s.ok()) return s;
@@ -53,6 +54,7 @@ absl::Status FusedLinearCrossEntropy(const TensorDesc& x, const TensorDesc& weig
   thread_local std::vector<float> w32, x32, logits, dx32;
   LoadAll(weight, w32);
   float* gw = static_cast<float*>(grad_weight.data);
+  if (tokens == 0 && !accumulate_grad_weight) std::fill(gw, gw + vocab * h, 0.f);
   double loss = 0.0;
   int64_t valid = 0;
   for (int64_t start = 0; start < tokens; start += chunk_tokens) {
@@ -86,9 +88,10 @@ absl::Status FusedLinearCrossEntropy(const TensorDesc& x, const TensorDesc& weig
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, c, h, vocab, 1.0f, logits.data(), vocab,
                 w32.data(), h, 0.0f, dx32.data(), h);
     for (int64_t i = 0; i < c * h; ++i) Store(grad_x, start * h + i, dx32[i]);
-    // grad_W [V, H] += dlogitsᵀ [V, c] · x_c [c, H], beta = 1, in place.
+    // grad_W [V, H] (+)= dlogitsᵀ [V, c] · x_c [c, H], in place.
+    const float beta = accumulate_grad_weight || start > 0 ? 1.0f : 0.0f;
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, vocab, h, c, 1.0f, logits.data(), vocab,
-                x32.data(), h, 1.0f, gw, h);
+                x32.data(), h, beta, gw, h);
   }
   *loss_sum += static_cast<float>(loss);
   *valid_tokens += static_cast<float>(valid);

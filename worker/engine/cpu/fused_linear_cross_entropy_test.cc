@@ -35,7 +35,8 @@ TEST_P(FusedCeTest, MatchesNaiveFullLogits) {
                                       MakeTensor(targets.data(), DType::kInt32, Shape{t}), kIgnore,
                                       chunk, &loss_sum, &valid,
                                       MakeTensor(gx.data(), DType::kBFloat16, Shape{t, h}),
-                                      MakeTensor(gw.data(), DType::kFloat32, Shape{v, h}))
+                                      MakeTensor(gw.data(), DType::kFloat32, Shape{v, h}),
+                                      /*accumulate_grad_weight=*/true)
                   .ok());
   // Naive: full [T, V] logits in fp64.
   std::vector<double> xd = FromBf16(x), wd = FromBf16(w);
@@ -97,6 +98,40 @@ INSTANTIATE_TEST_SUITE_P(Shapes, FusedCeTest,
                                            std::make_tuple(32, 24, 64, 32),  // one chunk
                                            std::make_tuple(40, 32, 256, 7)));
 
+// Without accumulation the first chunk writes grad_weight: whatever it held
+// before (here NaN) is gone, and the result equals accumulating onto zeros.
+// With no tokens, it is zeroed (not accumulating) or left alone.
+TEST(FusedCeWriteTest, WritesGradWeightUnlessAccumulating) {
+  for (int t : {0, 13}) {
+    SCOPED_TRACE(t);
+    const int h = 16, v = 37, chunk = 4;
+    auto x = ToBf16(RandomFloats(std::max(t, 1) * h, 71, 1.0f));
+    auto w = ToBf16(RandomFloats(v * h, 72, 0.5f));
+    std::vector<int32_t> targets(std::max(t, 1));
+    for (int i = 0; i < t; ++i) targets[i] = (i * 5 + 1) % v;
+    const auto run = [&](std::vector<float>& gw, bool accumulate) {
+      std::vector<uint16_t> gx(std::max(t, 1) * h);
+      float loss = 0.f, valid = 0.f;
+      return FusedLinearCrossEntropy(MakeTensor(x.data(), DType::kBFloat16, Shape{t, h}),
+                                     MakeTensor(w.data(), DType::kBFloat16, Shape{v, h}),
+                                     MakeTensor(targets.data(), DType::kInt32, Shape{t}), -100,
+                                     chunk, &loss, &valid,
+                                     MakeTensor(gx.data(), DType::kBFloat16, Shape{t, h}),
+                                     MakeTensor(gw.data(), DType::kFloat32, Shape{v, h}),
+                                     accumulate);
+    };
+    std::vector<float> written(v * h, std::nanf("")), onto_zeros(v * h, 0.f);
+    ASSERT_TRUE(run(written, false).ok());
+    ASSERT_TRUE(run(onto_zeros, true).ok());
+    EXPECT_EQ(written, onto_zeros);
+    std::vector<float> kept = RandomFloats(v * h, 73);
+    const std::vector<float> before = kept;
+    ASSERT_TRUE(run(kept, true).ok());
+    if (t == 0) EXPECT_EQ(kept, before) << "accumulating no tokens changed grad_weight";
+    if (t > 0) EXPECT_NE(kept, before);
+  }
+}
+
 // Host storage for one call, with the descriptors over it.
 struct CeCall {
   int t, h, v;
@@ -122,7 +157,8 @@ struct CeCall {
                                    MakeTensor(targets.data(), DType::kInt32, Shape{t}),
                                    ignore_index, chunk, &loss_sum, &valid,
                                    MakeTensor(gx.data(), DType::kBFloat16, Shape{t, h}),
-                                   MakeTensor(gw.data(), DType::kFloat32, Shape{v, h}));
+                                   MakeTensor(gw.data(), DType::kFloat32, Shape{v, h}),
+                                   /*accumulate_grad_weight=*/true);
   }
 };
 
@@ -195,7 +231,7 @@ TEST(FusedCe, RejectsBadArguments) {
                               MakeTensor(call.w.data(), DType::kBFloat16, Shape{10, 8}),
                               MakeTensor(call.targets.data(), DType::kInt32, Shape{4}), -100, 2,
                               &loss, &valid, MakeTensor(gx32.data(), DType::kFloat32, Shape{4, 8}),
-                              MakeTensor(call.gw.data(), DType::kFloat32, Shape{10, 8}));
+                              MakeTensor(call.gw.data(), DType::kFloat32, Shape{10, 8}), true);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("grad_x"), std::string::npos) << s;
   call.targets[2] = -5;  // negative and not the ignore index
@@ -214,7 +250,7 @@ TEST(FusedCe, OutOfRangeTargetIsRejected) {
       MakeTensor(w.data(), DType::kBFloat16, Shape{4, 2}),
       MakeTensor(targets.data(), DType::kInt32, Shape{2}), -100, 8, &loss, &valid,
       MakeTensor(gx.data(), DType::kBFloat16, Shape{2, 2}),
-      MakeTensor(gw.data(), DType::kFloat32, Shape{4, 2}));
+      MakeTensor(gw.data(), DType::kFloat32, Shape{4, 2}), true);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("token 1"), std::string::npos) << s;
 }

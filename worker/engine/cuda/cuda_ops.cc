@@ -391,15 +391,16 @@ class CudaOps : public Ops {
   // (fp32 math, atomically added to *loss_sum and 1 to *valid_tokens:
   // nothing is read back) and writes its bf16 dlogits = softmax - onehot
   // over the logits (zero rows for ignored tokens); grad_x_c = dlogits · W
-  // (bf16 out); grad_weight += dlogitsᵀ · x_c (beta = 1, fp32 out, bf16
-  // operands: no [V, H] temporary, no fp32 copy of an operand). The one
+  // (bf16 out); grad_weight (+)= dlogitsᵀ · x_c (fp32 out, bf16 operands:
+  // no [V, H] temporary, no fp32 copy of an operand; beta = 0 for the first
+  // chunk unless accumulating, so that GEMM reads no old values). The one
   // chunk buffer (chunk x V bf16) is allocated on the first call for a
   // shape and reused by every later call.
   absl::Status FusedLinearCrossEntropy(const TensorDesc& x, const TensorDesc& weight,
                                        const TensorDesc& targets, int ignore_index,
                                        int chunk_tokens, float* loss_sum, float* valid_tokens,
                                        const TensorDesc& grad_x, const TensorDesc& grad_weight,
-                                       Stream* stream) override {
+                                       bool accumulate_grad_weight, Stream* stream) override {
     RETURN_IF_ERROR(ctx_->MakeCurrent());
     RETURN_IF_ERROR(CheckDType("x", x, {DType::kBFloat16}));
     RETURN_IF_ERROR(CheckDType("weight", weight, {DType::kBFloat16}));
@@ -410,6 +411,12 @@ class CudaOps : public Ops {
     RETURN_IF_ERROR(CheckShape("grad_x", grad_x, Shape{tokens, h}));
     RETURN_IF_ERROR(CheckShape("grad_weight", grad_weight, Shape{vocab, h}));
     if (chunk_tokens < 1) return absl::InvalidArgumentError("chunk_tokens: must be >= 1");
+    if (tokens == 0) {  // no chunks: an empty sum
+      if (!accumulate_grad_weight) {
+        CUDA_RETURN_IF_ERROR(cudaMemsetAsync(grad_weight.data, 0, grad_weight.Bytes(), S(stream)));
+      }
+      return absl::OkStatus();
+    }
     const int64_t chunk = std::min<int64_t>(chunk_tokens, tokens);
     // One bf16 buffer per chunk: the logits, then (in place) the dlogits.
     ASSIGN_OR_RETURN(void* logits, ce_logits_.Get(chunk * vocab * 2));
@@ -424,7 +431,8 @@ class CudaOps : public Ops {
           static_cast<int>(vocab), ignore_index, loss_sum, valid_tokens, logits,
           ctx_->error_flag(), S(stream)));
       RETURN_IF_ERROR(gemm_.Run(lg, false, weight, false, gxc, false, S(stream)));
-      RETURN_IF_ERROR(gemm_.Run(lg, true, xc, false, grad_weight, true, S(stream)));
+      RETURN_IF_ERROR(gemm_.Run(lg, true, xc, false, grad_weight,
+                                accumulate_grad_weight || start > 0, S(stream)));
     }
     return absl::OkStatus();
   }

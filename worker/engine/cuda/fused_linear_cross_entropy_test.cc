@@ -4,12 +4,13 @@
 // loss sum 2e-3 (each row's lse and target logit carry a bf16 rounding of
 // the logits, unbiased across rows); valid-token count exact; grad_x 2e-2
 // (softmax of bf16 logits, bf16 dlogits and bf16 output); grad_weight 3e-3
-// (accumulated in fp32 by a beta=1 GEMM into the random initial values).
+// (fp32: written by a first call over NaN poison, then added to by a second).
 // Shapes cover chunk sizes that do and do not divide T, a chunk larger than
 // T, ignored tokens, a chunk of only ignored tokens, and every path of the
 // row kernel: rows in registers (V a multiple of 8: up to 8192 with 256
-// threads, up to 32768 with 1024), the streaming pass for wider V, and the
-// general kernel (V not a multiple of 8).
+// threads, up to 32768 with 1024), the streaming pass for wider V (up to
+// the 131072 and more of large vocabularies), and the general kernel (V not
+// a multiple of 8).
 #include <tuple>
 #include <vector>
 
@@ -37,15 +38,17 @@ TEST_P(FusedLinearCrossEntropyTest, MatchesCpu) {
                                HostTensor::FromVector(DType::kInt32, Shape{tokens}, targets),
                                Scalar(0.5f), Scalar(3.0f),
                                Poisoned(DType::kBFloat16, Shape{tokens, h}),
-                               RandomTensor(DType::kFloat32, Shape{vocab, h}, 3)};
+                               Poisoned(DType::kFloat32, Shape{vocab, h})};
   auto [c, g] = Both(t, [chunk = chunk](Ops& ops, std::vector<TensorDesc>& d) {
+    // The first call writes grad_weight over its NaN poison; the second
+    // (reusing the chunk workspace) adds to it.
     absl::Status s = ops.FusedLinearCrossEntropy(d[0], d[1], d[2], kIgnore, chunk,
                                                  d[3].As<float>(), d[4].As<float>(), d[5], d[6],
-                                                 nullptr);
-    // A second call for the same shape reuses the chunk workspace.
+                                                 /*accumulate_grad_weight=*/false, nullptr);
     if (s.ok()) {
       s = ops.FusedLinearCrossEntropy(d[0], d[1], d[2], kIgnore, chunk, d[3].As<float>(),
-                                      d[4].As<float>(), d[5], d[6], nullptr);
+                                      d[4].As<float>(), d[5], d[6],
+                                      /*accumulate_grad_weight=*/true, nullptr);
     }
     return s;
   });
@@ -60,12 +63,14 @@ INSTANTIATE_TEST_SUITE_P(Shapes, FusedLinearCrossEntropyTest,
                                            Param{24, 32, 50, 256}, Param{1, 16, 7, 1},
                                            Param{257, 96, 4099, 64}, Param{40, 32, 8192, 16},
                                            Param{64, 64, 32768, 32}, Param{24, 32, 32776, 16},
-                                           Param{20, 32, 32772, 8}));
+                                           Param{20, 32, 32772, 8}, Param{24, 32, 131072, 16},
+                                           Param{17, 16, 100008, 8}, Param{12, 16, 262144, 8},
+                                           Param{12, 16, 270000, 8}));
 
 // Each vocab size takes another path of the row kernel (general, rows in
 // registers, streaming).
 TEST_F(CpuVsCudaTest, TargetOutOfRangeRaisesTheFlag) {
-  for (int vocab : {10, 4096, 40000}) {
+  for (int vocab : {10, 4096, 40000, 300000}) {
     SCOPED_TRACE(vocab);
     const int tokens = 4, h = 16;
     std::vector<HostTensor> t = {
@@ -76,7 +81,7 @@ TEST_F(CpuVsCudaTest, TargetOutOfRangeRaisesTheFlag) {
         RandomTensor(DType::kFloat32, Shape{vocab, h}, 3)};
     auto g = RunOn(gpu(), t, [](Ops& ops, std::vector<TensorDesc>& d) {
       return ops.FusedLinearCrossEntropy(d[0], d[1], d[2], kIgnore, 2, d[3].As<float>(),
-                                         d[4].As<float>(), d[5], d[6], nullptr);
+                                         d[4].As<float>(), d[5], d[6], true, nullptr);
     });
     EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument) << g.status();
   }

@@ -109,7 +109,7 @@ absl::Status GemmRunner::BuildPlan(const TensorDesc& a, bool trans_a, const Tens
   const size_t workspace_bytes = ctx_->workspace_bytes();
   cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes, sizeof(workspace_bytes));
-  constexpr int kCandidates = 16;
+  constexpr int kCandidates = 64;
   cublasLtMatmulHeuristicResult_t results[kCandidates];
   int found = 0;
   if (st == CUBLAS_STATUS_SUCCESS) {
