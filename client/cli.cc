@@ -10,9 +10,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/cli_args.h"
+#include "client/cli_credentials.h"
 #include "client/client.h"
 #include "client/job_file.h"
 #include "client/output_format.h"
+#include "client/step_history.h"
 
 namespace tessera {
 namespace {
@@ -43,7 +45,8 @@ int Watch(CoordinatorClient& client, const std::string& job_id, int from_step, b
   if (!job.ok()) return Fail(job.status(), err);
   ProgressTracker progress(job->spec().steps());
   const int every = std::max(1, job->spec().steps() / 50);
-  double tokens = 0, step_time = 0;
+  // A restarted attempt reports steps again; the summary counts each once.
+  StepHistory history;
   bool progress_shown = false;
   absl::Status status = client.WatchJob(job_id, from_step, [&](const v1::JobEvent& e) {
     if (json) {
@@ -51,8 +54,7 @@ int Watch(CoordinatorClient& client, const std::string& job_id, int from_step, b
       return true;
     }
     if (e.has_step()) {
-      tokens += static_cast<double>(e.step().tokens());
-      step_time += e.step().step_time_s();
+      history.Add(e.step());
       progress.Add(e.step(), NowSeconds());
       const int done = e.step().step() + 1;
       if (is_tty) {
@@ -79,7 +81,9 @@ int Watch(CoordinatorClient& client, const std::string& job_id, int from_step, b
   if (!status.ok()) return Fail(status, err);
   absl::StatusOr<v1::Job> final_job = client.GetJob(job_id);
   if (!final_job.ok()) return Fail(final_job.status(), err);
-  if (!json) out << FormatSummary(*final_job, tokens, step_time);
+  if (!json) {
+    out << FormatSummary(*final_job, history.total_tokens(), history.total_step_time_s());
+  }
   return final_job->state() == v1::SUCCEEDED ? kExitOk : kExitFailed;
 }
 
@@ -93,7 +97,17 @@ int RunCommand(const ParsedArgs& args, std::ostream& out, std::ostream& err, boo
     return data_command(args, out, err);
   }
   const bool json = args.Has("json");
-  CoordinatorClient client(CoordinatorAddress(args));
+  absl::StatusOr<ClientOptions> options =
+      CliClientOptions(args, [](const char* name) { return std::getenv(name); });
+  if (!options.ok()) {
+    err << "tessera: " << options.status().message() << "\n";
+    return kExitUsage;
+  }
+  CoordinatorClient client(CoordinatorAddress(args), *options);
+  if (!client.credentials_status().ok()) {
+    err << "tessera: " << client.credentials_status().message() << "\n";
+    return kExitUsage;
+  }
 
   if (args.command == "submit") {
     absl::StatusOr<v1::JobSpec> spec = ReadJobFile(args.positional[0]);

@@ -28,6 +28,11 @@ std::vector<FlagSpec> CommonFlags() {
       {"coordinator", true,
        "coordinator host:port (default $TESSERA_COORDINATOR, else 127.0.0.1:50051)"},
       {"json", false, "machine-readable output: JSON (one object per line for streams)"},
+      {"tls_ca", true, "PEM CA of the coordinator's certificate; TLS (default $TESSERA_TLS_CA)"},
+      {"tls_cert", true, "PEM client certificate (default $TESSERA_TLS_CERT; needs --tls_key)"},
+      {"tls_key", true, "PEM private key of --tls_cert (default $TESSERA_TLS_KEY)"},
+      {"token_file", true,
+       "file holding the bearer token (default $TESSERA_TOKEN_FILE, else $TESSERA_TOKEN)"},
       {"help", false, "show help for this command"},
   };
 }

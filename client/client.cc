@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_keepalive.h"
+#include "common/grpc_security.h"
 #include "common/grpc_status.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/tessera/v1/coordinator.grpc.pb.h"
@@ -51,6 +52,10 @@ std::string ShortReason(const std::string& message, absl::Duration timeout) {
       absl::StrContains(lower, "end of tcp stream")) {
     return "connection lost";
   }
+  if (absl::StrContains(lower, "ssl") || absl::StrContains(lower, "handshake") ||
+      absl::StrContains(lower, "certificate")) {
+    return "TLS handshake failed; check --tls_ca and that client and coordinator both use TLS";
+  }
   if (absl::StrContains(lower, "failed to connect")) return "connection failed";
   return message;
 }
@@ -69,6 +74,8 @@ absl::Duration Jittered(absl::Duration backoff, std::mt19937& rng) {
 }  // namespace
 
 struct CoordinatorClient::Impl {
+  absl::Status credentials_status;
+  std::shared_ptr<ClientCredentials> credentials;
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::Coordinator::Stub> stub;
   std::mt19937 rng{std::random_device{}()};
@@ -86,10 +93,12 @@ struct CoordinatorClient::Impl {
   // Runs `call` with a fresh deadline per attempt, retrying UNAVAILABLE.
   template <typename Call>
   grpc::Status WithRetries(const ClientOptions& options, Call call) {
+    if (!credentials_status.ok()) return ToGrpcStatus(credentials_status);
     absl::Duration backoff = options.initial_backoff;
     for (int attempt = 1;; ++attempt) {
       grpc::ClientContext context;
       context.set_deadline(absl::ToChronoTime(absl::Now() + options.call_timeout));
+      credentials->Apply(&context);
       grpc::Status status = call(&context);
       if (status.error_code() != grpc::StatusCode::UNAVAILABLE || attempt >= options.max_attempts) {
         return status;
@@ -120,6 +129,7 @@ struct CoordinatorClient::Impl {
         // Ask a fail-fast RPC for the transport's reason.
         grpc::ClientContext context;
         context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+        credentials->Apply(&context);
         v1::ListWorkersRequest request;
         v1::ListWorkersResponse response;
         grpc::Status probe = stub->ListWorkers(&context, request, &response);
@@ -141,13 +151,25 @@ CoordinatorClient::CoordinatorClient(const std::string& address, ClientOptions o
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
               std::max(static_cast<int>(absl::ToInt64Milliseconds(options.max_backoff)), 1));
   ApplyClientKeepalive(args, options.keepalive_time, options.keepalive_timeout);
-  impl_->channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  TlsFlags tls{options.tls_cert_file, options.tls_key_file, options.tls_ca_file};
+  absl::StatusOr<std::shared_ptr<ClientCredentials>> credentials =
+      ClientCredentials::Load(tls, options.token);
+  if (credentials.ok()) {
+    impl_->credentials = *std::move(credentials);
+  } else {
+    impl_->credentials_status = credentials.status();
+    impl_->credentials = std::make_shared<ClientCredentials>();
+  }
+  impl_->channel = impl_->credentials->Channel(address, args);
   impl_->stub = v1::Coordinator::NewStub(impl_->channel);
 }
 
 CoordinatorClient::~CoordinatorClient() = default;
 
+absl::Status CoordinatorClient::credentials_status() const { return impl_->credentials_status; }
+
 absl::StatusOr<v1::Job> CoordinatorClient::SubmitJob(const v1::JobSpec& spec) {
+  if (!impl_->credentials_status.ok()) return impl_->credentials_status;
   if (absl::Status connected = impl_->Connect(options_, address_); !connected.ok()) {
     return connected;
   }
@@ -156,6 +178,7 @@ absl::StatusOr<v1::Job> CoordinatorClient::SubmitJob(const v1::JobSpec& spec) {
   v1::SubmitJobResponse response;
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + options_.call_timeout));
+  impl_->credentials->Apply(&context);
   grpc::Status status = impl_->stub->SubmitJob(&context, request, &response);
   if (!status.ok()) return impl_->Explain(status, address_, options_.call_timeout);
   return response.job();
@@ -220,6 +243,7 @@ absl::StatusOr<v1::Job> CoordinatorClient::CancelJob(const std::string& job_id,
 }
 
 absl::Status CoordinatorClient::DeleteJob(const std::string& job_id) {
+  if (!impl_->credentials_status.ok()) return impl_->credentials_status;
   if (absl::Status connected = impl_->Connect(options_, address_); !connected.ok()) {
     return connected;
   }
@@ -228,6 +252,7 @@ absl::Status CoordinatorClient::DeleteJob(const std::string& job_id) {
   v1::DeleteJobResponse response;
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + options_.call_timeout));
+  impl_->credentials->Apply(&context);
   grpc::Status status = impl_->stub->DeleteJob(&context, request, &response);
   if (!status.ok()) return impl_->Explain(status, address_, options_.call_timeout);
   return absl::OkStatus();
@@ -246,14 +271,20 @@ absl::StatusOr<std::vector<v1::WorkerRecord>> CoordinatorClient::ListWorkers() {
 absl::Status CoordinatorClient::WatchJob(
     const std::string& job_id, int from_step,
     const std::function<bool(const v1::JobEvent&)>& on_event) {
+  if (!impl_->credentials_status.ok()) return impl_->credentials_status;
   int64_t last_sequence = 0;  // events up to here were delivered
   int failures = 0;
   absl::Duration backoff = options_.initial_backoff;
   while (true) {
     grpc::ClientContext context;  // no deadline: jobs run for hours
+    impl_->credentials->Apply(&context);
     v1::WatchJobRequest request;
     request.set_job_id(job_id);
     request.set_from_step(from_step);
+    // A re-subscription continues after the last event delivered. It keeps
+    // the original from_step: a restarted attempt may have reported steps
+    // again that lie before the newest step seen so far.
+    request.set_after_sequence(last_sequence);
     std::unique_ptr<grpc::ClientReader<v1::JobEvent>> reader =
         impl_->stub->WatchJob(&context, request);
     v1::JobEvent event;
@@ -263,7 +294,6 @@ absl::Status CoordinatorClient::WatchJob(
       backoff = options_.initial_backoff;
       if (event.sequence() <= last_sequence) continue;  // replayed after a re-subscribe
       last_sequence = event.sequence();
-      if (event.has_step()) from_step = std::max(from_step, event.step().step() + 1);
       stopped = !on_event(event);
     }
     if (stopped) {

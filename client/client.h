@@ -5,9 +5,9 @@
 // Every unary call carries a deadline. UNAVAILABLE is retried with
 // exponential backoff and jitter where retrying is safe: GetJob, ListJobs
 // (each page), ListWorkers, CancelJob (idempotent on the server) and
-// WatchJob, which re-subscribes from the last step it delivered and never
-// delivers an event twice. SubmitJob and DeleteJob retry only the
-// connection: once the channel is connected the request is sent exactly
+// WatchJob, which re-subscribes after the last event it delivered
+// (WatchJobRequest.after_sequence) and never delivers an event twice.
+// SubmitJob and DeleteJob retry only the connection: once the channel is connected the request is sent exactly
 // once, so a job is never submitted twice and a delete that succeeded is
 // never reported as NOT_FOUND by its own retry.
 #ifndef TESSERA_CLIENT_CLIENT_H_
@@ -42,6 +42,13 @@ struct ClientOptions {
   // raised to it (common/grpc_keepalive.h).
   absl::Duration keepalive_time = kClientKeepalivePing;
   absl::Duration keepalive_timeout = kClientKeepaliveTimeout;
+  // TLS: the CA that signed the coordinator's certificate (PEM file; empty
+  // with cert/key empty: plaintext), and an optional client certificate.
+  std::string tls_ca_file;
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  // Bearer token sent on every call (empty: none).
+  std::string token;
 };
 
 class CoordinatorClient {
@@ -52,6 +59,9 @@ class CoordinatorClient {
   CoordinatorClient& operator=(const CoordinatorClient&) = delete;
 
   const std::string& address() const { return address_; }
+  // INVALID_ARGUMENT naming the option if the TLS files could not be read;
+  // every call then returns this status.
+  absl::Status credentials_status() const;
 
   // INVALID_ARGUMENT (from the coordinator) names the bad spec field.
   absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec);
@@ -73,7 +83,8 @@ class CoordinatorClient {
   // on (state changes and worker errors are always replayed). Returns OK
   // after the stream's last event (the job's terminal state) or when
   // `on_event` returns false; an error when the job is unknown or the
-  // coordinator stays unreachable.
+  // coordinator stays unreachable. A job that restarts reports steps again
+  // (StepMetrics.attempt); StepHistory (step_history.h) keeps one per step.
   absl::Status WatchJob(const std::string& job_id, int from_step,
                         const std::function<bool(const v1::JobEvent&)>& on_event);
 

@@ -228,7 +228,7 @@ class WatchTest : public ClientTest {
   std::vector<float> losses_;
 };
 
-TEST_F(WatchTest, ResubscribesFromTheLastStepWithoutDuplicates) {
+TEST_F(WatchTest, ResubscribesAfterTheLastEventWithoutDuplicates) {
   server_.BreakFirstWatchAfter(3);  // RUNNING, step 0, step 1, then UNAVAILABLE
   CoordinatorClient client(server_.address(), FastOptions());
   std::vector<v1::JobEvent> seen;
@@ -237,7 +237,9 @@ TEST_F(WatchTest, ResubscribesFromTheLastStepWithoutDuplicates) {
     return true;
   });
   ASSERT_TRUE(status.ok()) << status;
-  EXPECT_EQ(server_.watch_from_steps(), (std::vector<int>{0, 2}));
+  // The second subscription continues after the third event (sequence 3).
+  EXPECT_EQ(server_.watch_from_steps(), (std::vector<int>{0, 0}));
+  EXPECT_EQ(server_.watch_after_sequences(), (std::vector<int64_t>{0, 3}));
   ASSERT_EQ(seen.size(), 7u);
   EXPECT_EQ(seen[0].state_change().state(), v1::RUNNING);
   for (int s = 0; s < 5; ++s) {
@@ -246,6 +248,35 @@ TEST_F(WatchTest, ResubscribesFromTheLastStepWithoutDuplicates) {
     EXPECT_FLOAT_EQ(seen[1 + s].step().loss(), losses_[s]);
   }
   EXPECT_EQ(seen[6].state_change().state(), v1::SUCCEEDED);
+}
+
+TEST_F(ClientTest, AResubscriptionKeepsStepsARestartedAttemptReportedAgain) {
+  // Attempt 0 reports steps 0-2 and fails; attempt 1 resumes from the
+  // checkpoint of step 1 and reports steps 1-2 again. The stream breaks
+  // after attempt 0's step 2: resuming "from step 3" would lose attempt 1's
+  // records of steps 1 and 2.
+  std::vector<v1::JobEvent> events = {StateEvent(v1::RUNNING, "training")};
+  for (int s = 0; s < 3; ++s) events.push_back(StepEvent(s, 3.f - s));
+  events.push_back(StateEvent(v1::RESTARTING, "restart 1 of 1"));
+  events.push_back(StateEvent(v1::STARTING, "attempt 2"));
+  events.push_back(StateEvent(v1::RUNNING, "training"));
+  for (int s = 1; s < 4; ++s) {
+    v1::JobEvent e = StepEvent(s, 2.5f - s);
+    e.mutable_step()->set_attempt(1);
+    events.push_back(e);
+  }
+  events.push_back(StateEvent(v1::SUCCEEDED, "completed 4 steps"));
+  server_.AddJob(RandomJob(rng_, "job-3", 4), events);
+  server_.BreakFirstWatchAfter(4);
+  CoordinatorClient client(server_.address(), FastOptions());
+  std::vector<std::pair<int, int>> steps;  // (step, attempt)
+  absl::Status status = client.WatchJob("job-3", 0, [&](const v1::JobEvent& e) {
+    if (e.has_step()) steps.emplace_back(e.step().step(), e.step().attempt());
+    return true;
+  });
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ(steps, (std::vector<std::pair<int, int>>{{0, 0}, {1, 0}, {2, 0}, {1, 1}, {2, 1},
+                                                     {3, 1}}));
 }
 
 TEST_F(WatchTest, FromStepSkipsEarlierSteps) {

@@ -65,6 +65,11 @@ std::vector<absl::Time> FakeCoordinator::call_times(const std::string& method) c
   return it == calls_.end() ? std::vector<absl::Time>() : it->second;
 }
 
+std::vector<int64_t> FakeCoordinator::watch_after_sequences() const {
+  absl::MutexLock lock(&mu_);
+  return watch_after_sequences_;
+}
+
 std::vector<int> FakeCoordinator::watch_from_steps() const {
   absl::MutexLock lock(&mu_);
   return watch_from_steps_;
@@ -196,11 +201,13 @@ grpc::Status FakeCoordinator::WatchJob(grpc::ServerContext*, const v1::WatchJobR
     }
     events = it->second;
     watch_from_steps_.push_back(request->from_step());
+    watch_after_sequences_.push_back(request->after_sequence());
     if (watch_from_steps_.size() == 1) break_after = break_first_watch_after_;
   }
   int sent = 0;
   for (const v1::JobEvent& e : events) {
     if (e.has_step() && e.step().step() < request->from_step()) continue;
+    if (e.sequence() <= request->after_sequence()) continue;
     if (sent == break_after) {
       return grpc::Status(grpc::StatusCode::UNAVAILABLE, "coordinator restarting");
     }

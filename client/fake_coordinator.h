@@ -42,6 +42,7 @@ class FakeCoordinator final : public v1::Coordinator::Service {
   int calls(const std::string& method) const;
   std::vector<absl::Time> call_times(const std::string& method) const;
   std::vector<int> watch_from_steps() const;
+  std::vector<int64_t> watch_after_sequences() const;
   std::vector<v1::JobSpec> submitted() const;
 
   grpc::Status SubmitJob(grpc::ServerContext* context, const v1::SubmitJobRequest* request,
@@ -71,6 +72,7 @@ class FakeCoordinator final : public v1::Coordinator::Service {
   std::map<std::string, std::vector<v1::JobEvent>> events_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::WorkerRecord> workers_ ABSL_GUARDED_BY(mu_);
   std::vector<int> watch_from_steps_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> watch_after_sequences_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::JobSpec> submitted_ ABSL_GUARDED_BY(mu_);
   absl::Duration get_job_delay_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
   int break_first_watch_after_ ABSL_GUARDED_BY(mu_) = -1;

@@ -64,6 +64,17 @@ TEST(JobFile, TypesFollowTheSchema) {
   EXPECT_FLOAT_EQ(spec->optimizer().lr(), 3e-3f);
 }
 
+TEST(JobFile, RestartBudgetAndStepTimeoutAreJobFields) {
+  auto spec = ParseJobSpec("max_restarts: 2\nstep_timeout_s: 30\n", "inline");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->max_restarts(), 2);
+  EXPECT_EQ(spec->step_timeout_s(), 30);
+  auto typo = ParseJobSpec("max_restart: 2\n", "inline");
+  ASSERT_FALSE(typo.ok());
+  EXPECT_NE(typo.status().message().find("did you mean max_restarts?"), std::string::npos)
+      << typo.status();
+}
+
 TEST(JobFile, UnknownFieldIsRejectedWithFileLineAndField) {
   auto spec = ParseJobSpec("name: x\nmodel:\n  d_model: 64\n  d_modle: 64\n", "job.yaml");
   EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);

@@ -39,6 +39,14 @@ std::string Time(int64_t unix_ms) {
   return absl::FormatTime("%Y-%m-%d %H:%M:%S", absl::FromUnixMillis(unix_ms), absl::LocalTimeZone());
 }
 
+// The job a worker runs; one it still holds but should not (reconciliation)
+// shows as being aborted.
+std::string WorkerJob(const v1::WorkerRecord& w) {
+  if (!w.job_id().empty()) return w.job_id();
+  if (!w.activity().job_id().empty()) return absl::StrCat("aborting ", w.activity().job_id());
+  return "-";
+}
+
 }  // namespace
 
 std::string FormatJobsTable(const std::vector<v1::Job>& jobs) {
@@ -60,6 +68,13 @@ std::string FormatJob(const v1::Job& j) {
                                  "reason    ", j.reason(), "\n",
                                  "steps     ", j.steps_done(), "/", j.spec().steps(), "\n");
   if (j.queue_position() > 0) absl::StrAppend(&out, "queue     position ", j.queue_position(), "\n");
+  if (j.spec().max_restarts() > 0 || j.restarts() > 0) {
+    absl::StrAppend(&out, "restarts  ", j.restarts(), " of ", j.spec().max_restarts(),
+                    j.committed_step() > 0
+                        ? absl::StrCat(" (newest checkpoint: step ", j.committed_step(), ")")
+                        : std::string(),
+                    "\n");
+  }
   if (j.steps_done() > 0) {
     const v1::StepMetrics& m = j.last_metrics();
     absl::StrAppend(&out, absl::StrFormat("last step loss %.4f  grad_norm %.4f  lr %.3g  tok/s %s\n",
@@ -99,7 +114,7 @@ std::string FormatWorkersTable(const std::vector<v1::WorkerRecord>& workers) {
                                           w.address(), v1::DeviceKind_Name(w.device().kind()),
                                           w.device().name().substr(0, 28),
                                           w.healthy() ? "yes" : "no: " + w.health_reason(),
-                                          w.job_id().empty() ? "-" : w.job_id()));
+                                          WorkerJob(w)));
   }
   return out;
 }

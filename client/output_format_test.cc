@@ -96,5 +96,28 @@ TEST(OutputFormat, StatusShowsStepPhasesAndMfuOnlyWhenKnown) {
   EXPECT_NE(json.find("\"mfu\":0.4321"), std::string::npos) << json;
 }
 
+TEST(OutputFormat, StatusShowsRestartsAndWorkersShowWhatTheyAreAborting) {
+  v1::Job job;
+  job.set_id("job-6");
+  job.mutable_spec()->set_steps(10);
+  EXPECT_EQ(FormatJob(job).find("restarts"), std::string::npos);  // no restart policy
+  job.mutable_spec()->set_max_restarts(2);
+  job.set_restarts(1);
+  job.set_committed_step(6);
+  EXPECT_NE(FormatJob(job).find("restarts  1 of 2 (newest checkpoint: step 6)"),
+            std::string::npos)
+      << FormatJob(job);
+  const std::string json = ToJsonLine(job);
+  EXPECT_NE(json.find("\"restarts\":1"), std::string::npos) << json;
+
+  v1::WorkerRecord orphaned;
+  orphaned.set_worker_id("w-2");
+  orphaned.set_healthy(true);
+  orphaned.mutable_activity()->set_job_id("job-1");
+  EXPECT_NE(FormatWorkersTable({orphaned}).find("aborting job-1"), std::string::npos);
+  orphaned.set_job_id("job-7");
+  EXPECT_NE(FormatWorkersTable({orphaned}).find("job-7"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace tessera

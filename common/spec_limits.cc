@@ -41,6 +41,7 @@ absl::Status CheckSpecLimits(const v1::JobSpec& spec) {
       AtMost("checkpoint.interval_steps", spec.checkpoint().interval_steps(), kMaxSteps),
       AtMost("loss_chunk_tokens", spec.loss_chunk_tokens(), kMaxTokensPerMicroBatch),
       AtMost("step_timeout_s", spec.step_timeout_s(), kMaxStepTimeoutSeconds),
+      AtMost("max_restarts", spec.max_restarts(), kMaxRestarts),
   };
   for (const absl::Status& s : checks) {
     if (!s.ok()) return s;

@@ -38,6 +38,9 @@ inline constexpr int64_t kMaxTokensPerMicroBatch = int64_t{1} << 20;
 // Step watchdog timeout (step_timeout_s): one week.
 inline constexpr int64_t kMaxStepTimeoutSeconds = 7 * 24 * 3600;
 
+// Automatic restarts of one job (max_restarts).
+inline constexpr int64_t kMaxRestarts = 1000;
+
 // Synthetic tokens a worker generates in memory (256 MiB as uint32).
 inline constexpr int64_t kMaxSyntheticTokens = int64_t{1} << 26;
 

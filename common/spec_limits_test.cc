@@ -50,6 +50,7 @@ std::vector<Limit> Limits() {
        [](v1::JobSpec& s, int64_t v) { s.set_loss_chunk_tokens(v); }},
       {"step_timeout_s", kMaxStepTimeoutSeconds,
        [](v1::JobSpec& s, int64_t v) { s.set_step_timeout_s(v); }},
+      {"max_restarts", kMaxRestarts, [](v1::JobSpec& s, int64_t v) { s.set_max_restarts(v); }},
   };
 }
 

@@ -16,8 +16,11 @@ PACKAGES=(
   libopenblas-dev
   libssl-dev
   libyaml-cpp-dev
+  libsqlite3-dev
   nlohmann-json3-dev
   python3-grpcio python3-grpc-tools
+  openssl grpc-proto
+  prometheus-cpp-dev libcpp-httplib-dev python3-prometheus-client
 )
 
 missing=()

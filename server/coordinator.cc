@@ -1,35 +1,20 @@
 // The coordinator's core (see coordinator.h).
 #include "server/coordinator.h"
 
-#include <dirent.h>
-#include <sys/stat.h>
+#include <algorithm>
 
-#include <cstdio>
-#include <fstream>
-#include <sstream>
-
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/data_root.h"
 #include "common/spec_limits.h"
 #include "server/job_pagination.h"
 #include "server/job_state_machine.h"
 #include "server/model_flops.h"
 #include "server/request_limits.h"
+#include "server/restart_policy.h"
 #include "server/spec_validation.h"
 
 namespace tessera {
 namespace {
-
-void MakeDirs(const std::string& path) {
-  std::string partial;
-  for (size_t i = 0; i <= path.size(); ++i) {
-    if (i == path.size() || path[i] == '/') {
-      if (!partial.empty()) mkdir(partial.c_str(), 0755);
-    }
-    if (i < path.size()) partial += path[i];
-  }
-}
 
 absl::Status CheckJobId(const std::string& job_id) {
   return CheckStringLimit("job_id", job_id, kMaxIdBytes);
@@ -39,28 +24,9 @@ absl::Status NotFound(const std::string& job_id) {
   return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
 }
 
-constexpr char kNextJobNumberFile[] = "next_job_number";
-
-// Records written before the request limits existed may hold strings of any
-// size (a 10 MB name once made every ListJobs response too large for gRPC);
-// cutting them to the limits makes such a state directory listable again.
-// Returns whether anything was cut.
-bool BoundStoredStrings(v1::Job* job) {
-  bool cut = false;
-  auto bound = [&cut](std::string* s, size_t max) {
-    if (s->size() <= max) return;
-    *s = TruncateUtf8(*s, max);
-    cut = true;
-  };
-  v1::JobSpec* spec = job->mutable_spec();
-  bound(spec->mutable_name(), kMaxJobNameBytes);
-  if (spec->data().source_case() == v1::DataConfig::kTokenFile) {
-    bound(spec->mutable_data()->mutable_token_file(), kMaxPathBytes);
-  }
-  if (spec->has_checkpoint()) bound(spec->mutable_checkpoint()->mutable_dir(), kMaxPathBytes);
-  bound(job->mutable_reason(), kMaxStoredMessageBytes);
-  return cut;
-}
+// A job placed on a worker that turns out to be gone is placed again this
+// many times before the failure counts (see JobEntry::placement_retries).
+constexpr int kMaxPlacementRetries = 3;
 
 }  // namespace
 
@@ -73,13 +39,7 @@ Coordinator::~Coordinator() { Shutdown(); }
 
 absl::Status Coordinator::Start() {
   if (!options_.state_dir.empty()) {
-    MakeDirs(options_.state_dir + "/jobs");
-    struct stat st;
-    if (stat((options_.state_dir + "/jobs").c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("state_dir: cannot create ", options_.state_dir, "/jobs"));
-    }
-    LoadPersisted();
+    if (absl::Status s = LoadPersisted(); !s.ok()) return s;
   }
   if (options_.start_background_thread) {
     background_ = std::thread([this] {
@@ -99,84 +59,13 @@ void Coordinator::Shutdown() {
     absl::MutexLock lock(&mu_);
     for (auto& [id, entry] : jobs_) {
       if (entry->runner) entry->runner->Stop(v1::CANCELLED, "coordinator shutting down");
-      if (entry->job.state() == v1::PENDING) {
+      if (entry->job.state() == v1::PENDING || entry->job.state() == v1::RESTARTING) {
         SetStateLocked(*entry, v1::CANCELLED, "coordinator shutting down");
       }
       if (entry->thread.joinable()) threads.push_back(std::move(entry->thread));
     }
   }
   for (auto& t : threads) t.join();
-}
-
-void Coordinator::LoadPersisted() {
-  absl::MutexLock lock(&mu_);
-  std::string dir = options_.state_dir + "/jobs";
-  {
-    std::ifstream in(options_.state_dir + "/" + kNextJobNumberFile);
-    std::string text;
-    int number = 0;
-    if (in >> text && absl::SimpleAtoi(text, &number)) {
-      next_job_number_ = std::max(next_job_number_, number);
-    }
-  }
-  DIR* d = opendir(dir.c_str());
-  if (d == nullptr) return;
-  while (dirent* e = readdir(d)) {
-    std::string name = e->d_name;
-    if (!absl::EndsWith(name, ".binpb")) continue;
-    std::ifstream in(dir + "/" + name, std::ios::binary);
-    v1::Job job;
-    if (!job.ParseFromIstream(&in)) continue;
-    if (job.id().empty() || static_cast<int64_t>(job.id().size()) > kMaxIdBytes) continue;
-    const bool cut = BoundStoredStrings(&job);
-    auto entry = std::make_unique<JobEntry>();
-    entry->job = job;
-    if (cut) PersistLocked(entry->job);
-    int number = 0;
-    if (absl::SimpleAtoi(job.id().substr(job.id().find('-') + 1), &number)) {
-      next_job_number_ = std::max(next_job_number_, number + 1);
-    }
-    if (!IsTerminal(job.state())) {
-      entry->job.set_state(v1::FAILED);
-      entry->job.set_reason("coordinator restarted while the job was " +
-                            v1::JobState_Name(job.state()));
-      entry->job.set_end_time_unix_ms(absl::ToUnixMillis(options_.now()));
-      entry->job.clear_worker_ids();
-      entry->job.set_queue_position(0);
-      PersistLocked(entry->job);
-    }
-    v1::JobEvent event;
-    event.mutable_state_change()->set_state(entry->job.state());
-    event.mutable_state_change()->set_reason(entry->job.reason());
-    entry->events->Append(event, /*closes=*/true);
-    jobs_[job.id()] = std::move(entry);
-  }
-  closedir(d);
-}
-
-void Coordinator::PersistLocked(const v1::Job& job) {
-  if (options_.state_dir.empty()) return;
-  std::string path = absl::StrCat(options_.state_dir, "/jobs/", job.id(), ".binpb");
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!job.SerializeToOstream(&out)) return;
-  }
-  std::rename(tmp.c_str(), path.c_str());
-}
-
-// Written when a job is deleted: the records left may no longer show the
-// highest number handed out.
-void Coordinator::PersistNextJobNumberLocked() {
-  if (options_.state_dir.empty()) return;
-  std::string path = absl::StrCat(options_.state_dir, "/", kNextJobNumberFile);
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << next_job_number_ << "\n";
-    if (!out) return;
-  }
-  std::rename(tmp.c_str(), path.c_str());
 }
 
 v1::Job Coordinator::SnapshotLocked(const JobEntry& entry) {
@@ -194,23 +83,34 @@ void Coordinator::SetStateLocked(JobEntry& entry, v1::JobState state,
   int64_t now_ms = absl::ToUnixMillis(options_.now());
   job.set_state(state);
   job.set_reason(reason);
-  if (state == v1::RUNNING) job.set_start_time_unix_ms(now_ms);
+  // A restarted job keeps its first start, so its wall time includes recovery.
+  if (state == v1::RUNNING && job.start_time_unix_ms() == 0) job.set_start_time_unix_ms(now_ms);
   if (IsTerminal(state)) {
     job.set_end_time_unix_ms(now_ms);
     job.set_queue_position(0);
     scheduler_.Remove(job.id());
-    for (const std::string& w : job.worker_ids()) registry_.Release(w, job.id());
+    // Normally released already when the attempt ended; this catches the
+    // rest without assuming the workers are idle.
+    for (const std::string& w : job.worker_ids()) {
+      registry_.Release(w, job.id(), /*confirmed_idle=*/false);
+    }
     rendezvous_.DropJob(job.id());
   }
   v1::JobEvent event;
   event.mutable_state_change()->set_state(state);
   event.mutable_state_change()->set_reason(reason);
-  entry.events->Append(event, IsTerminal(state));
-  PersistLocked(job);
+  AppendEventLocked(entry, event, IsTerminal(state), /*with_record=*/true);
 }
 
 absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec) {
   if (absl::Status s = ValidateJobSpec(spec); !s.ok()) return s;
+  if (!spec.checkpoint().dir().empty()) {
+    if (absl::Status s =
+            CheckUnderDataRoot(options_.data_root, "checkpoint.dir", spec.checkpoint().dir());
+        !s.ok()) {
+      return s;
+    }
+  }
   absl::MutexLock lock(&mu_);
   if (shut_down_) return absl::UnavailableError("coordinator is shutting down");
   auto entry = std::make_unique<JobEntry>();
@@ -224,8 +124,7 @@ absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec) {
   v1::JobEvent event;
   event.mutable_state_change()->set_state(v1::PENDING);
   event.mutable_state_change()->set_reason(job.reason());
-  entry->events->Append(event, false);
-  PersistLocked(job);
+  AppendEventLocked(*entry, event, false, /*with_record=*/true);
   std::string id = job.id();
   jobs_[id] = std::move(entry);
   return SnapshotLocked(*jobs_[id]);
@@ -292,6 +191,7 @@ absl::StatusOr<v1::Job> Coordinator::CancelJob(const std::string& job_id,
         "job ", job_id, " is already ", v1::JobState_Name(entry.job.state())));
   }
   std::string why = reason.empty() ? "cancelled by user" : absl::StrCat("cancelled: ", reason);
+  entry.cancel_reason = why;  // an attempt ending right now must not restart
   if (entry.runner) {
     entry.runner->Stop(v1::CANCELLED, why);  // the runner thread records the terminal state
   } else {
@@ -320,9 +220,10 @@ absl::Status Coordinator::DeleteJob(const std::string& job_id) {
     }
     entry.thread.join();
   }
-  if (!options_.state_dir.empty()) {
-    std::remove(absl::StrCat(options_.state_dir, "/jobs/", job_id, ".binpb").c_str());
-    PersistNextJobNumberLocked();
+  if (store_ != nullptr) {
+    // The records left may no longer show the highest number handed out.
+    store_->SetCounter(kNextJobNumberCounter, next_job_number_).IgnoreError();
+    store_->DeleteJob(job_id).IgnoreError();
   }
   jobs_.erase(it);
   return absl::OkStatus();
@@ -350,16 +251,30 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
   if (req.device().kind() != v1::CPU && req.device().kind() != v1::CUDA) {
     return absl::InvalidArgumentError("device.kind: must be CPU or CUDA");
   }
+  if (absl::Status s = CheckActivity(req.activity()); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   v1::RegisterWorkerResponse resp;
-  resp.set_worker_id(registry_.Register(req.address(), req.device(), options_.now()));
+  const std::string id =
+      registry_.Register(req.address(), req.device(), options_.now(), req.activity());
+  resp.set_worker_id(id);
   resp.set_heartbeat_interval_ms(
       static_cast<int32_t>(absl::ToInt64Milliseconds(options_.heartbeat_interval)));
+  if (std::string orphan = registry_.OrphanJob(id); !orphan.empty()) {
+    resp.add_abort_job_ids(orphan);
+  }
   RefreshPendingLocked();
   return resp;
 }
 
-absl::Status Coordinator::Heartbeat(const v1::HeartbeatRequest& req) {
+absl::Status Coordinator::CheckActivity(const v1::WorkerActivity& activity) {
+  if (absl::Status s = CheckStringLimit("activity.job_id", activity.job_id(), kMaxIdBytes);
+      !s.ok()) {
+    return s;
+  }
+  return CheckStringLimit("activity.phase", activity.phase(), kMaxPhaseBytes);
+}
+
+absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(const v1::HeartbeatRequest& req) {
   if (absl::Status s = CheckStringLimit("worker_id", req.worker_id(), kMaxIdBytes); !s.ok()) {
     return s;
   }
@@ -367,8 +282,21 @@ absl::Status Coordinator::Heartbeat(const v1::HeartbeatRequest& req) {
       !s.ok()) {
     return s;
   }
+  if (absl::Status s = CheckActivity(req.activity()); !s.ok()) return s;
+  if (absl::Status s = CheckStringLimit("address", req.address(), kMaxAddressBytes); !s.ok()) {
+    return s;
+  }
   absl::MutexLock lock(&mu_);
-  return registry_.Heartbeat(req.worker_id(), req.healthy(), req.health_reason(), options_.now());
+  if (absl::Status s = registry_.Heartbeat(req.worker_id(), req.healthy(), req.health_reason(),
+                                           options_.now(), req.activity(), req.address());
+      !s.ok()) {
+    return s;
+  }
+  v1::HeartbeatResponse resp;
+  if (std::string orphan = registry_.OrphanJob(req.worker_id()); !orphan.empty()) {
+    resp.add_abort_job_ids(orphan);
+  }
+  return resp;
 }
 
 std::vector<v1::WorkerRecord> Coordinator::ListWorkers() {
@@ -381,8 +309,12 @@ void Coordinator::RefreshPendingLocked() {
     auto it = jobs_.find(id);
     if (it == jobs_.end()) continue;
     JobEntry& entry = *it->second;
-    if (reason != entry.job.reason()) {
-      entry.job.set_reason(reason);
+    const std::string full = entry.job.state() == v1::RESTARTING
+                                 ? TruncateUtf8(absl::StrCat(entry.restart_note, "; now ", reason),
+                                                kMaxStoredMessageBytes)
+                                 : reason;
+    if (full != entry.job.reason()) {
+      entry.job.set_reason(full);
       PersistLocked(entry.job);
     }
   }
@@ -396,6 +328,13 @@ void Coordinator::JoinFinishedLocked() {
 
 void Coordinator::StartJobLocked(JobEntry& entry, const Placement& placement) {
   v1::Job& job = entry.job;
+  // A restart's previous attempt has returned; its thread only has to end.
+  if (entry.thread.joinable()) entry.thread.join();
+  entry.thread_done = false;
+  job.clear_worker_ids();
+  JobAttempt attempt;
+  attempt.number = job.restarts();
+  if (entry.resume_known) attempt.resume_step = entry.resume_step;
   std::vector<std::unique_ptr<WorkerConnection>> connections;
   // MFU needs every device's peak; one unknown (a CPU worker) means none.
   double peak_flops = 0.0;
@@ -429,7 +368,15 @@ void Coordinator::StartJobLocked(JobEntry& entry, const Placement& placement) {
     *j.mutable_last_metrics() = m;
     v1::JobEvent event;
     *event.mutable_step() = m;
-    e.events->Append(event, false);
+    AppendEventLocked(e, event, false, /*with_record=*/true);
+  };
+  callbacks.on_commit = [this, id](int step) {
+    absl::MutexLock lock(&mu_);
+    v1::Job& j = jobs_[id]->job;
+    if (step <= j.committed_step()) return;
+    // Stored at once: a coordinator restarted from here resumes at it.
+    j.set_committed_step(step);
+    PersistLocked(j);
   };
   callbacks.on_worker_error = [this, id](const v1::WorkerError& error) {
     absl::MutexLock lock(&mu_);
@@ -437,19 +384,84 @@ void Coordinator::StartJobLocked(JobEntry& entry, const Placement& placement) {
     *event.mutable_worker_error() = error;
     event.mutable_worker_error()->set_message(
         TruncateUtf8(error.message(), kMaxStoredMessageBytes));
-    jobs_[id]->events->Append(event, false);
+    AppendEventLocked(*jobs_[id], event, false, /*with_record=*/false);
   };
   entry.runner = std::make_shared<JobRunner>(id, job.spec(), placement.worker_ids,
                                              std::move(connections), options_.rendezvous_address,
-                                             options_.collective_timeout, std::move(callbacks));
+                                             options_.collective_timeout, std::move(callbacks),
+                                             attempt);
   std::shared_ptr<JobRunner> runner = entry.runner;
   entry.thread = std::thread([this, id, runner] {
     JobOutcome outcome = runner->Run();
     absl::MutexLock lock(&mu_);
     JobEntry& e = *jobs_[id];
-    SetStateLocked(e, outcome.state, outcome.reason);
+    FinishAttemptLocked(e, outcome);
     e.thread_done = true;
   });
+}
+
+void Coordinator::FinishAttemptLocked(JobEntry& entry, const JobOutcome& outcome) {
+  v1::Job& job = entry.job;
+  entry.runner.reset();
+  // Workers that refused the connection are gone; those that acknowledged
+  // the Abort are free; the others stay out of the pool until they report
+  // that they hold nothing.
+  for (const std::string& w : outcome.unreachable_workers) registry_.MarkLost(w);
+  for (const std::string& w : job.worker_ids()) {
+    const bool idle = std::find(outcome.idle_workers.begin(), outcome.idle_workers.end(), w) !=
+                      outcome.idle_workers.end();
+    registry_.Release(w, job.id(), idle);
+  }
+  // The next attempt bootstraps its collective group from scratch.
+  rendezvous_.DropJob(job.id());
+  if (job.restarts() == 0) entry.first_step = outcome.first_step;
+  if (outcome.committed_step > job.committed_step()) job.set_committed_step(outcome.committed_step);
+
+  AttemptEnd end{outcome.state, outcome.cause, outcome.reason};
+  if (!entry.cancel_reason.empty() && end.state == v1::FAILED) {
+    end = {v1::CANCELLED, absl::StatusCode::kCancelled, entry.cancel_reason};
+  }
+  if (shut_down_ && end.state == v1::FAILED) {
+    end = {v1::CANCELLED, absl::StatusCode::kCancelled, "coordinator shutting down"};
+  }
+  const int resume = std::max(job.committed_step(), entry.first_step);
+  // A worker that died just before it was placed (its heartbeats had not yet
+  // timed out) refuses SetupJob: it is gone from the registry now, so the
+  // job is simply placed again, without spending its restart budget.
+  if (end.state == v1::FAILED && end.cause == absl::StatusCode::kUnavailable &&
+      job.state() == v1::STARTING && !outcome.unreachable_workers.empty() &&
+      entry.placement_retries < kMaxPlacementRetries) {
+    ++entry.placement_retries;
+    entry.resume_step = resume;
+    entry.resume_known = true;
+    entry.restart_note = TruncateUtf8(
+        absl::StrCat("placing the job again (not counted as a restart): ", end.reason),
+        kMaxStoredMessageBytes);
+    SetStateLocked(entry, v1::RESTARTING, entry.restart_note);
+    scheduler_.EnqueueRestart(job.id(), job.spec(), options_.now());
+    RefreshPendingLocked();
+    return;
+  }
+  if (end.state == v1::FAILED && resume >= job.spec().steps()) {
+    // Every step ran and the final checkpoint was committed before the
+    // failure: nothing is left to redo.
+    end = {v1::SUCCEEDED, absl::StatusCode::kOk,
+           absl::StrCat("completed ", job.spec().steps(), " steps (after the final checkpoint: ",
+                        end.reason, ")")};
+  }
+  RestartDecision decision =
+      DecideAfterAttempt(end, job.restarts(), job.spec().max_restarts(), resume);
+  if (!decision.restart) {
+    SetStateLocked(entry, decision.state, decision.reason);
+    return;
+  }
+  job.set_restarts(job.restarts() + 1);
+  entry.resume_step = resume;
+  entry.resume_known = true;
+  entry.restart_note = TruncateUtf8(decision.reason, kMaxStoredMessageBytes);
+  SetStateLocked(entry, v1::RESTARTING, decision.reason);
+  scheduler_.EnqueueRestart(job.id(), job.spec(), options_.now());
+  RefreshPendingLocked();
 }
 
 void Coordinator::Tick() {
@@ -470,8 +482,11 @@ void Coordinator::Tick() {
     error.set_message(lost.reason);
     v1::JobEvent event;
     *event.mutable_worker_error() = error;
-    entry.events->Append(event, false);
-    if (entry.runner) entry.runner->Stop(v1::FAILED, lost.reason);
+    AppendEventLocked(entry, event, false, /*with_record=*/false);
+    if (entry.runner) {
+      entry.runner->Stop(v1::FAILED, lost.reason, absl::StatusCode::kUnavailable,
+                         lost.worker_id);
+    }
   }
   for (const Placement& placement : scheduler_.Schedule(registry_, options_.now())) {
     auto it = jobs_.find(placement.job_id);

@@ -6,12 +6,27 @@
 //
 // A background thread ticks every 100 ms: it sweeps dead workers (failing
 // their jobs), and starts every queued job whose gang is free (backfill with
-// a starvation bound, see scheduler.h). Job
-// records are persisted in the state directory so that `tessera jobs`
-// survives a coordinator restart; a job that was not terminal when the
-// coordinator stopped is marked FAILED on the next start. Deleting a job
-// removes its record; the next job number is persisted too, so ids are
-// never reused.
+// a starvation bound, see scheduler.h).
+//
+// When an attempt ends, its workers are released: those that acknowledged
+// the Abort are free at once, those that refused the connection are dropped
+// from the registry, and the rest stay out of the pool until their own
+// reports say they hold nothing (worker_reconciliation.h); heartbeats and
+// registrations tell a worker still holding a job it should not to abort
+// it. A failed attempt with a retryable cause restarts the job while
+// JobSpec.max_restarts allows (restart_policy.h): RESTARTING, queued ahead
+// of new jobs, then a new attempt on whichever workers are free, resuming
+// from the newest checkpoint the job committed.
+//
+// Job records, every job's event history (state changes, step records,
+// worker errors, with their sequence numbers) and the next job number are
+// kept in the state directory's job store (job_store.h, SQLite in WAL mode),
+// written as they change, so they survive the coordinator being killed. On
+// the next start, a queued job is queued again; a job that was running
+// resumes through the restart path from its newest committed checkpoint
+// (not counted against max_restarts), or fails with a reason if it has none;
+// the workers still running it are told to abort it when they re-register.
+// Deleting a job removes its record and events; ids are never reused.
 #ifndef TESSERA_SERVER_COORDINATOR_H_
 #define TESSERA_SERVER_COORDINATOR_H_
 
@@ -29,11 +44,15 @@
 #include "proto/tessera/v1/coordinator.pb.h"
 #include "server/event_log.h"
 #include "server/job_runner.h"
+#include "server/job_store.h"
 #include "server/rendezvous_table.h"
 #include "server/scheduler.h"
 #include "server/worker_registry.h"
 
 namespace tessera {
+
+// The job store counter holding the next job number.
+inline constexpr char kNextJobNumberCounter[] = "next_job_number";
 
 struct CoordinatorOptions {
   std::string state_dir;              // empty: nothing persisted
@@ -44,6 +63,9 @@ struct CoordinatorOptions {
   // A job the registered workers could run that has waited this long stops
   // later jobs of its device kind from starting before it (scheduler.h).
   absl::Duration starvation_timeout = absl::Minutes(5);
+  // Canonical directory (common/data_root.h) that every checkpoint.dir must
+  // lie in; empty: any. Checked at submit time (INVALID_ARGUMENT).
+  std::string data_root;
   // Opens a connection to a worker's WorkerService at `address`.
   std::function<std::unique_ptr<WorkerConnection>(const std::string& address)> connect;
   // The clock (tests inject one).
@@ -77,7 +99,9 @@ class Coordinator {
   absl::StatusOr<std::shared_ptr<EventLog>> JobEvents(const std::string& job_id);
 
   absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(const v1::RegisterWorkerRequest& req);
-  absl::Status Heartbeat(const v1::HeartbeatRequest& req);
+  // Also reconciles the worker's reported activity: the response names the
+  // jobs it must abort.
+  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& req);
   std::vector<v1::WorkerRecord> ListWorkers();
   RendezvousTable& rendezvous() { return rendezvous_; }
 
@@ -91,6 +115,19 @@ class Coordinator {
     std::shared_ptr<JobRunner> runner;
     std::thread thread;
     bool thread_done = false;
+    // Restarts: the step the next attempt resumes from, why the job is
+    // restarting (the pending reason is appended while it waits), and a
+    // cancel that raced with the end of an attempt.
+    int resume_step = 0;
+    int first_step = 0;  // where the first attempt started (resume_from)
+    std::string restart_note;
+    std::string cancel_reason;
+    bool resume_known = false;  // resume_step is decided (restart, reload)
+    int64_t stored_step_events = 0;  // since the job store was last trimmed
+    // Attempts that failed before training because a placed worker could
+    // not be reached (it died before its heartbeats stopped); placed again
+    // without spending the restart budget, at most kMaxPlacementRetries times.
+    int placement_retries = 0;
   };
 
   void SetStateLocked(JobEntry& entry, v1::JobState state, const std::string& reason)
@@ -98,9 +135,23 @@ class Coordinator {
   void RefreshPendingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StartJobLocked(JobEntry& entry, const Placement& placement)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An attempt's runner returned: release its workers, then restart the job
+  // or record its terminal state.
+  void FinishAttemptLocked(JobEntry& entry, const JobOutcome& outcome)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Bounds and checks a worker's reported activity.
+  static absl::Status CheckActivity(const v1::WorkerActivity& activity);
   void PersistLocked(const v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void PersistNextJobNumberLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void LoadPersisted();
+  // Appends to the job's event log and the job store; `with_record` stores
+  // the job record in the same transaction.
+  void AppendEventLocked(JobEntry& entry, v1::JobEvent event, bool closes, bool with_record)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A job loaded from the store that was not terminal: queue it again,
+  // resume it, or fail it.
+  void RecoverLocked(JobEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Opens the job store in the state directory and loads it (moving records
+  // of releases before it in); recovers the jobs that had not ended.
+  absl::Status LoadPersisted();
   void JoinFinishedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::Job SnapshotLocked(const JobEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -112,6 +163,7 @@ class Coordinator {
   int next_job_number_ ABSL_GUARDED_BY(mu_) = 1;
   double overhead_sum_ ABSL_GUARDED_BY(mu_) = 0;
   RendezvousTable rendezvous_;
+  std::unique_ptr<JobStore> store_;  // null without a state_dir
   absl::Notification stop_;
   std::thread background_;
   bool shut_down_ = false;

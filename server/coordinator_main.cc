@@ -1,24 +1,34 @@
 // tessera-coordinator: serves the v1 API (Coordinator, WorkerRegistry,
 // Rendezvous) and runs the scheduler. Prints "tessera-coordinator listening
 // on ADDR" once serving; SIGINT/SIGTERM cancel running jobs (aborting their
-// workers) and shut down cleanly.
+// workers) and shut down cleanly. Security flags (TLS, tokens, --insecure,
+// --data_root) are described in README.md's operator section;
+// grpc.health.v1.Health and server reflection are always on.
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "common/data_root.h"
+#include "common/grpc_health.h"
 #include "common/grpc_keepalive.h"
+#include "common/grpc_security.h"
 #include "common/shutdown_signal.h"
 #include "grpcpp/grpcpp.h"
+#include "server/call_guard.h"
 #include "server/coordinator.h"
 #include "server/coordinator_service.h"
+#include "server/metrics_tracker.h"
+#include "server/prometheus_metrics.h"
 #include "server/worker_client.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "host:port to serve the API on");
@@ -30,11 +40,34 @@ ABSL_FLAG(std::string, state_dir, "/tmp/tessera-coordinator",
 ABSL_FLAG(int, worker_timeout_ms, 5000, "a worker silent this long leaves the registry");
 ABSL_FLAG(int, heartbeat_interval_ms, 1000, "heartbeat interval asked of workers");
 ABSL_FLAG(int, collective_timeout_ms, 60000,
-          "per-collective timeout on workers; also bounds setup commands");
+          "per-collective timeout on workers (a rank whose peers stopped fails ABORTED)");
+ABSL_FLAG(int, setup_timeout_ms, 900000,
+          "bound on each SetupJob, InitCollective and Checkpoint call (building shards, loading "
+          "and verifying a checkpoint, joining the collective group); at least the collective "
+          "timeout + 60 s");
 ABSL_FLAG(int, starvation_timeout_s, 300,
           "a queued job the registered workers could run that has waited this long stops "
           "later jobs of its device kind from starting before it (0: strict FIFO among "
           "runnable jobs)");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate this server presents (also its client certificate to workers)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA that signs every cluster certificate; verifies workers' client certificates");
+ABSL_FLAG(std::string, user_tokens_file, "",
+          "file of bearer tokens (one a line) that may call the client API");
+ABSL_FLAG(std::string, worker_token_file, "",
+          "file holding the worker credential: registration, heartbeats, rendezvous, and "
+          "what this coordinator presents to workers");
+ABSL_FLAG(bool, insecure, false,
+          "allow a non-loopback --listen without TLS and tokens (never on a shared network)");
+ABSL_FLAG(std::string, data_root, "",
+          "existing directory every job's checkpoint.dir must lie in (empty: any)");
+ABSL_FLAG(int, drain_grace_ms, 0,
+          "on SIGTERM, report NOT_SERVING this long before shutting down (lets load balancers "
+          "and probes notice)");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "host:port for Prometheus metrics over plain HTTP at /metrics (empty: off)");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
@@ -45,6 +78,28 @@ int main(int argc, char** argv) {
   tessera::IgnoreBrokenPipeSignals();
 
   const std::string listen = absl::GetFlag(FLAGS_listen);
+  tessera::ServerSecurityFlags security_flags;
+  security_flags.program = "tessera-coordinator";
+  security_flags.listen = listen;
+  security_flags.tls = {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+                        absl::GetFlag(FLAGS_tls_ca)};
+  security_flags.user_tokens_file = absl::GetFlag(FLAGS_user_tokens_file);
+  security_flags.worker_token_file = absl::GetFlag(FLAGS_worker_token_file);
+  security_flags.has_user_api = true;
+  security_flags.insecure = absl::GetFlag(FLAGS_insecure);
+  absl::StatusOr<tessera::ServerSecurity> security = tessera::LoadServerSecurity(security_flags);
+  if (!security.ok()) {
+    std::fprintf(stderr, "tessera-coordinator: %s\n",
+                 std::string(security.status().message()).c_str());
+    return 2;
+  }
+  absl::StatusOr<std::string> data_root =
+      tessera::CanonicalDataRoot("--data_root", absl::GetFlag(FLAGS_data_root));
+  if (!data_root.ok()) {
+    std::fprintf(stderr, "tessera-coordinator: %s\n",
+                 std::string(data_root.status().message()).c_str());
+    return 2;
+  }
   std::string advertise = absl::GetFlag(FLAGS_advertise_address);
   if (advertise.empty()) {
     advertise = listen;
@@ -57,14 +112,20 @@ int main(int argc, char** argv) {
 
   tessera::CoordinatorOptions options;
   options.state_dir = absl::GetFlag(FLAGS_state_dir);
+  options.data_root = *data_root;
   options.rendezvous_address = advertise;
   options.worker_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_worker_timeout_ms));
   options.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
   options.collective_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_collective_timeout_ms));
   options.starvation_timeout = absl::Seconds(std::max(0, absl::GetFlag(FLAGS_starvation_timeout_s)));
-  const absl::Duration setup_timeout = options.collective_timeout + absl::Seconds(60);
-  options.connect = [setup_timeout](const std::string& address) {
-    return std::make_unique<tessera::WorkerClient>(address, setup_timeout);
+  // Above the collective timeout (InitCollective waits in a rendezvous) and,
+  // by default, above the step watchdog's default: the timeout hierarchy.
+  const absl::Duration setup_timeout =
+      std::max(absl::Milliseconds(absl::GetFlag(FLAGS_setup_timeout_ms)),
+               options.collective_timeout + absl::Seconds(60));
+  std::shared_ptr<const tessera::ClientCredentials> to_workers = security->outgoing;
+  options.connect = [setup_timeout, to_workers](const std::string& address) {
+    return std::make_unique<tessera::WorkerClient>(address, setup_timeout, to_workers);
   };
 
   tessera::Coordinator core(options);
@@ -72,13 +133,41 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tessera-coordinator: %s\n", s.ToString().c_str());
     return 1;
   }
-  tessera::CoordinatorService coordinator_service(&core);
-  tessera::WorkerRegistryService registry_service(&core);
-  tessera::RendezvousService rendezvous_service(&core);
+  std::unique_ptr<tessera::PrometheusMetrics> metrics;
+  if (const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+      !metrics_listen.empty()) {
+    tessera::MetricsSource source;
+    source.list_jobs = [&core] {
+      return tessera::ListAllJobs([&core](const std::string& token)
+                                      -> absl::StatusOr<std::pair<std::vector<tessera::v1::Job>,
+                                                                  std::string>> {
+        absl::StatusOr<tessera::Coordinator::JobPage> page = core.ListJobs({}, 1000, token);
+        if (!page.ok()) return page.status();
+        return std::make_pair(std::move(page->jobs), page->next_page_token);
+      });
+    };
+    source.list_workers = [&core] { return core.ListWorkers(); };
+    source.job_events = [&core](const std::string& id) { return core.JobEvents(id); };
+    absl::StatusOr<std::unique_ptr<tessera::PrometheusMetrics>> started =
+        tessera::PrometheusMetrics::Start(metrics_listen, std::move(source));
+    if (!started.ok()) {
+      std::fprintf(stderr, "tessera-coordinator: %s\n",
+                   std::string(started.status().message()).c_str());
+      core.Shutdown();
+      return 2;
+    }
+    metrics = *std::move(started);
+    std::printf("tessera-coordinator metrics on http://%s/metrics\n", metrics->address().c_str());
+  }
+  tessera::CallGuard guard(security->access, &core);
+  tessera::CoordinatorService coordinator_service(&core, &guard);
+  tessera::WorkerRegistryService registry_service(&core, &guard);
+  tessera::RendezvousService rendezvous_service(&core, &guard);
 
+  tessera::EnableHealthAndReflection();
   grpc::ServerBuilder builder;
   int bound_port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &bound_port);
+  builder.AddListeningPort(listen, security->server_credentials, &bound_port);
   builder.RegisterService(&coordinator_service);
   builder.RegisterService(&registry_service);
   builder.RegisterService(&rendezvous_service);
@@ -89,12 +178,20 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tessera-coordinator: cannot listen on %s\n", listen.c_str());
     return 1;
   }
-  std::printf("tessera-coordinator listening on %s\n", listen.c_str());
+  const std::vector<std::string> services = {
+      tessera::v1::Coordinator::service_full_name(),
+      tessera::v1::WorkerRegistry::service_full_name(),
+      tessera::v1::Rendezvous::service_full_name()};
+  tessera::SetServing(server.get(), services, true);  // state loaded by core.Start()
+  std::printf("tessera-coordinator listening on %s%s\n", listen.c_str(),
+              security->secured ? " (TLS, tokens)" : "");
   std::fflush(stdout);
 
   const int sig = tessera::WaitForShutdownSignal();
+  tessera::SetServing(server.get(), services, false);
   std::printf("tessera-coordinator: signal %d, shutting down\n", sig);
   std::fflush(stdout);
+  absl::SleepFor(absl::Milliseconds(std::max(0, absl::GetFlag(FLAGS_drain_grace_ms))));
   core.Shutdown();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   return 0;

@@ -3,27 +3,33 @@
 
 #include "absl/time/time.h"
 #include "common/grpc_status.h"
+#include "server/call_guard.h"
 
 namespace tessera {
 
-grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* req,
+grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* context,
+                                           const v1::SubmitJobRequest* req,
                                            v1::SubmitJobResponse* resp) {
+  if (grpc::Status s = CallGuard::User(guard_, context); !s.ok()) return s;
   absl::StatusOr<v1::Job> job = core_->SubmitJob(req->spec());
   if (!job.ok()) return ToGrpcStatus(job.status());
   *resp->mutable_job() = *job;
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::GetJob(grpc::ServerContext*, const v1::GetJobRequest* req,
+grpc::Status CoordinatorService::GetJob(grpc::ServerContext* context, const v1::GetJobRequest* req,
                                         v1::Job* resp) {
+  if (grpc::Status s = CallGuard::User(guard_, context); !s.ok()) return s;
   absl::StatusOr<v1::Job> job = core_->GetJob(req->job_id());
   if (!job.ok()) return ToGrpcStatus(job.status());
   *resp = *job;
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* req,
+grpc::Status CoordinatorService::ListJobs(grpc::ServerContext* context,
+                                          const v1::ListJobsRequest* req,
                                           v1::ListJobsResponse* resp) {
+  if (grpc::Status s = CallGuard::User(guard_, context); !s.ok()) return s;
   std::vector<v1::JobState> states;
   for (int s : req->states()) states.push_back(static_cast<v1::JobState>(s));
   absl::StatusOr<Coordinator::JobPage> page =
@@ -34,13 +40,17 @@ grpc::Status CoordinatorService::ListJobs(grpc::ServerContext*, const v1::ListJo
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::DeleteJob(grpc::ServerContext*, const v1::DeleteJobRequest* req,
+grpc::Status CoordinatorService::DeleteJob(grpc::ServerContext* context,
+                                           const v1::DeleteJobRequest* req,
                                            v1::DeleteJobResponse*) {
+  if (grpc::Status s = CallGuard::User(guard_, context); !s.ok()) return s;
   return ToGrpcStatus(core_->DeleteJob(req->job_id()));
 }
 
-grpc::Status CoordinatorService::CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* req,
+grpc::Status CoordinatorService::CancelJob(grpc::ServerContext* context,
+                                           const v1::CancelJobRequest* req,
                                            v1::Job* resp) {
+  if (grpc::Status s = CallGuard::User(guard_, context); !s.ok()) return s;
   absl::StatusOr<v1::Job> job = core_->CancelJob(req->job_id(), req->reason());
   if (!job.ok()) return ToGrpcStatus(job.status());
   *resp = *job;
@@ -50,9 +60,13 @@ grpc::Status CoordinatorService::CancelJob(grpc::ServerContext*, const v1::Cance
 grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* context,
                                           const v1::WatchJobRequest* req,
                                           grpc::ServerWriter<v1::JobEvent>* writer) {
+  if (grpc::Status s = CallGuard::User(guard_, context); !s.ok()) return s;
   absl::StatusOr<std::shared_ptr<EventLog>> log = core_->JobEvents(req->job_id());
   if (!log.ok()) return ToGrpcStatus(log.status());
-  int64_t cursor = 0;
+  if (req->after_sequence() < 0) {
+    return ToGrpcStatus(absl::InvalidArgumentError("after_sequence: must be >= 0"));
+  }
+  int64_t cursor = req->after_sequence();
   while (!context->IsCancelled()) {
     EventLog::Batch batch = (*log)->Read(cursor, req->from_step(), absl::Milliseconds(500));
     for (const v1::JobEvent& event : batch.events) {
@@ -64,35 +78,46 @@ grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* context,
   return grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled by the client");
 }
 
-grpc::Status CoordinatorService::ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
+grpc::Status CoordinatorService::ListWorkers(grpc::ServerContext* context,
+                                             const v1::ListWorkersRequest*,
                                              v1::ListWorkersResponse* resp) {
+  if (grpc::Status s = CallGuard::User(guard_, context); !s.ok()) return s;
   for (v1::WorkerRecord& w : core_->ListWorkers()) *resp->add_workers() = std::move(w);
   return grpc::Status::OK;
 }
 
-grpc::Status WorkerRegistryService::RegisterWorker(grpc::ServerContext*,
+grpc::Status WorkerRegistryService::RegisterWorker(grpc::ServerContext* context,
                                                    const v1::RegisterWorkerRequest* req,
                                                    v1::RegisterWorkerResponse* resp) {
+  if (grpc::Status s = CallGuard::Worker(guard_, context); !s.ok()) return s;
   absl::StatusOr<v1::RegisterWorkerResponse> r = core_->RegisterWorker(*req);
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  *resp = *r;
+  resp->set_session_token(CallGuard::Registered(guard_, resp->worker_id()));
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerRegistryService::Heartbeat(grpc::ServerContext* context,
+                                              const v1::HeartbeatRequest* req,
+                                              v1::HeartbeatResponse* resp) {
+  if (grpc::Status s = CallGuard::Heartbeat(guard_, context, req->worker_id()); !s.ok()) return s;
+  absl::StatusOr<v1::HeartbeatResponse> r = core_->Heartbeat(*req);
   if (!r.ok()) return ToGrpcStatus(r.status());
   *resp = *r;
   return grpc::Status::OK;
 }
 
-grpc::Status WorkerRegistryService::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
-                                              v1::HeartbeatResponse*) {
-  return ToGrpcStatus(core_->Heartbeat(*req));
-}
-
-grpc::Status RendezvousService::RendezvousSet(grpc::ServerContext*,
+grpc::Status RendezvousService::RendezvousSet(grpc::ServerContext* context,
                                               const v1::RendezvousSetRequest* req,
                                               v1::RendezvousSetResponse*) {
+  if (grpc::Status s = CallGuard::Rank(guard_, context, req->job_id()); !s.ok()) return s;
   return ToGrpcStatus(core_->rendezvous().Set(req->job_id(), req->key(), req->value()));
 }
 
-grpc::Status RendezvousService::RendezvousGet(grpc::ServerContext*,
+grpc::Status RendezvousService::RendezvousGet(grpc::ServerContext* context,
                                               const v1::RendezvousGetRequest* req,
                                               v1::RendezvousGetResponse* resp) {
+  if (grpc::Status s = CallGuard::Rank(guard_, context, req->job_id()); !s.ok()) return s;
   std::vector<std::string> keys(req->keys().begin(), req->keys().end());
   absl::StatusOr<std::vector<std::string>> values =
       core_->rendezvous().Get(req->job_id(), keys, absl::Milliseconds(req->timeout_ms()));
@@ -101,9 +126,10 @@ grpc::Status RendezvousService::RendezvousGet(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status RendezvousService::RendezvousAdd(grpc::ServerContext*,
+grpc::Status RendezvousService::RendezvousAdd(grpc::ServerContext* context,
                                               const v1::RendezvousAddRequest* req,
                                               v1::RendezvousAddResponse* resp) {
+  if (grpc::Status s = CallGuard::Rank(guard_, context, req->job_id()); !s.ok()) return s;
   absl::StatusOr<int64_t> value = core_->rendezvous().Add(req->job_id(), req->key(), req->increment());
   if (!value.ok()) return ToGrpcStatus(value.status());
   resp->set_value(*value);

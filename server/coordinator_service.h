@@ -10,9 +10,13 @@
 
 namespace tessera {
 
+class CallGuard;
+
 class CoordinatorService final : public v1::Coordinator::Service {
  public:
-  explicit CoordinatorService(Coordinator* core) : core_(core) {}
+  // `guard` (not owned; null allows every call) checks credentials.
+  explicit CoordinatorService(Coordinator* core, CallGuard* guard = nullptr)
+      : core_(core), guard_(guard) {}
   grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* req,
                          v1::SubmitJobResponse* resp) override;
   grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest* req, v1::Job* resp) override;
@@ -29,11 +33,14 @@ class CoordinatorService final : public v1::Coordinator::Service {
 
  private:
   Coordinator* core_;
+  CallGuard* guard_;
 };
 
 class WorkerRegistryService final : public v1::WorkerRegistry::Service {
  public:
-  explicit WorkerRegistryService(Coordinator* core) : core_(core) {}
+  // `guard` (not owned; null allows every call) checks credentials.
+  explicit WorkerRegistryService(Coordinator* core, CallGuard* guard = nullptr)
+      : core_(core), guard_(guard) {}
   grpc::Status RegisterWorker(grpc::ServerContext*, const v1::RegisterWorkerRequest* req,
                               v1::RegisterWorkerResponse* resp) override;
   grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
@@ -41,11 +48,14 @@ class WorkerRegistryService final : public v1::WorkerRegistry::Service {
 
  private:
   Coordinator* core_;
+  CallGuard* guard_;
 };
 
 class RendezvousService final : public v1::Rendezvous::Service {
  public:
-  explicit RendezvousService(Coordinator* core) : core_(core) {}
+  // `guard` (not owned; null allows every call) checks credentials.
+  explicit RendezvousService(Coordinator* core, CallGuard* guard = nullptr)
+      : core_(core), guard_(guard) {}
   grpc::Status RendezvousSet(grpc::ServerContext*, const v1::RendezvousSetRequest* req,
                              v1::RendezvousSetResponse* resp) override;
   grpc::Status RendezvousGet(grpc::ServerContext*, const v1::RendezvousGetRequest* req,
@@ -55,6 +65,7 @@ class RendezvousService final : public v1::Rendezvous::Service {
 
  private:
   Coordinator* core_;
+  CallGuard* guard_;
 };
 
 }  // namespace tessera

@@ -19,11 +19,12 @@ typename Events::const_iterator After(const Events& events, int64_t cursor) {
 
 }  // namespace
 
-void EventLog::Append(v1::JobEvent event, bool closes) {
+v1::JobEvent EventLog::Append(v1::JobEvent event, bool closes) {
   absl::MutexLock lock(&mu_);
-  if (closed_) return;
+  if (closed_) return v1::JobEvent();
   event.set_sequence(++last_sequence_);
   event.set_time_unix_ms(absl::ToUnixMillis(absl::Now()));
+  v1::JobEvent stamped = event;
   if (event.has_step()) {
     step_events_.push_back(std::move(event));
     while (static_cast<int64_t>(step_events_.size()) > max_step_events_) step_events_.pop_front();
@@ -31,6 +32,25 @@ void EventLog::Append(v1::JobEvent event, bool closes) {
     other_events_.push_back(std::move(event));
   }
   if (closes) closed_ = true;
+  return stamped;
+}
+
+void EventLog::Restore(std::vector<v1::JobEvent> events, bool closed) {
+  std::sort(events.begin(), events.end(), [](const v1::JobEvent& a, const v1::JobEvent& b) {
+    return a.sequence() < b.sequence();
+  });
+  absl::MutexLock lock(&mu_);
+  for (v1::JobEvent& event : events) {
+    if (event.sequence() <= last_sequence_) continue;  // a duplicate
+    last_sequence_ = event.sequence();
+    if (event.has_step()) {
+      step_events_.push_back(std::move(event));
+      while (static_cast<int64_t>(step_events_.size()) > max_step_events_) step_events_.pop_front();
+    } else {
+      other_events_.push_back(std::move(event));
+    }
+  }
+  closed_ = closed_ || closed;
 }
 
 EventLog::Batch EventLog::Read(int64_t cursor, int from_step, absl::Duration wait) {

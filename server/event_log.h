@@ -29,8 +29,14 @@ class EventLog {
       : max_step_events_(max_step_events) {}
 
   // Stamps the sequence number and time, then appends. A state change to a
-  // terminal state closes the log.
-  void Append(v1::JobEvent event, bool closes);
+  // terminal state closes the log. Returns the stamped event (sequence 0 if
+  // the log was closed and nothing was appended), for the job store.
+  v1::JobEvent Append(v1::JobEvent event, bool closes);
+  // Before any Append: the events of a job persisted by an earlier
+  // coordinator, with their own sequence numbers and times, so that watchers
+  // re-subscribing after a coordinator restart (after_sequence) continue
+  // where they were. `closed`: the job had ended.
+  void Restore(std::vector<v1::JobEvent> events, bool closed);
 
   struct Batch {
     std::vector<v1::JobEvent> events;

@@ -1,8 +1,11 @@
-// Event log replay from a step, waiting for new events, closing, and the
-// bound on retained step metrics (state changes and errors are all kept).
+// Event log replay from a step, waiting for new events, closing, the bound
+// on retained step metrics (state changes and errors are all kept), and
+// restoring a persisted history that later events continue.
 #include "server/event_log.h"
 
+#include <algorithm>
 #include <thread>
+#include <vector>
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
@@ -81,6 +84,30 @@ TEST(EventLog, KeepsOnlyTheMostRecentStepsButEveryOtherEvent) {
   ASSERT_EQ(rest.events.size(), 3u);
   EXPECT_TRUE(rest.events[0].has_worker_error());
   EXPECT_EQ(rest.events[1].step().step(), 9);
+}
+
+TEST(EventLog, ARestoredHistoryKeepsItsSequencesAndLaterEventsFollowIt) {
+  EventLog original;
+  std::vector<v1::JobEvent> persisted;
+  persisted.push_back(original.Append(State(v1::RUNNING), false));
+  for (int i = 0; i < 3; ++i) persisted.push_back(original.Append(Step(i), false));
+  EXPECT_EQ(persisted.back().sequence(), 4);
+
+  EventLog restored;
+  std::reverse(persisted.begin(), persisted.end());  // order does not matter
+  restored.Restore(persisted, /*closed=*/false);
+  const v1::JobEvent next = restored.Append(State(v1::RESTARTING), false);
+  EXPECT_EQ(next.sequence(), 5);
+  // A watcher that had seen up to sequence 2 continues with step 1.
+  EventLog::Batch b = restored.Read(2, 0, absl::ZeroDuration());
+  ASSERT_EQ(b.events.size(), 3u);
+  EXPECT_EQ(b.events[0].step().step(), 1);
+  EXPECT_TRUE(b.events[2].has_state_change());
+  EXPECT_FALSE(b.closed);
+
+  EventLog ended;
+  ended.Restore({State(v1::SUCCEEDED)}, /*closed=*/true);
+  EXPECT_EQ(ended.Append(Step(0), false).sequence(), 0);  // closed: nothing appended
 }
 
 }  // namespace

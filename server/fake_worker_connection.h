@@ -1,6 +1,7 @@
 // Test-only in-memory WorkerConnection: answers every command, streams step
 // results with a configurable delay (or each twice), can fail a chosen
-// command, step or checkpoint, and can hang until cancelled (a stuck worker).
+// command, step or checkpoint, can hang until cancelled (a stuck worker),
+// and can answer as a dead worker (or answer Abort as a stuck one) would.
 // Its checkpoints leave a (empty) rank manifest on disk as a worker's would.
 // Records the commands it saw.
 #ifndef TESSERA_SERVER_FAKE_WORKER_CONNECTION_H_
@@ -25,6 +26,11 @@ struct FakeWorkerBehavior {
   bool hang_in_run = false;      // RunSteps blocks until CancelInFlight
   bool duplicate_results = false;  // every StepResult is streamed twice
   int fail_checkpoint_at = -1;     // Checkpoint of this step fails (RESOURCE_EXHAUSTED)
+  // Abort answers with this code: UNAVAILABLE as a dead worker's refused
+  // connection, DEADLINE_EXCEEDED as a worker stuck in a collective.
+  absl::StatusCode abort_code = absl::StatusCode::kOk;
+  // Every command fails UNAVAILABLE, as for a worker process that died.
+  bool unreachable = false;
 };
 
 class FakeWorkerConnection : public WorkerConnection {
@@ -34,6 +40,7 @@ class FakeWorkerConnection : public WorkerConnection {
   // Like a real worker, it reports the rank SetupJob gave it.
   absl::StatusOr<v1::SetupJobResponse> SetupJob(const v1::SetupJobRequest& r) override {
     Record("SetupJob");
+    if (behavior_.unreachable) return absl::UnavailableError("connection refused");
     rank_ = r.rank();
     {
       absl::MutexLock lock(&mu_);
@@ -89,7 +96,8 @@ class FakeWorkerConnection : public WorkerConnection {
   }
   absl::Status Abort(const v1::AbortRequest&) override {
     Record("Abort");
-    return absl::OkStatus();
+    if (behavior_.unreachable) return absl::UnavailableError("connection refused");
+    return absl::Status(behavior_.abort_code, "fake abort answer");
   }
   void CancelInFlight() override { cancelled_ = true; }
 

@@ -15,7 +15,7 @@ namespace tessera {
 JobRunner::JobRunner(std::string job_id, v1::JobSpec spec, std::vector<std::string> worker_ids,
                      std::vector<std::unique_ptr<WorkerConnection>> connections,
                      std::string rendezvous_address, absl::Duration collective_timeout,
-                     JobRunnerCallbacks callbacks)
+                     JobRunnerCallbacks callbacks, JobAttempt attempt)
     : job_id_(std::move(job_id)),
       spec_(std::move(spec)),
       worker_ids_(std::move(worker_ids)),
@@ -24,34 +24,49 @@ JobRunner::JobRunner(std::string job_id, v1::JobSpec spec, std::vector<std::stri
       collective_timeout_(collective_timeout),
       step_timeout_(absl::Seconds(spec_.step_timeout_s() > 0 ? spec_.step_timeout_s()
                                                               : kDefaultStepTimeoutSeconds)),
-      callbacks_(std::move(callbacks)) {}
+      callbacks_(std::move(callbacks)),
+      attempt_(attempt) {}
 
 bool JobRunner::stopped() {
   absl::MutexLock lock(&mu_);
   return stopped_;
 }
 
-void JobRunner::Stop(v1::JobState state, const std::string& reason) {
+void JobRunner::Stop(v1::JobState state, const std::string& reason, absl::StatusCode cause,
+                     const std::string& lost_worker) {
   {
     absl::MutexLock lock(&mu_);
+    if (!lost_worker.empty()) lost_workers_.insert(lost_worker);
     if (stopped_) return;
     stopped_ = true;
-    stop_outcome_ = {state, reason};
+    stop_outcome_ = JobOutcome();
+    stop_outcome_.state = state;
+    stop_outcome_.reason = reason;
+    stop_outcome_.cause = state == v1::FAILED ? cause : absl::StatusCode::kCancelled;
   }
   for (auto& connection : connections_) connection->CancelInFlight();
 }
 
-void JobRunner::AbortAll(const std::string& reason) {
+std::vector<absl::Status> JobRunner::AbortAll(const std::string& reason) {
+  std::vector<absl::Status> results(connections_.size());
   std::vector<std::thread> threads;
-  for (auto& connection : connections_) {
-    threads.emplace_back([&connection, this, reason] {
+  for (size_t rank = 0; rank < connections_.size(); ++rank) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (lost_workers_.count(worker_ids_[rank]) > 0) {
+        results[rank] = absl::UnavailableError("worker lost");
+        continue;
+      }
+    }
+    threads.emplace_back([&results, rank, this, reason] {
       v1::AbortRequest request;
       request.set_job_id(job_id_);
       request.set_reason(reason);
-      connection->Abort(request).IgnoreError();
+      results[rank] = connections_[rank]->Abort(request);
     });
   }
   for (auto& t : threads) t.join();
+  return results;
 }
 
 absl::Status JobRunner::FanOut(const std::string& command,
@@ -69,9 +84,10 @@ absl::Status JobRunner::FanOut(const std::string& command,
         error.set_code(StatusCodeName(results[rank].code()));
         error.set_message(std::string(results[rank].message()));
         if (callbacks_.on_worker_error) callbacks_.on_worker_error(error);
-        Stop(v1::FAILED, absl::StrCat(command, " failed on worker ", worker_ids_[rank],
-                                      " (rank ", rank, "): ", error.code(), ": ",
-                                      error.message()));
+        Stop(v1::FAILED,
+             absl::StrCat(command, " failed on worker ", worker_ids_[rank], " (rank ", rank,
+                          "): ", error.code(), ": ", error.message()),
+             results[rank].code());
       }
     });
   }
@@ -112,6 +128,7 @@ void JobRunner::OnStepResult(const v1::StepResult& result) {
     last_step_done_ = now;
     m.set_control_overhead_s(std::max(0.0, interval - m.step_time_s()));
     if (m.step_time_s() > 0) m.set_tokens_per_s(static_cast<double>(m.tokens()) / m.step_time_s());
+    m.set_attempt(attempt_.number);
     done = m;
     partial_.erase(it);
     first_unfinished_step_ = std::max(first_unfinished_step_, result.step() + 1);
@@ -172,15 +189,17 @@ void JobRunner::WatchSteps() {
       break;
     }
   }
-  Stop(v1::FAILED, reason);
+  Stop(v1::FAILED, reason, absl::StatusCode::kDeadlineExceeded);
 }
 
 bool JobRunner::Checkpoint(int step) {
   const std::string& root = spec_.checkpoint().dir();
   const int world = static_cast<int>(connections_.size());
   auto fail = [&](const absl::Status& s) {
-    Stop(v1::FAILED, absl::StrCat("checkpoint of step ", step, " under ", root, ": ",
-                                  StatusCodeName(s.code()), ": ", s.message()));
+    Stop(v1::FAILED,
+         absl::StrCat("checkpoint of step ", step, " under ", root, ": ",
+                      StatusCodeName(s.code()), ": ", s.message()),
+         s.code());
     return false;
   };
   // Leftovers of an earlier attempt at this step must not mix with this one.
@@ -201,39 +220,62 @@ bool JobRunner::Checkpoint(int step) {
   if (absl::Status c = CommitStep(root, step, world, spec_.checkpoint().keep_last()); !c.ok()) {
     return fail(c);
   }
+  committed_step_ = step;
+  if (callbacks_.on_commit) callbacks_.on_commit(step);
   return true;
 }
 
 JobOutcome JobRunner::Run() {
   const int world = static_cast<int>(connections_.size());
   JobOutcome outcome;
+  // checkpoint.resume_from names a committed step; the workers load it. A
+  // restarted attempt was told its step by the coordinator.
+  int first_step = attempt_.resume_step;
   auto finish = [&]() {
     {
       absl::MutexLock lock(&mu_);
       if (stopped_) outcome = stop_outcome_;
     }
-    AbortAll(outcome.reason);
+    const std::vector<absl::Status> aborts = AbortAll(outcome.reason);
+    for (int rank = 0; rank < world; ++rank) {
+      if (aborts[rank].ok()) {
+        outcome.idle_workers.push_back(worker_ids_[rank]);
+      } else if (aborts[rank].code() == absl::StatusCode::kUnavailable) {
+        outcome.unreachable_workers.push_back(worker_ids_[rank]);
+      }
+    }
+    outcome.committed_step = committed_step_;
+    outcome.first_step = std::max(0, first_step);
     return outcome;
   };
 
-  // checkpoint.resume_from names a committed step; the workers load it.
-  absl::StatusOr<int> resume = ResolveResumeStep(spec_.checkpoint(), spec_.steps());
-  if (!resume.ok()) {
-    Stop(v1::FAILED, absl::StrCat("checkpoint.resume_from: ", StatusCodeName(resume.status().code()),
-                                  ": ", resume.status().message()));
-    return finish();
+  if (first_step < 0) {
+    absl::StatusOr<int> resume = ResolveResumeStep(spec_.checkpoint(), spec_.steps());
+    if (!resume.ok()) {
+      Stop(v1::FAILED,
+           absl::StrCat("checkpoint.resume_from: ", StatusCodeName(resume.status().code()), ": ",
+                        resume.status().message()),
+           resume.status().code());
+      return finish();
+    }
+    first_step = *resume;
   }
-  const int first_step = *resume;
   {
     absl::MutexLock lock(&mu_);
     first_unfinished_step_ = first_step;
   }
   if (callbacks_.on_state) {
-    callbacks_.on_state(v1::STARTING,
-                        absl::StrCat("setting up shards on ", world, " workers",
-                                     first_step > 0 ? absl::StrCat(", resuming from step ",
-                                                                   first_step)
-                                                    : ""));
+    std::string where;
+    if (first_step > 0) {
+      where = absl::StrCat(", resuming from step ", first_step);
+    } else if (attempt_.number > 0) {
+      where = ", starting again from step 0 (no checkpoint committed)";
+    }
+    callbacks_.on_state(
+        v1::STARTING,
+        absl::StrCat(attempt_.number > 0 ? absl::StrCat("attempt ", attempt_.number + 1, ": ")
+                                         : "",
+                     "setting up shards on ", world, " workers", where));
   }
   absl::Status s = FanOut("SetupJob", [&](int rank) {
     v1::SetupJobRequest request;
@@ -268,7 +310,8 @@ JobOutcome JobRunner::Run() {
     bool checkpoint = !spec_.checkpoint().dir().empty() && (interval > 0 || step == steps);
     if (checkpoint && !Checkpoint(step)) return finish();
   }
-  outcome = {v1::SUCCEEDED, absl::StrCat("completed ", steps, " steps")};
+  outcome.state = v1::SUCCEEDED;
+  outcome.reason = absl::StrCat("completed ", steps, " steps");
   return finish();
 }
 

@@ -20,6 +20,14 @@
 // first call wins, every worker gets Abort and in-flight calls are cancelled,
 // so Run() returns promptly instead of hanging.
 //
+// One runner is one attempt. A job that restarts (restart_policy.h) gets a
+// new runner on its new gang, numbered by JobAttempt and told which
+// committed step to resume from; its step records carry the attempt number.
+// The outcome says what ended the attempt (the status code of the first
+// failure, which decides whether it may restart), which workers
+// acknowledged the final Abort (they hold nothing now), which refused the
+// connection (gone), and the newest step it committed.
+//
 // Step watchdog: while steps run, a thread waits for progress. If no step
 // completes on every rank for spec.step_timeout_s (from the RunSteps
 // dispatch for the first), the job is stopped FAILED, naming the step and
@@ -31,6 +39,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -46,11 +55,27 @@ struct JobRunnerCallbacks {
   std::function<void(v1::JobState state, const std::string& reason)> on_state;
   std::function<void(const v1::StepMetrics& metrics)> on_step;
   std::function<void(const v1::WorkerError& error)> on_worker_error;
+  // After a checkpoint step is committed (so a restart can resume from it).
+  std::function<void(int step)> on_commit;
 };
 
 struct JobOutcome {
   v1::JobState state = v1::FAILED;
   std::string reason;
+  // What ended a FAILED attempt: the failing command's status code,
+  // UNAVAILABLE for a lost worker, DEADLINE_EXCEEDED for the step watchdog.
+  absl::StatusCode cause = absl::StatusCode::kOk;
+  std::vector<std::string> idle_workers;         // acknowledged the final Abort
+  std::vector<std::string> unreachable_workers;  // Abort found nobody listening
+  int committed_step = 0;                        // newest step committed (0: none)
+  int first_step = 0;                            // the step the attempt started from
+};
+
+struct JobAttempt {
+  int number = 0;  // 0 for the first run, n after the n-th restart
+  // < 0: resolve spec.checkpoint.resume_from; otherwise the step to resume
+  // from (0: the start), already known to be committed.
+  int resume_step = -1;
 };
 
 class JobRunner {
@@ -58,13 +83,18 @@ class JobRunner {
   JobRunner(std::string job_id, v1::JobSpec spec, std::vector<std::string> worker_ids,
             std::vector<std::unique_ptr<WorkerConnection>> connections,
             std::string rendezvous_address, absl::Duration collective_timeout,
-            JobRunnerCallbacks callbacks);
+            JobRunnerCallbacks callbacks, JobAttempt attempt = {});
 
   // Runs the job to its end. Reports STARTING and RUNNING through on_state;
   // the terminal state is the return value.
   JobOutcome Run();
-  // Ends the job with `state` (FAILED or CANCELLED) and `reason`.
-  void Stop(v1::JobState state, const std::string& reason);
+  // Ends the job with `state` (FAILED or CANCELLED) and `reason`; `cause`
+  // is what a FAILED one failed of (restart_policy.h). `lost_worker` names
+  // a worker known to be gone (its heartbeats stopped): it gets no Abort,
+  // which could only wait out its deadline on a stopped process.
+  void Stop(v1::JobState state, const std::string& reason,
+            absl::StatusCode cause = absl::StatusCode::kUnknown,
+            const std::string& lost_worker = "");
 
  private:
   // Runs fn(rank) for every rank concurrently. On the first error, stops the
@@ -79,7 +109,8 @@ class JobRunner {
   // completes for step_timeout_.
   void WatchSteps();
   void OnStepResult(const v1::StepResult& result);
-  void AbortAll(const std::string& reason);
+  // Abort on every rank; each rank's answer.
+  std::vector<absl::Status> AbortAll(const std::string& reason);
   bool stopped();
 
   const std::string job_id_;
@@ -90,9 +121,12 @@ class JobRunner {
   const absl::Duration collective_timeout_;
   const absl::Duration step_timeout_;
   JobRunnerCallbacks callbacks_;
+  const JobAttempt attempt_;
+  int committed_step_ = 0;  // touched by Run()'s thread only
 
   absl::Mutex mu_;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  std::set<std::string> lost_workers_ ABSL_GUARDED_BY(mu_);
   JobOutcome stop_outcome_ ABSL_GUARDED_BY(mu_);
   struct Partial {
     std::vector<bool> reported;  // by rank

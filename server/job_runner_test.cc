@@ -4,8 +4,10 @@
 // from one never committed (NOT_FOUND), a failing rank,  a failing setup, cancel mid-run, a stuck
 // worker that must not hang the job, the step watchdog (a rank that stops
 // reporting fails the job, slow steps that progress do not), a rank's
-// duplicated results, and a job of 2^31-1 steps, whose bookkeeping must not
-// be sized by its step count.
+// duplicated results, a job of 2^31-1 steps, whose bookkeeping must not
+// be sized by its step count, and what an attempt's outcome tells the
+// restart logic (the cause, which workers acknowledged the Abort or were
+// unreachable, the committed step, the attempt number on every record).
 #include "server/job_runner.h"
 
 #include <cstdlib>
@@ -28,7 +30,10 @@ struct Harness {
   absl::Mutex mu;
   std::unique_ptr<JobRunner> runner;
 
-  Harness(v1::JobSpec spec, std::vector<FakeWorkerBehavior> behaviors) {
+  std::vector<std::string> reasons;
+  std::vector<int> commits;
+
+  Harness(v1::JobSpec spec, std::vector<FakeWorkerBehavior> behaviors, JobAttempt attempt = {}) {
     std::vector<std::unique_ptr<WorkerConnection>> connections;
     std::vector<std::string> ids;
     for (size_t r = 0; r < behaviors.size(); ++r) {
@@ -38,13 +43,18 @@ struct Harness {
       ids.push_back("w-" + std::to_string(r + 1));
     }
     JobRunnerCallbacks cb;
-    cb.on_state = [this](v1::JobState s, const std::string&) {
+    cb.on_state = [this](v1::JobState s, const std::string& reason) {
       absl::MutexLock l(&mu);
       states.push_back(s);
+      reasons.push_back(reason);
     };
     cb.on_step = [this](const v1::StepMetrics& m) {
       absl::MutexLock l(&mu);
       metrics.push_back(m);
+    };
+    cb.on_commit = [this](int step) {
+      absl::MutexLock l(&mu);
+      commits.push_back(step);
     };
     cb.on_worker_error = [this](const v1::WorkerError& e) {
       absl::MutexLock l(&mu);
@@ -52,7 +62,7 @@ struct Harness {
     };
     spec.set_world_size(static_cast<int>(behaviors.size()));
     runner = std::make_unique<JobRunner>("job-1", spec, ids, std::move(connections), "coord:1",
-                                         absl::Seconds(5), cb);
+                                         absl::Seconds(5), cb, attempt);
   }
 };
 
@@ -280,6 +290,89 @@ TEST(JobRunner, BookkeepingDoesNotGrowWithTheStepCount) {
     EXPECT_EQ(h.metrics[i].step(), static_cast<int>(i));
     EXPECT_EQ(h.metrics[i].tokens(), 200);
   }
+}
+
+TEST(JobRunner, AFailedAttemptNamesItsCauseAndWhoAcknowledgedTheAbort) {
+  FakeWorkerBehavior bad;
+  bad.fail_at_step = 3;  // ABORTED, as a collective whose peer died
+  FakeWorkerBehavior gone;
+  gone.hang_in_run = true;
+  gone.abort_code = absl::StatusCode::kUnavailable;  // connection refused
+  Harness h(Spec(100), {bad, gone});
+  JobOutcome outcome = h.runner->Run();
+  EXPECT_EQ(outcome.state, v1::FAILED);
+  EXPECT_EQ(outcome.cause, absl::StatusCode::kAborted);
+  EXPECT_EQ(outcome.idle_workers, std::vector<std::string>{"w-1"});
+  EXPECT_EQ(outcome.unreachable_workers, std::vector<std::string>{"w-2"});
+  EXPECT_EQ(outcome.committed_step, 0);
+}
+
+TEST(JobRunner, TheStepWatchdogIsADeadlineAndAStopHasTheCauseItWasGiven) {
+  FakeWorkerBehavior stuck;
+  stuck.hang_in_run = true;
+  v1::JobSpec spec = Spec(100);
+  spec.set_step_timeout_s(1);
+  Harness watchdog(spec, {stuck});
+  EXPECT_EQ(watchdog.runner->Run().cause, absl::StatusCode::kDeadlineExceeded);
+
+  Harness lost(Spec(100), {stuck, stuck});
+  std::thread stopper([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    lost.runner->Stop(v1::FAILED, "worker w-1 lost", absl::StatusCode::kUnavailable, "w-1");
+  });
+  JobOutcome outcome = lost.runner->Run();
+  stopper.join();
+  EXPECT_EQ(outcome.cause, absl::StatusCode::kUnavailable);
+  EXPECT_EQ(outcome.reason, "worker w-1 lost");
+  // A lost worker gets no Abort (it would only wait out the deadline on a
+  // stopped process); the survivor does.
+  EXPECT_NE(lost.workers[0]->commands().back(), "Abort");
+  EXPECT_EQ(lost.workers[1]->commands().back(), "Abort");
+  EXPECT_EQ(outcome.unreachable_workers, std::vector<std::string>{"w-1"});
+  EXPECT_EQ(outcome.idle_workers, std::vector<std::string>{"w-2"});
+
+  Harness cancelled(Spec(100), {stuck});
+  std::thread canceller([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    cancelled.runner->Stop(v1::CANCELLED, "cancelled by user", absl::StatusCode::kUnavailable);
+  });
+  EXPECT_EQ(cancelled.runner->Run().cause, absl::StatusCode::kCancelled);
+  canceller.join();
+}
+
+TEST(JobRunner, ARestartedAttemptResumesWhereItIsToldAndNumbersItsRecords) {
+  const std::string root = FreshRoot("restarted-attempt");
+  JobAttempt attempt;
+  attempt.number = 2;
+  attempt.resume_step = 4;  // as the coordinator resolved it; not read from disk
+  Harness h(CheckpointingSpec(8, 2, root), {{}, {}}, attempt);
+  JobOutcome outcome = h.runner->Run();
+  ASSERT_EQ(outcome.state, v1::SUCCEEDED) << outcome.reason;
+  EXPECT_EQ(outcome.first_step, 4);
+  EXPECT_EQ(outcome.committed_step, 8);
+  EXPECT_EQ(h.commits, (std::vector<int>{6, 8}));
+  EXPECT_EQ(outcome.idle_workers.size(), 2u);
+  EXPECT_EQ(h.workers[0]->resume_step(), 4);
+  ASSERT_EQ(h.metrics.size(), 4u);
+  for (size_t i = 0; i < h.metrics.size(); ++i) {
+    EXPECT_EQ(h.metrics[i].step(), 4 + static_cast<int>(i));
+    EXPECT_EQ(h.metrics[i].attempt(), 2);
+  }
+  ASSERT_FALSE(h.reasons.empty());
+  EXPECT_EQ(h.reasons[0], "attempt 3: setting up shards on 2 workers, resuming from step 4");
+}
+
+TEST(JobRunner, ARestartWithoutACheckpointSaysItStartsAgain) {
+  JobAttempt attempt;
+  attempt.number = 1;
+  attempt.resume_step = 0;
+  Harness h(Spec(3), {{}}, attempt);
+  ASSERT_EQ(h.runner->Run().state, v1::SUCCEEDED);
+  ASSERT_FALSE(h.reasons.empty());
+  EXPECT_EQ(h.reasons[0],
+            "attempt 2: setting up shards on 1 workers, starting again from step 0 (no checkpoint "
+            "committed)");
+  EXPECT_EQ(h.metrics.size(), 3u);
 }
 
 }  // namespace

@@ -2,6 +2,11 @@
 // CANCELLED. Only these transitions are legal (plus PENDING/STARTING directly
 // to FAILED or CANCELLED); anything else is FAILED_PRECONDITION. Terminal
 // states are final and must carry a reason.
+//
+// Automatic restarts add one loop: STARTING or RUNNING -> RESTARTING (an
+// attempt failed with a retryable error and the budget allows another)
+// -> STARTING (a new gang was placed), or RESTARTING -> FAILED | CANCELLED.
+// A restart must carry a reason too: it says why and where it resumes.
 #ifndef TESSERA_SERVER_JOB_STATE_MACHINE_H_
 #define TESSERA_SERVER_JOB_STATE_MACHINE_H_
 

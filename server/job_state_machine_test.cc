@@ -15,9 +15,12 @@ TEST(JobStateMachine, OnlyDocumentedTransitionsAreLegal) {
       {v1::PENDING, v1::STARTING},   {v1::PENDING, v1::FAILED},   {v1::PENDING, v1::CANCELLED},
       {v1::STARTING, v1::RUNNING},   {v1::STARTING, v1::FAILED},  {v1::STARTING, v1::CANCELLED},
       {v1::RUNNING, v1::SUCCEEDED},  {v1::RUNNING, v1::FAILED},   {v1::RUNNING, v1::CANCELLED},
+      {v1::STARTING, v1::RESTARTING}, {v1::RUNNING, v1::RESTARTING},
+      {v1::RESTARTING, v1::STARTING}, {v1::RESTARTING, v1::FAILED},
+      {v1::RESTARTING, v1::CANCELLED},
   };
-  for (int from = 0; from <= 6; ++from) {
-    for (int to = 0; to <= 6; ++to) {
+  for (int from = 0; from <= 7; ++from) {
+    for (int to = 0; to <= 7; ++to) {
       auto f = static_cast<v1::JobState>(from), t = static_cast<v1::JobState>(to);
       absl::Status s = CheckTransition(f, t, "why");
       if (legal.count({f, t})) {
@@ -34,6 +37,11 @@ TEST(JobStateMachine, TerminalStatesNeedAReason) {
   EXPECT_TRUE(CheckTransition(v1::PENDING, v1::STARTING, "").ok());
   EXPECT_TRUE(IsTerminal(v1::CANCELLED));
   EXPECT_FALSE(IsTerminal(v1::RUNNING));
+  EXPECT_FALSE(IsTerminal(v1::RESTARTING));
+  // A restart says why and where it resumes.
+  EXPECT_FALSE(CheckTransition(v1::RUNNING, v1::RESTARTING, "").ok());
+  // RESTARTING never skips setting up again.
+  EXPECT_FALSE(CheckTransition(v1::RESTARTING, v1::RUNNING, "resumed").ok());
 }
 
 }  // namespace

@@ -19,6 +19,7 @@ inline constexpr int64_t kMaxIdBytes = 128;          // job_id, worker_id
 inline constexpr int64_t kMaxReasonBytes = 1024;     // cancel reason, health_reason
 inline constexpr int64_t kMaxAddressBytes = 256;     // worker address, device name and host
 inline constexpr int64_t kMaxPageTokenBytes = 1024;  // ListJobs page_token
+inline constexpr int64_t kMaxPhaseBytes = 64;        // WorkerActivity.phase
 inline constexpr int64_t kMaxRendezvousKeyBytes = 256;
 inline constexpr int64_t kMaxRendezvousValueBytes = int64_t{1} << 20;
 inline constexpr int kMaxRendezvousKeysPerGet = 4096;

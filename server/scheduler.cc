@@ -19,6 +19,12 @@ void Scheduler::Enqueue(const std::string& job_id, const v1::JobSpec& spec, absl
   queue_.push_back({job_id, spec.world_size(), spec.device_kind(), now});
 }
 
+void Scheduler::EnqueueRestart(const std::string& job_id, const v1::JobSpec& spec,
+                               absl::Time now) {
+  auto it = std::find_if(queue_.begin(), queue_.end(), [](const Queued& q) { return !q.restarting; });
+  queue_.insert(it, {job_id, spec.world_size(), spec.device_kind(), now, /*restarting=*/true});
+}
+
 void Scheduler::Remove(const std::string& job_id) {
   queue_.erase(std::remove_if(queue_.begin(), queue_.end(),
                               [&](const Queued& q) { return q.job_id == job_id; }),
@@ -74,7 +80,11 @@ Scheduler::Plan Scheduler::MakePlan(const WorkerRegistry& registry, absl::Time n
     std::string reason =
         absl::StrCat("waiting for ", q.world_size, " free healthy ", kind, " workers (", registered,
                      " registered, ", available.size(), " free)");
-    if (now - q.enqueued >= starvation_timeout_) {
+    if (q.restarting) {
+      held_by[q.kind] = q.job_id;
+      absl::StrAppend(&reason, "; restarting, so jobs behind it of kind ", kind,
+                      " wait until it starts");
+    } else if (now - q.enqueued >= starvation_timeout_) {
       held_by[q.kind] = q.job_id;
       absl::StrAppend(&reason, "; waited longer than ", absl::FormatDuration(starvation_timeout_),
                       ", so jobs behind it of kind ", kind, " wait until it starts");

@@ -15,6 +15,12 @@
 // kind holds it; other kinds are unaffected. A timeout of zero makes the
 // queue strictly FIFO among jobs that can run, while jobs that never can
 // are still passed over.
+//
+// Restarts: a job that lost an attempt (RESTARTING) is queued ahead of every
+// job that has not started yet, behind earlier restarting jobs only, and
+// holds its device kind at once if the registered healthy workers could run
+// it, so the workers freed by its own failure, and any replacement that
+// joins, go to it first.
 #ifndef TESSERA_SERVER_SCHEDULER_H_
 #define TESSERA_SERVER_SCHEDULER_H_
 
@@ -41,6 +47,8 @@ class Scheduler {
 
   // Queues a job (its world_size and device_kind come from `spec`).
   void Enqueue(const std::string& job_id, const v1::JobSpec& spec, absl::Time now);
+  // Queues a restarting job ahead of the jobs that have not started.
+  void EnqueueRestart(const std::string& job_id, const v1::JobSpec& spec, absl::Time now);
   // Removes a job (cancelled while pending). No-op if absent.
   void Remove(const std::string& job_id);
   bool Contains(const std::string& job_id) const;
@@ -62,6 +70,7 @@ class Scheduler {
     int world_size = 1;
     v1::DeviceKind kind = v1::CPU;
     absl::Time enqueued;
+    bool restarting = false;
   };
   // What one round would do: placements, and a reason for every job left.
   struct Plan {

@@ -1,8 +1,9 @@
 // Gang scheduling over a real WorkerRegistry: gangs, device kinds, unhealthy
 // and busy workers, backfill past jobs that do not fit (including one that
 // asks for more workers than exist, whose reason says so), the starvation
-// bound that makes a long-waiting job hold its kind, reasons, and liveness
-// sweeps.
+// bound that makes a long-waiting job hold its kind, restarting jobs going
+// first, reasons, liveness sweeps, and the registry's reconciliation of what
+// workers report with what they were assigned.
 #include "server/scheduler.h"
 
 #include "gtest/gtest.h"
@@ -48,7 +49,7 @@ TEST(Scheduler, PlacesAGangOnlyWhenEnoughFreeWorkersExist) {
   std::string reason = scheduler.PendingReasons(registry, kT0)["job-1"];
   EXPECT_TRUE(Has(reason, "waiting for 3 free healthy CPU workers (3 registered, 2 free)"))
       << reason;
-  registry.Release(busy, "job-0");
+  registry.Release(busy, "job-0", /*confirmed_idle=*/true);
   EXPECT_TRUE(Has(scheduler.PendingReasons(registry, kT0)["job-1"], "starting at the next"));
   std::vector<Placement> placed = scheduler.Schedule(registry, kT0);
   ASSERT_EQ(placed.size(), 1u);
@@ -72,7 +73,7 @@ TEST(Scheduler, DeviceKindUnhealthyAndBusyWorkersAreSkipped) {
   ASSERT_EQ(placed.size(), 1u);
   EXPECT_EQ(placed[0].job_id, "job-2");
   EXPECT_EQ(placed[0].worker_ids[0], gpu);
-  registry.Release(busy, "job-0");
+  registry.Release(busy, "job-0", /*confirmed_idle=*/true);
   placed = scheduler.Schedule(registry, kT0);
   ASSERT_EQ(placed.size(), 1u);
   EXPECT_EQ(placed[0].worker_ids[0], busy);
@@ -142,7 +143,7 @@ TEST(Scheduler, ALongWaitingJobHoldsItsKindUntilItStarts) {
   EXPECT_TRUE(Has(reasons["small"], "waiting behind big")) << reasons["small"];
   EXPECT_EQ(Started(scheduler.Schedule(registry, late)), std::vector<std::string>{"gpu"});
   EXPECT_TRUE(registry.FreeWorkers(v1::CPU).size() == 1u);
-  registry.Release(workers[0], "job-0");
+  registry.Release(workers[0], "job-0", /*confirmed_idle=*/true);
   EXPECT_EQ(Started(scheduler.Schedule(registry, late)), std::vector<std::string>{"big"});
   (void)gpu;
 }
@@ -183,6 +184,101 @@ TEST(WorkerRegistry, CountsHealthyWorkersPerKind) {
   EXPECT_EQ(registry.CountWorkers(v1::CPU), 2);
   EXPECT_EQ(registry.CountHealthyWorkers(v1::CPU), 1);
   EXPECT_EQ(registry.CountHealthyWorkers(v1::CUDA), 1);
+}
+
+TEST(Scheduler, ARestartingJobGoesFirstAndHoldsItsKindUntilItsGangIsFree) {
+  WorkerRegistry registry(absl::Seconds(5));
+  Scheduler scheduler(absl::Minutes(5));
+  std::string a = registry.Register("h:0", Device(v1::CPU), kT0);
+  registry.Register("h:1", Device(v1::CPU), kT0);
+  registry.Assign(a, "other");
+  scheduler.Enqueue("small", Spec(1), kT0);
+  scheduler.EnqueueRestart("restarting", Spec(2), kT0 + absl::Seconds(1));
+  EXPECT_EQ(scheduler.Position("restarting"), 1);
+  // One worker is free: the 1-rank job could backfill, but the restarting
+  // job holds the CPU workers for itself.
+  EXPECT_TRUE(scheduler.Schedule(registry, kT0 + absl::Seconds(2)).empty());
+  EXPECT_TRUE(Has(scheduler.PendingReasons(registry, kT0)["restarting"], "restarting"));
+  registry.Release(a, "other", /*confirmed_idle=*/true);
+  EXPECT_EQ(Started(scheduler.Schedule(registry, kT0 + absl::Seconds(3))),
+            std::vector<std::string>{"restarting"});
+}
+
+TEST(Scheduler, ARestartingJobThatCannotRunDoesNotBlockOthers) {
+  WorkerRegistry registry(absl::Seconds(5));
+  Scheduler scheduler(absl::Minutes(5));
+  registry.Register("h:0", Device(v1::CPU), kT0);
+  scheduler.EnqueueRestart("restarting", Spec(2), kT0);  // only one worker registered
+  scheduler.Enqueue("small", Spec(1), kT0);
+  EXPECT_EQ(Started(scheduler.Schedule(registry, kT0)), std::vector<std::string>{"small"});
+}
+
+TEST(WorkerRegistry, AWorkerReportingAJobItWasNotAssignedIsNotFreeUntilItReportsIdle) {
+  WorkerRegistry registry(absl::Seconds(5));
+  v1::WorkerActivity holding;
+  holding.set_job_id("job-1");
+  holding.set_phase("running");
+  // Re-registered after SIGCONT (or a coordinator restart) still holding job-1.
+  std::string w = registry.Register("h:1", Device(v1::CPU), kT0, holding);
+  EXPECT_TRUE(registry.FreeWorkers(v1::CPU).empty());
+  EXPECT_EQ(registry.OrphanJob(w), "job-1");
+  ASSERT_TRUE(registry.Heartbeat(w, true, "", kT0, holding).ok());
+  EXPECT_TRUE(registry.FreeWorkers(v1::CPU).empty());
+  ASSERT_TRUE(registry.Heartbeat(w, true, "", kT0, v1::WorkerActivity()).ok());
+  EXPECT_EQ(registry.FreeWorkers(v1::CPU), std::vector<std::string>{w});
+  EXPECT_EQ(registry.OrphanJob(w), "");
+}
+
+TEST(WorkerRegistry, ReleaseWithoutAnAcknowledgedAbortKeepsTheWorkerOutOfThePool) {
+  WorkerRegistry registry(absl::Seconds(5));
+  std::string acked = registry.Register("h:1", Device(v1::CPU), kT0);
+  std::string silent = registry.Register("h:2", Device(v1::CPU), kT0);
+  registry.Assign(acked, "job-1");
+  registry.Assign(silent, "job-1");
+  v1::WorkerActivity running;
+  running.set_job_id("job-1");
+  ASSERT_TRUE(registry.Heartbeat(acked, true, "", kT0, running).ok());
+  // `silent` last reported idle (before SetupJob); its Abort timed out.
+  registry.Release(acked, "job-1", /*confirmed_idle=*/true);
+  registry.Release(silent, "job-1", /*confirmed_idle=*/false);
+  EXPECT_EQ(registry.FreeWorkers(v1::CPU), std::vector<std::string>{acked});
+  EXPECT_EQ(registry.OrphanJob(silent), "job-1");
+  ASSERT_TRUE(registry.Heartbeat(silent, true, "", kT0, v1::WorkerActivity()).ok());
+  EXPECT_EQ(registry.FreeWorkers(v1::CPU).size(), 2u);
+}
+
+TEST(WorkerRegistry, AWorkerRunningItsAssignedJobIsNotAnOrphan) {
+  WorkerRegistry registry(absl::Seconds(5));
+  std::string w = registry.Register("h:1", Device(v1::CPU), kT0);
+  registry.Assign(w, "job-4");
+  v1::WorkerActivity running;
+  running.set_job_id("job-4");
+  ASSERT_TRUE(registry.Heartbeat(w, true, "", kT0, running).ok());
+  EXPECT_EQ(registry.OrphanJob(w), "");
+  EXPECT_EQ(registry.Find(w)->activity().job_id(), "job-4");
+}
+
+TEST(WorkerRegistry, MarkLostForgetsTheWorkerUntilItRegistersAgain) {
+  WorkerRegistry registry(absl::Seconds(5));
+  std::string w = registry.Register("h:1", Device(v1::CPU), kT0);
+  registry.MarkLost(w);
+  EXPECT_TRUE(registry.FreeWorkers(v1::CPU).empty());
+  EXPECT_EQ(registry.Heartbeat(w, true, "", kT0).code(), absl::StatusCode::kNotFound);
+  registry.MarkLost("w-unknown");  // no-op
+  EXPECT_TRUE(registry.Sweep(kT0 + absl::Minutes(1)).empty());
+}
+
+TEST(WorkerRegistry, AHeartbeatFromAnotherAddressUnderAReusedIdMustRegisterAgain) {
+  // After a coordinator restart ids start again at w-1: the first worker to
+  // re-register gets w-1, and another worker still heartbeating as w-1 must
+  // not be taken for it.
+  WorkerRegistry registry(absl::Seconds(5));
+  std::string id = registry.Register("h:2", Device(v1::CPU), kT0);
+  absl::Status other = registry.Heartbeat(id, true, "", kT0, {}, "h:1");
+  EXPECT_EQ(other.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(other.message().find("registered from h:2, not h:1"), std::string::npos) << other;
+  EXPECT_TRUE(registry.Heartbeat(id, true, "", kT0, {}, "h:2").ok());
+  EXPECT_TRUE(registry.Heartbeat(id, true, "", kT0).ok());  // no address: not checked
 }
 
 }  // namespace

@@ -231,6 +231,7 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   }
   if (absl::Status s = ValidateCheckpoint(spec.checkpoint(), spec.steps()); !s.ok()) return s;
   if (absl::Status s = AtLeast("step_timeout_s", spec.step_timeout_s(), 0); !s.ok()) return s;
+  if (absl::Status s = AtLeast("max_restarts", spec.max_restarts(), 0); !s.ok()) return s;
   return AtLeast("loss_chunk_tokens", spec.loss_chunk_tokens(), 0);
 }
 

@@ -92,6 +92,8 @@ TEST(SpecValidation, EachRuleNamesItsField) {
       {"loss_chunk_tokens", [](v1::JobSpec& s) { s.set_loss_chunk_tokens(-1); }},
       {"step_timeout_s", [](v1::JobSpec& s) { s.set_step_timeout_s(-1); }},
       {"step_timeout_s: must be <=", [](v1::JobSpec& s) { s.set_step_timeout_s(kMaxStepTimeoutSeconds + 1); }},
+      {"max_restarts", [](v1::JobSpec& s) { s.set_max_restarts(-1); }},
+      {"max_restarts: must be <=", [](v1::JobSpec& s) { s.set_max_restarts(kMaxRestarts + 1); }},
       // Upper limits (common/spec_limits.h): values that once aborted the
       // coordinator, the worker, or every later `tessera jobs`.
       {"steps: must be <= 10000000", [](v1::JobSpec& s) { s.set_steps(2147483647); }},

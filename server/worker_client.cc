@@ -8,13 +8,16 @@
 
 namespace tessera {
 
-WorkerClient::WorkerClient(const std::string& address, absl::Duration setup_timeout)
+WorkerClient::WorkerClient(const std::string& address, absl::Duration setup_timeout,
+                           std::shared_ptr<const ClientCredentials> credentials)
     : address_(address),
       setup_timeout_(setup_timeout),
-      stub_(v1::WorkerService::NewStub(
-          KeepaliveChannel(address))) {}
+      credentials_(credentials != nullptr ? std::move(credentials)
+                                          : std::make_shared<ClientCredentials>()),
+      stub_(v1::WorkerService::NewStub(credentials_->KeepaliveChannel(address))) {}
 
 bool WorkerClient::Track(grpc::ClientContext* context) {
+  credentials_->Apply(context);
   absl::MutexLock lock(&mu_);
   if (cancelled_) return false;
   in_flight_.insert(context);
@@ -91,6 +94,7 @@ absl::StatusOr<std::string> WorkerClient::Checkpoint(const v1::CheckpointRequest
 
 absl::Status WorkerClient::Abort(const v1::AbortRequest& request) {
   grpc::ClientContext context;  // not tracked: Abort must go out even after a cancel
+  credentials_->Apply(&context);
   context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
   v1::AbortResponse response;
   return Annotate(stub_->Abort(&context, request, &response), address_);

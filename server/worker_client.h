@@ -10,6 +10,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/grpc_security.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/tessera/v1/worker.grpc.pb.h"
 #include "server/worker_connection.h"
@@ -20,7 +21,10 @@ class WorkerClient : public WorkerConnection {
  public:
   // `setup_timeout` bounds SetupJob, InitCollective and Checkpoint, which do
   // real work (allocation, rendezvous, writing shards).
-  WorkerClient(const std::string& address, absl::Duration setup_timeout);
+  // `credentials` (TLS client certificate and worker credential; null:
+  // plaintext without a token) are presented on every call.
+  WorkerClient(const std::string& address, absl::Duration setup_timeout,
+               std::shared_ptr<const ClientCredentials> credentials = nullptr);
 
   absl::StatusOr<v1::SetupJobResponse> SetupJob(const v1::SetupJobRequest& request) override;
   absl::Status InitCollective(const v1::InitCollectiveRequest& request) override;
@@ -37,6 +41,7 @@ class WorkerClient : public WorkerConnection {
 
   std::string address_;
   absl::Duration setup_timeout_;
+  std::shared_ptr<const ClientCredentials> credentials_;
   std::unique_ptr<v1::WorkerService::Stub> stub_;
   absl::Mutex mu_;
   std::set<grpc::ClientContext*> in_flight_ ABSL_GUARDED_BY(mu_);

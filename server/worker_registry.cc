@@ -2,11 +2,12 @@
 #include "server/worker_registry.h"
 
 #include "absl/strings/str_cat.h"
+#include "server/worker_reconciliation.h"
 
 namespace tessera {
 
 std::string WorkerRegistry::Register(const std::string& address, const v1::DeviceInfo& device,
-                                     absl::Time now) {
+                                     absl::Time now, const v1::WorkerActivity& activity) {
   // A daemon restarted at the same address is a new worker: forget the old one
   // only when it held no job (a held one is left for Sweep to report as lost).
   for (auto it = by_order_.begin(); it != by_order_.end();) {
@@ -26,6 +27,7 @@ std::string WorkerRegistry::Register(const std::string& address, const v1::Devic
   *record.mutable_device() = device;
   record.set_healthy(true);
   record.set_last_heartbeat_unix_ms(absl::ToUnixMillis(now));
+  *record.mutable_activity() = activity;
   by_order_[order] = record;
   order_by_id_[id] = order;
   last_seen_[id] = now;
@@ -33,17 +35,38 @@ std::string WorkerRegistry::Register(const std::string& address, const v1::Devic
 }
 
 absl::Status WorkerRegistry::Heartbeat(const std::string& worker_id, bool healthy,
-                                       const std::string& reason, absl::Time now) {
+                                       const std::string& reason, absl::Time now,
+                                       const v1::WorkerActivity& activity,
+                                       const std::string& address) {
   auto it = order_by_id_.find(worker_id);
   if (it == order_by_id_.end()) {
     return absl::NotFoundError(absl::StrCat("worker ", worker_id, " is not registered"));
   }
   v1::WorkerRecord& record = by_order_[it->second];
+  if (!address.empty() && address != record.address()) {
+    return absl::NotFoundError(absl::StrCat("worker ", worker_id, " is registered from ",
+                                            record.address(), ", not ", address));
+  }
   record.set_healthy(healthy);
   record.set_health_reason(healthy ? "" : reason);
   record.set_last_heartbeat_unix_ms(absl::ToUnixMillis(now));
+  *record.mutable_activity() = activity;
   last_seen_[worker_id] = now;
   return absl::OkStatus();
+}
+
+std::string WorkerRegistry::OrphanJob(const std::string& worker_id) const {
+  const v1::WorkerRecord* record = Find(worker_id);
+  if (record == nullptr) return "";
+  return Reconcile(record->job_id(), record->activity().job_id()).abort_job_id;
+}
+
+void WorkerRegistry::MarkLost(const std::string& worker_id) {
+  auto it = order_by_id_.find(worker_id);
+  if (it == order_by_id_.end()) return;
+  by_order_.erase(it->second);
+  last_seen_.erase(worker_id);
+  order_by_id_.erase(it);
 }
 
 std::vector<WorkerRegistry::Lost> WorkerRegistry::Sweep(absl::Time now) {
@@ -68,7 +91,8 @@ std::vector<WorkerRegistry::Lost> WorkerRegistry::Sweep(absl::Time now) {
 std::vector<std::string> WorkerRegistry::FreeWorkers(v1::DeviceKind kind) const {
   std::vector<std::string> free;
   for (const auto& [order, record] : by_order_) {
-    if (record.device().kind() == kind && record.healthy() && record.job_id().empty()) {
+    if (record.device().kind() == kind && record.healthy() &&
+        Reconcile(record.job_id(), record.activity().job_id()).free) {
       free.push_back(record.worker_id());
     }
   }
@@ -94,11 +118,22 @@ void WorkerRegistry::Assign(const std::string& worker_id, const std::string& job
   if (it != order_by_id_.end()) by_order_[it->second].set_job_id(job_id);
 }
 
-void WorkerRegistry::Release(const std::string& worker_id, const std::string& job_id) {
+void WorkerRegistry::Release(const std::string& worker_id, const std::string& job_id,
+                             bool confirmed_idle) {
   auto it = order_by_id_.find(worker_id);
   if (it == order_by_id_.end()) return;
   v1::WorkerRecord& record = by_order_[it->second];
-  if (record.job_id() == job_id) record.clear_job_id();
+  if (record.job_id() != job_id) return;
+  record.clear_job_id();
+  v1::WorkerActivity* activity = record.mutable_activity();
+  if (confirmed_idle) {
+    if (activity->job_id() == job_id) activity->Clear();
+  } else if (activity->job_id().empty()) {
+    // The last report may predate SetupJob; until a new one arrives, assume
+    // the worker still holds the job.
+    activity->set_job_id(job_id);
+    activity->set_phase("unconfirmed");
+  }
 }
 
 const v1::WorkerRecord* WorkerRegistry::Find(const std::string& worker_id) const {

@@ -200,6 +200,19 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   return cluster;
 }
 
+absl::StatusOr<int> LocalCluster::AddWorker() {
+  const int index = static_cast<int>(workers_.size());
+  auto worker = ChildProcess::Start(
+      BinaryPath("worker/tessera-worker"),
+      {absl::StrCat("--coordinator=", address_), "--device=cpu"},
+      absl::StrCat(dir_, "/worker-", index, ".log"));
+  if (!worker.ok()) return worker.status();
+  workers_.push_back(std::move(*worker));
+  auto serving = workers_.back()->WaitForLine("serving on", absl::Seconds(30));
+  if (!serving.ok()) return serving.status();
+  return index;
+}
+
 std::string LocalCluster::Logs() const {
   std::string out = absl::StrCat("--- coordinator ---\n", coordinator_->Log());
   for (size_t i = 0; i < workers_.size(); ++i) {

@@ -69,6 +69,9 @@ class LocalCluster {
   std::string address() const { return address_; }
   ChildProcess& coordinator() { return *coordinator_; }
   ChildProcess& worker(int i) { return *workers_[i]; }
+  // Starts one more CPU worker (a replacement, say); returns its index once
+  // it has registered.
+  absl::StatusOr<int> AddWorker();
   int num_workers() const { return static_cast<int>(workers_.size()); }
   std::string dir() const { return dir_; }
   // Dumps every process log (for failure messages).

@@ -6,7 +6,13 @@ is what a Python scheduler integrating with Tessera does, using nothing but
 the .proto files.
 
 Usage: python_client.py PROTO_ROOT STUB_DIR COORDINATOR_ADDRESS
+         [--tls_ca FILE [--tls_cert FILE --tls_key FILE]] [--token_file FILE]
+
+With --tls_ca the channel uses TLS (the coordinator's certificate must be
+signed by that CA); --token_file sends the token in it as
+`authorization: Bearer TOKEN` on every call.
 """
+import argparse
 import os
 import sys
 
@@ -23,13 +29,45 @@ def generate_stubs(proto_root, out_dir):
     sys.path.insert(0, out_dir)
 
 
+def open_channel(grpc, args):
+    """A plaintext channel, or TLS (with a client certificate if given)."""
+    if not args.tls_ca:
+        return grpc.insecure_channel(args.address)
+
+    def read(path):
+        if not path:
+            return None
+        with open(path, "rb") as f:
+            return f.read()
+
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=read(args.tls_ca), private_key=read(args.tls_key),
+        certificate_chain=read(args.tls_cert))
+    return grpc.secure_channel(args.address, credentials)
+
+
 def main():
-    proto_root, stub_dir, address = sys.argv[1:4]
-    generate_stubs(proto_root, stub_dir)
+    parser = argparse.ArgumentParser()
+    parser.add_argument("proto_root")
+    parser.add_argument("stub_dir")
+    parser.add_argument("address")
+    parser.add_argument("--tls_ca")
+    parser.add_argument("--tls_cert")
+    parser.add_argument("--tls_key")
+    parser.add_argument("--token_file")
+    args = parser.parse_args()
+    generate_stubs(args.proto_root, args.stub_dir)
     import grpc
     from proto.tessera.v1 import coordinator_pb2, coordinator_pb2_grpc, job_pb2
 
-    channel = grpc.insecure_channel(address)
+    metadata = ()
+    if args.token_file:
+        with open(args.token_file) as f:
+            metadata = (("authorization", "Bearer " + f.read().strip()),)
+    channel = open_channel(grpc, args)
+    if metadata:
+        # Every call carries the token, as the C++ client library does.
+        channel = grpc.intercept_channel(channel, _TokenInterceptor(grpc, metadata))
     stub = coordinator_pb2_grpc.CoordinatorStub(channel)
 
     spec = job_pb2.JobSpec(
@@ -67,6 +105,29 @@ def main():
     assert got.state == job_pb2.SUCCEEDED and got.steps_done == 6, got
     print("python client: job %s SUCCEEDED after %d steps, loss %.4f"
           % (job.id, got.steps_done, got.last_metrics.loss))
+
+
+def _TokenInterceptor(grpc, metadata):
+    """Adds `metadata` to every unary and server-streaming call."""
+
+    class Details(grpc.ClientCallDetails):
+        def __init__(self, base):
+            self.method = base.method
+            self.timeout = base.timeout
+            self.metadata = list(base.metadata or ()) + list(metadata)
+            self.credentials = base.credentials
+            self.wait_for_ready = base.wait_for_ready
+            self.compression = getattr(base, "compression", None)
+
+    class Interceptor(grpc.UnaryUnaryClientInterceptor,
+                      grpc.UnaryStreamClientInterceptor):
+        def intercept_unary_unary(self, continuation, details, request):
+            return continuation(Details(details), request)
+
+        def intercept_unary_stream(self, continuation, details, request):
+            return continuation(Details(details), request)
+
+    return Interceptor()
 
 
 if __name__ == "__main__":

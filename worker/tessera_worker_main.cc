@@ -2,20 +2,29 @@
 // Serves WorkerService, registers with the coordinator, heartbeats, and runs
 // the commands it is handed through the compute engine of its device. Prints
 // "tessera-worker <id> serving on ADDR device=DEVICE" once registered.
-// SIGINT/SIGTERM abort the current job and shut down cleanly.
+// SIGINT/SIGTERM abort the current job and shut down cleanly. With TLS and
+// the worker credential (README.md, operator section) only the coordinator
+// and peers may command it, and --data_root bounds where it writes.
+// grpc.health.v1.Health reads NOT_SERVING after a sticky device error and
+// while shutting down; server reflection is on.
 
 #include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "common/data_root.h"
+#include "common/grpc_health.h"
 #include "common/grpc_keepalive.h"
+#include "common/grpc_security.h"
 #include "common/shutdown_signal.h"
 #include "grpcpp/grpcpp.h"
+#include "worker/daemon/orphan_aborter.h"
 #include "worker/daemon/registration.h"
 #include "worker/daemon/worker_core.h"
 #include "worker/daemon/worker_service.h"
@@ -28,6 +37,18 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:0",
 ABSL_FLAG(std::string, host, "",
           "host name peers use to reach this worker for collectives (default: the --listen host; "
           "for a wildcard --listen, this host's name, also used in the registered address)");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate this worker presents (server and client); needs --tls_key, --tls_ca");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA of the cluster: verifies the coordinator and every caller's client certificate");
+ABSL_FLAG(std::string, worker_token_file, "",
+          "file holding the worker credential, presented to the coordinator and required of "
+          "every caller");
+ABSL_FLAG(bool, insecure, false,
+          "allow a non-loopback --listen without TLS and the worker credential");
+ABSL_FLAG(std::string, data_root, "",
+          "existing directory this worker may write checkpoints in (empty: anywhere)");
 
 namespace {
 
@@ -58,6 +79,24 @@ int main(int argc, char** argv) {
     return 1;
   }
   const std::string listen = absl::GetFlag(FLAGS_listen);
+  tessera::ServerSecurityFlags security_flags;
+  security_flags.program = "tessera-worker";
+  security_flags.listen = listen;
+  security_flags.tls = {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+                        absl::GetFlag(FLAGS_tls_ca)};
+  security_flags.worker_token_file = absl::GetFlag(FLAGS_worker_token_file);
+  security_flags.insecure = absl::GetFlag(FLAGS_insecure);
+  absl::StatusOr<tessera::ServerSecurity> security = tessera::LoadServerSecurity(security_flags);
+  if (!security.ok()) {
+    std::fprintf(stderr, "tessera-worker: %s\n", std::string(security.status().message()).c_str());
+    return 2;
+  }
+  absl::StatusOr<std::string> data_root =
+      tessera::CanonicalDataRoot("--data_root", absl::GetFlag(FLAGS_data_root));
+  if (!data_root.ok()) {
+    std::fprintf(stderr, "tessera-worker: %s\n", std::string(data_root.status().message()).c_str());
+    return 2;
+  }
   const std::string listen_host = HostOf(listen);
   // Peers and the coordinator need a name they can dial: a wildcard listen
   // address falls back to --host, then to the machine's host name.
@@ -65,10 +104,15 @@ int main(int argc, char** argv) {
   if (host.empty()) host = IsWildcard(listen_host) ? info->host() : listen_host;
 
   tessera::WorkerCore core([device] { return tessera::CreateTrainer(device); });
-  tessera::WorkerServiceImpl service(&core, host);
+  tessera::WorkerServiceSecurity service_security;
+  service_security.access = security->access;
+  service_security.coordinator_credentials = security->outgoing;
+  service_security.data_root = *data_root;
+  tessera::WorkerServiceImpl service(&core, host, service_security);
+  tessera::EnableHealthAndReflection();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen, security->server_credentials, &port);
   builder.RegisterService(&service);
   tessera::ApplyServerKeepalive(builder);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
@@ -76,6 +120,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tessera-worker: --listen=%s: cannot listen there\n", listen.c_str());
     return 1;
   }
+  const std::vector<std::string> services = {tessera::v1::WorkerService::service_full_name()};
+  tessera::SetServing(server.get(), services, true);
   const std::string address =
       absl::StrCat(IsWildcard(listen_host) ? host : listen_host, ":", port);
 
@@ -83,9 +129,23 @@ int main(int argc, char** argv) {
   request.set_address(address);
   *request.mutable_device() = *info;
   bool announced = false;  // touched on the registration thread only
+  // Jobs the coordinator no longer runs here (it ended while this worker was
+  // stopped or cut off, or the coordinator restarted) are aborted off the
+  // heartbeat thread.
+  tessera::OrphanAborter orphans([&core](const std::string& job_id) {
+    std::printf("tessera-worker: aborting %s: the coordinator no longer runs it here\n",
+                job_id.c_str());
+    std::fflush(stdout);
+    core.Abort(job_id, "the coordinator no longer runs this job on this worker").IgnoreError();
+  });
   tessera::Registration registration(
       absl::GetFlag(FLAGS_coordinator), request,
-      [&core] { return tessera::Registration::Health{core.healthy(), core.health_reason()}; },
+      [&core, &server, &services] {
+        // A sticky device error is for good: the health service says so too.
+        const bool healthy = core.healthy();
+        if (!healthy) tessera::SetServing(server.get(), services, false);
+        return tessera::Registration::Health{healthy, core.health_reason(), core.Activity()};
+      },
       [&](const std::string& id) {
         if (!announced) {
           std::printf("tessera-worker %s serving on %s device=%s\n", id.c_str(), address.c_str(),
@@ -95,10 +155,13 @@ int main(int argc, char** argv) {
           std::printf("tessera-worker registered again as %s\n", id.c_str());
         }
         std::fflush(stdout);
-      });
+      },
+      security->outgoing);
+  registration.set_on_abort([&orphans](const std::string& job_id) { orphans.Request(job_id); });
   registration.Start();
 
   const int sig = tessera::WaitForShutdownSignal();
+  tessera::SetServing(server.get(), services, false);
   std::printf("tessera-worker: signal %d, shutting down\n", sig);
   std::fflush(stdout);
   core.Abort("", "worker shutting down").IgnoreError();

@@ -16,11 +16,12 @@ grpc::Status FakeWorkerRegistry::RegisterWorker(grpc::ServerContext*,
   record_.last_id = id;
   resp->set_worker_id(id);
   resp->set_heartbeat_interval_ms(interval_ms_);
+  for (const std::string& job : abort_job_ids_) resp->add_abort_job_ids(job);
   return grpc::Status::OK;
 }
 
 grpc::Status FakeWorkerRegistry::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
-                                           v1::HeartbeatResponse*) {
+                                           v1::HeartbeatResponse* resp) {
   absl::MutexLock lock(&mu_);
   if (known_.count(req->worker_id()) == 0) {
     ++record_.rejected_heartbeats;
@@ -29,7 +30,13 @@ grpc::Status FakeWorkerRegistry::Heartbeat(grpc::ServerContext*, const v1::Heart
   }
   ++record_.heartbeats;
   record_.last_heartbeat = *req;
+  for (const std::string& job : abort_job_ids_) resp->add_abort_job_ids(job);
   return grpc::Status::OK;
+}
+
+void FakeWorkerRegistry::set_abort_job_ids(std::vector<std::string> ids) {
+  absl::MutexLock lock(&mu_);
+  abort_job_ids_ = std::move(ids);
 }
 
 FakeWorkerRegistry::Record FakeWorkerRegistry::record() {

@@ -1,7 +1,8 @@
 // A test-only WorkerRegistry: the coordinator's registration and heartbeat
 // RPCs, reduced to a set of known worker ids and a record of what arrived.
 // Forget() drops every id, as a restarted coordinator would, so the next
-// heartbeat answers NOT_FOUND.
+// heartbeat answers NOT_FOUND. set_abort_job_ids() makes every answer tell
+// the worker to abort those jobs, as reconciliation does.
 #ifndef TESSERA_WORKER_DAEMON_FAKE_WORKER_REGISTRY_H_
 #define TESSERA_WORKER_DAEMON_FAKE_WORKER_REGISTRY_H_
 
@@ -9,6 +10,7 @@
 #include <functional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -23,7 +25,7 @@ class FakeWorkerRegistry final : public v1::WorkerRegistry::Service {
   grpc::Status RegisterWorker(grpc::ServerContext*, const v1::RegisterWorkerRequest* req,
                               v1::RegisterWorkerResponse* resp) override;
   grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
-                         v1::HeartbeatResponse*) override;
+                         v1::HeartbeatResponse* resp) override;
 
   struct Record {
     int registrations = 0;
@@ -35,6 +37,7 @@ class FakeWorkerRegistry final : public v1::WorkerRegistry::Service {
   };
   Record record();
   void Forget();
+  void set_abort_job_ids(std::vector<std::string> ids);
   // Waits until `done(record)` holds; false after `timeout`.
   bool WaitFor(const std::function<bool(const Record&)>& done, absl::Duration timeout);
 
@@ -44,6 +47,7 @@ class FakeWorkerRegistry final : public v1::WorkerRegistry::Service {
   std::set<std::string> known_ ABSL_GUARDED_BY(mu_);
   int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   Record record_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> abort_job_ids_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tessera

@@ -23,9 +23,11 @@ constexpr int kMinHeartbeatIntervalMs = 50;
 
 Registration::Registration(const std::string& coordinator_address,
                            v1::RegisterWorkerRequest request, std::function<Health()> health,
-                           std::function<void(const std::string&)> on_registered)
-    : stub_(v1::WorkerRegistry::NewStub(
-          KeepaliveChannel(coordinator_address))),
+                           std::function<void(const std::string&)> on_registered,
+                           std::shared_ptr<ClientCredentials> credentials)
+    : credentials_(credentials != nullptr ? std::move(credentials)
+                                          : std::make_shared<ClientCredentials>()),
+      stub_(v1::WorkerRegistry::NewStub(credentials_->KeepaliveChannel(coordinator_address))),
       coordinator_address_(coordinator_address),
       request_(std::move(request)),
       health_(std::move(health)),
@@ -52,6 +54,7 @@ std::string Registration::worker_id() {
 
 bool Registration::BeginCall(grpc::ClientContext* context) {
   context->set_deadline(absl::ToChronoTime(absl::Now() + kCallDeadline));
+  credentials_->Apply(context);
   absl::MutexLock lock(&mu_);
   if (stopping_) return false;
   call_in_flight_ = context;
@@ -78,11 +81,14 @@ void Registration::Loop() {
     if (id.empty()) {
       grpc::ClientContext context;
       if (!BeginCall(&context)) return;
+      v1::RegisterWorkerRequest request = request_;
+      *request.mutable_activity() = health_().activity;
       v1::RegisterWorkerResponse response;
-      grpc::Status status = stub_->RegisterWorker(&context, request_, &response);
+      grpc::Status status = stub_->RegisterWorker(&context, request, &response);
       EndCall();
       if (status.ok()) {
         id = response.worker_id();
+        credentials_->set_session(response.session_token());
         interval =
             absl::Milliseconds(std::max(kMinHeartbeatIntervalMs, response.heartbeat_interval_ms()));
         backoff = kFirstBackoff;
@@ -91,6 +97,9 @@ void Registration::Loop() {
           worker_id_ = id;
         }
         on_registered_(id);
+        for (const std::string& job : response.abort_job_ids()) {
+          if (on_abort_) on_abort_(job);
+        }
         continue;  // first heartbeat right away
       }
       if (stop_.HasBeenNotified()) return;
@@ -104,6 +113,8 @@ void Registration::Loop() {
     request.set_worker_id(id);
     request.set_healthy(health.healthy);
     request.set_health_reason(health.reason);
+    *request.mutable_activity() = health.activity;
+    request.set_address(request_.address());
     v1::HeartbeatResponse response;
     grpc::ClientContext context;
     if (!BeginCall(&context)) return;
@@ -118,6 +129,9 @@ void Registration::Loop() {
     // Anything else (coordinator down, restarting): keep heartbeating at the
     // same pace; the coordinator decides when we are lost.
     if (!status.ok() && !stop_.HasBeenNotified()) complain("heartbeat to", status);
+    for (const std::string& job : response.abort_job_ids()) {
+      if (on_abort_) on_abort_(job);
+    }
     stop_.WaitForNotificationWithTimeout(interval);
   }
 }

@@ -4,6 +4,13 @@
 // heartbeat answered NOT_FOUND (the coordinator restarted or swept us)
 // registers again. Runs on its own thread; Stop() ends it promptly, even
 // mid-RPC.
+//
+// Registration and every heartbeat also carry what the worker holds (its
+// job, phase and steps done). When the coordinator answers that the worker
+// holds a job it should not (ended, unknown after a coordinator restart, or
+// moved to other workers), the loop hands the job id to `on_abort`, which
+// must not block: heartbeats have to keep flowing while the job is torn
+// down (see orphan_aborter.h).
 #ifndef TESSERA_WORKER_DAEMON_REGISTRATION_H_
 #define TESSERA_WORKER_DAEMON_REGISTRATION_H_
 
@@ -14,6 +21,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "common/grpc_security.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/tessera/v1/worker.grpc.pb.h"
 
@@ -24,14 +32,23 @@ class Registration {
   struct Health {
     bool healthy = true;
     std::string reason;
+    v1::WorkerActivity activity;  // empty: idle
   };
   // `health` is asked before every heartbeat. `on_registered` runs on the
   // loop's thread after every successful registration, with the new id.
+  // `credentials` (null: plaintext, no token) are presented on every call;
+  // the session the coordinator issues at registration is stored in them,
+  // so the rendezvous calls made with the same object carry it too.
   Registration(const std::string& coordinator_address, v1::RegisterWorkerRequest request,
                std::function<Health()> health,
-               std::function<void(const std::string& worker_id)> on_registered);
+               std::function<void(const std::string& worker_id)> on_registered,
+               std::shared_ptr<ClientCredentials> credentials = nullptr);
   ~Registration();  // Stop()s
 
+  // Set before Start(): called with each job the coordinator says to abort.
+  void set_on_abort(std::function<void(const std::string& job_id)> on_abort) {
+    on_abort_ = std::move(on_abort);
+  }
   void Start();
   // Ends the loop and joins it. Idempotent; no heartbeat is sent after it.
   void Stop();
@@ -44,11 +61,13 @@ class Registration {
   bool BeginCall(grpc::ClientContext* context);
   void EndCall();
 
+  std::shared_ptr<ClientCredentials> credentials_;
   std::unique_ptr<v1::WorkerRegistry::Stub> stub_;
   std::string coordinator_address_;
   v1::RegisterWorkerRequest request_;
   std::function<Health()> health_;
   std::function<void(const std::string&)> on_registered_;
+  std::function<void(const std::string&)> on_abort_;
   absl::Mutex mu_;
   std::string worker_id_ ABSL_GUARDED_BY(mu_);
   grpc::ClientContext* call_in_flight_ ABSL_GUARDED_BY(mu_) = nullptr;

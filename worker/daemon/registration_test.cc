@@ -2,7 +2,9 @@
 // with the worker's address and device, heartbeats at the coordinator's
 // interval carrying health, registers again when a heartbeat answers
 // NOT_FOUND (coordinator restarted), keeps retrying while the coordinator is
-// absent, and Stop() ends it promptly with no heartbeat after.
+// absent, and Stop() ends it promptly with no heartbeat after. Registration
+// and heartbeats carry the worker's activity, and the jobs the coordinator
+// says to abort reach on_abort.
 #include "worker/daemon/registration.h"
 
 #include <atomic>
@@ -73,6 +75,7 @@ TEST(Registration, RegistersThenHeartbeatsCarryingHealth) {
   EXPECT_EQ(record.last_registration.device().name(), request.device().name());
   EXPECT_EQ(record.last_registration.device().memory_bytes(), request.device().memory_bytes());
   EXPECT_EQ(record.last_heartbeat.worker_id(), record.last_id);
+  EXPECT_EQ(record.last_heartbeat.address(), request.address());
   EXPECT_TRUE(record.last_heartbeat.healthy());
   EXPECT_EQ(registration.worker_id(), record.last_id);
   EXPECT_EQ(ids.Get(), std::vector<std::string>{record.last_id});
@@ -169,6 +172,53 @@ TEST(Registration, RetriesRegistrationWhileNobodyListensAndStopsPromptly) {
   const absl::Time start = absl::Now();
   registration.Stop();
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+}
+
+TEST(Registration, CarriesActivityAndPassesOnTheJobsToAbort) {
+  FakeWorkerRegistry registry(kIntervalMs);
+  registry.set_abort_job_ids({"job-1"});
+  LoopbackServer server = StartLoopbackServer({&registry});
+  ASSERT_NE(server.server, nullptr);
+  HealthSource health;
+  {
+    absl::MutexLock lock(&health.mu);
+    health.health.activity.set_job_id("job-1");
+    health.health.activity.set_phase("running");
+    health.health.activity.set_steps_done(7);
+  }
+  Ids aborts;
+  Registration registration(
+      server.address(), RandomRequest(), [&] { return health.Get(); }, [](const std::string&) {});
+  registration.set_on_abort([&](const std::string& job) { aborts.Add(job); });
+  registration.Start();
+  ASSERT_TRUE(registry.WaitFor([](const auto& r) { return r.heartbeats >= 2; }, absl::Seconds(5)));
+  FakeWorkerRegistry::Record record = registry.record();
+  EXPECT_EQ(record.last_registration.activity().job_id(), "job-1");
+  EXPECT_EQ(record.last_heartbeat.activity().phase(), "running");
+  EXPECT_EQ(record.last_heartbeat.activity().steps_done(), 7);
+  // Once from the registration and once per heartbeat answered.
+  for (absl::Time deadline = absl::Now() + absl::Seconds(5);
+       aborts.Get().size() < 3 && absl::Now() < deadline;) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  std::vector<std::string> told = aborts.Get();
+  ASSERT_GE(told.size(), 3u);
+  for (const std::string& job : told) EXPECT_EQ(job, "job-1");
+
+  // The worker aborted it: its reports say so, and nothing more is asked.
+  registry.set_abort_job_ids({});
+  {
+    absl::MutexLock lock(&health.mu);
+    health.health.activity.Clear();
+  }
+  const int heartbeats = registry.record().heartbeats;
+  ASSERT_TRUE(registry.WaitFor([&](const auto& r) { return r.heartbeats >= heartbeats + 3; },
+                               absl::Seconds(5)));
+  EXPECT_EQ(registry.record().last_heartbeat.activity().job_id(), "");
+  const size_t before = aborts.Get().size();
+  absl::SleepFor(absl::Milliseconds(3 * kIntervalMs));
+  EXPECT_LE(aborts.Get().size(), before + 1);  // at most one answer was in flight
+  registration.Stop();
 }
 
 }  // namespace

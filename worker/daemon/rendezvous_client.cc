@@ -24,13 +24,16 @@ constexpr int64_t kMaxTimeoutMs = std::numeric_limits<int32_t>::max();
 
 }  // namespace
 
-RendezvousClient::RendezvousClient(const std::string& coordinator_address, std::string job_id)
+RendezvousClient::RendezvousClient(const std::string& coordinator_address, std::string job_id,
+                                   std::shared_ptr<const ClientCredentials> credentials)
     : job_id_(std::move(job_id)),
-      stub_(v1::Rendezvous::NewStub(
-          KeepaliveChannel(coordinator_address))) {}
+      credentials_(credentials != nullptr ? std::move(credentials)
+                                          : std::make_shared<ClientCredentials>()),
+      stub_(v1::Rendezvous::NewStub(credentials_->KeepaliveChannel(coordinator_address))) {}
 
 absl::Status RendezvousClient::Set(const std::string& key, const std::string& value) {
   grpc::ClientContext context;
+  credentials_->Apply(&context);
   context.set_deadline(absl::ToChronoTime(absl::Now() + kCallTimeout));
   v1::RendezvousSetRequest request;
   request.set_job_id(job_id_);
@@ -45,6 +48,7 @@ absl::StatusOr<std::vector<std::string>> RendezvousClient::Get(const std::vector
   const int64_t timeout_ms =
       std::clamp<int64_t>(absl::ToInt64Milliseconds(timeout), 0, kMaxTimeoutMs);
   grpc::ClientContext context;
+  credentials_->Apply(&context);
   context.set_deadline(
       absl::ToChronoTime(absl::Now() + absl::Milliseconds(timeout_ms) + kGetDeadlineMargin));
   v1::RendezvousGetRequest request;
@@ -59,6 +63,7 @@ absl::StatusOr<std::vector<std::string>> RendezvousClient::Get(const std::vector
 
 absl::StatusOr<int64_t> RendezvousClient::Add(const std::string& key, int64_t increment) {
   grpc::ClientContext context;
+  credentials_->Apply(&context);
   context.set_deadline(absl::ToChronoTime(absl::Now() + kCallTimeout));
   v1::RendezvousAddRequest request;
   request.set_job_id(job_id_);

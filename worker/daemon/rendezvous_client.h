@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/grpc_security.h"
 #include "proto/tessera/v1/worker.grpc.pb.h"
 #include "worker/comm/rendezvous_store.h"
 
@@ -15,7 +16,10 @@ namespace tessera {
 
 class RendezvousClient : public RendezvousStore {
  public:
-  RendezvousClient(const std::string& coordinator_address, std::string job_id);
+  // `credentials` (null: plaintext, no token) carry the worker credential
+  // and the worker's session, which the coordinator checks against the job.
+  RendezvousClient(const std::string& coordinator_address, std::string job_id,
+                   std::shared_ptr<const ClientCredentials> credentials = nullptr);
 
   absl::Status Set(const std::string& key, const std::string& value) override;
   absl::StatusOr<std::vector<std::string>> Get(const std::vector<std::string>& keys,
@@ -24,6 +28,7 @@ class RendezvousClient : public RendezvousStore {
 
  private:
   std::string job_id_;
+  std::shared_ptr<const ClientCredentials> credentials_;
   std::unique_ptr<v1::Rendezvous::Stub> stub_;
 };
 

@@ -305,7 +305,17 @@ v1::WorkerStatus WorkerCore::Status() {
   status.set_phase(healthy_ ? PhaseName(phase_) : "unhealthy");
   status.set_healthy(healthy_);
   status.set_health_reason(health_reason_);
+  status.set_steps_done(next_step_);
   return status;
+}
+
+v1::WorkerActivity WorkerCore::Activity() {
+  absl::MutexLock lock(&mu_);
+  v1::WorkerActivity activity;
+  activity.set_job_id(job_id_);
+  activity.set_phase(PhaseName(phase_));
+  activity.set_steps_done(next_step_);
+  return activity;
 }
 
 bool WorkerCore::healthy() {

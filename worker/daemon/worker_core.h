@@ -59,6 +59,9 @@ class WorkerCore {
   absl::Status Abort(const std::string& job_id, const std::string& reason);
 
   v1::WorkerStatus Status();
+  // What this worker holds, as registration and heartbeats report it to the
+  // coordinator (which tells it to abort a job it should no longer hold).
+  v1::WorkerActivity Activity();
   bool healthy();
   std::string health_reason();
   // The current job's rank (0 when idle).

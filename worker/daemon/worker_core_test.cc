@@ -70,8 +70,16 @@ TEST(WorkerCore, HappyPathRunsOnOneComputeThread) {
   EXPECT_EQ(reports[0].tokens, 16);
   ASSERT_TRUE(core.Checkpoint("job-1", total, "/tmp/x").ok());
   EXPECT_EQ(core.Status().phase(), "collective_ready");
+  // What heartbeats report to the coordinator.
+  EXPECT_EQ(core.Status().steps_done(), total);
+  v1::WorkerActivity activity = core.Activity();
+  EXPECT_EQ(activity.job_id(), "job-1");
+  EXPECT_EQ(activity.phase(), "collective_ready");
+  EXPECT_EQ(activity.steps_done(), total);
   ASSERT_TRUE(core.Abort("job-1", "done").ok());
   EXPECT_EQ(core.Status().phase(), "idle");
+  EXPECT_EQ(core.Activity().job_id(), "");
+  EXPECT_EQ(core.Activity().phase(), "idle");
   auto threads = FakeTrainer::CallingThreads();
   ASSERT_EQ(threads.size(), 1u);
   EXPECT_EQ(*threads.begin(), core.compute_thread_id());

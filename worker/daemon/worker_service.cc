@@ -2,6 +2,7 @@
 #include "worker/daemon/worker_service.h"
 
 #include "absl/time/time.h"
+#include "common/data_root.h"
 #include "common/grpc_status.h"
 #include "worker/daemon/rendezvous_client.h"
 
@@ -13,21 +14,36 @@ constexpr absl::Duration kDefaultCollectiveTimeout = absl::Seconds(60);
 
 }  // namespace
 
-grpc::Status WorkerServiceImpl::SetupJob(grpc::ServerContext*, const v1::SetupJobRequest* req,
+grpc::Status WorkerServiceImpl::SetupJob(grpc::ServerContext* context,
+                                         const v1::SetupJobRequest* req,
                                          v1::SetupJobResponse* resp) {
+  if (grpc::Status s = Authorize(security_.access.get(), context, Role::kWorker); !s.ok()) {
+    return s;
+  }
+  if (!req->spec().checkpoint().dir().empty()) {
+    if (absl::Status s = CheckUnderDataRoot(security_.data_root, "spec.checkpoint.dir",
+                                            req->spec().checkpoint().dir());
+        !s.ok()) {
+      return ToGrpcStatus(s);
+    }
+  }
   absl::StatusOr<v1::SetupJobResponse> r = core_->SetupJob(*req);
   if (!r.ok()) return ToGrpcStatus(r.status());
   *resp = *r;
   return grpc::Status::OK;
 }
 
-grpc::Status WorkerServiceImpl::InitCollective(grpc::ServerContext*,
+grpc::Status WorkerServiceImpl::InitCollective(grpc::ServerContext* context,
                                                const v1::InitCollectiveRequest* req,
                                                v1::InitCollectiveResponse*) {
+  if (grpc::Status s = Authorize(security_.access.get(), context, Role::kWorker); !s.ok()) {
+    return s;
+  }
   if (req->rendezvous_address().empty()) {
     return ToGrpcStatus(absl::InvalidArgumentError("rendezvous_address: must be set"));
   }
-  RendezvousClient store(req->rendezvous_address(), req->job_id());
+  RendezvousClient store(req->rendezvous_address(), req->job_id(),
+                         security_.coordinator_credentials);
   const absl::Duration timeout =
       req->timeout_ms() > 0 ? absl::Milliseconds(req->timeout_ms()) : kDefaultCollectiveTimeout;
   const std::string& host = req->host().empty() ? host_ : req->host();
@@ -37,6 +53,9 @@ grpc::Status WorkerServiceImpl::InitCollective(grpc::ServerContext*,
 grpc::Status WorkerServiceImpl::RunSteps(grpc::ServerContext* context,
                                          const v1::RunStepsRequest* req,
                                          grpc::ServerWriter<v1::StepResult>* writer) {
+  if (grpc::Status s = Authorize(security_.access.get(), context, Role::kWorker); !s.ok()) {
+    return s;
+  }
   const int rank = core_->rank();
   absl::Status status = core_->RunSteps(
       req->job_id(), req->first_step(), req->num_steps(), [&](const StepReport& report) {
@@ -62,22 +81,37 @@ grpc::Status WorkerServiceImpl::RunSteps(grpc::ServerContext* context,
   return ToGrpcStatus(status);
 }
 
-grpc::Status WorkerServiceImpl::Checkpoint(grpc::ServerContext*, const v1::CheckpointRequest* req,
+grpc::Status WorkerServiceImpl::Checkpoint(grpc::ServerContext* context,
+                                           const v1::CheckpointRequest* req,
                                            v1::CheckpointResponse* resp) {
+  if (grpc::Status s = Authorize(security_.access.get(), context, Role::kWorker); !s.ok()) {
+    return s;
+  }
+  if (!req->dir().empty()) {
+    if (absl::Status s = CheckUnderDataRoot(security_.data_root, "dir", req->dir()); !s.ok()) {
+      return ToGrpcStatus(s);
+    }
+  }
   absl::StatusOr<std::string> path = core_->Checkpoint(req->job_id(), req->step(), req->dir());
   if (!path.ok()) return ToGrpcStatus(path.status());
   resp->set_path(*path);
   return grpc::Status::OK;
 }
 
-grpc::Status WorkerServiceImpl::Abort(grpc::ServerContext*, const v1::AbortRequest* req,
+grpc::Status WorkerServiceImpl::Abort(grpc::ServerContext* context, const v1::AbortRequest* req,
                                       v1::AbortResponse*) {
+  if (grpc::Status s = Authorize(security_.access.get(), context, Role::kWorker); !s.ok()) {
+    return s;
+  }
   return ToGrpcStatus(core_->Abort(req->job_id(), req->reason()));
 }
 
-grpc::Status WorkerServiceImpl::GetWorkerStatus(grpc::ServerContext*,
+grpc::Status WorkerServiceImpl::GetWorkerStatus(grpc::ServerContext* context,
                                                 const v1::GetWorkerStatusRequest*,
                                                 v1::WorkerStatus* resp) {
+  if (grpc::Status s = Authorize(security_.access.get(), context, Role::kWorker); !s.ok()) {
+    return s;
+  }
   *resp = core_->Status();
   return grpc::Status::OK;
 }

@@ -9,16 +9,32 @@
 #include <string>
 #include <utility>
 
+#include "common/access_policy.h"
+#include "common/grpc_security.h"
 #include "proto/tessera/v1/worker.grpc.pb.h"
 #include "worker/daemon/worker_core.h"
 
 namespace tessera {
 
+// Who may command this worker and where it may write. Defaults: anyone,
+// anywhere (loopback development and tests).
+struct WorkerServiceSecurity {
+  // Every call must hold the worker credential (the coordinator, or a peer).
+  std::shared_ptr<const AccessPolicy> access;
+  // Presented on the rendezvous calls to the coordinator.
+  std::shared_ptr<const ClientCredentials> coordinator_credentials;
+  // Canonical data root (common/data_root.h): checkpoint.dir of SetupJob and
+  // the dir of Checkpoint must lie in it, else INVALID_ARGUMENT before
+  // anything is written. Empty: anywhere.
+  std::string data_root;
+};
+
 class WorkerServiceImpl final : public v1::WorkerService::Service {
  public:
   // `host` is how peers reach this worker for collectives, unless an
   // InitCollectiveRequest names one. `core` is not owned.
-  WorkerServiceImpl(WorkerCore* core, std::string host) : core_(core), host_(std::move(host)) {}
+  WorkerServiceImpl(WorkerCore* core, std::string host, WorkerServiceSecurity security = {})
+      : core_(core), host_(std::move(host)), security_(std::move(security)) {}
 
   grpc::Status SetupJob(grpc::ServerContext*, const v1::SetupJobRequest* req,
                         v1::SetupJobResponse* resp) override;
@@ -36,6 +52,7 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
  private:
   WorkerCore* core_;
   const std::string host_;
+  const WorkerServiceSecurity security_;
 };
 
 }  // namespace tessera

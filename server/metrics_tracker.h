@@ -1,0 +1,67 @@
+// The numbers behind the coordinator's /metrics, without any exporter type:
+// jobs by state, workers by health, and, read incrementally from each job's
+// event log, steps and tokens per job and the step times and control
+// overheads of the steps finished since the last read. The exporter
+// (prometheus_metrics.h) calls Sync() at every scrape, so a scrape always
+// sees every step the coordinator has recorded. Steps are counted as they
+// are recorded: a step re-run after an automatic restart counts again.
+// Thread-compatible: the exporter serialises calls.
+#ifndef TESSERA_SERVER_METRICS_TRACKER_H_
+#define TESSERA_SERVER_METRICS_TRACKER_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/tessera/v1/coordinator.pb.h"
+#include "server/event_log.h"
+
+namespace tessera {
+
+// Where the tracker reads the coordinator's state (coordinator.h methods).
+struct MetricsSource {
+  std::function<absl::StatusOr<std::vector<v1::Job>>()> list_jobs;
+  std::function<std::vector<v1::WorkerRecord>()> list_workers;
+  std::function<absl::StatusOr<std::shared_ptr<EventLog>>(const std::string&)> job_events;
+};
+
+class MetricsTracker {
+ public:
+  explicit MetricsTracker(MetricsSource source) : source_(std::move(source)) {}
+
+  struct JobCounters {
+    int64_t steps = 0;
+    int64_t tokens = 0;
+  };
+  struct Snapshot {
+    std::map<std::string, int64_t> jobs_by_state;  // every JobState name, zeros included
+    int64_t workers_healthy = 0;
+    int64_t workers_unhealthy = 0;
+    std::map<std::string, JobCounters> jobs;  // cumulative, per existing job
+    std::vector<double> new_step_times_s;     // since the previous Sync
+    std::vector<double> new_control_overheads_s;
+  };
+  Snapshot Sync();
+
+ private:
+  struct Cursor {
+    int64_t next = 0;
+    bool closed = false;
+    JobCounters counters;
+  };
+  MetricsSource source_;
+  std::map<std::string, Cursor> cursors_;
+};
+
+// Lists every job through the coordinator's pages.
+absl::StatusOr<std::vector<v1::Job>> ListAllJobs(
+    const std::function<absl::StatusOr<std::pair<std::vector<v1::Job>, std::string>>(
+        const std::string& page_token)>& page);
+
+}  // namespace tessera
+
+#endif  // TESSERA_SERVER_METRICS_TRACKER_H_

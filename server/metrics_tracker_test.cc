@@ -1,0 +1,80 @@
+#include "server/metrics_tracker.h"
+
+#include "gtest/gtest.h"
+
+namespace tessera {
+namespace {
+
+v1::JobEvent Step(int step, int64_t tokens, double time_s) {
+  v1::JobEvent e;
+  e.mutable_step()->set_step(step);
+  e.mutable_step()->set_tokens(tokens);
+  e.mutable_step()->set_step_time_s(time_s);
+  e.mutable_step()->set_control_overhead_s(0.001);
+  return e;
+}
+
+TEST(MetricsTrackerTest, CountsStepsAndTokensIncrementallyAndForgetsDeletedJobs) {
+  std::vector<v1::Job> jobs(2);
+  jobs[0].set_id("job-1");
+  jobs[0].set_state(v1::RUNNING);
+  jobs[1].set_id("job-2");
+  jobs[1].set_state(v1::PENDING);
+  std::vector<v1::WorkerRecord> workers(3);
+  workers[0].set_healthy(true);
+  workers[1].set_healthy(true);
+  auto log = std::make_shared<EventLog>();
+  auto empty = std::make_shared<EventLog>();
+  MetricsTracker tracker(MetricsSource{
+      [&]() -> absl::StatusOr<std::vector<v1::Job>> { return jobs; }, [&] { return workers; },
+      [&](const std::string& id) -> absl::StatusOr<std::shared_ptr<EventLog>> {
+        return id == "job-1" ? log : empty;
+      }});
+
+  log->Append(Step(0, 100, 0.5), false);
+  log->Append(Step(1, 100, 0.25), false);
+  MetricsTracker::Snapshot first = tracker.Sync();
+  EXPECT_EQ(first.jobs_by_state["RUNNING"], 1);
+  EXPECT_EQ(first.jobs_by_state["PENDING"], 1);
+  EXPECT_EQ(first.jobs_by_state["SUCCEEDED"], 0);
+  EXPECT_EQ(first.workers_healthy, 2);
+  EXPECT_EQ(first.workers_unhealthy, 1);
+  EXPECT_EQ(first.jobs["job-1"].steps, 2);
+  EXPECT_EQ(first.jobs["job-1"].tokens, 200);
+  EXPECT_EQ(first.jobs["job-2"].steps, 0);
+  EXPECT_EQ(first.new_step_times_s, (std::vector<double>{0.5, 0.25}));
+
+  log->Append(Step(2, 50, 1.0), false);
+  MetricsTracker::Snapshot second = tracker.Sync();
+  EXPECT_EQ(second.jobs["job-1"].steps, 3);
+  EXPECT_EQ(second.jobs["job-1"].tokens, 250);
+  EXPECT_EQ(second.new_step_times_s, (std::vector<double>{1.0}));
+
+  jobs.erase(jobs.begin());
+  MetricsTracker::Snapshot third = tracker.Sync();
+  EXPECT_EQ(third.jobs.count("job-1"), 0u);
+  EXPECT_TRUE(third.new_step_times_s.empty());
+}
+
+TEST(MetricsTrackerTest, ListAllJobsFollowsPagesAndStopsOnNoProgress) {
+  int calls = 0;
+  absl::StatusOr<std::vector<v1::Job>> all =
+      ListAllJobs([&](const std::string& token)
+                      -> absl::StatusOr<std::pair<std::vector<v1::Job>, std::string>> {
+        ++calls;
+        std::vector<v1::Job> page(1);
+        page[0].set_id(token.empty() ? "a" : "b");
+        return std::make_pair(page, token.empty() ? std::string("next") : std::string());
+      });
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->size(), 2u);
+  EXPECT_EQ(calls, 2);
+  absl::StatusOr<std::vector<v1::Job>> stuck = ListAllJobs(
+      [](const std::string&) -> absl::StatusOr<std::pair<std::vector<v1::Job>, std::string>> {
+        return std::make_pair(std::vector<v1::Job>{}, std::string("same"));
+      });
+  EXPECT_TRUE(stuck.ok());
+}
+
+}  // namespace
+}  // namespace tessera

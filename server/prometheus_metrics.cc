@@ -1,0 +1,142 @@
+// prometheus-cpp adapter for the coordinator's /metrics (see
+// prometheus_metrics.h).
+#include "server/prometheus_metrics.h"
+
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+#include "prometheus/text_serializer.h"
+#include "server/http_endpoint.h"
+
+namespace tessera {
+namespace {
+
+constexpr char kVersion[] = "dev";
+// The Prometheus text exposition format, version 0.0.4.
+constexpr char kTextFormat[] = "text/plain; version=0.0.4; charset=utf-8";
+
+const prometheus::Histogram::BucketBoundaries& SecondsBuckets() {
+  static const auto* buckets = new prometheus::Histogram::BucketBoundaries{
+      0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300};
+  return *buckets;
+}
+
+// Syncs the tracker into the registry, then renders the registry's
+// families. Scrapes may come on several HTTP threads at once.
+class CoordinatorCollectable {
+ public:
+  explicit CoordinatorCollectable(MetricsSource source)
+      : tracker_(std::move(source)),
+        registry_(std::make_shared<prometheus::Registry>()),
+        jobs_(prometheus::BuildGauge()
+                  .Name("tessera_jobs")
+                  .Help("Jobs known to the coordinator, by state.")
+                  .Register(*registry_)),
+        workers_(prometheus::BuildGauge()
+                     .Name("tessera_workers")
+                     .Help("Registered workers, by health.")
+                     .Register(*registry_)),
+        steps_(prometheus::BuildCounter()
+                   .Name("tessera_job_steps_total")
+                   .Help("Training steps recorded, per job.")
+                   .Register(*registry_)),
+        tokens_(prometheus::BuildCounter()
+                    .Name("tessera_job_tokens_total")
+                    .Help("Tokens trained over all ranks, per job.")
+                    .Register(*registry_)),
+        step_time_(prometheus::BuildHistogram()
+                       .Name("tessera_step_duration_seconds")
+                       .Help("Slowest rank's compute time per step.")
+                       .Register(*registry_)
+                       .Add({}, SecondsBuckets())),
+        overhead_(prometheus::BuildHistogram()
+                      .Name("tessera_step_control_overhead_seconds")
+                      .Help("Time the coordinator adds on top of the slowest rank, per step.")
+                      .Register(*registry_)
+                      .Add({}, SecondsBuckets())) {
+    prometheus::BuildGauge()
+        .Name("tessera_build_info")
+        .Help("Build information; always 1.")
+        .Register(*registry_)
+        .Add({{"version", kVersion}, {"api", "tessera.v1"}})
+        .Set(1);
+  }
+
+  std::string Render() {
+    absl::MutexLock lock(&mu_);
+    MetricsTracker::Snapshot snapshot = tracker_.Sync();
+    for (const auto& [state, count] : snapshot.jobs_by_state) {
+      jobs_.Add({{"state", state}}).Set(static_cast<double>(count));
+    }
+    workers_.Add({{"health", "healthy"}}).Set(static_cast<double>(snapshot.workers_healthy));
+    workers_.Add({{"health", "unhealthy"}}).Set(static_cast<double>(snapshot.workers_unhealthy));
+    for (auto it = per_job_.begin(); it != per_job_.end();) {
+      if (snapshot.jobs.count(it->first) == 0) {  // deleted: drop its series
+        steps_.Remove(it->second.steps);
+        tokens_.Remove(it->second.tokens);
+        it = per_job_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (const auto& [job, counters] : snapshot.jobs) {
+      JobSeries& series = per_job_[job];
+      if (series.steps == nullptr) {
+        series.steps = &steps_.Add({{"job", job}});
+        series.tokens = &tokens_.Add({{"job", job}});
+      }
+      series.steps->Increment(static_cast<double>(counters.steps) - series.steps->Value());
+      series.tokens->Increment(static_cast<double>(counters.tokens) - series.tokens->Value());
+    }
+    for (double s : snapshot.new_step_times_s) step_time_.Observe(s);
+    for (double s : snapshot.new_control_overheads_s) overhead_.Observe(s);
+    return prometheus::TextSerializer().Serialize(registry_->Collect());
+  }
+
+ private:
+  struct JobSeries {
+    prometheus::Counter* steps = nullptr;
+    prometheus::Counter* tokens = nullptr;
+  };
+  absl::Mutex mu_;
+  MetricsTracker tracker_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Gauge>& jobs_;
+  prometheus::Family<prometheus::Gauge>& workers_;
+  prometheus::Family<prometheus::Counter>& steps_;
+  prometheus::Family<prometheus::Counter>& tokens_;
+  prometheus::Histogram& step_time_;
+  prometheus::Histogram& overhead_;
+  std::map<std::string, JobSeries> per_job_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+struct PrometheusMetrics::State {
+  std::unique_ptr<CoordinatorCollectable> collectable;
+  std::unique_ptr<HttpEndpoint> endpoint;  // destroyed first: no scrape outlives the registry
+};
+
+absl::StatusOr<std::unique_ptr<PrometheusMetrics>> PrometheusMetrics::Start(
+    const std::string& listen, MetricsSource source) {
+  std::unique_ptr<PrometheusMetrics> out(new PrometheusMetrics());
+  out->state_ = std::make_unique<State>();
+  out->state_->collectable = std::make_unique<CoordinatorCollectable>(std::move(source));
+  CoordinatorCollectable* collectable = out->state_->collectable.get();
+  absl::StatusOr<std::unique_ptr<HttpEndpoint>> endpoint =
+      HttpEndpoint::Start("--metrics_listen", listen, "/metrics", kTextFormat,
+                          [collectable] { return collectable->Render(); });
+  if (!endpoint.ok()) return endpoint.status();
+  out->state_->endpoint = *std::move(endpoint);
+  out->address_ = out->state_->endpoint->address();
+  return out;
+}
+
+PrometheusMetrics::~PrometheusMetrics() = default;
+
+}  // namespace tessera

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The coordinator's /metrics after a 20-step job on two CPU workers, parsed
+# by prometheus_client (metrics_check.py says what is checked).
+set -euo pipefail
+root="${TEST_SRCDIR}/${TEST_WORKSPACE:-tessera}"
+dir="$(mktemp -d "${TEST_TMPDIR:-/tmp}/metrics.XXXXXX")"
+port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+addr="127.0.0.1:${port}"
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+fail() { echo "FAIL: $*"; echo "--- logs ---"; tail -n 30 "$dir"/*.log; exit 1; }
+trap cleanup EXIT
+
+"$root/server/tessera-coordinator" --listen="$addr" --state_dir="$dir/state" \
+  --metrics_listen=127.0.0.1:0 >"$dir/coordinator.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 300); do grep -q "listening on" "$dir/coordinator.log" && break; sleep 0.1; done
+url=$(grep -o 'http://[^ ]*/metrics' "$dir/coordinator.log") || fail "no metrics line"
+for i in 0 1; do
+  "$root/worker/tessera-worker" --coordinator="$addr" --device=cpu >"$dir/worker-$i.log" 2>&1 &
+  pids+=($!)
+done
+for i in 0 1; do
+  for _ in $(seq 1 300); do grep -q "serving on" "$dir/worker-$i.log" && break; sleep 0.1; done
+done
+
+cat >"$dir/job.yaml" <<'JOB'
+name: metrics
+model: {vocab_size: 256, d_model: 32, n_layers: 1, n_heads: 2, ffn_dim: 64, seq_len: 16}
+data: {synthetic: {task: COPY}, micro_batch_size: 2}
+optimizer: {lr: 0.003, warmup_steps: 1}
+world_size: 2
+device_kind: CPU
+steps: 20
+seed: 5
+JOB
+out=$("$root/client/tessera" submit "$dir/job.yaml" --watch --coordinator="$addr") \
+  || fail "job did not succeed: $out"
+job=$(grep -o 'submitted job-[0-9]*' <<<"$out" | cut -d' ' -f2)
+/usr/bin/python3 "$root/tests/metrics_check.py" "$url" "$job" 20 2 || fail "metrics check"

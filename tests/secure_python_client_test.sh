@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# A secured cluster seen from Python: certificates made with openssl, a TLS
+# coordinator with tokens and two mTLS workers; the Python example client
+# runs a job with the user token; a probe built from Debian's health and
+# reflection protos sees SERVING and the services, then NOT_SERVING after
+# SIGTERM while the coordinator drains, before its port closes.
+set -euo pipefail
+root="${TEST_SRCDIR}/${TEST_WORKSPACE:-tessera}"
+dir="$(mktemp -d "${TEST_TMPDIR:-/tmp}/securepy.XXXXXX")"
+certs="$dir/certs"
+bash "$root/tests/make_test_certs.sh" "$certs"
+port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+addr="127.0.0.1:${port}"
+tls=(--tls_cert="$certs/node.pem" --tls_key="$certs/node.key" --tls_ca="$certs/ca.pem")
+probe_tls=(--tls_ca "$certs/ca.pem")
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+fail() {
+  echo "FAIL: $*"; echo "--- logs ---"; tail -n 30 "$dir"/*.log; exit 1
+}
+trap cleanup EXIT
+
+"$root/server/tessera-coordinator" --listen="$addr" --state_dir="$dir/state" "${tls[@]}" \
+  --user_tokens_file="$certs/user.token" --worker_token_file="$certs/worker.token" \
+  --drain_grace_ms=3000 >"$dir/coordinator.log" 2>&1 &
+coordinator=$!
+pids+=("$coordinator")
+for _ in $(seq 1 300); do grep -q "listening on" "$dir/coordinator.log" && break; sleep 0.1; done
+for i in 0 1; do
+  "$root/worker/tessera-worker" --coordinator="$addr" --device=cpu "${tls[@]}" \
+    --worker_token_file="$certs/worker.token" >"$dir/worker-$i.log" 2>&1 &
+  pids+=($!)
+done
+for i in 0 1; do
+  for _ in $(seq 1 300); do grep -q "serving on" "$dir/worker-$i.log" && break; sleep 0.1; done
+done
+
+/usr/bin/python3 "$root/tests/python_client.py" "$root" "$dir/stubs" "$addr" \
+  --tls_ca "$certs/ca.pem" --token_file "$certs/user.token" || fail "python client"
+
+probe() { /usr/bin/python3 "$root/tests/health_probe.py" "$dir/probe" "$@"; }
+health=$(probe "$addr" check "" tessera.v1.Coordinator tessera.v1.WorkerRegistry \
+  tessera.v1.Rendezvous "${probe_tls[@]}") || fail "health check"
+echo "$health"
+[ "$(grep -c ' SERVING$' <<<"$health")" -eq 4 ] || fail "not all SERVING: $health"
+
+services=$(probe "$addr" services "${probe_tls[@]}") || fail "reflection"
+echo "$services"
+for s in tessera.v1.Coordinator tessera.v1.WorkerRegistry tessera.v1.Rendezvous \
+         grpc.health.v1.Health; do
+  grep -qx "$s" <<<"$services" || fail "reflection does not list $s"
+done
+
+# A worker's own server answers health checks too (it requires a client certificate).
+worker_addr=$(grep -o 'serving on [^ ]*' "$dir/worker-0.log" | cut -d' ' -f3)
+probe "$worker_addr" check "" tessera.v1.WorkerService "${probe_tls[@]}" \
+  --tls_cert "$certs/node.pem" --tls_key "$certs/node.key" | grep -q "WorkerService SERVING" \
+  || fail "worker health"
+
+kill -TERM "$coordinator"
+probe "$addr" wait-not-serving "${probe_tls[@]}" || fail "NOT_SERVING not seen before the port closed"
+wait "$coordinator" || fail "coordinator exit status $?"
+echo "secure python client test: OK"
