@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "proto/tessera/v1/coordinator.grpc.pb.h"
 #include "proto/tessera/v1/worker.grpc.pb.h"
+#include "tests/coordinator_calls.h"
 #include "tests/process_harness.h"
 
 namespace tessera {
@@ -59,19 +60,10 @@ class JobLifecycleTest : public ::testing::Test {
   }
 
   std::unique_ptr<grpc::ClientContext> Context(absl::Duration timeout = absl::Seconds(10)) {
-    auto ctx = std::make_unique<grpc::ClientContext>();
-    ctx->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-    return ctx;
+    return testing::ContextWithDeadline(timeout);
   }
 
-  v1::Job Submit(const v1::JobSpec& spec) {
-    v1::SubmitJobRequest req;
-    *req.mutable_spec() = spec;
-    v1::SubmitJobResponse resp;
-    grpc::Status s = stub_->SubmitJob(Context().get(), req, &resp);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    return resp.job();
-  }
+  v1::Job Submit(const v1::JobSpec& spec) { return testing::SubmitOrFail(*stub_, spec); }
 
   v1::Job Get(const std::string& id) {
     v1::GetJobRequest req;

@@ -3,16 +3,7 @@
 # by prometheus_client (metrics_check.py says what is checked).
 set -euo pipefail
 root="${TEST_SRCDIR}/${TEST_WORKSPACE:-tessera}"
-dir="$(mktemp -d "${TEST_TMPDIR:-/tmp}/metrics.XXXXXX")"
-port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-addr="127.0.0.1:${port}"
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-}
-fail() { echo "FAIL: $*"; echo "--- logs ---"; tail -n 30 "$dir"/*.log; exit 1; }
-trap cleanup EXIT
+source "$root/tests/shell_stack.sh" metrics
 
 "$root/server/tessera-coordinator" --listen="$addr" --state_dir="$dir/state" \
   --metrics_listen=127.0.0.1:0 >"$dir/coordinator.log" 2>&1 &

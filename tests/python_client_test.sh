@@ -3,15 +3,7 @@
 # (grpcio + stubs generated from proto/) through the v1 API alone.
 set -euo pipefail
 root="${TEST_SRCDIR}/${TEST_WORKSPACE:-tessera}"
-dir="$(mktemp -d "${TEST_TMPDIR:-/tmp}/pyclient.XXXXXX")"
-port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-addr="127.0.0.1:${port}"
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-}
-trap cleanup EXIT
+source "$root/tests/shell_stack.sh" pyclient
 
 "$root/server/tessera-coordinator" --listen="$addr" --state_dir="$dir/state" >"$dir/coordinator.log" 2>&1 &
 pids+=($!)

@@ -31,6 +31,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/tessera/v1/coordinator.grpc.pb.h"
+#include "tests/coordinator_calls.h"
 #include "tests/process_harness.h"
 
 namespace tessera {
@@ -85,19 +86,10 @@ class RestartTest : public ::testing::Test {
   }
 
   std::unique_ptr<grpc::ClientContext> Context(absl::Duration timeout = absl::Seconds(10)) {
-    auto ctx = std::make_unique<grpc::ClientContext>();
-    ctx->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-    return ctx;
+    return testing::ContextWithDeadline(timeout);
   }
 
-  std::string Submit(const v1::JobSpec& spec) {
-    v1::SubmitJobRequest req;
-    *req.mutable_spec() = spec;
-    v1::SubmitJobResponse resp;
-    grpc::Status s = stub_->SubmitJob(Context().get(), req, &resp);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    return resp.job().id();
-  }
+  std::string Submit(const v1::JobSpec& spec) { return testing::SubmitOrFail(*stub_, spec).id(); }
 
   v1::Job Get(const std::string& id) {
     v1::GetJobRequest req;

@@ -6,22 +6,11 @@
 # SIGTERM while the coordinator drains, before its port closes.
 set -euo pipefail
 root="${TEST_SRCDIR}/${TEST_WORKSPACE:-tessera}"
-dir="$(mktemp -d "${TEST_TMPDIR:-/tmp}/securepy.XXXXXX")"
+source "$root/tests/shell_stack.sh" securepy
 certs="$dir/certs"
 bash "$root/tests/make_test_certs.sh" "$certs"
-port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-addr="127.0.0.1:${port}"
 tls=(--tls_cert="$certs/node.pem" --tls_key="$certs/node.key" --tls_ca="$certs/ca.pem")
 probe_tls=(--tls_ca "$certs/ca.pem")
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-}
-fail() {
-  echo "FAIL: $*"; echo "--- logs ---"; tail -n 30 "$dir"/*.log; exit 1
-}
-trap cleanup EXIT
 
 "$root/server/tessera-coordinator" --listen="$addr" --state_dir="$dir/state" "${tls[@]}" \
   --user_tokens_file="$certs/user.token" --worker_token_file="$certs/worker.token" \
