@@ -141,25 +141,34 @@ absl::Status GemmRunner::ChooseFastest(Plan& plan, const TensorDesc& a, const Te
   // inf or NaN in the other operand would make that sum NaN; the real
   // product it precedes is then non-finite too.) The zeros are allocated
   // for the timing only, once per plan.
+  constexpr int kTimedLaunches = 3;
+  cudaEvent_t start, stop;
+  CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));
+  if (const cudaError_t err = cudaEventCreate(&stop); err != cudaSuccess) {
+    cudaEventDestroy(start);
+    return CudaStatus(err, "cudaEventCreate", __FILE__, __LINE__);
+  }
+  const auto destroy_events = [&] {
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+  };
   void* zeros = nullptr;
   if (accumulate) {
     const bool zero_a = a.Bytes() <= b.Bytes();
     const size_t bytes = zero_a ? a.Bytes() : b.Bytes();
     if (cudaMalloc(&zeros, bytes) != cudaSuccess) {
       (void)cudaGetLastError();  // not sticky: clear it and keep the heuristic's order
+      destroy_events();
       return absl::OkStatus();
     }
     const cudaError_t err = cudaMemsetAsync(zeros, 0, bytes, stream);  // +0 in every format
     if (err != cudaSuccess) {
       cudaFree(zeros);
+      destroy_events();
       return CudaStatus(err, "zeroing a GEMM timing operand", __FILE__, __LINE__);
     }
     (zero_a ? lt_b : lt_a) = zeros;
   }
-  constexpr int kTimedLaunches = 3;
-  cudaEvent_t start, stop;
-  CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));
-  CUDA_RETURN_IF_ERROR(cudaEventCreate(&stop));
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   float best_ms = 0.f;
   size_t best = plan.chosen;
@@ -185,8 +194,7 @@ absl::Status GemmRunner::ChooseFastest(Plan& plan, const TensorDesc& a, const Te
     }
     if (best_ms == 0.f || ms < best_ms) best_ms = ms, best = i;
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
+  destroy_events();
   if (zeros != nullptr) {
     const cudaError_t err = cudaStreamSynchronize(stream);  // the launches above read it
     cudaFree(zeros);
