@@ -32,6 +32,7 @@
 
 #include "common/durable_file.h"
 #include "worker/comm/communicator.h"
+#include "worker/comm/communicator_factory.h"
 #include "worker/comm/single_rank_communicator.h"
 #include "worker/data/batch_source.h"
 #include "worker/fsdp/fp8_sharded_param.h"
@@ -42,10 +43,6 @@
 #include "worker/trainer/trainer.h"
 
 namespace tessera {
-
-using CommunicatorFactory = std::function<absl::StatusOr<std::unique_ptr<Communicator>>(
-    RendezvousStore* store, int rank, int world_size, const std::string& host,
-    absl::Duration timeout)>;
 
 class FsdpTrainer : public Trainer {
  public:
