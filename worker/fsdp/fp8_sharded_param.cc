@@ -52,21 +52,33 @@ absl::StatusOr<Fp8ShardedParam> CreateShardedParam(Ops& ops, std::string name, i
   return p;
 }
 
-absl::Status AllGatherParam(Communicator& comm, const Fp8ShardedParam& param,
-                            const TensorDesc& gathered, Stream* stream) {
+absl::StatusOr<AllGatherPart> GatherPart(const Fp8ShardedParam& param, int world_size,
+                                         const TensorDesc& gathered) {
   const size_t chunk_bytes = static_cast<size_t>(param.layout.padded_numel()) *
                              DTypeSize(param.compute_dtype);
-  if (gathered.Bytes() < chunk_bytes * comm.world_size()) {
+  if (gathered.Bytes() < chunk_bytes * world_size) {
     return absl::InternalError(absl::StrCat(param.name, ": gathered buffer too small"));
   }
-  return comm.AllGather(param.compute.desc.data, gathered.data, chunk_bytes, stream);
+  return AllGatherPart{param.compute.desc.data, gathered.data, chunk_bytes};
+}
+
+ReduceScatterPart ScatterPart(const Fp8ShardedParam& param, const TensorDesc& full_grad) {
+  TensorDesc send = full_grad;
+  send.shape = Shape{param.layout.gathered_numel()};
+  return ReduceScatterPart{send, param.grad_shard.desc};
+}
+
+absl::Status AllGatherParam(Communicator& comm, const Fp8ShardedParam& param,
+                            const TensorDesc& gathered, Stream* stream) {
+  absl::StatusOr<AllGatherPart> part = GatherPart(param, comm.world_size(), gathered);
+  if (!part.ok()) return part.status();
+  return comm.AllGather(part->send, part->recv, part->bytes_per_rank, stream);
 }
 
 absl::Status ReduceScatterGrad(Communicator& comm, const Fp8ShardedParam& param,
                                const TensorDesc& full_grad, Stream* stream) {
-  TensorDesc send = full_grad;
-  send.shape = Shape{param.layout.gathered_numel()};
-  return comm.ReduceScatter(send, param.grad_shard.desc, stream);
+  const ReduceScatterPart part = ScatterPart(param, full_grad);
+  return comm.ReduceScatter(part.send, part.recv, stream);
 }
 
 }  // namespace tessera

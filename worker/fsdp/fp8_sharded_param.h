@@ -58,6 +58,13 @@ absl::Status AllGatherParam(Communicator& comm, const Fp8ShardedParam& param,
 absl::Status ReduceScatterGrad(Communicator& comm, const Fp8ShardedParam& param,
                                const TensorDesc& full_grad, Stream* stream);
 
+// The same two collectives as parts of a grouped collective
+// (Communicator::StartAllGather / StartReduceScatter), for a caller that
+// moves several parameters at once and overlaps them with compute.
+absl::StatusOr<AllGatherPart> GatherPart(const Fp8ShardedParam& param, int world_size,
+                                         const TensorDesc& gathered);
+ReduceScatterPart ScatterPart(const Fp8ShardedParam& param, const TensorDesc& full_grad);
+
 }  // namespace tessera
 
 #endif  // TESSERA_WORKER_FSDP_FP8_SHARDED_PARAM_H_

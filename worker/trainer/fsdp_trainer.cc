@@ -3,6 +3,7 @@
 // fsdp_checkpoint.cc.
 #include "worker/trainer/fsdp_trainer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -47,12 +48,13 @@ LinearSpec FsdpTrainer::Spec(int layer, int linear) const {
   return s;
 }
 
+// One set per block, or two used in turn by consecutive blocks.
 FsdpTrainer::GatheredBlock& FsdpTrainer::GatheredFor(int layer) {
-  return gathered_.size() == 1 ? gathered_[0] : gathered_[layer];
+  return gathered_[layer % gathered_.size()];
 }
 
 FsdpTrainer::BlockGrads& FsdpTrainer::GradsFor(int layer) {
-  return block_grads_.size() == 1 ? block_grads_[0] : block_grads_[layer];
+  return block_grads_[layer % block_grads_.size()];
 }
 
 std::vector<Fp8ShardedParam*> FsdpTrainer::AllParams() {
@@ -147,6 +149,8 @@ absl::Status FsdpTrainer::AllocateState() {
   for (Fp8ShardedParam* p : AllParams()) shards.push_back(p->AsAdamShard());
   ASSIGN_OR_RETURN(adam_, ops_->CreateAdamPlan(shards));
 
+  gather_done_.assign(layers_, CollectiveTicket{});
+  grads_reduced_.assign(layers_, CollectiveTicket{});
   if (world_ == 1) {
     // One rank holds every parameter whole: the gathered weights are its
     // compute shards and the full gradients its gradient shards, views with
@@ -167,22 +171,26 @@ absl::Status FsdpTrainer::AllocateState() {
     grad_final_norm_.desc = final_norm_.grad_shard.desc;
     grad_lm_head_.desc = lm_head_.grad_shard.desc;
   } else {
-    // Gathered compute weights: one shared set when resharding after forward.
+    // Gathered compute weights: when resharding after forward, two sets that
+    // consecutive blocks use in turn, so that block l + 1's all-gather fills
+    // one while block l computes from the other; else one per block.
     auto gathered = [&](const Fp8ShardedParam& p) {
       return Alloc(p.compute_dtype, Shape{p.layout.gathered_numel()});
     };
-    gathered_.resize(spec_.reshard_after_forward() ? 1 : layers_);
+    gathered_.resize(spec_.reshard_after_forward() ? std::min(layers_, 2) : layers_);
     for (GatheredBlock& g : gathered_) RETURN_IF_ERROR(AllocateBlockTensors(std::nullopt, g));
     ASSIGN_OR_RETURN(gathered_embedding_, gathered(embedding_));
     ASSIGN_OR_RETURN(gathered_final_norm_, gathered(final_norm_));
     ASSIGN_OR_RETURN(gathered_lm_head_, gathered(lm_head_));
 
-    // Full-size fp32 gradients: one shared set for the blocks.
+    // Full-size fp32 gradients: two sets that consecutive blocks use in
+    // turn, so that block l's reduce-scatter reads one while block l - 1's
+    // backward writes the other.
     auto full_grad = [&](const Fp8ShardedParam& p) {
       return Alloc(DType::kFloat32, Shape{p.layout.gathered_numel()});
     };
-    block_grads_.resize(1);
-    RETURN_IF_ERROR(AllocateBlockTensors(DType::kFloat32, block_grads_[0]));
+    block_grads_.resize(std::min(layers_, 2));
+    for (BlockGrads& g : block_grads_) RETURN_IF_ERROR(AllocateBlockTensors(DType::kFloat32, g));
     ASSIGN_OR_RETURN(grad_embedding_, full_grad(embedding_));
     ASSIGN_OR_RETURN(grad_final_norm_, full_grad(final_norm_));
     ASSIGN_OR_RETURN(grad_lm_head_, full_grad(lm_head_));
@@ -308,51 +316,6 @@ absl::Status FsdpTrainer::AllocateBlockTensors(std::optional<DType> dtype, Block
                      Alloc(dtype.value_or(p.compute_dtype), Shape{p.layout.gathered_numel()}));
   }
   return absl::OkStatus();
-}
-
-absl::Status FsdpTrainer::GatherBlock(int layer, GatheredBlock& g) {
-  if (world_ == 1) return absl::OkStatus();  // g is the block's own compute shards
-  const Block& b = blocks_[layer];
-  for (int i = 0; i < 6; ++i) {
-    RETURN_IF_ERROR(AllGatherParam(*comm_, b.*kBlockParams[i], (g.*kBlockTensors[i]).desc, nullptr));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status FsdpTrainer::GatherOuterParams() {
-  if (world_ == 1) return absl::OkStatus();  // gathered_* are the compute shards
-  RETURN_IF_ERROR(AllGatherParam(*comm_, embedding_, gathered_embedding_.desc, nullptr));
-  RETURN_IF_ERROR(AllGatherParam(*comm_, final_norm_, gathered_final_norm_.desc, nullptr));
-  return AllGatherParam(*comm_, lm_head_, gathered_lm_head_.desc, nullptr);
-}
-
-absl::Status FsdpTrainer::ReduceScatterOuterGrads() {
-  if (world_ == 1) return absl::OkStatus();  // grad_* are the gradient shards
-  RETURN_IF_ERROR(ReduceScatterGrad(*comm_, embedding_, grad_embedding_.desc, nullptr));
-  RETURN_IF_ERROR(ReduceScatterGrad(*comm_, final_norm_, grad_final_norm_.desc, nullptr));
-  return ReduceScatterGrad(*comm_, lm_head_, grad_lm_head_.desc, nullptr);
-}
-
-absl::Status FsdpTrainer::ReduceScatterBlock(int layer) {
-  if (world_ == 1) return absl::OkStatus();  // the backward wrote the gradient shards
-  const Block& b = blocks_[layer];
-  for (int i = 0; i < 6; ++i) {
-    RETURN_IF_ERROR(ReduceScatterGrad(*comm_, b.*kBlockParams[i],
-                                      (GradsFor(layer).*kBlockTensors[i]).desc, nullptr));
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<uint8_t>> FsdpTrainer::GatheredWeightBytes(int layer, int linear) {
-  if (!collective_ready_) return absl::FailedPreconditionError("collectives not ready");
-  RETURN_IF_ERROR(GatherBlock(layer, GatheredFor(layer)));
-  const GatheredBlock& g = GatheredFor(layer);
-  const DeviceTensor* t[4] = {&g.qkv, &g.out_proj, &g.gate_up, &g.down};
-  const Fp8ShardedParam* p[4] = {&blocks_[layer].qkv, &blocks_[layer].out_proj,
-                                 &blocks_[layer].gate_up, &blocks_[layer].down};
-  std::vector<uint8_t> bytes(p[linear]->rows * p[linear]->cols * DTypeSize(p[linear]->compute_dtype));
-  RETURN_IF_ERROR(ops_->CopyToHost(bytes.data(), t[linear]->desc.data, bytes.size(), nullptr));
-  return bytes;
 }
 
 }  // namespace tessera

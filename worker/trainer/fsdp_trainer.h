@@ -25,9 +25,11 @@
 
 #include <atomic>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/durable_file.h"
@@ -118,16 +120,28 @@ class FsdpTrainer : public Trainer {
   // Appends this rank's state file (fsdp_checkpoint.cc) to `out`.
   absl::Status WriteState(int step, DurableFileWriter& out);
   absl::StatusOr<DeviceTensor> Alloc(DType dtype, Shape shape);
+  // Collectives (fsdp_collectives.cc). The Start* forms queue one grouped
+  // collective after the compute stream's work so far and return its ticket;
+  // the step waits for it with comm_->WaitFor where it needs the result.
+  // GatherBlock gathers block `layer` into `out` and makes the compute
+  // stream wait for it.
+  absl::StatusOr<CollectiveTicket> StartGather(
+      std::initializer_list<std::pair<const Fp8ShardedParam*, const DeviceTensor*>> params);
+  absl::StatusOr<CollectiveTicket> StartGatherBlock(int layer, GatheredBlock& out);
   absl::Status GatherBlock(int layer, GatheredBlock& out);
+  absl::StatusOr<CollectiveTicket> StartReduceScatterBlock(int layer);
+  // The embedding's, final norm's and LM head's gradients.
+  absl::StatusOr<CollectiveTicket> StartReduceScatterOuter();
+  // Whether the backward gathers block `layer` again: only when resharding
+  // after forward, and not for the last two blocks, which are still in the
+  // two gathered sets when the backward starts.
+  bool RegathersInBackward(int layer) const {
+    return world_ > 1 && spec_.reshard_after_forward() && layer < layers_ - 2;
+  }
   absl::Status BlockForward(int layer, const GatheredBlock& w, BlockActivations& a,
                             const TensorDesc& x_in, const TensorDesc& x_out);
   absl::Status BlockBackward(int layer, const GatheredBlock& w, BlockActivations& a,
                              const TensorDesc& grad_residual);
-  absl::Status ReduceScatterBlock(int layer);
-  // The embedding, final norm and LM head: gathered before the forward,
-  // their gradients reduce-scattered after the backward.
-  absl::Status GatherOuterParams();
-  absl::Status ReduceScatterOuterGrads();
   absl::Status CheckAborted() const;
   std::vector<Fp8ShardedParam*> AllParams();
   LinearSpec Spec(int layer, int linear) const;
@@ -161,14 +175,19 @@ class FsdpTrainer : public Trainer {
   std::unique_ptr<Fp8Meta> meta_;
   std::unique_ptr<AdamPlan> adam_;
 
-  // One shared set when resharding after forward, else one per block; at
-  // world size 1 one per block, views over its compute shards.
+  // Two sets used in turn by consecutive blocks when resharding after
+  // forward, else one per block; at world size 1 one per block, views over
+  // its compute shards.
   std::vector<GatheredBlock> gathered_;
   DeviceTensor gathered_embedding_, gathered_final_norm_, gathered_lm_head_;
   std::vector<BlockActivations> acts_;
-  // One shared set (reduce-scattered after each block's backward), or at
-  // world size 1 one set of views per block over its gradient shards.
+  // Two sets used in turn by consecutive blocks (each block's are
+  // reduce-scattered while the next block's backward runs), or at world
+  // size 1 one set of views per block over its gradient shards.
   std::vector<BlockGrads> block_grads_;
+  // The step's collectives in flight, per block: its weights' all-gather
+  // and its gradients' reduce-scatter.
+  std::vector<CollectiveTicket> gather_done_, grads_reduced_;
   DeviceTensor grad_embedding_, grad_final_norm_, grad_lm_head_;
   LinearScratch scratch_;
 

@@ -40,27 +40,32 @@ MemoryEstimate EstimateMemory(const v1::JobSpec& spec, int rank, int world) {
   MemoryEstimate e;
   // Each parameter: its padded shard of fp32 master, m, v and gradient plus
   // the compute copy. At world size > 1 also its gathered compute weights
-  // and a full-size fp32 gradient; the block ones are one set shared by all
-  // blocks (gathered weights: one set per block unless resharding).
+  // and a full-size fp32 gradient; the block ones are two sets used in turn
+  // by consecutive blocks (gathered weights: one set per block unless
+  // resharding).
   auto shard = [&](int64_t rows, int64_t cols, int64_t compute_bytes) {
     return ShardLayout{rows, cols, world, rank}.padded_numel() * (4 * 4 + compute_bytes);
   };
-  auto gathered = [&](int64_t rows, int64_t cols, int64_t compute_bytes, int64_t copies) {
+  auto gathered = [&](int64_t rows, int64_t cols, int64_t compute_bytes, int64_t copies,
+                      int64_t grad_copies) {
     if (world == 1) return int64_t{0};  // views of the shards
-    return ShardLayout{rows, cols, world, rank}.gathered_numel() * (compute_bytes * copies + 4);
+    return ShardLayout{rows, cols, world, rank}.gathered_numel() *
+           (compute_bytes * copies + 4 * grad_copies);
   };
   const int64_t block_rows[6] = {h, qkv_width, h, h, 2 * f, h};
   const int64_t block_cols[6] = {1, h, h, 1, h, f};
   const int64_t block_compute[6] = {2, block_bytes, block_bytes, 2, block_bytes, block_bytes};
-  const int64_t gathered_copies = spec.reshard_after_forward() ? 1 : layers;
+  const int64_t double_buffered = std::min<int64_t>(layers, 2);
+  const int64_t gathered_copies = spec.reshard_after_forward() ? double_buffered : layers;
   for (int i = 0; i < 6; ++i) {
     e.parameter_shards += layers * shard(block_rows[i], block_cols[i], block_compute[i]);
-    e.gathered += gathered(block_rows[i], block_cols[i], block_compute[i], gathered_copies);
+    e.gathered += gathered(block_rows[i], block_cols[i], block_compute[i], gathered_copies,
+                           double_buffered);
   }
   const int64_t outer_shapes[3][2] = {{v, h}, {h, 1}, {v, h}};  // embedding, final norm, LM head
   for (const auto& [rows, cols] : outer_shapes) {
     e.parameter_shards += shard(rows, cols, 2);
-    e.gathered += gathered(rows, cols, 2, 1);
+    e.gathered += gathered(rows, cols, 2, 1, 1);
   }
 
   // FP8 metadata: amaxes, scales, 1/scales and histories of 2n e4m3 and n

@@ -1,9 +1,11 @@
-// The training step, top to bottom: read batch -> all-gather -> forward ->
-// fused linear + cross-entropy -> backward (reduce-scattering each block's
-// gradients as soon as they are complete) -> one packed all-reduce of
+// The training step, top to bottom: read batch -> all-gather -> forward
+// (block l + 1's weights gathered while block l computes) -> fused linear +
+// cross-entropy -> backward (block l's gradients reduce-scattered while block
+// l - 1's backward runs) -> one packed all-reduce of
 // [loss, tokens, grad sum of squares] -> clip scale -> FusedAdam (new fp32
 // master, Adam state and FP8 shards) -> one packed all-reduce of every amax
 // -> FP8 scale update. Everything it touches was allocated at setup.
+#include <algorithm>
 #include <chrono>
 #include <optional>
 
@@ -65,27 +67,42 @@ absl::StatusOr<StepReport> FsdpTrainer::Step(int step) {
   // time since the previous lap to that phase (collectives to kCollective).
   RETURN_IF_ERROR(clock_.Start(nullptr));
 
-  // ---- All-gather the non-block parameters (bf16 compute copies) ---------
+  // ---- All-gather: the embedding, with block 0's weights queued behind it
+  // Every all-gather and reduce-scatter below runs on the communicator's
+  // stream; the compute stream waits for one only where it reads the result.
+  CollectiveTicket head_gathered;
   {
     PhaseRange range("all-gather");
-    RETURN_IF_ERROR(GatherOuterParams());
+    ASSIGN_OR_RETURN(const CollectiveTicket embedding_gathered,
+                     StartGather({{&embedding_, &gathered_embedding_}}));
+    ASSIGN_OR_RETURN(gather_done_[0], StartGatherBlock(0, GatheredFor(0)));
+    RETURN_IF_ERROR(comm_->WaitFor(embedding_gathered, nullptr));
     RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, nullptr));
   }
 
-  // ---- Forward (each block's FP8 shards all-gathered just before it) ----
+  // ---- Forward: block l computes while block l + 1's weights are gathered
   {
     PhaseRange range("forward");
     RETURN_IF_ERROR(ops.EmbeddingForward(inputs_.desc, Full(gathered_embedding_, embedding_),
                                          acts_[0].x_in.desc, nullptr));
     for (int l = 0; l < layers_; ++l) {
       RETURN_IF_ERROR(CheckAborted());
-      GatheredBlock& w = GatheredFor(l);
       RETURN_IF_ERROR(clock_.Lap(StepPhase::kForward, nullptr));
-      RETURN_IF_ERROR(GatherBlock(l, w));
+      RETURN_IF_ERROR(comm_->WaitFor(gather_done_[l], nullptr));
       RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, nullptr));
+      // Queued now, so after block l - 1, the last reader of the buffer it fills.
+      if (l + 1 < layers_) {
+        ASSIGN_OR_RETURN(gather_done_[l + 1], StartGatherBlock(l + 1, GatheredFor(l + 1)));
+      } else {
+        ASSIGN_OR_RETURN(head_gathered, StartGather({{&final_norm_, &gathered_final_norm_},
+                                                     {&lm_head_, &gathered_lm_head_}}));
+      }
       const TensorDesc& x_out = l + 1 < layers_ ? acts_[l + 1].x_in.desc : x_final_.desc;
-      RETURN_IF_ERROR(BlockForward(l, w, acts_[l], acts_[l].x_in.desc, x_out));
+      RETURN_IF_ERROR(BlockForward(l, GatheredFor(l), acts_[l], acts_[l].x_in.desc, x_out));
     }
+    RETURN_IF_ERROR(clock_.Lap(StepPhase::kForward, nullptr));
+    RETURN_IF_ERROR(comm_->WaitFor(head_gathered, nullptr));
+    RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, nullptr));
     RETURN_IF_ERROR(ops.RmsNormForward(x_final_.desc, Full(gathered_final_norm_, final_norm_), eps,
                                        h_final_.desc, rstd_final_.desc, nullptr));
     RETURN_IF_ERROR(clock_.Lap(StepPhase::kForward, nullptr));
@@ -109,28 +126,42 @@ absl::StatusOr<StepReport> FsdpTrainer::Step(int step) {
                                       Full(gathered_final_norm_, final_norm_), rstd_final_.desc,
                                       grad_residual_.desc, /*accumulate_grad_x=*/false,
                                       View(grad_final_norm_, DType::kFloat32, Shape{h}), nullptr));
+  // Block l's backward runs while block l + 1's gradients are
+  // reduce-scattered and (when resharding) block l - 1's weights gathered.
   for (int l = layers_ - 1; l >= 0; --l) {
     RETURN_IF_ERROR(CheckAborted());
-    GatheredBlock& w = GatheredFor(l);
-    if (spec_.reshard_after_forward()) {
+    if (RegathersInBackward(l)) {
       RETURN_IF_ERROR(clock_.Lap(StepPhase::kBackward, nullptr));
-      RETURN_IF_ERROR(GatherBlock(l, w));
+      RETURN_IF_ERROR(comm_->WaitFor(gather_done_[l], nullptr));
       RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, nullptr));
     }
-    RETURN_IF_ERROR(BlockBackward(l, w, acts_[l], grad_residual_.desc));
+    if (l > 0 && RegathersInBackward(l - 1)) {
+      ASSIGN_OR_RETURN(gather_done_[l - 1], StartGatherBlock(l - 1, GatheredFor(l - 1)));
+    }
+    // Block l writes the gradient set that block l + 2's reduce-scatter reads.
+    if (l + 2 < layers_) {
+      RETURN_IF_ERROR(clock_.Lap(StepPhase::kBackward, nullptr));
+      RETURN_IF_ERROR(comm_->WaitFor(grads_reduced_[l + 2], nullptr));
+      RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, nullptr));
+    }
+    RETURN_IF_ERROR(BlockBackward(l, GatheredFor(l), acts_[l], grad_residual_.desc));
     RETURN_IF_ERROR(clock_.Lap(StepPhase::kBackward, nullptr));
-    // ---- Reduce-scatter this block's gradients to their owners ----------
-    PhaseRange range("reduce-scatter");
-    RETURN_IF_ERROR(ReduceScatterBlock(l));
-    RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, nullptr));
+    ASSIGN_OR_RETURN(grads_reduced_[l], StartReduceScatterBlock(l));
   }
   RETURN_IF_ERROR(ops.Memset(grad_embedding_.desc.data, 0, grad_embedding_.desc.Bytes(), nullptr));
   RETURN_IF_ERROR(ops.EmbeddingBackward(inputs_.desc, grad_residual_.desc,
                                         View(grad_embedding_, DType::kFloat32, Shape{vocab_, h}),
                                         nullptr));
   RETURN_IF_ERROR(clock_.Lap(StepPhase::kBackward, nullptr));
-  RETURN_IF_ERROR(ReduceScatterOuterGrads());
-  RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, nullptr));
+  {
+    PhaseRange range("reduce-scatter");
+    ASSIGN_OR_RETURN(const CollectiveTicket outer_reduced, StartReduceScatterOuter());
+    for (int l = 0; l < std::min(layers_, 2); ++l) {
+      RETURN_IF_ERROR(comm_->WaitFor(grads_reduced_[l], nullptr));
+    }
+    RETURN_IF_ERROR(comm_->WaitFor(outer_reduced, nullptr));
+    RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, nullptr));
+  }
   RETURN_IF_ERROR(CheckAborted());
   backward_range.reset();
   PhaseRange optimizer_range("optimizer");

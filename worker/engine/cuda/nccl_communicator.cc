@@ -96,38 +96,89 @@ class NcclCommunicator : public Communicator {
 
   absl::Status AllGather(const void* send, void* recv, size_t bytes_per_rank,
                          Stream* stream) override {
-    if (bytes_per_rank == 0) return FirstFailure();
-    return Issue("all-gather", stream, [&](ncclComm_t comm) {
-      return ncclAllGather(send, recv, bytes_per_rank, ncclUint8, comm, stream_);
-    });
+    const AllGatherPart part{send, recv, bytes_per_rank};
+    return Blocking(StartAllGather(absl::MakeConstSpan(&part, 1), stream), stream);
   }
 
   absl::Status ReduceScatter(const TensorDesc& send, const TensorDesc& recv,
                              Stream* stream) override {
-    if (send.dtype != recv.dtype ||
-        (send.dtype != DType::kFloat32 && send.dtype != DType::kBFloat16)) {
-      return absl::InvalidArgumentError("send, recv: both fp32 or both bf16");
-    }
-    if (send.NumElements() != recv.NumElements() * world_) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "send: must hold world_size x recv = ", recv.NumElements() * world_,
-          " elements, has ", send.NumElements()));
-    }
-    if (recv.NumElements() == 0) return FirstFailure();
-    const ncclDataType_t type = send.dtype == DType::kBFloat16 ? ncclBfloat16 : ncclFloat32;
-    return Issue("reduce-scatter", stream, [&](ncclComm_t comm) {
-      return ncclReduceScatter(send.data, recv.data, recv.NumElements(), type, ncclSum, comm,
-                               stream_);
-    });
+    const ReduceScatterPart part{send, recv};
+    return Blocking(StartReduceScatter(absl::MakeConstSpan(&part, 1), stream), stream);
   }
 
   absl::Status AllReduce(const TensorDesc& buf, ReduceOp op, Stream* stream) override {
-    if (buf.dtype != DType::kFloat32) return absl::InvalidArgumentError("buf: must be fp32");
-    if (buf.NumElements() == 0) return FirstFailure();
-    return Issue("all-reduce", stream, [&](ncclComm_t comm) {
-      return ncclAllReduce(buf.data, buf.data, buf.NumElements(), ncclFloat32,
-                           op == ReduceOp::kSum ? ncclSum : ncclMax, comm, stream_);
+    return Blocking(StartAllReduce(absl::MakeConstSpan(&buf, 1), op, stream), stream);
+  }
+
+  absl::StatusOr<CollectiveTicket> StartAllGather(absl::Span<const AllGatherPart> parts,
+                                                  Stream* after) override {
+    std::vector<AllGatherPart> work;
+    for (const AllGatherPart& p : parts) {
+      if (p.bytes_per_rank > 0) work.push_back(p);
+    }
+    return Queue("all-gather", after, work.empty(), [&](ncclComm_t comm) {
+      for (const AllGatherPart& p : work) {
+        const ncclResult_t r =
+            ncclAllGather(p.send, p.recv, p.bytes_per_rank, ncclUint8, comm, stream_);
+        if (r != ncclSuccess && r != ncclInProgress) return r;
+      }
+      return ncclSuccess;
     });
+  }
+
+  absl::StatusOr<CollectiveTicket> StartReduceScatter(absl::Span<const ReduceScatterPart> parts,
+                                                      Stream* after) override {
+    std::vector<ReduceScatterPart> work;
+    for (const ReduceScatterPart& p : parts) {
+      if (p.send.dtype != p.recv.dtype ||
+          (p.send.dtype != DType::kFloat32 && p.send.dtype != DType::kBFloat16)) {
+        return absl::InvalidArgumentError("send, recv: both fp32 or both bf16");
+      }
+      if (p.send.NumElements() != p.recv.NumElements() * world_) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "send: must hold world_size x recv = ", p.recv.NumElements() * world_,
+            " elements, has ", p.send.NumElements()));
+      }
+      if (p.recv.NumElements() > 0) work.push_back(p);
+    }
+    return Queue("reduce-scatter", after, work.empty(), [&](ncclComm_t comm) {
+      for (const ReduceScatterPart& p : work) {
+        const ncclDataType_t type = p.send.dtype == DType::kBFloat16 ? ncclBfloat16 : ncclFloat32;
+        const ncclResult_t r = ncclReduceScatter(p.send.data, p.recv.data, p.recv.NumElements(),
+                                                 type, ncclSum, comm, stream_);
+        if (r != ncclSuccess && r != ncclInProgress) return r;
+      }
+      return ncclSuccess;
+    });
+  }
+
+  absl::StatusOr<CollectiveTicket> StartAllReduce(absl::Span<const TensorDesc> bufs, ReduceOp op,
+                                                  Stream* after) override {
+    std::vector<TensorDesc> work;
+    for (const TensorDesc& b : bufs) {
+      if (b.dtype != DType::kFloat32) return absl::InvalidArgumentError("buf: must be fp32");
+      if (b.NumElements() > 0) work.push_back(b);
+    }
+    return Queue("all-reduce", after, work.empty(), [&](ncclComm_t comm) {
+      for (const TensorDesc& b : work) {
+        const ncclResult_t r = ncclAllReduce(b.data, b.data, b.NumElements(), ncclFloat32,
+                                             op == ReduceOp::kSum ? ncclSum : ncclMax, comm,
+                                             stream_);
+        if (r != ncclSuccess && r != ncclInProgress) return r;
+      }
+      return ncclSuccess;
+    });
+  }
+
+  absl::Status WaitFor(const CollectiveTicket& ticket, Stream* stream) override {
+    absl::MutexLock lock(&mu_);
+    if (!failure_.ok() || !ticket.queued) return failure_;
+    // Its completion event was recorded again for a later collective only
+    // once it had been retired, that is, finished.
+    if (issued_ >= ticket.sequence + kRingSize) return absl::OkStatus();
+    CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(reinterpret_cast<cudaStream_t>(stream),
+                                             done_[ticket.sequence % kRingSize], 0));
+    return absl::OkStatus();
   }
 
   void Abort() override {
@@ -201,12 +252,25 @@ class NcclCommunicator : public Communicator {
     }
   }
 
-  // Queues one collective: after the caller's stream (event ready_), on the
-  // group's stream, with the caller's stream ordered after it by the next
-  // completion event of the ring, which the watchdog then owns.
+  // The blocking forms: the caller's stream waits for the collective.
+  absl::Status Blocking(absl::StatusOr<CollectiveTicket> ticket, Stream* stream) {
+    if (!ticket.ok()) return ticket.status();
+    return WaitFor(*ticket, stream);
+  }
+
+  // Queues one grouped collective (`enqueue` issues its NCCL calls between
+  // ncclGroupStart and ncclGroupEnd, so NCCL launches them as one) on the
+  // group's stream, after the work queued on `after` so far (event ready_).
+  // Its completion is the next event of the ring, which the watchdog then
+  // owns and WaitFor makes streams wait on. `empty`: nothing to move.
   template <typename Enqueue>
-  absl::Status Issue(const char* what, Stream* caller, Enqueue enqueue) {
-    const cudaStream_t caller_stream = reinterpret_cast<cudaStream_t>(caller);
+  absl::StatusOr<CollectiveTicket> Queue(const char* what, Stream* after, bool empty,
+                                         Enqueue enqueue) {
+    if (empty) {
+      RETURN_IF_ERROR(FirstFailure());
+      return CollectiveTicket{};
+    }
+    const cudaStream_t after_stream = reinterpret_cast<cudaStream_t>(after);
     RETURN_IF_ERROR(cuda::SetCurrentDevice(device_));
     ncclResult_t issued = ncclSuccess;
     {
@@ -219,9 +283,17 @@ class NcclCommunicator : public Communicator {
         FailTimedOut(what);
       }
       if (!failure_.ok()) return failure_;
-      CUDA_RETURN_IF_ERROR(cudaEventRecord(ready_, caller_stream));
+      CUDA_RETURN_IF_ERROR(cudaEventRecord(ready_, after_stream));
       CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, ready_, 0));
-      issued = enqueue(comm_);
+      const ncclResult_t started = ncclGroupStart();
+      if (started != ncclSuccess) {
+        issued = started;
+      } else {
+        issued = enqueue(comm_);
+        // The group is closed whatever its calls returned.
+        const ncclResult_t ended = ncclGroupEnd();
+        if (issued == ncclSuccess || issued == ncclInProgress) issued = ended;
+      }
       if (issued != ncclSuccess && issued != ncclInProgress) {
         Fail(absl::AbortedError(
             absl::StrCat(what, " on rank ", rank_, ": ", ncclGetErrorString(issued))));
@@ -229,17 +301,15 @@ class NcclCommunicator : public Communicator {
       }
     }
     if (issued == ncclInProgress) RETURN_IF_ERROR(WaitWhileIssuing(what));
-    cudaEvent_t done = nullptr;
-    {
-      absl::MutexLock lock(&mu_);
-      if (!failure_.ok()) return failure_;
-      done = done_[next_done_];
-      next_done_ = (next_done_ + 1) % kRingSize;
-      CUDA_RETURN_IF_ERROR(cudaEventRecord(done, stream_));
-      in_flight_.push_back(InFlight{done, what, absl::Now()});
-    }
-    CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(caller_stream, done, 0));
-    return absl::OkStatus();
+    absl::MutexLock lock(&mu_);
+    if (!failure_.ok()) return failure_;
+    CollectiveTicket ticket;
+    ticket.sequence = issued_++;
+    ticket.queued = true;
+    cudaEvent_t done = done_[ticket.sequence % kRingSize];
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(done, stream_));
+    in_flight_.push_back(InFlight{done, what, absl::Now()});
+    return ticket;
   }
 
   // Retires finished collectives in issue order, fails the group when the
@@ -302,7 +372,7 @@ class NcclCommunicator : public Communicator {
   ncclComm_t comm_ ABSL_GUARDED_BY(mu_) = nullptr;
   absl::Status failure_ ABSL_GUARDED_BY(mu_);  // the first failure; OK while healthy
   std::deque<InFlight> in_flight_ ABSL_GUARDED_BY(mu_);  // oldest first
-  int next_done_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t issued_ ABSL_GUARDED_BY(mu_) = 0;  // collectives queued so far
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -5,10 +5,12 @@
 // reduce-scatter (fp32 and bf16) is slice `rank` of the sum, all-reduce sum
 // and max; and the watchdog: a peer that never joins, or never enters a
 // collective, turns into ABORTED after the timeout instead of a hang.
-// Two tests need one GPU only (a group of one): a collective returns while
-// the device is still busy before it (it is queued, not waited for), and
-// the watchdog thread fails a queued collective that outlives its timeout
-// while the caller's thread is free.
+// The grouped Start* forms are checked the same way. Three tests need one
+// GPU only (a group of one): a collective returns while the device is still
+// busy before it (it is queued, not waited for); a started collective holds
+// up only the streams that wait for its ticket; and the watchdog thread
+// fails a queued collective that outlives its timeout while the caller's
+// thread is free.
 //
 // The parent process never touches CUDA (a forked child cannot use a CUDA
 // context its parent created). gtest assertions do not cross fork, so rank
@@ -319,6 +321,146 @@ std::string OverdueQueuedCollectiveBody(int, const std::string&) {
 
 TEST(NcclCommunicatorTest, WatchdogFailsAnOverdueQueuedCollective) {
   ExpectAllPassed(RunRanks(OverdueQueuedCollectiveBody, 1));
+}
+
+// Grouped, deferred collectives across two ranks: three all-gather parts
+// (one of them empty), an fp32 and a bf16 reduce-scatter part, and two
+// all-reduce buffers, each group launched at once and waited for on the
+// caller's stream.
+std::string GroupedCollectivesBody(int rank, const std::string& dir) {
+  if (cudaSetDevice(rank) != cudaSuccess) return "cudaSetDevice failed";
+  FileRendezvousStore store(dir);
+  auto comm = CreateNcclCommunicator(&store, rank, kWorld, rank, absl::Seconds(60));
+  if (!comm.ok()) return comm.status().ToString();
+  const size_t sizes[3] = {333, 0, 4096};
+  std::vector<uint8_t*> sends, recvs;
+  std::vector<AllGatherPart> parts;
+  for (int p = 0; p < 3; ++p) {
+    std::vector<uint8_t> send(sizes[p]);
+    for (size_t i = 0; i < sizes[p]; ++i) send[i] = static_cast<uint8_t>(i * 7 + rank * 31 + p);
+    sends.push_back(Upload(send));
+    recvs.push_back(Upload(std::vector<uint8_t>(kWorld * sizes[p], 0xEE)));
+    parts.push_back(AllGatherPart{sends[p], recvs[p], sizes[p]});
+  }
+  absl::StatusOr<CollectiveTicket> gathered = (*comm)->StartAllGather(parts, nullptr);
+  if (!gathered.ok()) return gathered.status().ToString();
+  absl::Status s = (*comm)->WaitFor(*gathered, nullptr);
+  if (!s.ok()) return s.ToString();
+  for (int p = 0; p < 3; ++p) {
+    std::vector<uint8_t> got = Download(recvs[p], kWorld * sizes[p]);
+    for (int r = 0; r < kWorld; ++r) {
+      for (size_t i = 0; i < sizes[p]; ++i) {
+        if (got[r * sizes[p] + i] != static_cast<uint8_t>(i * 7 + r * 31 + p)) {
+          return absl::StrCat("grouped all-gather part ", p, " byte ", r * sizes[p] + i);
+        }
+      }
+    }
+  }
+
+  const int64_t n = 513;
+  auto value = [](int r, int64_t i) { return static_cast<float>((i % 11) - 5 + 3 * r); };
+  std::vector<float> send32(kWorld * n);
+  std::vector<uint16_t> send16(kWorld * n);
+  for (int64_t i = 0; i < kWorld * n; ++i) {
+    send32[i] = value(rank, i);
+    send16[i] = cpu::FloatToBf16(value(rank, i));
+  }
+  float* d_send32 = Upload(send32);
+  float* d_recv32 = Upload(std::vector<float>(n, NAN));
+  uint16_t* d_send16 = Upload(send16);
+  uint16_t* d_recv16 = Upload(std::vector<uint16_t>(n, 0xFFFF));
+  const ReduceScatterPart scatter[2] = {
+      {MakeTensor(d_send32, DType::kFloat32, Shape{kWorld * n}),
+       MakeTensor(d_recv32, DType::kFloat32, Shape{n})},
+      {MakeTensor(d_send16, DType::kBFloat16, Shape{kWorld * n}),
+       MakeTensor(d_recv16, DType::kBFloat16, Shape{n})}};
+  absl::StatusOr<CollectiveTicket> reduced = (*comm)->StartReduceScatter(scatter, nullptr);
+  if (!reduced.ok()) return reduced.status().ToString();
+  std::vector<float> a(n), b(n);
+  for (int64_t i = 0; i < n; ++i) {
+    a[i] = value(rank, i);
+    b[i] = -value(rank, i);
+  }
+  float* d_a = Upload(a);
+  float* d_b = Upload(b);
+  const TensorDesc bufs[2] = {MakeTensor(d_a, DType::kFloat32, Shape{n}),
+                              MakeTensor(d_b, DType::kFloat32, Shape{n})};
+  absl::StatusOr<CollectiveTicket> summed = (*comm)->StartAllReduce(bufs, ReduceOp::kSum, nullptr);
+  if (!summed.ok()) return summed.status().ToString();
+  s = (*comm)->WaitFor(*reduced, nullptr);
+  if (s.ok()) s = (*comm)->WaitFor(*summed, nullptr);
+  if (!s.ok()) return s.ToString();
+  std::vector<float> rs32 = Download(d_recv32, n);
+  std::vector<uint16_t> rs16 = Download(d_recv16, n);
+  a = Download(d_a, n);
+  b = Download(d_b, n);
+  for (int64_t i = 0; i < n; ++i) {
+    float want = 0;
+    for (int r = 0; r < kWorld; ++r) want += value(r, rank * n + i);
+    if (rs32[i] != want) return absl::StrCat("grouped reduce-scatter fp32 element ", i);
+    if (cpu::Bf16ToFloat(rs16[i]) != want) return absl::StrCat("grouped reduce-scatter bf16 element ", i);
+    const float sum = value(0, i) + value(1, i);
+    if (a[i] != sum || b[i] != -sum) return absl::StrCat("grouped all-reduce element ", i);
+  }
+  // A bad part refuses the whole group, naming the sizes.
+  const ReduceScatterPart bad[1] = {{MakeTensor(d_send32, DType::kFloat32, Shape{n}),
+                                     MakeTensor(d_recv32, DType::kFloat32, Shape{n})}};
+  if ((*comm)->StartReduceScatter(bad, nullptr).status().code() !=
+      absl::StatusCode::kInvalidArgument) {
+    return "a grouped reduce-scatter with send != world x recv was accepted";
+  }
+  s = (*comm)->FirstFailure();
+  return s.ok() ? "" : s.ToString();
+}
+
+TEST(NcclCommunicatorTest, GroupedCollectivesMatchTheirDefinitions) {
+  ExpectAllPassed(RunRanks(GroupedCollectivesBody));
+}
+
+// A group of one: a Start* collective queued behind 500 ms of work on one
+// stream does not hold up a second stream until that stream waits for its
+// ticket; and a ticket whose completion event the ring has since reused
+// (more than 1024 collectives later) counts as finished.
+std::string DeferredWaitBody(int, const std::string&) {
+  if (cudaSetDevice(0) != cudaSuccess) return "cudaSetDevice failed";
+  auto comm = CreateNcclCommunicator(nullptr, 0, 1, 0, absl::Seconds(30));
+  if (!comm.ok()) return comm.status().ToString();
+  cudaStream_t producer = nullptr, consumer = nullptr;
+  if (cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking) != cudaSuccess ||
+      cudaStreamCreateWithFlags(&consumer, cudaStreamNonBlocking) != cudaSuccess) {
+    return "stream";
+  }
+  float* buf = Upload(std::vector<float>(1024, 1.5f));
+  const TensorDesc desc[1] = {MakeTensor(buf, DType::kFloat32, Shape{1024})};
+  auto* after = reinterpret_cast<Stream*>(producer);
+  absl::StatusOr<CollectiveTicket> first = (*comm)->StartAllReduce(desc, ReduceOp::kMax, after);
+  if (!first.ok()) return first.status().ToString();
+  if (cudaStreamSynchronize(producer) != cudaSuccess) return "synchronise";
+  DelayStream(producer, 500);
+  absl::StatusOr<CollectiveTicket> late = (*comm)->StartAllReduce(desc, ReduceOp::kMax, after);
+  if (!late.ok()) return late.status().ToString();
+  if (cudaStreamQuery(consumer) != cudaSuccess) return "the consumer waited without WaitFor";
+  absl::Status s = (*comm)->WaitFor(*late, reinterpret_cast<Stream*>(consumer));
+  if (!s.ok()) return s.ToString();
+  if (cudaStreamQuery(consumer) != cudaErrorNotReady) return "WaitFor did not order the consumer";
+  if (cudaStreamSynchronize(consumer) != cudaSuccess) return "synchronise consumer";
+  if (cudaStreamQuery(producer) != cudaSuccess) return "the consumer finished before the collective";
+  for (int i = 0; i < 1100; ++i) {
+    absl::StatusOr<CollectiveTicket> t = (*comm)->StartAllReduce(desc, ReduceOp::kMax, after);
+    if (!t.ok()) return t.status().ToString();
+  }
+  s = (*comm)->WaitFor(*first, reinterpret_cast<Stream*>(consumer));
+  if (!s.ok()) return absl::StrCat("a retired ticket: ", s.ToString());
+  if (cudaStreamSynchronize(producer) != cudaSuccess) return "synchronise";
+  for (float v : Download(buf, 1024)) {
+    if (v != 1.5f) return absl::StrCat("all-reduce of one rank changed a value to ", v);
+  }
+  s = (*comm)->FirstFailure();
+  return s.ok() ? "" : s.ToString();
+}
+
+TEST(NcclCommunicatorTest, StartedCollectivesOrderOnlyTheStreamsThatWaitForThem) {
+  ExpectAllPassed(RunRanks(DeferredWaitBody, 1));
 }
 
 TEST(NcclCommunicatorTest, RejectsBadRanks) {

@@ -1,0 +1,72 @@
+// The trainer's FSDP2 collectives, as grouped, deferred operations: each
+// block's six parameters move in one all-gather and their gradients in one
+// reduce-scatter (one NCCL launch each), queued after the compute stream's
+// work so far and waited for by the step only where it reads the result.
+// train_step.cc decides what overlaps with what; these functions only say
+// which buffers move. At world size 1 there is nothing to move: the
+// gathered weights and full gradients are views of the shards.
+#include <array>
+#include <initializer_list>
+#include <utility>
+
+#include "common/status_macros.h"
+#include "worker/trainer/fsdp_trainer.h"
+
+namespace tessera {
+
+absl::StatusOr<CollectiveTicket> FsdpTrainer::StartGather(
+    std::initializer_list<std::pair<const Fp8ShardedParam*, const DeviceTensor*>> params) {
+  if (world_ == 1) return CollectiveTicket{};
+  std::vector<AllGatherPart> parts;
+  for (const auto& [param, gathered] : params) {
+    ASSIGN_OR_RETURN(AllGatherPart part, GatherPart(*param, world_, gathered->desc));
+    parts.push_back(part);
+  }
+  return comm_->StartAllGather(parts, nullptr);
+}
+
+absl::StatusOr<CollectiveTicket> FsdpTrainer::StartGatherBlock(int layer, GatheredBlock& out) {
+  if (world_ == 1) return CollectiveTicket{};
+  const Block& b = blocks_[layer];
+  std::array<AllGatherPart, 6> parts;
+  for (int i = 0; i < 6; ++i) {
+    ASSIGN_OR_RETURN(parts[i], GatherPart(b.*kBlockParams[i], world_, (out.*kBlockTensors[i]).desc));
+  }
+  return comm_->StartAllGather(parts, nullptr);
+}
+
+absl::Status FsdpTrainer::GatherBlock(int layer, GatheredBlock& out) {
+  ASSIGN_OR_RETURN(const CollectiveTicket gathered, StartGatherBlock(layer, out));
+  return comm_->WaitFor(gathered, nullptr);
+}
+
+absl::StatusOr<CollectiveTicket> FsdpTrainer::StartReduceScatterBlock(int layer) {
+  if (world_ == 1) return CollectiveTicket{};
+  const Block& b = blocks_[layer];
+  const BlockGrads& grads = GradsFor(layer);
+  std::array<ReduceScatterPart, 6> parts;
+  for (int i = 0; i < 6; ++i) parts[i] = ScatterPart(b.*kBlockParams[i], (grads.*kBlockTensors[i]).desc);
+  return comm_->StartReduceScatter(parts, nullptr);
+}
+
+absl::StatusOr<CollectiveTicket> FsdpTrainer::StartReduceScatterOuter() {
+  if (world_ == 1) return CollectiveTicket{};
+  const std::array<ReduceScatterPart, 3> parts = {ScatterPart(embedding_, grad_embedding_.desc),
+                                                  ScatterPart(final_norm_, grad_final_norm_.desc),
+                                                  ScatterPart(lm_head_, grad_lm_head_.desc)};
+  return comm_->StartReduceScatter(parts, nullptr);
+}
+
+absl::StatusOr<std::vector<uint8_t>> FsdpTrainer::GatheredWeightBytes(int layer, int linear) {
+  if (!collective_ready_) return absl::FailedPreconditionError("collectives not ready");
+  RETURN_IF_ERROR(GatherBlock(layer, GatheredFor(layer)));
+  const GatheredBlock& g = GatheredFor(layer);
+  const DeviceTensor* t[4] = {&g.qkv, &g.out_proj, &g.gate_up, &g.down};
+  const Fp8ShardedParam* p[4] = {&blocks_[layer].qkv, &blocks_[layer].out_proj,
+                                 &blocks_[layer].gate_up, &blocks_[layer].down};
+  std::vector<uint8_t> bytes(p[linear]->rows * p[linear]->cols * DTypeSize(p[linear]->compute_dtype));
+  RETURN_IF_ERROR(ops_->CopyToHost(bytes.data(), t[linear]->desc.data, bytes.size(), nullptr));
+  return bytes;
+}
+
+}  // namespace tessera
