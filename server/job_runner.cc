@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
+#include "common/parallelism.h"
 #include "server/checkpoint_commit.h"
 #include "server/spec_validation.h"
 
@@ -194,7 +195,6 @@ void JobRunner::WatchSteps() {
 
 bool JobRunner::Checkpoint(int step) {
   const std::string& root = spec_.checkpoint().dir();
-  const int world = static_cast<int>(connections_.size());
   auto fail = [&](const absl::Status& s) {
     Stop(v1::FAILED,
          absl::StrCat("checkpoint of step ", step, " under ", root, ": ",
@@ -217,7 +217,9 @@ bool JobRunner::Checkpoint(int step) {
     return false;
   }
   // Every rank wrote its files: only now does the step count.
-  if (absl::Status c = CommitStep(root, step, world, spec_.checkpoint().keep_last()); !c.ok()) {
+  // Under hybrid sharding only the first shard group writes files.
+  if (absl::Status c = CommitStep(root, step, CheckpointRanks(spec_), spec_.checkpoint().keep_last());
+      !c.ok()) {
     return fail(c);
   }
   committed_step_ = step;

@@ -27,6 +27,10 @@
 // position is the step; it is stored and checked so that a reader that one
 // day keeps state has its place in the format.
 //
+// Hybrid sharding: only the first shard group writes (the replicas hold the
+// same shards), so the checkpoint is that of a plain FSDP job over one shard
+// group and its commit counts shard_group_size ranks.
+//
 // Re-slicing: every saved parameter shard records its element range, so each
 // rank copies the overlap of its own range with every saved rank's. The
 // quantizer block is identical on all ranks after a step's all-reduce; a
@@ -144,6 +148,10 @@ absl::Status ParseState(const std::string& what, SavedState& s) {
 
 absl::StatusOr<std::string> FsdpTrainer::Checkpoint(int step, const std::string& dir) {
   if (meta_ == nullptr) return absl::FailedPreconditionError("Checkpoint before Setup");
+  // Under hybrid sharding every replica holds the same shards: the first
+  // shard group writes them, as a plain FSDP job of world_ ranks would, so
+  // the checkpoint resumes at any world size or sharding.
+  if (replica_rank_ > 0) return StepDir(dir, step);
   ASSIGN_OR_RETURN(std::unique_ptr<RankCheckpointWriter> writer,
                    RankCheckpointWriter::Begin(dir, step, rank_, world_,
                                                CheckpointSpecHash(spec_)));

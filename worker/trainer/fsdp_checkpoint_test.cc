@@ -3,6 +3,8 @@
 //  - a run resumed at step k gives losses (and gathered FP8 weights)
 //    bit-identical to an unbroken run, at 1 rank for delayed scaling, current
 //    scaling and FP8 off, and at 2 ranks;
+//  - hybrid sharding (2 x 2) writes one shard group's files, resumes
+//    bit-identically and loads into plain FSDP at 3 ranks;
 //  - resuming at another world size (2 -> 1 and 1 -> 2) re-slices the dim-0
 //    shards: every gathered block weight is byte-identical to the saved run's,
 //    and training goes on;
@@ -22,6 +24,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint_layout.h"
+#include "common/parallelism.h"
 #include "gtest/gtest.h"
 #include "worker/comm/file_rendezvous_store_for_test.h"
 #include "worker/comm/gloo_communicator.h"
@@ -146,7 +149,9 @@ std::vector<RankRun> Run(const RunPlan& plan) {
   if (!ok) return runs;
   for (int r = 0; r < plan.world; ++r) runs.push_back(ReadRun(absl::StrCat(dir, "/out-", r)));
   if (plan.checkpoint_at_end) {
-    EXPECT_TRUE(WriteCommitMarker(plan.root, {plan.end_step, plan.world}).ok());
+    v1::JobSpec job = plan.spec;
+    job.set_world_size(plan.world);
+    EXPECT_TRUE(WriteCommitMarker(plan.root, {plan.end_step, CheckpointRanks(job)}).ok());
   }
   return runs;
 }
@@ -210,6 +215,36 @@ void ExpectReshardedResume(int from, int to) {
   std::vector<RankRun> trained = Run(train);
   ASSERT_EQ(trained.size(), static_cast<size_t>(to));
   for (float loss : trained[0].losses) EXPECT_TRUE(std::isfinite(loss) && loss < 10.f) << loss;
+}
+
+// Hybrid sharding (2 groups of 2): only the first group writes, the resume
+// is bit-identical on every rank, and the checkpoint loads into plain FSDP
+// at another world size with the same gathered weights.
+void ExpectHybridCheckpointLoadsIntoPlainFsdp(const v1::JobSpec& hybrid) {
+  RunPlan save{hybrid, 4, FreshDir("hsdp"), 0, 0, 2, true};
+  std::vector<RankRun> saved = Run(save);
+  ASSERT_EQ(saved.size(), 4u);
+  DIR* step_dir = opendir(absl::StrCat(save.root, "/step-2").c_str());
+  ASSERT_NE(step_dir, nullptr);
+  int state_files = 0;
+  while (dirent* e = readdir(step_dir)) {
+    state_files += std::strstr(e->d_name, ".state") != nullptr ? 1 : 0;
+  }
+  closedir(step_dir);
+  EXPECT_EQ(state_files, 2);
+  v1::JobSpec plain = hybrid;
+  plain.clear_parallelism();
+  RunPlan load{plain, 3, save.root, 2, 2, 2, false};
+  std::vector<RankRun> loaded = Run(load);
+  ASSERT_EQ(loaded.size(), 3u);
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(loaded[r].gathered, saved[0].gathered) << "rank " << r;
+}
+
+TEST(FsdpCheckpoint, HybridShardingResumesExactlyAndReslicesIntoPlainFsdp) {
+  v1::JobSpec hybrid = TinyCpuTestJobSpec(1);
+  hybrid.mutable_parallelism()->set_shard_group_size(2);
+  ExpectResumeIsExact(hybrid, 4, 2, 4);
+  ExpectHybridCheckpointLoadsIntoPlainFsdp(hybrid);
 }
 
 TEST(FsdpCheckpoint, ResumingAtAnotherWorldSizeReslicesTheShards) {

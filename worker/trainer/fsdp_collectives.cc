@@ -4,7 +4,9 @@
 // work so far and waited for by the step only where it reads the result.
 // train_step.cc decides what overlaps with what; these functions only say
 // which buffers move. At world size 1 there is nothing to move: the
-// gathered weights and full gradients are views of the shards.
+// gathered weights and full gradients are views of the shards. Under hybrid
+// sharding these run in the shard group, and the gradient shards are then
+// all-reduced across the replica group.
 #include <array>
 #include <initializer_list>
 #include <utility>
@@ -55,6 +57,34 @@ absl::StatusOr<CollectiveTicket> FsdpTrainer::StartReduceScatterOuter() {
                                                   ScatterPart(final_norm_, grad_final_norm_.desc),
                                                   ScatterPart(lm_head_, grad_lm_head_.desc)};
   return comm_->StartReduceScatter(parts, nullptr);
+}
+
+absl::Status FsdpTrainer::ReduceAcrossReplicas(int layer, const CollectiveTicket& reduced) {
+  if (replica_comm_ == nullptr) return absl::OkStatus();
+  RETURN_IF_ERROR(comm_->WaitFor(reduced, nullptr));
+  std::vector<TensorDesc> shards;
+  if (layer >= 0) {
+    for (Fp8ShardedParam Block::*member : kBlockParams) {
+      shards.push_back((blocks_[layer].*member).grad_shard.desc);
+    }
+    ASSIGN_OR_RETURN(replicas_reduced_[layer],
+                     replica_comm_->StartAllReduce(shards, ReduceOp::kSum, nullptr));
+  } else {
+    for (const Fp8ShardedParam* p : {&embedding_, &final_norm_, &lm_head_}) {
+      shards.push_back(p->grad_shard.desc);
+    }
+    ASSIGN_OR_RETURN(outer_replicas_reduced_,
+                     replica_comm_->StartAllReduce(shards, ReduceOp::kSum, nullptr));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FsdpTrainer::WaitForReplicas() {
+  if (replica_comm_ == nullptr) return absl::OkStatus();
+  for (const CollectiveTicket& t : replicas_reduced_) {
+    RETURN_IF_ERROR(replica_comm_->WaitFor(t, nullptr));
+  }
+  return replica_comm_->WaitFor(outer_replicas_reduced_, nullptr);
 }
 
 absl::StatusOr<std::vector<uint8_t>> FsdpTrainer::GatheredWeightBytes(int layer, int linear) {

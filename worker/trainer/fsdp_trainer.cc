@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/parallelism.h"
 #include "common/status_macros.h"
 #include "worker/model/param_init.h"
 #include "worker/trainer/memory_estimate.h"
@@ -26,6 +27,7 @@ FsdpTrainer::~FsdpTrainer() = default;
 void FsdpTrainer::Abort() {
   aborted_ = true;
   if (comm_ != nullptr) comm_->Abort();
+  if (replica_comm_ != nullptr) replica_comm_->Abort();
 }
 
 absl::Status FsdpTrainer::CheckAborted() const {
@@ -69,8 +71,24 @@ std::vector<Fp8ShardedParam*> FsdpTrainer::AllParams() {
 
 absl::StatusOr<SetupReport> FsdpTrainer::Setup(const v1::JobSpec& spec, int rank, int world_size) {
   spec_ = spec;
-  rank_ = rank;
-  world_ = world_size;
+  // Hybrid sharding: parameters are sharded over a group of shard_group_size
+  // consecutive ranks and replicated across the groups. rank_ and world_
+  // are the rank's place in its shard group (all of FSDP is written against
+  // them); plain FSDP is one group of every rank.
+  v1::JobSpec sized = spec;
+  sized.set_world_size(world_size);
+  const int shard_size = ShardGroupSize(sized);
+  if (world_size % shard_size != 0 || rank < 0 || rank >= world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parallelism.shard_group_size: ", spec.parallelism().shard_group_size(),
+        " does not divide world_size ", world_size, " (validate the spec first)"));
+  }
+  global_rank_ = rank;
+  global_world_ = world_size;
+  rank_ = rank % shard_size;
+  world_ = shard_size;
+  replica_rank_ = rank / shard_size;
+  replicas_ = world_size / shard_size;
   const v1::ModelConfig& m = spec.model();
   vocab_ = m.vocab_size();
   hidden_ = m.d_model();
@@ -89,7 +107,7 @@ absl::StatusOr<SetupReport> FsdpTrainer::Setup(const v1::JobSpec& spec, int rank
     return absl::InvalidArgumentError("model: shapes are inconsistent (validate the spec first)");
   }
   // Refuse a job this device cannot hold before allocating any of it.
-  const MemoryEstimate need = EstimateMemory(spec, rank, world_size);
+  const MemoryEstimate need = EstimateMemory(spec, rank_, world_);
   ASSIGN_OR_RETURN(const int64_t available, ops_->AvailableMemoryBytes());
   if (need.total() > available) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -97,7 +115,7 @@ absl::StatusOr<SetupReport> FsdpTrainer::Setup(const v1::JobSpec& spec, int rank
         FormatGiB(available), " free: use more workers (world_size), a smaller micro_batch_size or seq_len, or a "
         "smaller model"));
   }
-  ASSIGN_OR_RETURN(data_, OpenBatchSource(spec, rank, world_size));
+  ASSIGN_OR_RETURN(data_, OpenBatchSource(spec, global_rank_, global_world_));
   RETURN_IF_ERROR(AllocateState());
   RETURN_IF_ERROR(InitParams());
 
@@ -151,6 +169,7 @@ absl::Status FsdpTrainer::AllocateState() {
 
   gather_done_.assign(layers_, CollectiveTicket{});
   grads_reduced_.assign(layers_, CollectiveTicket{});
+  replicas_reduced_.assign(layers_, CollectiveTicket{});
   if (world_ == 1) {
     // One rank holds every parameter whole: the gathered weights are its
     // compute shards and the full gradients its gradient shards, views with
@@ -287,23 +306,38 @@ absl::Status FsdpTrainer::QuantizeWeightsFromMaster() {
 absl::Status FsdpTrainer::InitCollective(RendezvousStore* store, const std::string& host,
                                          absl::Duration timeout) {
   if (data_ == nullptr) return absl::FailedPreconditionError("InitCollective before Setup");
-  // One rank needs no group: its collectives are copies on the step's stream.
+  // A group of one needs no communicator: its collectives are copies on the
+  // step's stream. Plain FSDP bootstraps one group through the job's store;
+  // hybrid sharding one shard group and one replica group per rank, each
+  // under its own prefix of the store.
   if (world_ == 1) {
     comm_ = std::make_unique<SingleRankCommunicator>(*ops_);
-  } else {
+  } else if (replicas_ == 1) {
     ASSIGN_OR_RETURN(comm_, make_communicator_(store, rank_, world_, host, timeout));
+  } else {
+    PrefixedRendezvousStore shard_store(store, absl::StrCat("shard/", replica_rank_, "/"));
+    ASSIGN_OR_RETURN(comm_, make_communicator_(&shard_store, rank_, world_, host, timeout));
   }
-  if (aborted_) comm_->Abort();
+  if (replicas_ > 1) {
+    PrefixedRendezvousStore replica_store(store, absl::StrCat("replica/", rank_, "/"));
+    ASSIGN_OR_RETURN(replica_comm_, make_communicator_(&replica_store, replica_rank_, replicas_,
+                                                      host, timeout));
+  }
+  if (aborted_) Abort();
   // Agree on every FP8 weight's scale from the global amax of its master,
   // then encode the compute shards with it. A restored job already holds the
   // scales and the encoded shards of the step it resumes.
   if (!restored_) {
     RETURN_IF_ERROR(comm_->AllReduce(meta_->amaxes(), ReduceOp::kMax, nullptr));
+    if (replica_comm_ != nullptr) {
+      RETURN_IF_ERROR(replica_comm_->AllReduce(meta_->amaxes(), ReduceOp::kMax, nullptr));
+    }
     RETURN_IF_ERROR(meta_->UpdateScales(*ops_, nullptr));
     RETURN_IF_ERROR(QuantizeWeightsFromMaster());
   }
   RETURN_IF_ERROR(ops_->Synchronize(nullptr));
   RETURN_IF_ERROR(comm_->FirstFailure());
+  if (replica_comm_ != nullptr) RETURN_IF_ERROR(replica_comm_->FirstFailure());
   collective_ready_ = true;
   return absl::OkStatus();
 }

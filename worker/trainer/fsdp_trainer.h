@@ -35,6 +35,7 @@
 #include "common/durable_file.h"
 #include "worker/comm/communicator.h"
 #include "worker/comm/communicator_factory.h"
+#include "worker/comm/prefixed_rendezvous_store.h"
 #include "worker/comm/single_rank_communicator.h"
 #include "worker/data/batch_source.h"
 #include "worker/fsdp/fp8_sharded_param.h"
@@ -132,6 +133,13 @@ class FsdpTrainer : public Trainer {
   absl::StatusOr<CollectiveTicket> StartReduceScatterBlock(int layer);
   // The embedding's, final norm's and LM head's gradients.
   absl::StatusOr<CollectiveTicket> StartReduceScatterOuter();
+  // Hybrid sharding: once `reduced` (that reduce-scatter) has finished,
+  // all-reduces the gradient shards of block `layer` (or, for layer -1, of
+  // the embedding, final norm and LM head) across the replicas. The compute
+  // stream waits for `reduced`; nothing waits for the all-reduce until
+  // WaitForReplicas. No-ops under plain FSDP.
+  absl::Status ReduceAcrossReplicas(int layer, const CollectiveTicket& reduced);
+  absl::Status WaitForReplicas();
   // Whether the backward gathers block `layer` again: only when resharding
   // after forward, and not for the last two blocks, which are still in the
   // two gathered sets when the backward starts.
@@ -151,7 +159,10 @@ class FsdpTrainer : public Trainer {
   std::unique_ptr<CountingOps> ops_;  // the engine, behind the counting decorator
   StepClock clock_{*ops_};            // the step's phase timing, on ops_
   CommunicatorFactory make_communicator_;
-  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<Communicator> comm_;  // the shard group (every rank under plain FSDP)
+  // Hybrid sharding only: the ranks holding the same shard in the other
+  // groups, across which gradients are all-reduced after the reduce-scatter.
+  std::unique_ptr<Communicator> replica_comm_;
   std::unique_ptr<BatchSource> data_;
   std::atomic<bool> aborted_{false};
   bool collective_ready_ = false;
@@ -159,7 +170,9 @@ class FsdpTrainer : public Trainer {
   int next_step_ = 0;
 
   v1::JobSpec spec_;
-  int rank_ = 0, world_ = 1;
+  int rank_ = 0, world_ = 1;                // within the shard group: what FSDP shards over
+  int global_rank_ = 0, global_world_ = 1;  // within the job: what the data is split over
+  int replica_rank_ = 0, replicas_ = 1;     // which shard group, and how many
   int64_t vocab_ = 0, hidden_ = 0, ffn_ = 0, heads_ = 0, head_dim_ = 0;
   int kv_heads_ = 0;        // n_kv_heads (n_heads when the spec leaves it 0)
   int64_t qkv_width_ = 0;   // (nh + 2*nkv) * hd: output features of the qkv linear
@@ -188,6 +201,9 @@ class FsdpTrainer : public Trainer {
   // The step's collectives in flight, per block: its weights' all-gather
   // and its gradients' reduce-scatter.
   std::vector<CollectiveTicket> gather_done_, grads_reduced_;
+  // Hybrid sharding: each block's gradient shards all-reduced across replicas.
+  std::vector<CollectiveTicket> replicas_reduced_;
+  CollectiveTicket outer_replicas_reduced_;
   DeviceTensor grad_embedding_, grad_final_norm_, grad_lm_head_;
   LinearScratch scratch_;
 

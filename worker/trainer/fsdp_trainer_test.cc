@@ -13,7 +13,11 @@
 //    rules and trains here;
 //  - current scaling keeps a sharded run close to the 1-rank run;
 //  - no engine allocation happens after setup; Abort stops a step, also one
-//    blocked in a collective.
+//    blocked in a collective;
+//  - five blocks with resharding (the overlapped, double-buffered schedule)
+//    match kept weights and one rank;
+//  - hybrid sharding (2 x 2) and pure data parallelism (4 x 1) track plain
+//    FSDP, with identical losses and weights on every replica.
 #include "worker/trainer/fsdp_trainer.h"
 
 #include <sys/wait.h>
@@ -239,6 +243,46 @@ TEST(FsdpTrainer, OverlappedScheduleWithFiveBlocksMatchesKeptWeightsAndOneRank) 
   for (int s = 0; s < 4; ++s) EXPECT_EQ(a[0].losses[s], b[0].losses[s]) << "step " << s;
   EXPECT_EQ(a[0].gathered, b[0].gathered);
   for (const RankResult& r : a) EXPECT_EQ(r.allocations_after_steps, r.allocations_after_setup);
+}
+
+// Hybrid sharding over 4 ranks: 2 shard groups of 2 (HSDP) and 4 replicas
+// of 1 (pure data parallelism). Every rank reports the same loss, the
+// replicas gather byte-identical weights, and the run tracks plain FSDP over
+// the same 4 ranks (same data, same global batch; only the order in which
+// gradients are summed differs).
+TEST(FsdpTrainer, HybridShardingTracksPlainFsdpAndKeepsReplicasIdentical) {
+  v1::JobSpec plain = TinySpec(1);
+  plain.mutable_model()->set_n_layers(3);
+  plain.set_reshard_after_forward(true);
+  std::vector<RankResult> fsdp = Train(plain, 4, 4);
+  ASSERT_EQ(fsdp.size(), 4u);
+  for (int group : {2, 1}) {
+    SCOPED_TRACE(absl::StrCat("shard_group_size ", group));
+    v1::JobSpec hybrid = plain;
+    hybrid.mutable_parallelism()->set_shard_group_size(group);
+    std::vector<RankResult> r = Train(hybrid, 4, 4);
+    ASSERT_EQ(r.size(), 4u);
+    for (int s = 0; s < 4; ++s) {
+      for (int k = 1; k < 4; ++k) EXPECT_EQ(r[0].losses[s], r[k].losses[s]) << "step " << s;
+      EXPECT_NEAR(r[0].losses[s], fsdp[0].losses[s], 2e-2 * fsdp[0].losses[s]) << "step " << s;
+    }
+    EXPECT_FLOAT_EQ(r[0].losses[0], fsdp[0].losses[0]);  // same init and data
+    EXPECT_NE(r[0].losses[3], r[0].losses[0]);           // and it trains
+    ASSERT_FALSE(r[0].gathered.empty());
+    for (int k = 1; k < 4; ++k) EXPECT_EQ(r[0].gathered, r[k].gathered) << "rank " << k;
+    for (const RankResult& rank : r) {
+      EXPECT_EQ(rank.allocations_after_steps, rank.allocations_after_setup);
+    }
+  }
+}
+
+TEST(FsdpTrainer, SetupRefusesAShardGroupThatDoesNotDivideTheRanks) {
+  v1::JobSpec spec = TinySpec(1);
+  spec.mutable_parallelism()->set_shard_group_size(2);
+  FsdpTrainer trainer(CreateCpuOps(), CreateGlooCommunicator);
+  absl::Status s = trainer.Setup(spec, 0, 3).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("parallelism.shard_group_size"), absl::string_view::npos) << s;
 }
 
 TEST(FsdpTrainer, LossFallsBelowThresholdOnAdditionWithAndWithoutFp8AndWithGqa) {

@@ -1,6 +1,8 @@
 // Two ranks on two GPUs (NCCL, bootstrapped through a file rendezvous) match
 // one GPU with the micro-batch doubled, and the all-gathered FP8 weights are
-// byte-identical on both ranks. Every rank, and the 1-GPU reference, runs in
+// byte-identical on both ranks: plain FSDP, the overlapped schedule with
+// five resharded blocks, and two replicas (hybrid sharding with groups of
+// one). Every rank, and the 1-GPU reference, runs in
 // its own child process (CUDA must not be initialised before fork). The job
 // (test_job_spec.h) has grouped-query attention with head dim 64. Needs two
 // GPUs; skipped with fewer.
@@ -27,7 +29,8 @@ namespace {
 constexpr int kSteps = 6;
 constexpr int kNoSecondGpu = 77;
 
-int RunRank(int rank, int world, int micro_batch, const std::string& dir, const std::string& out) {
+int RunRank(int rank, int world, const v1::JobSpec& spec, const std::string& dir,
+            const std::string& out) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count < world) return kNoSecondGpu;
   auto ops = CreateCudaOps(rank);
@@ -36,7 +39,7 @@ int RunRank(int rank, int world, int micro_batch, const std::string& dir, const 
                                               const std::string&, absl::Duration timeout) {
     return CreateNcclCommunicator(store, r, w, rank, timeout);
   });
-  if (!trainer.Setup(TestJobSpec(micro_batch), rank, world).ok()) return 3;
+  if (!trainer.Setup(spec, rank, world).ok()) return 3;
   FileRendezvousStore store(dir);
   absl::Status s = trainer.InitCollective(&store, "127.0.0.1", absl::Seconds(60));
   if (!s.ok()) {
@@ -64,7 +67,7 @@ struct Result {
   std::string weight_bytes;
 };
 
-std::vector<Result> Launch(int world, int micro_batch) {
+std::vector<Result> Launch(int world, const v1::JobSpec& spec) {
   static int run = 0;
   std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp",
                                  "/two-gpu-", getpid(), "-", run++);
@@ -72,7 +75,7 @@ std::vector<Result> Launch(int world, int micro_batch) {
   std::vector<pid_t> pids;
   for (int r = 0; r < world; ++r) {
     pid_t pid = fork();
-    if (pid == 0) _exit(RunRank(r, world, micro_batch, dir, absl::StrCat(dir, "/out-", r)));
+    if (pid == 0) _exit(RunRank(r, world, spec, dir, absl::StrCat(dir, "/out-", r)));
     pids.push_back(pid);
   }
   std::vector<Result> results(world);
@@ -88,12 +91,15 @@ std::vector<Result> Launch(int world, int micro_batch) {
   return results;
 }
 
-TEST(FsdpTrainerTwoGpu, ShardedRunMatchesOneGpuAndGathersIdenticalFp8Weights) {
-  std::vector<Result> sharded = Launch(2, 2);
+// Two ranks of `sharded` (micro-batch b) against one GPU of `single`
+// (micro-batch 2b): equal losses on both ranks, close to one GPU's, and
+// byte-identical gathered FP8 weights.
+void ExpectTwoGpusMatchOne(const v1::JobSpec& sharded_spec, const v1::JobSpec& single_spec) {
+  std::vector<Result> sharded = Launch(2, sharded_spec);
   if (sharded[0].code == kNoSecondGpu) GTEST_SKIP() << "needs two GPUs";
   ASSERT_EQ(sharded[0].code, 0);
   ASSERT_EQ(sharded[1].code, 0);
-  std::vector<Result> single = Launch(1, 4);
+  std::vector<Result> single = Launch(1, single_spec);
   ASSERT_EQ(single[0].code, 0);
   for (int i = 0; i < kSteps; ++i) {
     printf("step %d: 2 GPUs %.6f / %.6f, 1 GPU %.6f\n", i, sharded[0].losses[i],
@@ -103,6 +109,30 @@ TEST(FsdpTrainerTwoGpu, ShardedRunMatchesOneGpuAndGathersIdenticalFp8Weights) {
   }
   ASSERT_FALSE(sharded[0].weight_bytes.empty());
   EXPECT_EQ(sharded[0].weight_bytes, sharded[1].weight_bytes);
+}
+
+TEST(FsdpTrainerTwoGpu, ShardedRunMatchesOneGpuAndGathersIdenticalFp8Weights) {
+  ExpectTwoGpusMatchOne(TestJobSpec(2), TestJobSpec(4));
+}
+
+// The overlapped schedule in full: five blocks, resharded after forward, so
+// block l + 1's all-gather and block l's reduce-scatter run on NCCL's stream
+// beside the compute, into and out of double buffers.
+TEST(FsdpTrainerTwoGpu, OverlappedReshardedFiveBlocksMatchOneGpu) {
+  v1::JobSpec sharded = TestJobSpec(2), single = TestJobSpec(4);
+  for (v1::JobSpec* spec : {&sharded, &single}) {
+    spec->mutable_model()->set_n_layers(5);
+    spec->set_reshard_after_forward(true);
+  }
+  ExpectTwoGpusMatchOne(sharded, single);
+}
+
+// Hybrid sharding with shard groups of one: two replicas, two NCCL groups
+// per rank (a trivial shard group and the replica group).
+TEST(FsdpTrainerTwoGpu, ReplicatedRunMatchesOneGpu) {
+  v1::JobSpec replicated = TestJobSpec(2);
+  replicated.mutable_parallelism()->set_shard_group_size(1);
+  ExpectTwoGpusMatchOne(replicated, TestJobSpec(4));
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // The training step, top to bottom: read batch -> all-gather -> forward
 // (block l + 1's weights gathered while block l computes) -> fused linear +
 // cross-entropy -> backward (block l's gradients reduce-scattered while block
-// l - 1's backward runs) -> one packed all-reduce of
+// l - 1's backward runs; under hybrid sharding then all-reduced across
+// replicas) -> one packed all-reduce of
 // [loss, tokens, grad sum of squares] -> clip scale -> FusedAdam (new fp32
 // master, Adam state and FP8 shards) -> one packed all-reduce of every amax
 // -> FP8 scale update. Everything it touches was allocated at setup.
@@ -147,6 +148,9 @@ absl::StatusOr<StepReport> FsdpTrainer::Step(int step) {
     RETURN_IF_ERROR(BlockBackward(l, GatheredFor(l), acts_[l], grad_residual_.desc));
     RETURN_IF_ERROR(clock_.Lap(StepPhase::kBackward, nullptr));
     ASSIGN_OR_RETURN(grads_reduced_[l], StartReduceScatterBlock(l));
+    // Hybrid sharding: block l + 1's reduced shards go on to the replicas.
+    if (l + 1 < layers_) RETURN_IF_ERROR(ReduceAcrossReplicas(l + 1, grads_reduced_[l + 1]));
+    RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, nullptr));
   }
   RETURN_IF_ERROR(ops.Memset(grad_embedding_.desc.data, 0, grad_embedding_.desc.Bytes(), nullptr));
   RETURN_IF_ERROR(ops.EmbeddingBackward(inputs_.desc, grad_residual_.desc,
@@ -160,6 +164,9 @@ absl::StatusOr<StepReport> FsdpTrainer::Step(int step) {
       RETURN_IF_ERROR(comm_->WaitFor(grads_reduced_[l], nullptr));
     }
     RETURN_IF_ERROR(comm_->WaitFor(outer_reduced, nullptr));
+    RETURN_IF_ERROR(ReduceAcrossReplicas(0, grads_reduced_[0]));
+    RETURN_IF_ERROR(ReduceAcrossReplicas(-1, outer_reduced));
+    RETURN_IF_ERROR(WaitForReplicas());
     RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, nullptr));
   }
   RETURN_IF_ERROR(CheckAborted());
@@ -171,6 +178,11 @@ absl::StatusOr<StepReport> FsdpTrainer::Step(int step) {
   RETURN_IF_ERROR(clock_.Lap(StepPhase::kOptimizer, nullptr));
   RETURN_IF_ERROR(comm_->AllReduce(MakeTensor(scalars, DType::kFloat32, Shape{3}), ReduceOp::kSum,
                                    nullptr));
+  // Replicas hold the same reduced gradients: only loss and tokens add up.
+  if (replica_comm_ != nullptr) {
+    RETURN_IF_ERROR(replica_comm_->AllReduce(MakeTensor(scalars, DType::kFloat32, Shape{2}),
+                                             ReduceOp::kSum, nullptr));
+  }
   RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, nullptr));
   RETURN_IF_ERROR(ops.ComputeGradScale(scalars + kGradSumSq, scalars + kValidTokens,
                                        spec_.optimizer().grad_clip_norm(), scalars + kGradNorm,
@@ -192,6 +204,9 @@ absl::StatusOr<StepReport> FsdpTrainer::Step(int step) {
   // ---- FP8 scaling: every amax in one all-reduce, then new scales --------
   RETURN_IF_ERROR(clock_.Lap(StepPhase::kOptimizer, nullptr));
   RETURN_IF_ERROR(comm_->AllReduce(meta_->amaxes(), ReduceOp::kMax, nullptr));
+  if (replica_comm_ != nullptr) {
+    RETURN_IF_ERROR(replica_comm_->AllReduce(meta_->amaxes(), ReduceOp::kMax, nullptr));
+  }
   RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, nullptr));
   RETURN_IF_ERROR(meta_->UpdateScales(ops, nullptr));
   if (meta_->current_scaling()) RETURN_IF_ERROR(QuantizeWeightsFromMaster());
@@ -204,6 +219,7 @@ absl::StatusOr<StepReport> FsdpTrainer::Step(int step) {
   // The collectives were queued, not waited for: only now is it known that
   // they all finished (a lost peer surfaces here as ABORTED).
   RETURN_IF_ERROR(comm_->FirstFailure());
+  if (replica_comm_ != nullptr) RETURN_IF_ERROR(replica_comm_->FirstFailure());
   StepReport report;
   report.step = step;
   report.loss = host_scalars[kLossSum] / std::max(1.0f, host_scalars[kValidTokens]);
