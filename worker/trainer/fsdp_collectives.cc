@@ -51,11 +51,11 @@ absl::StatusOr<CollectiveTicket> FsdpTrainer::StartReduceScatterBlock(int layer)
   return comm_->StartReduceScatter(parts, nullptr);
 }
 
-absl::StatusOr<CollectiveTicket> FsdpTrainer::StartReduceScatterOuter() {
+absl::StatusOr<CollectiveTicket> FsdpTrainer::StartReduceScatter(
+    std::initializer_list<std::pair<const Fp8ShardedParam*, const DeviceTensor*>> grads) {
   if (world_ == 1) return CollectiveTicket{};
-  const std::array<ReduceScatterPart, 3> parts = {ScatterPart(embedding_, grad_embedding_.desc),
-                                                  ScatterPart(final_norm_, grad_final_norm_.desc),
-                                                  ScatterPart(lm_head_, grad_lm_head_.desc)};
+  std::vector<ReduceScatterPart> parts;
+  for (const auto& [param, full_grad] : grads) parts.push_back(ScatterPart(*param, full_grad->desc));
   return comm_->StartReduceScatter(parts, nullptr);
 }
 

@@ -131,11 +131,13 @@ class FsdpTrainer : public Trainer {
   absl::StatusOr<CollectiveTicket> StartGatherBlock(int layer, GatheredBlock& out);
   absl::Status GatherBlock(int layer, GatheredBlock& out);
   absl::StatusOr<CollectiveTicket> StartReduceScatterBlock(int layer);
-  // The embedding's, final norm's and LM head's gradients.
-  absl::StatusOr<CollectiveTicket> StartReduceScatterOuter();
-  // Hybrid sharding: once `reduced` (that reduce-scatter) has finished,
-  // all-reduces the gradient shards of block `layer` (or, for layer -1, of
-  // the embedding, final norm and LM head) across the replicas. The compute
+  // Full fp32 gradients of the embedding, final norm or LM head.
+  absl::StatusOr<CollectiveTicket> StartReduceScatter(
+      std::initializer_list<std::pair<const Fp8ShardedParam*, const DeviceTensor*>> grads);
+  // Hybrid sharding: once `reduced` (the reduce-scatter that produced them)
+  // has finished, all-reduces the gradient shards of block `layer` (or, for
+  // layer -1, of the embedding, final norm and LM head, whose reduce-scatters
+  // the caller has already waited for but the last) across the replicas. The compute
   // stream waits for `reduced`; nothing waits for the all-reduce until
   // WaitForReplicas. No-ops under plain FSDP.
   absl::Status ReduceAcrossReplicas(int layer, const CollectiveTicket& reduced);

@@ -127,6 +127,11 @@ absl::StatusOr<StepReport> FsdpTrainer::Step(int step) {
                                       Full(gathered_final_norm_, final_norm_), rstd_final_.desc,
                                       grad_residual_.desc, /*accumulate_grad_x=*/false,
                                       View(grad_final_norm_, DType::kFloat32, Shape{h}), nullptr));
+  // The LM head's and final norm's gradients are complete: they are reduced
+  // under the blocks' backward.
+  ASSIGN_OR_RETURN(const CollectiveTicket head_reduced,
+                   StartReduceScatter({{&final_norm_, &grad_final_norm_},
+                                       {&lm_head_, &grad_lm_head_}}));
   // Block l's backward runs while block l + 1's gradients are
   // reduce-scattered and (when resharding) block l - 1's weights gathered.
   for (int l = layers_ - 1; l >= 0; --l) {
@@ -159,13 +164,15 @@ absl::StatusOr<StepReport> FsdpTrainer::Step(int step) {
   RETURN_IF_ERROR(clock_.Lap(StepPhase::kBackward, nullptr));
   {
     PhaseRange range("reduce-scatter");
-    ASSIGN_OR_RETURN(const CollectiveTicket outer_reduced, StartReduceScatterOuter());
+    ASSIGN_OR_RETURN(const CollectiveTicket embedding_reduced,
+                     StartReduceScatter({{&embedding_, &grad_embedding_}}));
     for (int l = 0; l < std::min(layers_, 2); ++l) {
       RETURN_IF_ERROR(comm_->WaitFor(grads_reduced_[l], nullptr));
     }
-    RETURN_IF_ERROR(comm_->WaitFor(outer_reduced, nullptr));
+    RETURN_IF_ERROR(comm_->WaitFor(head_reduced, nullptr));
+    RETURN_IF_ERROR(comm_->WaitFor(embedding_reduced, nullptr));
     RETURN_IF_ERROR(ReduceAcrossReplicas(0, grads_reduced_[0]));
-    RETURN_IF_ERROR(ReduceAcrossReplicas(-1, outer_reduced));
+    RETURN_IF_ERROR(ReduceAcrossReplicas(-1, embedding_reduced));
     RETURN_IF_ERROR(WaitForReplicas());
     RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, nullptr));
   }
