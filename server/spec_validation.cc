@@ -219,6 +219,12 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
     return Bad("world_size", absl::StrCat("must be in [1, ", kMaxWorldSize, "] (got ",
                                           spec.world_size(), ")"));
   }
+  if (const int group = spec.parallelism().shard_group_size();
+      group < 0 || group > spec.world_size() || (group > 0 && spec.world_size() % group != 0)) {
+    return Bad("parallelism.shard_group_size",
+               absl::StrCat("must be 0 (plain FSDP) or divide world_size ", spec.world_size(),
+                            " (got ", group, ")"));
+  }
   if (!v1::DeviceKind_IsValid(spec.device_kind())) return Bad("device_kind", "unknown kind");
   if (absl::Status s = ValidateForDevice(spec.model(), spec.device_kind()); !s.ok()) return s;
   if (absl::Status s = AtLeast("steps", spec.steps(), 1); !s.ok()) return s;

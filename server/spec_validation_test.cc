@@ -75,6 +75,9 @@ TEST(SpecValidation, EachRuleNamesItsField) {
       {"fp8.delayed.amax_history_len", [](v1::JobSpec& s) { s.mutable_fp8()->mutable_delayed()->set_amax_history_len(-2); }},
       {"world_size", [](v1::JobSpec& s) { s.set_world_size(0); }},
       {"world_size", [](v1::JobSpec& s) { s.set_world_size(kMaxWorldSize + 1); }},
+      {"parallelism.shard_group_size", [](v1::JobSpec& s) { s.mutable_parallelism()->set_shard_group_size(-1); }},
+      {"parallelism.shard_group_size", [](v1::JobSpec& s) { s.set_world_size(4); s.mutable_parallelism()->set_shard_group_size(3); }},
+      {"parallelism.shard_group_size", [](v1::JobSpec& s) { s.set_world_size(4); s.mutable_parallelism()->set_shard_group_size(8); }},
       {"steps", [](v1::JobSpec& s) { s.set_steps(0); }},
       {"checkpoint.interval_steps", [](v1::JobSpec& s) { s.mutable_checkpoint()->set_interval_steps(-1); }},
       {"checkpoint.dir", [](v1::JobSpec& s) { s.mutable_checkpoint()->set_interval_steps(5); }},
@@ -107,6 +110,15 @@ TEST(SpecValidation, EachRuleNamesItsField) {
     absl::Status s = ValidateJobSpec(spec);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.field;
     EXPECT_NE(s.message().find(c.field), std::string::npos) << c.field << " -> " << s.message();
+  }
+}
+
+TEST(SpecValidation, ShardGroupSizesThatDivideTheRanksPass) {
+  for (int group : {0, 1, 2, 4}) {
+    v1::JobSpec spec = ValidSpec();
+    spec.set_world_size(4);
+    spec.mutable_parallelism()->set_shard_group_size(group);
+    EXPECT_TRUE(ValidateJobSpec(spec).ok()) << group;
   }
 }
 
