@@ -1,0 +1,111 @@
+"""PyTorch FSDP2 baseline for the scaling benchmark (bench/run_scaling_benchmarks.sh):
+the model of bench/torch_baseline.py (same architecture, RoPE and GQA
+included) sharded with torch.distributed.fsdp.fully_shard, one process per
+GPU, bf16 parameters and fp32 gradient reduction (MixedPrecisionPolicy),
+each block and then the root wrapped, as FSDP2 is usually applied; fused
+AdamW with the job's hyperparameters and global-norm clipping. Every rank
+trains on its own micro-batch of the job's size (the global batch grows
+with the world size, as Tessera's does).
+
+Launched once per world size:
+    python3 -m torch.distributed.run --nproc_per_node=N bench/torch_fsdp_baseline.py \\
+        --jobspec SPEC.json [--warmup 5] [--steps 15] [--json-out F]
+Rank 0 prints one JSON line: step time (median of the timed steps, host
+clock between synchronise-and-barrier pairs), tokens/s per GPU, peak memory,
+first and last loss. The environment of the GPU hosts keeps NVLink
+multicast off (NCCL_NVLS_ENABLE=0); this script does not change it.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_baseline import Decoder, check_config, config_from_jobspec  # noqa: E402
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--jobspec", required=True, help="JobSpec JSON (tessera submit JOB --dry-run --json)")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--steps", type=int, default=15)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json-out", help="rank 0 also appends its JSON line here")
+    args = p.parse_args()
+    cfg = config_from_jobspec(args.jobspec)
+    check_config(cfg)
+    if args.steps < 1 or args.warmup < 1:
+        p.error("--steps and --warmup must be >= 1")
+
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    dist.init_process_group("nccl")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    torch.cuda.set_device(local)
+    device = f"cuda:{local}"
+    torch.manual_seed(args.seed)
+    model = Decoder(cfg, device).to(device)
+    n_params = sum(p.numel() for p in model.parameters())
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for block in model.blocks:
+        fully_shard(block, mp_policy=policy)
+    fully_shard(model, mp_policy=policy)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], betas=(cfg["beta1"], cfg["beta2"]),
+                            eps=cfg["eps"], weight_decay=cfg["weight_decay"], fused=True)
+    gen = torch.Generator(device="cpu").manual_seed(args.seed * 1000 + rank)
+    batches = [torch.randint(0, cfg["vocab"], (cfg["batch"], cfg["seq"] + 1), generator=gen).to(device)
+               for _ in range(4)]
+    vocab = cfg["vocab"]
+
+    def train_step(tokens):
+        logits = model(tokens[:, :-1])
+        loss = F.cross_entropy(logits.float().view(-1, vocab), tokens[:, 1:].reshape(-1))
+        loss.backward()
+        if cfg["grad_clip"] > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    torch.cuda.reset_peak_memory_stats()
+    times, losses = [], []
+    for i in range(args.warmup + args.steps):
+        torch.cuda.synchronize()
+        dist.barrier()
+        start = time.perf_counter()
+        losses.append(train_step(batches[i % len(batches)]))
+        torch.cuda.synchronize()
+        dist.barrier()
+        if i >= args.warmup:
+            times.append(time.perf_counter() - start)
+    losses = [float(l) for l in losses]
+    if not all(math.isfinite(l) for l in losses):
+        raise RuntimeError(f"non-finite loss {losses}")
+    times.sort()
+    median = times[len(times) // 2]
+    if rank == 0:
+        result = {"impl": "pytorch-fsdp2", "torch": torch.__version__, "gpu": torch.cuda.get_device_name(local),
+                  "world": world, "model": {k: cfg[k] for k in ("vocab", "d_model", "layers", "heads", "kv_heads", "ffn", "seq")},
+                  "batch": cfg["batch"], "params_M": round(n_params / 1e6, 2),
+                  "step_ms": round(median * 1e3, 3), "step_ms_min": round(times[0] * 1e3, 3),
+                  "tokens_per_s_per_gpu": round(cfg["batch"] * cfg["seq"] / median),
+                  "peak_alloc_mib": round(torch.cuda.max_memory_allocated() / 2**20),
+                  "loss_first": round(losses[0], 4), "loss_last": round(losses[-1], 4)}
+        line = json.dumps(result)
+        print(line, flush=True)
+        if args.json_out:
+            with open(args.json_out, "a") as f:
+                f.write(line + "\n")
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
