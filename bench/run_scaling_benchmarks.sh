@@ -66,7 +66,7 @@ run_tessera() {
   done
   local n=0
   for _ in $(seq 1 240); do
-    n=$("${in_bundle[@]}" tessera workers --json --coordinator="$addr" 2>/dev/null | grep -c '"worker_id"' || true)
+    n=$("${in_bundle[@]}" tessera workers --json --coordinator="$addr" 2>/dev/null | grep -o '"worker_id"' | wc -l)
     ((n >= world)) && break
     sleep 0.5
   done
