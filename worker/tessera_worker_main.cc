@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -24,6 +25,7 @@
 #include "common/grpc_security.h"
 #include "common/shutdown_signal.h"
 #include "grpcpp/grpcpp.h"
+#include "worker/daemon/collective_network.h"
 #include "worker/daemon/orphan_aborter.h"
 #include "worker/daemon/registration.h"
 #include "worker/daemon/worker_core.h"
@@ -47,6 +49,13 @@ ABSL_FLAG(std::string, worker_token_file, "",
           "every caller");
 ABSL_FLAG(bool, insecure, false,
           "allow a non-loopback --listen without TLS and the worker credential");
+ABSL_FLAG(std::string, collective_interface, "",
+          "network interface for collectives across hosts (e.g. eth1, ib0): its address is what "
+          "Gloo peers dial when --host is not given, and NCCL bootstraps over it "
+          "(NCCL_SOCKET_IFNAME)");
+ABSL_FLAG(std::string, nccl_env, "",
+          "NCCL settings for this worker, KEY=VALUE,... with NCCL_ keys (e.g. "
+          "NCCL_IB_HCA=mlx5_0,NCCL_DEBUG=WARN); set before any NCCL call");
 ABSL_FLAG(std::string, data_root, "",
           "existing directory this worker may write checkpoints in (empty: anywhere)");
 
@@ -98,9 +107,25 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string listen_host = HostOf(listen);
-  // Peers and the coordinator need a name they can dial: a wildcard listen
-  // address falls back to --host, then to the machine's host name.
+  const std::string interface = absl::GetFlag(FLAGS_collective_interface);
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> nccl_env =
+      tessera::ParseNcclEnv(absl::GetFlag(FLAGS_nccl_env));
+  absl::Status network = nccl_env.status();
+  if (network.ok()) network = tessera::ApplyCollectiveEnvironment(interface, *nccl_env);
+  absl::StatusOr<std::string> interface_address = std::string();
+  if (network.ok() && !interface.empty()) {
+    interface_address = tessera::InterfaceAddress(interface);
+    network = interface_address.status();
+  }
+  if (!network.ok()) {
+    std::fprintf(stderr, "tessera-worker: %s\n", std::string(network.message()).c_str());
+    return 2;
+  }
+  // Peers and the coordinator need a name they can dial: --host, else the
+  // --collective_interface's address, else the --listen host (for a
+  // wildcard, the machine's host name).
   std::string host = absl::GetFlag(FLAGS_host);
+  if (host.empty()) host = *interface_address;
   if (host.empty()) host = IsWildcard(listen_host) ? info->host() : listen_host;
 
   tessera::WorkerCore core([device] { return tessera::CreateTrainer(device); });
