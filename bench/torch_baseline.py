@@ -138,6 +138,18 @@ def check_config(cfg):
         raise ValueError("kv_heads must divide heads")
 
 
+def loss_and_update(logits, tokens, model, opt, cfg):
+    """fp32 cross-entropy of next-token logits, backward, global-norm clipping
+    when the job asks for it, one optimizer step; returns the loss."""
+    loss = F.cross_entropy(logits.float().view(-1, cfg["vocab"]), tokens[:, 1:].reshape(-1))
+    loss.backward()
+    if cfg["grad_clip"] > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return loss.detach()
+
+
 def gpu_memory_used_mib():
     """Memory in use on GPU 0 by every process, from nvidia-smi (None if unavailable)."""
     try:
@@ -156,18 +168,11 @@ def run_mode(mode, cfg, batches, args, device, baseline_mib):
     opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], betas=(cfg["beta1"], cfg["beta2"]),
                             eps=cfg["eps"], weight_decay=cfg["weight_decay"], **({"fused": True} if cuda else {}))
     step_model = torch.compile(model) if mode == "compile" else model
-    vocab = cfg["vocab"]
 
     def train_step(tokens):
         with torch.autocast(device_type="cuda" if cuda else "cpu", dtype=torch.bfloat16):
             logits = step_model(tokens[:, :-1])
-        loss = F.cross_entropy(logits.float().view(-1, vocab), tokens[:, 1:].reshape(-1))
-        loss.backward()
-        if cfg["grad_clip"] > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss.detach()
+        return loss_and_update(logits, tokens, model, opt, cfg)
 
     def sync():
         if cuda:

@@ -24,10 +24,9 @@ import time
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_baseline import Decoder, check_config, config_from_jobspec  # noqa: E402
+from torch_baseline import Decoder, check_config, config_from_jobspec, loss_and_update  # noqa: E402
 
 
 def main():
@@ -62,17 +61,9 @@ def main():
     gen = torch.Generator(device="cpu").manual_seed(args.seed * 1000 + rank)
     batches = [torch.randint(0, cfg["vocab"], (cfg["batch"], cfg["seq"] + 1), generator=gen).to(device)
                for _ in range(4)]
-    vocab = cfg["vocab"]
 
     def train_step(tokens):
-        logits = model(tokens[:, :-1])
-        loss = F.cross_entropy(logits.float().view(-1, vocab), tokens[:, 1:].reshape(-1))
-        loss.backward()
-        if cfg["grad_clip"] > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss.detach()
+        return loss_and_update(model(tokens[:, :-1]), tokens, model, opt, cfg)
 
     torch.cuda.reset_peak_memory_stats()
     times, losses = [], []
