@@ -11,6 +11,7 @@
 #include <initializer_list>
 #include <utility>
 
+#include "absl/container/inlined_vector.h"
 #include "common/status_macros.h"
 #include "worker/trainer/fsdp_trainer.h"
 
@@ -19,7 +20,7 @@ namespace tessera {
 absl::StatusOr<CollectiveTicket> FsdpTrainer::StartGather(
     std::initializer_list<std::pair<const Fp8ShardedParam*, const DeviceTensor*>> params) {
   if (world_ == 1) return CollectiveTicket{};
-  std::vector<AllGatherPart> parts;
+  absl::InlinedVector<AllGatherPart, 4> parts;
   for (const auto& [param, gathered] : params) {
     ASSIGN_OR_RETURN(AllGatherPart part, GatherPart(*param, world_, gathered->desc));
     parts.push_back(part);
@@ -54,7 +55,7 @@ absl::StatusOr<CollectiveTicket> FsdpTrainer::StartReduceScatterBlock(int layer)
 absl::StatusOr<CollectiveTicket> FsdpTrainer::StartReduceScatter(
     std::initializer_list<std::pair<const Fp8ShardedParam*, const DeviceTensor*>> grads) {
   if (world_ == 1) return CollectiveTicket{};
-  std::vector<ReduceScatterPart> parts;
+  absl::InlinedVector<ReduceScatterPart, 4> parts;
   for (const auto& [param, full_grad] : grads) parts.push_back(ScatterPart(*param, full_grad->desc));
   return comm_->StartReduceScatter(parts, nullptr);
 }
@@ -62,7 +63,7 @@ absl::StatusOr<CollectiveTicket> FsdpTrainer::StartReduceScatter(
 absl::Status FsdpTrainer::ReduceAcrossReplicas(int layer, const CollectiveTicket& reduced) {
   if (replica_comm_ == nullptr) return absl::OkStatus();
   RETURN_IF_ERROR(comm_->WaitFor(reduced, nullptr));
-  std::vector<TensorDesc> shards;
+  absl::InlinedVector<TensorDesc, 6> shards;
   if (layer >= 0) {
     for (Fp8ShardedParam Block::*member : kBlockParams) {
       shards.push_back((blocks_[layer].*member).grad_shard.desc);

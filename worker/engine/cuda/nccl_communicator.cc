@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -112,7 +113,7 @@ class NcclCommunicator : public Communicator {
 
   absl::StatusOr<CollectiveTicket> StartAllGather(absl::Span<const AllGatherPart> parts,
                                                   Stream* after) override {
-    std::vector<AllGatherPart> work;
+    absl::InlinedVector<AllGatherPart, 8> work;
     for (const AllGatherPart& p : parts) {
       if (p.bytes_per_rank > 0) work.push_back(p);
     }
@@ -128,7 +129,7 @@ class NcclCommunicator : public Communicator {
 
   absl::StatusOr<CollectiveTicket> StartReduceScatter(absl::Span<const ReduceScatterPart> parts,
                                                       Stream* after) override {
-    std::vector<ReduceScatterPart> work;
+    absl::InlinedVector<ReduceScatterPart, 8> work;
     for (const ReduceScatterPart& p : parts) {
       if (p.send.dtype != p.recv.dtype ||
           (p.send.dtype != DType::kFloat32 && p.send.dtype != DType::kBFloat16)) {
@@ -154,7 +155,7 @@ class NcclCommunicator : public Communicator {
 
   absl::StatusOr<CollectiveTicket> StartAllReduce(absl::Span<const TensorDesc> bufs, ReduceOp op,
                                                   Stream* after) override {
-    std::vector<TensorDesc> work;
+    absl::InlinedVector<TensorDesc, 8> work;
     for (const TensorDesc& b : bufs) {
       if (b.dtype != DType::kFloat32) return absl::InvalidArgumentError("buf: must be fp32");
       if (b.NumElements() > 0) work.push_back(b);
