@@ -435,7 +435,14 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text, const std::str
   v1::JobSpec spec;
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = false;
-  auto status = google::protobuf::util::JsonStringToMessage(json.dump(), &spec, options);
+  // YAML passes string bytes through unchecked; JSON text must be UTF-8.
+  std::string json_text;
+  try {
+    json_text = json.dump();
+  } catch (const Json::type_error& e) {
+    return Invalid(source, 0, absl::StrCat("a value is not valid UTF-8 (", e.what(), ")"));
+  }
+  auto status = google::protobuf::util::JsonStringToMessage(json_text, &spec, options);
   if (!status.ok()) {
     return SchemaError(absl::string_view(status.message().data(), status.message().size()), lines,
                        source);
@@ -509,6 +516,10 @@ void AppendYaml(const OrderedJson& obj, const google::protobuf::Descriptor* desc
     const google::protobuf::FieldDescriptor* field =
         descriptor == nullptr ? nullptr : descriptor->FindFieldByName(key);
     absl::StrAppend(out, std::string(indent, ' '), key, ":");
+    if (value.is_object() && value.empty()) {
+      absl::StrAppend(out, " {}\n");  // present but empty; a bare "key:" reads as null
+      continue;
+    }
     if (value.is_object()) {
       absl::StrAppend(out, "\n");
       AppendYaml(value, field == nullptr ? nullptr : field->message_type(), indent + 2, out);
@@ -536,7 +547,8 @@ std::string JobSpecToJson(const v1::JobSpec& spec) { return SpecAsJson(spec).dum
 std::string JobSpecToYaml(const v1::JobSpec& spec) {
   std::string out;
   AppendYaml(SpecAsJson(spec), v1::JobSpec::descriptor(), 0, &out);
-  return out;
+  // An all-default spec: an empty document would not read back as a mapping.
+  return out.empty() ? "{}\n" : out;
 }
 
 }  // namespace tessera

@@ -275,5 +275,33 @@ TEST(JobFile, OversizedFilesAreRefusedBeforeParsing) {
   }
 }
 
+// Found by fuzz/job_file_fuzzer: a YAML string with bytes that are not
+// UTF-8 made the YAML-to-JSON step throw past the parser (the CLI died).
+TEST(JobFile, YamlValuesThatAreNotUtf8AreRefused) {
+  absl::StatusOr<v1::JobSpec> spec =
+      ParseJobSpec("name: caf\xc3\nsteps: 3\n", "job.yaml", JobFileFormat::kYaml);
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(spec.status().message().find("job.yaml: a value is not valid UTF-8"),
+            std::string::npos)
+      << spec.status();
+}
+
+// Found by fuzz/job_file_fuzzer: an all-default spec, or one with a
+// present but empty message, was written as YAML that did not read back.
+TEST(JobFile, EmptySpecsAndEmptyMessagesRoundTripThroughYaml) {
+  v1::JobSpec empty;
+  absl::StatusOr<v1::JobSpec> back = ParseJobSpec(JobSpecToYaml(empty), "a.yaml", JobFileFormat::kYaml);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->SerializeAsString(), empty.SerializeAsString());
+  v1::JobSpec with_empty_model;
+  with_empty_model.set_name("x");
+  with_empty_model.mutable_model();
+  back = ParseJobSpec(JobSpecToYaml(with_empty_model), "b.yaml", JobFileFormat::kYaml);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->has_model());
+  EXPECT_EQ(back->name(), "x");
+}
+
 }  // namespace
 }  // namespace tessera

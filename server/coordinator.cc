@@ -8,6 +8,7 @@
 #include "common/spec_limits.h"
 #include "server/job_pagination.h"
 #include "server/job_state_machine.h"
+#include "server/memory_admission.h"
 #include "server/model_flops.h"
 #include "server/request_limits.h"
 #include "server/restart_policy.h"
@@ -113,10 +114,15 @@ absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec) {
   }
   absl::MutexLock lock(&mu_);
   if (shut_down_) return absl::UnavailableError("coordinator is shutting down");
+  v1::JobSpec with_defaults = WithDefaults(spec);
+  // Refused before it is queued: no registered worker could hold one rank.
+  if (absl::Status s = CheckJobFitsRegisteredWorkers(with_defaults, registry_.List()); !s.ok()) {
+    return s;
+  }
   auto entry = std::make_unique<JobEntry>();
   v1::Job& job = entry->job;
   job.set_id(absl::StrCat("job-", next_job_number_++));
-  *job.mutable_spec() = WithDefaults(spec);
+  *job.mutable_spec() = std::move(with_defaults);
   job.set_create_time_unix_ms(absl::ToUnixMillis(options_.now()));
   job.set_state(v1::PENDING);
   scheduler_.Enqueue(job.id(), job.spec(), options_.now());

@@ -6,10 +6,13 @@
 // the worker credential (README.md, operator section) only the coordinator
 // and peers may command it, and --data_root bounds where it writes.
 // grpc.health.v1.Health reads NOT_SERVING after a sticky device error and
-// while shutting down; server reflection is on.
+// while shutting down; server reflection is on. --failpoints (or
+// TESSERA_FAILPOINTS) arms fault injection for recovery tests
+// (worker/daemon/failpoints.h); a malformed spec refuses to start.
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <utility>
@@ -26,6 +29,7 @@
 #include "common/shutdown_signal.h"
 #include "grpcpp/grpcpp.h"
 #include "worker/daemon/collective_network.h"
+#include "worker/daemon/failpoints.h"
 #include "worker/daemon/orphan_aborter.h"
 #include "worker/daemon/registration.h"
 #include "worker/daemon/worker_core.h"
@@ -56,6 +60,10 @@ ABSL_FLAG(std::string, collective_interface, "",
 ABSL_FLAG(std::string, nccl_env, "",
           "NCCL settings for this worker, KEY=VALUE,... with NCCL_ keys (e.g. "
           "NCCL_IB_HCA=mlx5_0,NCCL_DEBUG=WARN); set before any NCCL call");
+ABSL_FLAG(std::string, failpoints, "",
+          "fault injection for recovery tests, NAME@step=N[,rank=R][,ms=M];... with NAME one of "
+          "exit, hang, fail_collective, corrupt_checkpoint, slow (worker/daemon/failpoints.h); "
+          "default: $TESSERA_FAILPOINTS; empty: none");
 ABSL_FLAG(std::string, data_root, "",
           "existing directory this worker may write checkpoints in (empty: anywhere)");
 
@@ -128,7 +136,26 @@ int main(int argc, char** argv) {
   if (host.empty()) host = *interface_address;
   if (host.empty()) host = IsWildcard(listen_host) ? info->host() : listen_host;
 
+  std::string failpoint_spec = absl::GetFlag(FLAGS_failpoints);
+  if (failpoint_spec.empty()) {
+    const char* env = std::getenv(tessera::Failpoints::kEnvironmentVariable);
+    if (env != nullptr) failpoint_spec = env;
+  }
+  absl::StatusOr<std::vector<tessera::Failpoint>> armed = tessera::Failpoints::Parse(failpoint_spec);
+  if (!armed.ok()) {
+    std::fprintf(stderr, "tessera-worker: --failpoints / %s: %s\n",
+                 tessera::Failpoints::kEnvironmentVariable,
+                 std::string(armed.status().message()).c_str());
+    return 2;
+  }
+  tessera::Failpoints failpoints(*armed);
+  if (!failpoints.empty()) {
+    std::printf("tessera-worker: failpoints armed: %s\n", failpoints.ToString().c_str());
+    std::fflush(stdout);
+  }
+
   tessera::WorkerCore core([device] { return tessera::CreateTrainer(device); });
+  if (!failpoints.empty()) core.set_failpoints(&failpoints);
   tessera::WorkerServiceSecurity service_security;
   service_security.access = security->access;
   service_security.coordinator_credentials = security->outgoing;

@@ -6,11 +6,15 @@
 // in flight; Abort waits for it to settle before destroying the trainer.
 #include "worker/daemon/worker_core.h"
 
+#include <cstdio>
 #include <new>
+#include <optional>
 #include <stdexcept>
 
 #include "absl/strings/str_cat.h"
+#include "common/checkpoint_layout.h"
 #include "common/spec_limits.h"
+#include "worker/trainer/checkpoint_io.h"
 
 namespace tessera {
 
@@ -211,6 +215,10 @@ absl::Status WorkerCore::RunSteps(const std::string& job_id, int first_step, int
   }
   absl::Status status;
   for (int step = first_step; step < first_step + num_steps; ++step) {
+    if (failpoints_ != nullptr) {
+      status = FireFailpointBeforeStep(step);
+      if (!status.ok()) break;
+    }
     {
       absl::MutexLock lock(&mu_);
       if (aborting_) break;  // reported below
@@ -262,7 +270,61 @@ absl::StatusOr<std::string> WorkerCore::Checkpoint(const std::string& job_id, in
     phase_ = resume;
   }
   if (!path.ok()) NoteHealth(path.status()).IgnoreError();
+  if (path.ok() && failpoints_ != nullptr) FireFailpointAfterCheckpoint(step, dir);
   return path;
+}
+
+absl::Status WorkerCore::FireFailpointBeforeStep(int step) {
+  const int rank = this->rank();
+  std::optional<Failpoint> failpoint = failpoints_->TakeBeforeStep(rank, step);
+  if (!failpoint.has_value()) return absl::OkStatus();
+  if (failpoint->action == FailpointAction::kExit) KillThisProcessForFailpoint(*failpoint);
+  std::fprintf(stderr, "tessera-worker: failpoint %s fired\n", failpoint->ToString().c_str());
+  std::fflush(stderr);
+  absl::MutexLock lock(&mu_);
+  switch (failpoint->action) {
+    case FailpointAction::kFailCollective:
+      return absl::AbortedError(absl::StrCat("step ", step, ": the collective failed on rank ",
+                                             rank, " (failpoint ", failpoint->ToString(), ")"));
+    case FailpointAction::kHang:
+      // A deadlocked step: heartbeats go on, only an Abort ends it.
+      mu_.Await(absl::Condition(&aborting_));
+      break;
+    case FailpointAction::kSlow:
+      mu_.AwaitWithTimeout(absl::Condition(&aborting_), absl::Milliseconds(failpoint->ms));
+      break;
+    default:
+      break;
+  }
+  return absl::OkStatus();  // an Abort that ended the wait is seen by the caller
+}
+
+void WorkerCore::FireFailpointAfterCheckpoint(int step, const std::string& dir) {
+  const int rank = this->rank();
+  std::optional<Failpoint> failpoint = failpoints_->TakeAfterCheckpoint(rank, step);
+  if (!failpoint.has_value()) return;
+  // The rank's first data file, as its manifest names it.
+  absl::Status status;
+  absl::StatusOr<RankManifest> manifest = ReadRankManifest(dir, step, rank);
+  std::string target;
+  if (!manifest.ok()) {
+    status = manifest.status();
+  } else if (manifest->files.empty()) {
+    status = absl::FailedPreconditionError("the manifest lists no file");
+  } else {
+    target = absl::StrCat(StepDir(dir, step), "/", manifest->files.front().name);
+    status = FlipOneByte(target);
+  }
+  // A failpoint that could not do its harm says so: the checkpoint itself
+  // is left as the trainer wrote it.
+  if (status.ok()) {
+    std::fprintf(stderr, "tessera-worker: failpoint %s fired: flipped a byte of %s\n",
+                 failpoint->ToString().c_str(), target.c_str());
+  } else {
+    std::fprintf(stderr, "tessera-worker: failpoint %s could not corrupt the checkpoint: %s\n",
+                 failpoint->ToString().c_str(), status.ToString().c_str());
+  }
+  std::fflush(stderr);
 }
 
 absl::Status WorkerCore::Abort(const std::string& job_id, const std::string& reason) {

@@ -27,6 +27,7 @@
 #include "proto/tessera/v1/worker.pb.h"
 #include "worker/comm/rendezvous_store.h"
 #include "worker/daemon/compute_thread.h"
+#include "worker/daemon/failpoints.h"
 #include "worker/trainer/trainer.h"
 
 namespace tessera {
@@ -36,6 +37,11 @@ class WorkerCore {
   using TrainerFactory = std::function<absl::StatusOr<std::unique_ptr<Trainer>>()>;
   explicit WorkerCore(TrainerFactory factory);
   ~WorkerCore();
+
+  // Arms fault injection (failpoints.h): checked before each step and after
+  // each checkpoint. Not owned; call before the first command. Null (the
+  // default) arms nothing.
+  void set_failpoints(Failpoints* failpoints) { failpoints_ = failpoints; }
 
   // Creates the trainer (through the factory) and sets it up. UNAVAILABLE if
   // unhealthy; CANCELLED if aborted meanwhile; INVALID_ARGUMENT for a spec
@@ -79,8 +85,14 @@ class WorkerCore {
   absl::Status NoteHealth(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
   // Forgets the job: back to idle, ready for the next SetupJob.
   void ClearJobLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fires the failpoint armed for this rank before `step`, if any: ABORTED
+  // for fail_collective; waits (until aborted) for hang and slow.
+  absl::Status FireFailpointBeforeStep(int step) ABSL_LOCKS_EXCLUDED(mu_);
+  // Fires corrupt_checkpoint for the checkpoint of `step` under `dir`.
+  void FireFailpointAfterCheckpoint(int step, const std::string& dir) ABSL_LOCKS_EXCLUDED(mu_);
 
   TrainerFactory factory_;
+  Failpoints* failpoints_ = nullptr;
   ComputeThread compute_;
   absl::Mutex mu_;
   Phase phase_ ABSL_GUARDED_BY(mu_) = Phase::kIdle;

@@ -157,7 +157,9 @@ INSTANTIATE_TEST_SUITE_P(
     RmsNormName);
 
 TEST(RmsNorm, ReferenceBackwardMatchesFiniteDifferences) {
-  for (auto [t_count, h] : {std::pair{1, 1}, std::pair{1, 5}, std::pair{4, 9}, std::pair{3, 16}}) {
+  for (auto shape : {std::pair{1, 1}, std::pair{1, 5}, std::pair{4, 9}, std::pair{3, 16}}) {
+    // Plain variables: lambdas capturing structured bindings need C++20.
+    const int t_count = shape.first, h = shape.second;
     SCOPED_TRACE(::testing::Message() << "T " << t_count << " H " << h);
     const std::vector<double> x = FloatTensor::Random(kF32, Shape{t_count, h}, 41, 2.0f).values();
     const std::vector<double> w = FloatTensor::Random(kF32, Shape{h}, 42).values();

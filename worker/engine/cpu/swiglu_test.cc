@@ -95,7 +95,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, SwiGluTest,
                          SwiGluName);
 
 TEST(SwiGlu, ReferenceBackwardMatchesFiniteDifferences) {
-  for (auto [t_count, f] : {std::pair{1, 1}, std::pair{3, 5}, std::pair{4, 8}}) {
+  for (auto shape : {std::pair{1, 1}, std::pair{3, 5}, std::pair{4, 8}}) {
+    // Plain variables: lambdas capturing structured bindings need C++20.
+    const int t_count = shape.first, f = shape.second;
     const std::vector<double> gu =
         FloatTensor::Random(DType::kFloat32, Shape{t_count, 2 * f}, 21, 4.0f).values();
     const std::vector<double> dy =

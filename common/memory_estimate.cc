@@ -1,0 +1,118 @@
+// One rank's memory from the JobSpec (see memory_estimate.h), tensor for
+// tensor in the order FsdpTrainer::AllocateState allocates them.
+#include "common/memory_estimate.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace tessera {
+namespace {
+
+constexpr int kDefaultAmaxHistory = 16;                      // job.proto's default
+constexpr int64_t kEngineScratchBytes = int64_t{96} << 20;  // cuBLASLt workspace, small scratch
+
+// Dim-0 sharding (worker/fsdp/shard_layout.h): every rank holds one chunk of
+// ceil(rows / world) rows, padded, so the sizes are the same on every rank.
+int64_t PaddedChunk(int64_t rows, int64_t cols, int world) {
+  return (rows + world - 1) / world * cols;
+}
+
+}  // namespace
+
+std::string FormatBytesAsGiB(int64_t bytes) {
+  return absl::StrFormat("%.2f GiB", static_cast<double>(bytes) / (int64_t{1} << 30));
+}
+
+std::string RankMemoryEstimate::ToString() const {
+  return absl::StrCat(FormatBytesAsGiB(total()), " (parameter shards ",
+                      FormatBytesAsGiB(parameter_shards), ", gathered ",
+                      FormatBytesAsGiB(gathered), ", activations ", FormatBytesAsGiB(activations),
+                      ", scratch ", FormatBytesAsGiB(scratch), ", engine workspace ",
+                      FormatBytesAsGiB(engine_workspace), ")");
+}
+
+RankMemoryEstimate EstimateRankMemory(const v1::JobSpec& spec, int /*rank*/, int shard_world) {
+  const int world = std::max(shard_world, 1);
+  const v1::ModelConfig& m = spec.model();
+  const int64_t vocab = m.vocab_size(), hidden = m.d_model(), ffn = m.ffn_dim();
+  const int64_t layers = m.n_layers(), heads = m.n_heads();
+  const int64_t kv_heads = m.n_kv_heads() > 0 ? m.n_kv_heads() : heads;
+  const int64_t head_dim = heads > 0 ? hidden / heads : 0;
+  const int64_t qkv = (heads + 2 * kv_heads) * head_dim;
+  const int64_t batch = spec.data().micro_batch_size(), seq = m.seq_len();
+  const int64_t tokens = batch * seq;
+  const bool fp8 = !spec.fp8().disabled();
+  const bool current_scaling = spec.fp8().has_current();
+  const int64_t linear_bytes = fp8 ? 1 : 2;  // e4m3 or bf16 compute copy of the block linears
+
+  RankMemoryEstimate e;
+  // Shard: fp32 master, m, v and gradient (16 bytes) plus the compute copy.
+  auto shard_bytes = [&](int64_t rows, int64_t cols, int64_t compute_bytes) {
+    return PaddedChunk(rows, cols, world) * (16 + compute_bytes);
+  };
+  // Gathered: `copies` compute copies and `grad_copies` fp32 full gradients.
+  auto gathered_bytes = [&](int64_t rows, int64_t cols, int64_t compute_bytes, int64_t copies,
+                            int64_t grad_copies) -> int64_t {
+    if (world == 1) return 0;
+    return PaddedChunk(rows, cols, world) * world * (compute_bytes * copies + 4 * grad_copies);
+  };
+  // Per block: attention norm, QKV, output projection, MLP norm, gate+up, down.
+  const int64_t rows[6] = {hidden, qkv, hidden, hidden, 2 * ffn, hidden};
+  const int64_t cols[6] = {1, hidden, hidden, 1, hidden, ffn};
+  const int64_t compute[6] = {2, linear_bytes, linear_bytes, 2, linear_bytes, linear_bytes};
+  const int64_t in_turn = std::min<int64_t>(layers, 2);  // two sets used by alternate blocks
+  const int64_t weight_sets = spec.reshard_after_forward() ? in_turn : layers;
+  for (int i = 0; i < 6; ++i) {
+    e.parameter_shards += layers * shard_bytes(rows[i], cols[i], compute[i]);
+    e.gathered += gathered_bytes(rows[i], cols[i], compute[i], weight_sets, in_turn);
+  }
+  // Embedding, final norm, LM head: bf16 compute copies, one set each.
+  const int64_t outer[3][2] = {{vocab, hidden}, {hidden, 1}, {vocab, hidden}};
+  for (const auto& shape : outer) {
+    e.parameter_shards += shard_bytes(shape[0], shape[1], 2);
+    e.gathered += gathered_bytes(shape[0], shape[1], 2, 1, 1);
+  }
+
+  // FP8 metadata (worker/model/fp8_meta.cc): for 2n e4m3 and n e5m2 slots
+  // an amax, a scale and 1/scale plus a history; and n weight 1/scales.
+  const int64_t n = 4 * layers;
+  int64_t history = kDefaultAmaxHistory;
+  if (current_scaling) {
+    history = 1;
+  } else if (spec.fp8().delayed().amax_history_len() > 0) {
+    history = spec.fp8().delayed().amax_history_len();
+  }
+  e.scratch += 4 * (3 * n + 2 * n * (2 + history) + n * (2 + history) + n);
+
+  // Saved for backward, per layer: residual input (fp32), the two norms'
+  // 1/rms and normed outputs, QKV, attention output and its softmax
+  // statistics, the residual after attention, gate+up, and (unless SwiGLU is
+  // fused into the FP8 cast) its output; with FP8, each linear's transposed
+  // e4m3 input.
+  const bool fused_swiglu = fp8 && !current_scaling;
+  int64_t per_layer = tokens * hidden * 4 + tokens * 4 + tokens * hidden * 2 + tokens * qkv * 2 +
+                      tokens * hidden * 2 + batch * heads * seq * 4 + tokens * hidden * 4 +
+                      tokens * 4 + tokens * hidden * 2 + tokens * 2 * ffn * 2;
+  if (!fused_swiglu) per_layer += tokens * ffn * 2;
+  if (fp8) per_layer += (hidden + hidden + hidden + ffn) * tokens;
+  e.activations = per_layer * layers;
+
+  // Per-step buffers: FP8 operand scratch, then token ids and targets, the
+  // final hidden state, its norm, and the widest input and output buffers.
+  const int64_t widest_in = std::max(hidden, ffn), widest_out = std::max(qkv, 2 * ffn);
+  e.scratch += tokens * widest_in + 2 * tokens * widest_out + widest_in * widest_out;
+  e.scratch += 2 * tokens * 4 + tokens * hidden * 4 + tokens * 4 + tokens * hidden * 2 +
+               tokens * hidden * 2 + tokens * hidden * 2 + tokens * hidden * 4 +
+               tokens * widest_out * 2 + tokens * widest_in * 2 + tokens * qkv * 2 + 8 * 4;
+
+  // The engine: one chunk of logits (at most 4 bytes each), the attention
+  // backward's fp32 scratch, fixed workspaces.
+  const int64_t chunk = std::min<int64_t>(
+      spec.loss_chunk_tokens() > 0 ? spec.loss_chunk_tokens() : tokens, tokens);
+  e.engine_workspace = chunk * vocab * 4 + 2 * batch * heads * seq * 4 + kEngineScratchBytes;
+  return e;
+}
+
+}  // namespace tessera

@@ -1,0 +1,51 @@
+// How much memory one rank of a job will allocate, computed from the JobSpec
+// alone. It lives in common/ so both sides use one formula: the coordinator
+// refuses at submit time a job that no registered worker of its kind could
+// hold (server/memory_admission.h), and the worker refuses it again in
+// SetupJob, against the device's free memory, before allocating anything.
+//
+// The trainer's tensors are counted exactly (FsdpTrainer::AllocateState):
+// each parameter's padded dim-0 shard (fp32 master, Adam m and v, fp32
+// gradient, compute copy); at a shard world size above 1 the gathered
+// weights and full-size gradients (at 1 they are views of the shards); the
+// activations saved for backward; per-step scratch; FP8 metadata. The
+// engine's own workspace (one chunk of the fused loss's logits, attention
+// backward scratch, fixed cuBLASLt workspace) is an upper bound on top.
+// worker/trainer/fsdp_trainer_test holds the worker's estimate to the bytes
+// the trainer really allocates, and server/memory_admission_test holds this
+// one to the worker's.
+#ifndef TESSERA_COMMON_MEMORY_ESTIMATE_H_
+#define TESSERA_COMMON_MEMORY_ESTIMATE_H_
+
+#include <cstdint>
+#include <string>
+
+#include "proto/tessera/v1/job.pb.h"
+
+namespace tessera {
+
+struct RankMemoryEstimate {
+  int64_t parameter_shards = 0;  // master, m, v, gradient and compute shards
+  int64_t gathered = 0;          // gathered weights and full-size gradients
+  int64_t activations = 0;       // saved for backward, all layers
+  int64_t scratch = 0;           // per-step buffers and FP8 metadata
+  int64_t engine_workspace = 0;  // upper bound of the engine's own buffers
+
+  // What the trainer allocates through the ops interface.
+  int64_t trainer_bytes() const { return parameter_shards + gathered + activations + scratch; }
+  int64_t total() const { return trainer_bytes() + engine_workspace; }
+  // "12.30 GiB (parameter shards 2.10 GiB, gathered ..., ...)".
+  std::string ToString() const;
+};
+
+// "12.34 GiB".
+std::string FormatBytesAsGiB(int64_t bytes);
+
+// Rank `rank` of a shard group of `shard_world` ranks (common/parallelism.h:
+// the whole world_size for plain FSDP), for a spec that passed validation
+// and carries the coordinator's defaults.
+RankMemoryEstimate EstimateRankMemory(const v1::JobSpec& spec, int rank, int shard_world);
+
+}  // namespace tessera
+
+#endif  // TESSERA_COMMON_MEMORY_ESTIMATE_H_

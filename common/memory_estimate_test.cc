@@ -1,0 +1,60 @@
+// The shared memory estimate against sums done by hand for a small model:
+// parameter shards at one rank (every parameter, 16 bytes of fp32 state plus
+// its compute copy) and at two ranks (chunks padded to ceil(rows / 2)), no
+// gathered buffers at one rank, and the GiB formatting. The full formula is
+// held to the worker's own estimate by server/memory_admission_test.
+#include "common/memory_estimate.h"
+
+#include "gtest/gtest.h"
+
+namespace tessera {
+namespace {
+
+v1::JobSpec Small() {
+  v1::JobSpec spec;
+  v1::ModelConfig* m = spec.mutable_model();
+  m->set_vocab_size(11);  // odd, so two ranks pad
+  m->set_d_model(4);
+  m->set_n_layers(1);
+  m->set_n_heads(2);
+  m->set_ffn_dim(6);
+  m->set_seq_len(8);
+  spec.mutable_data()->set_micro_batch_size(2);
+  spec.mutable_fp8()->set_disabled(true);  // bf16 compute copies: 2 bytes
+  return spec;
+}
+
+TEST(MemoryEstimate, ParameterShardsAreEveryParametersStateAtOneRank) {
+  // Block: norm 4, QKV 12 x 4, out 4 x 4, norm 4, gate+up 12 x 4, down 4 x 6;
+  // outside: embedding 11 x 4, final norm 4, LM head 11 x 4.
+  const int64_t params = 4 + 48 + 16 + 4 + 48 + 24 + 44 + 4 + 44;
+  const RankMemoryEstimate e = EstimateRankMemory(Small(), 0, 1);
+  EXPECT_EQ(e.parameter_shards, params * (16 + 2));
+  EXPECT_EQ(e.gathered, 0);
+  EXPECT_GT(e.activations, 0);
+  EXPECT_GT(e.engine_workspace, int64_t{96} << 20);
+  EXPECT_EQ(e.total(), e.trainer_bytes() + e.engine_workspace);
+}
+
+TEST(MemoryEstimate, TwoRanksHoldPaddedHalvesAndGatherBuffers) {
+  // ceil(rows / 2) rows each: 2, 6x4, 2x4, 2, 6x4, 2x6; 6x4, 2, 6x4.
+  const int64_t padded = 2 + 24 + 8 + 2 + 24 + 12 + 24 + 2 + 24;
+  const RankMemoryEstimate rank0 = EstimateRankMemory(Small(), 0, 2);
+  const RankMemoryEstimate rank1 = EstimateRankMemory(Small(), 1, 2);
+  EXPECT_EQ(rank0.parameter_shards, padded * (16 + 2));
+  EXPECT_EQ(rank1.parameter_shards, rank0.parameter_shards);  // padding makes them equal
+  EXPECT_GT(rank0.gathered, 0);
+}
+
+TEST(MemoryEstimate, FormatsGiB) {
+  EXPECT_EQ(FormatBytesAsGiB(int64_t{3} << 29), "1.50 GiB");
+  EXPECT_EQ(FormatBytesAsGiB(0), "0.00 GiB");
+  RankMemoryEstimate e;
+  e.parameter_shards = int64_t{1} << 30;
+  EXPECT_EQ(e.ToString(),
+            "1.00 GiB (parameter shards 1.00 GiB, gathered 0.00 GiB, activations 0.00 GiB, "
+            "scratch 0.00 GiB, engine workspace 0.00 GiB)");
+}
+
+}  // namespace
+}  // namespace tessera

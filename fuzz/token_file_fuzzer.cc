@@ -1,0 +1,54 @@
+// Fuzzes the token-file reader (worker/data/token_file.h): the input is
+// written to a file and memory-mapped by TokenFile::Open. A malformed file
+// must be INVALID_ARGUMENT, never a crash or a read past the mapping; an
+// accepted one must hold exactly its header's count of tokens, every one
+// readable, and max_token() must be their maximum.
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "fuzz/fuzz_check.h"
+#include "worker/data/token_file.h"
+
+namespace {
+
+// One scratch file per fuzzing process, rewritten for every input.
+const std::string& ScratchPath() {
+  static const std::string* path = [] {
+    const char* base = getenv("TEST_TMPDIR");
+    std::string pattern = std::string(base != nullptr ? base : "/tmp") + "/token-fuzz-XXXXXX";
+    if (mkdtemp(pattern.data()) == nullptr) std::abort();
+    return new std::string(pattern + "/input.tok");
+  }();
+  return *path;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string& path = ScratchPath();
+  FILE* f = std::fopen(path.c_str(), "wb");
+  FUZZ_CHECK(f != nullptr, "cannot write the scratch file");
+  FUZZ_CHECK(std::fwrite(data, 1, size, f) == size, "short write of the scratch file");
+  FUZZ_CHECK(std::fclose(f) == 0, "cannot close the scratch file");
+
+  absl::StatusOr<std::unique_ptr<tessera::TokenFile>> file = tessera::TokenFile::Open(path);
+  if (!file.ok()) {
+    FUZZ_CHECK(file.status().code() == absl::StatusCode::kInvalidArgument,
+               "a malformed token file was refused with a code other than INVALID_ARGUMENT");
+    return 0;
+  }
+  const int64_t count = (*file)->size();
+  FUZZ_CHECK(count >= 0, "negative token count");
+  FUZZ_CHECK(static_cast<uint64_t>(count) <= size, "more tokens than bytes in the file");
+  uint32_t max_token = 0;
+  for (int64_t i = 0; i < count; ++i) max_token = std::max(max_token, (*file)->Token(i));
+  FUZZ_CHECK(max_token == (*file)->max_token(), "max_token() is not the largest token");
+  return 0;
+}

@@ -1,0 +1,162 @@
+// Submit-time memory admission: the shared estimate equals the worker's own
+// over a grid of specs (FP8 recipes, resharding, GQA, loss chunking, world
+// sizes, every rank); a job no registered worker of its kind could hold is
+// refused with RESOURCE_EXHAUSTED naming the estimate and the memory
+// available, while unknown sizes, other kinds, unhealthy workers and an
+// empty registry do not refuse; and the coordinator refuses such a job
+// before queueing it.
+#include "server/memory_admission.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/memory_estimate.h"
+#include "gtest/gtest.h"
+#include "server/coordinator.h"
+#include "server/fake_worker_connection.h"
+#include "server/spec_validation.h"
+#include "worker/trainer/memory_estimate.h"
+
+namespace tessera {
+namespace {
+
+v1::JobSpec Spec(int world) {
+  v1::JobSpec spec;
+  v1::ModelConfig* m = spec.mutable_model();
+  m->set_vocab_size(1000);
+  m->set_d_model(96);
+  m->set_n_layers(3);
+  m->set_n_heads(4);
+  m->set_ffn_dim(250);
+  m->set_seq_len(24);
+  spec.mutable_data()->mutable_synthetic()->set_task(v1::SyntheticData::COPY);
+  spec.mutable_data()->set_micro_batch_size(3);
+  spec.mutable_optimizer()->set_lr(1e-3f);
+  spec.set_world_size(world);
+  spec.set_steps(5);
+  return WithDefaults(spec);
+}
+
+TEST(MemoryAdmission, SharedEstimateEqualsTheWorkersOwn) {
+  std::vector<v1::JobSpec> specs;
+  for (int world = 1; world <= 4; ++world) {
+    v1::JobSpec base = Spec(world);
+    specs.push_back(base);
+    v1::JobSpec bf16 = base;
+    bf16.mutable_fp8()->set_disabled(true);
+    specs.push_back(bf16);
+    v1::JobSpec current = base;
+    current.mutable_fp8()->mutable_current();
+    specs.push_back(current);
+    v1::JobSpec history = base;
+    history.mutable_fp8()->mutable_delayed()->set_amax_history_len(7);
+    specs.push_back(history);
+    v1::JobSpec reshard = base;
+    reshard.set_reshard_after_forward(!base.reshard_after_forward());
+    specs.push_back(reshard);
+    v1::JobSpec gqa = base;
+    gqa.mutable_model()->set_n_kv_heads(2);
+    specs.push_back(gqa);
+    v1::JobSpec chunked = base;
+    chunked.set_loss_chunk_tokens(16);
+    specs.push_back(chunked);
+  }
+  for (const v1::JobSpec& spec : specs) {
+    for (int rank = 0; rank < spec.world_size(); ++rank) {
+      const MemoryEstimate want = EstimateMemory(spec, rank, spec.world_size());
+      const RankMemoryEstimate got = EstimateRankMemory(spec, rank, spec.world_size());
+      SCOPED_TRACE(spec.ShortDebugString() + " rank " + std::to_string(rank));
+      EXPECT_EQ(got.parameter_shards, want.parameter_shards);
+      EXPECT_EQ(got.gathered, want.gathered);
+      EXPECT_EQ(got.activations, want.activations);
+      EXPECT_EQ(got.scratch, want.scratch);
+      EXPECT_EQ(got.engine_workspace, want.engine_workspace);
+      EXPECT_EQ(got.ToString(), want.ToString());
+      EXPECT_GT(got.total(), 0);
+    }
+  }
+}
+
+v1::WorkerRecord Worker(const std::string& id, v1::DeviceKind kind, int64_t memory,
+                        bool healthy = true) {
+  v1::WorkerRecord w;
+  w.set_worker_id(id);
+  w.mutable_device()->set_kind(kind);
+  w.mutable_device()->set_memory_bytes(memory);
+  w.set_healthy(healthy);
+  return w;
+}
+
+TEST(MemoryAdmission, RefusesWhenNoWorkerOfTheKindHasTheMemoryAndSaysHowMuch) {
+  const v1::JobSpec spec = Spec(2);
+  const int64_t need = EstimateRankMemory(spec, 0, 2).total();
+  const absl::Status refused = CheckJobFitsRegisteredWorkers(
+      spec, {Worker("w-1", v1::CPU, need / 4), Worker("w-2", v1::CPU, need - 1)});
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  const std::string message(refused.message());
+  EXPECT_NE(message.find("model: does not fit the registered CPU workers"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("each rank needs about " + EstimateRankMemory(spec, 0, 2).ToString()),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find(std::to_string(need) + " bytes"), std::string::npos) << message;
+  EXPECT_NE(message.find("largest CPU worker (w-2) has"), std::string::npos) << message;
+  EXPECT_NE(message.find(std::to_string(need - 1) + " bytes"), std::string::npos) << message;
+
+  // One worker with exactly enough is enough to admit it.
+  EXPECT_TRUE(CheckJobFitsRegisteredWorkers(
+                  spec, {Worker("w-1", v1::CPU, need / 4), Worker("w-3", v1::CPU, need)})
+                  .ok());
+}
+
+TEST(MemoryAdmission, JudgesOnlyWhatIsKnown) {
+  const v1::JobSpec spec = Spec(2);
+  const int64_t need = EstimateRankMemory(spec, 0, 2).total();
+  // Nothing registered yet, or only other kinds: workers may still join.
+  EXPECT_TRUE(CheckJobFitsRegisteredWorkers(spec, {}).ok());
+  EXPECT_TRUE(CheckJobFitsRegisteredWorkers(spec, {Worker("g-1", v1::CUDA, 1)}).ok());
+  // An unhealthy worker is not counted, big or small.
+  EXPECT_TRUE(CheckJobFitsRegisteredWorkers(spec, {Worker("w-1", v1::CPU, 1, false)}).ok());
+  EXPECT_EQ(CheckJobFitsRegisteredWorkers(
+                spec, {Worker("w-1", v1::CPU, need * 2, false), Worker("w-2", v1::CPU, 1)})
+                .code(),
+            absl::StatusCode::kResourceExhausted);
+  // A worker that reports no size might fit.
+  EXPECT_TRUE(
+      CheckJobFitsRegisteredWorkers(spec, {Worker("w-1", v1::CPU, 1), Worker("w-2", v1::CPU, 0)})
+          .ok());
+}
+
+TEST(MemoryAdmission, TheCoordinatorRefusesBeforeQueueing) {
+  CoordinatorOptions options;
+  options.start_background_thread = false;
+  options.connect = [](const std::string&) {
+    return std::make_unique<FakeWorkerConnection>(0, FakeWorkerBehavior{});
+  };
+  Coordinator core(options);
+  ASSERT_TRUE(core.Start().ok());
+  const v1::JobSpec spec = Spec(1);
+  const int64_t need = EstimateRankMemory(spec, 0, 1).total();
+  v1::RegisterWorkerRequest small;
+  small.set_address("127.0.0.1:1");
+  small.mutable_device()->set_kind(v1::CPU);
+  small.mutable_device()->set_memory_bytes(need / 2);
+  ASSERT_TRUE(core.RegisterWorker(small).ok());
+
+  absl::StatusOr<v1::Job> refused = core.SubmitJob(spec);
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_NE(refused.status().message().find("each rank needs about"), std::string::npos);
+  EXPECT_TRUE(core.ListJobs({}, 0, "")->jobs.empty());  // nothing was queued
+
+  v1::RegisterWorkerRequest big = small;
+  big.set_address("127.0.0.1:2");
+  big.mutable_device()->set_memory_bytes(need * 2);
+  ASSERT_TRUE(core.RegisterWorker(big).ok());
+  absl::StatusOr<v1::Job> admitted = core.SubmitJob(spec);
+  ASSERT_TRUE(admitted.ok()) << admitted.status();
+  EXPECT_EQ(admitted->state(), v1::PENDING);
+}
+
+}  // namespace
+}  // namespace tessera
