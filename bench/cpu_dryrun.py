@@ -13,13 +13,19 @@ stand-ins before running the script:
     runs too;
   * torch.nn.attention.SDPBackend and sdpa_kernel;
   * torch.nn.RMSNorm;
-  * torch.compile (returns the module unchanged: nothing is compiled).
+  * torch.compile (returns the module unchanged: nothing is compiled);
+  * torch.distributed.fsdp.fully_shard and MixedPrecisionPolicy (FSDP2):
+    fully_shard returns the module unchanged, so nothing is sharded and
+    each rank trains its own replica; the launch, the process group, the
+    model, the loop and the report still run.
 
 With PyTorch 2.x installed nothing is replaced. Timings from a dry run mean
 nothing; it checks shapes, layouts, file protocols and the report.
 
     python3 bench/cpu_dryrun.py bench/attention_bench.py --device cpu --binary ... --shape 1,4,2,64,16
     python3 bench/cpu_dryrun.py bench/torch_baseline.py --device cpu --jobspec spec.json ...
+    python3 -m torch.distributed.run --nproc_per_node=2 bench/cpu_dryrun.py \
+        bench/torch_fsdp_baseline.py --device cpu --jobspec spec.json ...
 """
 import contextlib
 import enum
@@ -91,6 +97,22 @@ class _RMSNorm(torch.nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * self.weight
 
 
+def _install_fsdp2(fsdp):
+    class MixedPrecisionPolicy:
+        def __init__(self, param_dtype=None, reduce_dtype=None, output_dtype=None,
+                     cast_forward_inputs=True):
+            self.param_dtype, self.reduce_dtype = param_dtype, reduce_dtype
+            self.output_dtype, self.cast_forward_inputs = output_dtype, cast_forward_inputs
+
+    def fully_shard(module, **kwargs):
+        return module
+
+    fsdp.MixedPrecisionPolicy = MixedPrecisionPolicy
+    fsdp.fully_shard = fully_shard
+    sys.modules["torch.distributed.fsdp"] = fsdp
+    torch.distributed.fsdp = fsdp
+
+
 def install():
     has_sdpa = (hasattr(F, "scaled_dot_product_attention")
                 and importlib.util.find_spec("torch.nn.attention") is not None)
@@ -100,6 +122,13 @@ def install():
         torch.nn.RMSNorm = _RMSNorm
     if not hasattr(torch, "compile"):
         torch.compile = lambda module, **kwargs: module
+    if torch.distributed.is_available():
+        try:
+            import torch.distributed.fsdp as fsdp
+        except Exception:  # 1.13's FSDP1 does not import under Python 3.11
+            fsdp = types.ModuleType("torch.distributed.fsdp")
+        if not hasattr(fsdp, "fully_shard"):
+            _install_fsdp2(fsdp)
 
 
 if __name__ == "__main__":

@@ -16,9 +16,24 @@
 #
 #   bench/run_scaling_benchmarks.sh BUNDLE_DIR OUT_DIR
 # Environment: BENCH_BUDGET_S (540: the 1.1B model starts only if 200 s are
-# left), MODELS ("221m 1b"), WORLDS (1 2 4 8, capped at the GPU count),
-# TESSERA_TIMEOUT_S (180), TORCH_TIMEOUT_S (240). Output: OUT_DIR/scaling.jsonl
-# and OUT_DIR/summary.md (printed last); logs per run under OUT_DIR.
+# left), MODELS ("221m 1b": bench/jobs/step_NAME.yaml; an entry ending in
+# .yaml is that job file), WORLDS (1 2 4 8, capped at the GPU count),
+# TESSERA_TIMEOUT_S (180), TORCH_TIMEOUT_S (240), TORCH_WARMUP (5),
+# TORCH_STEPS (15). Output: OUT_DIR/scaling.jsonl and OUT_DIR/summary.md
+# (printed last); logs per run under OUT_DIR.
+#
+# A dry run without a GPU (it checks the plumbing, not speed): CPU workers,
+# the toy CPU job, PyTorch on gloo through bench/cpu_dryrun.py, its ranks
+# started by this script (TORCH_LAUNCH=env: Debian's torch 1.13 launcher
+# fails under Python 3.11):
+#   GPUS=2 TESSERA_DEVICE=cpu TORCH_DEVICE=cpu TORCH_LAUNCH=env \
+#   PYTHON="/usr/bin/python3 bench/cpu_dryrun.py" MODELS=bench/jobs/dryrun_cpu.yaml \
+#   bench/run_scaling_benchmarks.sh BUNDLE_DIR OUT_DIR
+# GPUS (default: nvidia-smi's count), TESSERA_DEVICE (cuda: worker i gets
+# cuda:i; cpu), TORCH_DEVICE (cuda), PYTHON (python3: the interpreter, and
+# any wrapper script, for PyTorch), TORCH_LAUNCH (torchrun: python -m
+# torch.distributed.run; env: one process per rank with RANK, WORLD_SIZE,
+# MASTER_ADDR and MASTER_PORT set here).
 set -uo pipefail
 if [[ $# -ne 2 ]]; then
   echo "usage: $0 BUNDLE_DIR OUT_DIR" >&2
@@ -31,7 +46,10 @@ mkdir -p "$out"
 : >"$out/scaling.jsonl"
 budget="${BENCH_BUDGET_S:-540}"
 start_s=$SECONDS
-gpus="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)"
+gpus="${GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)}"
+tessera_device="${TESSERA_DEVICE:-cuda}"
+torch_device="${TORCH_DEVICE:-cuda}"
+read -r -a python <<<"${PYTHON:-python3}"
 worlds=()
 for w in ${WORLDS:-1 2 4 8}; do ((w <= gpus)) && worlds+=("$w"); done
 in_bundle=(bash -c 'source "$0/env.sh" && exec "$@"' "$bundle")
@@ -61,7 +79,9 @@ run_tessera() {
   "${in_bundle[@]}" tessera-coordinator --listen="$addr" --state_dir="$dir/state" >"$dir/coordinator.log" 2>&1 &
   pids+=($!)
   for ((g = 0; g < world; ++g)); do
-    "${in_bundle[@]}" tessera-worker --coordinator="$addr" --device="cuda:$g" >"$dir/worker$g.log" 2>&1 &
+    local device="$tessera_device"
+    [[ "$device" == cuda ]] && device="cuda:$g"
+    "${in_bundle[@]}" tessera-worker --coordinator="$addr" --device="$device" >"$dir/worker$g.log" 2>&1 &
     pids+=($!)
   done
   local n=0
@@ -70,10 +90,13 @@ run_tessera() {
     ((n >= world)) && break
     sleep 0.5
   done
-  local base
-  base="$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 | head -1)"
-  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 -lms 250 >"$dir/mem.csv" 2>/dev/null &
-  pids+=($!)
+  local base=0
+  : >"$dir/mem.csv"
+  if [[ "$tessera_device" == cuda ]]; then
+    base="$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 | head -1)"
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 -lms 250 >"$dir/mem.csv" 2>/dev/null &
+    pids+=($!)
+  fi
   timeout "${TESSERA_TIMEOUT_S:-180}" "${in_bundle[@]}" tessera submit "$dir/job.yaml" --watch --json \
     --coordinator="$addr" >"$dir/events.jsonl" 2>"$dir/submit.err"
   local rc=$?
@@ -84,8 +107,32 @@ run_tessera() {
   return "$rc"
 }
 
+# run_fsdp2 WORLD DIR: bench/torch_fsdp_baseline.py on WORLD ranks.
+run_fsdp2() {
+  local world="$1" dir="$2"
+  local args=("$here/torch_fsdp_baseline.py" --jobspec "$dir/jobspec.json" --json-out "$dir/fsdp2.json"
+    --device "$torch_device" --warmup "${TORCH_WARMUP:-5}" --steps "${TORCH_STEPS:-15}")
+  if [[ "${TORCH_LAUNCH:-torchrun}" == torchrun ]]; then
+    timeout "${TORCH_TIMEOUT_S:-240}" "${python[0]}" -m torch.distributed.run --standalone \
+      --nproc_per_node="$world" "${python[@]:1}" "${args[@]}"
+    return
+  fi
+  local port=$((29500 + RANDOM % 400)) rank rc=0 ranks=()
+  for ((rank = 0; rank < world; ++rank)); do
+    RANK=$rank LOCAL_RANK=$rank WORLD_SIZE=$world LOCAL_WORLD_SIZE=$world MASTER_ADDR=127.0.0.1 \
+      MASTER_PORT=$port timeout "${TORCH_TIMEOUT_S:-240}" "${python[@]}" "${args[@]}" &
+    ranks+=($!)
+  done
+  for p in "${ranks[@]}"; do wait "$p" || rc=$?; done
+  return "$rc"
+}
+
 for model in ${MODELS:-221m 1b}; do
   job="$here/jobs/step_$model.yaml"
+  if [[ "$model" == *.yaml ]]; then
+    job="$(cd "$(dirname "$model")" && pwd)/$(basename "$model")"
+    model="$(basename "$model" .yaml)"
+  fi
   if [[ "$model" != 221m ]] && ((SECONDS - start_s > budget - 200)); then
     echo "== $model skipped: less than 200 s of the ${budget} s budget left"
     continue
@@ -95,12 +142,12 @@ for model in ${MODELS:-221m 1b}; do
       dir="$out/$model/tessera-$variant-w$world"
       echo "== $model Tessera $variant, $world GPU(s) ($(date -u +%H:%M:%S))"
       if run_tessera "$job" "$world" "$variant" "$dir"; then
-        python3 - "$dir/tessera.json" "$model" "$world" "$variant" >>"$out/scaling.jsonl" <<'PY'
+        python3 - "$dir/tessera.json" "$model" "$world" "$variant" "$job" >>"$out/scaling.jsonl" <<'PY'
 import json, sys
 r = json.loads(open(sys.argv[1]).read())
 w = int(sys.argv[3])
 ph = r.get("phases_ms", {})
-print(json.dumps({"model": sys.argv[2], "world": w, "impl": f"tessera-{sys.argv[4]}",
+print(json.dumps({"model": sys.argv[2], "world": w, "impl": f"tessera-{sys.argv[4]}", "job": sys.argv[5],
                   "step_ms": r["step_ms"], "tokens_per_s_per_gpu": round(r["tokens_per_s"] / w),
                   "collective_ms": ph.get("collective"), "phases_ms": ph,
                   "control_overhead_ms": r.get("control_overhead_ms"),
@@ -117,8 +164,8 @@ PY
     mkdir -p "$dir"
     echo "== $model PyTorch FSDP2 bf16, $world GPU(s) ($(date -u +%H:%M:%S))"
     "${in_bundle[@]}" tessera submit "$job" --dry-run --json >"$dir/jobspec.json"
-    if timeout "${TORCH_TIMEOUT_S:-240}" python3 -m torch.distributed.run --standalone --nproc_per_node="$world" \
-      "$here/torch_fsdp_baseline.py" --jobspec "$dir/jobspec.json" --json-out "$dir/fsdp2.json" >"$dir/torch.log" 2>&1; then
+    rm -f "$dir/fsdp2.json"
+    if run_fsdp2 "$world" "$dir" >"$dir/torch.log" 2>&1; then
       python3 - "$dir/fsdp2.json" "$model" >>"$out/scaling.jsonl" <<'PY'
 import json, sys
 r = json.loads(open(sys.argv[1]).read().splitlines()[-1])
@@ -150,9 +197,9 @@ for r in rows:
     wait = r["collective_ms"] / r["step_ms"] if r.get("collective_ms") is not None else None
     pred = ag = "-"
     if r["impl"].startswith("tessera") and one and one[0].get("phases_ms"):
-        m = scaling_model.load_job(f"{sys.argv[2]}/jobs/step_{r['model']}.yaml")
+        m = scaling_model.load_job(r.get("job") or f"{sys.argv[2]}/jobs/step_{r['model']}.yaml")
         p = scaling_model.predict(m, one[0]["phases_ms"], r["world"], fp8=r["impl"].endswith("fp8"))
-        pred, ag = p["tokens_per_s_per_gpu"], round(p["all_gather_bytes_per_step"] / 1e6)
+        pred, ag = p["tokens_per_s_per_gpu"], f"{p['all_gather_bytes_per_step'] / 1e6:.4g}"
     fmt = lambda v, f: f.format(v) if v is not None else "-"
     print(f"| {r['model']} | {r['impl']} | {r['world']} | {r['step_ms']} | {r['tokens_per_s_per_gpu']} | "
           f"{fmt(eff, '{:.3f}')} | {fmt(vs, '{:.2f}x')} | {fmt(wait, '{:.1%}')} | {fmt(r.get('control_overhead_ms'), '{}')} | "

@@ -14,6 +14,10 @@ Rank 0 prints one JSON line: step time (median of the timed steps, host
 clock between synchronise-and-barrier pairs), tokens/s per GPU, peak memory,
 first and last loss. The environment of the GPU hosts keeps NVLink
 multicast off (NCCL_NVLS_ENABLE=0); this script does not change it.
+
+`--device cpu` (gloo, fp32 optimizer without fusion, no memory figure) is
+for dry runs on a machine without a GPU, through bench/cpu_dryrun.py where
+the installed PyTorch lacks FSDP2; its timings mean nothing.
 """
 import argparse
 import json
@@ -36,6 +40,8 @@ def main():
     p.add_argument("--steps", type=int, default=15)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json-out", help="rank 0 also appends its JSON line here")
+    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
+                   help="cuda (NCCL); cpu (gloo) only for dry runs")
     args = p.parse_args()
     cfg = config_from_jobspec(args.jobspec)
     check_config(cfg)
@@ -44,11 +50,17 @@ def main():
 
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    dist.init_process_group("nccl")
+    cuda = args.device == "cuda"
+    if cuda and not torch.cuda.is_available():
+        print("torch_fsdp_baseline.py: no CUDA device", file=sys.stderr)
+        return 1
+    dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     local = int(os.environ.get("LOCAL_RANK", rank))
-    torch.cuda.set_device(local)
-    device = f"cuda:{local}"
+    if cuda:
+        torch.cuda.set_device(local)
+    device = f"cuda:{local}" if cuda else "cpu"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     torch.manual_seed(args.seed)
     model = Decoder(cfg, device).to(device)
     n_params = sum(p.numel() for p in model.parameters())
@@ -57,7 +69,8 @@ def main():
         fully_shard(block, mp_policy=policy)
     fully_shard(model, mp_policy=policy)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], betas=(cfg["beta1"], cfg["beta2"]),
-                            eps=cfg["eps"], weight_decay=cfg["weight_decay"], fused=True)
+                            eps=cfg["eps"], weight_decay=cfg["weight_decay"],
+                            **({"fused": True} if cuda else {}))
     gen = torch.Generator(device="cpu").manual_seed(args.seed * 1000 + rank)
     batches = [torch.randint(0, cfg["vocab"], (cfg["batch"], cfg["seq"] + 1), generator=gen).to(device)
                for _ in range(4)]
@@ -65,14 +78,15 @@ def main():
     def train_step(tokens):
         return loss_and_update(model(tokens[:, :-1]), tokens, model, opt, cfg)
 
-    torch.cuda.reset_peak_memory_stats()
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     times, losses = [], []
     for i in range(args.warmup + args.steps):
-        torch.cuda.synchronize()
+        sync()
         dist.barrier()
         start = time.perf_counter()
         losses.append(train_step(batches[i % len(batches)]))
-        torch.cuda.synchronize()
+        sync()
         dist.barrier()
         if i >= args.warmup:
             times.append(time.perf_counter() - start)
@@ -82,12 +96,12 @@ def main():
     times.sort()
     median = times[len(times) // 2]
     if rank == 0:
-        result = {"impl": "pytorch-fsdp2", "torch": torch.__version__, "gpu": torch.cuda.get_device_name(local),
+        result = {"impl": "pytorch-fsdp2", "torch": torch.__version__, "gpu": torch.cuda.get_device_name(local) if cuda else "cpu",
                   "world": world, "model": {k: cfg[k] for k in ("vocab", "d_model", "layers", "heads", "kv_heads", "ffn", "seq")},
                   "batch": cfg["batch"], "params_M": round(n_params / 1e6, 2),
                   "step_ms": round(median * 1e3, 3), "step_ms_min": round(times[0] * 1e3, 3),
                   "tokens_per_s_per_gpu": round(cfg["batch"] * cfg["seq"] / median),
-                  "peak_alloc_mib": round(torch.cuda.max_memory_allocated() / 2**20),
+                  "peak_alloc_mib": round(torch.cuda.max_memory_allocated() / 2**20) if cuda else None,
                   "loss_first": round(losses[0], 4), "loss_last": round(losses[-1], 4)}
         line = json.dumps(result)
         print(line, flush=True)
