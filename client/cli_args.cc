@@ -58,11 +58,15 @@ const std::vector<CommandSpec>& Commands() {
        1, {}},
       {"workers", "workers", "list registered worker daemons", 0, 0, {}},
       {"data",
-       "data text --out FILE INPUT... | data synthetic --task addition|copy --tokens N [--seed S] "
-       "--out FILE",
-       "make token files locally (no coordinator): byte-level from text files, or a synthetic task",
+       "data text [--tokenizer MODEL] --out FILE INPUT... | data synthetic --task addition|copy "
+       "--tokens N [--seed S] --out FILE | data tokenizer train --vocab_size N --out MODEL "
+       "CORPUS...",
+       "make token files locally (no coordinator): from text files (byte-level, or with a\n"
+       "      SentencePiece BPE model), or a synthetic task; or train such a BPE model",
        1, -1,
-       {{"out", true, "output token file"},
+       {{"out", true, "output token file (or model file, for tokenizer train)"},
+        {"tokenizer", true, "text: a SentencePiece model from `data tokenizer train` (default: bytes)"},
+        {"vocab_size", true, "tokenizer train: pieces in the model, at least 260"},
         {"task", true, "synthetic task: addition or copy"},
         {"tokens", true, "number of tokens to generate (synthetic)"},
         {"seed", true, "generator seed (synthetic, default 0)"},

@@ -1,12 +1,57 @@
-// `tessera data text|synthetic` (see data_command.h).
+// `tessera data text|synthetic|tokenizer train` (see data_command.h).
 #include "client/data_command.h"
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
+#include "client/tokenizer_helper.h"
 #include "worker/data/synthetic_task.h"
 #include "worker/data/text_to_tokens.h"
 
 namespace tessera {
+namespace {
+
+// Runs the SentencePiece helper and passes its answer on: its line to
+// `out` when it succeeded, else to `err`, prefixed with the command.
+int RunHelper(const std::string& command, const std::vector<std::string>& args,
+              std::ostream& out, std::ostream& err) {
+  absl::StatusOr<HelperResult> result = RunTokenizerHelper(args);
+  if (!result.ok()) {
+    err << command << ": " << result.status().message() << "\n";
+    return kExitFailed;
+  }
+  if (result->exit_code == kExitOk) {
+    out << result->output;
+    return kExitOk;
+  }
+  err << command << ": " << result->output;
+  return result->exit_code == kExitUsage ? kExitUsage : kExitFailed;
+}
+
+// `tessera data tokenizer train --vocab_size N --out MODEL CORPUS...`.
+int RunTokenizerCommand(const ParsedArgs& args, const std::string& out_path, std::ostream& out,
+                        std::ostream& err) {
+  if (args.positional.size() < 2 || args.positional[1] != "train") {
+    err << "tessera data tokenizer: the only action is train "
+           "(tessera data tokenizer train --vocab_size N --out MODEL CORPUS...)\n";
+    return kExitUsage;
+  }
+  std::vector<std::string> corpus(args.positional.begin() + 2, args.positional.end());
+  if (corpus.empty()) {
+    err << "tessera data tokenizer train: give at least one corpus text file\n";
+    return kExitUsage;
+  }
+  int vocab_size = 0;
+  if (!absl::SimpleAtoi(args.Get("vocab_size"), &vocab_size)) {
+    err << "tessera data tokenizer train: --vocab_size N is required (N >= 260: 256 byte "
+           "pieces and 3 special pieces come first)\n";
+    return kExitUsage;
+  }
+  std::vector<std::string> helper_args = {"train", std::to_string(vocab_size), out_path};
+  helper_args.insert(helper_args.end(), corpus.begin(), corpus.end());
+  return RunHelper("tessera data tokenizer train", helper_args, out, err);
+}
+
+}  // namespace
 
 int RunDataCommand(const ParsedArgs& args, std::ostream& out, std::ostream& err) {
   const std::string& mode = args.positional[0];
@@ -15,11 +60,17 @@ int RunDataCommand(const ParsedArgs& args, std::ostream& out, std::ostream& err)
     err << "tessera data: --out FILE is required\n";
     return kExitUsage;
   }
+  if (mode == "tokenizer") return RunTokenizerCommand(args, out_path, out, err);
   if (mode == "text") {
     std::vector<std::string> inputs(args.positional.begin() + 1, args.positional.end());
     if (inputs.empty()) {
       err << "tessera data text: give at least one input text file\n";
       return kExitUsage;
+    }
+    if (args.Has("tokenizer")) {
+      std::vector<std::string> helper_args = {"encode", args.Get("tokenizer"), out_path};
+      helper_args.insert(helper_args.end(), inputs.begin(), inputs.end());
+      return RunHelper("tessera data text", helper_args, out, err);
     }
     absl::Status s = BuildByteTokenFileFromText(inputs, out_path);
     if (!s.ok()) {
@@ -66,7 +117,7 @@ int RunDataCommand(const ParsedArgs& args, std::ostream& out, std::ostream& err)
     out << "wrote " << tokens << " tokens to " << out_path << "\n";
     return kExitOk;
   }
-  err << "tessera data: the mode must be text or synthetic\n";
+  err << "tessera data: the mode must be text, synthetic or tokenizer\n";
   return kExitUsage;
 }
 

@@ -1,5 +1,6 @@
-// `tessera data`: makes token files, byte-level from text files or a
-// synthetic task the model can visibly learn. Runs locally; no coordinator.
+// `tessera data`: makes token files from text files (byte-level, or with a
+// SentencePiece BPE model) or a synthetic task the model can visibly learn,
+// and trains BPE models. Runs locally; no coordinator.
 #ifndef TESSERA_CLIENT_DATA_COMMAND_H_
 #define TESSERA_CLIENT_DATA_COMMAND_H_
 

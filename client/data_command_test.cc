@@ -1,5 +1,7 @@
 // `tessera data`: text files become byte tokens, synthetic tasks become token
-// files of the requested size, and bad arguments are usage errors.
+// files of the requested size, `tokenizer train` makes a BPE model that
+// `text --tokenizer` then encodes with (the token file names it), and bad
+// arguments are usage errors.
 #include "client/data_command.h"
 
 #include <cstdlib>
@@ -17,12 +19,14 @@ std::string TempPath(const std::string& name) {
   return std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
 }
 
-int RunData(const std::vector<std::string>& argv, std::string* err = nullptr) {
+int RunData(const std::vector<std::string>& argv, std::string* err = nullptr,
+            std::string* out_text = nullptr) {
   absl::StatusOr<ParsedArgs> args = ParseArgs(argv);
   EXPECT_TRUE(args.ok()) << args.status();
   std::ostringstream out, errs;
   int code = RunDataCommand(*args, out, errs);
   if (err != nullptr) *err = errs.str();
+  if (out_text != nullptr) *out_text = out.str();
   return code;
 }
 
@@ -57,6 +61,46 @@ TEST(DataCommand, SyntheticWritesTheRequestedTokens) {
     EXPECT_EQ((*file)->size(), tokens);
     EXPECT_LT((*file)->max_token(), 256u);
   }
+}
+
+TEST(DataCommand, TrainsATokenizerAndEncodesTextWithIt) {
+  const std::string corpus = "worker/data/testdata/tokenizer_corpus.txt";
+  const std::string model = TempPath("tok.model");
+  std::string out, err;
+  ASSERT_EQ(RunData({"data", "tokenizer", "train", "--vocab_size", "400", "--out", model, corpus},
+                    &err, &out),
+            kExitOk)
+      << err;
+  EXPECT_NE(out.find("sentencepiece (vocab 400"), std::string::npos) << out;
+  const std::string tokens = TempPath("bpe.tok");
+  ASSERT_EQ(RunData({"data", "text", "--tokenizer", model, "--out", tokens, corpus}, &err, &out),
+            kExitOk)
+      << err;
+  auto file = TokenFile::Open(tokens);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ((*file)->tokenizer().kind, TokenizerKind::kSentencePiece);
+  EXPECT_EQ((*file)->tokenizer().vocab_size, 400u);
+  EXPECT_EQ((*file)->tokenizer().model_sha256.size(), 64u);
+  EXPECT_LT((*file)->max_token(), 400u);
+  // Byte-level stays the default, and says so.
+  ASSERT_EQ(RunData({"data", "text", "--out", TempPath("bytes.tok"), corpus}), kExitOk);
+  auto bytes = TokenFile::Open(TempPath("bytes.tok"));
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ((*bytes)->tokenizer().kind, TokenizerKind::kByte);
+
+  EXPECT_EQ(RunData({"data", "tokenizer", "train", "--vocab_size", "12", "--out", model, corpus},
+                    &err),
+            kExitUsage);
+  EXPECT_NE(err.find("--vocab_size"), std::string::npos) << err;
+  EXPECT_EQ(RunData({"data", "tokenizer", "train", "--out", model, corpus}), kExitUsage);
+  EXPECT_EQ(RunData({"data", "tokenizer", "apply", "--vocab_size", "400", "--out", model, corpus}),
+            kExitUsage);
+  EXPECT_EQ(RunData({"data", "tokenizer", "train", "--vocab_size", "400", "--out", model}),
+            kExitUsage);
+  EXPECT_EQ(RunData({"data", "text", "--tokenizer", TempPath("none.model"), "--out", tokens, corpus},
+                    &err),
+            kExitFailed);
+  EXPECT_NE(err.find("none.model"), std::string::npos) << err;
 }
 
 TEST(DataCommand, BadArgumentsAreUsageErrors) {

@@ -47,6 +47,14 @@ std::string WorkerJob(const v1::WorkerRecord& w) {
   return "-";
 }
 
+// "validation loss 1.2345 over 4.10k tokens, after step 120\n" (1-based
+// step count, as the progress line counts).
+std::string ValidationLine(const std::string& label, const v1::StepMetrics& m) {
+  return absl::StrFormat("%-9s loss %.4f over %s tokens, after step %d\n", label,
+                         m.validation().loss(),
+                         FormatRate(static_cast<double>(m.validation().tokens())), m.step() + 1);
+}
+
 }  // namespace
 
 std::string FormatJobsTable(const std::vector<v1::Job>& jobs) {
@@ -80,6 +88,9 @@ std::string FormatJob(const v1::Job& j) {
     absl::StrAppend(&out, absl::StrFormat("last step loss %.4f  grad_norm %.4f  lr %.3g  tok/s %s\n",
                                           m.loss(), m.grad_norm(), m.lr(),
                                           FormatRate(m.tokens_per_s())));
+    if (m.has_validation()) {
+      absl::StrAppend(&out, ValidationLine("validation", m));
+    }
     if (m.has_phases()) {
       const v1::StepPhases& p = m.phases();
       absl::StrAppend(
@@ -123,6 +134,7 @@ void ProgressTracker::Add(const v1::StepMetrics& m, double now_s) {
   last_step_ = m.step();
   loss_ = m.loss();
   tokens_per_s_ = m.tokens_per_s();
+  if (m.has_validation()) validation_loss_ = m.validation().loss();
   recent_.emplace_back(m.step(), now_s);
   if (recent_.size() > 20) recent_.erase(recent_.begin());
 }
@@ -140,9 +152,11 @@ std::string ProgressTracker::Line(int bar_width) const {
   double frac = total_steps_ > 0 ? std::clamp(static_cast<double>(done) / total_steps_, 0.0, 1.0) : 0;
   int filled = static_cast<int>(frac * bar_width);
   std::string bar = std::string(filled, '#') + std::string(bar_width - filled, '.');
-  return absl::StrFormat("step %d/%d [%s] %3.0f%%  loss %.4f  tok/s %s  ETA %s", done,
-                         total_steps_, bar, frac * 100, loss_, FormatRate(tokens_per_s_),
-                         FormatDuration(EtaSeconds()));
+  const std::string validation =
+      validation_loss_.has_value() ? absl::StrFormat("  val %.4f", *validation_loss_) : "";
+  return absl::StrFormat("step %d/%d [%s] %3.0f%%  loss %.4f%s  tok/s %s  ETA %s", done,
+                         total_steps_, bar, frac * 100, loss_, validation,
+                         FormatRate(tokens_per_s_), FormatDuration(EtaSeconds()));
 }
 
 std::string FormatSummary(const v1::Job& j, double total_tokens, double total_step_time_s) {
@@ -154,6 +168,11 @@ std::string FormatSummary(const v1::Job& j, double total_tokens, double total_st
   absl::StrAppend(&out, absl::StrFormat("  steps        %d/%d\n", j.steps_done(), j.spec().steps()));
   if (j.steps_done() > 0) {
     absl::StrAppend(&out, absl::StrFormat("  final loss   %.4f\n", j.last_metrics().loss()));
+    if (j.last_metrics().has_validation()) {
+      absl::StrAppend(&out, absl::StrFormat("  validation   %.4f (after step %d)\n",
+                                            j.last_metrics().validation().loss(),
+                                            j.last_metrics().step() + 1));
+    }
   }
   if (total_step_time_s > 0) {
     absl::StrAppend(&out, absl::StrFormat("  tokens/s     %s (all ranks, mean over steps)\n",

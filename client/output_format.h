@@ -1,9 +1,10 @@
 // How the CLI prints things: job and worker tables, the live progress line
-// with ETA, the end-of-job summary, and JSON renderings (proto JSON with the
-// proto field names) for --json.
+// with ETA (and the newest validation loss), the end-of-job summary, and
+// JSON renderings (proto JSON with the proto field names) for --json.
 #ifndef TESSERA_CLIENT_OUTPUT_FORMAT_H_
 #define TESSERA_CLIENT_OUTPUT_FORMAT_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,7 +28,9 @@ class ProgressTracker {
  public:
   explicit ProgressTracker(int total_steps) : total_steps_(total_steps) {}
   void Add(const v1::StepMetrics& metrics, double now_s);
-  // "step 120/300 [########............]  40%  loss 1.2345  tok/s 12.3k  ETA 0:45"
+  // "step 120/300 [########............]  40%  loss 1.2345  tok/s 12.3k  ETA 0:45",
+  // with "  val 1.3012" after the loss once a step carried a validation loss
+  // (the newest one).
   std::string Line(int bar_width = 24) const;
   double EtaSeconds() const;  // -1 while unknown
   int last_step() const { return last_step_; }
@@ -36,12 +39,14 @@ class ProgressTracker {
   int total_steps_;
   int last_step_ = -1;
   float loss_ = 0;
+  std::optional<float> validation_loss_;
   double tokens_per_s_ = 0;
   std::vector<std::pair<int, double>> recent_;  // (step, arrival time), last 20
 };
 
-// The end-of-job summary: final state and reason, steps, final loss, mean
-// tokens/s, wall time and mean control-plane overhead per step.
+// The end-of-job summary: final state and reason, steps, final loss (and
+// validation loss, when the last step was evaluated), mean tokens/s, wall
+// time and mean control-plane overhead per step.
 std::string FormatSummary(const v1::Job& job, double total_tokens, double total_step_time_s);
 
 }  // namespace tessera

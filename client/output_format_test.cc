@@ -36,6 +36,45 @@ TEST(OutputFormat, ProgressLineAndEta) {
   EXPECT_NE(line.find("ETA 0:45"), std::string::npos) << line;
 }
 
+TEST(OutputFormat, ValidationLossInStatusWatchSummaryAndJson) {
+  ProgressTracker p(10);
+  v1::StepMetrics m;
+  m.set_step(0);
+  m.set_loss(2.5f);
+  p.Add(m, 1.0);
+  EXPECT_EQ(p.Line(10).find("val"), std::string::npos) << p.Line(10);  // none yet
+  m.set_step(1);
+  m.mutable_validation()->set_loss(2.75f);
+  m.mutable_validation()->set_tokens(4096);
+  p.Add(m, 2.0);
+  EXPECT_NE(p.Line(10).find("loss 2.5000  val 2.7500"), std::string::npos) << p.Line(10);
+  m.set_step(2);
+  m.clear_validation();
+  p.Add(m, 3.0);  // the newest evaluation stays on the line until the next one
+  EXPECT_NE(p.Line(10).find("val 2.7500"), std::string::npos) << p.Line(10);
+
+  v1::Job job;
+  job.mutable_spec()->set_steps(10);
+  job.set_steps_done(10);
+  job.set_state(v1::SUCCEEDED);
+  job.mutable_last_metrics()->set_step(9);
+  job.mutable_last_metrics()->set_loss(1.5f);
+  EXPECT_EQ(FormatJob(job).find("validation"), std::string::npos);
+  EXPECT_EQ(FormatSummary(job, 0, 0).find("validation"), std::string::npos);
+  job.mutable_last_metrics()->mutable_validation()->set_loss(1.625f);
+  job.mutable_last_metrics()->mutable_validation()->set_tokens(4096);
+  EXPECT_NE(FormatJob(job).find("validation loss 1.6250 over 4.1k tokens, after step 10"),
+            std::string::npos)
+      << FormatJob(job);
+  EXPECT_NE(FormatSummary(job, 0, 0).find("validation   1.6250 (after step 10)"),
+            std::string::npos)
+      << FormatSummary(job, 0, 0);
+  // --json (status and watch) carries the message with proto field names.
+  const std::string json = ToJsonLine(job.last_metrics());
+  EXPECT_NE(json.find("\"validation\":{\"loss\":1.625,\"tokens\":\"4096\"}"), std::string::npos)
+      << json;
+}
+
 TEST(OutputFormat, TablesSummaryAndJson) {
   v1::Job job;
   job.set_id("job-4");

@@ -21,6 +21,7 @@ PACKAGES=(
   python3-grpcio python3-grpc-tools
   openssl grpc-proto
   prometheus-cpp-dev libcpp-httplib-dev python3-prometheus-client
+  libsentencepiece-dev
   clang-14 libclang-rt-14-dev libfuzzer-14-dev
 )
 

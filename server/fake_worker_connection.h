@@ -2,7 +2,9 @@
 // results with a configurable delay (or each twice), can fail a chosen
 // command, step or checkpoint, can hang until cancelled (a stuck worker),
 // and can answer as a dead worker (or answer Abort as a stuck one) would.
-// Its checkpoints leave a (empty) rank manifest on disk as a worker's would.
+// Its checkpoints leave a (empty) rank manifest on disk as a worker's would,
+// and after the steps the spec's data.validation names it reports a
+// validation loss (3.5 - 0.01 * step over 40 tokens), as a worker's would.
 // Records the commands it saw.
 #ifndef TESSERA_SERVER_FAKE_WORKER_CONNECTION_H_
 #define TESSERA_SERVER_FAKE_WORKER_CONNECTION_H_
@@ -16,6 +18,7 @@
 #include "common/checkpoint_layout.h"
 #include "common/durable_file.h"
 #include "server/worker_connection.h"
+#include "worker/data/validation_batch_source.h"
 
 namespace tessera {
 
@@ -45,6 +48,7 @@ class FakeWorkerConnection : public WorkerConnection {
     {
       absl::MutexLock lock(&mu_);
       resume_step_ = r.resume_step();
+      spec_ = r.spec();
     }
     if (behavior_.fail_setup) return absl::ResourceExhaustedError("out of memory");
     return v1::SetupJobResponse();
@@ -72,6 +76,15 @@ class FakeWorkerConnection : public WorkerConnection {
       // Phases that name the rank: forward_s is the rank, the rest its time.
       result.mutable_phases()->set_forward_s(rank_);
       result.mutable_phases()->set_backward_s(result.compute_time_s());
+      bool evaluated = false;
+      {
+        absl::MutexLock lock(&mu_);
+        evaluated = EvaluatesAfterStep(spec_, s);
+      }
+      if (evaluated) {
+        result.mutable_validation()->set_loss(3.5f - 0.01f * s);
+        result.mutable_validation()->set_tokens(40);
+      }
       on_step(result);
       if (behavior_.duplicate_results) on_step(result);
     }
@@ -117,6 +130,7 @@ class FakeWorkerConnection : public WorkerConnection {
   absl::Mutex mu_;
   std::vector<std::string> commands_;
   int resume_step_ = -1;
+  v1::JobSpec spec_;  // from SetupJob
 };
 
 }  // namespace tessera

@@ -118,6 +118,10 @@ void JobRunner::OnStepResult(const v1::StepResult& result) {
     }
     m.set_step(result.step());
     m.set_tokens(m.tokens() + result.tokens());
+    // Already all-reduced by the workers: every rank reports the same value.
+    if (result.has_validation() && (!m.has_validation() || result.rank() == 0)) {
+      *m.mutable_validation() = result.validation();
+    }
     // The step's time and its phases are the slowest rank's.
     if (p.ranks == 0 || result.compute_time_s() > m.step_time_s()) {
       m.set_step_time_s(result.compute_time_s());

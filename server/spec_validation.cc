@@ -13,11 +13,15 @@
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 #include "google/protobuf/unknown_field_set.h"
+#include "server/token_file_check.h"
 
 namespace tessera {
 namespace {
 
 constexpr int kMaxKeepLast = 1'000'000;
+// Each evaluation scores eval_batches micro-batches per rank; more than
+// this would take longer than most trainings between two evaluations.
+constexpr int kMaxEvalBatches = 100'000;
 
 absl::Status Bad(const std::string& field, const std::string& reason) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", reason));
@@ -107,6 +111,31 @@ absl::Status ValidateForDevice(const v1::ModelConfig& m, v1::DeviceKind kind) {
   return absl::OkStatus();
 }
 
+// data.validation: held-out data scored every eval_interval_steps steps.
+absl::Status ValidateValidation(const v1::DataConfig& d) {
+  if (!d.has_validation()) return absl::OkStatus();
+  const v1::ValidationConfig& v = d.validation();
+  if (v.token_file().empty()) {
+    return Bad("data.validation.token_file",
+               "must be a non-empty path when data.validation is set");
+  }
+  if (static_cast<int64_t>(v.token_file().size()) > kMaxPathBytes) {
+    return Bad("data.validation.token_file",
+               absl::StrCat("must be at most ", kMaxPathBytes, " bytes (got ",
+                            v.token_file().size(), ")"));
+  }
+  if (v.eval_interval_steps() < 1 || v.eval_interval_steps() > kMaxSteps) {
+    return Bad("data.validation.eval_interval_steps",
+               absl::StrCat("must be in [1, ", kMaxSteps, "] (got ", v.eval_interval_steps(), ")"));
+  }
+  if (v.eval_batches() < 1 || v.eval_batches() > kMaxEvalBatches) {
+    return Bad("data.validation.eval_batches",
+               absl::StrCat("must be in [1, ", kMaxEvalBatches, "] micro-batches per rank (got ",
+                            v.eval_batches(), ")"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateData(const v1::DataConfig& d) {
   switch (d.source_case()) {
     case v1::DataConfig::kTokenFile:
@@ -126,7 +155,8 @@ absl::Status ValidateData(const v1::DataConfig& d) {
     case v1::DataConfig::SOURCE_NOT_SET:
       return Bad("data", "set either data.token_file or data.synthetic");
   }
-  return AtLeast("data.micro_batch_size", d.micro_batch_size(), 1);
+  if (absl::Status s = AtLeast("data.micro_batch_size", d.micro_batch_size(), 1); !s.ok()) return s;
+  return ValidateValidation(d);
 }
 
 absl::Status ValidateOptimizer(const v1::OptimizerConfig& o) {
@@ -238,7 +268,9 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   if (absl::Status s = ValidateCheckpoint(spec.checkpoint(), spec.steps()); !s.ok()) return s;
   if (absl::Status s = AtLeast("step_timeout_s", spec.step_timeout_s(), 0); !s.ok()) return s;
   if (absl::Status s = AtLeast("max_restarts", spec.max_restarts(), 0); !s.ok()) return s;
-  return AtLeast("loss_chunk_tokens", spec.loss_chunk_tokens(), 0);
+  if (absl::Status s = AtLeast("loss_chunk_tokens", spec.loss_chunk_tokens(), 0); !s.ok()) return s;
+  // Last: the only rule that reads files (their headers).
+  return CheckTokenFilesFitVocab(spec);
 }
 
 v1::JobSpec WithDefaults(const v1::JobSpec& in) {

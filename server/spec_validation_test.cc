@@ -43,6 +43,15 @@ struct Case {
 
 TEST(SpecValidation, ValidSpecPasses) { EXPECT_TRUE(ValidateJobSpec(ValidSpec()).ok()); }
 
+TEST(SpecValidation, ValidationSectionPasses) {
+  v1::JobSpec spec = ValidSpec();
+  v1::ValidationConfig* v = spec.mutable_data()->mutable_validation();
+  v->set_token_file("/data/val.tok");
+  v->set_eval_interval_steps(1);
+  v->set_eval_batches(100'000);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+}
+
 TEST(SpecValidation, EachRuleNamesItsField) {
   std::vector<Case> cases = {
       {"model:", [](v1::JobSpec& s) { s.clear_model(); }},
@@ -61,6 +70,41 @@ TEST(SpecValidation, EachRuleNamesItsField) {
       {"model.norm_eps", [](v1::JobSpec& s) { s.mutable_model()->set_norm_eps(-1); }},
       {"data", [](v1::JobSpec& s) { s.mutable_data()->clear_synthetic(); }},
       {"data.token_file", [](v1::JobSpec& s) { s.mutable_data()->set_token_file(""); }},
+      {"data.validation.token_file",
+       [](v1::JobSpec& s) { s.mutable_data()->mutable_validation()->set_eval_batches(1); }},
+      {"data.validation.token_file",
+       [](v1::JobSpec& s) {
+         v1::ValidationConfig* v = s.mutable_data()->mutable_validation();
+         v->set_token_file(std::string(kMaxPathBytes + 1, 'v'));
+         v->set_eval_interval_steps(1);
+         v->set_eval_batches(1);
+       }},
+      {"data.validation.eval_interval_steps",
+       [](v1::JobSpec& s) {
+         v1::ValidationConfig* v = s.mutable_data()->mutable_validation();
+         v->set_token_file("/data/val.tok");
+         v->set_eval_batches(1);
+       }},
+      {"data.validation.eval_interval_steps",
+       [](v1::JobSpec& s) {
+         v1::ValidationConfig* v = s.mutable_data()->mutable_validation();
+         v->set_token_file("/data/val.tok");
+         v->set_eval_interval_steps(-3);
+         v->set_eval_batches(1);
+       }},
+      {"data.validation.eval_batches",
+       [](v1::JobSpec& s) {
+         v1::ValidationConfig* v = s.mutable_data()->mutable_validation();
+         v->set_token_file("/data/val.tok");
+         v->set_eval_interval_steps(5);
+       }},
+      {"data.validation.eval_batches",
+       [](v1::JobSpec& s) {
+         v1::ValidationConfig* v = s.mutable_data()->mutable_validation();
+         v->set_token_file("/data/val.tok");
+         v->set_eval_interval_steps(5);
+         v->set_eval_batches(100'001);
+       }},
       {"data.synthetic.task", [](v1::JobSpec& s) { s.mutable_data()->mutable_synthetic()->set_task(v1::SyntheticData::TASK_UNSPECIFIED); }},
       {"data.micro_batch_size", [](v1::JobSpec& s) { s.mutable_data()->set_micro_batch_size(0); }},
       {"optimizer", [](v1::JobSpec& s) { s.clear_optimizer(); }},

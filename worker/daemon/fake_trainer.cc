@@ -41,6 +41,9 @@ absl::StatusOr<SetupReport> FakeTrainer::Setup(const v1::JobSpec& spec, int rank
   rank_ = rank;
   world_size_ = world_size;
   tokens_per_step_ = spec.data().micro_batch_size() * spec.model().seq_len();
+  if (spec.data().has_validation()) {
+    eval_tokens_ = int64_t{tokens_per_step_} * spec.data().validation().eval_batches() * world_size;
+  }
   const absl::Time end = absl::Now() + options_.setup_time;
   while (absl::Now() < end) {
     if (aborted_) return absl::CancelledError("setup aborted");
@@ -88,7 +91,15 @@ absl::StatusOr<StepReport> FakeTrainer::RunStep(int step) {
   report.lr = 1e-3f;
   report.tokens = tokens_per_step_;
   report.compute_time_s = absl::ToDoubleSeconds(options_.step_time);
+  steps_done_ = step + 1;
   return report;
+}
+
+absl::StatusOr<ValidationReport> FakeTrainer::Evaluate() {
+  Note();
+  if (eval_tokens_ == 0) return absl::FailedPreconditionError("Evaluate: no data.validation");
+  if (aborted_) return absl::AbortedError("evaluation aborted");
+  return ValidationReport{5.5f * std::exp(-0.05f * steps_done_), eval_tokens_};
 }
 
 absl::StatusOr<std::string> FakeTrainer::Checkpoint(int step, const std::string& dir) {

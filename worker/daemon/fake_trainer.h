@@ -1,5 +1,6 @@
 // A test-only Trainer for the control-plane tests: no compute, a fixed
-// per-step delay, a loss that falls, optional failure at a chosen step, and
+// per-step delay, a loss that falls (and a validation loss that follows
+// it), optional failure at a chosen step, and
 // Abort honoured mid-step. It also records the threads it was called on, so
 // tests can check that every call ran on the worker's compute thread.
 // Never linked into a shipped binary.
@@ -42,6 +43,10 @@ class FakeTrainer : public Trainer {
   // Records the step (a RunStep before it then fails). Fails with
   // restore_fail_code when that is set.
   absl::Status Restore(const std::string& dir, int step) override;
+  // A validation loss that follows the training loss's curve (a little
+  // above it, at the steps done so far), over eval_batches x micro-batch x
+  // seq_len tokens per rank. FAILED_PRECONDITION without data.validation.
+  absl::StatusOr<ValidationReport> Evaluate() override;
   void Abort() override { aborted_ = true; }
 
   // Threads that made calls, other than Abort (shared by every FakeTrainer).
@@ -56,6 +61,8 @@ class FakeTrainer : public Trainer {
   int world_size_ = 1;
   int tokens_per_step_ = 0;
   int restored_step_ = -1;
+  int steps_done_ = 0;
+  int64_t eval_tokens_ = 0;  // over all ranks; 0 without data.validation
 };
 
 }  // namespace tessera

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint_layout.h"
 #include "common/spec_limits.h"
+#include "worker/data/validation_batch_source.h"
 #include "worker/trainer/checkpoint_io.h"
 
 namespace tessera {
@@ -109,6 +110,7 @@ absl::StatusOr<v1::SetupJobResponse> WorkerCore::SetupJob(const v1::SetupJobRequ
           "spec.checkpoint.dir: must be set to resume from a checkpoint (resume_step > 0)");
     }
     job_id_ = request.job_id();
+    spec_ = request.spec();
     rank_ = request.rank();
     phase_ = Phase::kSettingUp;
     next_step_ = 0;
@@ -199,6 +201,7 @@ absl::Status WorkerCore::InitCollective(const std::string& job_id, RendezvousSto
 
 absl::Status WorkerCore::RunSteps(const std::string& job_id, int first_step, int num_steps,
                                   const std::function<void(const StepReport&)>& on_step) {
+  v1::JobSpec spec;  // which steps are followed by an evaluation
   {
     absl::MutexLock lock(&mu_);
     if (absl::Status s = Expect("RunSteps", job_id, Phase::kReady); !s.ok()) return s;
@@ -212,6 +215,7 @@ absl::Status WorkerCore::RunSteps(const std::string& job_id, int first_step, int
                        next_step_, ", asked for ", first_step));
     }
     phase_ = Phase::kRunning;
+    spec = spec_;
   }
   absl::Status status;
   for (int step = first_step; step < first_step + num_steps; ++step) {
@@ -232,6 +236,17 @@ absl::Status WorkerCore::RunSteps(const std::string& job_id, int first_step, int
     {
       absl::MutexLock lock(&mu_);
       next_step_ = step + 1;
+    }
+    // The validation loss goes out with the step it follows.
+    if (EvaluatesAfterStep(spec, step)) {
+      absl::StatusOr<ValidationReport> validation =
+          absl::InternalError("RunSteps: evaluation never ran");
+      compute_.Run([&] { validation = trainer_->Evaluate(); });
+      if (!validation.ok()) {
+        status = validation.status();
+        break;
+      }
+      report->validation = *validation;
     }
     on_step(*report);
   }

@@ -51,8 +51,11 @@ class WorkerCore {
   absl::Status InitCollective(const std::string& job_id, RendezvousStore* store,
                               const std::string& host, absl::Duration timeout);
   // Runs steps [first_step, first_step + num_steps), calling `on_step` after
-  // each. Steps must continue from the last finished one. Returns CANCELLED
-  // when the job is aborted mid-way, or the failing step's error.
+  // each. Steps must continue from the last finished one. After the steps
+  // the spec's data.validation names (worker/data/validation_batch_source.h)
+  // the trainer evaluates before `on_step`, whose report then carries the
+  // validation loss. Returns CANCELLED when the job is aborted mid-way, or
+  // the failing step's (or evaluation's) error.
   absl::Status RunSteps(const std::string& job_id, int first_step, int num_steps,
                         const std::function<void(const StepReport&)>& on_step);
   // `step` must equal the number of steps finished (the state saved).
@@ -97,6 +100,7 @@ class WorkerCore {
   absl::Mutex mu_;
   Phase phase_ ABSL_GUARDED_BY(mu_) = Phase::kIdle;
   std::string job_id_ ABSL_GUARDED_BY(mu_);
+  v1::JobSpec spec_ ABSL_GUARDED_BY(mu_);  // the job's, for the evaluation schedule
   std::unique_ptr<Trainer> trainer_;  // touched on the compute thread only
   Trainer* trainer_for_abort_ ABSL_GUARDED_BY(mu_) = nullptr;
   int rank_ ABSL_GUARDED_BY(mu_) = 0;

@@ -74,6 +74,10 @@ grpc::Status WorkerServiceImpl::RunSteps(grpc::ServerContext* context,
         phases->set_optimizer_s(report.phases.optimizer_s);
         phases->set_collective_s(report.phases.collective_s);
         phases->set_host_s(report.phases.host_s);
+        if (report.validation.has_value()) {
+          result.mutable_validation()->set_loss(report.validation->loss);
+          result.mutable_validation()->set_tokens(report.validation->tokens);
+        }
         // A caller that went away stops hearing; the steps still finish so
         // the ranks stay in step until the coordinator aborts the job.
         if (!context->IsCancelled()) writer->Write(result);

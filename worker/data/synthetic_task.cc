@@ -69,7 +69,7 @@ absl::Status WriteSyntheticTokenFile(const v1::SyntheticData& task, uint64_t see
                                      int64_t num_tokens, const std::string& out_path) {
   absl::StatusOr<std::vector<uint32_t>> tokens = GenerateSyntheticTokens(task, seed, num_tokens);
   if (!tokens.ok()) return tokens.status();
-  return WriteTokenFile(out_path, *tokens);
+  return WriteTokenFile(out_path, *tokens, TokenizerInfo::Byte());
 }
 
 }  // namespace tessera

@@ -24,7 +24,7 @@ absl::Status BuildByteTokenFileFromText(const std::vector<std::string>& text_pat
     }
     if (in.bad()) return absl::DataLossError(absl::StrCat("reading text file ", path, " failed"));
   }
-  return WriteTokenFile(out_path, tokens);
+  return WriteTokenFile(out_path, tokens, TokenizerInfo::Byte());
 }
 
 }  // namespace tessera

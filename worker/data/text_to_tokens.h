@@ -1,5 +1,6 @@
 // Byte-level tokenization of text files: every byte becomes one token in
-// [0, 256); files are concatenated in the order given.
+// [0, 256); files are concatenated in the order given, and the token file
+// records the byte-level tokenizer. (SentencePiece: sentencepiece_text.h.)
 #ifndef TESSERA_WORKER_DATA_TEXT_TO_TOKENS_H_
 #define TESSERA_WORKER_DATA_TEXT_TO_TOKENS_H_
 

@@ -1,7 +1,8 @@
 // Token files round-trip random tokens in both widths (the writer picks
-// uint16 when every id fits); malformed files are rejected with
-// INVALID_ARGUMENT naming the reason; text files become byte tokens, in
-// order, and a missing input is NOT_FOUND naming its path.
+// uint16 when every id fits) and the tokenizer that made them; version 1
+// files stay readable; malformed files are rejected with INVALID_ARGUMENT
+// naming the reason; text files become byte tokens, in order, recorded as
+// byte-level, and a missing input is NOT_FOUND naming its path.
 #include "worker/data/token_file.h"
 
 #include <sys/stat.h>
@@ -53,7 +54,7 @@ TEST(TokenFile, RoundTripsRandomTokensInBothWidths) {
     const uint32_t max_token = *std::max_element(tokens.begin(), tokens.end());
     const std::string path = TempPath(absl::StrCat("round", c.width, ".tok"));
     ASSERT_TRUE(WriteTokenFile(path, tokens).ok());
-    EXPECT_EQ(FileBytes(path), int64_t{32} + c.width * static_cast<int64_t>(tokens.size()));
+    EXPECT_EQ(FileBytes(path), int64_t{80} + c.width * static_cast<int64_t>(tokens.size()));
     auto file = TokenFile::Open(path);
     ASSERT_TRUE(file.ok()) << file.status();
     ASSERT_EQ((*file)->size(), static_cast<int64_t>(tokens.size()));
@@ -66,7 +67,7 @@ TEST(TokenFile, HeaderLayoutIsAsDocumented) {
   const std::string path = TempPath("layout.tok");
   ASSERT_TRUE(WriteTokenFile(path, std::vector<uint32_t>{3, 9, 4}).ok());
   const std::string bytes = ReadAll(path);
-  ASSERT_EQ(bytes.size(), 32u + 3 * 2);
+  ASSERT_EQ(bytes.size(), 80u + 3 * 2);
   EXPECT_EQ(std::memcmp(bytes.data(), "TSRTOKN\0", 8), 0);
   uint32_t version, dtype, vocab_hint;
   uint64_t count;
@@ -74,11 +75,73 @@ TEST(TokenFile, HeaderLayoutIsAsDocumented) {
   std::memcpy(&dtype, bytes.data() + 12, 4);
   std::memcpy(&count, bytes.data() + 16, 8);
   std::memcpy(&vocab_hint, bytes.data() + 24, 4);
-  EXPECT_EQ(version, 1u);
+  EXPECT_EQ(version, 2u);
   EXPECT_EQ(dtype, 1u);
   EXPECT_EQ(count, 3u);
   EXPECT_EQ(vocab_hint, 10u);
-  EXPECT_EQ(static_cast<uint8_t>(bytes[32 + 2]), 9);  // little-endian second token
+  EXPECT_EQ(bytes.substr(28, 52), std::string(52, '\0'));  // no tokenizer recorded
+  EXPECT_EQ(static_cast<uint8_t>(bytes[80 + 2]), 9);  // little-endian second token
+}
+
+TEST(TokenFile, RecordsTheTokenizer) {
+  TokenizerInfo info;
+  info.kind = TokenizerKind::kSentencePiece;
+  info.vocab_size = 5000;
+  info.model_sha256 = std::string(62, 'a') + "0f";
+  const std::string path = TempPath("sp.tok");
+  ASSERT_TRUE(WriteTokenFile(path, std::vector<uint32_t>{4999, 0, 17}, info).ok());
+  const std::string bytes = ReadAll(path);
+  uint32_t kind, vocab;
+  std::memcpy(&kind, bytes.data() + 28, 4);
+  std::memcpy(&vocab, bytes.data() + 32, 4);
+  EXPECT_EQ(kind, 2u);
+  EXPECT_EQ(vocab, 5000u);
+  EXPECT_EQ(static_cast<uint8_t>(bytes[40]), 0xaa);
+  EXPECT_EQ(static_cast<uint8_t>(bytes[71]), 0x0f);
+  auto header = ReadTokenFileHeader(path);
+  ASSERT_TRUE(header.ok()) << header.status();
+  EXPECT_EQ(header->tokenizer.kind, TokenizerKind::kSentencePiece);
+  EXPECT_EQ(header->tokenizer.vocab_size, 5000u);
+  EXPECT_EQ(header->tokenizer.model_sha256, info.model_sha256);
+  EXPECT_EQ(header->count, 3u);
+  auto file = TokenFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ((*file)->tokenizer().ToString(),
+            "sentencepiece (vocab 5000, model sha256 " + info.model_sha256 + ")");
+  // An id the tokenizer does not have, or a malformed hash, is not written.
+  EXPECT_EQ(WriteTokenFile(TempPath("x.tok"), std::vector<uint32_t>{5000}, info).code(),
+            absl::StatusCode::kInvalidArgument);
+  info.model_sha256 = "abc";
+  EXPECT_EQ(WriteTokenFile(TempPath("x.tok"), std::vector<uint32_t>{1}, info).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(WriteTokenFile(TempPath("x.tok"), std::vector<uint32_t>{300}, TokenizerInfo::Byte()).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(TokenFile, VersionOneFilesStayReadable) {
+  // The 32-byte header of version 1, then uint16 tokens 7, 300, 2.
+  std::string v1(32, '\0');
+  std::memcpy(v1.data(), "TSRTOKN\0", 8);
+  const uint32_t version = 1, dtype = 1, hint = 301;
+  const uint64_t count = 3;
+  std::memcpy(v1.data() + 8, &version, 4);
+  std::memcpy(v1.data() + 12, &dtype, 4);
+  std::memcpy(v1.data() + 16, &count, 8);
+  std::memcpy(v1.data() + 24, &hint, 4);
+  for (uint16_t t : {uint16_t{7}, uint16_t{300}, uint16_t{2}}) {
+    v1.append(reinterpret_cast<const char*>(&t), 2);
+  }
+  const std::string path = WriteRaw("v1.tok", v1);
+  auto file = TokenFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_EQ((*file)->size(), 3);
+  EXPECT_EQ((*file)->Token(1), 300u);
+  EXPECT_EQ((*file)->max_token(), 300u);
+  EXPECT_FALSE((*file)->tokenizer().recorded());
+  auto header = ReadTokenFileHeader(path);
+  ASSERT_TRUE(header.ok()) << header.status();
+  EXPECT_EQ(header->version, 1u);
+  EXPECT_EQ(header->tokenizer.kind, TokenizerKind::kNotRecorded);
 }
 
 TEST(TokenFile, EmptyTokenListRoundTrips) {
@@ -106,9 +169,13 @@ TEST(TokenFile, MalformedFilesAreRejectedWithTheReason) {
   expect_reason(WriteRaw("trunc.tok", bytes.substr(0, bytes.size() - 2)),
                 "truncated: header says 4 tokens but the file holds 3");
   expect_reason(WriteRaw("long.tok", bytes + "xy"), "trailing data");
-  std::string v2 = bytes;
-  v2[8] = 2;
-  expect_reason(WriteRaw("v2.tok", v2), "unsupported version 2");
+  std::string v3 = bytes;
+  v3[8] = 3;
+  expect_reason(WriteRaw("v3.tok", v3), "unsupported version 3");
+  std::string kind9 = bytes;
+  kind9[28] = 9;
+  expect_reason(WriteRaw("kind.tok", kind9), "unknown tokenizer kind 9");
+  expect_reason(WriteRaw("v2short.tok", bytes.substr(0, 40)), "shorter than its version 2 header");
   std::string dtype7 = bytes;
   dtype7[12] = 7;
   expect_reason(WriteRaw("dtype.tok", dtype7), "unknown token dtype 7");
@@ -137,6 +204,8 @@ TEST(TextToTokens, EveryByteBecomesOneTokenInFileOrder) {
     ASSERT_EQ((*file)->Token(i), static_cast<uint8_t>(joined[i])) << i;
   }
   EXPECT_LT((*file)->max_token(), 256u);
+  EXPECT_EQ((*file)->tokenizer().kind, TokenizerKind::kByte);
+  EXPECT_EQ((*file)->tokenizer().vocab_size, 256u);
   const std::string missing = TempPath("nope.txt");
   absl::Status s = BuildByteTokenFileFromText({pa, missing}, TempPath("x.tok"));
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);

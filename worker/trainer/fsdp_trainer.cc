@@ -117,6 +117,7 @@ absl::StatusOr<SetupReport> FsdpTrainer::Setup(const v1::JobSpec& spec, int rank
   }
   ASSIGN_OR_RETURN(data_, OpenBatchSource(spec, global_rank_, global_world_));
   RETURN_IF_ERROR(AllocateState());
+  RETURN_IF_ERROR(SetupValidation());
   RETURN_IF_ERROR(InitParams());
 
   SetupReport report;

@@ -220,6 +220,23 @@ class FsdpTrainer : public Trainer {
   DeviceTensor grad_qkv_;                // [B, S, nh + 2*nkv, hd] bf16
   DeviceTensor scalars_;  // [loss_sum, valid_tokens, grad_sum_sq, grad_norm, grad_scale]
   std::vector<int32_t> host_inputs_, host_targets_;
+
+  // ---- Validation (evaluate.cc) -------------------------------------------
+  // Forward passes over data.validation with the training step's buffers;
+  // the fused loss's gradient outputs land in grad_h_ and grad_lm_head_,
+  // which every step rewrites before reading.
+ public:
+  absl::StatusOr<ValidationReport> Evaluate() override;
+
+ private:
+  // Called by Setup: opens the validation reader (sharded over the job's
+  // ranks like training) and allocates the evaluation's own two tensors.
+  // Nothing without data.validation.
+  absl::Status SetupValidation();
+  absl::StatusOr<ValidationReport> Score();  // Evaluate without the abort mapping
+  std::unique_ptr<BatchSource> validation_data_;
+  DeviceTensor eval_scalars_;    // [loss_sum, valid_tokens] fp32
+  DeviceTensor saved_fp8_meta_;  // the packed FP8 state as it was before an evaluation
 };
 
 }  // namespace tessera

@@ -7,6 +7,7 @@
 #define TESSERA_WORKER_TRAINER_TRAINER_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -33,6 +34,12 @@ struct StepPhaseTimes {
   double host_s = 0.0;        // step wall time outside the timeline above
 };
 
+// One evaluation of the validation data (DataConfig.validation).
+struct ValidationReport {
+  float loss = 0.f;     // global mean loss over the valid tokens scored (identical on every rank)
+  int64_t tokens = 0;   // valid tokens scored, over all ranks
+};
+
 struct StepReport {
   int step = 0;
   float loss = 0.f;       // global mean loss (identical on every rank)
@@ -41,6 +48,8 @@ struct StepReport {
   int64_t tokens = 0;     // this rank's valid tokens
   double compute_time_s = 0.0;
   StepPhaseTimes phases;
+  // Set by the daemon when an evaluation ran after this step.
+  std::optional<ValidationReport> validation;
 };
 
 class Trainer {
@@ -66,6 +75,13 @@ class Trainer {
   // step; DATA_LOSS: a file is missing or damaged; FAILED_PRECONDITION: it
   // was written by a job whose state-shaping spec fields differ.
   virtual absl::Status Restore(const std::string& dir, int step) = 0;
+  // Scores the validation data with the current weights: each rank its own
+  // eval_batches micro-batches, the loss all-reduced. Touches no optimizer
+  // or FP8 scaling state, so the next RunStep computes exactly what it would
+  // have without it. Call between steps (after InitCollective), on every
+  // rank of the job. FAILED_PRECONDITION when the spec has no validation
+  // section or out of order; ABORTED if a collective fails.
+  virtual absl::StatusOr<ValidationReport> Evaluate() = 0;
   // Thread-safe: makes an in-flight or later RunStep return ABORTED/CANCELLED.
   virtual void Abort() = 0;
 };

@@ -1,0 +1,86 @@
+// tessera-sentencepiece: the SentencePiece half of `tessera data`, run by
+// the tessera CLI as a child process (client/tokenizer_helper.h).
+//
+// It is a program of its own because Debian's libsentencepiece 0.1.97
+// carries a private copy of protobuf-lite 3.14 whose exported symbols clash
+// with the system protobuf 3.21 that the gRPC client links: a process that
+// loads both fails protobuf's version check. This binary links no protobuf.
+//
+//   tessera-sentencepiece train VOCAB_SIZE OUT_MODEL CORPUS...
+//   tessera-sentencepiece encode MODEL OUT_TOKENS TEXT...
+// Prints one result line; errors go to stderr. Exit codes as the CLI's:
+// 0 done, 1 failed, 2 bad usage.
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "worker/data/sentencepiece_tokenizer.h"
+#include "worker/data/sentencepiece_text.h"
+#include "worker/data/token_file.h"
+
+namespace tessera {
+namespace {
+
+constexpr int kOk = 0, kFailed = 1, kUsage = 2;
+
+int Train(const std::vector<std::string>& args) {
+  int vocab_size = 0;
+  if (args.size() < 3 || !absl::SimpleAtoi(args[0], &vocab_size)) {
+    std::cerr << "usage: tessera-sentencepiece train VOCAB_SIZE OUT_MODEL CORPUS...\n";
+    return kUsage;
+  }
+  if (vocab_size < kMinSentencePieceVocab || vocab_size > kMaxSentencePieceVocab) {
+    std::cerr << "--vocab_size must be in [" << kMinSentencePieceVocab << ", "
+              << kMaxSentencePieceVocab
+              << "] (256 byte pieces and 3 special pieces come first), got " << vocab_size << "\n";
+    return kUsage;
+  }
+  const std::vector<std::string> corpus(args.begin() + 2, args.end());
+  if (absl::Status s = TrainBpeTokenizer(corpus, vocab_size, args[1]); !s.ok()) {
+    std::cerr << s.message() << "\n";
+    return kFailed;
+  }
+  absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> trained =
+      SentencePieceTokenizer::Load(args[1]);
+  if (!trained.ok()) {
+    std::cerr << trained.status().message() << "\n";
+    return kFailed;
+  }
+  std::cout << "wrote " << args[1] << ": " << (*trained)->info().ToString() << "\n";
+  return kOk;
+}
+
+int Encode(const std::vector<std::string>& args) {
+  if (args.size() < 3) {
+    std::cerr << "usage: tessera-sentencepiece encode MODEL OUT_TOKENS TEXT...\n";
+    return kUsage;
+  }
+  const std::vector<std::string> texts(args.begin() + 2, args.end());
+  absl::StatusOr<int64_t> tokens = BuildSentencePieceTokenFileFromText(texts, args[0], args[1]);
+  if (!tokens.ok()) {
+    std::cerr << tokens.status().message() << "\n";
+    return kFailed;
+  }
+  std::cout << "wrote " << *tokens << " tokens to " << args[1];
+  if (absl::StatusOr<TokenFileHeader> header = ReadTokenFileHeader(args[1]); header.ok()) {
+    std::cout << " (tokenizer: " << header->tokenizer.ToString() << ")";
+  }
+  std::cout << "\n";
+  return kOk;
+}
+
+}  // namespace
+}  // namespace tessera
+
+int main(int argc, char** argv) {
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  if (!args.empty() && args[0] == "train") {
+    return tessera::Train(std::vector<std::string>(args.begin() + 1, args.end()));
+  }
+  if (!args.empty() && args[0] == "encode") {
+    return tessera::Encode(std::vector<std::string>(args.begin() + 1, args.end()));
+  }
+  std::cerr << "usage: tessera-sentencepiece train|encode ...\n";
+  return tessera::kUsage;
+}

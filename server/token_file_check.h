@@ -1,0 +1,25 @@
+// Submit-time check of a job's token files against its model: a token file
+// records the tokenizer that made it (worker/data/token_file.h), and a job
+// whose model.vocab_size is smaller than that tokenizer's vocabulary would
+// meet ids its embedding has no row for, so it is refused before it is
+// queued instead of failing on every worker.
+//
+// Only the header is read. A file the coordinator cannot open or parse, or
+// one that records no tokenizer (version 1 files), is left to the workers,
+// which open every token file at setup and fail the job with the reason:
+// the coordinator may not see the same filesystem as the workers.
+#ifndef TESSERA_SERVER_TOKEN_FILE_CHECK_H_
+#define TESSERA_SERVER_TOKEN_FILE_CHECK_H_
+
+#include "absl/status/status.h"
+#include "proto/tessera/v1/job.pb.h"
+
+namespace tessera {
+
+// Checks data.token_file and data.validation.token_file. INVALID_ARGUMENT
+// naming model.vocab_size and the file when the vocabulary is too small.
+absl::Status CheckTokenFilesFitVocab(const v1::JobSpec& spec);
+
+}  // namespace tessera
+
+#endif  // TESSERA_SERVER_TOKEN_FILE_CHECK_H_

@@ -1,0 +1,116 @@
+// Submit-time token file check: a job whose model.vocab_size is smaller than
+// the vocabulary of the tokenizer that made its training or validation
+// token file is refused with INVALID_ARGUMENT naming model.vocab_size and
+// the file, by the coordinator before anything is queued; a vocabulary as
+// large passes; files that record no tokenizer (version 1), cannot be read
+// or are not token files are left to the workers, as before.
+#include "server/token_file_check.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "server/coordinator.h"
+#include "server/fake_worker_connection.h"
+#include "server/spec_validation.h"
+#include "worker/data/token_file.h"
+
+namespace tessera {
+namespace {
+
+std::string TempPath(const std::string& name) {
+  return std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
+}
+
+// A SentencePiece-made token file of the given vocabulary.
+std::string SentencePieceFile(const std::string& name, uint32_t vocab) {
+  TokenizerInfo info;
+  info.kind = TokenizerKind::kSentencePiece;
+  info.vocab_size = vocab;
+  info.model_sha256 = std::string(64, 'c');
+  std::vector<uint32_t> tokens(200);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>(i * 7 % vocab);
+  const std::string path = TempPath(name);
+  EXPECT_TRUE(WriteTokenFile(path, tokens, info).ok());
+  return path;
+}
+
+v1::JobSpec Spec(int vocab, const std::string& token_file) {
+  v1::JobSpec spec;
+  v1::ModelConfig* m = spec.mutable_model();
+  m->set_vocab_size(vocab);
+  m->set_d_model(32);
+  m->set_n_layers(1);
+  m->set_n_heads(2);
+  m->set_ffn_dim(64);
+  m->set_seq_len(16);
+  spec.mutable_data()->set_token_file(token_file);
+  spec.mutable_data()->set_micro_batch_size(2);
+  spec.mutable_optimizer()->set_lr(1e-3f);
+  spec.set_world_size(1);
+  spec.set_steps(3);
+  return spec;
+}
+
+TEST(TokenFileCheck, VocabularySmallerThanTheTokenizersIsRefused) {
+  const std::string path = SentencePieceFile("sp1000.tok", 1000);
+  absl::Status s = CheckTokenFilesFitVocab(Spec(999, path));
+  ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("model.vocab_size: 999"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("data.token_file " + path), std::string::npos) << s;
+  EXPECT_NE(s.message().find("at least 1000"), std::string::npos) << s;
+  EXPECT_TRUE(CheckTokenFilesFitVocab(Spec(1000, path)).ok());
+  EXPECT_TRUE(CheckTokenFilesFitVocab(Spec(4096, path)).ok());
+
+  // Byte-level files record a vocabulary of 256.
+  const std::string bytes = TempPath("bytes.tok");
+  ASSERT_TRUE(WriteTokenFile(bytes, std::vector<uint32_t>{1, 2, 3}, TokenizerInfo::Byte()).ok());
+  EXPECT_EQ(CheckTokenFilesFitVocab(Spec(128, bytes)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(CheckTokenFilesFitVocab(Spec(256, bytes)).ok());
+}
+
+TEST(TokenFileCheck, TheValidationFileIsCheckedToo) {
+  v1::JobSpec spec = Spec(300, SentencePieceFile("train300.tok", 300));
+  v1::ValidationConfig* v = spec.mutable_data()->mutable_validation();
+  v->set_token_file(SentencePieceFile("val512.tok", 512));
+  v->set_eval_interval_steps(1);
+  v->set_eval_batches(1);
+  absl::Status s = CheckTokenFilesFitVocab(spec);
+  ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("data.validation.token_file"), std::string::npos) << s;
+  spec.mutable_model()->set_vocab_size(512);
+  EXPECT_TRUE(CheckTokenFilesFitVocab(spec).ok());
+}
+
+TEST(TokenFileCheck, FilesWithoutARecordedTokenizerAreLeftToTheWorkers) {
+  // Unreadable, not a token file, or no tokenizer recorded: not refused here.
+  EXPECT_TRUE(CheckTokenFilesFitVocab(Spec(2, TempPath("missing.tok"))).ok());
+  std::ofstream(TempPath("junk.tok")) << "not a token file";
+  EXPECT_TRUE(CheckTokenFilesFitVocab(Spec(2, TempPath("junk.tok"))).ok());
+  const std::string plain = TempPath("plain.tok");
+  ASSERT_TRUE(WriteTokenFile(plain, std::vector<uint32_t>{5000, 1}).ok());
+  EXPECT_TRUE(CheckTokenFilesFitVocab(Spec(2, plain)).ok());
+}
+
+TEST(TokenFileCheck, TheCoordinatorRefusesAtSubmit) {
+  CoordinatorOptions options;
+  options.start_background_thread = false;
+  options.connect = [](const std::string&) {
+    return std::make_unique<FakeWorkerConnection>(0, FakeWorkerBehavior{});
+  };
+  Coordinator core(options);
+  ASSERT_TRUE(core.Start().ok());
+  const std::string path = SentencePieceFile("submit.tok", 700);
+  absl::StatusOr<v1::Job> refused = core.SubmitJob(Spec(600, path));
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_NE(refused.status().message().find("model.vocab_size"), std::string::npos);
+  EXPECT_NE(refused.status().message().find(path), std::string::npos);
+  EXPECT_TRUE(core.ListJobs({}, 0, "")->jobs.empty());
+  absl::StatusOr<v1::Job> admitted = core.SubmitJob(Spec(700, path));
+  ASSERT_TRUE(admitted.ok()) << admitted.status();
+}
+
+}  // namespace
+}  // namespace tessera

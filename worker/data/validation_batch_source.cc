@@ -1,0 +1,96 @@
+// Sequential, sharded reads of the validation token file (see
+// validation_batch_source.h).
+#include "worker/data/validation_batch_source.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "worker/data/token_file.h"
+
+namespace tessera {
+namespace {
+
+class ValidationBatchSource : public BatchSource {
+ public:
+  ValidationBatchSource(const v1::JobSpec& spec, int rank, int world_size,
+                        std::unique_ptr<TokenFile> file)
+      : seq_len_(spec.model().seq_len()),
+        micro_batch_(spec.data().micro_batch_size()),
+        rank_(rank),
+        world_(world_size),
+        file_(std::move(file)),
+        // Each sequence needs one token past its end for its last target.
+        sequences_((file_->size() - 1) / seq_len_) {}
+
+  absl::Status ReadBatch(int64_t batch, absl::Span<int32_t> inputs,
+                         absl::Span<int32_t> targets) override {
+    const size_t want = static_cast<size_t>(micro_batch_) * seq_len_;
+    if (inputs.size() != want || targets.size() != want) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "batch buffers must hold micro_batch_size x seq_len = ", want, " tokens, got ",
+          inputs.size(), " inputs and ", targets.size(), " targets"));
+    }
+    if (batch < 0) return absl::InvalidArgumentError(absl::StrCat("batch: ", batch, " < 0"));
+    for (int j = 0; j < micro_batch_; ++j) {
+      const int64_t global = (batch * world_ + rank_) * micro_batch_ + j;
+      const int64_t offset = (global % sequences_) * seq_len_;
+      for (int t = 0; t < seq_len_; ++t) {
+        inputs[j * seq_len_ + t] = static_cast<int32_t>(file_->Token(offset + t));
+        targets[j * seq_len_ + t] = static_cast<int32_t>(file_->Token(offset + t + 1));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  int seq_len_;
+  int micro_batch_;
+  int rank_;
+  int world_;
+  std::unique_ptr<TokenFile> file_;
+  int64_t sequences_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<BatchSource>> OpenValidationBatchSource(const v1::JobSpec& spec,
+                                                                       int rank, int world_size) {
+  if (!spec.data().has_validation()) {
+    return absl::FailedPreconditionError("data.validation: not set");
+  }
+  if (world_size < 1 || rank < 0 || rank >= world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " does not lie in a world of ", world_size));
+  }
+  if (spec.model().seq_len() < 1 || spec.data().micro_batch_size() < 1) {
+    return absl::InvalidArgumentError(
+        "model.seq_len and data.micro_batch_size: must be >= 1 (validate the spec first)");
+  }
+  const std::string& path = spec.data().validation().token_file();
+  absl::StatusOr<std::unique_ptr<TokenFile>> file = TokenFile::Open(path);
+  if (!file.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.validation.token_file: ", file.status().message()));
+  }
+  if (static_cast<int64_t>((*file)->max_token()) >= spec.model().vocab_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.validation.token_file: ", path, " holds token id ", (*file)->max_token(),
+        ", which does not fit model.vocab_size ", spec.model().vocab_size()));
+  }
+  if ((*file)->size() < static_cast<int64_t>(spec.model().seq_len()) + 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.validation.token_file: ", path, " holds ", (*file)->size(),
+        " tokens, which cannot fill one sequence of ", spec.model().seq_len(), " + 1"));
+  }
+  return std::unique_ptr<BatchSource>(
+      new ValidationBatchSource(spec, rank, world_size, std::move(*file)));
+}
+
+bool EvaluatesAfterStep(const v1::JobSpec& spec, int step) {
+  if (!spec.data().has_validation()) return false;
+  const int interval = spec.data().validation().eval_interval_steps();
+  if (step + 1 == spec.steps()) return true;
+  return interval > 0 && (step + 1) % interval == 0;
+}
+
+}  // namespace tessera

@@ -1,0 +1,106 @@
+// The validation reader: batches are whole consecutive sequences of the file
+// (targets one token ahead), the same on every evaluation; two ranks with
+// micro-batch B read exactly what one rank with 2B reads; reads wrap around
+// a short file; bad files are refused naming data.validation.token_file;
+// evaluations fall every eval_interval_steps steps and after the last.
+#include "worker/data/validation_batch_source.h"
+
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "worker/data/token_file.h"
+
+namespace tessera {
+namespace {
+
+std::string TempPath(const std::string& name) {
+  return std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
+}
+
+v1::JobSpec Spec(const std::string& path, int micro_batch) {
+  v1::JobSpec spec;
+  spec.mutable_model()->set_vocab_size(1000);
+  spec.mutable_model()->set_seq_len(8);
+  spec.mutable_data()->set_micro_batch_size(micro_batch);
+  spec.mutable_data()->mutable_validation()->set_token_file(path);
+  spec.mutable_data()->mutable_validation()->set_eval_interval_steps(3);
+  spec.mutable_data()->mutable_validation()->set_eval_batches(2);
+  spec.set_steps(10);
+  return spec;
+}
+
+std::vector<uint32_t> RandomTokens(size_t n) {
+  std::mt19937 rng(std::random_device{}());
+  std::vector<uint32_t> tokens(n);
+  for (uint32_t& t : tokens) t = rng() % 1000;
+  return tokens;
+}
+
+TEST(ValidationBatchSource, ReadsConsecutiveSequencesShardedLikeTraining) {
+  const std::vector<uint32_t> tokens = RandomTokens(8 * 40 + 1);
+  const std::string path = TempPath("val.tok");
+  ASSERT_TRUE(WriteTokenFile(path, tokens).ok());
+  auto one = OpenValidationBatchSource(Spec(path, 4), 0, 1);
+  ASSERT_TRUE(one.ok()) << one.status();
+  std::vector<int32_t> in(32), tgt(32), again_in(32), again_tgt(32);
+  for (int batch = 0; batch < 3; ++batch) {
+    ASSERT_TRUE((*one)->ReadBatch(batch, absl::MakeSpan(in), absl::MakeSpan(tgt)).ok());
+    for (int i = 0; i < 32; ++i) {
+      const size_t at = batch * 32 + i;  // sequence (batch * 4 + i / 8), token i % 8
+      ASSERT_EQ(in[i], static_cast<int32_t>(tokens[at])) << batch << " " << i;
+      ASSERT_EQ(tgt[i], static_cast<int32_t>(tokens[at + 1])) << batch << " " << i;
+    }
+    // The same batch reads the same tokens every time.
+    ASSERT_TRUE((*one)->ReadBatch(batch, absl::MakeSpan(again_in), absl::MakeSpan(again_tgt)).ok());
+    EXPECT_EQ(in, again_in);
+    // Two ranks of micro-batch 2 split it in rank order.
+    for (int rank = 0; rank < 2; ++rank) {
+      auto half = OpenValidationBatchSource(Spec(path, 2), rank, 2);
+      ASSERT_TRUE(half.ok()) << half.status();
+      std::vector<int32_t> hin(16), htgt(16);
+      ASSERT_TRUE((*half)->ReadBatch(batch, absl::MakeSpan(hin), absl::MakeSpan(htgt)).ok());
+      EXPECT_EQ(hin, std::vector<int32_t>(in.begin() + 16 * rank, in.begin() + 16 * rank + 16));
+      EXPECT_EQ(htgt, std::vector<int32_t>(tgt.begin() + 16 * rank, tgt.begin() + 16 * rank + 16));
+    }
+  }
+  // 40 whole sequences: batch 10 starts over at sequence 0.
+  ASSERT_TRUE((*one)->ReadBatch(10, absl::MakeSpan(again_in), absl::MakeSpan(again_tgt)).ok());
+  ASSERT_TRUE((*one)->ReadBatch(0, absl::MakeSpan(in), absl::MakeSpan(tgt)).ok());
+  EXPECT_EQ(in, again_in);
+}
+
+TEST(ValidationBatchSource, BadFilesAreRefusedNamingTheField) {
+  const std::string big = TempPath("big.tok");
+  ASSERT_TRUE(WriteTokenFile(big, std::vector<uint32_t>(20, 1000)).ok());
+  const std::string tiny = TempPath("tiny.tok");
+  ASSERT_TRUE(WriteTokenFile(tiny, std::vector<uint32_t>(8, 3)).ok());
+  for (const std::string& path : {big, tiny, TempPath("missing.tok")}) {
+    auto opened = OpenValidationBatchSource(Spec(path, 2), 0, 1);
+    ASSERT_FALSE(opened.ok()) << path;
+    EXPECT_EQ(opened.status().code(), absl::StatusCode::kInvalidArgument) << opened.status();
+    EXPECT_NE(opened.status().message().find("data.validation.token_file"), std::string::npos)
+        << opened.status();
+  }
+  v1::JobSpec none = Spec(big, 2);
+  none.mutable_data()->clear_validation();
+  EXPECT_EQ(OpenValidationBatchSource(none, 0, 1).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(ValidationBatchSource, EvaluationsFallOnTheIntervalAndAfterTheLastStep) {
+  const v1::JobSpec spec = Spec("unused", 1);  // every 3 steps, 10 steps
+  std::vector<int> after;
+  for (int step = 0; step < 10; ++step) {
+    if (EvaluatesAfterStep(spec, step)) after.push_back(step);
+  }
+  EXPECT_EQ(after, (std::vector<int>{2, 5, 8, 9}));
+  v1::JobSpec none = spec;
+  none.mutable_data()->clear_validation();
+  EXPECT_FALSE(EvaluatesAfterStep(none, 9));
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,118 @@
+// Validation loss: the forward half of the training step over the held-out
+// data, top to bottom: gather the embedding, final norm and LM head ->
+// per micro-batch: embedding -> per block, gather then BlockForward ->
+// final RMSNorm -> fused linear + cross-entropy (sums only matter) -> one
+// all-reduce of [loss sum, valid tokens] -> mean.
+//
+// It must leave training exactly as it found it. It reads the weights but
+// writes no parameter, gradient shard or Adam state. The activations and
+// scratch it overwrites are rewritten by the next step before they are
+// read. The one state a forward pass does change is FP8 scaling: every FP8
+// linear records its input's amax (delayed scaling) or resets its input
+// scale (current scaling) as it quantizes. So the packed quantizer block
+// is copied aside first and copied back at the end, and the next step
+// quantizes with exactly the scales and histories it would have had.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/data/validation_batch_source.h"
+#include "worker/trainer/fsdp_trainer.h"
+#include "worker/trainer/phase_range.h"
+
+namespace tessera {
+namespace {
+
+constexpr int kLossSum = 0, kValidTokens = 1;  // slots of eval_scalars_
+
+TensorDesc Full(const DeviceTensor& gathered, const Fp8ShardedParam& p) {
+  TensorDesc d = gathered.desc;
+  d.shape = p.cols == 1 ? Shape{p.rows} : Shape{p.rows, p.cols};
+  return d;
+}
+
+}  // namespace
+
+absl::Status FsdpTrainer::SetupValidation() {
+  if (!spec_.data().has_validation()) return absl::OkStatus();
+  // Split over every rank of the job, as the training data is.
+  ASSIGN_OR_RETURN(validation_data_,
+                   OpenValidationBatchSource(spec_, global_rank_, global_world_));
+  ASSIGN_OR_RETURN(eval_scalars_, Alloc(DType::kFloat32, Shape{2}));
+  ASSIGN_OR_RETURN(saved_fp8_meta_, Alloc(DType::kFloat32, Shape{meta_->packed().NumElements()}));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ValidationReport> FsdpTrainer::Evaluate() {
+  absl::StatusOr<ValidationReport> report = Score();
+  // As in RunStep: collectives broken by Abort() report the stop that was asked for.
+  if (!report.ok() && aborted_) return absl::CancelledError("evaluation aborted");
+  return report;
+}
+
+absl::StatusOr<ValidationReport> FsdpTrainer::Score() {
+  if (validation_data_ == nullptr) {
+    return absl::FailedPreconditionError("Evaluate: the job has no data.validation section");
+  }
+  if (!collective_ready_) return absl::FailedPreconditionError("Evaluate before InitCollective");
+  RETURN_IF_ERROR(CheckAborted());
+  PhaseRange range("evaluate");
+  Ops& ops = *ops_;
+  float* sums = eval_scalars_.data<float>();
+  const float eps = spec_.model().norm_eps();
+  const TensorDesc& fp8_state = meta_->packed();
+  RETURN_IF_ERROR(
+      ops.CopyDeviceToDevice(saved_fp8_meta_.desc.data, fp8_state.data, fp8_state.Bytes(), nullptr));
+  RETURN_IF_ERROR(ops.Memset(sums, 0, 2 * sizeof(float), nullptr));
+  ASSIGN_OR_RETURN(const CollectiveTicket outer_gathered,
+                   StartGather({{&embedding_, &gathered_embedding_},
+                                {&final_norm_, &gathered_final_norm_},
+                                {&lm_head_, &gathered_lm_head_}}));
+  RETURN_IF_ERROR(comm_->WaitFor(outer_gathered, nullptr));
+
+  for (int64_t batch = 0; batch < spec_.data().validation().eval_batches(); ++batch) {
+    RETURN_IF_ERROR(CheckAborted());
+    RETURN_IF_ERROR(validation_data_->ReadBatch(batch, absl::MakeSpan(host_inputs_),
+                                                absl::MakeSpan(host_targets_)));
+    RETURN_IF_ERROR(ops.CopyToDevice(inputs_.desc.data, host_inputs_.data(), tokens_ * 4, nullptr));
+    RETURN_IF_ERROR(ops.CopyToDevice(targets_.desc.data, host_targets_.data(), tokens_ * 4, nullptr));
+    RETURN_IF_ERROR(ops.EmbeddingForward(inputs_.desc, Full(gathered_embedding_, embedding_),
+                                         acts_[0].x_in.desc, nullptr));
+    for (int l = 0; l < layers_; ++l) {
+      RETURN_IF_ERROR(GatherBlock(l, GatheredFor(l)));
+      const TensorDesc& x_out = l + 1 < layers_ ? acts_[l + 1].x_in.desc : x_final_.desc;
+      RETURN_IF_ERROR(BlockForward(l, GatheredFor(l), acts_[l], acts_[l].x_in.desc, x_out));
+    }
+    RETURN_IF_ERROR(ops.RmsNormForward(x_final_.desc, Full(gathered_final_norm_, final_norm_), eps,
+                                       h_final_.desc, rstd_final_.desc, nullptr));
+    TensorDesc grad_lm_head = grad_lm_head_.desc;
+    grad_lm_head.dtype = DType::kFloat32;
+    grad_lm_head.shape = Shape{vocab_, hidden_};
+    RETURN_IF_ERROR(ops.FusedLinearCrossEntropy(
+        h_final_.desc, Full(gathered_lm_head_, lm_head_), targets_.desc, kIgnoreIndex,
+        spec_.loss_chunk_tokens(), sums + kLossSum, sums + kValidTokens, grad_h_.desc,
+        grad_lm_head, /*accumulate_grad_weight=*/false, nullptr));
+  }
+
+  RETURN_IF_ERROR(CheckAborted());
+  RETURN_IF_ERROR(
+      comm_->AllReduce(MakeTensor(sums, DType::kFloat32, Shape{2}), ReduceOp::kSum, nullptr));
+  // Under hybrid sharding the other shard groups scored other sequences.
+  if (replica_comm_ != nullptr) {
+    RETURN_IF_ERROR(replica_comm_->AllReduce(MakeTensor(sums, DType::kFloat32, Shape{2}),
+                                             ReduceOp::kSum, nullptr));
+  }
+  RETURN_IF_ERROR(
+      ops.CopyDeviceToDevice(fp8_state.data, saved_fp8_meta_.desc.data, fp8_state.Bytes(), nullptr));
+  float host[2];
+  RETURN_IF_ERROR(ops.CopyToHost(host, sums, sizeof(host), nullptr));
+  RETURN_IF_ERROR(ops.Synchronize(nullptr));
+  RETURN_IF_ERROR(comm_->FirstFailure());
+  if (replica_comm_ != nullptr) RETURN_IF_ERROR(replica_comm_->FirstFailure());
+  ValidationReport report;
+  report.loss = host[kLossSum] / std::max(1.0f, host[kValidTokens]);
+  report.tokens = static_cast<int64_t>(host[kValidTokens]);
+  return report;
+}
+
+}  // namespace tessera

@@ -1,0 +1,253 @@
+// Validation loss on the CPU engine with real Gloo ranks in forked processes:
+//  - before any step, 2 ranks with micro-batch B score the same loss and
+//    token count as 1 rank with 2B (the same sequences, summed in another
+//    order), and both ranks of a run report the identical value; after
+//    training steps the two runs stay as close as their training losses;
+//  - an evaluation changes no training state: the checkpointed master
+//    weights, Adam m and v, FP8 shards and FP8 scaling block are
+//    byte-identical before and after one, and a run with evaluations has
+//    bit-identical training losses to one without, with delayed and
+//    current FP8 scaling, bf16, one rank and two;
+//  - Evaluate without data.validation, or before InitCollective, is
+//    FAILED_PRECONDITION.
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/checkpoint_layout.h"
+#include "gtest/gtest.h"
+#include "worker/comm/file_rendezvous_store_for_test.h"
+#include "worker/comm/gloo_communicator.h"
+#include "worker/data/synthetic_task.h"
+#include "worker/data/token_file.h"
+#include "worker/engine/cpu/cpu_ops.h"
+#include "worker/trainer/fsdp_trainer.h"
+#include "worker/trainer/test_job_spec.h"
+
+namespace tessera {
+namespace {
+
+std::string FreshDir(const std::string& name) {
+  static int n = 0;
+  std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name, "-", getpid(), "-", n++);
+  mkdir(dir.c_str(), 0755);
+  return dir;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Held-out data: the addition task from another seed than training's.
+const std::string& ValidationFile() {
+  static const std::string* path = [] {
+    auto* p = new std::string(absl::StrCat(std::getenv("TEST_TMPDIR"), "/validation.tok"));
+    v1::SyntheticData task;
+    task.set_task(v1::SyntheticData::ADDITION);
+    task.set_max_digits(3);
+    EXPECT_TRUE(WriteSyntheticTokenFile(task, 99, 20000, *p).ok());
+    return p;
+  }();
+  return *path;
+}
+
+v1::JobSpec Spec(int micro_batch, int eval_batches) {
+  v1::JobSpec spec = TinyCpuTestJobSpec(micro_batch);
+  v1::ValidationConfig* v = spec.mutable_data()->mutable_validation();
+  v->set_token_file(ValidationFile());
+  v->set_eval_interval_steps(2);
+  v->set_eval_batches(eval_batches);
+  spec.set_steps(6);
+  return spec;
+}
+
+// What one rank reports: the training losses, then for each evaluation
+// its loss and tokens.
+struct RankRun {
+  std::vector<float> losses;
+  std::vector<float> eval_losses;
+  std::vector<int64_t> eval_tokens;
+  bool state_unchanged_by_evaluation = false;
+};
+
+struct Plan {
+  bool evaluate = true;          // before step 0 and after steps 1, 3, 5
+  int checkpoint_around = -1;    // after this step: checkpoint, evaluate, checkpoint
+};
+
+int RunRank(const v1::JobSpec& spec, int rank, int world, const std::string& dir, Plan plan) {
+  FsdpTrainer trainer(CreateCpuOps(), CreateGlooCommunicator);
+  if (!trainer.Setup(spec, rank, world).ok()) return 2;
+  FileRendezvousStore store(dir);
+  if (!trainer.InitCollective(&store, "127.0.0.1", absl::Seconds(30)).ok()) return 3;
+  std::ofstream out(absl::StrCat(dir, "/out-", rank), std::ios::binary);
+  auto evaluate = [&]() -> bool {
+    absl::StatusOr<ValidationReport> v = trainer.Evaluate();
+    if (!v.ok()) {
+      std::cerr << "rank " << rank << ": " << v.status() << "\n";
+      return false;
+    }
+    out << "eval " << v->loss << " " << v->tokens << "\n";
+    return true;
+  };
+  if (plan.evaluate && !evaluate()) return 4;
+  for (int s = 0; s < spec.steps(); ++s) {
+    absl::StatusOr<StepReport> report = trainer.RunStep(s);
+    if (!report.ok()) return 5;
+    uint32_t bits = 0;
+    std::memcpy(&bits, &report->loss, 4);
+    out << "loss " << bits << "\n";
+    if (s == plan.checkpoint_around) {
+      const std::string before = absl::StrCat(dir, "/before"), after = absl::StrCat(dir, "/after");
+      if (!trainer.Checkpoint(s + 1, before).ok()) return 6;
+      if (!evaluate()) return 7;
+      if (!trainer.Checkpoint(s + 1, after).ok()) return 8;
+      const std::string state = absl::StrCat("/rank-", rank, ".state");
+      const std::string a = ReadAll(StepDir(before, s + 1) + state);
+      const std::string b = ReadAll(StepDir(after, s + 1) + state);
+      out << "state " << (!a.empty() && a == b ? "same" : "changed") << "\n";
+    } else if (plan.evaluate && (s % 2 == 1)) {
+      if (!evaluate()) return 9;
+    }
+  }
+  return 0;
+}
+
+std::vector<RankRun> RunRanks(const v1::JobSpec& spec, int world, Plan plan) {
+  const std::string dir = FreshDir("eval");
+  std::vector<pid_t> pids;
+  for (int r = 0; r < world; ++r) {
+    pid_t pid = fork();
+    if (pid == 0) _exit(RunRank(spec, r, world, dir, plan));
+    pids.push_back(pid);
+  }
+  std::vector<RankRun> runs(world);
+  for (int r = 0; r < world; ++r) {
+    int status = 0;
+    waitpid(pids[r], &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "rank " << r << " exit " << WEXITSTATUS(status);
+    std::ifstream in(absl::StrCat(dir, "/out-", r));
+    std::string kind;
+    while (in >> kind) {
+      if (kind == "loss") {
+        uint32_t bits = 0;
+        in >> bits;
+        float loss;
+        std::memcpy(&loss, &bits, 4);
+        runs[r].losses.push_back(loss);
+      } else if (kind == "eval") {
+        float loss = 0;
+        int64_t tokens = 0;
+        in >> loss >> tokens;
+        runs[r].eval_losses.push_back(loss);
+        runs[r].eval_tokens.push_back(tokens);
+      } else if (kind == "state") {
+        std::string verdict;
+        in >> verdict;
+        runs[r].state_unchanged_by_evaluation = verdict == "same";
+      }
+    }
+  }
+  return runs;
+}
+
+TEST(Evaluate, TwoRanksScoreWhatOneRankScores) {
+  // World 2 at micro-batch 2 reads the same validation sequences as world 1
+  // at micro-batch 4 (and the same training data).
+  std::vector<RankRun> two = RunRanks(Spec(2, 3), 2, Plan{});
+  std::vector<RankRun> one = RunRanks(Spec(4, 3), 1, Plan{});
+  ASSERT_EQ(one[0].eval_losses.size(), 4u);  // before step 0, after steps 1, 3 and 5
+  ASSERT_EQ(two[0].eval_losses.size(), 4u);
+  ASSERT_EQ(two[1].eval_losses.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_TRUE(std::isfinite(one[0].eval_losses[i])) << i;
+    EXPECT_GT(one[0].eval_losses[i], 0.f) << i;
+    EXPECT_EQ(two[0].eval_losses[i], two[1].eval_losses[i]) << i;  // all-reduced
+    EXPECT_EQ(two[0].eval_tokens[i], one[0].eval_tokens[i]) << i;
+    EXPECT_EQ(one[0].eval_tokens[i], 3 * 4 * 16) << i;  // every target is valid
+  }
+  // Same weights and sequences: only the summation order differs.
+  EXPECT_NEAR(two[0].eval_losses[0], one[0].eval_losses[0], 1e-5 * one[0].eval_losses[0]);
+  // After training, as close as the training losses themselves.
+  for (size_t i = 1; i < 4; ++i) {
+    EXPECT_NEAR(two[0].eval_losses[i], one[0].eval_losses[i], 2e-2 * one[0].eval_losses[i]) << i;
+  }
+  // Training moved the weights, so the validation loss moved too.
+  EXPECT_NE(one[0].eval_losses[0], one[0].eval_losses[3]);
+}
+
+// A run with evaluations trains bit-identically to one without, and the
+// checkpointed state is byte-identical around an evaluation.
+void ExpectNoSideEffects(const v1::JobSpec& spec, int world) {
+  Plan with;
+  with.checkpoint_around = 2;
+  Plan without;
+  without.evaluate = false;
+  std::vector<RankRun> evaluated = RunRanks(spec, world, with);
+  std::vector<RankRun> plain = RunRanks(spec, world, without);
+  for (int r = 0; r < world; ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r, " of ", world));
+    ASSERT_EQ(evaluated[r].losses.size(), static_cast<size_t>(spec.steps()));
+    EXPECT_EQ(evaluated[r].losses, plain[r].losses);  // bit for bit
+    // Before step 0, after steps 1 and 3 and 5, and between the checkpoints after step 2.
+    EXPECT_EQ(evaluated[r].eval_losses.size(), 5u);
+    EXPECT_TRUE(evaluated[r].state_unchanged_by_evaluation);
+    EXPECT_TRUE(plain[r].eval_losses.empty());
+  }
+}
+
+TEST(Evaluate, LeavesTrainingUntouchedWithDelayedScaling) {
+  ExpectNoSideEffects(Spec(2, 2), 1);
+  ExpectNoSideEffects(Spec(2, 2), 2);
+}
+
+TEST(Evaluate, LeavesTrainingUntouchedWithCurrentScalingAndBf16) {
+  v1::JobSpec current = Spec(2, 2);
+  current.mutable_fp8()->mutable_current();
+  ExpectNoSideEffects(current, 2);
+  v1::JobSpec bf16 = Spec(2, 2);
+  bf16.mutable_fp8()->set_disabled(true);
+  ExpectNoSideEffects(bf16, 2);
+}
+
+TEST(Evaluate, RefusedWithoutValidationDataOrOutOfOrder) {
+  v1::JobSpec spec = Spec(2, 1);
+  FsdpTrainer early(CreateCpuOps(), CreateGlooCommunicator);
+  ASSERT_TRUE(early.Setup(spec, 0, 1).ok());
+  EXPECT_EQ(early.Evaluate().status().code(), absl::StatusCode::kFailedPrecondition);
+
+  spec.mutable_data()->clear_validation();
+  FsdpTrainer none(CreateCpuOps(), CreateGlooCommunicator);
+  ASSERT_TRUE(none.Setup(spec, 0, 1).ok());
+  ASSERT_TRUE(none.InitCollective(nullptr, "127.0.0.1", absl::Seconds(5)).ok());
+  absl::StatusOr<ValidationReport> v = none.Evaluate();
+  EXPECT_EQ(v.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(v.status().message().find("data.validation"), std::string::npos) << v.status();
+
+  // A validation file the model's vocabulary cannot hold fails setup.
+  v1::JobSpec wide = Spec(2, 1);
+  const std::string path = absl::StrCat(std::getenv("TEST_TMPDIR"), "/wide.tok");
+  ASSERT_TRUE(WriteTokenFile(path, std::vector<uint32_t>(100, 64)).ok());  // vocab is 64
+  wide.mutable_data()->mutable_validation()->set_token_file(path);
+  FsdpTrainer refused(CreateCpuOps(), CreateGlooCommunicator);
+  absl::StatusOr<SetupReport> setup = refused.Setup(wide, 0, 1);
+  ASSERT_FALSE(setup.ok());
+  EXPECT_EQ(setup.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(setup.status().message().find("data.validation.token_file"), std::string::npos)
+      << setup.status();
+}
+
+}  // namespace
+}  // namespace tessera
