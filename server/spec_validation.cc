@@ -239,6 +239,9 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   // Upper bounds first: the rules below may multiply fields.
   if (absl::Status s = CheckSpecLimits(spec); !s.ok()) return s;
   if (!spec.has_model()) return Bad("model", "is required");
+  if (!spec.model().init_from().empty()) {
+    return Bad("model.init_from", "starting from a Hugging Face directory is not supported yet");
+  }
   if (absl::Status s = ValidateModel(spec.model()); !s.ok()) return s;
   if (!spec.has_data()) return Bad("data", "is required");
   if (absl::Status s = ValidateData(spec.data()); !s.ok()) return s;
