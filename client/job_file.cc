@@ -405,7 +405,16 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text, const std::str
     try {
       // yaml-cpp bounds its own recursion (a DeepRecursion error) while
       // parsing; the conversion below enforces the tighter job file limit.
-      YAML::Node root = YAML::Load(text);
+      // LoadAll, not Load: Load stops after the first node, so text after a
+      // flow mapping ("{...} more") would be dropped without a word.
+      std::vector<YAML::Node> documents = YAML::LoadAll(text);
+      for (size_t i = 1; i < documents.size(); ++i) {
+        if (documents[i].IsDefined() && !documents[i].IsNull()) {
+          return Invalid(source, documents[i].Mark().line + 1,
+                         "text after the job's mapping: a job file holds one YAML document");
+        }
+      }
+      YAML::Node root = documents.empty() ? YAML::Node() : documents[0];
       NodeBudget budget;
       absl::StatusOr<Json> converted = YamlToJson(root, "", 0, &budget, source);
       if (!converted.ok()) return converted.status();

@@ -275,6 +275,31 @@ TEST(JobFile, OversizedFilesAreRefusedBeforeParsing) {
   }
 }
 
+// A YAML flow mapping followed by more text used to be read up to the
+// mapping's end and the rest dropped without a word: "{steps: 3}\nsteps: 9"
+// was a 3-step job. Text after the mapping is refused, naming its line; an
+// empty document after an explicit "---" is harmless.
+TEST(JobFile, TextAfterAFlowMappingIsRefused) {
+  for (const char* text : {"{name: a, steps: 3} steps: 9\n", "{name: a, steps: 3}\nsteps: 9\n",
+                           "{name: a}\n---\nsteps: 9\n", "{name: a} {steps: 9}\n"}) {
+    SCOPED_TRACE(text);
+    absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(text, "job.yaml", JobFileFormat::kYaml);
+    ASSERT_FALSE(spec.ok());
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(Contains(spec.status(), "job.yaml: line ")) << spec.status();
+  }
+  absl::StatusOr<v1::JobSpec> second_line =
+      ParseJobSpec("{name: a}\nsteps: 9\n", "job.yaml", JobFileFormat::kYaml);
+  EXPECT_TRUE(Contains(second_line.status(),
+                       "job.yaml: line 2: text after the job's mapping: a job file holds one "
+                       "YAML document"))
+      << second_line.status();
+  absl::StatusOr<v1::JobSpec> trailing_marker =
+      ParseJobSpec("name: a\nsteps: 3\n---\n", "job.yaml", JobFileFormat::kYaml);
+  ASSERT_TRUE(trailing_marker.ok()) << trailing_marker.status();
+  EXPECT_EQ(trailing_marker->steps(), 3);
+}
+
 // Found by fuzz/job_file_fuzzer: a YAML string with bytes that are not
 // UTF-8 made the YAML-to-JSON step throw past the parser (the CLI died).
 TEST(JobFile, YamlValuesThatAreNotUtf8AreRefused) {

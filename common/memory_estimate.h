@@ -11,9 +11,8 @@
 // activations saved for backward; per-step scratch; FP8 metadata. The
 // engine's own workspace (one chunk of the fused loss's logits, attention
 // backward scratch, fixed cuBLASLt workspace) is an upper bound on top.
-// worker/trainer/fsdp_trainer_test holds the worker's estimate to the bytes
-// the trainer really allocates, and server/memory_admission_test holds this
-// one to the worker's.
+// worker/trainer/fsdp_trainer_test holds this estimate to the bytes the
+// trainer really allocates.
 #ifndef TESSERA_COMMON_MEMORY_ESTIMATE_H_
 #define TESSERA_COMMON_MEMORY_ESTIMATE_H_
 

@@ -56,27 +56,9 @@ const std::vector<std::string> kFastFailureFlags = {
     "--worker_timeout_ms=2000", "--heartbeat_interval_ms=200", "--collective_timeout_ms=3000"};
 
 v1::JobSpec ChaosJob(const std::string& checkpoint_dir, int max_restarts) {
-  v1::JobSpec spec;
-  spec.set_name("chaos");
-  v1::ModelConfig* model = spec.mutable_model();
-  model->set_vocab_size(256);
-  model->set_d_model(64);
-  model->set_n_layers(2);
-  model->set_n_heads(2);
-  model->set_ffn_dim(128);
-  model->set_seq_len(32);
-  spec.mutable_data()->mutable_synthetic()->set_task(v1::SyntheticData::ADDITION);
-  spec.mutable_data()->set_micro_batch_size(4);
-  spec.mutable_optimizer()->set_lr(3e-3f);
-  spec.mutable_optimizer()->set_warmup_steps(2);
-  spec.set_world_size(2);
-  spec.set_device_kind(v1::CPU);
-  spec.set_steps(kSteps);
-  spec.set_seed(7);
+  v1::JobSpec spec =
+      testing::SmallCpuJob("chaos", kSteps, /*seed=*/7, checkpoint_dir, kCheckpointInterval);
   spec.set_max_restarts(max_restarts);
-  spec.mutable_checkpoint()->set_dir(checkpoint_dir);
-  spec.mutable_checkpoint()->set_interval_steps(kCheckpointInterval);
-  spec.mutable_checkpoint()->set_keep_last(2);
   return spec;
 }
 

@@ -22,5 +22,32 @@ v1::Job SubmitOrFail(v1::Coordinator::Stub& stub, const v1::JobSpec& spec) {
   return resp.job();
 }
 
+v1::JobSpec SmallCpuJob(const std::string& name, int steps, int seed,
+                        const std::string& checkpoint_dir, int checkpoint_interval) {
+  v1::JobSpec spec;
+  spec.set_name(name);
+  v1::ModelConfig* model = spec.mutable_model();
+  model->set_vocab_size(256);
+  model->set_d_model(64);
+  model->set_n_layers(2);
+  model->set_n_heads(2);
+  model->set_ffn_dim(128);
+  model->set_seq_len(32);
+  spec.mutable_data()->mutable_synthetic()->set_task(v1::SyntheticData::ADDITION);
+  spec.mutable_data()->set_micro_batch_size(4);
+  spec.mutable_optimizer()->set_lr(3e-3f);
+  spec.mutable_optimizer()->set_warmup_steps(2);
+  spec.set_world_size(2);
+  spec.set_device_kind(v1::CPU);
+  spec.set_steps(steps);
+  spec.set_seed(seed);
+  if (!checkpoint_dir.empty()) {
+    spec.mutable_checkpoint()->set_dir(checkpoint_dir);
+    spec.mutable_checkpoint()->set_interval_steps(checkpoint_interval);
+    spec.mutable_checkpoint()->set_keep_last(2);
+  }
+  return spec;
+}
+
 }  // namespace testing
 }  // namespace tessera

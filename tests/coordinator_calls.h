@@ -1,10 +1,12 @@
 // Test-only shorthands for calling the coordinator's v1 API from the
-// multi-process tests: a client context with a deadline, and SubmitJob that
-// records a gtest failure (with gRPC's message) instead of returning a status.
+// multi-process tests: a client context with a deadline, SubmitJob that
+// records a gtest failure (with gRPC's message) instead of returning a
+// status, and the small two-rank CPU job the recovery tests train.
 #ifndef TESSERA_TESTS_COORDINATOR_CALLS_H_
 #define TESSERA_TESTS_COORDINATOR_CALLS_H_
 
 #include <memory>
+#include <string>
 
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
@@ -19,6 +21,13 @@ std::unique_ptr<grpc::ClientContext> ContextWithDeadline(absl::Duration timeout 
 // Submits `spec`; on an error status adds a test failure and returns an
 // empty Job.
 v1::Job SubmitOrFail(v1::Coordinator::Stub& stub, const v1::JobSpec& spec);
+
+// A two-rank CPU job small enough to run tens of steps a second on two
+// cores (d_model 64, 2 layers, the synthetic ADDITION task), named `name`,
+// seeded with `seed`. With a non-empty `checkpoint_dir` it checkpoints
+// every `checkpoint_interval` steps and keeps the newest 2.
+v1::JobSpec SmallCpuJob(const std::string& name, int steps, int seed,
+                        const std::string& checkpoint_dir = "", int checkpoint_interval = 5);
 
 }  // namespace testing
 }  // namespace tessera

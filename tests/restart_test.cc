@@ -46,29 +46,7 @@ const std::vector<std::string> kFastFailureFlags = {
 // A model small enough for 2 cores, with steps long enough (a few
 // milliseconds) that a kill lands mid-run.
 v1::JobSpec SmallJob(int steps, const std::string& checkpoint_dir) {
-  v1::JobSpec spec;
-  spec.set_name("restart");
-  v1::ModelConfig* model = spec.mutable_model();
-  model->set_vocab_size(256);
-  model->set_d_model(64);
-  model->set_n_layers(2);
-  model->set_n_heads(2);
-  model->set_ffn_dim(128);
-  model->set_seq_len(32);
-  spec.mutable_data()->mutable_synthetic()->set_task(v1::SyntheticData::ADDITION);
-  spec.mutable_data()->set_micro_batch_size(4);
-  spec.mutable_optimizer()->set_lr(3e-3f);
-  spec.mutable_optimizer()->set_warmup_steps(2);
-  spec.set_world_size(2);
-  spec.set_device_kind(v1::CPU);
-  spec.set_steps(steps);
-  spec.set_seed(11);
-  if (!checkpoint_dir.empty()) {
-    spec.mutable_checkpoint()->set_dir(checkpoint_dir);
-    spec.mutable_checkpoint()->set_interval_steps(5);
-    spec.mutable_checkpoint()->set_keep_last(2);
-  }
-  return spec;
+  return testing::SmallCpuJob("restart", steps, /*seed=*/11, checkpoint_dir);
 }
 
 bool IsTerminal(v1::JobState s) {

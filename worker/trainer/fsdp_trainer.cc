@@ -7,10 +7,10 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/memory_estimate.h"
 #include "common/parallelism.h"
 #include "common/status_macros.h"
 #include "worker/model/param_init.h"
-#include "worker/trainer/memory_estimate.h"
 
 namespace tessera {
 namespace {
@@ -107,12 +107,12 @@ absl::StatusOr<SetupReport> FsdpTrainer::Setup(const v1::JobSpec& spec, int rank
     return absl::InvalidArgumentError("model: shapes are inconsistent (validate the spec first)");
   }
   // Refuse a job this device cannot hold before allocating any of it.
-  const MemoryEstimate need = EstimateMemory(spec, rank_, world_);
+  const RankMemoryEstimate need = EstimateRankMemory(spec, rank_, world_);
   ASSIGN_OR_RETURN(const int64_t available, ops_->AvailableMemoryBytes());
   if (need.total() > available) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "rank ", rank, " needs about ", need.ToString(), ", but its device has ",
-        FormatGiB(available), " free: use more workers (world_size), a smaller micro_batch_size or seq_len, or a "
+        FormatBytesAsGiB(available), " free: use more workers (world_size), a smaller micro_batch_size or seq_len, or a "
         "smaller model"));
   }
   ASSIGN_OR_RETURN(data_, OpenBatchSource(spec, global_rank_, global_world_));

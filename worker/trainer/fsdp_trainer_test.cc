@@ -30,11 +30,11 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/memory_estimate.h"
 #include "gtest/gtest.h"
 #include "worker/comm/file_rendezvous_store_for_test.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/engine/cpu/cpu_ops.h"
-#include "worker/trainer/memory_estimate.h"
 #include "worker/trainer/test_job_spec.h"
 
 namespace tessera {
@@ -326,7 +326,10 @@ TEST(FsdpTrainer, MemoryEstimateIsWhatSetupAllocates) {
   current.mutable_fp8()->mutable_current();
   v1::JobSpec bf16 = TestJobSpec(2);
   bf16.mutable_fp8()->set_disabled(true);
-  const Case cases[] = {{"one rank", TestJobSpec(2), 0, 1},
+  v1::JobSpec history = TestJobSpec(2);
+  history.mutable_fp8()->mutable_delayed()->set_amax_history_len(7);
+  const Case cases[] = {{"amax history 7, rank 1 of 2", history, 1, 2},
+                        {"one rank", TestJobSpec(2), 0, 1},
                         {"rank 1 of 3", TestJobSpec(2), 1, 3},
                         {"resharded, rank 2 of 3", reshard, 2, 3},
                         {"current scaling", current, 0, 2},
@@ -335,7 +338,7 @@ TEST(FsdpTrainer, MemoryEstimateIsWhatSetupAllocates) {
   for (const Case& c : cases) {
     FsdpTrainer trainer(CreateCpuOps(), CreateGlooCommunicator);
     ASSERT_TRUE(trainer.Setup(c.spec, c.rank, c.world).ok()) << c.name;
-    const MemoryEstimate e = EstimateMemory(c.spec, c.rank, c.world);
+    const RankMemoryEstimate e = EstimateRankMemory(c.spec, c.rank, c.world);
     EXPECT_EQ(trainer.allocated_bytes(), e.trainer_bytes()) << c.name << ": " << e.ToString();
     EXPECT_GT(e.engine_workspace, 0) << c.name;
   }
