@@ -172,14 +172,14 @@ absl::StatusOr<ServerSecurity> LoadServerSecurity(const ServerSecurityFlags& fla
   return out;
 }
 
-std::string ClientMetadata(const grpc::ServerContext* context, const std::string& key) {
+std::string ClientMetadata(const grpc::ServerContextBase* context, const std::string& key) {
   const auto& metadata = context->client_metadata();
   auto it = metadata.find(key);
   if (it == metadata.end()) return "";
   return std::string(it->second.data(), it->second.size());
 }
 
-grpc::Status Authorize(const AccessPolicy* policy, const grpc::ServerContext* context, Role role) {
+grpc::Status Authorize(const AccessPolicy* policy, const grpc::ServerContextBase* context, Role role) {
   if (policy == nullptr || !policy->enforced()) return grpc::Status::OK;
   Caller caller;
   caller.authorization = ClientMetadata(context, "authorization");

@@ -96,10 +96,10 @@ struct ServerSecurity {
 absl::StatusOr<ServerSecurity> LoadServerSecurity(const ServerSecurityFlags& flags);
 
 // Checks one call against `policy` (null: allowed), as a gRPC status.
-grpc::Status Authorize(const AccessPolicy* policy, const grpc::ServerContext* context, Role role);
+grpc::Status Authorize(const AccessPolicy* policy, const grpc::ServerContextBase* context, Role role);
 
 // A client metadata value, or empty.
-std::string ClientMetadata(const grpc::ServerContext* context, const std::string& key);
+std::string ClientMetadata(const grpc::ServerContextBase* context, const std::string& key);
 
 }  // namespace tessera
 

@@ -6,12 +6,12 @@
 
 namespace tessera {
 
-grpc::Status CallGuard::User(CallGuard* guard, grpc::ServerContext* context) {
+grpc::Status CallGuard::User(CallGuard* guard, grpc::ServerContextBase* context) {
   if (guard == nullptr) return grpc::Status::OK;
   return Authorize(guard->access_.get(), context, Role::kUser);
 }
 
-grpc::Status CallGuard::Worker(CallGuard* guard, grpc::ServerContext* context) {
+grpc::Status CallGuard::Worker(CallGuard* guard, grpc::ServerContextBase* context) {
   if (guard == nullptr) return grpc::Status::OK;
   return Authorize(guard->access_.get(), context, Role::kWorker);
 }
@@ -21,7 +21,7 @@ std::string CallGuard::Registered(CallGuard* guard, const std::string& worker_id
   return guard->sessions_.Issue(worker_id);
 }
 
-grpc::Status CallGuard::Heartbeat(CallGuard* guard, grpc::ServerContext* context,
+grpc::Status CallGuard::Heartbeat(CallGuard* guard, grpc::ServerContextBase* context,
                                   const std::string& worker_id) {
   if (grpc::Status s = Worker(guard, context); !s.ok()) return s;
   if (guard == nullptr || !guard->sessions_enforced()) return grpc::Status::OK;
@@ -29,7 +29,7 @@ grpc::Status CallGuard::Heartbeat(CallGuard* guard, grpc::ServerContext* context
       guard->sessions_.CheckHeartbeat(ClientMetadata(context, kWorkerSessionHeader), worker_id));
 }
 
-grpc::Status CallGuard::Rank(CallGuard* guard, grpc::ServerContext* context,
+grpc::Status CallGuard::Rank(CallGuard* guard, grpc::ServerContextBase* context,
                              const std::string& job_id) {
   if (grpc::Status s = Worker(guard, context); !s.ok()) return s;
   if (guard == nullptr || !guard->sessions_enforced()) return grpc::Status::OK;

@@ -25,13 +25,13 @@ class CallGuard {
       : access_(std::move(access)), core_(core) {}
 
   // Client API (Coordinator service).
-  static grpc::Status User(CallGuard* guard, grpc::ServerContext* context);
+  static grpc::Status User(CallGuard* guard, grpc::ServerContextBase* context);
   // RegisterWorker; on success `Registered` issues the worker's session.
-  static grpc::Status Worker(CallGuard* guard, grpc::ServerContext* context);
+  static grpc::Status Worker(CallGuard* guard, grpc::ServerContextBase* context);
   static std::string Registered(CallGuard* guard, const std::string& worker_id);
-  static grpc::Status Heartbeat(CallGuard* guard, grpc::ServerContext* context,
+  static grpc::Status Heartbeat(CallGuard* guard, grpc::ServerContextBase* context,
                                 const std::string& worker_id);
-  static grpc::Status Rank(CallGuard* guard, grpc::ServerContext* context,
+  static grpc::Status Rank(CallGuard* guard, grpc::ServerContextBase* context,
                            const std::string& job_id);
 
  private:

@@ -49,6 +49,9 @@ ABSL_FLAG(int, starvation_timeout_s, 300,
           "a queued job the registered workers could run that has waited this long stops "
           "later jobs of its device kind from starting before it (0: strict FIFO among "
           "runnable jobs)");
+ABSL_FLAG(int, max_watch_streams, tessera::kDefaultMaxWatchStreams,
+          "open WatchJob streams allowed at once (they hold no server thread); one more is "
+          "RESOURCE_EXHAUSTED");
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate this server presents (also its client certificate to workers)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
@@ -98,6 +101,10 @@ int main(int argc, char** argv) {
   if (!data_root.ok()) {
     std::fprintf(stderr, "tessera-coordinator: %s\n",
                  std::string(data_root.status().message()).c_str());
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_max_watch_streams) < 1) {
+    std::fprintf(stderr, "tessera-coordinator: --max_watch_streams: must be >= 1\n");
     return 2;
   }
   std::string advertise = absl::GetFlag(FLAGS_advertise_address);
@@ -160,7 +167,8 @@ int main(int argc, char** argv) {
     std::printf("tessera-coordinator metrics on http://%s/metrics\n", metrics->address().c_str());
   }
   tessera::CallGuard guard(security->access, &core);
-  tessera::CoordinatorService coordinator_service(&core, &guard);
+  tessera::CoordinatorService coordinator_service(&core, &guard,
+                                                  absl::GetFlag(FLAGS_max_watch_streams));
   tessera::WorkerRegistryService registry_service(&core, &guard);
   tessera::RendezvousService rendezvous_service(&core, &guard);
 

@@ -1,9 +1,14 @@
 // Thin gRPC services over the coordinator core (see coordinator_service.h).
 #include "server/coordinator_service.h"
 
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/grpc_status.h"
 #include "server/call_guard.h"
+#include "server/job_watch_reactor.h"
 
 namespace tessera {
 
@@ -57,25 +62,25 @@ grpc::Status CoordinatorService::CancelJob(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* context,
-                                          const v1::WatchJobRequest* req,
-                                          grpc::ServerWriter<v1::JobEvent>* writer) {
-  if (grpc::Status s = CallGuard::User(guard_, context); !s.ok()) return s;
+grpc::ServerWriteReactor<v1::JobEvent>* CoordinatorService::WatchJob(
+    grpc::CallbackServerContext* context, const v1::WatchJobRequest* req) {
+  if (grpc::Status s = CallGuard::User(guard_, context); !s.ok()) {
+    return JobWatchReactor::Refuse(s);
+  }
   absl::StatusOr<std::shared_ptr<EventLog>> log = core_->JobEvents(req->job_id());
-  if (!log.ok()) return ToGrpcStatus(log.status());
+  if (!log.ok()) return JobWatchReactor::Refuse(ToGrpcStatus(log.status()));
   if (req->after_sequence() < 0) {
-    return ToGrpcStatus(absl::InvalidArgumentError("after_sequence: must be >= 0"));
+    return JobWatchReactor::Refuse(
+        ToGrpcStatus(absl::InvalidArgumentError("after_sequence: must be >= 0")));
   }
-  int64_t cursor = req->after_sequence();
-  while (!context->IsCancelled()) {
-    EventLog::Batch batch = (*log)->Read(cursor, req->from_step(), absl::Milliseconds(500));
-    for (const v1::JobEvent& event : batch.events) {
-      if (!writer->Write(event)) return grpc::Status(grpc::StatusCode::CANCELLED, "client gone");
-    }
-    cursor = batch.next_cursor;
-    if (batch.closed) return grpc::Status::OK;
+  if (open_watch_streams_.fetch_add(1) >= max_watch_streams_) {
+    open_watch_streams_.fetch_sub(1);
+    return JobWatchReactor::Refuse(ToGrpcStatus(absl::ResourceExhaustedError(absl::StrCat(
+        "too many open watch streams (", max_watch_streams_,
+        ", the coordinator's --max_watch_streams); close some or try again later"))));
   }
-  return grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled by the client");
+  return JobWatchReactor::Start(*std::move(log), req->after_sequence(), req->from_step(),
+                                [this] { open_watch_streams_.fetch_sub(1); });
 }
 
 grpc::Status CoordinatorService::ListWorkers(grpc::ServerContext* context,

@@ -1,8 +1,16 @@
 // The coordinator's gRPC services: Coordinator (client-facing),
 // WorkerRegistry and Rendezvous (worker-facing). Each method parses the
 // request, calls the core (coordinator.h), maps the status and finishes.
+//
+// WatchJob is the one method on gRPC's callback API (job_watch_reactor.h):
+// open watch streams hold no server thread, so however many clients watch,
+// the synchronous pool stays free for heartbeats, step reports and the
+// other calls. At most `max_watch_streams` may be open at once; one more is
+// RESOURCE_EXHAUSTED.
 #ifndef TESSERA_SERVER_COORDINATOR_SERVICE_H_
 #define TESSERA_SERVER_COORDINATOR_SERVICE_H_
+
+#include <atomic>
 
 #include "proto/tessera/v1/coordinator.grpc.pb.h"
 #include "proto/tessera/v1/worker.grpc.pb.h"
@@ -12,11 +20,15 @@ namespace tessera {
 
 class CallGuard;
 
-class CoordinatorService final : public v1::Coordinator::Service {
+inline constexpr int kDefaultMaxWatchStreams = 10'000;
+
+class CoordinatorService final
+    : public v1::Coordinator::WithCallbackMethod_WatchJob<v1::Coordinator::Service> {
  public:
   // `guard` (not owned; null allows every call) checks credentials.
-  explicit CoordinatorService(Coordinator* core, CallGuard* guard = nullptr)
-      : core_(core), guard_(guard) {}
+  explicit CoordinatorService(Coordinator* core, CallGuard* guard = nullptr,
+                              int max_watch_streams = kDefaultMaxWatchStreams)
+      : core_(core), guard_(guard), max_watch_streams_(max_watch_streams) {}
   grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* req,
                          v1::SubmitJobResponse* resp) override;
   grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest* req, v1::Job* resp) override;
@@ -26,14 +38,18 @@ class CoordinatorService final : public v1::Coordinator::Service {
                          v1::Job* resp) override;
   grpc::Status DeleteJob(grpc::ServerContext*, const v1::DeleteJobRequest* req,
                          v1::DeleteJobResponse* resp) override;
-  grpc::Status WatchJob(grpc::ServerContext* context, const v1::WatchJobRequest* req,
-                        grpc::ServerWriter<v1::JobEvent>* writer) override;
+  grpc::ServerWriteReactor<v1::JobEvent>* WatchJob(grpc::CallbackServerContext* context,
+                                                   const v1::WatchJobRequest* req) override;
   grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest* req,
                            v1::ListWorkersResponse* resp) override;
+
+  int open_watch_streams() const { return open_watch_streams_.load(); }
 
  private:
   Coordinator* core_;
   CallGuard* guard_;
+  const int max_watch_streams_;
+  std::atomic<int> open_watch_streams_{0};
 };
 
 class WorkerRegistryService final : public v1::WorkerRegistry::Service {

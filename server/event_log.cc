@@ -20,19 +20,40 @@ typename Events::const_iterator After(const Events& events, int64_t cursor) {
 }  // namespace
 
 v1::JobEvent EventLog::Append(v1::JobEvent event, bool closes) {
-  absl::MutexLock lock(&mu_);
-  if (closed_) return v1::JobEvent();
-  event.set_sequence(++last_sequence_);
-  event.set_time_unix_ms(absl::ToUnixMillis(absl::Now()));
-  v1::JobEvent stamped = event;
-  if (event.has_step()) {
-    step_events_.push_back(std::move(event));
-    while (static_cast<int64_t>(step_events_.size()) > max_step_events_) step_events_.pop_front();
-  } else {
-    other_events_.push_back(std::move(event));
+  v1::JobEvent stamped;
+  std::vector<std::function<void()>> wakes;
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_) return v1::JobEvent();
+    event.set_sequence(++last_sequence_);
+    event.set_time_unix_ms(absl::ToUnixMillis(absl::Now()));
+    stamped = event;
+    if (event.has_step()) {
+      step_events_.push_back(std::move(event));
+      while (static_cast<int64_t>(step_events_.size()) > max_step_events_) {
+        step_events_.pop_front();
+      }
+    } else {
+      other_events_.push_back(std::move(event));
+    }
+    if (closes) closed_ = true;
+    wakes.reserve(subscribers_.size());
+    for (const auto& [id, wake] : subscribers_) wakes.push_back(wake);
   }
-  if (closes) closed_ = true;
+  for (const std::function<void()>& wake : wakes) wake();
   return stamped;
+}
+
+int64_t EventLog::Subscribe(std::function<void()> wake) {
+  absl::MutexLock lock(&mu_);
+  const int64_t id = ++next_subscription_;
+  subscribers_.emplace(id, std::move(wake));
+  return id;
+}
+
+void EventLog::Unsubscribe(int64_t id) {
+  absl::MutexLock lock(&mu_);
+  subscribers_.erase(id);
 }
 
 void EventLog::Restore(std::vector<v1::JobEvent> events, bool closed) {

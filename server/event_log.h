@@ -4,6 +4,10 @@
 // everything else in full), then waits for new events. The log closes after
 // the job's terminal state event. Thread-safe.
 //
+// Readers either wait in Read (a thread per reader) or subscribe for a
+// wake-up after every Append and read without waiting, as the WatchJob
+// reactor does so that watchers hold no thread while idle.
+//
 // Step metrics are kept for the most recent `max_step_events` steps only
 // (default 100,000), so a job's memory does not grow with its step count;
 // a subscriber that falls further behind misses the oldest step records,
@@ -13,6 +17,8 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <map>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -48,6 +54,13 @@ class EventLog {
   // none is there yet.
   Batch Read(int64_t cursor, int from_step, absl::Duration wait);
 
+  // Calls `wake` after every Append, on the appending thread with no lock
+  // of this log held. Returns an id for Unsubscribe. A call already under
+  // way when Unsubscribe returns may still finish, so `wake` must only
+  // touch state that outlives the subscription.
+  int64_t Subscribe(std::function<void()> wake);
+  void Unsubscribe(int64_t id);
+
  private:
   const int64_t max_step_events_;
   absl::Mutex mu_;
@@ -55,6 +68,8 @@ class EventLog {
   std::vector<v1::JobEvent> other_events_ ABSL_GUARDED_BY(mu_);  // state changes, worker errors
   std::deque<v1::JobEvent> step_events_ ABSL_GUARDED_BY(mu_);    // the most recent steps
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t next_subscription_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<int64_t, std::function<void()>> subscribers_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tessera
