@@ -27,8 +27,13 @@ MetricsTracker::Snapshot MetricsTracker::Sync() {
         EventLog::Batch batch = (*log)->Read(cursor.next, 0, absl::ZeroDuration());
         for (const v1::JobEvent& event : batch.events) {
           if (!event.has_step()) continue;
-          ++cursor.counters.steps;
-          cursor.counters.tokens += event.step().tokens();
+          if (event.step().step() > cursor.highest_step) {
+            cursor.highest_step = event.step().step();
+            ++cursor.counters.steps;
+            cursor.counters.tokens += event.step().tokens();
+          } else {
+            ++cursor.counters.repeated_steps;
+          }
           out.new_step_times_s.push_back(event.step().step_time_s());
           out.new_control_overheads_s.push_back(event.step().control_overhead_s());
         }

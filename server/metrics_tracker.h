@@ -3,8 +3,14 @@
 // event log, steps and tokens per job and the step times and control
 // overheads of the steps finished since the last read. The exporter
 // (prometheus_metrics.h) calls Sync() at every scrape, so a scrape always
-// sees every step the coordinator has recorded. Steps are counted as they
-// are recorded: a step re-run after an automatic restart counts again.
+// sees every step the coordinator has recorded.
+//
+// Each step counts once in `steps` and `tokens`: a step reported again (an
+// automatic restart re-runs the steps after its checkpoint, and each is
+// reported with the next attempt number) counts in `repeated_steps`
+// instead, the work a failure cost. So `steps` is the job's progress, also
+// for a tracker started after a coordinator restart, which reads the
+// restored history. Step times count every report: each was real time.
 // Thread-compatible: the exporter serialises calls.
 #ifndef TESSERA_SERVER_METRICS_TRACKER_H_
 #define TESSERA_SERVER_METRICS_TRACKER_H_
@@ -34,8 +40,9 @@ class MetricsTracker {
   explicit MetricsTracker(MetricsSource source) : source_(std::move(source)) {}
 
   struct JobCounters {
-    int64_t steps = 0;
-    int64_t tokens = 0;
+    int64_t steps = 0;           // distinct steps reported
+    int64_t tokens = 0;          // their tokens
+    int64_t repeated_steps = 0;  // reports of a step already counted
   };
   struct Snapshot {
     std::map<std::string, int64_t> jobs_by_state;  // every JobState name, zeros included
@@ -51,6 +58,7 @@ class MetricsTracker {
   struct Cursor {
     int64_t next = 0;
     bool closed = false;
+    int64_t highest_step = -1;  // steps up to this one are counted
     JobCounters counters;
   };
   MetricsSource source_;

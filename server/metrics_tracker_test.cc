@@ -56,6 +56,38 @@ TEST(MetricsTrackerTest, CountsStepsAndTokensIncrementallyAndForgetsDeletedJobs)
   EXPECT_TRUE(third.new_step_times_s.empty());
 }
 
+// Steps re-run after an automatic restart used to count again: a job that
+// failed once after step 5 and resumed from its step-3 checkpoint showed
+// more steps than it has. They now count once, and the re-runs separately.
+TEST(MetricsTrackerTest, StepsReportedAgainAfterARestartCountOnceAndAsRepeated) {
+  std::vector<v1::Job> jobs(1);
+  jobs[0].set_id("job-1");
+  jobs[0].set_state(v1::RUNNING);
+  auto log = std::make_shared<EventLog>();
+  MetricsSource source{[&]() -> absl::StatusOr<std::vector<v1::Job>> { return jobs; },
+                       [] { return std::vector<v1::WorkerRecord>(); },
+                       [&](const std::string&) -> absl::StatusOr<std::shared_ptr<EventLog>> {
+                         return log;
+                       }};
+  MetricsTracker tracker(source);
+  for (int step = 0; step <= 5; ++step) log->Append(Step(step, 10, 0.1), false);
+  EXPECT_EQ(tracker.Sync().jobs["job-1"].steps, 6);
+  for (int step = 4; step <= 7; ++step) log->Append(Step(step, 10, 0.1), false);  // attempt 1
+  MetricsTracker::Snapshot after = tracker.Sync();
+  EXPECT_EQ(after.jobs["job-1"].steps, 8);
+  EXPECT_EQ(after.jobs["job-1"].tokens, 80);
+  EXPECT_EQ(after.jobs["job-1"].repeated_steps, 2);
+  EXPECT_EQ(after.new_step_times_s.size(), 4u);  // every report took real time
+
+  // A tracker started later (a restarted coordinator reading the restored
+  // history) arrives at the same counts.
+  MetricsTracker fresh(source);
+  MetricsTracker::Snapshot replayed = fresh.Sync();
+  EXPECT_EQ(replayed.jobs["job-1"].steps, 8);
+  EXPECT_EQ(replayed.jobs["job-1"].tokens, 80);
+  EXPECT_EQ(replayed.jobs["job-1"].repeated_steps, 2);
+}
+
 TEST(MetricsTrackerTest, ListAllJobsFollowsPagesAndStopsOnNoProgress) {
   int calls = 0;
   absl::StatusOr<std::vector<v1::Job>> all =

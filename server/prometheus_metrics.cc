@@ -43,12 +43,18 @@ class CoordinatorCollectable {
                      .Register(*registry_)),
         steps_(prometheus::BuildCounter()
                    .Name("tessera_job_steps_total")
-                   .Help("Training steps recorded, per job.")
+                   .Help("Training steps completed, per job; a step re-run after a restart "
+                         "counts once.")
                    .Register(*registry_)),
         tokens_(prometheus::BuildCounter()
                     .Name("tessera_job_tokens_total")
-                    .Help("Tokens trained over all ranks, per job.")
+                    .Help("Tokens trained over all ranks, per job (each step once).")
                     .Register(*registry_)),
+        repeated_steps_(prometheus::BuildCounter()
+                            .Name("tessera_job_repeated_steps_total")
+                            .Help("Steps run again after an automatic restart, per job: the "
+                                  "work failures cost.")
+                            .Register(*registry_)),
         step_time_(prometheus::BuildHistogram()
                        .Name("tessera_step_duration_seconds")
                        .Help("Slowest rank's compute time per step.")
@@ -79,6 +85,7 @@ class CoordinatorCollectable {
       if (snapshot.jobs.count(it->first) == 0) {  // deleted: drop its series
         steps_.Remove(it->second.steps);
         tokens_.Remove(it->second.tokens);
+        repeated_steps_.Remove(it->second.repeated_steps);
         it = per_job_.erase(it);
       } else {
         ++it;
@@ -89,9 +96,12 @@ class CoordinatorCollectable {
       if (series.steps == nullptr) {
         series.steps = &steps_.Add({{"job", job}});
         series.tokens = &tokens_.Add({{"job", job}});
+        series.repeated_steps = &repeated_steps_.Add({{"job", job}});
       }
       series.steps->Increment(static_cast<double>(counters.steps) - series.steps->Value());
       series.tokens->Increment(static_cast<double>(counters.tokens) - series.tokens->Value());
+      series.repeated_steps->Increment(static_cast<double>(counters.repeated_steps) -
+                                       series.repeated_steps->Value());
     }
     for (double s : snapshot.new_step_times_s) step_time_.Observe(s);
     for (double s : snapshot.new_control_overheads_s) overhead_.Observe(s);
@@ -102,6 +112,7 @@ class CoordinatorCollectable {
   struct JobSeries {
     prometheus::Counter* steps = nullptr;
     prometheus::Counter* tokens = nullptr;
+    prometheus::Counter* repeated_steps = nullptr;
   };
   absl::Mutex mu_;
   MetricsTracker tracker_ ABSL_GUARDED_BY(mu_);
@@ -110,6 +121,7 @@ class CoordinatorCollectable {
   prometheus::Family<prometheus::Gauge>& workers_;
   prometheus::Family<prometheus::Counter>& steps_;
   prometheus::Family<prometheus::Counter>& tokens_;
+  prometheus::Family<prometheus::Counter>& repeated_steps_;
   prometheus::Histogram& step_time_;
   prometheus::Histogram& overhead_;
   std::map<std::string, JobSeries> per_job_ ABSL_GUARDED_BY(mu_);

@@ -35,6 +35,7 @@ def main():
 
     assert value("tessera_job_steps_total", job=job_id) == steps
     assert value("tessera_job_tokens_total", job=job_id) > 0
+    assert value("tessera_job_repeated_steps_total", job=job_id) == 0
     assert value("tessera_jobs", state="SUCCEEDED") >= 1
     assert value("tessera_jobs", state="RUNNING") == 0
     assert value("tessera_workers", health="healthy") == workers
