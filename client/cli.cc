@@ -182,6 +182,12 @@ int RunCommand(const ParsedArgs& args, std::ostream& out, std::ostream& err, boo
     }
     return kExitOk;
   }
+  if (args.command == "health") {
+    absl::StatusOr<std::string> serving = client.CheckHealth(args.Get("service"));
+    if (!serving.ok()) return Fail(serving.status(), err);
+    out << *serving << "\n";
+    return *serving == "SERVING" ? kExitOk : kExitFailed;
+  }
   if (args.command == "workers") {
     absl::StatusOr<std::vector<v1::WorkerRecord>> workers = client.ListWorkers();
     if (!workers.ok()) return Fail(workers.status(), err);

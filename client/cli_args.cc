@@ -57,6 +57,11 @@ const std::vector<CommandSpec>& Commands() {
        "forget a job that has ended (SUCCEEDED, FAILED or CANCELLED): its record and events", 1,
        1, {}},
       {"workers", "workers", "list registered worker daemons", 0, 0, {}},
+      {"health", "health [--service NAME]",
+       "ask the server at --coordinator for its grpc.health.v1 status (a worker's address works "
+       "too); prints it and exits 0 only when SERVING: for systemd and Kubernetes probes",
+       0, 0, {{"service", true, "one service's status, e.g. tessera.v1.Coordinator (default: "
+                                "the server as a whole)"}}},
       {"data",
        "data text [--tokenizer MODEL] --out FILE INPUT... | data synthetic --task addition|copy "
        "--tokens N [--seed S] --out FILE | data tokenizer train --vocab_size N --out MODEL "

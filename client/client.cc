@@ -15,10 +15,15 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/grpc_keepalive.h"
 #include "common/grpc_security.h"
 #include "common/grpc_status.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "google/protobuf/wire_format_lite.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/tessera/v1/coordinator.grpc.pb.h"
 
@@ -256,6 +261,62 @@ absl::Status CoordinatorClient::DeleteJob(const std::string& job_id) {
   grpc::Status status = impl_->stub->DeleteJob(&context, request, &response);
   if (!status.ok()) return impl_->Explain(status, address_, options_.call_timeout);
   return absl::OkStatus();
+}
+
+// The health protocol's two messages are tiny and fixed (grpc/health/v1/
+// health.proto: HealthCheckRequest { string service = 1; },
+// HealthCheckResponse { ServingStatus status = 1; }), so they are written
+// and read with protobuf's wire-format streams on a generic stub instead of
+// generating code from a proto outside this repository.
+absl::StatusOr<std::string> CoordinatorClient::CheckHealth(const std::string& service) {
+  if (!impl_->credentials_status.ok()) return impl_->credentials_status;
+  std::string request_bytes;
+  {
+    google::protobuf::io::StringOutputStream raw(&request_bytes);
+    google::protobuf::io::CodedOutputStream coded(&raw);
+    if (!service.empty()) {
+      coded.WriteTag(google::protobuf::internal::WireFormatLite::MakeTag(
+          1, google::protobuf::internal::WireFormatLite::WIRETYPE_LENGTH_DELIMITED));
+      coded.WriteVarint32(static_cast<uint32_t>(service.size()));
+      coded.WriteString(service);
+    }
+  }
+  grpc::Slice slice(request_bytes);
+  grpc::ByteBuffer request(&slice, 1);
+  grpc::ByteBuffer response;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.call_timeout));
+  grpc::GenericStub generic(impl_->channel);
+  absl::Notification done;
+  grpc::Status status;
+  generic.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
+                    &response, [&](grpc::Status s) {
+                      status = std::move(s);
+                      done.Notify();
+                    });
+  done.WaitForNotification();
+  if (!status.ok()) return impl_->Explain(status, address_, options_.call_timeout);
+  std::vector<grpc::Slice> slices;
+  if (!response.Dump(&slices).ok()) return absl::InternalError("health: unreadable response");
+  std::string bytes;
+  for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                            static_cast<int>(bytes.size()));
+  uint32_t serving = 0;  // UNKNOWN
+  while (const uint32_t tag = in.ReadTag()) {
+    if (tag == google::protobuf::internal::WireFormatLite::MakeTag(
+                   1, google::protobuf::internal::WireFormatLite::WIRETYPE_VARINT)) {
+      if (!in.ReadVarint32(&serving)) return absl::InternalError("health: malformed response");
+    } else if (!google::protobuf::internal::WireFormatLite::SkipField(&in, tag)) {
+      return absl::InternalError("health: malformed response");
+    }
+  }
+  switch (serving) {
+    case 1: return std::string("SERVING");
+    case 2: return std::string("NOT_SERVING");
+    case 3: return std::string("SERVICE_UNKNOWN");
+    default: return std::string("UNKNOWN");
+  }
 }
 
 absl::StatusOr<std::vector<v1::WorkerRecord>> CoordinatorClient::ListWorkers() {

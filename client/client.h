@@ -78,6 +78,12 @@ class CoordinatorClient {
   // NOT_FOUND for an unknown job; FAILED_PRECONDITION if it has not ended.
   absl::Status DeleteJob(const std::string& job_id);
   absl::StatusOr<std::vector<v1::WorkerRecord>> ListWorkers();
+  // grpc.health.v1.Health/Check of `service` ("" for the server as a
+  // whole) at this address: "SERVING", "NOT_SERVING", "SERVICE_UNKNOWN" or
+  // "UNKNOWN". No token is needed; TLS follows the options. For probes
+  // (systemd, Kubernetes exec probes) that must speak TLS, which the
+  // kubelet's own gRPC probe cannot.
+  absl::StatusOr<std::string> CheckHealth(const std::string& service);
 
   // Streams the job's events to `on_event`, step metrics from `from_step`
   // on (state changes and worker errors are always replayed). Returns OK

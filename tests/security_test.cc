@@ -291,6 +291,32 @@ TEST_F(SecurityTest, RightTokenRunsAJobThroughTheCli) {
   EXPECT_TRUE(Exists(*dir_ + "/root/ckpt/step-4/COMMITTED"));
 }
 
+// `tessera health` is what systemd and Kubernetes exec probes run: it needs
+// the CA (the kubelet's own gRPC probe cannot speak TLS) but no token.
+TEST_F(SecurityTest, HealthCommandProbesOverTlsWithoutAToken) {
+  const std::vector<std::string> tls = {"--coordinator=" + *address_, "--tls_ca=" + Cert("ca.pem")};
+  auto health = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"health"};
+    args.insert(args.end(), tls.begin(), tls.end());
+    args.insert(args.end(), extra.begin(), extra.end());
+    return RunCommand(BinaryPath("client/tessera"), args, absl::Seconds(30));
+  };
+  CommandResult whole = health({});
+  EXPECT_EQ(whole.exit_code, 0) << whole.output;
+  EXPECT_EQ(whole.output, "SERVING\n");
+  CommandResult coordinator = health({"--service=tessera.v1.Coordinator"});
+  EXPECT_EQ(coordinator.exit_code, 0) << coordinator.output;
+  EXPECT_EQ(coordinator.output, "SERVING\n");
+  CommandResult unknown = health({"--service=no.such.Service"});
+  EXPECT_NE(unknown.exit_code, 0) << unknown.output;
+  EXPECT_NE(unknown.output.find("NOT_FOUND"), std::string::npos) << unknown.output;
+  // Without the CA the TLS handshake fails: unreachable, not SERVING.
+  CommandResult plaintext = RunCommand(BinaryPath("client/tessera"),
+                                       {"health", "--coordinator=" + *address_},
+                                       absl::Seconds(30));
+  EXPECT_NE(plaintext.exit_code, 0) << plaintext.output;
+}
+
 TEST_F(SecurityTest, CheckpointOutsideTheDataRootIsRefusedAndNothingIsWritten) {
   // Outside the coordinator's root too: refused at submit time.
   std::vector<std::string> args = {"submit", JobFile("far", "/proc/tessera-ckpt")};
