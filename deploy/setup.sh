@@ -20,7 +20,7 @@ PACKAGES=(
   nlohmann-json3-dev
   python3-grpcio python3-grpc-tools
   openssl grpc-proto
-  prometheus-cpp-dev libcpp-httplib-dev python3-prometheus-client
+  prometheus-cpp-dev libcpp-httplib-dev python3-prometheus-client python3-yaml
   libsentencepiece-dev
   clang-14 libclang-rt-14-dev libfuzzer-14-dev
 )
