@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "client/cli_args.h"
 #include "client/cli_credentials.h"
@@ -69,6 +70,11 @@ int Watch(CoordinatorClient& client, const std::string& job_id, int from_step, b
       out << "[" << v1::JobState_Name(e.state_change().state()) << "]"
           << (e.state_change().reason().empty() ? "" : " " + e.state_change().reason()) << "\n"
           << std::flush;
+    } else if (e.has_checkpoint()) {
+      if (progress_shown) out << "\n";
+      progress_shown = false;
+      out << "[checkpoint] step " << e.checkpoint().step() << " committed ("
+          << absl::StrFormat("%.2f", e.checkpoint().write_s()) << " s)\n" << std::flush;
     } else if (e.has_worker_error()) {
       if (progress_shown) out << "\n";
       progress_shown = false;

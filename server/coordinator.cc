@@ -305,6 +305,11 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(const v1::Heartbeat
   return resp;
 }
 
+int64_t Coordinator::WorkerLosses() {
+  absl::MutexLock lock(&mu_);
+  return registry_.losses();
+}
+
 std::vector<v1::WorkerRecord> Coordinator::ListWorkers() {
   absl::MutexLock lock(&mu_);
   return registry_.List();
@@ -376,13 +381,18 @@ void Coordinator::StartJobLocked(JobEntry& entry, const Placement& placement) {
     *event.mutable_step() = m;
     AppendEventLocked(e, event, false, /*with_record=*/true);
   };
-  callbacks.on_commit = [this, id](int step) {
+  callbacks.on_commit = [this, id](int step, double write_s) {
     absl::MutexLock lock(&mu_);
-    v1::Job& j = jobs_[id]->job;
+    JobEntry& e = *jobs_[id];
+    v1::Job& j = e.job;
     if (step <= j.committed_step()) return;
-    // Stored at once: a coordinator restarted from here resumes at it.
+    // Stored at once, with its event: a coordinator restarted from here
+    // resumes at it.
     j.set_committed_step(step);
-    PersistLocked(j);
+    v1::JobEvent event;
+    event.mutable_checkpoint()->set_step(step);
+    event.mutable_checkpoint()->set_write_s(write_s);
+    AppendEventLocked(e, event, false, /*with_record=*/true);
   };
   callbacks.on_worker_error = [this, id](const v1::WorkerError& error) {
     absl::MutexLock lock(&mu_);

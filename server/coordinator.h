@@ -103,6 +103,9 @@ class Coordinator {
   // jobs it must abort.
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& req);
   std::vector<v1::WorkerRecord> ListWorkers();
+  // Workers lost since this coordinator started (heartbeat timeouts and
+  // workers found unreachable).
+  int64_t WorkerLosses();
   RendezvousTable& rendezvous() { return rendezvous_; }
 
   // One scheduling round: sweep dead workers, start the jobs that fit.

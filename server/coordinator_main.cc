@@ -155,6 +155,7 @@ int main(int argc, char** argv) {
     };
     source.list_workers = [&core] { return core.ListWorkers(); };
     source.job_events = [&core](const std::string& id) { return core.JobEvents(id); };
+    source.worker_losses = [&core] { return core.WorkerLosses(); };
     absl::StatusOr<std::unique_ptr<tessera::PrometheusMetrics>> started =
         tessera::PrometheusMetrics::Start(metrics_listen, std::move(source));
     if (!started.ok()) {

@@ -179,6 +179,7 @@ TEST_F(CoordinatorTest, LostWorkerFailsItsJob) {
   EXPECT_EQ(ended.state(), v1::FAILED);
   EXPECT_NE(ended.reason().find("no heartbeat"), std::string::npos) << ended.reason();
   EXPECT_EQ(core_->ListWorkers().size(), 1u);
+  EXPECT_EQ(core_->WorkerLosses(), 1);
 }
 
 TEST_F(CoordinatorTest, JobRecordsSurviveARestart) {
@@ -467,7 +468,12 @@ TEST_F(CoordinatorTest, ARetryableFailureRestartsFromTheCommittedCheckpointAndSu
   std::vector<std::string> transitions;
   std::map<int, int> latest_attempt;  // step -> highest attempt that reported it
   std::map<int, int> records;
+  std::vector<int> checkpoints;  // CheckpointCommitted events, in order
   for (const v1::JobEvent& e : Events(*core_, done.id())) {
+    if (e.has_checkpoint()) {
+      checkpoints.push_back(e.checkpoint().step());
+      EXPECT_GE(e.checkpoint().write_s(), 0.0);
+    }
     if (e.has_state_change()) {
       transitions.push_back(absl::StrCat(v1::JobState_Name(e.state_change().state()), ": ",
                                          e.state_change().reason()));
@@ -479,6 +485,9 @@ TEST_F(CoordinatorTest, ARetryableFailureRestartsFromTheCommittedCheckpointAndSu
     }
   }
   ASSERT_EQ(transitions.size(), 7u) << absl::StrJoin(transitions, "\n");
+  // Attempt 0 committed steps 3 and 6; attempt 1 resumed at 6 and committed
+  // 9 and 10 (the final step).
+  EXPECT_EQ(checkpoints, (std::vector<int>{3, 6, 9, 10}));
   EXPECT_EQ(transitions[3].rfind("RESTARTING: restart 1 of 1 after: RunSteps failed", 0), 0u)
       << transitions[3];
   EXPECT_NE(transitions[3].find("will resume from checkpoint step 6"), std::string::npos);

@@ -208,6 +208,7 @@ bool JobRunner::Checkpoint(int step) {
   };
   // Leftovers of an earlier attempt at this step must not mix with this one.
   if (absl::Status s = PrepareStep(root, step); !s.ok()) return fail(s);
+  const absl::Time started = absl::Now();
   absl::Status s = FanOut("Checkpoint", [&](int rank) {
     v1::CheckpointRequest request;
     request.set_job_id(job_id_);
@@ -227,7 +228,9 @@ bool JobRunner::Checkpoint(int step) {
     return fail(c);
   }
   committed_step_ = step;
-  if (callbacks_.on_commit) callbacks_.on_commit(step);
+  if (callbacks_.on_commit) {
+    callbacks_.on_commit(step, absl::ToDoubleSeconds(absl::Now() - started));
+  }
   return true;
 }
 

@@ -55,8 +55,9 @@ struct JobRunnerCallbacks {
   std::function<void(v1::JobState state, const std::string& reason)> on_state;
   std::function<void(const v1::StepMetrics& metrics)> on_step;
   std::function<void(const v1::WorkerError& error)> on_worker_error;
-  // After a checkpoint step is committed (so a restart can resume from it).
-  std::function<void(int step)> on_commit;
+  // After a checkpoint step is committed (so a restart can resume from it),
+  // with the seconds from the first Checkpoint call to the commit marker.
+  std::function<void(int step, double write_s)> on_commit;
 };
 
 struct JobOutcome {

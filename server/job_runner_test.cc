@@ -52,7 +52,7 @@ struct Harness {
       absl::MutexLock l(&mu);
       metrics.push_back(m);
     };
-    cb.on_commit = [this](int step) {
+    cb.on_commit = [this](int step, double /*write_s*/) {
       absl::MutexLock l(&mu);
       commits.push_back(step);
     };

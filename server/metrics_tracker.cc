@@ -2,6 +2,8 @@
 // metrics_tracker.h).
 #include "server/metrics_tracker.h"
 
+#include <algorithm>
+
 #include "proto/tessera/v1/job.pb.h"
 
 namespace tessera {
@@ -12,9 +14,15 @@ MetricsTracker::Snapshot MetricsTracker::Sync() {
   for (int i = 0; i < states->value_count(); ++i) {
     if (states->value(i)->number() != 0) out.jobs_by_state[states->value(i)->name()] = 0;
   }
+  const absl::Time now = source_.now ? source_.now() : absl::Now();
   for (const v1::WorkerRecord& w : source_.list_workers()) {
     ++(w.healthy() ? out.workers_healthy : out.workers_unhealthy);
+    if (w.last_heartbeat_unix_ms() > 0) {
+      out.heartbeat_age_s[w.worker_id()] = std::max(
+          0.0, absl::ToDoubleSeconds(now - absl::FromUnixMillis(w.last_heartbeat_unix_ms())));
+    }
   }
+  if (source_.worker_losses) out.worker_losses = source_.worker_losses();
   absl::StatusOr<std::vector<v1::Job>> jobs = source_.list_jobs();
   if (!jobs.ok()) return out;
   std::map<std::string, Cursor> kept;
@@ -26,7 +34,20 @@ MetricsTracker::Snapshot MetricsTracker::Sync() {
       while (log.ok()) {
         EventLog::Batch batch = (*log)->Read(cursor.next, 0, absl::ZeroDuration());
         for (const v1::JobEvent& event : batch.events) {
+          if (event.has_state_change() && event.state_change().state() == v1::RESTARTING) {
+            if (cursor.restarting_since_ms == 0) cursor.restarting_since_ms = event.time_unix_ms();
+            continue;
+          }
+          if (event.has_checkpoint()) {
+            out.new_checkpoint_writes_s.push_back(event.checkpoint().write_s());
+            continue;
+          }
           if (!event.has_step()) continue;
+          if (cursor.restarting_since_ms > 0) {
+            out.new_recovery_times_s.push_back(
+                std::max<int64_t>(0, event.time_unix_ms() - cursor.restarting_since_ms) / 1000.0);
+            cursor.restarting_since_ms = 0;
+          }
           if (event.step().step() > cursor.highest_step) {
             cursor.highest_step = event.step().step();
             ++cursor.counters.steps;
@@ -42,6 +63,7 @@ MetricsTracker::Snapshot MetricsTracker::Sync() {
         if (batch.events.empty() || batch.closed) break;
       }
     }
+    cursor.counters.restarts = job.restarts();
     out.jobs[job.id()] = cursor.counters;
     kept[job.id()] = cursor;
   }

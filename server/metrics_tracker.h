@@ -11,6 +11,12 @@
 // instead, the work a failure cost. So `steps` is the job's progress, also
 // for a tracker started after a coordinator restart, which reads the
 // restored history. Step times count every report: each was real time.
+//
+// Failure and recovery: restarts per job (the job record's count), workers
+// lost since the coordinator started, each live worker's heartbeat age,
+// the recovery time of each automatic restart (from the RESTARTING
+// transition to the first step the next attempt reports) and each
+// checkpoint's write time (CheckpointCommitted events).
 // Thread-compatible: the exporter serialises calls.
 #ifndef TESSERA_SERVER_METRICS_TRACKER_H_
 #define TESSERA_SERVER_METRICS_TRACKER_H_
@@ -23,6 +29,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "proto/tessera/v1/coordinator.pb.h"
 #include "server/event_log.h"
 
@@ -33,6 +41,8 @@ struct MetricsSource {
   std::function<absl::StatusOr<std::vector<v1::Job>>()> list_jobs;
   std::function<std::vector<v1::WorkerRecord>()> list_workers;
   std::function<absl::StatusOr<std::shared_ptr<EventLog>>(const std::string&)> job_events;
+  std::function<int64_t()> worker_losses;   // optional
+  std::function<absl::Time()> now = absl::Now;
 };
 
 class MetricsTracker {
@@ -43,6 +53,7 @@ class MetricsTracker {
     int64_t steps = 0;           // distinct steps reported
     int64_t tokens = 0;          // their tokens
     int64_t repeated_steps = 0;  // reports of a step already counted
+    int64_t restarts = 0;        // automatic restarts so far
   };
   struct Snapshot {
     std::map<std::string, int64_t> jobs_by_state;  // every JobState name, zeros included
@@ -51,6 +62,10 @@ class MetricsTracker {
     std::map<std::string, JobCounters> jobs;  // cumulative, per existing job
     std::vector<double> new_step_times_s;     // since the previous Sync
     std::vector<double> new_control_overheads_s;
+    std::vector<double> new_recovery_times_s;
+    std::vector<double> new_checkpoint_writes_s;
+    int64_t worker_losses = 0;
+    std::map<std::string, double> heartbeat_age_s;  // per registered worker
   };
   Snapshot Sync();
 
@@ -59,6 +74,7 @@ class MetricsTracker {
     int64_t next = 0;
     bool closed = false;
     int64_t highest_step = -1;  // steps up to this one are counted
+    int64_t restarting_since_ms = 0;  // a RESTARTING seen, no step since
     JobCounters counters;
   };
   MetricsSource source_;

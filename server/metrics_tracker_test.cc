@@ -88,6 +88,57 @@ TEST(MetricsTrackerTest, StepsReportedAgainAfterARestartCountOnceAndAsRepeated) 
   EXPECT_EQ(replayed.jobs["job-1"].repeated_steps, 2);
 }
 
+v1::JobEvent At(v1::JobEvent e, int64_t unix_ms) {
+  e.set_time_unix_ms(unix_ms);
+  return e;
+}
+
+TEST(MetricsTrackerTest, RecoveryCheckpointsRestartsLossesAndHeartbeatAges) {
+  std::vector<v1::Job> jobs(1);
+  jobs[0].set_id("job-1");
+  jobs[0].set_state(v1::RUNNING);
+  jobs[0].set_restarts(1);
+  std::vector<v1::WorkerRecord> workers(2);
+  workers[0].set_worker_id("w-1");
+  workers[0].set_healthy(true);
+  workers[0].set_last_heartbeat_unix_ms(100'000);
+  workers[1].set_worker_id("w-2");  // never heartbeat: no age
+  // EventLog stamps its own times, so the events are restored with theirs.
+  auto log = std::make_shared<EventLog>();
+  std::vector<v1::JobEvent> history;
+  auto with_sequence = [&](v1::JobEvent e) {
+    e.set_sequence(static_cast<int64_t>(history.size()) + 1);
+    history.push_back(e);
+  };
+  with_sequence(At(Step(0, 10, 0.1), 1'000));
+  v1::JobEvent checkpoint;
+  checkpoint.mutable_checkpoint()->set_step(1);
+  checkpoint.mutable_checkpoint()->set_write_s(0.75);
+  with_sequence(At(checkpoint, 1'500));
+  v1::JobEvent restarting;
+  restarting.mutable_state_change()->set_state(v1::RESTARTING);
+  with_sequence(At(restarting, 2'000));
+  with_sequence(At(restarting, 2'500));  // a second failure before a step: still the first
+  with_sequence(At(Step(1, 10, 0.1), 5'250));
+  with_sequence(At(Step(2, 10, 0.1), 6'000));
+  log->Restore(history, false);
+  MetricsTracker tracker(MetricsSource{
+      [&]() -> absl::StatusOr<std::vector<v1::Job>> { return jobs; }, [&] { return workers; },
+      [&](const std::string&) -> absl::StatusOr<std::shared_ptr<EventLog>> { return log; },
+      [] { return int64_t{3}; }, [] { return absl::FromUnixMillis(102'500); }});
+  MetricsTracker::Snapshot s = tracker.Sync();
+  EXPECT_EQ(s.jobs["job-1"].restarts, 1);
+  EXPECT_EQ(s.new_recovery_times_s, (std::vector<double>{3.25}));
+  EXPECT_EQ(s.new_checkpoint_writes_s, (std::vector<double>{0.75}));
+  EXPECT_EQ(s.worker_losses, 3);
+  EXPECT_EQ(s.heartbeat_age_s, (std::map<std::string, double>{{"w-1", 2.5}}));
+  EXPECT_EQ(s.jobs["job-1"].steps, 3);
+  // Nothing new: nothing observed twice.
+  MetricsTracker::Snapshot again = tracker.Sync();
+  EXPECT_TRUE(again.new_recovery_times_s.empty());
+  EXPECT_TRUE(again.new_checkpoint_writes_s.empty());
+}
+
 TEST(MetricsTrackerTest, ListAllJobsFollowsPagesAndStopsOnNoProgress) {
   int calls = 0;
   absl::StatusOr<std::vector<v1::Job>> all =

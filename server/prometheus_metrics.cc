@@ -2,6 +2,7 @@
 // prometheus_metrics.h).
 #include "server/prometheus_metrics.h"
 
+#include <algorithm>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -19,6 +20,13 @@ namespace {
 constexpr char kVersion[] = "dev";
 // The Prometheus text exposition format, version 0.0.4.
 constexpr char kTextFormat[] = "text/plain; version=0.0.4; charset=utf-8";
+
+// Recovery and checkpoint writes take seconds to minutes.
+const prometheus::Histogram::BucketBoundaries& SlowSecondsBuckets() {
+  static const auto* buckets = new prometheus::Histogram::BucketBoundaries{
+      0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800};
+  return *buckets;
+}
 
 const prometheus::Histogram::BucketBoundaries& SecondsBuckets() {
   static const auto* buckets = new prometheus::Histogram::BucketBoundaries{
@@ -55,6 +63,32 @@ class CoordinatorCollectable {
                             .Help("Steps run again after an automatic restart, per job: the "
                                   "work failures cost.")
                             .Register(*registry_)),
+        restarts_(prometheus::BuildCounter()
+                      .Name("tessera_job_restarts_total")
+                      .Help("Automatic restarts, per job (kept across coordinator restarts).")
+                      .Register(*registry_)),
+        heartbeat_age_(prometheus::BuildGauge()
+                           .Name("tessera_worker_heartbeat_age_seconds")
+                           .Help("Seconds since each registered worker's last heartbeat.")
+                           .Register(*registry_)),
+        worker_losses_(prometheus::BuildCounter()
+                           .Name("tessera_worker_losses_total")
+                           .Help("Workers lost (no heartbeat, or unreachable) since the "
+                                 "coordinator started.")
+                           .Register(*registry_)
+                           .Add({})),
+        recovery_(prometheus::BuildHistogram()
+                      .Name("tessera_recovery_seconds")
+                      .Help("From a job's RESTARTING transition to the first step of its next "
+                            "attempt.")
+                      .Register(*registry_)
+                      .Add({}, SlowSecondsBuckets())),
+        checkpoint_write_(prometheus::BuildHistogram()
+                              .Name("tessera_checkpoint_write_seconds")
+                              .Help("From the first rank's Checkpoint call to the commit marker, "
+                                    "per committed checkpoint.")
+                              .Register(*registry_)
+                              .Add({}, SlowSecondsBuckets())),
         step_time_(prometheus::BuildHistogram()
                        .Name("tessera_step_duration_seconds")
                        .Help("Slowest rank's compute time per step.")
@@ -86,6 +120,7 @@ class CoordinatorCollectable {
         steps_.Remove(it->second.steps);
         tokens_.Remove(it->second.tokens);
         repeated_steps_.Remove(it->second.repeated_steps);
+        restarts_.Remove(it->second.restarts);
         it = per_job_.erase(it);
       } else {
         ++it;
@@ -97,12 +132,33 @@ class CoordinatorCollectable {
         series.steps = &steps_.Add({{"job", job}});
         series.tokens = &tokens_.Add({{"job", job}});
         series.repeated_steps = &repeated_steps_.Add({{"job", job}});
+        series.restarts = &restarts_.Add({{"job", job}});
       }
       series.steps->Increment(static_cast<double>(counters.steps) - series.steps->Value());
       series.tokens->Increment(static_cast<double>(counters.tokens) - series.tokens->Value());
       series.repeated_steps->Increment(static_cast<double>(counters.repeated_steps) -
                                        series.repeated_steps->Value());
+      // A job's restart count only grows (it is persisted with the job).
+      series.restarts->Increment(
+          std::max(0.0, static_cast<double>(counters.restarts) - series.restarts->Value()));
     }
+    for (auto it = heartbeat_ages_.begin(); it != heartbeat_ages_.end();) {
+      if (snapshot.heartbeat_age_s.count(it->first) == 0) {  // gone from the registry
+        heartbeat_age_.Remove(it->second);
+        it = heartbeat_ages_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (const auto& [worker, age] : snapshot.heartbeat_age_s) {
+      prometheus::Gauge*& gauge = heartbeat_ages_[worker];
+      if (gauge == nullptr) gauge = &heartbeat_age_.Add({{"worker", worker}});
+      gauge->Set(age);
+    }
+    worker_losses_.Increment(
+        std::max(0.0, static_cast<double>(snapshot.worker_losses) - worker_losses_.Value()));
+    for (double s : snapshot.new_recovery_times_s) recovery_.Observe(s);
+    for (double s : snapshot.new_checkpoint_writes_s) checkpoint_write_.Observe(s);
     for (double s : snapshot.new_step_times_s) step_time_.Observe(s);
     for (double s : snapshot.new_control_overheads_s) overhead_.Observe(s);
     return prometheus::TextSerializer().Serialize(registry_->Collect());
@@ -113,6 +169,7 @@ class CoordinatorCollectable {
     prometheus::Counter* steps = nullptr;
     prometheus::Counter* tokens = nullptr;
     prometheus::Counter* repeated_steps = nullptr;
+    prometheus::Counter* restarts = nullptr;
   };
   absl::Mutex mu_;
   MetricsTracker tracker_ ABSL_GUARDED_BY(mu_);
@@ -122,9 +179,15 @@ class CoordinatorCollectable {
   prometheus::Family<prometheus::Counter>& steps_;
   prometheus::Family<prometheus::Counter>& tokens_;
   prometheus::Family<prometheus::Counter>& repeated_steps_;
+  prometheus::Family<prometheus::Counter>& restarts_;
+  prometheus::Family<prometheus::Gauge>& heartbeat_age_;
+  prometheus::Counter& worker_losses_;
+  prometheus::Histogram& recovery_;
+  prometheus::Histogram& checkpoint_write_;
   prometheus::Histogram& step_time_;
   prometheus::Histogram& overhead_;
   std::map<std::string, JobSeries> per_job_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, prometheus::Gauge*> heartbeat_ages_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

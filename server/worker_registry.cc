@@ -64,6 +64,7 @@ std::string WorkerRegistry::OrphanJob(const std::string& worker_id) const {
 void WorkerRegistry::MarkLost(const std::string& worker_id) {
   auto it = order_by_id_.find(worker_id);
   if (it == order_by_id_.end()) return;
+  ++losses_;
   by_order_.erase(it->second);
   last_seen_.erase(worker_id);
   order_by_id_.erase(it);
@@ -75,6 +76,7 @@ std::vector<WorkerRegistry::Lost> WorkerRegistry::Sweep(absl::Time now) {
     const std::string id = it->second.worker_id();
     absl::Duration silent = now - last_seen_[id];
     if (silent > timeout_) {
+      ++losses_;
       lost.push_back({id, it->second.job_id(),
                       absl::StrCat("worker ", id, " at ", it->second.address(),
                                    " lost: no heartbeat for ", absl::FormatDuration(silent))});

@@ -66,10 +66,13 @@ class WorkerRegistry {
   void Release(const std::string& worker_id, const std::string& job_id, bool confirmed_idle);
   const v1::WorkerRecord* Find(const std::string& worker_id) const;
   std::vector<v1::WorkerRecord> List() const;
+  // Workers lost so far (swept for silence, or marked lost), since start.
+  int64_t losses() const { return losses_; }
 
  private:
   absl::Duration timeout_;
   int next_id_ = 1;
+  int64_t losses_ = 0;
   std::map<int, v1::WorkerRecord> by_order_;       // registration order -> record
   std::map<std::string, int> order_by_id_;
   std::map<std::string, absl::Time> last_seen_;

@@ -1,8 +1,9 @@
 """Checks the coordinator's Prometheus exposition after a finished job, with
 the official parser (Debian's python3-prometheus-client): the text parses,
 every counter ends in _total, every histogram (all are durations) is in
-seconds, and the job's step counter, job and worker gauges and build info
-read what the run did.
+seconds, and the job's step counter, job and worker gauges, failure and
+recovery series (no restarts or losses, two checkpoint writes, a heartbeat
+age per worker) and build info read what the run did.
 
 Usage: metrics_check.py METRICS_URL JOB_ID STEPS WORKERS
 """
@@ -43,6 +44,14 @@ def main():
     assert value("tessera_step_duration_seconds_count") >= steps
     assert value("tessera_step_duration_seconds_sum") > 0
     assert value("tessera_step_control_overhead_seconds_count") >= steps
+    # Failure and recovery: nothing failed, two checkpoints were committed.
+    assert value("tessera_job_restarts_total", job=job_id) == 0
+    assert value("tessera_worker_losses_total") == 0
+    assert value("tessera_recovery_seconds_count") == 0
+    assert value("tessera_checkpoint_write_seconds_count") == 2
+    assert value("tessera_checkpoint_write_seconds_sum") > 0
+    ages = [s for s in families["tessera_worker_heartbeat_age_seconds"].samples]
+    assert len(ages) == workers and all(0 <= s.value < 30 for s in ages), ages
     build = [s for s in families["tessera_build_info"].samples]
     assert len(build) == 1 and build[0].value == 1 and "version" in build[0].labels, build
     print("metrics: %d families parse; %s ran %d steps" % (len(families), job_id, steps))

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The coordinator's /metrics after a 20-step job on two CPU workers, parsed
+# The coordinator's /metrics after a 20-step job on two CPU workers (with a
+# checkpoint every 10 steps), parsed
 # by prometheus_client (metrics_check.py says what is checked).
 set -euo pipefail
 root="${TEST_SRCDIR}/${TEST_WORKSPACE:-tessera}"
@@ -28,6 +29,7 @@ device_kind: CPU
 steps: 20
 seed: 5
 JOB
+echo "checkpoint: {dir: $dir/ckpt, interval_steps: 10}" >>"$dir/job.yaml"
 out=$("$root/client/tessera" submit "$dir/job.yaml" --watch --coordinator="$addr") \
   || fail "job did not succeed: $out"
 job=$(grep -o 'submitted job-[0-9]*' <<<"$out" | cut -d' ' -f2)
