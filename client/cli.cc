@@ -16,6 +16,7 @@
 #include "client/job_file.h"
 #include "client/output_format.h"
 #include "client/step_history.h"
+#include "common/log_line_format.h"
 
 namespace tessera {
 namespace {
@@ -186,6 +187,30 @@ int RunCommand(const ParsedArgs& args, std::ostream& out, std::ostream& err, boo
     } else {
       out << "deleted " << args.positional[0] << "\n";
     }
+    return kExitOk;
+  }
+  if (args.command == "logs") {
+    std::vector<int> ranks;
+    if (args.Has("rank")) {
+      int rank = -1;
+      if (!absl::SimpleAtoi(args.Get("rank"), &rank) || rank < 0) {
+        err << "tessera: --rank: expected a rank (an integer >= 0), got '" << args.Get("rank")
+            << "'\n";
+        return kExitUsage;
+      }
+      ranks.push_back(rank);
+    }
+    absl::Status s = client.StreamJobLogs(
+        args.positional[0], ranks, args.Has("follow"), [&](const v1::LogLine& line) {
+          if (json) {
+            out << ToJsonLine(line) << "\n";
+          } else {
+            out << FormatLogLine(line) << "\n";
+          }
+          out << std::flush;
+          return true;
+        });
+    if (!s.ok()) return Fail(s, err);
     return kExitOk;
   }
   if (args.command == "health") {

@@ -57,6 +57,10 @@ const std::vector<CommandSpec>& Commands() {
        "forget a job that has ended (SUCCEEDED, FAILED or CANCELLED): its record and events", 1,
        1, {}},
       {"workers", "workers", "list registered worker daemons", 0, 0, {}},
+      {"logs", "logs ID [--rank N] [--follow]",
+       "print the job's log lines from its workers (every rank, in time order)", 1, 1,
+       {{"rank", true, "only this rank's lines"},
+        {"follow", false, "then print new lines as they are written, until the job ends"}}},
       {"health", "health [--service NAME]",
        "ask the server at --coordinator for its grpc.health.v1 status (a worker's address works "
        "too); prints it and exits 0 only when SERVING: for systemd and Kubernetes probes",

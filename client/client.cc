@@ -373,6 +373,32 @@ absl::Status CoordinatorClient::WatchJob(
   }
 }
 
+absl::Status CoordinatorClient::StreamJobLogs(
+    const std::string& job_id, const std::vector<int>& ranks, bool follow,
+    const std::function<bool(const v1::LogLine&)>& on_line) {
+  if (!impl_->credentials_status.ok()) return impl_->credentials_status;
+  grpc::ClientContext context;  // no deadline when following: jobs run for hours
+  impl_->credentials->Apply(&context);
+  if (!follow) context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Minutes(5)));
+  v1::StreamJobLogsRequest request;
+  request.set_job_id(job_id);
+  for (int r : ranks) request.add_ranks(r);
+  request.set_follow(follow);
+  std::unique_ptr<grpc::ClientReader<v1::LogLine>> reader =
+      impl_->stub->StreamJobLogs(&context, request);
+  v1::LogLine line;
+  while (reader->Read(&line)) {
+    if (!on_line(line)) {
+      context.TryCancel();
+      (void)reader->Finish();
+      return absl::OkStatus();
+    }
+  }
+  grpc::Status status = reader->Finish();
+  if (!status.ok()) return impl_->Explain(status, address_, options_.call_timeout);
+  return absl::OkStatus();
+}
+
 bool IsCoordinatorUnreachable(const absl::Status& status) {
   return status.GetPayload(kUnreachablePayload).has_value();
 }

@@ -94,6 +94,12 @@ class CoordinatorClient {
   absl::Status WatchJob(const std::string& job_id, int from_step,
                         const std::function<bool(const v1::JobEvent&)>& on_event);
 
+  // The job's log lines from its workers (ranks: empty for every rank), in
+  // time order; with `follow`, then new lines until the job ends. Stops
+  // early, with OK, when `on_line` returns false.
+  absl::Status StreamJobLogs(const std::string& job_id, const std::vector<int>& ranks,
+                             bool follow, const std::function<bool(const v1::LogLine&)>& on_line);
+
  private:
   struct Impl;
   std::string address_;

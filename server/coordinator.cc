@@ -243,6 +243,40 @@ absl::StatusOr<std::shared_ptr<EventLog>> Coordinator::JobEvents(const std::stri
   return it->second->events;
 }
 
+absl::StatusOr<std::vector<Coordinator::RankLogSource>> Coordinator::JobLogSources(
+    const std::string& job_id, const std::vector<int>& ranks) {
+  if (absl::Status s = CheckJobId(job_id); !s.ok()) return s;
+  std::vector<std::pair<int, std::pair<std::string, std::string>>> where;  // rank, (id, address)
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) return NotFound(job_id);
+    const v1::Job& job = it->second->job;
+    const int world = job.spec().world_size();
+    for (int r : ranks) {
+      if (r < 0 || r >= world) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "ranks: ", r, " is not a rank of ", job_id, " (world_size ", world, ")"));
+      }
+    }
+    for (int r = 0; r < job.worker_ids_size(); ++r) {
+      if (!ranks.empty() && std::find(ranks.begin(), ranks.end(), r) == ranks.end()) continue;
+      const v1::WorkerRecord* w = registry_.Find(job.worker_ids(r));
+      if (w == nullptr) continue;  // it left: its lines are gone with it
+      where.push_back({r, {w->worker_id(), w->address()}});
+    }
+  }
+  std::vector<RankLogSource> sources;
+  for (auto& [rank, worker] : where) {
+    RankLogSource source;
+    source.rank = rank;
+    source.worker_id = worker.first;
+    source.connection = options_.connect(worker.second);
+    sources.push_back(std::move(source));
+  }
+  return sources;
+}
+
 absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
     const v1::RegisterWorkerRequest& req) {
   for (const auto& [field, value] :

@@ -97,6 +97,17 @@ class Coordinator {
   // NOT_FOUND for an unknown job, FAILED_PRECONDITION for one not ended.
   absl::Status DeleteJob(const std::string& job_id);
   absl::StatusOr<std::shared_ptr<EventLog>> JobEvents(const std::string& job_id);
+  // Where a job's log lines are: for each of `ranks` (empty: every rank) of
+  // the job's latest placement, a connection to the worker that holds them.
+  // A rank whose worker has left the registry is skipped. NOT_FOUND for an
+  // unknown job; INVALID_ARGUMENT for a rank outside [0, world_size).
+  struct RankLogSource {
+    int rank = 0;
+    std::string worker_id;
+    std::unique_ptr<WorkerConnection> connection;
+  };
+  absl::StatusOr<std::vector<RankLogSource>> JobLogSources(const std::string& job_id,
+                                                           const std::vector<int>& ranks);
 
   absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(const v1::RegisterWorkerRequest& req);
   // Also reconciles the worker's reported activity: the response names the

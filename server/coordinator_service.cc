@@ -8,6 +8,7 @@
 #include "absl/time/time.h"
 #include "common/grpc_status.h"
 #include "server/call_guard.h"
+#include "server/job_logs.h"
 #include "server/job_watch_reactor.h"
 
 namespace tessera {
@@ -81,6 +82,26 @@ grpc::ServerWriteReactor<v1::JobEvent>* CoordinatorService::WatchJob(
   }
   return JobWatchReactor::Start(*std::move(log), req->after_sequence(), req->from_step(),
                                 [this] { open_watch_streams_.fetch_sub(1); });
+}
+
+grpc::Status CoordinatorService::StreamJobLogs(grpc::ServerContext* context,
+                                               const v1::StreamJobLogsRequest* req,
+                                               grpc::ServerWriter<v1::LogLine>* writer) {
+  if (grpc::Status s = CallGuard::User(guard_, context); !s.ok()) return s;
+  if (open_log_streams_.fetch_add(1) >= kMaxLogStreams) {
+    open_log_streams_.fetch_sub(1);
+    return ToGrpcStatus(absl::ResourceExhaustedError(absl::StrCat(
+        "too many open log streams (", kMaxLogStreams, "); try again later")));
+  }
+  JobLogsRequest request;
+  request.job_id = req->job_id();
+  request.ranks.assign(req->ranks().begin(), req->ranks().end());
+  request.follow = req->follow();
+  const absl::Status status = tessera::StreamJobLogs(
+      *core_, request, [writer](const v1::LogLine& line) { return writer->Write(line); },
+      [context] { return context->IsCancelled(); });
+  open_log_streams_.fetch_sub(1);
+  return ToGrpcStatus(status);
 }
 
 grpc::Status CoordinatorService::ListWorkers(grpc::ServerContext* context,

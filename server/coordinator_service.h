@@ -21,6 +21,7 @@ namespace tessera {
 class CallGuard;
 
 inline constexpr int kDefaultMaxWatchStreams = 10'000;
+inline constexpr int kMaxLogStreams = 64;
 
 class CoordinatorService final
     : public v1::Coordinator::WithCallbackMethod_WatchJob<v1::Coordinator::Service> {
@@ -43,6 +44,11 @@ class CoordinatorService final
   grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest* req,
                            v1::ListWorkersResponse* resp) override;
 
+  // At most kMaxLogStreams at once (each holds a server thread while it
+  // follows); one more is RESOURCE_EXHAUSTED.
+  grpc::Status StreamJobLogs(grpc::ServerContext* context, const v1::StreamJobLogsRequest* req,
+                             grpc::ServerWriter<v1::LogLine>* writer) override;
+
   int open_watch_streams() const { return open_watch_streams_.load(); }
 
  private:
@@ -50,6 +56,7 @@ class CoordinatorService final
   CallGuard* guard_;
   const int max_watch_streams_;
   std::atomic<int> open_watch_streams_{0};
+  std::atomic<int> open_log_streams_{0};
 };
 
 class WorkerRegistryService final : public v1::WorkerRegistry::Service {

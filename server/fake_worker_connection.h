@@ -34,6 +34,9 @@ struct FakeWorkerBehavior {
   absl::StatusCode abort_code = absl::StatusCode::kOk;
   // Every command fails UNAVAILABLE, as for a worker process that died.
   bool unreachable = false;
+  // GetJobLogs answers these lines (for any job, with this connection's
+  // rank, sequence from 1 and times 1 ms apart from time_unix_ms 1000).
+  std::vector<std::string> log_messages;
 };
 
 class FakeWorkerConnection : public WorkerConnection {
@@ -111,6 +114,24 @@ class FakeWorkerConnection : public WorkerConnection {
     Record("Abort");
     if (behavior_.unreachable) return absl::UnavailableError("connection refused");
     return absl::Status(behavior_.abort_code, "fake abort answer");
+  }
+  absl::StatusOr<v1::GetJobLogsResponse> GetJobLogs(const v1::GetJobLogsRequest& r) override {
+    if (behavior_.unreachable) return absl::UnavailableError("connection refused");
+    v1::GetJobLogsResponse response;
+    response.set_known(!behavior_.log_messages.empty());
+    response.set_next_sequence(r.after_sequence());
+    for (size_t i = static_cast<size_t>(r.after_sequence()); i < behavior_.log_messages.size(); ++i) {
+      v1::LogLine* line = response.add_lines();
+      line->set_sequence(static_cast<int64_t>(i) + 1);
+      line->set_time_unix_ms(1000 + static_cast<int64_t>(i));
+      line->set_severity(v1::INFO);
+      line->set_job_id(r.job_id());
+      line->set_rank(rank_);
+      line->set_step(-1);
+      line->set_message(behavior_.log_messages[i]);
+      response.set_next_sequence(line->sequence());
+    }
+    return response;
   }
   void CancelInFlight() override { cancelled_ = true; }
 

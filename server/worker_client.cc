@@ -100,4 +100,16 @@ absl::Status WorkerClient::Abort(const v1::AbortRequest& request) {
   return Annotate(stub_->Abort(&context, request, &response), address_);
 }
 
+absl::StatusOr<v1::GetJobLogsResponse> WorkerClient::GetJobLogs(
+    const v1::GetJobLogsRequest& request) {
+  grpc::ClientContext context;  // not tracked: reading logs is not part of running the job
+  credentials_->Apply(&context);
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Milliseconds(request.wait_ms()) +
+                                          absl::Seconds(10)));
+  v1::GetJobLogsResponse response;
+  grpc::Status status = stub_->GetJobLogs(&context, request, &response);
+  if (!status.ok()) return Annotate(status, address_);
+  return response;
+}
+
 }  // namespace tessera

@@ -32,6 +32,7 @@ class WorkerClient : public WorkerConnection {
                         const std::function<void(const v1::StepResult&)>& on_step) override;
   absl::StatusOr<std::string> Checkpoint(const v1::CheckpointRequest& request) override;
   absl::Status Abort(const v1::AbortRequest& request) override;
+  absl::StatusOr<v1::GetJobLogsResponse> GetJobLogs(const v1::GetJobLogsRequest& request) override;
   void CancelInFlight() override;
 
  private:

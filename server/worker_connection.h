@@ -25,6 +25,10 @@ class WorkerConnection {
   virtual absl::StatusOr<std::string> Checkpoint(const v1::CheckpointRequest& request) = 0;
   // Best effort; idempotent on the worker.
   virtual absl::Status Abort(const v1::AbortRequest& request) = 0;
+  // The worker's log lines for a job (`tessera logs`); not cancelled by
+  // CancelInFlight, bounded by the request's wait plus a margin.
+  virtual absl::StatusOr<v1::GetJobLogsResponse> GetJobLogs(
+      const v1::GetJobLogsRequest& request) = 0;
   // Makes any call in progress on this connection return promptly (thread-safe).
   virtual void CancelInFlight() = 0;
 };

@@ -4,7 +4,9 @@
 // CUDA job whose head dim the CUDA engine lacks, fail cleanly (one line,
 // non-zero exit) when the coordinator cannot be reached, refuse hostile job
 // files with exit code 2 (they once crashed the CLI), list more jobs than
-// one page holds, and delete a finished job.
+// one page holds, delete a finished job, and print every rank's log lines of
+// a finished job (`tessera logs`).
+#include <algorithm>
 #include <string>
 
 #include "absl/strings/match.h"
@@ -172,6 +174,57 @@ TEST(CliTest, HostileJobFilesExitWithUsageErrorNotASignal) {
   EXPECT_TRUE(absl::StrContains(typo.output, "line 3: model.n_head: unknown field; did you mean "
                                              "n_heads?"))
       << typo.output;
+}
+
+// `tessera logs` reads every rank's lines through the coordinator, in one
+// structured format, after the job has ended; --rank narrows it and
+// --follow returns once the ended job's lines are printed.
+TEST(CliTest, LogsShowEveryRankOfAFinishedJob) {
+  auto cluster = LocalCluster::Start(2);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::string coordinator = absl::StrCat("--coordinator=", (*cluster)->address());
+  auto submit = RunCommand(BinaryPath("client/tessera"),
+                           {"submit", WriteJobFile("logs.yaml", kTinyJobYaml), "--watch",
+                            coordinator},
+                           absl::Seconds(120));
+  ASSERT_EQ(submit.exit_code, 0) << submit.output << (*cluster)->Logs();
+  auto logs = RunCommand(BinaryPath("client/tessera"), {"logs", "job-1", coordinator},
+                         absl::Seconds(60));
+  ASSERT_EQ(logs.exit_code, 0) << logs.output;
+  std::vector<std::string> lines = absl::StrSplit(logs.output, '\n', absl::SkipEmpty());
+  int per_rank[2] = {0, 0};
+  for (const std::string& line : lines) {
+    // 2026-11-23T23:51:07.123Z INFO job=job-1 rank=R step=S message
+    std::vector<std::string> f = absl::StrSplit(line, ' ');
+    ASSERT_GE(f.size(), 6u) << line;
+    EXPECT_EQ(f[0].size(), 24u) << line;
+    EXPECT_TRUE(f[1] == "INFO" || f[1] == "WARNING" || f[1] == "ERROR") << line;
+    EXPECT_EQ(f[2], "job=job-1") << line;
+    ASSERT_TRUE(f[3] == "rank=0" || f[3] == "rank=1") << line;
+    EXPECT_TRUE(absl::StartsWith(f[4], "step=")) << line;
+    ++per_rank[f[3] == "rank=1"];
+  }
+  EXPECT_GE(per_rank[0], 3) << logs.output;  // set up, joined, first and last steps
+  EXPECT_GE(per_rank[1], 3) << logs.output;
+  EXPECT_TRUE(absl::StrContains(logs.output, "rank=1 step=- set up rank 1 of 2")) << logs.output;
+  EXPECT_TRUE(absl::StrContains(logs.output, "rank=0 step=7 loss ")) << logs.output;
+
+  auto one = RunCommand(BinaryPath("client/tessera"),
+                        {"logs", "job-1", "--rank", "1", "--follow", coordinator},
+                        absl::Seconds(60));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  EXPECT_FALSE(absl::StrContains(one.output, "rank=0")) << one.output;
+  EXPECT_EQ(static_cast<int>(std::count(one.output.begin(), one.output.end(), '\n')),
+            per_rank[1]);
+
+  auto bad_rank = RunCommand(BinaryPath("client/tessera"),
+                             {"logs", "job-1", "--rank", "2", coordinator}, absl::Seconds(30));
+  EXPECT_EQ(bad_rank.exit_code, 1) << bad_rank.output;
+  EXPECT_TRUE(absl::StrContains(bad_rank.output, "INVALID_ARGUMENT")) << bad_rank.output;
+  auto unknown = RunCommand(BinaryPath("client/tessera"), {"logs", "job-9", coordinator},
+                            absl::Seconds(30));
+  EXPECT_EQ(unknown.exit_code, 1) << unknown.output;
+  EXPECT_TRUE(absl::StrContains(unknown.output, "NOT_FOUND")) << unknown.output;
 }
 
 TEST(CliTest, JobsListsEveryPageAndDeleteForgetsAFinishedJob) {

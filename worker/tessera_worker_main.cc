@@ -156,11 +156,13 @@ int main(int argc, char** argv) {
 
   tessera::WorkerCore core([device] { return tessera::CreateTrainer(device); });
   if (!failpoints.empty()) core.set_failpoints(&failpoints);
+  tessera::JobLog job_log;  // each job's lines: stderr, and `tessera logs`
+  core.set_job_log(&job_log);
   tessera::WorkerServiceSecurity service_security;
   service_security.access = security->access;
   service_security.coordinator_credentials = security->outgoing;
   service_security.data_root = *data_root;
-  tessera::WorkerServiceImpl service(&core, host, service_security);
+  tessera::WorkerServiceImpl service(&core, host, service_security, &job_log);
   tessera::EnableHealthAndReflection();
   grpc::ServerBuilder builder;
   int port = 0;

@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/checkpoint_layout.h"
 #include "common/spec_limits.h"
 #include "worker/data/validation_batch_source.h"
@@ -22,6 +23,18 @@ namespace tessera {
 WorkerCore::WorkerCore(TrainerFactory factory) : factory_(std::move(factory)) {}
 
 WorkerCore::~WorkerCore() { Abort("", "worker shutting down").IgnoreError(); }
+
+void WorkerCore::Log(v1::LogSeverity severity, const std::string& job_id, int rank, int step,
+                     const std::string& message) {
+  if (log_ != nullptr && !job_id.empty()) log_->Write(severity, job_id, rank, step, message);
+}
+
+void WorkerCore::LogFailure(const std::string& job_id, int rank, int step,
+                            const std::string& command, const absl::Status& status) {
+  Log(status.code() == absl::StatusCode::kCancelled ? v1::WARNING : v1::ERROR, job_id, rank, step,
+      absl::StrCat(command, " failed: ", absl::StatusCodeToString(status.code()), ": ",
+                   status.message()));
+}
 
 const char* WorkerCore::PhaseName(Phase phase) {
   switch (phase) {
@@ -160,6 +173,7 @@ absl::StatusOr<v1::SetupJobResponse> WorkerCore::SetupJob(const v1::SetupJobRequ
     }
   });
   if (!report.ok()) {
+    LogFailure(request.job_id(), request.rank(), -1, "SetupJob", report.status());
     // A damaged checkpoint (DATA_LOSS) says nothing about this worker's health.
     if (!restore_failed) NoteHealth(report.status()).IgnoreError();
     absl::MutexLock lock(&mu_);
@@ -176,6 +190,14 @@ absl::StatusOr<v1::SetupJobResponse> WorkerCore::SetupJob(const v1::SetupJobRequ
   v1::SetupJobResponse response;
   response.set_shard_parameters(report->shard_parameters);
   response.set_total_parameters(report->total_parameters);
+  Log(v1::INFO, request.job_id(), request.rank(), -1,
+      absl::StrCat("set up rank ", request.rank(), " of ", request.world_size(), ": ",
+                   report->shard_parameters, " of ", report->total_parameters,
+                   " parameters in this rank's shards",
+                   request.resume_step() > 0
+                       ? absl::StrCat(", resumed from the checkpoint of step ",
+                                      request.resume_step())
+                       : std::string()));
   return response;
 }
 
@@ -188,13 +210,20 @@ absl::Status WorkerCore::InitCollective(const std::string& job_id, RendezvousSto
   }
   absl::Status status;
   compute_.Run([&] { status = trainer_->InitCollective(store, host, timeout); });
+  int rank = 0;
   {
     absl::MutexLock lock(&mu_);
     phase_ = status.ok() ? Phase::kReady : Phase::kSetUp;
+    rank = rank_;
     if (aborting_ && status.ok()) {
       status = absl::CancelledError(
           absl::StrCat("InitCollective for ", job_id, ": aborted: ", abort_reason_));
     }
+  }
+  if (status.ok()) {
+    Log(v1::INFO, job_id, rank, -1, absl::StrCat("joined the collective group as ", host));
+  } else {
+    LogFailure(job_id, rank, -1, "InitCollective", status);
   }
   return NoteHealth(status);
 }
@@ -202,6 +231,7 @@ absl::Status WorkerCore::InitCollective(const std::string& job_id, RendezvousSto
 absl::Status WorkerCore::RunSteps(const std::string& job_id, int first_step, int num_steps,
                                   const std::function<void(const StepReport&)>& on_step) {
   v1::JobSpec spec;  // which steps are followed by an evaluation
+  int rank = 0;
   {
     absl::MutexLock lock(&mu_);
     if (absl::Status s = Expect("RunSteps", job_id, Phase::kReady); !s.ok()) return s;
@@ -216,9 +246,14 @@ absl::Status WorkerCore::RunSteps(const std::string& job_id, int first_step, int
     }
     phase_ = Phase::kRunning;
     spec = spec_;
+    rank = rank_;
   }
+  // Progress lines: the first step of each call, then every twentieth of
+  // the job, and the job's last step.
+  const int every = std::max(1, spec.steps() / 20);
   absl::Status status;
-  for (int step = first_step; step < first_step + num_steps; ++step) {
+  int step = first_step;
+  for (; step < first_step + num_steps; ++step) {
     if (failpoints_ != nullptr) {
       status = FireFailpointBeforeStep(step);
       if (!status.ok()) break;
@@ -247,18 +282,30 @@ absl::Status WorkerCore::RunSteps(const std::string& job_id, int first_step, int
         break;
       }
       report->validation = *validation;
+      Log(v1::INFO, job_id, rank, step,
+          absl::StrFormat("validation loss %.4f over %d tokens", validation->loss,
+                          validation->tokens));
+    }
+    if (step == first_step || (step + 1) % every == 0 || step + 1 == spec.steps()) {
+      Log(v1::INFO, job_id, rank, step,
+          absl::StrFormat("loss %.4f, grad norm %.3f, lr %.3g, %d tokens in %.3f s", report->loss,
+                          report->grad_norm, report->lr, report->tokens,
+                          report->compute_time_s));
     }
     on_step(*report);
   }
   NoteHealth(status).IgnoreError();  // a fault counts even if the job was aborted
-  absl::MutexLock lock(&mu_);
-  phase_ = Phase::kReady;
-  // Whatever the trainer said about a step it was told to drop, the caller
-  // sees one answer for an aborted job.
-  if (aborting_ && next_step_ < first_step + num_steps) {
-    status = absl::CancelledError(
-        absl::StrCat("RunSteps for ", job_id, ": aborted: ", abort_reason_));
+  {
+    absl::MutexLock lock(&mu_);
+    phase_ = Phase::kReady;
+    // Whatever the trainer said about a step it was told to drop, the caller
+    // sees one answer for an aborted job.
+    if (aborting_ && next_step_ < first_step + num_steps) {
+      status = absl::CancelledError(
+          absl::StrCat("RunSteps for ", job_id, ": aborted: ", abort_reason_));
+    }
   }
+  if (!status.ok()) LogFailure(job_id, rank, step, "RunSteps", status);
   return status;
 }
 
@@ -279,10 +326,20 @@ absl::StatusOr<std::string> WorkerCore::Checkpoint(const std::string& job_id, in
     phase_ = Phase::kCheckpointing;
   }
   absl::StatusOr<std::string> path = absl::InternalError("Checkpoint: trainer never ran");
+  const absl::Time started = absl::Now();
   compute_.Run([&] { path = trainer_->Checkpoint(step, dir); });
+  int rank = 0;
   {
     absl::MutexLock lock(&mu_);
     phase_ = resume;
+    rank = rank_;
+  }
+  if (path.ok()) {
+    Log(v1::INFO, job_id, rank, step,
+        absl::StrFormat("checkpoint written to %s in %.2f s", *path,
+                        absl::ToDoubleSeconds(absl::Now() - started)));
+  } else {
+    LogFailure(job_id, rank, step, "Checkpoint", path.status());
   }
   if (!path.ok()) NoteHealth(path.status()).IgnoreError();
   if (path.ok() && failpoints_ != nullptr) FireFailpointAfterCheckpoint(step, dir);
@@ -296,6 +353,12 @@ absl::Status WorkerCore::FireFailpointBeforeStep(int step) {
   if (failpoint->action == FailpointAction::kExit) KillThisProcessForFailpoint(*failpoint);
   std::fprintf(stderr, "tessera-worker: failpoint %s fired\n", failpoint->ToString().c_str());
   std::fflush(stderr);
+  std::string job_id;
+  {
+    absl::MutexLock lock(&mu_);
+    job_id = job_id_;
+  }
+  Log(v1::WARNING, job_id, rank, step, absl::StrCat("failpoint ", failpoint->ToString(), " fired"));
   absl::MutexLock lock(&mu_);
   switch (failpoint->action) {
     case FailpointAction::kFailCollective:
@@ -358,6 +421,7 @@ absl::Status WorkerCore::Abort(const std::string& job_id, const std::string& rea
     }
     aborting_ = true;
     abort_reason_ = reason.empty() ? "aborted" : reason;
+    Log(v1::WARNING, job_id_, rank_, -1, absl::StrCat("aborting: ", abort_reason_));
     if (trainer_for_abort_ != nullptr) trainer_for_abort_->Abort();
     // Wait for the command in flight to notice and return (a failed setup
     // clears the job itself).

@@ -28,6 +28,7 @@
 #include "worker/comm/rendezvous_store.h"
 #include "worker/daemon/compute_thread.h"
 #include "worker/daemon/failpoints.h"
+#include "worker/daemon/job_log.h"
 #include "worker/trainer/trainer.h"
 
 namespace tessera {
@@ -42,6 +43,10 @@ class WorkerCore {
   // each checkpoint. Not owned; call before the first command. Null (the
   // default) arms nothing.
   void set_failpoints(Failpoints* failpoints) { failpoints_ = failpoints; }
+  // Where the job's log lines go (job_log.h): set-up, joining, progress
+  // every twentieth of the job's steps, checkpoints, evaluations, aborts,
+  // failpoints and every failed command. Not owned; null logs nothing.
+  void set_job_log(JobLog* log) { log_ = log; }
 
   // Creates the trainer (through the factory) and sets it up. UNAVAILABLE if
   // unhealthy; CANCELLED if aborted meanwhile; INVALID_ARGUMENT for a spec
@@ -94,8 +99,16 @@ class WorkerCore {
   // Fires corrupt_checkpoint for the checkpoint of `step` under `dir`.
   void FireFailpointAfterCheckpoint(int step, const std::string& dir) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // A line in the job's log, if there is one (step -1: none).
+  void Log(v1::LogSeverity severity, const std::string& job_id, int rank, int step,
+           const std::string& message);
+  // An ERROR line for a failed command (WARNING if it was cancelled).
+  void LogFailure(const std::string& job_id, int rank, int step, const std::string& command,
+                  const absl::Status& status);
+
   TrainerFactory factory_;
   Failpoints* failpoints_ = nullptr;
+  JobLog* log_ = nullptr;
   ComputeThread compute_;
   absl::Mutex mu_;
   Phase phase_ ABSL_GUARDED_BY(mu_) = Phase::kIdle;

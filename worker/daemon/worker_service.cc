@@ -120,4 +120,35 @@ grpc::Status WorkerServiceImpl::GetWorkerStatus(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+grpc::Status WorkerServiceImpl::GetJobLogs(grpc::ServerContext* context,
+                                           const v1::GetJobLogsRequest* req,
+                                           v1::GetJobLogsResponse* resp) {
+  if (grpc::Status s = Authorize(security_.access.get(), context, Role::kWorker); !s.ok()) {
+    return s;
+  }
+  if (req->job_id().empty()) {
+    return ToGrpcStatus(absl::InvalidArgumentError("job_id: must be set"));
+  }
+  if (req->after_sequence() < 0) {
+    return ToGrpcStatus(absl::InvalidArgumentError("after_sequence: must be >= 0"));
+  }
+  if (req->wait_ms() < 0 || req->wait_ms() > kMaxJobLogsWaitMs) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("wait_ms: must be in [0, ", kMaxJobLogsWaitMs, "] (got ", req->wait_ms(), ")")));
+  }
+  if (req->max_lines() < 0 || req->max_lines() > kMaxJobLogsLines) {
+    return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
+        "max_lines: must be in [0, ", kMaxJobLogsLines, "] (got ", req->max_lines(), ")")));
+  }
+  resp->set_next_sequence(req->after_sequence());
+  if (log_ == nullptr) return grpc::Status::OK;
+  JobLog::Batch batch = log_->Read(req->job_id(), req->after_sequence(),
+                                   req->max_lines() > 0 ? req->max_lines() : 1000,
+                                   absl::Milliseconds(req->wait_ms()));
+  for (v1::LogLine& line : batch.lines) *resp->add_lines() = std::move(line);
+  resp->set_next_sequence(batch.next_sequence);
+  resp->set_known(batch.known);
+  return grpc::Status::OK;
+}
+
 }  // namespace tessera

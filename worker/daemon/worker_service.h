@@ -12,6 +12,7 @@
 #include "common/access_policy.h"
 #include "common/grpc_security.h"
 #include "proto/tessera/v1/worker.grpc.pb.h"
+#include "worker/daemon/job_log.h"
 #include "worker/daemon/worker_core.h"
 
 namespace tessera {
@@ -29,12 +30,20 @@ struct WorkerServiceSecurity {
   std::string data_root;
 };
 
+// GetJobLogs bounds: a call waits at most this long, and returns at most
+// this many lines (1,000 when the request says 0).
+inline constexpr int kMaxJobLogsWaitMs = 10'000;
+inline constexpr int kMaxJobLogsLines = 10'000;
+
 class WorkerServiceImpl final : public v1::WorkerService::Service {
  public:
   // `host` is how peers reach this worker for collectives, unless an
   // InitCollectiveRequest names one. `core` is not owned.
-  WorkerServiceImpl(WorkerCore* core, std::string host, WorkerServiceSecurity security = {})
-      : core_(core), host_(std::move(host)), security_(std::move(security)) {}
+  // `log` (not owned; null: GetJobLogs answers that no job is known) holds
+  // the jobs' log lines.
+  WorkerServiceImpl(WorkerCore* core, std::string host, WorkerServiceSecurity security = {},
+                    JobLog* log = nullptr)
+      : core_(core), host_(std::move(host)), security_(std::move(security)), log_(log) {}
 
   grpc::Status SetupJob(grpc::ServerContext*, const v1::SetupJobRequest* req,
                         v1::SetupJobResponse* resp) override;
@@ -48,11 +57,14 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
                      v1::AbortResponse* resp) override;
   grpc::Status GetWorkerStatus(grpc::ServerContext*, const v1::GetWorkerStatusRequest* req,
                                v1::WorkerStatus* resp) override;
+  grpc::Status GetJobLogs(grpc::ServerContext*, const v1::GetJobLogsRequest* req,
+                          v1::GetJobLogsResponse* resp) override;
 
  private:
   WorkerCore* core_;
   const std::string host_;
   const WorkerServiceSecurity security_;
+  JobLog* const log_;
 };
 
 }  // namespace tessera
