@@ -28,27 +28,11 @@
 #include "server/fake_worker_connection.h"
 #include "server/job_store.h"
 #include "server/spec_validation.h"
+#include "server/tiny_job_spec_for_test.h"
 #include "server/model_flops.h"
 
 namespace tessera {
 namespace {
-
-v1::JobSpec Spec(int world, int steps) {
-  v1::JobSpec spec;
-  v1::ModelConfig* m = spec.mutable_model();
-  m->set_vocab_size(256);
-  m->set_d_model(32);
-  m->set_n_layers(1);
-  m->set_n_heads(2);
-  m->set_ffn_dim(64);
-  m->set_seq_len(16);
-  spec.mutable_data()->mutable_synthetic()->set_task(v1::SyntheticData::COPY);
-  spec.mutable_data()->set_micro_batch_size(2);
-  spec.mutable_optimizer()->set_lr(1e-3f);
-  spec.set_world_size(world);
-  spec.set_steps(steps);
-  return spec;
-}
 
 class CoordinatorTest : public ::testing::Test {
  protected:
@@ -96,7 +80,7 @@ class CoordinatorTest : public ::testing::Test {
 
 TEST_F(CoordinatorTest, InvalidSpecIsRejectedBeforeQueueing) {
   Make();
-  v1::JobSpec bad = Spec(2, 5);
+  v1::JobSpec bad = TinyJobSpec(2, 5);
   bad.set_steps(0);
   auto job = core_->SubmitJob(bad);
   EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
@@ -108,7 +92,7 @@ TEST_F(CoordinatorTest, UnknownJobsAreNotFoundAndTerminalCancelIsRefused) {
   EXPECT_EQ(core_->GetJob("job-9").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(core_->CancelJob("job-9", "").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(core_->JobEvents("job-9").status().code(), absl::StatusCode::kNotFound);
-  v1::Job job = *core_->SubmitJob(Spec(1, 3));
+  v1::Job job = *core_->SubmitJob(TinyJobSpec(1, 3));
   ASSERT_TRUE(core_->CancelJob(job.id(), "no longer needed").ok());
   v1::Job cancelled = *core_->GetJob(job.id());
   EXPECT_EQ(cancelled.state(), v1::CANCELLED);
@@ -119,7 +103,7 @@ TEST_F(CoordinatorTest, UnknownJobsAreNotFoundAndTerminalCancelIsRefused) {
 TEST_F(CoordinatorTest, RunsAGangAndReleasesIt) {
   Make();
   AddWorker("h:1");
-  v1::Job job = *core_->SubmitJob(Spec(2, 5));
+  v1::Job job = *core_->SubmitJob(TinyJobSpec(2, 5));
   core_->Tick();
   EXPECT_EQ(core_->GetJob(job.id())->state(), v1::PENDING);
   EXPECT_NE(core_->GetJob(job.id())->reason().find("1 registered"), std::string::npos);
@@ -140,7 +124,7 @@ TEST_F(CoordinatorTest, StepMetricsCarryMfuOnlyWhenEveryDevicePeakIsKnown) {
     req.mutable_device()->set_name("NVIDIA H100 80GB HBM3");
     ASSERT_TRUE(core_->RegisterWorker(req).ok());
   }
-  v1::JobSpec gpu = Spec(2, 3);
+  v1::JobSpec gpu = TinyJobSpec(2, 3);
   gpu.set_device_kind(v1::CUDA);
   gpu.mutable_model()->set_d_model(128);  // head dim 64, as CUDA jobs need
   v1::Job job = *core_->SubmitJob(gpu);
@@ -154,7 +138,7 @@ TEST_F(CoordinatorTest, StepMetricsCarryMfuOnlyWhenEveryDevicePeakIsKnown) {
   // CPU workers have no peak: no MFU.
   AddWorker("h:3");
   AddWorker("h:4");
-  v1::Job cpu = WaitTerminal(core_->SubmitJob(Spec(2, 3))->id());
+  v1::Job cpu = WaitTerminal(core_->SubmitJob(TinyJobSpec(2, 3))->id());
   ASSERT_EQ(cpu.state(), v1::SUCCEEDED) << cpu.reason();
   EXPECT_GT(cpu.last_metrics().tokens_per_s(), 0.0);
   EXPECT_EQ(cpu.last_metrics().mfu(), 0.0);
@@ -166,7 +150,7 @@ TEST_F(CoordinatorTest, LostWorkerFailsItsJob) {
   Make(stuck);
   std::string a = AddWorker("h:1");
   AddWorker("h:2");
-  v1::Job job = *core_->SubmitJob(Spec(2, 5));
+  v1::Job job = *core_->SubmitJob(TinyJobSpec(2, 5));
   core_->Tick();
   absl::SleepFor(absl::Milliseconds(50));
   now_ += absl::Seconds(3);
@@ -185,8 +169,8 @@ TEST_F(CoordinatorTest, LostWorkerFailsItsJob) {
 TEST_F(CoordinatorTest, JobRecordsSurviveARestart) {
   std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/state");
   Make({}, dir);
-  v1::Job pending = *core_->SubmitJob(Spec(4, 5));
-  v1::Job cancelled = *core_->SubmitJob(Spec(1, 5));
+  v1::Job pending = *core_->SubmitJob(TinyJobSpec(4, 5));
+  v1::Job cancelled = *core_->SubmitJob(TinyJobSpec(1, 5));
   ASSERT_TRUE(core_->CancelJob(cancelled.id(), "x").ok());
   core_->Shutdown();
   Make({}, dir);
@@ -196,7 +180,7 @@ TEST_F(CoordinatorTest, JobRecordsSurviveARestart) {
   // Shutdown cancelled the queued job; it is terminal after the restart.
   EXPECT_TRUE(p.state() == v1::CANCELLED || p.state() == v1::FAILED);
   EXPECT_EQ(core_->GetJob(cancelled.id())->state(), v1::CANCELLED);
-  v1::Job next = *core_->SubmitJob(Spec(1, 1));
+  v1::Job next = *core_->SubmitJob(TinyJobSpec(1, 1));
   EXPECT_NE(next.id(), pending.id());
   EXPECT_NE(next.id(), cancelled.id());
 }
@@ -204,7 +188,7 @@ TEST_F(CoordinatorTest, JobRecordsSurviveARestart) {
 TEST_F(CoordinatorTest, HugeStepCountsAreRefusedAtSubmit) {
   // steps = 2^31-1 was once accepted and then aborted the coordinator.
   Make();
-  auto job = core_->SubmitJob(Spec(1, 2147483647));
+  auto job = core_->SubmitJob(TinyJobSpec(1, 2147483647));
   EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(job.status().message(), "steps: must be <= 10000000 (got 2147483647)");
   EXPECT_TRUE(core_->ListJobs({})->jobs.empty());
@@ -213,7 +197,7 @@ TEST_F(CoordinatorTest, HugeStepCountsAreRefusedAtSubmit) {
 TEST_F(CoordinatorTest, OversizedRequestStringsAreRefusedWithoutEchoingThem) {
   Make();
   const std::string huge(10 << 20, 'x');
-  v1::JobSpec named = Spec(1, 1);
+  v1::JobSpec named = TinyJobSpec(1, 1);
   named.set_name(huge);
   EXPECT_EQ(core_->SubmitJob(named).status().message(),
             "name: must be at most 256 bytes (got 10485760)");
@@ -223,7 +207,7 @@ TEST_F(CoordinatorTest, OversizedRequestStringsAreRefusedWithoutEchoingThem) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_EQ(s.message(), "job_id: must be at most 128 bytes (got 10485760)");
   }
-  v1::Job job = *core_->SubmitJob(Spec(1, 1));
+  v1::Job job = *core_->SubmitJob(TinyJobSpec(1, 1));
   EXPECT_EQ(core_->CancelJob(job.id(), huge).status().message(),
             "reason: must be at most 1024 bytes (got 10485760)");
   v1::RegisterWorkerRequest worker;
@@ -245,7 +229,7 @@ TEST_F(CoordinatorTest, StoredReasonsAreBounded) {
   failing.fail_setup = true;
   Make(failing);
   AddWorker("h:1");
-  v1::Job job = *core_->SubmitJob(Spec(1, 3));
+  v1::Job job = *core_->SubmitJob(TinyJobSpec(1, 3));
   v1::Job ended = WaitTerminal(job.id());
   EXPECT_EQ(ended.state(), v1::FAILED);
   EXPECT_LE(ended.reason().size(), 4096u);
@@ -278,7 +262,7 @@ TEST_F(CoordinatorTest, ListJobsPagesNewestFirstWithoutRepeatsOrGaps) {
   std::vector<std::string> ids;
   for (int i = 0; i < 250; ++i) {
     now_ += absl::Milliseconds(i % 3 == 0 ? 1 : 0);  // some jobs share a creation time
-    ids.push_back(core_->SubmitJob(Spec(1, 1))->id());
+    ids.push_back(core_->SubmitJob(TinyJobSpec(1, 1))->id());
   }
   for (int i = 0; i < 250; i += 5) ASSERT_TRUE(core_->CancelJob(ids[i], "").ok());
 
@@ -299,7 +283,7 @@ TEST_F(CoordinatorTest, ListJobsPagesNewestFirstWithoutRepeatsOrGaps) {
   ASSERT_TRUE(first.ok());
   ASSERT_EQ(first->jobs.size(), 1u);
   now_ += absl::Seconds(1);
-  core_->SubmitJob(Spec(1, 1)).IgnoreError();
+  core_->SubmitJob(TinyJobSpec(1, 1)).IgnoreError();
   auto second = core_->ListJobs({}, 1, first->next_page_token);
   ASSERT_TRUE(second.ok());
   ASSERT_EQ(second->jobs.size(), 1u);
@@ -314,7 +298,7 @@ TEST_F(CoordinatorTest, ListJobsPagesNewestFirstWithoutRepeatsOrGaps) {
 
 TEST_F(CoordinatorTest, ListJobsRefusesBadPageRequests) {
   Make();
-  for (int i = 0; i < 3; ++i) core_->SubmitJob(Spec(1, 1)).IgnoreError();
+  for (int i = 0; i < 3; ++i) core_->SubmitJob(TinyJobSpec(1, 1)).IgnoreError();
   auto page = core_->ListJobs({}, 1, "");
   ASSERT_TRUE(page.ok());
   EXPECT_EQ(core_->ListJobs({}, -1, "").status().code(), absl::StatusCode::kInvalidArgument);
@@ -328,7 +312,7 @@ TEST_F(CoordinatorTest, ListJobsPagesStayUnderTheByteBudget) {
   // Jobs of about 8 KB each: 300 of them would not fit one 4 MB message.
   Make();
   for (int i = 0; i < 300; ++i) {
-    v1::JobSpec spec = Spec(1, 1);
+    v1::JobSpec spec = TinyJobSpec(1, 1);
     spec.mutable_data()->set_token_file("/" + std::string(4095, 'f'));
     spec.mutable_checkpoint()->set_dir("/" + std::string(4095, 'd'));
     ASSERT_TRUE(core_->SubmitJob(spec).ok());
@@ -358,7 +342,7 @@ TEST_F(CoordinatorTest, DeleteOnlyFinishedJobsAndNeverReuseTheirIds) {
   Make(stuck, dir);
   EXPECT_EQ(core_->DeleteJob("job-404").code(), absl::StatusCode::kNotFound);
 
-  v1::Job pending = *core_->SubmitJob(Spec(2, 5));
+  v1::Job pending = *core_->SubmitJob(TinyJobSpec(2, 5));
   absl::Status s = core_->DeleteJob(pending.id());
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(s.message().find("PENDING"), std::string::npos) << s;
@@ -383,7 +367,7 @@ TEST_F(CoordinatorTest, DeleteOnlyFinishedJobsAndNeverReuseTheirIds) {
   core_->Shutdown();
   Make({}, dir);
   EXPECT_EQ(core_->GetJob(pending.id()).status().code(), absl::StatusCode::kNotFound);
-  v1::Job next = *core_->SubmitJob(Spec(1, 1));
+  v1::Job next = *core_->SubmitJob(TinyJobSpec(1, 1));
   EXPECT_NE(next.id(), pending.id());
 }
 
@@ -392,8 +376,8 @@ TEST_F(CoordinatorTest, AnImpossibleJobDoesNotBlockTheJobsBehindIt) {
   Make();
   AddWorker("h:1");
   AddWorker("h:2");
-  v1::Job huge = *core_->SubmitJob(Spec(1000, 5));
-  v1::Job small = *core_->SubmitJob(Spec(1, 3));
+  v1::Job huge = *core_->SubmitJob(TinyJobSpec(1000, 5));
+  v1::Job small = *core_->SubmitJob(TinyJobSpec(1, 3));
   v1::Job done = WaitTerminal(small.id());
   EXPECT_EQ(done.state(), v1::SUCCEEDED) << done.reason();
   v1::Job waiting = *core_->GetJob(huge.id());
@@ -414,7 +398,7 @@ TEST_F(CoordinatorTest, OversizedRecordsFromBeforeTheLimitsAreCutOnLoad) {
   old.set_id("job-7");
   old.set_state(v1::SUCCEEDED);
   old.set_reason(std::string(10 << 20, 'r'));
-  *old.mutable_spec() = Spec(1, 1);
+  *old.mutable_spec() = TinyJobSpec(1, 1);
   old.mutable_spec()->set_name(std::string(10 << 20, '7'));
   {
     // As a release before the job store kept it: one file per job.
@@ -429,7 +413,7 @@ TEST_F(CoordinatorTest, OversizedRecordsFromBeforeTheLimitsAreCutOnLoad) {
   EXPECT_LE(page->jobs[0].spec().name().size(), 256u);
   EXPECT_LE(page->jobs[0].reason().size(), 4096u);
   EXPECT_NE(page->jobs[0].spec().name().find("[truncated]"), std::string::npos);
-  EXPECT_EQ(core_->SubmitJob(Spec(1, 1))->id(), "job-8");
+  EXPECT_EQ(core_->SubmitJob(TinyJobSpec(1, 1))->id(), "job-8");
   // The cut record moved into the job store; the old file is gone.
   core_->Shutdown();
   EXPECT_FALSE(std::ifstream(dir + "/jobs/job-7.binpb").good());
@@ -437,7 +421,7 @@ TEST_F(CoordinatorTest, OversizedRecordsFromBeforeTheLimitsAreCutOnLoad) {
   absl::StatusOr<v1::Job> reread = core_->GetJob("job-7");
   ASSERT_TRUE(reread.ok()) << reread.status();
   EXPECT_LE(reread->spec().name().size(), 256u);
-  EXPECT_EQ(core_->SubmitJob(Spec(1, 1))->id(), "job-9");
+  EXPECT_EQ(core_->SubmitJob(TinyJobSpec(1, 1))->id(), "job-9");
 }
 
 std::vector<v1::JobEvent> Events(Coordinator& core, const std::string& id) {
@@ -455,7 +439,7 @@ TEST_F(CoordinatorTest, ARetryableFailureRestartsFromTheCommittedCheckpointAndSu
   MakeWith([failing](int n) { return n < 2 ? failing : FakeWorkerBehavior(); });
   AddWorker("h:1");
   AddWorker("h:2");
-  v1::JobSpec spec = Spec(2, 10);
+  v1::JobSpec spec = TinyJobSpec(2, 10);
   spec.set_max_restarts(1);
   spec.mutable_checkpoint()->set_dir(CheckpointRoot("restart-ckpt"));
   spec.mutable_checkpoint()->set_interval_steps(3);
@@ -517,7 +501,7 @@ TEST_F(CoordinatorTest, ASpentBudgetFailsWithRestartsExhausted) {
   Make(failing);
   AddWorker("h:1");
   AddWorker("h:2");
-  v1::JobSpec spec = Spec(2, 5);
+  v1::JobSpec spec = TinyJobSpec(2, 5);
   spec.set_max_restarts(2);
   v1::Job done = WaitTerminal(core_->SubmitJob(spec)->id());
   EXPECT_EQ(done.state(), v1::FAILED);
@@ -541,7 +525,7 @@ TEST_F(CoordinatorTest, ANonRetryableFailureFailsAtOnceWhateverTheBudget) {
   oom.fail_setup = true;  // RESOURCE_EXHAUSTED
   Make(oom);
   AddWorker("h:1");
-  v1::JobSpec spec = Spec(1, 5);
+  v1::JobSpec spec = TinyJobSpec(1, 5);
   spec.set_max_restarts(3);
   v1::Job done = WaitTerminal(core_->SubmitJob(spec)->id());
   EXPECT_EQ(done.state(), v1::FAILED);
@@ -555,7 +539,7 @@ TEST_F(CoordinatorTest, UnreachableWorkersAreDroppedAndARestartingJobWaitsAndCan
   dead.abort_code = absl::StatusCode::kUnavailable;  // nobody listening any more
   Make(dead);
   AddWorker("h:1");
-  v1::JobSpec spec = Spec(1, 5);
+  v1::JobSpec spec = TinyJobSpec(1, 5);
   spec.set_max_restarts(1);
   v1::Job job = *core_->SubmitJob(spec);
   v1::Job waiting;
@@ -585,9 +569,9 @@ TEST_F(CoordinatorTest, AWorkerWhoseAbortWasNotAcknowledgedIsNotReusedUntilItRep
   stuck.abort_code = absl::StatusCode::kDeadlineExceeded;
   MakeWith([stuck](int n) { return n == 0 ? stuck : FakeWorkerBehavior(); });
   std::string w = AddWorker("h:1");
-  v1::Job failed = WaitTerminal(core_->SubmitJob(Spec(1, 5))->id());
+  v1::Job failed = WaitTerminal(core_->SubmitJob(TinyJobSpec(1, 5))->id());
   ASSERT_EQ(failed.state(), v1::FAILED);
-  v1::Job next = *core_->SubmitJob(Spec(1, 2));
+  v1::Job next = *core_->SubmitJob(TinyJobSpec(1, 2));
   for (int i = 0; i < 5; ++i) core_->Tick();
   EXPECT_EQ(core_->GetJob(next.id())->state(), v1::PENDING);
   v1::HeartbeatRequest hb;
@@ -617,7 +601,7 @@ TEST_F(CoordinatorTest, AWorkerRegisteringWithAJobTheCoordinatorDoesNotKnowIsTol
   ASSERT_TRUE(resp.ok());
   ASSERT_EQ(resp->abort_job_ids_size(), 1);
   EXPECT_EQ(resp->abort_job_ids(0), "job-1");
-  v1::Job job = *core_->SubmitJob(Spec(1, 2));
+  v1::Job job = *core_->SubmitJob(TinyJobSpec(1, 2));
   for (int i = 0; i < 5; ++i) core_->Tick();
   EXPECT_EQ(core_->GetJob(job.id())->state(), v1::PENDING);
   ASSERT_EQ(core_->ListWorkers().size(), 1u);
@@ -652,7 +636,7 @@ TEST_F(CoordinatorTest, TheStepWatchdogRestartsAJobWhoseBudgetAllows) {
   stuck.hang_in_run = true;  // a deadlocked compute thread; heartbeats go on
   MakeWith([stuck](int n) { return n == 0 ? stuck : FakeWorkerBehavior(); });
   AddWorker("h:1");
-  v1::JobSpec spec = Spec(1, 4);
+  v1::JobSpec spec = TinyJobSpec(1, 4);
   spec.set_step_timeout_s(1);
   spec.set_max_restarts(1);
   v1::Job done = WaitTerminal(core_->SubmitJob(spec)->id());
@@ -676,7 +660,7 @@ TEST_F(CoordinatorTest, AJobPlacedOnAWorkerThatJustDiedIsPlacedElsewhereWithoutA
   MakeWith([dead](int n) { return n == 0 ? dead : FakeWorkerBehavior(); });
   std::string gone = AddWorker("h:1");
   std::string alive = AddWorker("h:2");
-  v1::Job done = WaitTerminal(core_->SubmitJob(Spec(1, 3))->id());
+  v1::Job done = WaitTerminal(core_->SubmitJob(TinyJobSpec(1, 3))->id());
   ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.reason();
   EXPECT_EQ(done.restarts(), 0);
   ASSERT_EQ(done.worker_ids_size(), 1);
@@ -697,7 +681,7 @@ TEST_F(CoordinatorTest, PlacingAgainIsBounded) {
   FakeWorkerBehavior dead;
   dead.unreachable = true;
   Make(dead);
-  v1::Job job = *core_->SubmitJob(Spec(1, 3));
+  v1::Job job = *core_->SubmitJob(TinyJobSpec(1, 3));
   for (int i = 0; i < 6; ++i) {
     AddWorker(absl::StrCat("h:", i));  // each one dies as soon as it is used
     for (int t = 0; t < 50 && core_->GetJob(job.id())->state() != v1::FAILED; ++t) {
@@ -742,7 +726,7 @@ void LeaveARunningJob(const std::string& dir, const v1::JobSpec& spec, int commi
 
 TEST_F(CoordinatorTest, AJobRunningWhenTheCoordinatorDiedResumesFromItsCheckpointWithItsHistory) {
   const std::string dir = CheckpointRoot("crashed-state");
-  v1::JobSpec spec = Spec(1, 10);
+  v1::JobSpec spec = TinyJobSpec(1, 10);
   spec.mutable_checkpoint()->set_dir(CheckpointRoot("crashed-ckpt"));
   spec.mutable_checkpoint()->set_interval_steps(5);
   // The checkpoint of step 5 was committed before the crash.
@@ -775,7 +759,7 @@ TEST_F(CoordinatorTest, AJobRunningWhenTheCoordinatorDiedResumesFromItsCheckpoin
   // The history before the crash, then steps 5-9 of the resumed run.
   EXPECT_EQ(steps, (std::vector<int>{0, 1, 2, 3, 4, 5, 5, 6, 7, 8, 9}));
   for (size_t i = 0; i < sequences.size(); ++i) EXPECT_EQ(sequences[i], static_cast<int64_t>(i + 1));
-  EXPECT_EQ(core_->SubmitJob(Spec(1, 1))->id(), "job-5");
+  EXPECT_EQ(core_->SubmitJob(TinyJobSpec(1, 1))->id(), "job-5");
 
   // And it all survives another restart.
   core_->Shutdown();
@@ -787,7 +771,7 @@ TEST_F(CoordinatorTest, AJobRunningWhenTheCoordinatorDiedResumesFromItsCheckpoin
 TEST_F(CoordinatorTest, AJobRunningWithoutACheckpointWhenTheCoordinatorDiedFailsSayingSo) {
   const std::string dir = CheckpointRoot("crashed-no-ckpt");
   mkdir(dir.c_str(), 0755);
-  LeaveARunningJob(dir, Spec(1, 10), 0);
+  LeaveARunningJob(dir, TinyJobSpec(1, 10), 0);
   Make({}, dir);
   v1::Job job = *core_->GetJob("job-4");
   EXPECT_EQ(job.state(), v1::FAILED);
@@ -802,7 +786,7 @@ TEST_F(CoordinatorTest, AQueuedJobIsStillQueuedAfterACoordinatorRestart) {
     ASSERT_TRUE(store.ok());
     v1::Job job;
     job.set_id("job-2");
-    *job.mutable_spec() = WithDefaults(Spec(1, 3));
+    *job.mutable_spec() = WithDefaults(TinyJobSpec(1, 3));
     job.set_state(v1::PENDING);
     v1::JobEvent e;
     e.set_sequence(1);

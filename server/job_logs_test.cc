@@ -14,26 +14,10 @@
 #include "gtest/gtest.h"
 #include "server/coordinator.h"
 #include "server/fake_worker_connection.h"
+#include "server/tiny_job_spec_for_test.h"
 
 namespace tessera {
 namespace {
-
-v1::JobSpec Spec() {
-  v1::JobSpec spec;
-  v1::ModelConfig* m = spec.mutable_model();
-  m->set_vocab_size(256);
-  m->set_d_model(32);
-  m->set_n_layers(1);
-  m->set_n_heads(2);
-  m->set_ffn_dim(64);
-  m->set_seq_len(16);
-  spec.mutable_data()->mutable_synthetic()->set_task(v1::SyntheticData::COPY);
-  spec.mutable_data()->set_micro_batch_size(2);
-  spec.mutable_optimizer()->set_lr(1e-3f);
-  spec.set_world_size(2);
-  spec.set_steps(3);
-  return spec;
-}
 
 class JobLogsTest : public ::testing::Test {
  protected:
@@ -59,7 +43,7 @@ class JobLogsTest : public ::testing::Test {
     }
   }
   std::string RunJob() {
-    const std::string id = core_->SubmitJob(Spec())->id();
+    const std::string id = core_->SubmitJob(TinyJobSpec(2, 3))->id();
     for (int i = 0; i < 500; ++i) {
       core_->Tick();
       if (core_->GetJob(id)->state() == v1::SUCCEEDED) return id;

@@ -23,26 +23,10 @@
 #include "server/coordinator.h"
 #include "server/coordinator_service.h"
 #include "server/fake_worker_connection.h"
+#include "server/tiny_job_spec_for_test.h"
 
 namespace tessera {
 namespace {
-
-v1::JobSpec Spec() {
-  v1::JobSpec spec;
-  v1::ModelConfig* m = spec.mutable_model();
-  m->set_vocab_size(256);
-  m->set_d_model(32);
-  m->set_n_layers(1);
-  m->set_n_heads(2);
-  m->set_ffn_dim(64);
-  m->set_seq_len(16);
-  spec.mutable_data()->mutable_synthetic()->set_task(v1::SyntheticData::COPY);
-  spec.mutable_data()->set_micro_batch_size(2);
-  spec.mutable_optimizer()->set_lr(1e-3f);
-  spec.set_world_size(1);
-  spec.set_steps(5);
-  return spec;
-}
 
 int ThreadsOfThisProcess() {
   int n = 0;
@@ -171,7 +155,7 @@ class JobWatchTest : public ::testing::Test {
   }
 
   std::string Submit() {
-    absl::StatusOr<v1::Job> job = core_->SubmitJob(Spec());
+    absl::StatusOr<v1::Job> job = core_->SubmitJob(TinyJobSpec(1, 5));
     EXPECT_TRUE(job.ok()) << job.status();
     return job.ok() ? job->id() : "";
   }
