@@ -18,8 +18,11 @@
 //   worker's old id to the other worker); a job without a checkpoint fails
 //   saying so, one with a checkpoint resumes and finishes with its history
 //   intact and the losses of an unbroken run.
+// - a committed checkpoint damaged on disk: the job resuming from it fails
+//   at once with DATA_LOSS naming the file, and the workers stay usable.
 #include <signal.h>
 
+#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -332,6 +335,39 @@ TEST_F(RestartTest, WorkersStillRunningAJobWhenTheCoordinatorRestartsAbortItAndT
     EXPECT_TRUE(absl::StrContains(cluster_->worker(i).Log(), absl::StrCat("aborting ", old_job)))
         << cluster_->worker(i).Log();
   }
+}
+
+// A checkpoint damaged on disk after it was committed: a job resuming from
+// it fails with DATA_LOSS naming the file, at once (a damaged checkpoint is
+// not retried, whatever the budget), and its workers take the next job.
+TEST_F(RestartTest, ADamagedCheckpointIsRefusedNamingTheFile) {
+  StartCluster(2);
+  const std::string dir = CheckpointDir("damaged");
+  const std::string first = Submit(SmallJob(10, dir));
+  ASSERT_EQ(WaitEnded(first).state(), v1::SUCCEEDED) << AllLogs();
+  const std::string state = dir + "/step-10/rank-1.state";
+  {
+    std::fstream file(state, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(file.is_open()) << state;
+    file.seekg(0, std::ios::end);
+    const std::streamoff size = file.tellg();
+    ASSERT_GT(size, 100);
+    file.seekg(size / 2);
+    char byte = 0;
+    file.read(&byte, 1);
+    byte = static_cast<char>(byte ^ 0x40);
+    file.seekp(size / 2);
+    file.write(&byte, 1);
+  }
+  v1::JobSpec resume = SmallJob(20, dir);
+  resume.mutable_checkpoint()->set_resume_from("latest");
+  resume.set_max_restarts(2);
+  v1::Job done = WaitEnded(Submit(resume));
+  EXPECT_EQ(done.state(), v1::FAILED) << done.reason();
+  EXPECT_EQ(done.restarts(), 0);
+  EXPECT_TRUE(absl::StrContains(done.reason(), "DATA_LOSS")) << done.reason();
+  EXPECT_TRUE(absl::StrContains(done.reason(), "rank-1.state")) << done.reason();
+  EXPECT_EQ(WaitEnded(Submit(SmallJob(3, ""))).state(), v1::SUCCEEDED) << AllLogs();
 }
 
 TEST_F(RestartTest, AJobSurvivesItsCoordinatorBeingKilledWithItsHistoryIntact) {
