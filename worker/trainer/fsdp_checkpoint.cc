@@ -42,107 +42,14 @@
 #include "common/checkpoint_layout.h"
 #include "common/status_macros.h"
 #include "worker/trainer/checkpoint_io.h"
+#include "worker/trainer/checkpoint_state.h"
 #include "worker/trainer/fsdp_trainer.h"
 #include "worker/trainer/spec_hash.h"
 
 namespace tessera {
 namespace {
 
-constexpr char kStateMagic[] = "TSRSTAT1";
-
-std::string StateFileName(int rank) { return absl::StrCat("rank-", rank, ".state"); }
-
 absl::Status AppendInt(DurableFileWriter& out, int64_t v) { return out.Append(&v, sizeof(v)); }
-
-// One parameter shard as a state file holds it (pointers into the file).
-struct SavedParam {
-  std::string name;
-  int64_t rows = 0, cols = 0, dtype = 0, first = 0, n = 0;
-  const char* master = nullptr;
-  const char* exp_avg = nullptr;
-  const char* exp_avg_sq = nullptr;
-  const char* compute = nullptr;
-};
-
-struct SavedState {
-  std::string bytes;  // the whole verified file; the pointers below point into it
-  int64_t step = 0, rank = 0, world = 0, data_position = 0;
-  std::vector<SavedParam> params;
-  const char* meta = nullptr;
-  int64_t meta_count = 0;
-};
-
-// Bounds-checked reads from a verified file. The checksum already matched,
-// so a failure here means the writer and reader disagree on the format.
-class Cursor {
- public:
-  Cursor(const std::string& bytes, const std::string& what) : bytes_(bytes), what_(what) {}
-  absl::Status Int(int64_t* v) {
-    const char* p = nullptr;
-    RETURN_IF_ERROR(Take(sizeof(*v), &p));
-    std::memcpy(v, p, sizeof(*v));
-    return absl::OkStatus();
-  }
-  absl::Status Take(int64_t size, const char** p) {
-    if (size < 0 || size > static_cast<int64_t>(bytes_.size() - offset_)) {
-      return absl::DataLossError(absl::StrCat(what_, ": malformed state file: a field at byte ",
-                                              offset_, " runs past its end"));
-    }
-    *p = bytes_.data() + offset_;
-    offset_ += static_cast<size_t>(size);
-    return absl::OkStatus();
-  }
-  bool AtEnd() const { return offset_ == bytes_.size(); }
-
- private:
-  const std::string& bytes_;
-  const std::string what_;
-  size_t offset_ = 0;
-};
-
-absl::Status ParseState(const std::string& what, SavedState& s) {
-  Cursor in(s.bytes, what);
-  const char* magic = nullptr;
-  RETURN_IF_ERROR(in.Take(8, &magic));
-  if (std::memcmp(magic, kStateMagic, 8) != 0) {
-    return absl::DataLossError(absl::StrCat(what, ": not a Tessera state file"));
-  }
-  int64_t count = 0;
-  RETURN_IF_ERROR(in.Int(&s.step));
-  RETURN_IF_ERROR(in.Int(&s.rank));
-  RETURN_IF_ERROR(in.Int(&s.world));
-  RETURN_IF_ERROR(in.Int(&s.data_position));
-  RETURN_IF_ERROR(in.Int(&count));
-  if (count < 0 || count > 1 << 20) {
-    return absl::DataLossError(absl::StrCat(what, ": parameter count ", count));
-  }
-  s.params.resize(count);
-  for (SavedParam& p : s.params) {
-    int64_t name_len = 0;
-    const char* name = nullptr;
-    RETURN_IF_ERROR(in.Int(&name_len));
-    RETURN_IF_ERROR(in.Take(name_len, &name));
-    p.name.assign(name, name_len);
-    for (int64_t* v : {&p.rows, &p.cols, &p.dtype, &p.first, &p.n}) RETURN_IF_ERROR(in.Int(v));
-    if (p.n < 0 || p.n > (int64_t{1} << 40) ||
-        (p.dtype != static_cast<int64_t>(DType::kE4M3) &&
-         p.dtype != static_cast<int64_t>(DType::kBFloat16))) {
-      return absl::DataLossError(absl::StrCat(what, ": parameter ", p.name, " is malformed"));
-    }
-    RETURN_IF_ERROR(in.Take(p.n * 4, &p.master));
-    RETURN_IF_ERROR(in.Take(p.n * 4, &p.exp_avg));
-    RETURN_IF_ERROR(in.Take(p.n * 4, &p.exp_avg_sq));
-    RETURN_IF_ERROR(in.Take(p.n * static_cast<int64_t>(DTypeSize(static_cast<DType>(p.dtype))),
-                            &p.compute));
-  }
-  RETURN_IF_ERROR(in.Int(&s.meta_count));
-  if (s.meta_count < 0 || s.meta_count > (int64_t{1} << 30)) {
-    return absl::DataLossError(absl::StrCat(what, ": quantizer block size ", s.meta_count));
-  }
-  RETURN_IF_ERROR(in.Take(s.meta_count * 4, &s.meta));
-  if (!in.AtEnd()) return absl::DataLossError(absl::StrCat(what, ": trailing bytes"));
-  return absl::OkStatus();
-}
 
 }  // namespace
 
