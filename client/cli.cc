@@ -96,9 +96,9 @@ int Watch(CoordinatorClient& client, const std::string& job_id, int from_step, b
 
 int RunCommand(const ParsedArgs& args, std::ostream& out, std::ostream& err, bool is_tty,
                DataCommand data_command) {
-  if (args.command == "data") {
+  if (args.command == "data" || args.command == "export") {
     if (data_command == nullptr) {
-      err << "tessera: the data command is not built into this program\n";
+      err << "tessera: the " << args.command << " command is not built into this program\n";
       return kExitUsage;
     }
     return data_command(args, out, err);

@@ -13,8 +13,10 @@
 
 namespace tessera {
 
-// Runs `tessera data ...`. Passed in rather than linked here so the rest of
-// the CLI builds and tests without the data libraries (see data_command.h).
+// Runs the commands that need no coordinator: `tessera data ...` and
+// `tessera export ...`. Passed in rather than linked here so the rest of the
+// CLI builds and tests without the data and checkpoint libraries (see
+// data_command.h, export_command.h).
 using DataCommand = int (*)(const ParsedArgs& args, std::ostream& out, std::ostream& err);
 
 // `is_tty`: whether `out` is a terminal (live progress bar vs. plain lines).

@@ -5,7 +5,10 @@
 // non-zero exit) when the coordinator cannot be reached, refuse hostile job
 // files with exit code 2 (they once crashed the CLI), list more jobs than
 // one page holds, delete a finished job, and print every rank's log lines of
-// a finished job (`tessera logs`).
+// a finished job (`tessera logs`), and export a job's checkpoint as a
+// Hugging Face directory (`tessera export`).
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <string>
 
@@ -225,6 +228,47 @@ TEST(CliTest, LogsShowEveryRankOfAFinishedJob) {
                             absl::Seconds(30));
   EXPECT_EQ(unknown.exit_code, 1) << unknown.output;
   EXPECT_TRUE(absl::StrContains(unknown.output, "NOT_FOUND")) << unknown.output;
+}
+
+// `tessera export`: a job's committed checkpoint as a Hugging Face
+// directory, from the checkpoint files alone (the cluster is stopped first).
+TEST(CliTest, ExportWritesAHuggingFaceDirectoryFromTheCheckpoint) {
+  const std::string dir = testing::MakeTempDir("cli-export");
+  const std::string job_file = WriteJobFile(
+      "export.yaml", absl::StrCat(kTinyJobYaml, "checkpoint:\n  dir: ", dir,
+                                  "/ckpt\n  interval_steps: 4\n"));
+  {
+    auto cluster = LocalCluster::Start(2);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    auto submit = RunCommand(BinaryPath("client/tessera"),
+                             {"submit", job_file, "--watch",
+                              absl::StrCat("--coordinator=", (*cluster)->address())},
+                             absl::Seconds(120));
+    ASSERT_EQ(submit.exit_code, 0) << submit.output << (*cluster)->Logs();
+  }
+  auto exported = RunCommand(BinaryPath("client/tessera"),
+                             {"export", dir + "/ckpt", "--job", job_file, "--out", dir + "/hf",
+                              "--dtype", "fp32"},
+                             absl::Seconds(60));
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  EXPECT_TRUE(absl::StrContains(exported.output, "exported step 8: 12 tensors")) << exported.output;
+  struct stat st;
+  EXPECT_EQ(stat((dir + "/hf/model.safetensors").c_str(), &st), 0);
+  EXPECT_GT(st.st_size, 0);
+  EXPECT_EQ(stat((dir + "/hf/config.json").c_str(), &st), 0);
+
+  auto bad_dtype = RunCommand(BinaryPath("client/tessera"),
+                              {"export", dir + "/ckpt", "--job", job_file, "--out", dir + "/x",
+                               "--dtype", "fp16"},
+                              absl::Seconds(30));
+  EXPECT_EQ(bad_dtype.exit_code, 2) << bad_dtype.output;
+  const std::string other = WriteJobFile(
+      "other.yaml", absl::StrReplaceAll(kTinyJobYaml, {{"ffn_dim: 64", "ffn_dim: 96"}}));
+  auto wrong_model = RunCommand(BinaryPath("client/tessera"),
+                                {"export", dir + "/ckpt", "--job", other, "--out", dir + "/y"},
+                                absl::Seconds(30));
+  EXPECT_EQ(wrong_model.exit_code, 1) << wrong_model.output;
+  EXPECT_TRUE(absl::StrContains(wrong_model.output, "FAILED_PRECONDITION")) << wrong_model.output;
 }
 
 TEST(CliTest, JobsListsEveryPageAndDeleteForgetsAFinishedJob) {

@@ -1,0 +1,21 @@
+// `tessera export CHECKPOINT --job FILE --out DIR [--dtype bf16|fp32]
+// [--format safetensors]`: a committed checkpoint as a Hugging Face Llama
+// model directory (worker/trainer/hf_export.h), read straight from the
+// checkpoint files with no coordinator or worker. CHECKPOINT is a checkpoint
+// root (its newest committed step) or one step's directory; FILE is the job
+// file the checkpoint was trained with, for the model's hyperparameters (its
+// hash must match the checkpoint's).
+#ifndef TESSERA_CLIENT_EXPORT_COMMAND_H_
+#define TESSERA_CLIENT_EXPORT_COMMAND_H_
+
+#include <ostream>
+
+#include "client/cli_args.h"
+
+namespace tessera {
+
+int RunExportCommand(const ParsedArgs& args, std::ostream& out, std::ostream& err);
+
+}  // namespace tessera
+
+#endif  // TESSERA_CLIENT_EXPORT_COMMAND_H_

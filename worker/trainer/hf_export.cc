@@ -1,0 +1,214 @@
+// See hf_export.h.
+//
+// safetensors: an 8-byte little-endian header length, a JSON header naming
+// each tensor's dtype, shape and [begin, end) byte offsets into the data
+// that follows (padded with spaces to a multiple of 8), then the data, each
+// tensor row-major and little-endian, in the header's order.
+#include "worker/trainer/hf_export.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "common/checkpoint_layout.h"
+#include "common/status_macros.h"
+#include "nlohmann/json.hpp"
+#include "worker/trainer/checkpoint_state.h"
+#include "worker/trainer/spec_hash.h"
+
+namespace tessera {
+namespace {
+
+// One tensor of the export: rows [row0, row0 + rows) of a Tessera parameter.
+struct Slice {
+  std::string name;
+  const FullParameter* source = nullptr;
+  int64_t row0 = 0, rows = 0;
+};
+
+uint16_t RoundToBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if (std::isnan(f)) return static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN, sign kept
+  u += 0x7FFF + ((u >> 16) & 1);  // round to nearest even
+  return static_cast<uint16_t>(u >> 16);
+}
+
+// The checkpoint root and step `checkpoint` names.
+absl::StatusOr<std::pair<std::string, int>> ResolveCheckpoint(const std::string& checkpoint) {
+  std::string path(absl::StripSuffix(checkpoint, "/"));
+  const size_t slash = path.rfind('/');
+  const std::string last = slash == std::string::npos ? path : path.substr(slash + 1);
+  if (std::optional<int64_t> step = ParseStepDirName(last); step.has_value()) {
+    const std::string root = slash == std::string::npos ? "." : path.substr(0, slash);
+    return std::make_pair(root, static_cast<int>(*step));
+  }
+  ASSIGN_OR_RETURN(const std::vector<int64_t> steps, ListCommittedSteps(path));
+  if (steps.empty()) {
+    return absl::NotFoundError(absl::StrCat(checkpoint, ": no committed checkpoint step"));
+  }
+  return std::make_pair(path, static_cast<int>(*std::max_element(steps.begin(), steps.end())));
+}
+
+absl::Status WriteFile(const std::string& path, const std::string& bytes) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    if (!out.good()) return absl::InternalError(absl::StrCat(tmp, ": cannot write"));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat(path, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<HfExportReport> ExportHuggingFace(const v1::JobSpec& spec,
+                                                 const std::string& checkpoint,
+                                                 HfExportDType dtype, const std::string& out_dir) {
+  const v1::ModelConfig& m = spec.model();
+  const int64_t vocab = m.vocab_size(), hidden = m.d_model(), ffn = m.ffn_dim();
+  const int64_t layers = m.n_layers(), heads = m.n_heads();
+  const int64_t kv_heads = m.n_kv_heads() > 0 ? m.n_kv_heads() : heads;
+  if (vocab <= 0 || hidden <= 0 || ffn <= 0 || layers <= 0 || heads <= 0 ||
+      hidden % heads != 0 || heads % kv_heads != 0) {
+    return absl::InvalidArgumentError("model: the spec's shapes are incomplete or inconsistent");
+  }
+  const int64_t head_dim = hidden / heads;
+  ASSIGN_OR_RETURN(const auto where, ResolveCheckpoint(checkpoint));
+  const auto& [root, step] = where;
+  ASSIGN_OR_RETURN(const std::vector<FullParameter> params,
+                   ReadFullParameters(root, step, CheckpointSpecHash(spec)));
+
+  // The Hugging Face tensors, each a row range of one Tessera parameter,
+  // every shape checked against the spec.
+  std::map<std::string, const FullParameter*> by_name;
+  for (const FullParameter& p : params) by_name[p.name] = &p;
+  std::vector<Slice> slices;
+  absl::Status shape_error = absl::OkStatus();
+  auto take = [&](const std::string& tessera_name, int64_t rows, int64_t cols,
+                  std::vector<std::pair<std::string, int64_t>> parts) {
+    auto it = by_name.find(tessera_name);
+    if (!shape_error.ok()) return;
+    if (it == by_name.end()) {
+      shape_error = absl::InvalidArgumentError(
+          absl::StrCat(tessera_name, ": not in the checkpoint of step ", step));
+      return;
+    }
+    if (it->second->rows != rows || it->second->cols != cols) {
+      shape_error = absl::InvalidArgumentError(absl::StrCat(
+          tessera_name, ": the checkpoint holds ", it->second->rows, " x ", it->second->cols,
+          ", the spec's model ", rows, " x ", cols));
+      return;
+    }
+    int64_t row0 = 0;
+    for (auto& [name, part_rows] : parts) {
+      slices.push_back({name, it->second, row0, part_rows});
+      row0 += part_rows;
+    }
+  };
+  take("embedding", vocab, hidden, {{"model.embed_tokens.weight", vocab}});
+  for (int64_t l = 0; l < layers; ++l) {
+    const std::string t = absl::StrCat("blocks.", l, "."), h = absl::StrCat("model.layers.", l, ".");
+    take(t + "attn_norm", hidden, 1, {{h + "input_layernorm.weight", hidden}});
+    take(t + "qkv", (heads + 2 * kv_heads) * head_dim, hidden,
+         {{h + "self_attn.q_proj.weight", heads * head_dim},
+          {h + "self_attn.k_proj.weight", kv_heads * head_dim},
+          {h + "self_attn.v_proj.weight", kv_heads * head_dim}});
+    take(t + "out_proj", hidden, hidden, {{h + "self_attn.o_proj.weight", hidden}});
+    take(t + "mlp_norm", hidden, 1, {{h + "post_attention_layernorm.weight", hidden}});
+    take(t + "gate_up", 2 * ffn, hidden,
+         {{h + "mlp.gate_proj.weight", ffn}, {h + "mlp.up_proj.weight", ffn}});
+    take(t + "down", hidden, ffn, {{h + "mlp.down_proj.weight", hidden}});
+  }
+  take("final_norm", hidden, 1, {{"model.norm.weight", hidden}});
+  take("lm_head", vocab, hidden, {{"lm_head.weight", vocab}});
+  RETURN_IF_ERROR(shape_error);
+  if (by_name.size() != static_cast<size_t>(3 + 6 * layers)) {
+    return absl::InvalidArgumentError(absl::StrCat("the checkpoint holds ", by_name.size(),
+                                                   " parameters, the spec's model ",
+                                                   3 + 6 * layers));
+  }
+
+  const bool bf16 = dtype == HfExportDType::kBFloat16;
+  const int64_t element_bytes = bf16 ? 2 : 4;
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  header["__metadata__"] = {{"format", "pt"}};
+  int64_t offset = 0;
+  HfExportReport report;
+  report.step = step;
+  for (const Slice& s : slices) {
+    const int64_t cols = s.source->cols, bytes = s.rows * cols * element_bytes;
+    // Norm weights are vectors in Hugging Face ([hidden]); the rest [out, in].
+    nlohmann::json shape = cols == 1 ? nlohmann::json::array({s.rows})
+                                     : nlohmann::json::array({s.rows, cols});
+    header[s.name] = {{"dtype", bf16 ? "BF16" : "F32"},
+                      {"shape", shape},
+                      {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+    report.parameters += s.rows * cols;
+    ++report.tensors;
+  }
+  std::string header_text = header.dump();
+  header_text.append((8 - header_text.size() % 8) % 8, ' ');
+  std::string file;
+  file.reserve(8 + header_text.size() + static_cast<size_t>(offset));
+  const uint64_t header_size = header_text.size();
+  for (int i = 0; i < 8; ++i) file.push_back(static_cast<char>((header_size >> (8 * i)) & 0xFF));
+  file += header_text;
+  for (const Slice& s : slices) {
+    const float* values = s.source->values.data() + s.row0 * s.source->cols;
+    const int64_t n = s.rows * s.source->cols;
+    if (bf16) {
+      for (int64_t i = 0; i < n; ++i) {
+        const uint16_t b = RoundToBf16(values[i]);
+        file.push_back(static_cast<char>(b & 0xFF));
+        file.push_back(static_cast<char>(b >> 8));
+      }
+    } else {
+      file.append(reinterpret_cast<const char*>(values), static_cast<size_t>(n) * 4);
+    }
+  }
+  report.file_bytes = static_cast<int64_t>(file.size());
+
+  nlohmann::ordered_json config = {
+      {"architectures", {"LlamaForCausalLM"}},
+      {"model_type", "llama"},
+      {"vocab_size", vocab},
+      {"hidden_size", hidden},
+      {"intermediate_size", ffn},
+      {"num_hidden_layers", layers},
+      {"num_attention_heads", heads},
+      {"num_key_value_heads", kv_heads},
+      {"head_dim", head_dim},
+      {"hidden_act", "silu"},
+      {"max_position_embeddings", m.seq_len()},
+      {"rms_norm_eps", m.norm_eps()},
+      {"rope_theta", m.rope_theta()},
+      {"attention_bias", false},
+      {"mlp_bias", false},
+      {"tie_word_embeddings", false},
+      {"torch_dtype", bf16 ? "bfloat16" : "float32"},
+      {"tessera", {{"checkpoint", root}, {"step", step}}}};
+
+  if (mkdir(out_dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return absl::InvalidArgumentError(absl::StrCat("--out ", out_dir, ": ", std::strerror(errno)));
+  }
+  RETURN_IF_ERROR(WriteFile(out_dir + "/model.safetensors", file));
+  RETURN_IF_ERROR(WriteFile(out_dir + "/config.json", config.dump(2) + "\n"));
+  return report;
+}
+
+}  // namespace tessera

@@ -1,0 +1,57 @@
+// Exports a committed Tessera checkpoint as a Hugging Face Llama model
+// directory that `transformers` loads as LlamaForCausalLM: model.safetensors
+// (bf16 or fp32, from the fp32 master weights) and config.json. It reads the
+// sharded checkpoint directly (checkpoint_state.h), at any world size, with
+// no worker or coordinator running.
+//
+// Names and layout (Tessera -> Hugging Face):
+//   embedding                -> model.embed_tokens.weight
+//   blocks.N.attn_norm       -> model.layers.N.input_layernorm.weight
+//   blocks.N.qkv             -> model.layers.N.self_attn.{q,k,v}_proj.weight:
+//                               rows [0, nh*hd) are q, the next nkv*hd k, then v
+//   blocks.N.out_proj        -> model.layers.N.self_attn.o_proj.weight
+//   blocks.N.mlp_norm        -> model.layers.N.post_attention_layernorm.weight
+//   blocks.N.gate_up         -> model.layers.N.mlp.{gate,up}_proj.weight:
+//                               rows [0, F) gate, [F, 2F) up
+//   blocks.N.down            -> model.layers.N.mlp.down_proj.weight
+//   final_norm               -> model.norm.weight
+//   lm_head                  -> lm_head.weight
+// Linear weights are [out, in] on both sides, and Tessera's RoPE rotates the
+// two halves of each head (x[i] with x[i + hd/2]) as Hugging Face's
+// rotate_half does, so no row of q or k is permuted.
+//
+// The model's hyperparameters come from the job's spec (with the
+// coordinator's defaults applied), whose hash must match the checkpoint's
+// manifests: weights are never written under another model's names.
+#ifndef TESSERA_WORKER_TRAINER_HF_EXPORT_H_
+#define TESSERA_WORKER_TRAINER_HF_EXPORT_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "proto/tessera/v1/job.pb.h"
+
+namespace tessera {
+
+enum class HfExportDType { kBFloat16, kFloat32 };
+
+struct HfExportReport {
+  int step = 0;
+  int tensors = 0;
+  int64_t parameters = 0;
+  int64_t file_bytes = 0;  // model.safetensors
+};
+
+// `checkpoint` is a checkpoint root (the newest committed step is taken) or
+// one step's directory (ROOT/step-N). Writes `out_dir`/model.safetensors and
+// config.json, creating out_dir if needed (its parent must exist); files
+// already there are replaced. INVALID_ARGUMENT for a spec whose shapes do
+// not match the checkpoint, naming the tensor.
+absl::StatusOr<HfExportReport> ExportHuggingFace(const v1::JobSpec& spec,
+                                                 const std::string& checkpoint,
+                                                 HfExportDType dtype, const std::string& out_dir);
+
+}  // namespace tessera
+
+#endif  // TESSERA_WORKER_TRAINER_HF_EXPORT_H_
