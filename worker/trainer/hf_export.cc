@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <utility>
@@ -60,12 +61,19 @@ absl::StatusOr<std::pair<std::string, int>> ResolveCheckpoint(const std::string&
   return std::make_pair(path, static_cast<int>(*std::max_element(steps.begin(), steps.end())));
 }
 
-absl::Status WriteFile(const std::string& path, const std::string& bytes) {
+// Writes `path` through a temporary name and a rename, so a reader never
+// sees half a file; `write` streams the contents.
+absl::Status WriteFile(const std::string& path,
+                       const std::function<void(std::ofstream&)>& write) {
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    if (!out.good()) return absl::InternalError(absl::StrCat(tmp, ": cannot write"));
+    write(out);
+    out.flush();
+    if (!out.good()) {
+      std::remove(tmp.c_str());
+      return absl::InternalError(absl::StrCat(tmp, ": cannot write (disk full?)"));
+    }
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     return absl::InternalError(absl::StrCat(path, ": ", std::strerror(errno)));
@@ -163,25 +171,32 @@ absl::StatusOr<HfExportReport> ExportHuggingFace(const v1::JobSpec& spec,
   }
   std::string header_text = header.dump();
   header_text.append((8 - header_text.size() % 8) % 8, ' ');
-  std::string file;
-  file.reserve(8 + header_text.size() + static_cast<size_t>(offset));
-  const uint64_t header_size = header_text.size();
-  for (int i = 0; i < 8; ++i) file.push_back(static_cast<char>((header_size >> (8 * i)) & 0xFF));
-  file += header_text;
-  for (const Slice& s : slices) {
-    const float* values = s.source->values.data() + s.row0 * s.source->cols;
-    const int64_t n = s.rows * s.source->cols;
-    if (bf16) {
-      for (int64_t i = 0; i < n; ++i) {
-        const uint16_t b = RoundToBf16(values[i]);
-        file.push_back(static_cast<char>(b & 0xFF));
-        file.push_back(static_cast<char>(b >> 8));
+  report.file_bytes = 8 + static_cast<int64_t>(header_text.size()) + offset;
+  // Streamed tensor by tensor: the master weights are the only full copy
+  // of the model held in memory.
+  auto write_safetensors = [&](std::ofstream& out) {
+    const uint64_t header_size = header_text.size();
+    char size_bytes[8];
+    for (int i = 0; i < 8; ++i) size_bytes[i] = static_cast<char>((header_size >> (8 * i)) & 0xFF);
+    out.write(size_bytes, 8);
+    out.write(header_text.data(), static_cast<std::streamsize>(header_text.size()));
+    std::vector<char> buffer;
+    for (const Slice& s : slices) {
+      const float* values = s.source->values.data() + s.row0 * s.source->cols;
+      const int64_t n = s.rows * s.source->cols;
+      if (bf16) {
+        buffer.resize(static_cast<size_t>(n) * 2);
+        for (int64_t i = 0; i < n; ++i) {
+          const uint16_t b = RoundToBf16(values[i]);
+          buffer[2 * i] = static_cast<char>(b & 0xFF);
+          buffer[2 * i + 1] = static_cast<char>(b >> 8);
+        }
+        out.write(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+      } else {
+        out.write(reinterpret_cast<const char*>(values), static_cast<std::streamsize>(n) * 4);
       }
-    } else {
-      file.append(reinterpret_cast<const char*>(values), static_cast<size_t>(n) * 4);
     }
-  }
-  report.file_bytes = static_cast<int64_t>(file.size());
+  };
 
   nlohmann::ordered_json config = {
       {"architectures", {"LlamaForCausalLM"}},
@@ -206,8 +221,11 @@ absl::StatusOr<HfExportReport> ExportHuggingFace(const v1::JobSpec& spec,
   if (mkdir(out_dir.c_str(), 0755) != 0 && errno != EEXIST) {
     return absl::InvalidArgumentError(absl::StrCat("--out ", out_dir, ": ", std::strerror(errno)));
   }
-  RETURN_IF_ERROR(WriteFile(out_dir + "/model.safetensors", file));
-  RETURN_IF_ERROR(WriteFile(out_dir + "/config.json", config.dump(2) + "\n"));
+  RETURN_IF_ERROR(WriteFile(out_dir + "/model.safetensors", write_safetensors));
+  const std::string config_text = config.dump(2) + "\n";
+  RETURN_IF_ERROR(WriteFile(out_dir + "/config.json", [&](std::ofstream& out) {
+    out.write(config_text.data(), static_cast<std::streamsize>(config_text.size()));
+  }));
   return report;
 }
 
