@@ -21,6 +21,7 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -31,6 +32,7 @@
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/util/json_util.h"
 #include "nlohmann/json.hpp"
+#include "yaml-cpp/eventhandler.h"
 #include "yaml-cpp/yaml.h"
 
 namespace tessera {
@@ -51,6 +53,55 @@ absl::Status Invalid(const std::string& source, int line, const std::string& wha
     return absl::InvalidArgumentError(absl::StrCat(source, ": line ", line, ": ", what));
   }
   return absl::InvalidArgumentError(absl::StrCat(source, ": ", what));
+}
+
+// Counts the nodes of one YAML document and notes where the first starts.
+class DocumentNodes : public YAML::EventHandler {
+ public:
+  int count = 0;
+  int first_line = 0;  // 1-based
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark& m, YAML::anchor_t) override { Note(m); }
+  void OnScalar(const YAML::Mark& m, const std::string&, YAML::anchor_t,
+                const std::string&) override {
+    Note(m);
+  }
+  void OnSequenceStart(const YAML::Mark& m, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {
+    Note(m);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& m, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {
+    Note(m);
+  }
+  void OnMapEnd() override {}
+
+ private:
+  void Note(const YAML::Mark& m) {
+    if (count++ == 0) first_line = m.line + 1;
+  }
+};
+
+// Whether anything follows the first YAML document: 0 if nothing (empty
+// documents after "---" markers are fine), else the 1-based line where a
+// document with content starts, or -1 for text that yaml-cpp reads as empty
+// documents without end. Reads at most kMaxDocuments documents: given such
+// text, yaml-cpp's LoadAll never returns (found by fuzz/job_file_fuzzer).
+int TrailingDocumentLine(const std::string& text) {
+  constexpr int kMaxDocuments = 16;
+  std::stringstream in(text);
+  YAML::Parser parser(in);
+  DocumentNodes first;
+  if (!parser.HandleNextDocument(first)) return 0;
+  for (int i = 1; i < kMaxDocuments; ++i) {
+    DocumentNodes next;
+    if (!parser.HandleNextDocument(next)) return 0;
+    if (next.count > 0) return next.first_line;
+  }
+  return -1;
 }
 
 int LineOf(const LineMap& lines, const std::string& path, size_t occurrence = 0) {
@@ -405,16 +456,14 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text, const std::str
     try {
       // yaml-cpp bounds its own recursion (a DeepRecursion error) while
       // parsing; the conversion below enforces the tighter job file limit.
-      // LoadAll, not Load: Load stops after the first node, so text after a
-      // flow mapping ("{...} more") would be dropped without a word.
-      std::vector<YAML::Node> documents = YAML::LoadAll(text);
-      for (size_t i = 1; i < documents.size(); ++i) {
-        if (documents[i].IsDefined() && !documents[i].IsNull()) {
-          return Invalid(source, documents[i].Mark().line + 1,
-                         "text after the job's mapping: a job file holds one YAML document");
-        }
+      // Load reads the first document only, so text after a flow mapping
+      // ("{...}\nmore") would be dropped without a word.
+      if (const int line = TrailingDocumentLine(text); line != 0) {
+        return Invalid(source, std::max(line, 0),
+                       line > 0 ? "text after the job's mapping: a job file holds one YAML document"
+                                : "text after the job's mapping that is not YAML");
       }
-      YAML::Node root = documents.empty() ? YAML::Node() : documents[0];
+      YAML::Node root = YAML::Load(text);
       NodeBudget budget;
       absl::StatusOr<Json> converted = YamlToJson(root, "", 0, &budget, source);
       if (!converted.ok()) return converted.status();

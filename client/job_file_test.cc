@@ -300,6 +300,21 @@ TEST(JobFile, TextAfterAFlowMappingIsRefused) {
   EXPECT_EQ(trailing_marker->steps(), 3);
 }
 
+// Found by fuzz/job_file_fuzzer: yaml-cpp reads the text after this flow
+// mapping as empty documents without end, so reading every document
+// (LoadAll) never returned. At most 16 are read now, and the text is
+// refused. It is in the corpus too.
+TEST(JobFile, TextAfterAMappingThatYamlCannotEndIsRefused) {
+  const std::string text("{\n  \"name\": \"ude}af}}}}}@}}}3\" },mv,mNji)\x7f", 42);
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(text, "job.yaml", JobFileFormat::kYaml);
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument) << spec.status();
+  EXPECT_TRUE(Contains(spec.status(), "text after the job's mapping that is not YAML"))
+      << spec.status();
+  // Empty documents after "---" markers are still fine.
+  EXPECT_TRUE(ParseJobSpec("name: a\n---\n---\n", "job.yaml", JobFileFormat::kYaml).ok());
+}
+
 // Found by fuzz/job_file_fuzzer: a YAML string with bytes that are not
 // UTF-8 made the YAML-to-JSON step throw past the parser (the CLI died).
 TEST(JobFile, YamlValuesThatAreNotUtf8AreRefused) {

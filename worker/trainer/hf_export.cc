@@ -96,7 +96,8 @@ absl::StatusOr<HfExportReport> ExportHuggingFace(const v1::JobSpec& spec,
   }
   const int64_t head_dim = hidden / heads;
   ASSIGN_OR_RETURN(const auto where, ResolveCheckpoint(checkpoint));
-  const auto& [root, step] = where;
+  const std::string& root = where.first;
+  const int step = where.second;
   ASSIGN_OR_RETURN(const std::vector<FullParameter> params,
                    ReadFullParameters(root, step, CheckpointSpecHash(spec)));
 
