@@ -48,10 +48,7 @@ class CoordinatorTest : public ::testing::Test {
     options.worker_timeout = absl::Seconds(5);
     options.starvation_timeout = starvation_timeout_;
     options.now = [this] { return now_; };
-    auto opened = std::make_shared<std::atomic<int>>(0);
-    options.connect = [behavior, opened](const std::string&) {
-      return std::make_unique<FakeWorkerConnection>(0, behavior(opened->fetch_add(1)));
-    };
+    options.connect = FakeWorkerConnector(std::move(behavior));
     core_ = std::make_unique<Coordinator>(options);
     ASSERT_TRUE(core_->Start().ok());
   }

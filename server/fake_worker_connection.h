@@ -10,6 +10,8 @@
 #define TESSERA_SERVER_FAKE_WORKER_CONNECTION_H_
 
 #include <atomic>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -153,6 +155,22 @@ class FakeWorkerConnection : public WorkerConnection {
   int resume_step_ = -1;
   v1::JobSpec spec_;  // from SetupJob
 };
+
+// CoordinatorOptions.connect for tests: the n-th connection the
+// coordinator opens (from 0; two per attempt of a 2-rank job, then one per
+// rank for each log read) is a FakeWorkerConnection with `behavior(n)`.
+inline std::function<std::unique_ptr<WorkerConnection>(const std::string&)> FakeWorkerConnector(
+    std::function<FakeWorkerBehavior(int)> behavior) {
+  auto opened = std::make_shared<std::atomic<int>>(0);
+  return [behavior = std::move(behavior), opened](const std::string&) {
+    return std::make_unique<FakeWorkerConnection>(0, behavior(opened->fetch_add(1)));
+  };
+}
+// Every connection with the same behavior.
+inline std::function<std::unique_ptr<WorkerConnection>(const std::string&)> FakeWorkerConnector(
+    FakeWorkerBehavior behavior = {}) {
+  return FakeWorkerConnector([behavior](int) { return behavior; });
+}
 
 }  // namespace tessera
 

@@ -29,10 +29,7 @@ class JobLogsTest : public ::testing::Test {
   void MakeWith(std::function<FakeWorkerBehavior(int)> behavior) {
     CoordinatorOptions options;
     options.start_background_thread = false;
-    auto opened = std::make_shared<std::atomic<int>>(0);
-    options.connect = [behavior, opened](const std::string&) {
-      return std::make_unique<FakeWorkerConnection>(0, behavior(opened->fetch_add(1)));
-    };
+    options.connect = FakeWorkerConnector(std::move(behavior));
     core_ = std::make_unique<Coordinator>(options);
     ASSERT_TRUE(core_->Start().ok());
     for (const char* address : {"h:1", "h:2"}) {

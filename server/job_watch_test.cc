@@ -129,9 +129,7 @@ class JobWatchTest : public ::testing::Test {
   void StartServer(int max_watch_streams) {
     CoordinatorOptions options;
     options.start_background_thread = false;
-    options.connect = [](const std::string&) {
-      return std::make_unique<FakeWorkerConnection>(0, FakeWorkerBehavior{});
-    };
+    options.connect = FakeWorkerConnector();
     core_ = std::make_unique<Coordinator>(options);
     ASSERT_TRUE(core_->Start().ok());
     service_ = std::make_unique<CoordinatorService>(core_.get(), nullptr, max_watch_streams);

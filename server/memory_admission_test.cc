@@ -90,9 +90,7 @@ TEST(MemoryAdmission, JudgesOnlyWhatIsKnown) {
 TEST(MemoryAdmission, TheCoordinatorRefusesBeforeQueueing) {
   CoordinatorOptions options;
   options.start_background_thread = false;
-  options.connect = [](const std::string&) {
-    return std::make_unique<FakeWorkerConnection>(0, FakeWorkerBehavior{});
-  };
+  options.connect = FakeWorkerConnector();
   Coordinator core(options);
   ASSERT_TRUE(core.Start().ok());
   const v1::JobSpec spec = Spec(1);

@@ -97,9 +97,7 @@ TEST(TokenFileCheck, FilesWithoutARecordedTokenizerAreLeftToTheWorkers) {
 TEST(TokenFileCheck, TheCoordinatorRefusesAtSubmit) {
   CoordinatorOptions options;
   options.start_background_thread = false;
-  options.connect = [](const std::string&) {
-    return std::make_unique<FakeWorkerConnection>(0, FakeWorkerBehavior{});
-  };
+  options.connect = FakeWorkerConnector();
   Coordinator core(options);
   ASSERT_TRUE(core.Start().ok());
   const std::string path = SentencePieceFile("submit.tok", 700);

@@ -150,16 +150,7 @@ class ChaosTest : public ::testing::Test {
   }
 
   std::vector<v1::JobEvent> Events(const std::string& id) {
-    v1::WatchJobRequest req;
-    req.set_job_id(id);
-    auto ctx = testing::ContextWithDeadline(absl::Seconds(60));
-    auto reader = stub_->WatchJob(ctx.get(), req);
-    std::vector<v1::JobEvent> events;
-    v1::JobEvent event;
-    while (reader->Read(&event)) events.push_back(event);
-    grpc::Status s = reader->Finish();
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    return events;
+    return testing::JobEventsOrFail(*stub_, id);
   }
 
   std::string Logs() {

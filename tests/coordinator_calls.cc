@@ -22,6 +22,19 @@ v1::Job SubmitOrFail(v1::Coordinator::Stub& stub, const v1::JobSpec& spec) {
   return resp.job();
 }
 
+std::vector<v1::JobEvent> JobEventsOrFail(v1::Coordinator::Stub& stub, const std::string& job_id) {
+  v1::WatchJobRequest req;
+  req.set_job_id(job_id);
+  auto ctx = ContextWithDeadline(absl::Seconds(60));
+  auto reader = stub.WatchJob(ctx.get(), req);
+  std::vector<v1::JobEvent> events;
+  v1::JobEvent event;
+  while (reader->Read(&event)) events.push_back(event);
+  const grpc::Status s = reader->Finish();
+  EXPECT_TRUE(s.ok()) << "WatchJob " << job_id << ": " << s.error_message();
+  return events;
+}
+
 v1::JobSpec SmallCpuJob(const std::string& name, int steps, int seed,
                         const std::string& checkpoint_dir, int checkpoint_interval) {
   v1::JobSpec spec;

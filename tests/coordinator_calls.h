@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
@@ -21,6 +22,10 @@ std::unique_ptr<grpc::ClientContext> ContextWithDeadline(absl::Duration timeout 
 // Submits `spec`; on an error status adds a test failure and returns an
 // empty Job.
 v1::Job SubmitOrFail(v1::Coordinator::Stub& stub, const v1::JobSpec& spec);
+
+// Every event of a job that has ended (WatchJob from the start, to its
+// terminal event); a stream error adds a test failure.
+std::vector<v1::JobEvent> JobEventsOrFail(v1::Coordinator::Stub& stub, const std::string& job_id);
 
 // A two-rank CPU job small enough to run tens of steps a second on two
 // cores (d_model 64, 2 layers, the synthetic ADDITION task), named `name`,
