@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-60}"
-targets=(${FUZZ_TARGETS:-job_file checkpoint token_file})
+targets=(${FUZZ_TARGETS:-job_file checkpoint token_file safetensors})
 out="${FUZZ_OUT:-$(mktemp -d /tmp/tessera-fuzz.XXXXXX)}"
 mkdir -p "$out"
 

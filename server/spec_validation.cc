@@ -13,6 +13,7 @@
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 #include "google/protobuf/unknown_field_set.h"
+#include "server/init_from_check.h"
 #include "server/token_file_check.h"
 
 namespace tessera {
@@ -239,8 +240,9 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   // Upper bounds first: the rules below may multiply fields.
   if (absl::Status s = CheckSpecLimits(spec); !s.ok()) return s;
   if (!spec.has_model()) return Bad("model", "is required");
-  if (!spec.model().init_from().empty()) {
-    return Bad("model.init_from", "starting from a Hugging Face directory is not supported yet");
+  if (static_cast<int64_t>(spec.model().init_from().size()) > kMaxPathBytes) {
+    return Bad("model.init_from", absl::StrCat("must be at most ", kMaxPathBytes, " bytes (got ",
+                                               spec.model().init_from().size(), ")"));
   }
   if (absl::Status s = ValidateModel(spec.model()); !s.ok()) return s;
   if (!spec.has_data()) return Bad("data", "is required");
@@ -272,8 +274,9 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   if (absl::Status s = AtLeast("step_timeout_s", spec.step_timeout_s(), 0); !s.ok()) return s;
   if (absl::Status s = AtLeast("max_restarts", spec.max_restarts(), 0); !s.ok()) return s;
   if (absl::Status s = AtLeast("loss_chunk_tokens", spec.loss_chunk_tokens(), 0); !s.ok()) return s;
-  // Last: the only rule that reads files (their headers).
-  return CheckTokenFilesFitVocab(spec);
+  // Last: the only rules that read files (their headers).
+  if (absl::Status s = CheckTokenFilesFitVocab(spec); !s.ok()) return s;
+  return CheckInitFromFitsModel(WithDefaults(spec));
 }
 
 v1::JobSpec WithDefaults(const v1::JobSpec& in) {

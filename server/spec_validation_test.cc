@@ -56,7 +56,7 @@ TEST(SpecValidation, EachRuleNamesItsField) {
   std::vector<Case> cases = {
       {"model:", [](v1::JobSpec& s) { s.clear_model(); }},
       {"model.vocab_size", [](v1::JobSpec& s) { s.mutable_model()->set_vocab_size(1); }},
-      {"model.init_from: starting from a Hugging Face directory is not supported yet", [](v1::JobSpec& s) { s.mutable_model()->set_init_from("/models/llama"); }},
+      {"model.init_from: must be at most 4096 bytes", [](v1::JobSpec& s) { s.mutable_model()->set_init_from(std::string(5000, 'a')); }},
       {"model.d_model", [](v1::JobSpec& s) { s.mutable_model()->set_d_model(0); }},
       {"model.n_layers", [](v1::JobSpec& s) { s.mutable_model()->set_n_layers(0); }},
       {"model.n_heads", [](v1::JobSpec& s) { s.mutable_model()->set_n_heads(-1); }},

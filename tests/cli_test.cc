@@ -6,7 +6,8 @@
 // files with exit code 2 (they once crashed the CLI), list more jobs than
 // one page holds, delete a finished job, and print every rank's log lines of
 // a finished job (`tessera logs`), and export a job's checkpoint as a
-// Hugging Face directory (`tessera export`).
+// Hugging Face directory (`tessera export`) that a new job starts from
+// (`model.init_from`).
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -269,6 +270,29 @@ TEST(CliTest, ExportWritesAHuggingFaceDirectoryFromTheCheckpoint) {
                                 absl::Seconds(30));
   EXPECT_EQ(wrong_model.exit_code, 1) << wrong_model.output;
   EXPECT_TRUE(absl::StrContains(wrong_model.output, "FAILED_PRECONDITION")) << wrong_model.output;
+
+  // The export starts a new job (model.init_from) on one worker; a job whose
+  // model does not fit it is refused at submit, naming the tensor.
+  auto cluster = LocalCluster::Start(1);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::string coordinator = absl::StrCat("--coordinator=", (*cluster)->address());
+  const std::string init_from = absl::StrCat("  seq_len: 16\n  init_from: ", dir, "/hf\n");
+  const std::string continued = WriteJobFile(
+      "continued.yaml", absl::StrReplaceAll(kTinyJobYaml, {{"  seq_len: 16\n", init_from},
+                                                           {"world_size: 2", "world_size: 1"}}));
+  auto resumed = RunCommand(BinaryPath("client/tessera"), {"submit", continued, "--watch", coordinator},
+                            absl::Seconds(120));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output << (*cluster)->Logs();
+  EXPECT_TRUE(absl::StrContains(resumed.output, "SUCCEEDED")) << resumed.output;
+  const std::string misfit = WriteJobFile(
+      "misfit.yaml", absl::StrReplaceAll(kTinyJobYaml, {{"  seq_len: 16\n", init_from},
+                                                        {"ffn_dim: 64", "ffn_dim: 96"}}));
+  auto refused = RunCommand(BinaryPath("client/tessera"), {"submit", misfit, coordinator},
+                            absl::Seconds(30));
+  EXPECT_EQ(refused.exit_code, 1) << refused.output;
+  EXPECT_TRUE(absl::StrContains(refused.output, "INVALID_ARGUMENT")) << refused.output;
+  EXPECT_TRUE(absl::StrContains(refused.output, "intermediate_size is 64, but model.ffn_dim is 96"))
+      << refused.output;
 }
 
 TEST(CliTest, JobsListsEveryPageAndDeleteForgetsAFinishedJob) {

@@ -147,7 +147,11 @@ absl::StatusOr<v1::SetupJobResponse> WorkerCore::SetupJob(const v1::SetupJobRequ
         // reach it; pass it on now.
         if (aborting_) trainer_->Abort();
       }
-      report = trainer_->Setup(request.spec(), request.rank(), request.world_size());
+      // A resumed job's weights come from its checkpoint, so the directory
+      // it started from (model.init_from) is not read again.
+      v1::JobSpec setup_spec = request.spec();
+      if (request.resume_step() > 0) setup_spec.mutable_model()->clear_init_from();
+      report = trainer_->Setup(setup_spec, request.rank(), request.world_size());
       // Resume: the freshly allocated state is replaced by the checkpoint's.
       if (report.ok() && request.resume_step() > 0) {
         if (absl::Status s =

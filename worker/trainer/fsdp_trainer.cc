@@ -115,10 +115,16 @@ absl::StatusOr<SetupReport> FsdpTrainer::Setup(const v1::JobSpec& spec, int rank
         FormatBytesAsGiB(available), " free: use more workers (world_size), a smaller micro_batch_size or seq_len, or a "
         "smaller model"));
   }
+  // A starting directory is checked against the model before anything is
+  // allocated, and closed once the shards are read.
+  std::unique_ptr<HfLlamaSource> init_from;
+  if (!m.init_from().empty()) {
+    ASSIGN_OR_RETURN(init_from, HfLlamaSource::Open(m, m.init_from()));
+  }
   ASSIGN_OR_RETURN(data_, OpenBatchSource(spec, global_rank_, global_world_));
   RETURN_IF_ERROR(AllocateState());
   RETURN_IF_ERROR(SetupValidation());
-  RETURN_IF_ERROR(InitParams());
+  RETURN_IF_ERROR(InitParams(init_from.get()));
 
   SetupReport report;
   for (Fp8ShardedParam* p : AllParams()) {
@@ -266,7 +272,7 @@ absl::Status FsdpTrainer::AllocateState() {
   return absl::OkStatus();
 }
 
-absl::Status FsdpTrainer::InitParams() {
+absl::Status FsdpTrainer::InitParams(const HfLlamaSource* source) {
   const float out_std = kInitStd / std::sqrt(2.0f * static_cast<float>(layers_));
   uint64_t index = 0;
   std::vector<float> host;
@@ -277,7 +283,11 @@ absl::Status FsdpTrainer::InitParams() {
     const float std = norm ? 0.f : scaled ? out_std : kInitStd;
     const int64_t n = p->layout.shard_numel();
     host.assign(n, 0.f);
-    FillInit(host.data(), n, spec_.seed(), index++, p->layout.first_elem(), std, 1.0f);
+    if (source != nullptr) {
+      RETURN_IF_ERROR(source->Read(p->name, p->layout.first_elem(), n, host.data()));
+    } else {
+      FillInit(host.data(), n, spec_.seed(), index++, p->layout.first_elem(), std, 1.0f);
+    }
     RETURN_IF_ERROR(ops_->CopyToDevice(p->master.desc.data, host.data(), n * sizeof(float), nullptr));
     if (!p->is_fp8() && n > 0) {
       TensorDesc src = Reshaped(p->master.desc, Shape{n});

@@ -17,8 +17,10 @@
 // precision-sensitive places. With fp8.disabled the block linears run in
 // bf16 too. Every parameter is sharded on dim 0 (fp8_sharded_param.h).
 //
-// Setup (fsdp_trainer.cc) allocates everything; RunStep (train_step.cc, one
-// file that reads top to bottom) allocates nothing; Checkpoint and Restore
+// Setup (fsdp_trainer.cc) allocates everything and initialises the weights,
+// randomly or from a Hugging Face directory (model.init_from, hf_import.h);
+// RunStep (train_step.cc, one file that reads top to bottom) allocates
+// nothing; Checkpoint and Restore
 // are in fsdp_checkpoint.cc.
 #ifndef TESSERA_WORKER_TRAINER_FSDP_TRAINER_H_
 #define TESSERA_WORKER_TRAINER_FSDP_TRAINER_H_
@@ -42,6 +44,7 @@
 #include "worker/model/fp8_linear.h"
 #include "worker/model/fp8_meta.h"
 #include "worker/trainer/counting_ops.h"
+#include "worker/trainer/hf_import.h"
 #include "worker/trainer/step_clock.h"
 #include "worker/trainer/trainer.h"
 
@@ -116,7 +119,9 @@ class FsdpTrainer : public Trainer {
 
   absl::StatusOr<StepReport> Step(int step);  // RunStep without the abort mapping
   absl::Status AllocateState();
-  absl::Status InitParams();
+  // The initial master weights of this rank's shards: from `source` (the
+  // job's model.init_from) or, when it is null, the seeded random init.
+  absl::Status InitParams(const HfLlamaSource* source);
   absl::Status QuantizeWeightsFromMaster();
   // Appends this rank's state file (fsdp_checkpoint.cc) to `out`.
   absl::Status WriteState(int step, DurableFileWriter& out);

@@ -25,6 +25,7 @@
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "worker/trainer/checkpoint_state.h"
+#include "worker/trainer/hf_llama_layout.h"
 #include "worker/trainer/spec_hash.h"
 
 namespace tessera {
@@ -87,14 +88,7 @@ absl::StatusOr<HfExportReport> ExportHuggingFace(const v1::JobSpec& spec,
                                                  const std::string& checkpoint,
                                                  HfExportDType dtype, const std::string& out_dir) {
   const v1::ModelConfig& m = spec.model();
-  const int64_t vocab = m.vocab_size(), hidden = m.d_model(), ffn = m.ffn_dim();
-  const int64_t layers = m.n_layers(), heads = m.n_heads();
-  const int64_t kv_heads = m.n_kv_heads() > 0 ? m.n_kv_heads() : heads;
-  if (vocab <= 0 || hidden <= 0 || ffn <= 0 || layers <= 0 || heads <= 0 ||
-      hidden % heads != 0 || heads % kv_heads != 0) {
-    return absl::InvalidArgumentError("model: the spec's shapes are incomplete or inconsistent");
-  }
-  const int64_t head_dim = hidden / heads;
+  ASSIGN_OR_RETURN(const std::vector<HfLlamaParameter> layout, HfLlamaLayout(m));
   ASSIGN_OR_RETURN(const auto where, ResolveCheckpoint(checkpoint));
   const std::string& root = where.first;
   const int step = where.second;
@@ -105,50 +99,24 @@ absl::StatusOr<HfExportReport> ExportHuggingFace(const v1::JobSpec& spec,
   // every shape checked against the spec.
   std::map<std::string, const FullParameter*> by_name;
   for (const FullParameter& p : params) by_name[p.name] = &p;
-  std::vector<Slice> slices;
-  absl::Status shape_error = absl::OkStatus();
-  auto take = [&](const std::string& tessera_name, int64_t rows, int64_t cols,
-                  std::vector<std::pair<std::string, int64_t>> parts) {
-    auto it = by_name.find(tessera_name);
-    if (!shape_error.ok()) return;
-    if (it == by_name.end()) {
-      shape_error = absl::InvalidArgumentError(
-          absl::StrCat(tessera_name, ": not in the checkpoint of step ", step));
-      return;
-    }
-    if (it->second->rows != rows || it->second->cols != cols) {
-      shape_error = absl::InvalidArgumentError(absl::StrCat(
-          tessera_name, ": the checkpoint holds ", it->second->rows, " x ", it->second->cols,
-          ", the spec's model ", rows, " x ", cols));
-      return;
-    }
-    int64_t row0 = 0;
-    for (auto& [name, part_rows] : parts) {
-      slices.push_back({name, it->second, row0, part_rows});
-      row0 += part_rows;
-    }
-  };
-  take("embedding", vocab, hidden, {{"model.embed_tokens.weight", vocab}});
-  for (int64_t l = 0; l < layers; ++l) {
-    const std::string t = absl::StrCat("blocks.", l, "."), h = absl::StrCat("model.layers.", l, ".");
-    take(t + "attn_norm", hidden, 1, {{h + "input_layernorm.weight", hidden}});
-    take(t + "qkv", (heads + 2 * kv_heads) * head_dim, hidden,
-         {{h + "self_attn.q_proj.weight", heads * head_dim},
-          {h + "self_attn.k_proj.weight", kv_heads * head_dim},
-          {h + "self_attn.v_proj.weight", kv_heads * head_dim}});
-    take(t + "out_proj", hidden, hidden, {{h + "self_attn.o_proj.weight", hidden}});
-    take(t + "mlp_norm", hidden, 1, {{h + "post_attention_layernorm.weight", hidden}});
-    take(t + "gate_up", 2 * ffn, hidden,
-         {{h + "mlp.gate_proj.weight", ffn}, {h + "mlp.up_proj.weight", ffn}});
-    take(t + "down", hidden, ffn, {{h + "mlp.down_proj.weight", hidden}});
-  }
-  take("final_norm", hidden, 1, {{"model.norm.weight", hidden}});
-  take("lm_head", vocab, hidden, {{"lm_head.weight", vocab}});
-  RETURN_IF_ERROR(shape_error);
-  if (by_name.size() != static_cast<size_t>(3 + 6 * layers)) {
+  if (by_name.size() != layout.size()) {
     return absl::InvalidArgumentError(absl::StrCat("the checkpoint holds ", by_name.size(),
                                                    " parameters, the spec's model ",
-                                                   3 + 6 * layers));
+                                                   layout.size()));
+  }
+  std::vector<Slice> slices;
+  for (const HfLlamaParameter& p : layout) {
+    auto it = by_name.find(p.tessera_name);
+    if (it == by_name.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(p.tessera_name, ": not in the checkpoint of step ", step));
+    }
+    if (it->second->rows != p.rows || it->second->cols != p.cols) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          p.tessera_name, ": the checkpoint holds ", it->second->rows, " x ", it->second->cols,
+          ", the spec's model ", p.rows, " x ", p.cols));
+    }
+    for (const HfLlamaTensor& t : p.tensors) slices.push_back({t.name, it->second, t.row0, t.rows});
   }
 
   const bool bf16 = dtype == HfExportDType::kBFloat16;
@@ -199,25 +167,22 @@ absl::StatusOr<HfExportReport> ExportHuggingFace(const v1::JobSpec& spec,
     }
   };
 
-  nlohmann::ordered_json config = {
-      {"architectures", {"LlamaForCausalLM"}},
-      {"model_type", "llama"},
-      {"vocab_size", vocab},
-      {"hidden_size", hidden},
-      {"intermediate_size", ffn},
-      {"num_hidden_layers", layers},
-      {"num_attention_heads", heads},
-      {"num_key_value_heads", kv_heads},
-      {"head_dim", head_dim},
-      {"hidden_act", "silu"},
-      {"max_position_embeddings", m.seq_len()},
-      {"rms_norm_eps", m.norm_eps()},
-      {"rope_theta", m.rope_theta()},
-      {"attention_bias", false},
-      {"mlp_bias", false},
-      {"tie_word_embeddings", false},
-      {"torch_dtype", bf16 ? "bfloat16" : "float32"},
-      {"tessera", {{"checkpoint", root}, {"step", step}}}};
+  nlohmann::ordered_json config = {{"architectures", {"LlamaForCausalLM"}},
+                                    {"model_type", "llama"}};
+  for (const HfLlamaConfigField& f : HfLlamaConfigFields(m)) {
+    if (f.is_float) {
+      config[f.key] = static_cast<float>(f.value);
+    } else {
+      config[f.key] = static_cast<int64_t>(f.value);
+    }
+  }
+  config["hidden_act"] = "silu";
+  config["max_position_embeddings"] = m.seq_len();
+  config["attention_bias"] = false;
+  config["mlp_bias"] = false;
+  config["tie_word_embeddings"] = false;
+  config["torch_dtype"] = bf16 ? "bfloat16" : "float32";
+  config["tessera"] = {{"checkpoint", root}, {"step", step}};
 
   if (mkdir(out_dir.c_str(), 0755) != 0 && errno != EEXIST) {
     return absl::InvalidArgumentError(absl::StrCat("--out ", out_dir, ": ", std::strerror(errno)));

@@ -4,21 +4,7 @@
 // sharded checkpoint directly (checkpoint_state.h), at any world size, with
 // no worker or coordinator running.
 //
-// Names and layout (Tessera -> Hugging Face):
-//   embedding                -> model.embed_tokens.weight
-//   blocks.N.attn_norm       -> model.layers.N.input_layernorm.weight
-//   blocks.N.qkv             -> model.layers.N.self_attn.{q,k,v}_proj.weight:
-//                               rows [0, nh*hd) are q, the next nkv*hd k, then v
-//   blocks.N.out_proj        -> model.layers.N.self_attn.o_proj.weight
-//   blocks.N.mlp_norm        -> model.layers.N.post_attention_layernorm.weight
-//   blocks.N.gate_up         -> model.layers.N.mlp.{gate,up}_proj.weight:
-//                               rows [0, F) gate, [F, 2F) up
-//   blocks.N.down            -> model.layers.N.mlp.down_proj.weight
-//   final_norm               -> model.norm.weight
-//   lm_head                  -> lm_head.weight
-// Linear weights are [out, in] on both sides, and Tessera's RoPE rotates the
-// two halves of each head (x[i] with x[i + hd/2]) as Hugging Face's
-// rotate_half does, so no row of q or k is permuted.
+// Names, layout and config.json fields: hf_llama_layout.h.
 //
 // The model's hyperparameters come from the job's spec (with the
 // coordinator's defaults applied), whose hash must match the checkpoint's

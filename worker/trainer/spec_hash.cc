@@ -10,6 +10,7 @@ namespace tessera {
 std::string CheckpointSpecHash(const v1::JobSpec& spec) {
   v1::JobSpec shaping;
   *shaping.mutable_model() = spec.model();
+  shaping.mutable_model()->clear_init_from();
   *shaping.mutable_optimizer() = spec.optimizer();
   *shaping.mutable_fp8() = spec.fp8();
   *shaping.mutable_data() = spec.data();

@@ -6,7 +6,7 @@
 // data (source, synthetic task or token file path, micro_batch_size) and
 // seed. Not covered, because a resumed job may change them without making the
 // saved state wrong: name, world_size (checked separately, and resharding is
-// allowed), device_kind, steps (a resumed job may train longer; note the
+// allowed), model.init_from (only step 0's weights come from it), device_kind, steps (a resumed job may train longer; note the
 // decaying LR schedules depend on it), checkpoint, reshard_after_forward,
 // loss_chunk_tokens and step_timeout_s.
 //
