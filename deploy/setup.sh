@@ -24,6 +24,7 @@ PACKAGES=(
   libsentencepiece-dev
   clang-14 libclang-rt-14-dev libfuzzer-14-dev
   python3-numpy
+  chromium
 )
 
 missing=()

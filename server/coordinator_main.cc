@@ -29,6 +29,7 @@
 #include "server/coordinator_service.h"
 #include "server/metrics_tracker.h"
 #include "server/prometheus_metrics.h"
+#include "server/status_page.h"
 #include "server/worker_client.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "host:port to serve the API on");
@@ -71,6 +72,9 @@ ABSL_FLAG(int, drain_grace_ms, 0,
           "and probes notice)");
 ABSL_FLAG(std::string, metrics_listen, "",
           "host:port for Prometheus metrics over plain HTTP at /metrics (empty: off)");
+ABSL_FLAG(std::string, web_listen, "",
+          "host:port for the status page (jobs, workers, live loss charts) over plain HTTP; "
+          "read-only and unauthenticated, so a loopback or trusted address (empty: off)");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
@@ -140,24 +144,26 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tessera-coordinator: %s\n", s.ToString().c_str());
     return 1;
   }
+  // What /metrics and the status page read: the coordinator's own state.
+  tessera::MetricsSource source;
+  source.list_jobs = [&core] {
+    return tessera::ListAllJobs([&core](const std::string& token)
+                                    -> absl::StatusOr<std::pair<std::vector<tessera::v1::Job>,
+                                                                std::string>> {
+      absl::StatusOr<tessera::Coordinator::JobPage> page = core.ListJobs({}, 1000, token);
+      if (!page.ok()) return page.status();
+      return std::make_pair(std::move(page->jobs), page->next_page_token);
+    });
+  };
+  source.list_workers = [&core] { return core.ListWorkers(); };
+  source.job_events = [&core](const std::string& id) { return core.JobEvents(id); };
+  source.worker_losses = [&core] { return core.WorkerLosses(); };
+  source.get_job = [&core](const std::string& id) { return core.GetJob(id); };
   std::unique_ptr<tessera::PrometheusMetrics> metrics;
   if (const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
       !metrics_listen.empty()) {
-    tessera::MetricsSource source;
-    source.list_jobs = [&core] {
-      return tessera::ListAllJobs([&core](const std::string& token)
-                                      -> absl::StatusOr<std::pair<std::vector<tessera::v1::Job>,
-                                                                  std::string>> {
-        absl::StatusOr<tessera::Coordinator::JobPage> page = core.ListJobs({}, 1000, token);
-        if (!page.ok()) return page.status();
-        return std::make_pair(std::move(page->jobs), page->next_page_token);
-      });
-    };
-    source.list_workers = [&core] { return core.ListWorkers(); };
-    source.job_events = [&core](const std::string& id) { return core.JobEvents(id); };
-    source.worker_losses = [&core] { return core.WorkerLosses(); };
     absl::StatusOr<std::unique_ptr<tessera::PrometheusMetrics>> started =
-        tessera::PrometheusMetrics::Start(metrics_listen, std::move(source));
+        tessera::PrometheusMetrics::Start(metrics_listen, source);
     if (!started.ok()) {
       std::fprintf(stderr, "tessera-coordinator: %s\n",
                    std::string(started.status().message()).c_str());
@@ -166,6 +172,19 @@ int main(int argc, char** argv) {
     }
     metrics = *std::move(started);
     std::printf("tessera-coordinator metrics on http://%s/metrics\n", metrics->address().c_str());
+  }
+  std::unique_ptr<tessera::StatusPage> status_page;
+  if (const std::string web_listen = absl::GetFlag(FLAGS_web_listen); !web_listen.empty()) {
+    absl::StatusOr<std::unique_ptr<tessera::StatusPage>> started =
+        tessera::StatusPage::Start(web_listen, source);
+    if (!started.ok()) {
+      std::fprintf(stderr, "tessera-coordinator: %s\n",
+                   std::string(started.status().message()).c_str());
+      core.Shutdown();
+      return 2;
+    }
+    status_page = *std::move(started);
+    std::printf("tessera-coordinator status page on http://%s/\n", status_page->address().c_str());
   }
   tessera::CallGuard guard(security->access, &core);
   tessera::CoordinatorService coordinator_service(&core, &guard,

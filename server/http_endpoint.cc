@@ -1,4 +1,4 @@
-// One GET path over cpp-httplib (see http_endpoint.h).
+// GET routes over cpp-httplib (see http_endpoint.h).
 #include "server/http_endpoint.h"
 
 #include "absl/strings/numbers.h"
@@ -11,9 +11,9 @@ struct HttpEndpoint::Server {
   httplib::Server http;
 };
 
-absl::StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(
-    const std::string& flag, const std::string& listen, const std::string& path,
-    const std::string& content_type, std::function<std::string()> body) {
+absl::StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(const std::string& flag,
+                                                                  const std::string& listen,
+                                                                  std::vector<HttpRoute> routes) {
   const size_t colon = listen.rfind(':');
   int port = -1;
   if (colon == std::string::npos || colon == 0 ||
@@ -27,10 +27,19 @@ absl::StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(
   std::unique_ptr<HttpEndpoint> out(new HttpEndpoint());
   out->server_ = std::make_unique<Server>();
   httplib::Server& http = out->server_->http;
-  http.Get(path, [body = std::move(body), content_type](const httplib::Request&,
-                                                        httplib::Response& response) {
-    response.set_content(body(), content_type.c_str());
-  });
+  for (HttpRoute& route : routes) {
+    http.Get(route.pattern, [handler = std::move(route.handler)](const httplib::Request& request,
+                                                                 httplib::Response& response) {
+      std::vector<std::string> captures;
+      for (size_t i = 1; i < request.matches.size(); ++i) captures.push_back(request.matches[i]);
+      HttpResponse r = handler(captures);
+      response.status = r.status;
+      response.set_header("Cache-Control", "no-store");
+      response.set_header("X-Content-Type-Options", "nosniff");
+      for (const auto& [name, value] : r.headers) response.set_header(name.c_str(), value);
+      response.set_content(r.body, r.content_type.c_str());
+    });
+  }
   const int bound =
       port == 0 ? http.bind_to_any_port(host) : (http.bind_to_port(host, port) ? port : -1);
   if (bound <= 0) {

@@ -43,6 +43,7 @@ struct MetricsSource {
   std::function<absl::StatusOr<std::shared_ptr<EventLog>>(const std::string&)> job_events;
   std::function<int64_t()> worker_losses;   // optional
   std::function<absl::Time()> now = absl::Now;
+  std::function<absl::StatusOr<v1::Job>(const std::string&)> get_job;  // the status page's
 };
 
 class MetricsTracker {

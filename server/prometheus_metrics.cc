@@ -204,8 +204,13 @@ absl::StatusOr<std::unique_ptr<PrometheusMetrics>> PrometheusMetrics::Start(
   out->state_->collectable = std::make_unique<CoordinatorCollectable>(std::move(source));
   CoordinatorCollectable* collectable = out->state_->collectable.get();
   absl::StatusOr<std::unique_ptr<HttpEndpoint>> endpoint =
-      HttpEndpoint::Start("--metrics_listen", listen, "/metrics", kTextFormat,
-                          [collectable] { return collectable->Render(); });
+      HttpEndpoint::Start("--metrics_listen", listen,
+                          {{"/metrics", [collectable](const std::vector<std::string>&) {
+                              HttpResponse response;
+                              response.content_type = kTextFormat;
+                              response.body = collectable->Render();
+                              return response;
+                            }}});
   if (!endpoint.ok()) return endpoint.status();
   out->state_->endpoint = *std::move(endpoint);
   out->address_ = out->state_->endpoint->address();
