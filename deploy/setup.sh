@@ -23,7 +23,7 @@ PACKAGES=(
   prometheus-cpp-dev libcpp-httplib-dev python3-prometheus-client python3-yaml
   libsentencepiece-dev
   clang-14 libclang-rt-14-dev libfuzzer-14-dev
-  python3-numpy
+  python3-numpy python3-torch
   chromium
 )
 

@@ -1,5 +1,6 @@
-// Validation loss: the forward half of the training step over the held-out
-// data, top to bottom: gather the embedding, final norm and LM head ->
+// Forward passes outside the training step: the validation loss, and the
+// logits of one sequence (ForwardLogits). Validation loss is the forward
+// half of the training step over the held-out data, top to bottom: gather the embedding, final norm and LM head ->
 // per micro-batch: embedding -> per block, gather then BlockForward ->
 // final RMSNorm -> fused linear + cross-entropy (sums only matter) -> one
 // all-reduce of [loss sum, valid tokens] -> mean.
@@ -34,13 +35,70 @@ TensorDesc Full(const DeviceTensor& gathered, const Fp8ShardedParam& p) {
 }  // namespace
 
 absl::Status FsdpTrainer::SetupValidation() {
+  ASSIGN_OR_RETURN(saved_fp8_meta_, Alloc(DType::kFloat32, Shape{meta_->packed().NumElements()}));
   if (!spec_.data().has_validation()) return absl::OkStatus();
   // Split over every rank of the job, as the training data is.
   ASSIGN_OR_RETURN(validation_data_,
                    OpenValidationBatchSource(spec_, global_rank_, global_world_));
   ASSIGN_OR_RETURN(eval_scalars_, Alloc(DType::kFloat32, Shape{2}));
-  ASSIGN_OR_RETURN(saved_fp8_meta_, Alloc(DType::kFloat32, Shape{meta_->packed().NumElements()}));
   return absl::OkStatus();
+}
+
+absl::Status FsdpTrainer::ForwardToFinalNorm() {
+  Ops& ops = *ops_;
+  RETURN_IF_ERROR(ops.EmbeddingForward(inputs_.desc, Full(gathered_embedding_, embedding_),
+                                       acts_[0].x_in.desc, nullptr));
+  for (int l = 0; l < layers_; ++l) {
+    RETURN_IF_ERROR(GatherBlock(l, GatheredFor(l)));
+    const TensorDesc& x_out = l + 1 < layers_ ? acts_[l + 1].x_in.desc : x_final_.desc;
+    RETURN_IF_ERROR(BlockForward(l, GatheredFor(l), acts_[l], acts_[l].x_in.desc, x_out));
+  }
+  return ops.RmsNormForward(x_final_.desc, Full(gathered_final_norm_, final_norm_),
+                            spec_.model().norm_eps(), h_final_.desc, rstd_final_.desc, nullptr);
+}
+
+absl::StatusOr<std::vector<float>> FsdpTrainer::ForwardLogits(const std::vector<int32_t>& tokens) {
+  if (!collective_ready_) return absl::FailedPreconditionError("ForwardLogits before InitCollective");
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (n < 1 || n > seq_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tokens: 1 to seq_len (", seq_, ") tokens, got ", n));
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= vocab_) {
+      return absl::InvalidArgumentError(absl::StrCat("tokens[", i, "]: ", tokens[i],
+                                                     " is outside the vocabulary [0, ", vocab_, ")"));
+    }
+  }
+  RETURN_IF_ERROR(CheckAborted());
+  PhaseRange range("forward-logits");
+  Ops& ops = *ops_;
+  const TensorDesc& fp8_state = meta_->packed();
+  RETURN_IF_ERROR(
+      ops.CopyDeviceToDevice(saved_fp8_meta_.desc.data, fp8_state.data, fp8_state.Bytes(), nullptr));
+  ASSIGN_OR_RETURN(const CollectiveTicket outer_gathered,
+                   StartGather({{&embedding_, &gathered_embedding_},
+                                {&final_norm_, &gathered_final_norm_},
+                                {&lm_head_, &gathered_lm_head_}}));
+  RETURN_IF_ERROR(comm_->WaitFor(outer_gathered, nullptr));
+  // The sequence is the micro-batch's first; attention is causal, so the
+  // padding after it and the other sequences do not reach its logits.
+  std::fill(host_inputs_.begin(), host_inputs_.end(), 0);
+  std::copy(tokens.begin(), tokens.end(), host_inputs_.begin());
+  RETURN_IF_ERROR(ops.CopyToDevice(inputs_.desc.data, host_inputs_.data(), tokens_ * 4, nullptr));
+  RETURN_IF_ERROR(ForwardToFinalNorm());
+  ASSIGN_OR_RETURN(DeviceTensor logits, Alloc(DType::kFloat32, Shape{n, vocab_}));
+  TensorDesc hidden = h_final_.desc;
+  hidden.shape = Shape{n, hidden_};
+  RETURN_IF_ERROR(ops.Gemm(hidden, false, Full(gathered_lm_head_, lm_head_), true, logits.desc,
+                           /*accumulate=*/false, nullptr));
+  RETURN_IF_ERROR(
+      ops.CopyDeviceToDevice(fp8_state.data, saved_fp8_meta_.desc.data, fp8_state.Bytes(), nullptr));
+  std::vector<float> out(static_cast<size_t>(n * vocab_));
+  RETURN_IF_ERROR(ops.CopyToHost(out.data(), logits.desc.data, out.size() * sizeof(float), nullptr));
+  RETURN_IF_ERROR(ops.Synchronize(nullptr));
+  RETURN_IF_ERROR(comm_->FirstFailure());
+  return out;
 }
 
 absl::StatusOr<ValidationReport> FsdpTrainer::Evaluate() {
@@ -59,7 +117,6 @@ absl::StatusOr<ValidationReport> FsdpTrainer::Score() {
   PhaseRange range("evaluate");
   Ops& ops = *ops_;
   float* sums = eval_scalars_.data<float>();
-  const float eps = spec_.model().norm_eps();
   const TensorDesc& fp8_state = meta_->packed();
   RETURN_IF_ERROR(
       ops.CopyDeviceToDevice(saved_fp8_meta_.desc.data, fp8_state.data, fp8_state.Bytes(), nullptr));
@@ -76,15 +133,7 @@ absl::StatusOr<ValidationReport> FsdpTrainer::Score() {
                                                 absl::MakeSpan(host_targets_)));
     RETURN_IF_ERROR(ops.CopyToDevice(inputs_.desc.data, host_inputs_.data(), tokens_ * 4, nullptr));
     RETURN_IF_ERROR(ops.CopyToDevice(targets_.desc.data, host_targets_.data(), tokens_ * 4, nullptr));
-    RETURN_IF_ERROR(ops.EmbeddingForward(inputs_.desc, Full(gathered_embedding_, embedding_),
-                                         acts_[0].x_in.desc, nullptr));
-    for (int l = 0; l < layers_; ++l) {
-      RETURN_IF_ERROR(GatherBlock(l, GatheredFor(l)));
-      const TensorDesc& x_out = l + 1 < layers_ ? acts_[l + 1].x_in.desc : x_final_.desc;
-      RETURN_IF_ERROR(BlockForward(l, GatheredFor(l), acts_[l], acts_[l].x_in.desc, x_out));
-    }
-    RETURN_IF_ERROR(ops.RmsNormForward(x_final_.desc, Full(gathered_final_norm_, final_norm_), eps,
-                                       h_final_.desc, rstd_final_.desc, nullptr));
+    RETURN_IF_ERROR(ForwardToFinalNorm());
     TensorDesc grad_lm_head = grad_lm_head_.desc;
     grad_lm_head.dtype = DType::kFloat32;
     grad_lm_head.shape = Shape{vocab_, hidden_};

@@ -233,12 +233,25 @@ class FsdpTrainer : public Trainer {
  public:
   absl::StatusOr<ValidationReport> Evaluate() override;
 
+  // The model's next-token logits at every position of one sequence of
+  // `tokens` (1 to seq_len ids in [0, vocab)): [tokens.size(), vocab] fp32,
+  // row-major, the LM head's GEMM output. The forward pass Evaluate runs,
+  // leaving weights, optimizer and FP8 state as they were. Collective like
+  // a step (it gathers the weights): every rank calls it with the same
+  // tokens, after InitCollective. It allocates its output on each call; it
+  // is for tools and tests (checking an export against another
+  // implementation), not for the training loop.
+  absl::StatusOr<std::vector<float>> ForwardLogits(const std::vector<int32_t>& tokens);
+
  private:
-  // Called by Setup: opens the validation reader (sharded over the job's
-  // ranks like training) and allocates the evaluation's own two tensors.
-  // Nothing without data.validation.
+  // Called by Setup: allocates the copy of the FP8 state forward passes
+  // restore, and with data.validation opens its reader (sharded over the
+  // job's ranks like training) and the evaluation's sums.
   absl::Status SetupValidation();
   absl::StatusOr<ValidationReport> Score();  // Evaluate without the abort mapping
+  // inputs_ -> embedding -> every block (gathering each) -> final RMSNorm
+  // into h_final_, for the gathered outer weights.
+  absl::Status ForwardToFinalNorm();
   std::unique_ptr<BatchSource> validation_data_;
   DeviceTensor eval_scalars_;    // [loss_sum, valid_tokens] fp32
   DeviceTensor saved_fp8_meta_;  // the packed FP8 state as it was before an evaluation
