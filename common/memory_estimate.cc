@@ -84,7 +84,9 @@ RankMemoryEstimate EstimateRankMemory(const v1::JobSpec& spec, int /*rank*/, int
   } else if (spec.fp8().delayed().amax_history_len() > 0) {
     history = spec.fp8().delayed().amax_history_len();
   }
-  e.scratch += 4 * (3 * n + 2 * n * (2 + history) + n * (2 + history) + n);
+  // Twice: the block itself, and the copy a forward pass outside the step
+  // (validation, ForwardLogits) restores it from.
+  e.scratch += 2 * 4 * (3 * n + 2 * n * (2 + history) + n * (2 + history) + n);
 
   // Saved for backward, per layer: residual input (fp32), the two norms'
   // 1/rms and normed outputs, QKV, attention output and its softmax
