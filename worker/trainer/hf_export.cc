@@ -176,6 +176,9 @@ absl::StatusOr<HfExportReport> ExportHuggingFace(const v1::JobSpec& spec,
       config[f.key] = static_cast<int64_t>(f.value);
     }
   }
+  // Newer transformers read RoPE's settings from rope_parameters, older
+  // ones from rope_theta: both are written.
+  config["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", config["rope_theta"]}};
   config["hidden_act"] = "silu";
   config["max_position_embeddings"] = m.seq_len();
   config["attention_bias"] = false;

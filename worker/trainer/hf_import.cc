@@ -77,10 +77,29 @@ absl::Status CheckConfig(const nlohmann::json& config, const std::string& path,
     return Bad(absl::StrCat(path, ": rope_scaling ", it->dump(),
                             " is not supported (Tessera's RoPE is unscaled)"));
   }
+  // Newer transformers keep RoPE's settings in rope_parameters; only the
+  // unscaled ("default") kind is Tessera's.
+  nlohmann::json fields = config;
+  if (auto rp = config.find("rope_parameters"); rp != config.end() && !rp->is_null()) {
+    if (!rp->is_object()) return Bad(absl::StrCat(path, ": rope_parameters is not an object"));
+    if (auto type = rp->find("rope_type");
+        type != rp->end() && !(type->is_string() && type->get<std::string>() == "default")) {
+      return Bad(absl::StrCat(path, ": rope_parameters.rope_type ", type->dump(),
+                              " is not supported (Tessera's RoPE is unscaled)"));
+    }
+    if (auto theta = rp->find("rope_theta"); theta != rp->end()) {
+      auto top = config.find("rope_theta");
+      if (top != config.end() && !top->is_null() && *top != *theta) {
+        return Bad(absl::StrCat(path, ": rope_theta ", top->dump(), " and rope_parameters.rope_theta ",
+                                theta->dump(), " disagree"));
+      }
+      fields["rope_theta"] = *theta;
+    }
+  }
   for (const HfLlamaConfigField& f : HfLlamaConfigFields(model)) {
     double value;
-    auto it = config.find(f.key);
-    if (it == config.end() || it->is_null()) {
+    auto it = fields.find(f.key);
+    if (it == fields.end() || it->is_null()) {
       if (!f.hf_default.has_value()) return Bad(absl::StrCat(path, ": ", f.key, " is missing"));
       value = *f.hf_default;
     } else if (!it->is_number()) {

@@ -245,8 +245,36 @@ TEST(HfImport, DirectoriesThatDoNotFitTheModelAreRefusedNamingWhy) {
                 "hidden_size is 64, but model.d_model is 32");
   ExpectRefused(EditedCopy("kv", [](nlohmann::json& c) { c["num_key_value_heads"] = 4; }, keep),
                 "num_key_value_heads is 4, but model.n_kv_heads is 2");
-  ExpectRefused(EditedCopy("theta", [](nlohmann::json& c) { c["rope_theta"] = 500000.0; }, keep),
+  ExpectRefused(EditedCopy("theta",
+                           [](nlohmann::json& c) {
+                             c["rope_theta"] = 500000.0;
+                             c.erase("rope_parameters");
+                           },
+                           keep),
                 "rope_theta is 500000, but model.rope_theta is 10000");
+  ExpectRefused(EditedCopy("theta-disagrees", [](nlohmann::json& c) { c["rope_theta"] = 500000.0; },
+                           keep),
+                "rope_theta 500000.0 and rope_parameters.rope_theta 10000.0 disagree");
+  // transformers 5 keeps theta in rope_parameters; a scaled kind is refused.
+  const std::string theta_in_parameters = EditedCopy(
+      "rope-parameters",
+      [](nlohmann::json& c) {
+        c.erase("rope_theta");
+        c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 10000.0}};
+      },
+      keep);
+  EXPECT_TRUE(OpenWithSpec(theta_in_parameters).ok()) << OpenWithSpec(theta_in_parameters);
+  ExpectRefused(EditedCopy("rope-parameters-theta",
+                           [](nlohmann::json& c) {
+                             c.erase("rope_theta");
+                             c["rope_parameters"] = {{"rope_theta", 500000.0}};
+                           },
+                           keep),
+                "rope_theta is 500000, but model.rope_theta is 10000");
+  ExpectRefused(EditedCopy("llama3-rope",
+                           [](nlohmann::json& c) { c["rope_parameters"]["rope_type"] = "llama3"; },
+                           keep),
+                "rope_parameters.rope_type \"llama3\" is not supported");
   // Hugging Face's default eps (1e-6) applies when the key is left out.
   ExpectRefused(EditedCopy("eps", [](nlohmann::json& c) { c.erase("rms_norm_eps"); }, keep),
                 "rms_norm_eps is 1e-06, but model.norm_eps is");
