@@ -6,13 +6,16 @@
 # driver): the host provides them.
 #
 # Usage: deploy/bundle.sh OUT_DIR [extra bazel targets...]
+# (tessera-sentencepiece rides beside tessera, which runs it for
+# `tessera data tokenizer` and `data text --tokenizer`.)
 # Produces OUT_DIR/bin/*, OUT_DIR/lib/*.so*, and OUT_DIR/env.sh, which sets
 # LD_LIBRARY_PATH for the bundle and the usual CUDA library directories.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:?usage: deploy/bundle.sh OUT_DIR [targets...]}"
 shift
-targets=(//server:tessera-coordinator //worker:tessera-worker //client:tessera "$@")
+targets=(//server:tessera-coordinator //worker:tessera-worker //client:tessera
+         //client:tessera-sentencepiece "$@")
 bazel build "${targets[@]}"
 bin="$(bazel info bazel-bin 2>/dev/null)"
 

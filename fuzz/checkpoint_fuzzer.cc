@@ -25,6 +25,7 @@
 #include "common/checkpoint_layout.h"
 #include "common/sha256.h"
 #include "fuzz/fuzz_check.h"
+#include "fuzz/scratch_file.h"
 #include "worker/trainer/checkpoint_io.h"
 
 namespace {
@@ -33,20 +34,12 @@ constexpr int64_t kStep = 1;
 constexpr size_t kMaxFilesCreated = 8;
 
 const std::string& ScratchRoot() {
-  static const std::string* root = [] {
-    const char* base = getenv("TEST_TMPDIR");
-    std::string pattern = std::string(base != nullptr ? base : "/tmp") + "/ckpt-fuzz-XXXXXX";
-    if (mkdtemp(pattern.data()) == nullptr) std::abort();
-    return new std::string(pattern);
-  }();
-  return *root;
+  static const std::string root = MakeScratchDir("ckpt-fuzz");
+  return root;
 }
 
 void WriteFile(const std::string& path, const std::string& bytes) {
-  FILE* f = std::fopen(path.c_str(), "wb");
-  FUZZ_CHECK(f != nullptr, "cannot write a scratch file");
-  FUZZ_CHECK(std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size(), "short write");
-  FUZZ_CHECK(std::fclose(f) == 0, "cannot close a scratch file");
+  WriteScratchFile(path, bytes.data(), bytes.size());
 }
 
 // The text with a correct checksum line appended (ending the body first).

@@ -14,29 +14,13 @@
 #include <vector>
 
 #include "fuzz/fuzz_check.h"
+#include "fuzz/scratch_file.h"
 #include "worker/trainer/safetensors_reader.h"
 
-namespace {
-
-// One scratch file per fuzzing process, rewritten for every input.
-const std::string& ScratchPath() {
-  static const std::string* path = [] {
-    const char* base = getenv("TEST_TMPDIR");
-    std::string pattern = std::string(base != nullptr ? base : "/tmp") + "/safetensors-fuzz-XXXXXX";
-    if (mkdtemp(pattern.data()) == nullptr) std::abort();
-    return new std::string(pattern + "/input.safetensors");
-  }();
-  return *path;
-}
-
-}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::string& path = ScratchPath();
-  FILE* f = std::fopen(path.c_str(), "wb");
-  FUZZ_CHECK(f != nullptr, "cannot write the scratch file");
-  FUZZ_CHECK(std::fwrite(data, 1, size, f) == size, "short write of the scratch file");
-  FUZZ_CHECK(std::fclose(f) == 0, "cannot close the scratch file");
+  static const std::string path = MakeScratchDir("safetensors-fuzz") + "/input.safetensors";
+  WriteScratchFile(path, data, size);
 
   absl::StatusOr<std::unique_ptr<tessera::SafetensorsReader>> reader =
       tessera::SafetensorsReader::Open(path);

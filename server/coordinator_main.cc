@@ -159,30 +159,25 @@ int main(int argc, char** argv) {
   source.job_events = [&core](const std::string& id) { return core.JobEvents(id); };
   source.worker_losses = [&core] { return core.WorkerLosses(); };
   source.get_job = [&core](const std::string& id) { return core.GetJob(id); };
+  // An HTTP listener that cannot start ends the coordinator, naming its flag.
+  auto refuse_to_start = [&core](const absl::Status& s) {
+    std::fprintf(stderr, "tessera-coordinator: %s\n", std::string(s.message()).c_str());
+    core.Shutdown();
+    return 2;
+  };
   std::unique_ptr<tessera::PrometheusMetrics> metrics;
-  if (const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
-      !metrics_listen.empty()) {
+  if (const std::string listen_at = absl::GetFlag(FLAGS_metrics_listen); !listen_at.empty()) {
     absl::StatusOr<std::unique_ptr<tessera::PrometheusMetrics>> started =
-        tessera::PrometheusMetrics::Start(metrics_listen, source);
-    if (!started.ok()) {
-      std::fprintf(stderr, "tessera-coordinator: %s\n",
-                   std::string(started.status().message()).c_str());
-      core.Shutdown();
-      return 2;
-    }
+        tessera::PrometheusMetrics::Start(listen_at, source);
+    if (!started.ok()) return refuse_to_start(started.status());
     metrics = *std::move(started);
     std::printf("tessera-coordinator metrics on http://%s/metrics\n", metrics->address().c_str());
   }
   std::unique_ptr<tessera::StatusPage> status_page;
-  if (const std::string web_listen = absl::GetFlag(FLAGS_web_listen); !web_listen.empty()) {
+  if (const std::string listen_at = absl::GetFlag(FLAGS_web_listen); !listen_at.empty()) {
     absl::StatusOr<std::unique_ptr<tessera::StatusPage>> started =
-        tessera::StatusPage::Start(web_listen, source);
-    if (!started.ok()) {
-      std::fprintf(stderr, "tessera-coordinator: %s\n",
-                   std::string(started.status().message()).c_str());
-      core.Shutdown();
-      return 2;
-    }
+        tessera::StatusPage::Start(listen_at, source);
+    if (!started.ok()) return refuse_to_start(started.status());
     status_page = *std::move(started);
     std::printf("tessera-coordinator status page on http://%s/\n", status_page->address().c_str());
   }

@@ -6,18 +6,9 @@ set -euo pipefail
 root="${TEST_SRCDIR}/${TEST_WORKSPACE:-tessera}"
 source "$root/tests/shell_stack.sh" metrics
 
-"$root/server/tessera-coordinator" --listen="$addr" --state_dir="$dir/state" \
-  --metrics_listen=127.0.0.1:0 >"$dir/coordinator.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 1 300); do grep -q "listening on" "$dir/coordinator.log" && break; sleep 0.1; done
+start_coordinator --metrics_listen=127.0.0.1:0
 url=$(grep -o 'http://[^ ]*/metrics' "$dir/coordinator.log") || fail "no metrics line"
-for i in 0 1; do
-  "$root/worker/tessera-worker" --coordinator="$addr" --device=cpu >"$dir/worker-$i.log" 2>&1 &
-  pids+=($!)
-done
-for i in 0 1; do
-  for _ in $(seq 1 300); do grep -q "serving on" "$dir/worker-$i.log" && break; sleep 0.1; done
-done
+start_cpu_workers
 
 cat >"$dir/job.yaml" <<'JOB'
 name: metrics

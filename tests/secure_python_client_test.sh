@@ -12,20 +12,9 @@ bash "$root/tests/make_test_certs.sh" "$certs"
 tls=(--tls_cert="$certs/node.pem" --tls_key="$certs/node.key" --tls_ca="$certs/ca.pem")
 probe_tls=(--tls_ca "$certs/ca.pem")
 
-"$root/server/tessera-coordinator" --listen="$addr" --state_dir="$dir/state" "${tls[@]}" \
-  --user_tokens_file="$certs/user.token" --worker_token_file="$certs/worker.token" \
-  --drain_grace_ms=3000 >"$dir/coordinator.log" 2>&1 &
-coordinator=$!
-pids+=("$coordinator")
-for _ in $(seq 1 300); do grep -q "listening on" "$dir/coordinator.log" && break; sleep 0.1; done
-for i in 0 1; do
-  "$root/worker/tessera-worker" --coordinator="$addr" --device=cpu "${tls[@]}" \
-    --worker_token_file="$certs/worker.token" >"$dir/worker-$i.log" 2>&1 &
-  pids+=($!)
-done
-for i in 0 1; do
-  for _ in $(seq 1 300); do grep -q "serving on" "$dir/worker-$i.log" && break; sleep 0.1; done
-done
+start_coordinator "${tls[@]}" --user_tokens_file="$certs/user.token" \
+  --worker_token_file="$certs/worker.token" --drain_grace_ms=3000
+start_cpu_workers "${tls[@]}" --worker_token_file="$certs/worker.token"
 
 /usr/bin/python3 "$root/tests/python_client.py" "$root" "$dir/stubs" "$addr" \
   --tls_ca "$certs/ca.pem" --token_file "$certs/user.token" || fail "python client"

@@ -16,18 +16,9 @@ tessera="$root/client/tessera"
 check="/usr/bin/python3 $root/tests/status_page_check.py"
 command -v chromium >/dev/null || fail "chromium is not installed (deploy/setup.sh installs it)"
 
-"$root/server/tessera-coordinator" --listen="$addr" --state_dir="$dir/state" \
-  --web_listen=127.0.0.1:0 >"$dir/coordinator.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 1 300); do grep -q "listening on" "$dir/coordinator.log" && break; sleep 0.1; done
+start_coordinator --web_listen=127.0.0.1:0
 url=$(grep -o 'http://[^ ]*/' "$dir/coordinator.log") || fail "no status page line"
-for i in 0 1; do
-  "$root/worker/tessera-worker" --coordinator="$addr" --device=cpu >"$dir/worker-$i.log" 2>&1 &
-  pids+=($!)
-done
-for i in 0 1; do
-  for _ in $(seq 1 300); do grep -q "serving on" "$dir/worker-$i.log" && break; sleep 0.1; done
-done
+start_cpu_workers
 
 head -c 20000 "$root/worker/data/testdata/tokenizer_corpus.txt" >"$dir/val.txt"
 "$tessera" data text --out "$dir/val.tok" "$dir/val.txt" >"$dir/data.log" 2>&1 ||

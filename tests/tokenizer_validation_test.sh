@@ -22,17 +22,8 @@ for part in train val; do
     >"$dir/$part.log" 2>&1 || fail "data text $part: $(cat "$dir/$part.log")"
 done
 
-"$root/server/tessera-coordinator" --listen="$addr" --state_dir="$dir/state" \
-  >"$dir/coordinator.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 1 300); do grep -q "listening on" "$dir/coordinator.log" && break; sleep 0.1; done
-for i in 0 1; do
-  "$root/worker/tessera-worker" --coordinator="$addr" --device=cpu >"$dir/worker-$i.log" 2>&1 &
-  pids+=($!)
-done
-for i in 0 1; do
-  for _ in $(seq 1 300); do grep -q "serving on" "$dir/worker-$i.log" && break; sleep 0.1; done
-done
+start_coordinator
+start_cpu_workers
 
 job_file() {  # VOCAB
   cat <<JOB

@@ -25,20 +25,11 @@
 #include "worker/engine/cuda/cuda_ops.h"
 #include "worker/engine/cuda/nccl_communicator.h"
 #include "worker/trainer/fsdp_trainer.h"
+#include "worker/trainer/test_files.h"
 #include "worker/trainer/test_job_spec.h"
 
 namespace tessera {
 namespace {
-
-std::string ValidationFile() {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string path = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/gpu-validation.tok");
-  v1::SyntheticData task;
-  task.set_task(v1::SyntheticData::ADDITION);
-  task.set_max_digits(3);
-  EXPECT_TRUE(WriteSyntheticTokenFile(task, 99, 50000, path).ok());
-  return path;
-}
 
 std::unique_ptr<FsdpTrainer> GpuTrainer() {
   auto ops = CreateCudaOps(0);
@@ -55,11 +46,6 @@ struct TrainedRun {
   std::vector<float> validation;
   bool state_unchanged = false;  // around the evaluation after step 2
 };
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 TrainedRun Train(FsdpTrainer& trainer, const v1::JobSpec& spec, bool evaluate) {
   TrainedRun run;
@@ -80,8 +66,8 @@ TrainedRun Train(FsdpTrainer& trainer, const v1::JobSpec& spec, bool evaluate) {
       auto v = trainer.Evaluate();
       EXPECT_TRUE(v.ok()) << v.status();
       EXPECT_TRUE(trainer.Checkpoint(3, root + "/after").ok());
-      const std::string a = ReadAll(StepDir(root + "/before", 3) + "/rank-0.state");
-      const std::string b = ReadAll(StepDir(root + "/after", 3) + "/rank-0.state");
+      const std::string a = ReadFileToString(StepDir(root + "/before", 3) + "/rank-0.state");
+      const std::string b = ReadFileToString(StepDir(root + "/after", 3) + "/rank-0.state");
       run.state_unchanged = !a.empty() && a == b;
       if (v.ok()) run.validation.push_back(v->loss);
     } else if (evaluate) {
@@ -95,7 +81,7 @@ TrainedRun Train(FsdpTrainer& trainer, const v1::JobSpec& spec, bool evaluate) {
 }
 
 TEST(EvaluateGpu, LeavesTrainingStateUnchangedAndMatchesTheCpuEngine) {
-  const std::string path = ValidationFile();
+  const std::string path = AdditionTokenFile("gpu-validation", 99, 50000);
   for (int recipe = 0; recipe < 3; ++recipe) {
     SCOPED_TRACE(recipe == 0 ? "fp8 delayed" : recipe == 1 ? "fp8 current" : "bf16");
     v1::JobSpec spec = TestJobSpec(4);

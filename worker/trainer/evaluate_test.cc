@@ -32,34 +32,16 @@
 #include "worker/data/token_file.h"
 #include "worker/engine/cpu/cpu_ops.h"
 #include "worker/trainer/fsdp_trainer.h"
+#include "worker/trainer/test_files.h"
 #include "worker/trainer/test_job_spec.h"
 
 namespace tessera {
 namespace {
 
-std::string FreshDir(const std::string& name) {
-  static int n = 0;
-  std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name, "-", getpid(), "-", n++);
-  mkdir(dir.c_str(), 0755);
-  return dir;
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 // Held-out data: the addition task from another seed than training's.
 const std::string& ValidationFile() {
-  static const std::string* path = [] {
-    auto* p = new std::string(absl::StrCat(std::getenv("TEST_TMPDIR"), "/validation.tok"));
-    v1::SyntheticData task;
-    task.set_task(v1::SyntheticData::ADDITION);
-    task.set_max_digits(3);
-    EXPECT_TRUE(WriteSyntheticTokenFile(task, 99, 20000, *p).ok());
-    return p;
-  }();
-  return *path;
+  static const std::string path = AdditionTokenFile("validation", 99, 20000);
+  return path;
 }
 
 v1::JobSpec Spec(int micro_batch, int eval_batches) {
@@ -114,8 +96,8 @@ int RunRank(const v1::JobSpec& spec, int rank, int world, const std::string& dir
       if (!evaluate()) return 7;
       if (!trainer.Checkpoint(s + 1, after).ok()) return 8;
       const std::string state = absl::StrCat("/rank-", rank, ".state");
-      const std::string a = ReadAll(StepDir(before, s + 1) + state);
-      const std::string b = ReadAll(StepDir(after, s + 1) + state);
+      const std::string a = ReadFileToString(StepDir(before, s + 1) + state);
+      const std::string b = ReadFileToString(StepDir(after, s + 1) + state);
       out << "state " << (!a.empty() && a == b ? "same" : "changed") << "\n";
     } else if (plan.evaluate && (s % 2 == 1)) {
       if (!evaluate()) return 9;
@@ -125,7 +107,7 @@ int RunRank(const v1::JobSpec& spec, int rank, int world, const std::string& dir
 }
 
 std::vector<RankRun> RunRanks(const v1::JobSpec& spec, int world, Plan plan) {
-  const std::string dir = FreshDir("eval");
+  const std::string dir = TestDir("eval");
   std::vector<pid_t> pids;
   for (int r = 0; r < world; ++r) {
     pid_t pid = fork();

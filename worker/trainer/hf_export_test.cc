@@ -27,29 +27,17 @@
 #include "worker/engine/cpu/cpu_ops.h"
 #include "worker/trainer/checkpoint_state.h"
 #include "worker/trainer/fsdp_trainer.h"
+#include "worker/trainer/test_files.h"
 #include "worker/trainer/test_job_spec.h"
 
 namespace tessera {
 namespace {
 
-std::string FreshDir(const std::string& name) {
-  std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
-  mkdir(dir.c_str(), 0755);
-  return dir;
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // A committed 2-step checkpoint of the tiny GQA model under `root`.
 void TrainAndCheckpoint(const v1::JobSpec& spec, const std::string& root) {
   FsdpTrainer trainer(CreateCpuOps(), CreateGlooCommunicator);
   ASSERT_TRUE(trainer.Setup(spec, 0, 1).ok());
-  FileRendezvousStore store(FreshDir("rdzv"));
+  FileRendezvousStore store(TestDir("rdzv"));
   ASSERT_TRUE(trainer.InitCollective(&store, "127.0.0.1", absl::Seconds(30)).ok());
   for (int step = 0; step < 2; ++step) ASSERT_TRUE(trainer.RunStep(step).ok());
   ASSERT_TRUE(trainer.Checkpoint(2, root).ok());
@@ -62,7 +50,7 @@ struct Safetensors {
 };
 
 Safetensors Load(const std::string& dir) {
-  const std::string file = ReadAll(dir + "/model.safetensors");
+  const std::string file = ReadFileToString(dir + "/model.safetensors");
   uint64_t n = 0;
   std::memcpy(&n, file.data(), 8);
   return {nlohmann::json::parse(file.substr(8, n)), file.substr(8 + n)};
@@ -87,14 +75,14 @@ int RunChecker(const std::string& dir, const std::string& dtype, const v1::Model
 TEST(HfExport, WritesLlamaNamesWithTheMasterWeightsAndAPythonReaderAgrees) {
   const v1::JobSpec spec = TinyCpuGqaTestJobSpec(2, 2);
   const v1::ModelConfig& m = spec.model();
-  const std::string root = FreshDir("ckpt");
+  const std::string root = TestDir("ckpt");
   TrainAndCheckpoint(spec, root);
   absl::StatusOr<std::vector<FullParameter>> masters = ReadFullParameters(root, 2, "");
   ASSERT_TRUE(masters.ok()) << masters.status();
   std::map<std::string, const FullParameter*> by_name;
   for (const FullParameter& p : *masters) by_name[p.name] = &p;
 
-  const std::string fp32 = FreshDir("fp32");
+  const std::string fp32 = TestDir("fp32");
   absl::StatusOr<HfExportReport> report =
       ExportHuggingFace(spec, root + "/step-2", HfExportDType::kFloat32, fp32);
   ASSERT_TRUE(report.ok()) << report.status();
@@ -124,7 +112,7 @@ TEST(HfExport, WritesLlamaNamesWithTheMasterWeightsAndAPythonReaderAgrees) {
     ASSERT_EQ(0, std::memcmp(f32.data.data() + begin, p.values.data() + row0 * p.cols, end - begin));
   }
 
-  const std::string bf16 = FreshDir("bf16");
+  const std::string bf16 = TestDir("bf16");
   ASSERT_TRUE(ExportHuggingFace(spec, root, HfExportDType::kBFloat16, bf16).ok());
   const Safetensors b16 = Load(bf16);
   const FullParameter& head = *by_name.at("lm_head");
@@ -134,7 +122,7 @@ TEST(HfExport, WritesLlamaNamesWithTheMasterWeightsAndAPythonReaderAgrees) {
     std::memcpy(&got, b16.data.data() + begin + 2 * i, 2);
     ASSERT_EQ(got, Bf16Bits(head.values[i])) << i;
   }
-  const nlohmann::json config = nlohmann::json::parse(ReadAll(bf16 + "/config.json"));
+  const nlohmann::json config = nlohmann::json::parse(ReadFileToString(bf16 + "/config.json"));
   EXPECT_EQ(config["num_key_value_heads"], m.n_kv_heads());
   EXPECT_FLOAT_EQ(config["rope_theta"].get<float>(), m.rope_theta());
 
@@ -144,16 +132,16 @@ TEST(HfExport, WritesLlamaNamesWithTheMasterWeightsAndAPythonReaderAgrees) {
 
 TEST(HfExport, AnotherModelsSpecOrNoCommittedStepIsRefused) {
   const v1::JobSpec spec = TinyCpuGqaTestJobSpec(2, 2);
-  const std::string root = FreshDir("refused");
+  const std::string root = TestDir("refused");
   TrainAndCheckpoint(spec, root);
   v1::JobSpec other = spec;
   other.mutable_model()->set_ffn_dim(spec.model().ffn_dim() * 2);
   absl::StatusOr<HfExportReport> wrong =
-      ExportHuggingFace(other, root, HfExportDType::kBFloat16, FreshDir("wrong"));
+      ExportHuggingFace(other, root, HfExportDType::kBFloat16, TestDir("wrong"));
   EXPECT_EQ(wrong.status().code(), absl::StatusCode::kFailedPrecondition) << wrong.status();
-  const std::string out = FreshDir("none");
+  const std::string out = TestDir("none");
   absl::StatusOr<HfExportReport> none =
-      ExportHuggingFace(spec, FreshDir("empty-root"), HfExportDType::kBFloat16, out);
+      ExportHuggingFace(spec, TestDir("empty-root"), HfExportDType::kBFloat16, out);
   EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound) << none.status();
   struct stat st;
   EXPECT_NE(stat((out + "/model.safetensors").c_str(), &st), 0);

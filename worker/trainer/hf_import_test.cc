@@ -35,42 +35,19 @@
 #include "nlohmann/json.hpp"
 #include "worker/comm/file_rendezvous_store_for_test.h"
 #include "worker/comm/gloo_communicator.h"
-#include "worker/data/synthetic_task.h"
 #include "worker/engine/cpu/cpu_ops.h"
 #include "worker/trainer/checkpoint_state.h"
 #include "worker/trainer/fsdp_trainer.h"
 #include "worker/trainer/hf_export.h"
+#include "worker/trainer/test_files.h"
 #include "worker/trainer/test_job_spec.h"
 
 namespace tessera {
 namespace {
 
-std::string FreshDir(const std::string& name) {
-  static int n = 0;
-  std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name, "-", getpid(), "-", n++);
-  mkdir(dir.c_str(), 0755);
-  return dir;
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void WriteAll(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
-}
-
 const std::string& ValidationFile() {
-  static const std::string* path = [] {
-    auto* p = new std::string(absl::StrCat(std::getenv("TEST_TMPDIR"), "/validation.tok"));
-    v1::SyntheticData task;
-    task.set_task(v1::SyntheticData::ADDITION);
-    task.set_max_digits(3);
-    EXPECT_TRUE(WriteSyntheticTokenFile(task, 99, 20000, *p).ok());
-    return p;
-  }();
-  return *path;
+  static const std::string path = AdditionTokenFile("validation", 99, 20000);
+  return path;
 }
 
 // The tiny GQA model with bf16 compute (FP8 scales would otherwise differ
@@ -90,7 +67,7 @@ v1::JobSpec Spec() {
 float TrainOneRank(const v1::JobSpec& spec, int steps, const std::string& root) {
   FsdpTrainer trainer(CreateCpuOps(), CreateGlooCommunicator);
   EXPECT_TRUE(trainer.Setup(spec, 0, 1).ok());
-  FileRendezvousStore store(FreshDir("rdzv"));
+  FileRendezvousStore store(TestDir("rdzv"));
   EXPECT_TRUE(trainer.InitCollective(&store, "127.0.0.1", absl::Seconds(30)).ok());
   for (int step = 0; step < steps; ++step) EXPECT_TRUE(trainer.RunStep(step).ok());
   EXPECT_TRUE(trainer.Checkpoint(steps, root).ok());
@@ -104,7 +81,7 @@ float TrainOneRank(const v1::JobSpec& spec, int steps, const std::string& root) 
 // (writing the loss's bits to root/eval-R), then checkpoints step 0 into
 // `root`, which rank 0 commits.
 void ImportAndCheckpoint(const v1::JobSpec& spec, int world, const std::string& root) {
-  const std::string rdzv = FreshDir("rdzv");
+  const std::string rdzv = TestDir("rdzv");
   std::vector<pid_t> pids;
   for (int rank = 0; rank < world; ++rank) {
     const pid_t pid = fork();
@@ -121,7 +98,7 @@ void ImportAndCheckpoint(const v1::JobSpec& spec, int world, const std::string& 
       if (!v.ok()) _exit(4);
       uint32_t bits;
       std::memcpy(&bits, &v->loss, 4);
-      WriteAll(absl::StrCat(root, "/eval-", rank), std::to_string(bits));
+      WriteStringToFile(absl::StrCat(root, "/eval-", rank), std::to_string(bits));
       if (!trainer.Checkpoint(0, root).ok()) _exit(5);
       _exit(0);
     }
@@ -137,7 +114,7 @@ void ImportAndCheckpoint(const v1::JobSpec& spec, int world, const std::string& 
 }
 
 float EvalLoss(const std::string& root, int rank) {
-  const uint32_t bits = static_cast<uint32_t>(std::stoul(ReadAll(absl::StrCat(root, "/eval-", rank))));
+  const uint32_t bits = static_cast<uint32_t>(std::stoul(ReadFileToString(absl::StrCat(root, "/eval-", rank))));
   float loss;
   std::memcpy(&loss, &bits, 4);
   return loss;
@@ -145,9 +122,9 @@ float EvalLoss(const std::string& root, int rank) {
 
 TEST(HfImport, AnExportImportedAtAnotherWorldSizeGivesBitIdenticalWeightsAndLoss) {
   const v1::JobSpec spec = Spec();
-  const std::string trained = FreshDir("trained");
+  const std::string trained = TestDir("trained");
   const float trained_loss = TrainOneRank(spec, 3, trained);
-  const std::string fp32 = FreshDir("fp32");
+  const std::string fp32 = TestDir("fp32");
   ASSERT_TRUE(ExportHuggingFace(spec, trained, HfExportDType::kFloat32, fp32).ok());
 
   v1::JobSpec imported = spec;
@@ -155,9 +132,9 @@ TEST(HfImport, AnExportImportedAtAnotherWorldSizeGivesBitIdenticalWeightsAndLoss
   // Two ranks at half the micro-batch score the same validation sequences.
   v1::JobSpec imported_two = imported;
   imported_two.mutable_data()->set_micro_batch_size(spec.data().micro_batch_size() / 2);
-  const std::string two = FreshDir("imported-two");
+  const std::string two = TestDir("imported-two");
   ImportAndCheckpoint(imported_two, 2, two);
-  const std::string one = FreshDir("imported-one");
+  const std::string one = TestDir("imported-one");
   ImportAndCheckpoint(imported, 1, one);
 
   absl::StatusOr<std::vector<FullParameter>> want = ReadFullParameters(trained, 3, "");
@@ -183,10 +160,10 @@ TEST(HfImport, AnExportImportedAtAnotherWorldSizeGivesBitIdenticalWeightsAndLoss
 
   // From the bf16 export: the master weights are the bf16 values, so the
   // loss moves by bf16 rounding of the weights only.
-  const std::string bf16 = FreshDir("bf16");
+  const std::string bf16 = TestDir("bf16");
   ASSERT_TRUE(ExportHuggingFace(spec, trained, HfExportDType::kBFloat16, bf16).ok());
   imported.mutable_model()->set_init_from(bf16);
-  const std::string from_bf16 = FreshDir("imported-bf16");
+  const std::string from_bf16 = TestDir("imported-bf16");
   ImportAndCheckpoint(imported, 1, from_bf16);
   EXPECT_NEAR(EvalLoss(from_bf16, 0), trained_loss, 2e-2 * trained_loss);
 }
@@ -195,9 +172,9 @@ TEST(HfImport, AnExportImportedAtAnotherWorldSizeGivesBitIdenticalWeightsAndLoss
 const std::string& ExportedDir() {
   static const std::string* dir = [] {
     const v1::JobSpec spec = Spec();
-    const std::string trained = FreshDir("to-edit");
+    const std::string trained = TestDir("to-edit");
     TrainOneRank(spec, 1, trained);
-    auto* out = new std::string(FreshDir("export"));
+    auto* out = new std::string(TestDir("export"));
     EXPECT_TRUE(ExportHuggingFace(spec, trained, HfExportDType::kFloat32, *out).ok());
     return out;
   }();
@@ -210,11 +187,11 @@ const std::string& ExportedDir() {
 std::string EditedCopy(const std::string& name,
                        const std::function<void(nlohmann::json&)>& edit_config,
                        const std::function<void(nlohmann::json&)>& edit_header) {
-  const std::string dir = FreshDir(name);
-  nlohmann::json config = nlohmann::json::parse(ReadAll(ExportedDir() + "/config.json"));
+  const std::string dir = TestDir(name);
+  nlohmann::json config = nlohmann::json::parse(ReadFileToString(ExportedDir() + "/config.json"));
   edit_config(config);
-  WriteAll(dir + "/config.json", config.dump());
-  const std::string file = ReadAll(ExportedDir() + "/model.safetensors");
+  WriteStringToFile(dir + "/config.json", config.dump());
+  const std::string file = ReadFileToString(ExportedDir() + "/model.safetensors");
   uint64_t n = 0;
   std::memcpy(&n, file.data(), 8);
   nlohmann::json header = nlohmann::json::parse(file.substr(8, n));
@@ -223,7 +200,7 @@ std::string EditedCopy(const std::string& name,
   text.append((8 - text.size() % 8) % 8, ' ');
   std::string length(8, '\0');
   for (int i = 0; i < 8; ++i) length[i] = static_cast<char>((text.size() >> (8 * i)) & 0xFF);
-  WriteAll(dir + "/model.safetensors", length + text + file.substr(8 + n));
+  WriteStringToFile(dir + "/model.safetensors", length + text + file.substr(8 + n));
   return dir;
 }
 
@@ -312,21 +289,21 @@ TEST(HfImport, DirectoriesThatDoNotFitTheModelAreRefusedNamingWhy) {
   });
   EXPECT_TRUE(OpenWithSpec(rotary).ok()) << OpenWithSpec(rotary);
 
-  EXPECT_EQ(OpenWithSpec(FreshDir("empty")).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(OpenWithSpec(TestDir("empty")).code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(OpenWithSpec(std::string(std::getenv("TEST_TMPDIR")) + "/no/such/dir").code(),
             absl::StatusCode::kNotFound);
 }
 
 TEST(HfImport, ANonFiniteWeightIsRefusedNamingTheTensor) {
   const std::string dir = EditedCopy("nonfinite", [](nlohmann::json&) {}, [](nlohmann::json&) {});
-  std::string file = ReadAll(dir + "/model.safetensors");
+  std::string file = ReadFileToString(dir + "/model.safetensors");
   uint64_t n = 0;
   std::memcpy(&n, file.data(), 8);
   const nlohmann::json header = nlohmann::json::parse(file.substr(8, n));
   const int64_t begin = header["model.layers.0.mlp.down_proj.weight"]["data_offsets"][0];
   const float inf = INFINITY;
   std::memcpy(file.data() + 8 + n + begin + 4 * 5, &inf, 4);
-  WriteAll(dir + "/model.safetensors", file);
+  WriteStringToFile(dir + "/model.safetensors", file);
   absl::StatusOr<std::unique_ptr<HfLlamaSource>> source = HfLlamaSource::Open(Spec().model(), dir);
   ASSERT_TRUE(source.ok()) << source.status();
   std::vector<float> out(48 * 32);
@@ -353,11 +330,11 @@ TEST(HfImport, TiedEmbeddingsAndShardedFilesAreRead) {
   // Sharded: the same file twice under two names, with an index that takes
   // the embedding from the second and everything else from the first. A
   // shard name that is a path is refused.
-  const std::string sharded = FreshDir("sharded");
-  WriteAll(sharded + "/config.json", ReadAll(ExportedDir() + "/config.json"));
-  const std::string file = ReadAll(ExportedDir() + "/model.safetensors");
-  WriteAll(sharded + "/model-00001-of-00002.safetensors", file);
-  WriteAll(sharded + "/model-00002-of-00002.safetensors", file);
+  const std::string sharded = TestDir("sharded");
+  WriteStringToFile(sharded + "/config.json", ReadFileToString(ExportedDir() + "/config.json"));
+  const std::string file = ReadFileToString(ExportedDir() + "/model.safetensors");
+  WriteStringToFile(sharded + "/model-00001-of-00002.safetensors", file);
+  WriteStringToFile(sharded + "/model-00002-of-00002.safetensors", file);
   uint64_t n = 0;
   std::memcpy(&n, file.data(), 8);
   const nlohmann::json header = nlohmann::json::parse(file.substr(8, n));
@@ -369,7 +346,7 @@ TEST(HfImport, TiedEmbeddingsAndShardedFilesAreRead) {
                                         ? "model-00002-of-00002.safetensors"
                                         : "model-00001-of-00002.safetensors";
   }
-  WriteAll(sharded + "/model.safetensors.index.json", index.dump());
+  WriteStringToFile(sharded + "/model.safetensors.index.json", index.dump());
   source = HfLlamaSource::Open(Spec().model(), sharded);
   ASSERT_TRUE(source.ok()) << source.status();
   std::vector<float> from_shards(numel);
@@ -377,10 +354,10 @@ TEST(HfImport, TiedEmbeddingsAndShardedFilesAreRead) {
   EXPECT_EQ(from_shards, embedding);
 
   index["weight_map"]["model.norm.weight"] = "../elsewhere.safetensors";
-  WriteAll(sharded + "/model.safetensors.index.json", index.dump());
+  WriteStringToFile(sharded + "/model.safetensors.index.json", index.dump());
   ExpectRefused(sharded, "model.norm.weight names \"../elsewhere.safetensors\", not a file in the directory");
   index["weight_map"]["model.norm.weight"] = "model-00003-of-00002.safetensors";
-  WriteAll(sharded + "/model.safetensors.index.json", index.dump());
+  WriteStringToFile(sharded + "/model.safetensors.index.json", index.dump());
   EXPECT_EQ(OpenWithSpec(sharded).code(), absl::StatusCode::kNotFound);
 }
 

@@ -24,17 +24,12 @@
 #include "worker/engine/cpu/cpu_ops.h"
 #include "worker/trainer/fsdp_trainer.h"
 #include "worker/trainer/hf_export.h"
+#include "worker/trainer/test_files.h"
 #include "worker/trainer/test_job_spec.h"
 #include "common/checkpoint_layout.h"
 
 namespace tessera {
 namespace {
-
-std::string FreshDir(const std::string& name) {
-  std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
-  mkdir(dir.c_str(), 0755);
-  return dir;
-}
 
 template <typename T>
 void WriteRaw(const std::string& path, const std::vector<T>& values) {
@@ -53,14 +48,14 @@ TEST(HfReferenceForward, TorchLlamaOnTheExportGivesTheEnginesLogits) {
   const v1::JobSpec spec = Spec();
   FsdpTrainer trainer(CreateCpuOps(), CreateGlooCommunicator);
   ASSERT_TRUE(trainer.Setup(spec, 0, 1).ok());
-  FileRendezvousStore store(FreshDir("rdzv"));
+  FileRendezvousStore store(TestDir("rdzv"));
   ASSERT_TRUE(trainer.InitCollective(&store, "127.0.0.1", absl::Seconds(30)).ok());
   // Trained until every weight matters.
   for (int step = 0; step < 30; ++step) ASSERT_TRUE(trainer.RunStep(step).ok());
-  const std::string root = FreshDir("ckpt");
+  const std::string root = TestDir("ckpt");
   ASSERT_TRUE(trainer.Checkpoint(30, root).ok());
   ASSERT_TRUE(WriteCommitMarker(root, {30, 1}).ok());
-  const std::string out = FreshDir("hf");
+  const std::string out = TestDir("hf");
   ASSERT_TRUE(ExportHuggingFace(spec, root, HfExportDType::kFloat32, out).ok());
 
   // "12+34=46" in the addition task's byte tokens, then more digits.
@@ -92,7 +87,7 @@ TEST(HfReferenceForward, ForwardLogitsRefusesWhatItCannotScoreAndChangesNothing)
     EXPECT_TRUE(trainer.Setup(spec, 0, 1).ok());
     EXPECT_EQ(trainer.ForwardLogits({1, 2}).status().code(),
               absl::StatusCode::kFailedPrecondition);
-    FileRendezvousStore store(FreshDir(with_logits ? "rdzv-a" : "rdzv-b"));
+    FileRendezvousStore store(TestDir(with_logits ? "rdzv-a" : "rdzv-b"));
     EXPECT_TRUE(trainer.InitCollective(&store, "127.0.0.1", absl::Seconds(30)).ok());
     std::vector<float> losses;
     for (int step = 0; step < 4; ++step) {

@@ -24,17 +24,11 @@
 #include "worker/engine/cuda/nccl_communicator.h"
 #include "worker/trainer/fsdp_trainer.h"
 #include "worker/trainer/hf_export.h"
+#include "worker/trainer/test_files.h"
 #include "worker/trainer/test_job_spec.h"
 
 namespace tessera {
 namespace {
-
-std::string FreshDir(const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/hf-gpu-", getpid(), "-", name);
-  mkdir(dir.c_str(), 0755);
-  return dir;
-}
 
 template <typename T>
 void WriteRaw(const std::string& path, const std::vector<T>& values) {
@@ -64,7 +58,7 @@ TEST(HfTransformersGpu, AnExportOfAGpuJobLoadsInTransformersWithTheEnginesLogits
   ASSERT_TRUE(gpu.Setup(spec, 0, 1).ok());
   ASSERT_TRUE(gpu.InitCollective(nullptr, "127.0.0.1", absl::Seconds(60)).ok());
   for (int step = 0; step < 40; ++step) ASSERT_TRUE(gpu.RunStep(step).ok());
-  const std::string root = FreshDir("ckpt");
+  const std::string root = TestDir("ckpt");
   ASSERT_TRUE(gpu.Checkpoint(40, root).ok());
   ASSERT_TRUE(WriteCommitMarker(root, {40, 1}).ok());
 
@@ -76,7 +70,7 @@ TEST(HfTransformersGpu, AnExportOfAGpuJobLoadsInTransformersWithTheEnginesLogits
 
   for (const auto& [name, dtype] : {std::make_pair("bf16", HfExportDType::kBFloat16),
                                     std::make_pair("fp32", HfExportDType::kFloat32)}) {
-    const std::string out = FreshDir(name);
+    const std::string out = TestDir(name);
     ASSERT_TRUE(ExportHuggingFace(spec, root, dtype, out).ok());
     WriteRaw(out + "/prompt.i32", prompt);
     WriteRaw(out + "/logits.f32", *logits);
