@@ -31,13 +31,6 @@
 namespace tessera {
 namespace {
 
-template <typename T>
-void WriteRaw(const std::string& path, const std::vector<T>& values) {
-  std::ofstream(path, std::ios::binary)
-      .write(reinterpret_cast<const char*>(values.data()),
-             static_cast<std::streamsize>(values.size() * sizeof(T)));
-}
-
 v1::JobSpec Spec() {
   v1::JobSpec spec = TinyCpuGqaTestJobSpec(2, 2);
   spec.mutable_fp8()->set_disabled(true);  // the export holds weights a bf16 job computes with
@@ -64,8 +57,8 @@ TEST(HfReferenceForward, TorchLlamaOnTheExportGivesTheEnginesLogits) {
   absl::StatusOr<std::vector<float>> logits = trainer.ForwardLogits(prompt);
   ASSERT_TRUE(logits.ok()) << logits.status();
   ASSERT_EQ(logits->size(), prompt.size() * spec.model().vocab_size());
-  WriteRaw(out + "/prompt.i32", prompt);
-  WriteRaw(out + "/logits.f32", *logits);
+  WriteRawValues(out + "/prompt.i32", prompt);
+  WriteRawValues(out + "/logits.f32", *logits);
   const std::string script = absl::StrCat(std::getenv("TEST_SRCDIR"), "/",
                                           std::getenv("TEST_WORKSPACE"),
                                           "/worker/trainer/hf_reference_forward.py");

@@ -30,13 +30,6 @@
 namespace tessera {
 namespace {
 
-template <typename T>
-void WriteRaw(const std::string& path, const std::vector<T>& values) {
-  std::ofstream(path, std::ios::binary)
-      .write(reinterpret_cast<const char*>(values.data()),
-             static_cast<std::streamsize>(values.size() * sizeof(T)));
-}
-
 std::string CheckScript() {
   const char* srcdir = std::getenv("TEST_SRCDIR");
   const char* workspace = std::getenv("TEST_WORKSPACE");
@@ -72,8 +65,8 @@ TEST(HfTransformersGpu, AnExportOfAGpuJobLoadsInTransformersWithTheEnginesLogits
                                     std::make_pair("fp32", HfExportDType::kFloat32)}) {
     const std::string out = TestDir(name);
     ASSERT_TRUE(ExportHuggingFace(spec, root, dtype, out).ok());
-    WriteRaw(out + "/prompt.i32", prompt);
-    WriteRaw(out + "/logits.f32", *logits);
+    WriteRawValues(out + "/prompt.i32", prompt);
+    WriteRawValues(out + "/logits.f32", *logits);
     const std::string command = absl::StrCat("python3 ", CheckScript(), " ", out, " ", out,
                                              "/prompt.i32 ", out, "/logits.f32");
     EXPECT_EQ(std::system(command.c_str()), 0) << command;

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -38,6 +39,14 @@ inline std::string ReadFileToString(const std::string& path) {
 
 inline void WriteStringToFile(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+// `values` as raw bytes (host order), for a script that reads them with numpy.
+template <typename T>
+void WriteRawValues(const std::string& path, const std::vector<T>& values) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc)
+      .write(reinterpret_cast<const char*>(values.data()),
+             static_cast<std::streamsize>(values.size() * sizeof(T)));
 }
 
 // A token file of the addition task (up to 3 digits) from `seed`, which
