@@ -4,9 +4,10 @@
 //    (forked processes, real Gloo) gives each rank exactly the master
 //    weights of the checkpoint: the imported job's own checkpoint, gathered,
 //    is bit-identical;
-//  - a job imported from that export (bf16 compute, one rank) scores the
-//    validation loss the trained job scores before it runs a step, bit for
-//    bit; imported from the bf16 export it stays within bf16 rounding;
+//  - a job imported from that export (bf16 compute) scores the prompt's
+//    logits of the trained job bit for bit before it runs a step, at world
+//    size 1 and 2, and its validation loss (bit for bit on one rank);
+//    imported from the bf16 export the loss stays within bf16 rounding;
 //  - a tied-embedding checkpoint (no lm_head.weight) starts the LM head from
 //    the embedding, and a sharded checkpoint (index.json) reads each tensor
 //    from the file its index names;
@@ -62,8 +63,19 @@ v1::JobSpec Spec() {
   return spec;
 }
 
+// Scored by every job of these tests (ForwardLogits), its logits written
+// raw beside the checkpoint.
+const std::vector<int32_t> kPrompt = {'4', '2', '+', '1', '7', '=', '5', '9', '\n', '3'};
+
+void WriteLogits(FsdpTrainer& trainer, const std::string& path) {
+  absl::StatusOr<std::vector<float>> logits = trainer.ForwardLogits(kPrompt);
+  EXPECT_TRUE(logits.ok()) << logits.status();
+  if (logits.ok()) WriteRawValues(path, *logits);
+}
+
 // Trains `steps` steps on one rank and commits a checkpoint of step
-// `steps` under `root`; returns the validation loss after the last step.
+// `steps` under `root`, with the prompt's logits in root/logits; returns
+// the validation loss after the last step.
 float TrainOneRank(const v1::JobSpec& spec, int steps, const std::string& root) {
   FsdpTrainer trainer(CreateCpuOps(), CreateGlooCommunicator);
   EXPECT_TRUE(trainer.Setup(spec, 0, 1).ok());
@@ -72,14 +84,16 @@ float TrainOneRank(const v1::JobSpec& spec, int steps, const std::string& root) 
   for (int step = 0; step < steps; ++step) EXPECT_TRUE(trainer.RunStep(step).ok());
   EXPECT_TRUE(trainer.Checkpoint(steps, root).ok());
   EXPECT_TRUE(WriteCommitMarker(root, {steps, 1}).ok());
+  WriteLogits(trainer, root + "/logits");
   absl::StatusOr<ValidationReport> v = trainer.Evaluate();
   EXPECT_TRUE(v.ok()) << v.status();
   return v.ok() ? v->loss : NAN;
 }
 
 // Sets up `world` ranks of `spec` in forked processes; each evaluates once
-// (writing the loss's bits to root/eval-R), then checkpoints step 0 into
-// `root`, which rank 0 commits.
+// (writing the loss's bits to root/eval-R) and scores the prompt
+// (root/logits-R), then checkpoints step 0 into `root`, which rank 0
+// commits.
 void ImportAndCheckpoint(const v1::JobSpec& spec, int world, const std::string& root) {
   const std::string rdzv = TestDir("rdzv");
   std::vector<pid_t> pids;
@@ -99,6 +113,7 @@ void ImportAndCheckpoint(const v1::JobSpec& spec, int world, const std::string& 
       uint32_t bits;
       std::memcpy(&bits, &v->loss, 4);
       WriteStringToFile(absl::StrCat(root, "/eval-", rank), std::to_string(bits));
+      WriteLogits(trainer, absl::StrCat(root, "/logits-", rank));
       if (!trainer.Checkpoint(0, root).ok()) _exit(5);
       _exit(0);
     }
@@ -155,6 +170,12 @@ TEST(HfImport, AnExportImportedAtAnotherWorldSizeGivesBitIdenticalWeightsAndLoss
   // bit on one rank; on two ranks the same sequences summed in another
   // order, and both ranks report the same value.
   EXPECT_EQ(EvalLoss(one, 0), trained_loss);
+  // And the same logits, bit for bit, at either world size.
+  const std::string trained_logits = ReadFileToString(trained + "/logits");
+  ASSERT_EQ(trained_logits.size(), kPrompt.size() * spec.model().vocab_size() * sizeof(float));
+  EXPECT_EQ(ReadFileToString(one + "/logits-0"), trained_logits);
+  EXPECT_EQ(ReadFileToString(two + "/logits-0"), trained_logits);
+  EXPECT_EQ(ReadFileToString(two + "/logits-1"), trained_logits);
   EXPECT_EQ(EvalLoss(two, 0), EvalLoss(two, 1));
   EXPECT_NEAR(EvalLoss(two, 0), trained_loss, 1e-5 * trained_loss);
 
