@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/durable_file.h"
+#include "common/regular_file.h"
 #include "common/sha256.h"
 
 namespace tessera {
@@ -118,7 +119,8 @@ absl::Status WriteCommitMarker(const std::string& root, const CommitRecord& reco
 absl::StatusOr<CommitRecord> ReadCommitMarker(const std::string& root, int64_t step) {
   if (absl::Status s = ValidateCheckpointRoot(root); !s.ok()) return s;
   const std::string path = absl::StrCat(StepDir(root, step), "/", kCommitMarkerName);
-  absl::StatusOr<std::string> text = ReadFileBounded(path, kMaxMarkerBytes);
+  absl::StatusOr<std::string> text =
+      ReadRegularFile(path, kMaxMarkerBytes, Symlinks::kRefuse);
   if (text.status().code() == absl::StatusCode::kNotFound) {
     return absl::NotFoundError(
         absl::StrCat("step ", step, " has no committed checkpoint under ", root));

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/durable_file.h"
+#include "common/regular_file.h"
 #include "gtest/gtest.h"
 
 namespace tessera {
@@ -58,7 +59,7 @@ TEST(CheckpointLayout, CommitMarkerRoundTripsAndCorruptionIsDataLoss) {
   EXPECT_EQ(record->world_size, 3);
 
   const std::string path = StepDir(root, 7) + "/" + kCommitMarkerName;
-  std::string text = *ReadFileBounded(path, 4096);
+  std::string text = *ReadRegularFile(path, 4096, Symlinks::kRefuse);
   text[text.find("world_size 3") + 11] = '4';
   std::ofstream(path, std::ios::trunc) << text;
   EXPECT_EQ(ReadCommitMarker(root, 7).status().code(), absl::StatusCode::kDataLoss);

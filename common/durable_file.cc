@@ -137,40 +137,4 @@ absl::Status FsyncDirectory(const std::string& dir) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> ReadFileBounded(const std::string& path, int64_t max_bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) {
-    if (errno == ELOOP) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": is a symbolic link"));
-    }
-    return FileErrno(errno, "opening", path);
-  }
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st;
-  if (::fstat(fd, &st) != 0) return FileErrno(errno, "reading", path);
-  if (!S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": is not a regular file"));
-  }
-  if (st.st_size > max_bytes) {
-    return absl::OutOfRangeError(
-        absl::StrCat(path, ": ", st.st_size, " bytes, more than the ", max_bytes, " allowed"));
-  }
-  std::string data(static_cast<size_t>(st.st_size), '\0');
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::read(fd, data.data() + done, data.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return FileErrno(errno, "reading", path);
-    }
-    if (n == 0) break;  // shrank while reading: the caller's size check notices
-    done += static_cast<size_t>(n);
-  }
-  data.resize(done);
-  return data;
-}
-
 }  // namespace tessera

@@ -5,8 +5,9 @@
 // either no file (or the previous one) or the complete new one, never a
 // partial one. A writer destroyed before Commit() removes its temporary file.
 //
-// Reads refuse symbolic links (O_NOFOLLOW), so a name inside a checkpoint
-// directory cannot be redirected somewhere else on the filesystem.
+// Checkpoint files are read back with ReadRegularFile (regular_file.h) and
+// Symlinks::kRefuse, so a name inside a checkpoint directory cannot be
+// redirected somewhere else on the filesystem.
 #ifndef TESSERA_COMMON_DURABLE_FILE_H_
 #define TESSERA_COMMON_DURABLE_FILE_H_
 
@@ -65,11 +66,6 @@ absl::Status FsyncDirectory(const std::string& dir);
 // The names in `dir` other than "." and "..", sorted. NOT_FOUND when dir
 // does not exist.
 absl::StatusOr<std::vector<std::string>> ListDirectory(const std::string& dir);
-
-// Reads a whole regular file of at most max_bytes. NOT_FOUND when it does not
-// exist, INVALID_ARGUMENT when it is a symbolic link or not a regular file,
-// OUT_OF_RANGE when it is larger than max_bytes, INTERNAL for I/O errors.
-absl::StatusOr<std::string> ReadFileBounded(const std::string& path, int64_t max_bytes);
 
 // Maps an errno from a filesystem call on `what` to a Status: ENOSPC and
 // EDQUOT are RESOURCE_EXHAUSTED, ENOENT NOT_FOUND, EACCES, EPERM and EROFS

@@ -3,6 +3,7 @@
 // reads refuse missing files, symbolic links, directories and oversize files
 // with distinct codes.
 #include "common/durable_file.h"
+#include "common/regular_file.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -35,11 +36,12 @@ TEST(DurableFile, CommitPublishesTheBytesAndTheirDigest) {
   std::string big(3 << 20, 'q');  // larger than the writer's buffer
   ASSERT_TRUE((*writer)->Append("head").ok());
   ASSERT_TRUE((*writer)->Append(big).ok());
-  EXPECT_EQ(ReadFileBounded(dir + "/a.bin", 1 << 30).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(ReadRegularFile(dir + "/a.bin", 1 << 30, Symlinks::kRefuse).status().code(),
+            absl::StatusCode::kNotFound);
   ASSERT_TRUE((*writer)->Commit().ok());
   EXPECT_EQ((*writer)->size(), static_cast<int64_t>(4 + big.size()));
   EXPECT_EQ((*writer)->sha256(), Sha256Hex("head" + big));
-  auto back = ReadFileBounded(dir + "/a.bin", 1 << 30);
+  auto back = ReadRegularFile(dir + "/a.bin", 1 << 30, Symlinks::kRefuse);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(*back, "head" + big);
   EXPECT_EQ(Entries(dir), std::vector<std::string>{"a.bin"});
@@ -65,13 +67,16 @@ TEST(DurableFile, WriteIntoAMissingDirectoryFails) {
 TEST(DurableFile, BoundedReadsRefuseWhatTheyShouldNotRead) {
   const std::string dir = FreshDir("reads");
   ASSERT_TRUE(WriteFileDurably(dir, "small", "0123456789").ok());
-  EXPECT_EQ(ReadFileBounded(dir + "/small", 9).status().code(), absl::StatusCode::kOutOfRange);
-  EXPECT_EQ(*ReadFileBounded(dir + "/small", 10), "0123456789");
+  EXPECT_EQ(ReadRegularFile(dir + "/small", 9, Symlinks::kRefuse).status().code(),
+            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(*ReadRegularFile(dir + "/small", 10, Symlinks::kRefuse), "0123456789");
   ASSERT_EQ(symlink((dir + "/small").c_str(), (dir + "/link").c_str()), 0);
-  EXPECT_EQ(ReadFileBounded(dir + "/link", 100).status().code(),
+  EXPECT_EQ(ReadRegularFile(dir + "/link", 100, Symlinks::kRefuse).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ReadFileBounded(dir, 100).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ReadFileBounded(dir + "/none", 100).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(ReadRegularFile(dir, 100, Symlinks::kRefuse).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ReadRegularFile(dir + "/none", 100, Symlinks::kRefuse).status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 }  // namespace

@@ -3,8 +3,11 @@
 // token file is refused with INVALID_ARGUMENT naming model.vocab_size and
 // the file, by the coordinator before anything is queued; a vocabulary as
 // large passes; files that record no tokenizer (version 1), cannot be read
-// or are not token files are left to the workers, as before.
+// or are not token files (a FIFO among them, refused without waiting on it)
+// are left to the workers, as before.
 #include "server/token_file_check.h"
+
+#include <sys/stat.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -89,6 +92,10 @@ TEST(TokenFileCheck, FilesWithoutARecordedTokenizerAreLeftToTheWorkers) {
   EXPECT_TRUE(CheckTokenFilesFitVocab(Spec(2, TempPath("missing.tok"))).ok());
   std::ofstream(TempPath("junk.tok")) << "not a token file";
   EXPECT_TRUE(CheckTokenFilesFitVocab(Spec(2, TempPath("junk.tok"))).ok());
+  // A FIFO: reading its header once waited for a writer, hanging the submit.
+  const std::string fifo = TempPath("fifo.tok");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_TRUE(CheckTokenFilesFitVocab(Spec(2, fifo)).ok());
   const std::string plain = TempPath("plain.tok");
   ASSERT_TRUE(WriteTokenFile(plain, std::vector<uint32_t>{5000, 1}).ok());
   EXPECT_TRUE(CheckTokenFilesFitVocab(Spec(2, plain)).ok());

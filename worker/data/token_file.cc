@@ -8,12 +8,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/regular_file.h"
+#include "common/status_macros.h"
 
 namespace tessera {
 namespace {
@@ -167,22 +170,42 @@ absl::Status WriteTokenFile(const std::string& path, absl::Span<const uint32_t> 
   return absl::OkStatus();
 }
 
+namespace {
+
+// The path opened without blocking (a FIFO there would otherwise wait for
+// a writer forever): NOT_FOUND when it cannot be opened, INVALID_ARGUMENT
+// for anything but a regular file.
+absl::StatusOr<int> OpenTokenFile(const std::string& path) {
+  absl::StatusOr<int> fd = OpenRegularFile(path, Symlinks::kFollow);
+  if (fd.ok()) return fd;
+  if (fd.status().code() == absl::StatusCode::kInvalidArgument) {
+    return Malformed(path, "not a regular file");
+  }
+  return absl::NotFoundError(absl::StrCat("token file ", path, " cannot be opened"));
+}
+
+}  // namespace
+
 absl::StatusOr<TokenFileHeader> ReadTokenFileHeader(const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) return absl::NotFoundError(absl::StrCat("token file ", path, " cannot be opened"));
+  ASSIGN_OR_RETURN(const int fd, OpenTokenFile(path));
   uint8_t header[kTokenFileHeaderBytes];
-  const size_t got = std::fread(header, 1, sizeof(header), f);
-  std::fclose(f);
+  size_t got = 0;
+  while (got < sizeof(header)) {
+    const ssize_t n = read(fd, header + got, sizeof(header) - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  close(fd);
   return ParseHeader(header, got, path);
 }
 
 absl::StatusOr<std::unique_ptr<TokenFile>> TokenFile::Open(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY);
-  if (fd < 0) return absl::NotFoundError(absl::StrCat("token file ", path, " cannot be opened"));
+  ASSIGN_OR_RETURN(const int fd, OpenTokenFile(path));
   struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (fstat(fd, &st) != 0) {
     close(fd);
-    return Malformed(path, "not a regular file");
+    return Malformed(path, "cannot be read");
   }
   const size_t bytes = static_cast<size_t>(st.st_size);
   if (bytes < kTokenFileV1HeaderBytes) {

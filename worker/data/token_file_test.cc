@@ -184,6 +184,11 @@ TEST(TokenFile, MalformedFilesAreRejectedWithTheReason) {
   expect_reason(WriteRaw("hint.tok", low_hint), "vocab_hint");
   EXPECT_EQ(TokenFile::Open(TempPath("missing.tok")).status().code(),
             absl::StatusCode::kNotFound);
+  // A FIFO is refused without waiting for a writer; its header too.
+  const std::string fifo = TempPath("fifo.tok");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  expect_reason(fifo, "not a regular file");
+  EXPECT_EQ(ReadTokenFileHeader(fifo).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(WriteTokenFile(TempPath("max.tok"), std::vector<uint32_t>{UINT32_MAX}).code(),
             absl::StatusCode::kInvalidArgument);
 }

@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/regular_file.h"
 #include "common/checkpoint_layout.h"
 #include "common/sha256.h"
 
@@ -151,7 +152,8 @@ absl::StatusOr<std::string> RankCheckpointWriter::Finish() {
 absl::StatusOr<RankManifest> ReadRankManifest(const std::string& root, int64_t step, int rank) {
   if (absl::Status s = ValidateCheckpointRoot(root); !s.ok()) return s;
   const std::string path = ManifestPath(root, step, rank);
-  absl::StatusOr<std::string> text = ReadFileBounded(path, kMaxManifestBytes);
+  absl::StatusOr<std::string> text =
+      ReadRegularFile(path, kMaxManifestBytes, Symlinks::kRefuse);
   if (!text.ok()) {
     if (text.status().code() == absl::StatusCode::kInvalidArgument) return text.status();
     return absl::DataLossError(absl::StrCat(path, ": cannot read the rank manifest: ",
@@ -192,7 +194,7 @@ absl::StatusOr<std::string> ReadVerifiedFile(const std::string& root, const Rank
     return absl::DataLossError(absl::StrCat(path, ": not listed in rank ", m.rank, "'s manifest"));
   }
   if (absl::Status s = ValidateEntryName(name); !s.ok()) return s;
-  absl::StatusOr<std::string> data = ReadFileBounded(path, entry->size);
+  absl::StatusOr<std::string> data = ReadRegularFile(path, entry->size, Symlinks::kRefuse);
   if (!data.ok()) {
     if (data.status().code() == absl::StatusCode::kInvalidArgument) return data.status();
     const std::string why = data.status().code() == absl::StatusCode::kOutOfRange

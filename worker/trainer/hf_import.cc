@@ -5,14 +5,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "common/regular_file.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -32,18 +31,18 @@ bool Exists(const std::string& path) {
 
 // A JSON file of at most kMaxJsonBytes as an object.
 absl::StatusOr<nlohmann::json> ReadJsonObject(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    if (!Exists(path)) return absl::NotFoundError(absl::StrCat("model.init_from: ", path, ": no such file"));
-    return absl::PermissionDeniedError(absl::StrCat("model.init_from: ", path, ": cannot be read"));
+  absl::StatusOr<std::string> text = ReadRegularFile(path, kMaxJsonBytes, Symlinks::kFollow);
+  if (!text.ok()) {
+    // Not there or not readable: perhaps only on this machine. Anything
+    // else is the directory's fault.
+    const absl::StatusCode code = text.status().code();
+    return absl::Status(
+        code == absl::StatusCode::kNotFound || code == absl::StatusCode::kPermissionDenied
+            ? code
+            : absl::StatusCode::kInvalidArgument,
+        absl::StrCat("model.init_from: ", text.status().message()));
   }
-  std::string text(static_cast<size_t>(kMaxJsonBytes + 1), '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<size_t>(in.gcount()));
-  if (static_cast<int64_t>(text.size()) > kMaxJsonBytes) {
-    return Bad(absl::StrCat(path, ": larger than ", kMaxJsonBytes >> 20, " MiB"));
-  }
-  nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  nlohmann::json json = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded() || !json.is_object()) return Bad(absl::StrCat(path, ": not a JSON object"));
   return json;
 }

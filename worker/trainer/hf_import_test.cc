@@ -12,8 +12,9 @@
 //    the embedding, and a sharded checkpoint (index.json) reads each tensor
 //    from the file its index names;
 //  - directories that do not fit the model are refused with
-//    INVALID_ARGUMENT naming the file, field or tensor, and a directory that
-//    is not there is NOT_FOUND.
+//    INVALID_ARGUMENT naming the file, field or tensor (FIFOs in place of
+//    the files included, without waiting on them), and a directory that is
+//    not there is NOT_FOUND.
 #include "worker/trainer/hf_import.h"
 
 #include <sys/stat.h>
@@ -311,6 +312,15 @@ TEST(HfImport, DirectoriesThatDoNotFitTheModelAreRefusedNamingWhy) {
   EXPECT_TRUE(OpenWithSpec(rotary).ok()) << OpenWithSpec(rotary);
 
   EXPECT_EQ(OpenWithSpec(TestDir("empty")).code(), absl::StatusCode::kNotFound);
+  // FIFOs where the files should be are refused at once, never waited on
+  // (the coordinator opens these at submit).
+  const std::string fifo_config = TestDir("fifo-config");
+  ASSERT_EQ(mkfifo((fifo_config + "/config.json").c_str(), 0600), 0);
+  ExpectRefused(fifo_config, "config.json: is not a regular file");
+  const std::string fifo_weights = TestDir("fifo-weights");
+  WriteStringToFile(fifo_weights + "/config.json", ReadFileToString(ExportedDir() + "/config.json"));
+  ASSERT_EQ(mkfifo((fifo_weights + "/model.safetensors").c_str(), 0600), 0);
+  ExpectRefused(fifo_weights, "model.safetensors: is not a regular file");
   EXPECT_EQ(OpenWithSpec(std::string(std::getenv("TEST_TMPDIR")) + "/no/such/dir").code(),
             absl::StatusCode::kNotFound);
 }

@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/regular_file.h"
 #include "nlohmann/json.hpp"
 
 namespace tessera {
@@ -23,12 +24,6 @@ constexpr int64_t kReadChunkElements = int64_t{1} << 20;
 
 absl::Status Bad(const std::string& what, const std::string& reason) {
   return absl::InvalidArgumentError(absl::StrCat(what, ": ", reason));
-}
-
-absl::Status OpenError(const std::string& path) {
-  const std::string reason = absl::StrCat(path, ": ", std::strerror(errno));
-  if (errno == EACCES || errno == EPERM) return absl::PermissionDeniedError(reason);
-  return absl::NotFoundError(reason);
 }
 
 // Reads exactly `n` bytes at `offset`; false on a short read or error.
@@ -140,12 +135,11 @@ absl::StatusOr<std::unique_ptr<SafetensorsReader>> SafetensorsReader::Open(
     const std::string& path) {
   std::unique_ptr<SafetensorsReader> reader(new SafetensorsReader());
   reader->path_ = path;
-  reader->fd_ = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (reader->fd_ < 0) return OpenError(path);
+  absl::StatusOr<int> fd = OpenRegularFile(path, Symlinks::kFollow);  // never waits on a FIFO
+  if (!fd.ok()) return fd.status();
+  reader->fd_ = *fd;
   struct stat st;
-  if (fstat(reader->fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
-    return Bad(path, "not a regular file");
-  }
+  if (fstat(reader->fd_, &st) != 0) return Bad(path, "cannot be read");
   const int64_t file_bytes = st.st_size;
   unsigned char length_bytes[8];
   if (file_bytes < 8 || !ReadAt(reader->fd_, 0, length_bytes, 8)) {

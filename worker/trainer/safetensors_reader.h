@@ -14,7 +14,8 @@
 // 100 MiB (the format's own limit), one that is not a JSON object, an entry
 // without a known dtype or with a negative or overflowing shape, and data
 // offsets whose size disagrees with the shape or that reach past the end of
-// the file. A file that cannot be opened is NOT_FOUND or PERMISSION_DENIED.
+// the file, and anything but a regular file (never waiting on a FIFO). A
+// file that cannot be opened is NOT_FOUND or PERMISSION_DENIED.
 #ifndef TESSERA_WORKER_TRAINER_SAFETENSORS_READER_H_
 #define TESSERA_WORKER_TRAINER_SAFETENSORS_READER_H_
 

@@ -3,6 +3,7 @@
 // refused with INVALID_ARGUMENT naming the file and tensor.
 #include "worker/trainer/safetensors_reader.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -93,9 +94,15 @@ TEST(SafetensorsReader, AFileThatShrankAfterOpenIsDataLoss) {
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
 }
 
-TEST(SafetensorsReader, AMissingFileIsNotFound) {
+TEST(SafetensorsReader, AMissingFileIsNotFoundAndAFifoIsRefusedWithoutWaiting) {
   EXPECT_EQ(SafetensorsReader::Open(TempPath("absent.safetensors")).status().code(),
             absl::StatusCode::kNotFound);
+  // A plain open of a FIFO waits for a writer: it once could hang a submit.
+  const std::string fifo = TempPath("fifo.safetensors");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  absl::Status s = SafetensorsReader::Open(fifo).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("is not a regular file"), std::string::npos) << s;
 }
 
 struct Malformed {
