@@ -46,9 +46,12 @@ Fp8Operand Fp8Grad(const Fp8Meta& meta, const LinearSpec& spec, const LinearScra
 
 absl::Status LinearForward(Ops& ops, Fp8Meta& meta, const LinearSpec& spec,
                            const TensorDesc& weight, const TensorDesc& x, const TensorDesc& y,
-                           LinearScratch& scratch, LinearSaved& saved, Stream* stream) {
+                           LinearScratch& scratch, LinearSaved& saved, Stream* stream,
+                           const TensorDesc* residual) {
   if (!spec.fp8) {
-    return ops.Gemm(x, false, Reshaped(weight, Shape{spec.out, spec.in}), true, y, false, stream);
+    const TensorDesc w = Reshaped(weight, Shape{spec.out, spec.in});
+    if (residual != nullptr) return ops.GemmAdd(x, false, w, true, *residual, y, stream);
+    return ops.Gemm(x, false, w, true, y, false, stream);
   }
   const int slot = meta.input_slot(spec.index);
   if (meta.current_scaling()) {
@@ -57,14 +60,16 @@ absl::Status LinearForward(Ops& ops, Fp8Meta& meta, const LinearSpec& spec,
   }
   const Fp8Operand x8 = Fp8Input(meta, spec, scratch, saved);
   RETURN_IF_ERROR(ops.QuantizeTranspose(x, x8.codes, x8.codes_t, stream));
-  return LinearForwardFromFp8(ops, meta, spec, weight, x8, y, stream);
+  return LinearForwardFromFp8(ops, meta, spec, weight, x8, y, stream, residual);
 }
 
 absl::Status LinearForwardFromFp8(Ops& ops, Fp8Meta& meta, const LinearSpec& spec,
                                   const TensorDesc& weight, const Fp8Operand& x8,
-                                  const TensorDesc& y, Stream* stream) {
+                                  const TensorDesc& y, Stream* stream,
+                                  const TensorDesc* residual) {
   TensorDesc w8 = Reshaped(weight, Shape{spec.out, spec.in});
   w8.scale_inv = meta.weight_data_scale_inv(spec.index);
+  if (residual != nullptr) return ops.GemmAdd(x8.codes, false, w8, true, *residual, y, stream);
   return ops.Gemm(x8.codes, false, w8, true, y, false, stream);
 }
 

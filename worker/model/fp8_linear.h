@@ -3,7 +3,8 @@
 // compute weight.
 //
 // FP8 forward:  x (bf16 [T, in]) -> e4m3 x and its transpose xᵀ (saved for
-//               wgrad) with the input slot's scale; y = x8 · W8ᵀ -> bf16.
+//               wgrad) with the input slot's scale; y = x8 · W8ᵀ -> bf16, or
+//               -> fp32 with the residual stream added in the same GEMM.
 // FP8 backward: dy (bf16 [T, out]) -> e5m2 dy and dyᵀ with the gradient
 //               slot's scale; Wᵀ by a byte transpose of the gathered weight;
 //               dx = dy8 · (Wᵀ)8ᵀ -> bf16;  dW = dyᵀ8 · xᵀ8ᵀ -> fp32 (beta 0).
@@ -39,9 +40,13 @@ struct LinearSaved {
 
 absl::Status AllocateLinearSaved(Ops& ops, const LinearSpec& spec, LinearSaved& saved);
 
+// With `residual` (fp32 [T, out]), y is fp32 and y = x · Wᵀ + residual: the
+// GEMM adds the block's residual stream as it writes (Ops::GemmAdd), so the
+// residual connection costs no pass of its own.
 absl::Status LinearForward(Ops& ops, Fp8Meta& meta, const LinearSpec& spec,
                            const TensorDesc& weight, const TensorDesc& x, const TensorDesc& y,
-                           LinearScratch& scratch, LinearSaved& saved, Stream* stream);
+                           LinearScratch& scratch, LinearSaved& saved, Stream* stream,
+                           const TensorDesc* residual = nullptr);
 
 // dx may have data == nullptr to skip it. x is the bf16 input (used when
 // fp8 is off). grad_w is fp32 [out, in], overwritten.
@@ -62,10 +67,11 @@ struct Fp8Operand {
 Fp8Operand Fp8Input(const Fp8Meta& meta, const LinearSpec& spec, const LinearScratch& scratch,
                     const LinearSaved& saved);
 Fp8Operand Fp8Grad(const Fp8Meta& meta, const LinearSpec& spec, const LinearScratch& scratch);
-// y = x8 · W8ᵀ for x8 = Fp8Input(...) already written.
+// y = x8 · W8ᵀ (+ residual) for x8 = Fp8Input(...) already written.
 absl::Status LinearForwardFromFp8(Ops& ops, Fp8Meta& meta, const LinearSpec& spec,
                                   const TensorDesc& weight, const Fp8Operand& x8,
-                                  const TensorDesc& y, Stream* stream);
+                                  const TensorDesc& y, Stream* stream,
+                                  const TensorDesc* residual = nullptr);
 // dx and grad_w for dy8 = Fp8Grad(...) already written.
 absl::Status LinearBackwardFromFp8(Ops& ops, Fp8Meta& meta, const LinearSpec& spec,
                                    const TensorDesc& weight, const Fp8Operand& dy8,

@@ -138,6 +138,13 @@ class Ops {
   // (beta = 1) requires fp32 d. Accumulation is fp32.
   virtual absl::Status Gemm(const TensorDesc& a, bool trans_a, const TensorDesc& b, bool trans_b,
                             const TensorDesc& d, bool accumulate, Stream* stream) = 0;
+  // d [M, N] = op(a) · op(b) + c, with c and d fp32 [M, N]: the addend is
+  // read where the product is written (a residual connection with no pass
+  // of its own). c may be d itself (Gemm with accumulate) but must not
+  // otherwise overlap it. Operands as Gemm's.
+  virtual absl::Status GemmAdd(const TensorDesc& a, bool trans_a, const TensorDesc& b,
+                               bool trans_b, const TensorDesc& c, const TensorDesc& d,
+                               Stream* stream) = 0;
 
   // ---- Elementwise and normalisation --------------------------------------
   // out = a + b; each fp32 or bf16, same element count (out may alias a).

@@ -76,6 +76,10 @@ class CountingOps : public Ops {
                     const TensorDesc& d, bool accumulate, Stream* s) override {
     return engine_->Gemm(a, trans_a, b, trans_b, d, accumulate, s);
   }
+  absl::Status GemmAdd(const TensorDesc& a, bool trans_a, const TensorDesc& b, bool trans_b,
+                       const TensorDesc& c, const TensorDesc& d, Stream* s) override {
+    return engine_->GemmAdd(a, trans_a, b, trans_b, c, d, s);
+  }
 
   absl::Status Add(const TensorDesc& a, const TensorDesc& b, const TensorDesc& out,
                    Stream* s) override {

@@ -260,7 +260,6 @@ absl::Status FsdpTrainer::AllocateState() {
   ASSIGN_OR_RETURN(x_final_, Alloc(DType::kFloat32, Shape{t, h}));
   ASSIGN_OR_RETURN(rstd_final_, Alloc(DType::kFloat32, Shape{t}));
   ASSIGN_OR_RETURN(h_final_, Alloc(DType::kBFloat16, Shape{t, h}));
-  ASSIGN_OR_RETURN(proj_out_, Alloc(DType::kBFloat16, Shape{t, h}));
   ASSIGN_OR_RETURN(grad_h_, Alloc(DType::kBFloat16, Shape{t, h}));
   ASSIGN_OR_RETURN(grad_residual_, Alloc(DType::kFloat32, Shape{t, h}));
   ASSIGN_OR_RETURN(grad_bf16_a_, Alloc(DType::kBFloat16, Shape{t * max_out}));

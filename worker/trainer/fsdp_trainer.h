@@ -217,7 +217,6 @@ class FsdpTrainer : public Trainer {
   DeviceTensor inputs_, targets_;        // [T] int32
   DeviceTensor x_final_, rstd_final_;    // [T, H] fp32, [T]
   DeviceTensor h_final_;                 // [T, H] bf16
-  DeviceTensor proj_out_;                // [T, H] bf16 output of out_proj / down
   DeviceTensor grad_h_;                  // [T, H] bf16 gradient of a norm output
   DeviceTensor grad_residual_;           // [T, H] fp32 residual-stream gradient, updated in place
   DeviceTensor grad_bf16_a_;             // [T, max(qkv width, 2F)] bf16 scratch

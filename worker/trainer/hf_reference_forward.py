@@ -10,8 +10,9 @@ the float32 logits Tessera wrote:
 
   - emulating the CPU engine's storage precision: its compute weights are
     the master weights rounded to bf16, the activations it stores between
-    operations are rounded to bf16 (norm outputs, projections, RoPE,
-    attention, SwiGLU) and the residual stream to fp32. Must agree within
+    operations are rounded to bf16 (norm outputs, the q/k/v and gate/up
+    projections, RoPE, attention, SwiGLU) and the residual stream to fp32
+    (o_proj and down_proj add into it straight from their fp32 GEMM). Must agree within
     --tolerance (default 1e-4), the largest absolute difference;
   - plain float64 with the fp32 weights (what another framework loading the
     export computes): must agree within --plain_tolerance (default 5e-2),
@@ -111,12 +112,13 @@ def forward(config, w, ids, emulate):
         v = v.repeat_interleave(heads // kv, dim=0)
         scores = q @ k.transpose(1, 2) / (hd ** 0.5) + mask
         attn = store(torch.softmax(scores, dim=-1) @ v).transpose(0, 1).reshape(seq, hidden)
-        x = residual(x + store(attn @ weight(p + "self_attn.o_proj.weight").T))
+        # o_proj and down_proj add the residual in their own GEMM: no bf16 between.
+        x = residual(x + attn @ weight(p + "self_attn.o_proj.weight").T)
         h = store(rms_norm(x, weight(p + "post_attention_layernorm.weight"), eps))
         gate = store(h @ weight(p + "mlp.gate_proj.weight").T)
         up = store(h @ weight(p + "mlp.up_proj.weight").T)
         act = store(torch.nn.functional.silu(gate) * up)
-        x = residual(x + store(act @ weight(p + "mlp.down_proj.weight").T))
+        x = residual(x + act @ weight(p + "mlp.down_proj.weight").T)
     h = store(rms_norm(x, weight("model.norm.weight"), eps))
     return h @ weight("lm_head.weight").T
 

@@ -247,7 +247,8 @@ absl::Status FsdpTrainer::BlockForward(int l, const GatheredBlock& w, BlockActiv
   const float eps = spec_.model().norm_eps();
   const int64_t t = tokens_, f = ffn_;
   // Attention: x_mid = x_in + out_proj(attention(rope(qkv(norm(x_in))))),
-  // qkv's [T, qkv width] output viewed as [B, S, nh + 2*nkv, hd].
+  // qkv's [T, qkv width] output viewed as [B, S, nh + 2*nkv, hd]. The
+  // out_proj and down GEMMs add the residual stream as they write it.
   RETURN_IF_ERROR(ops.RmsNormForward(x_in, Full(w.attn_norm, b.attn_norm), eps, a.h1.desc,
                                      a.rstd1.desc, nullptr));
   RETURN_IF_ERROR(LinearForward(ops, *meta_, Spec(l, 0), Full(w.qkv, b.qkv), a.h1.desc,
@@ -258,8 +259,7 @@ absl::Status FsdpTrainer::BlockForward(int l, const GatheredBlock& w, BlockActiv
       a.qkv.desc, kv_heads_, Reshaped(a.attn.desc, Shape{batch_, seq_, heads_, head_dim_}),
       a.lse.desc, nullptr));
   RETURN_IF_ERROR(LinearForward(ops, *meta_, Spec(l, 1), Full(w.out_proj, b.out_proj), a.attn.desc,
-                                proj_out_.desc, scratch_, a.saved[1], nullptr));
-  RETURN_IF_ERROR(ops.Add(x_in, proj_out_.desc, a.x_mid.desc, nullptr));
+                                a.x_mid.desc, scratch_, a.saved[1], nullptr, &x_in));
   // MLP: x_out = x_mid + down(swiglu(gate_up(norm(x_mid)))).
   RETURN_IF_ERROR(ops.RmsNormForward(a.x_mid.desc, Full(w.mlp_norm, b.mlp_norm), eps, a.h2.desc,
                                      a.rstd2.desc, nullptr));
@@ -268,15 +268,13 @@ absl::Status FsdpTrainer::BlockForward(int l, const GatheredBlock& w, BlockActiv
   if (fuse_swiglu_fp8_) {  // SwiGLU straight into the down projection's FP8 input
     const Fp8Operand x8 = Fp8Input(*meta_, Spec(l, 3), scratch_, a.saved[3]);
     RETURN_IF_ERROR(ops.SwiGluForwardQuantize(a.gate_up.desc, x8.codes, x8.codes_t, nullptr));
-    RETURN_IF_ERROR(LinearForwardFromFp8(ops, *meta_, Spec(l, 3), Full(w.down, b.down), x8,
-                                         proj_out_.desc, nullptr));
-  } else {
-    RETURN_IF_ERROR(ops.SwiGluForward(a.gate_up.desc, a.swiglu.desc, nullptr));
-    RETURN_IF_ERROR(LinearForward(ops, *meta_, Spec(l, 3), Full(w.down, b.down),
-                                  Reshaped(a.swiglu.desc, Shape{t, f}), proj_out_.desc, scratch_,
-                                  a.saved[3], nullptr));
+    return LinearForwardFromFp8(ops, *meta_, Spec(l, 3), Full(w.down, b.down), x8, x_out,
+                                nullptr, &a.x_mid.desc);
   }
-  return ops.Add(a.x_mid.desc, proj_out_.desc, x_out, nullptr);
+  RETURN_IF_ERROR(ops.SwiGluForward(a.gate_up.desc, a.swiglu.desc, nullptr));
+  return LinearForward(ops, *meta_, Spec(l, 3), Full(w.down, b.down),
+                       Reshaped(a.swiglu.desc, Shape{t, f}), x_out, scratch_, a.saved[3], nullptr,
+                       &a.x_mid.desc);
 }
 
 // grad_residual holds d loss / d x_out on entry and d loss / d x_in on return:

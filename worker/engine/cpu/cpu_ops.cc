@@ -121,6 +121,10 @@ class CpuOps : public Ops {
                     const TensorDesc& d, bool accumulate, Stream*) override {
     return cpu::Gemm(a, trans_a, b, trans_b, d, accumulate);
   }
+  absl::Status GemmAdd(const TensorDesc& a, bool trans_a, const TensorDesc& b, bool trans_b,
+                       const TensorDesc& c, const TensorDesc& d, Stream*) override {
+    return cpu::GemmAdd(a, trans_a, b, trans_b, c, d);
+  }
   absl::Status Add(const TensorDesc& a, const TensorDesc& b, const TensorDesc& out,
                    Stream*) override {
     return cpu::Add(a, b, out);

@@ -4,6 +4,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -12,8 +13,12 @@
 namespace tessera {
 namespace cpu {
 
-absl::Status Gemm(const TensorDesc& a, bool trans_a, const TensorDesc& b, bool trans_b,
-                  const TensorDesc& d, bool accumulate) {
+namespace {
+
+// The operands and output of a GEMM against Ops::Gemm's rules; the data
+// pointers too when the output is not empty.
+absl::Status CheckGemm(const TensorDesc& a, bool trans_a, const TensorDesc& b, bool trans_b,
+                       const TensorDesc& d, bool accumulate) {
   const std::initializer_list<DType> operand = {DType::kBFloat16, DType::kE4M3, DType::kE5M2};
   if (absl::Status s = CheckDType("a", a, operand); !s.ok()) return s;
   if (absl::Status s = CheckDType("b", b, operand); !s.ok()) return s;
@@ -52,6 +57,19 @@ absl::Status Gemm(const TensorDesc& a, bool trans_a, const TensorDesc& b, bool t
        {std::pair<const char*, const TensorDesc*>{"a", &a}, {"b", &b}, {"d", &d}}) {
     if (absl::Status s = CheckData(name, *t); !s.ok()) return s;
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Gemm(const TensorDesc& a, bool trans_a, const TensorDesc& b, bool trans_b,
+                  const TensorDesc& d, bool accumulate) {
+  if (absl::Status s = CheckGemm(a, trans_a, b, trans_b, d, accumulate); !s.ok()) return s;
+  const bool fp8 = IsFp8(a.dtype);
+  const int64_t m = trans_a ? a.shape[1] : a.shape[0];
+  const int64_t k = trans_a ? a.shape[0] : a.shape[1];
+  const int64_t n = trans_b ? b.shape[0] : b.shape[1];
+  if (m == 0 || n == 0) return absl::OkStatus();
 
   thread_local std::vector<float> a32, b32, d32;
   LoadAll(a, a32);
@@ -77,6 +95,27 @@ absl::Status Gemm(const TensorDesc& a, bool trans_a, const TensorDesc& b, bool t
     for (int64_t i = 0; i < m * n; ++i) Store(d, i, out[i]);
   }
   return absl::OkStatus();
+}
+
+absl::Status GemmAdd(const TensorDesc& a, bool trans_a, const TensorDesc& b, bool trans_b,
+                     const TensorDesc& c, const TensorDesc& d) {
+  if (absl::Status s = CheckDType("c", c, {DType::kFloat32}); !s.ok()) return s;
+  if (absl::Status s = CheckDType("d", d, {DType::kFloat32}); !s.ok()) return s;
+  if (absl::Status s = CheckShape("c", c, d.shape); !s.ok()) return s;
+  if (absl::Status s = CheckData("c", c); !s.ok()) return s;
+  const char* c_bytes = static_cast<const char*>(c.data);
+  const char* d_bytes = static_cast<const char*>(d.data);
+  const int64_t bytes = d.Bytes();
+  if (c.data != d.data && c_bytes < d_bytes + bytes && d_bytes < c_bytes + bytes) {
+    return absl::InvalidArgumentError("c, d: the addend overlaps the output without being it");
+  }
+  // Shapes and operands are checked by Gemm before d is read; d takes c
+  // only once they hold.
+  if (absl::Status s = CheckGemm(a, trans_a, b, trans_b, d, /*accumulate=*/true); !s.ok()) {
+    return s;
+  }
+  if (c.data != d.data && bytes > 0) std::memcpy(d.data, c.data, static_cast<size_t>(bytes));
+  return Gemm(a, trans_a, b, trans_b, d, /*accumulate=*/true);
 }
 
 }  // namespace cpu

@@ -1,5 +1,5 @@
 // GEMM against an fp64 reference over every layout, bf16 and FP8 operands,
-// accumulation, and the FP8 layout rule.
+// accumulation, the FP8 layout rule, and GemmAdd (an out-of-place addend).
 #include "worker/engine/cpu/gemm.h"
 
 #include <cmath>
@@ -119,6 +119,52 @@ TEST(GemmFp8, AccumulatesIntoFp32AndRoundsBf16Output) {
     EXPECT_NEAR(Bf16ToFloat(d16[i]), product[i], std::fabs(product[i]) * (1.0 / 256 + 1e-5) + 1e-3)
         << i;
   }
+}
+
+TEST(GemmAdd, IsGemmAccumulatingOntoACopyOfTheAddend) {
+  // d = a·b + c with c elsewhere equals accumulating into d preloaded with c,
+  // bit for bit; c may be d itself; the addend is left as it was.
+  const int m = 7, n = 12, k = 40;
+  auto a = testing::RandomBf16(m * k, 31), b = testing::RandomBf16(n * k, 32);
+  TensorDesc A = MakeTensor(a.data(), DType::kBFloat16, Shape{m, k});
+  TensorDesc B = MakeTensor(b.data(), DType::kBFloat16, Shape{n, k});
+  const std::vector<float> c = RandomFloats(m * n, 33, 10.f);
+  std::vector<float> addend = c, d(m * n), in_place = c, want = c;
+  testing::Poison(d);
+  ASSERT_TRUE(GemmAdd(A, false, B, true, MakeTensor(addend.data(), DType::kFloat32, Shape{m, n}),
+                      MakeTensor(d.data(), DType::kFloat32, Shape{m, n}))
+                  .ok());
+  ASSERT_TRUE(
+      Gemm(A, false, B, true, MakeTensor(want.data(), DType::kFloat32, Shape{m, n}), true).ok());
+  EXPECT_EQ(std::memcmp(d.data(), want.data(), d.size() * sizeof(float)), 0);
+  EXPECT_EQ(addend, c);
+  TensorDesc self = MakeTensor(in_place.data(), DType::kFloat32, Shape{m, n});
+  ASSERT_TRUE(GemmAdd(A, false, B, true, self, self).ok());
+  EXPECT_EQ(std::memcmp(in_place.data(), want.data(), d.size() * sizeof(float)), 0);
+}
+
+TEST(GemmAdd, RefusesAnAddendItCannotUseAndLeavesTheOutputAlone) {
+  const int m = 4, n = 8, k = 16;
+  auto a = testing::RandomBf16(m * k, 34), b = testing::RandomBf16(n * k, 35);
+  TensorDesc A = MakeTensor(a.data(), DType::kBFloat16, Shape{m, k});
+  TensorDesc B = MakeTensor(b.data(), DType::kBFloat16, Shape{n, k});
+  std::vector<float> c(m * n, 1.f), d(2 * m * n, 5.f);
+  std::vector<uint16_t> c16(m * n);
+  const TensorDesc D = MakeTensor(d.data(), DType::kFloat32, Shape{m, n});
+  auto refused = [&](const TensorDesc& addend, const TensorDesc& out, const char* says) {
+    absl::Status s = GemmAdd(A, false, B, true, addend, out);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << says;
+    EXPECT_NE(s.message().find(says), std::string::npos) << s;
+  };
+  refused(MakeTensor(c16.data(), DType::kBFloat16, Shape{m, n}), D, "c");
+  refused(MakeTensor(c.data(), DType::kFloat32, Shape{m, n / 2}), D, "c");
+  refused(MakeTensor(d.data() + 1, DType::kFloat32, Shape{m, n}), D, "overlaps");
+  refused(MakeTensor(c.data(), DType::kFloat32, Shape{m, n}),
+          MakeTensor(c16.data(), DType::kBFloat16, Shape{m, n}), "d");
+  // A bad operand is found before the addend is copied into d.
+  refused(MakeTensor(c.data(), DType::kFloat32, Shape{m, n}),
+          MakeTensor(d.data(), DType::kFloat32, Shape{m + 1, n}), "d");
+  for (float v : d) EXPECT_EQ(v, 5.f);
 }
 
 TEST(Gemm, RepeatedCallsAreBitIdentical) {

@@ -201,33 +201,22 @@ class CudaOps : public Ops {
   // ---- GEMM ----
   absl::Status Gemm(const TensorDesc& a, bool trans_a, const TensorDesc& b, bool trans_b,
                     const TensorDesc& d, bool accumulate, Stream* stream) override {
-    RETURN_IF_ERROR(ctx_->MakeCurrent());
-    const std::initializer_list<DType> operand = {DType::kBFloat16, DType::kE4M3, DType::kE5M2};
-    RETURN_IF_ERROR(CheckDType("a", a, operand));
-    RETURN_IF_ERROR(CheckDType("b", b, operand));
-    RETURN_IF_ERROR(CheckDType("d", d, {DType::kFloat32, DType::kBFloat16}));
-    RETURN_IF_ERROR(CheckRank("a", a, 2));
-    RETURN_IF_ERROR(CheckRank("b", b, 2));
-    RETURN_IF_ERROR(CheckRank("d", d, 2));
-    const bool fp8 = IsFp8(a.dtype);
-    if (fp8 != IsFp8(b.dtype)) return absl::InvalidArgumentError("a, b: both bf16 or both FP8");
-    if (fp8 && a.dtype == DType::kE5M2 && b.dtype == DType::kE5M2) {
-      return absl::InvalidArgumentError("a, b: e5m2 x e5m2 is not supported");
+    return GemmWithAddend(a, trans_a, b, trans_b, d, accumulate, nullptr, stream);
+  }
+  absl::Status GemmAdd(const TensorDesc& a, bool trans_a, const TensorDesc& b, bool trans_b,
+                       const TensorDesc& c, const TensorDesc& d, Stream* stream) override {
+    RETURN_IF_ERROR(CheckDType("c", c, {DType::kFloat32}));
+    RETURN_IF_ERROR(CheckDType("d", d, {DType::kFloat32}));
+    RETURN_IF_ERROR(CheckShape("c", c, d.shape));
+    const char* c_bytes = static_cast<const char*>(c.data);
+    const char* d_bytes = static_cast<const char*>(d.data);
+    if (c.data != d.data && c_bytes < d_bytes + d.Bytes() && d_bytes < c_bytes + d.Bytes()) {
+      return absl::InvalidArgumentError("c, d: the addend overlaps the output without being it");
     }
-    if (fp8 && (trans_a || !trans_b)) {
-      return absl::InvalidArgumentError("FP8 operands must be K-contiguous: trans_a=false, trans_b=true");
+    if (c.data == nullptr && d.NumElements() > 0) {
+      return absl::InvalidArgumentError("c: no data");
     }
-    if (fp8 && (a.scale_inv == nullptr || b.scale_inv == nullptr)) {
-      return absl::InvalidArgumentError("FP8 operands need scale_inv");
-    }
-    if (accumulate && d.dtype != DType::kFloat32) {
-      return absl::InvalidArgumentError("d: accumulate (beta=1) needs an fp32 output");
-    }
-    const int64_t m = trans_a ? a.shape[1] : a.shape[0], k = trans_a ? a.shape[0] : a.shape[1];
-    const int64_t kb = trans_b ? b.shape[1] : b.shape[0], n = trans_b ? b.shape[0] : b.shape[1];
-    if (k != kb) return absl::InvalidArgumentError("a, b: inner dimensions differ");
-    RETURN_IF_ERROR(CheckShape("d", d, Shape{m, n}));
-    return gemm_.Run(a, trans_a, b, trans_b, d, accumulate, S(stream));
+    return GemmWithAddend(a, trans_a, b, trans_b, d, /*accumulate=*/true, c.data, stream);
   }
 
   // ---- Elementwise and normalisation ----
@@ -514,6 +503,39 @@ class CudaOps : public Ops {
   }
 
  private:
+  // Gemm, and GemmAdd with `addend` as cuBLASLt's C.
+  absl::Status GemmWithAddend(const TensorDesc& a, bool trans_a, const TensorDesc& b,
+                              bool trans_b, const TensorDesc& d, bool accumulate,
+                              const void* addend, Stream* stream) {
+    RETURN_IF_ERROR(ctx_->MakeCurrent());
+    const std::initializer_list<DType> operand = {DType::kBFloat16, DType::kE4M3, DType::kE5M2};
+    RETURN_IF_ERROR(CheckDType("a", a, operand));
+    RETURN_IF_ERROR(CheckDType("b", b, operand));
+    RETURN_IF_ERROR(CheckDType("d", d, {DType::kFloat32, DType::kBFloat16}));
+    RETURN_IF_ERROR(CheckRank("a", a, 2));
+    RETURN_IF_ERROR(CheckRank("b", b, 2));
+    RETURN_IF_ERROR(CheckRank("d", d, 2));
+    const bool fp8 = IsFp8(a.dtype);
+    if (fp8 != IsFp8(b.dtype)) return absl::InvalidArgumentError("a, b: both bf16 or both FP8");
+    if (fp8 && a.dtype == DType::kE5M2 && b.dtype == DType::kE5M2) {
+      return absl::InvalidArgumentError("a, b: e5m2 x e5m2 is not supported");
+    }
+    if (fp8 && (trans_a || !trans_b)) {
+      return absl::InvalidArgumentError("FP8 operands must be K-contiguous: trans_a=false, trans_b=true");
+    }
+    if (fp8 && (a.scale_inv == nullptr || b.scale_inv == nullptr)) {
+      return absl::InvalidArgumentError("FP8 operands need scale_inv");
+    }
+    if (accumulate && d.dtype != DType::kFloat32) {
+      return absl::InvalidArgumentError("d: accumulate (beta=1) needs an fp32 output");
+    }
+    const int64_t m = trans_a ? a.shape[1] : a.shape[0], k = trans_a ? a.shape[0] : a.shape[1];
+    const int64_t kb = trans_b ? b.shape[1] : b.shape[0], n = trans_b ? b.shape[0] : b.shape[1];
+    if (k != kb) return absl::InvalidArgumentError("a, b: inner dimensions differ");
+    RETURN_IF_ERROR(CheckShape("d", d, Shape{m, n}));
+    return gemm_.Run(a, trans_a, b, trans_b, d, accumulate, S(stream), addend);
+  }
+
   std::unique_ptr<cuda::DeviceContext> ctx_;
   cuda::GemmRunner gemm_;
   cuda::TimeMarks time_marks_;

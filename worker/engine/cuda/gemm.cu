@@ -207,12 +207,18 @@ absl::Status GemmRunner::ChooseFastest(Plan& plan, const TensorDesc& a, const Te
 }
 
 absl::Status GemmRunner::Run(const TensorDesc& a, bool trans_a, const TensorDesc& b, bool trans_b,
-                             const TensorDesc& d, bool accumulate, cudaStream_t stream) {
+                             const TensorDesc& d, bool accumulate, cudaStream_t stream,
+                             const void* addend) {
   const int64_t m = d.shape[0], n = d.shape[1];
   const int64_t k = trans_a ? a.shape[0] : a.shape[1];
   if (m == 0 || n == 0) return absl::OkStatus();
-  if (k == 0) {  // an empty sum: D = 0 (or unchanged when accumulating)
+  const void* c = accumulate && addend != nullptr ? addend : d.data;
+  if (k == 0) {  // an empty sum: D = 0, or C when accumulating
     if (!accumulate) CUDA_RETURN_IF_ERROR(cudaMemsetAsync(d.data, 0, d.Bytes(), stream));
+    if (accumulate && c != d.data) {
+      CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(d.data, c, d.Bytes(), cudaMemcpyDeviceToDevice, stream));
+    }
     return absl::OkStatus();
   }
   const bool fp8 = IsFp8(a.dtype);
@@ -245,7 +251,7 @@ absl::Status GemmRunner::Run(const TensorDesc& a, bool trans_a, const TensorDesc
   cublasStatus_t st = CUBLAS_STATUS_NOT_SUPPORTED;
   for (; plan.chosen < plan.algos.size(); ++plan.chosen) {
     st = cublasLtMatmul(ctx_->cublaslt(), plan.desc, &alpha, b.data, plan.lt_a, a.data, plan.lt_b,
-                        &beta, d.data, plan.lt_d, d.data, plan.lt_d, &plan.algos[plan.chosen],
+                        &beta, c, plan.lt_d, d.data, plan.lt_d, &plan.algos[plan.chosen],
                         ctx_->workspace(), ctx_->workspace_bytes(), stream);
     if (st != CUBLAS_STATUS_NOT_SUPPORTED) break;
   }

@@ -62,8 +62,11 @@ class GemmRunner {
   // Shapes and dtypes must already be validated (CudaOps::Gemm does); Run
   // itself only rejects what cuBLASLt cannot do (FP8 with K % 16 != 0, or
   // no algorithm for the key).
+  // With accumulate, `addend` (fp32, d's shape; null: d itself) is the C
+  // that cuBLASLt adds: D = A·B + C out of place (Ops::GemmAdd).
   absl::Status Run(const TensorDesc& a, bool trans_a, const TensorDesc& b, bool trans_b,
-                   const TensorDesc& d, bool accumulate, cudaStream_t stream);
+                   const TensorDesc& d, bool accumulate, cudaStream_t stream,
+                   const void* addend = nullptr);
 
   int plans_built() const { return plans_built_; }  // heuristic queries made
   int64_t plan_hits() const { return plan_hits_; }  // runs served from the cache

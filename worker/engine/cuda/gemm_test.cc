@@ -6,7 +6,8 @@
 //     cores keep fewer accumulator bits between promotions; ~1e-4 is typical);
 //     e4m3 x e4m3 runs with fast accumulation (no promotions): 4e-3.
 //   bf16 out: 1e-2 (one bf16 rounding).
-// Also: the plan cache (one heuristic query per key, none in steady state),
+// GemmAdd (an fp32 addend other than the output) with the fp32-out
+// tolerances. Also: the plan cache (one heuristic query per key, none in steady state),
 // timing an accumulating plan without changing its output,
 // and the INVALID_ARGUMENT cases the API documents.
 #include <cuda_runtime.h>
@@ -33,16 +34,20 @@ TEST_P(Bf16GemmTest, MatchesCpu) {
                                RandomTensor(DType::kBFloat16, tb ? Shape{n, k} : Shape{k, n}, 6),
                                RandomTensor(DType::kFloat32, Shape{m, n}, 7),  // accumulated into
                                Poisoned(DType::kBFloat16, Shape{m, n}),
+                               Poisoned(DType::kFloat32, Shape{m, n}),
+                               RandomTensor(DType::kFloat32, Shape{m, n}, 8),  // addend
                                Poisoned(DType::kFloat32, Shape{m, n})};
   auto [c, g] = Both(t, [ta = ta, tb = tb](Ops& ops, std::vector<TensorDesc>& d) {
     absl::Status s = ops.Gemm(d[0], ta, d[1], tb, d[2], /*accumulate=*/true, nullptr);
     if (s.ok()) s = ops.Gemm(d[0], ta, d[1], tb, d[3], false, nullptr);
     if (s.ok()) s = ops.Gemm(d[0], ta, d[1], tb, d[4], false, nullptr);
+    if (s.ok()) s = ops.GemmAdd(d[0], ta, d[1], tb, d[5], d[6], nullptr);
     return s;
   });
   EXPECT_LT(Error(g[2], c[2]), 1e-5) << "fp32 accumulate";
   EXPECT_LT(Error(g[3], c[3]), 1e-2) << "bf16 out";
   EXPECT_LT(Error(g[4], c[4]), 1e-5) << "fp32 out";
+  EXPECT_LT(Error(g[6], c[6]), 1e-5) << "fp32 addend";
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, Bf16GemmTest,
@@ -64,7 +69,9 @@ TEST_P(Fp8GemmTest, MatchesCpuOnTheSameFp8Bytes) {
                                Scalar(2.0f), Scalar(0.f), Scalar(4.0f), Scalar(0.f),
                                Poisoned(DType::kFloat32, Shape{m, n}),
                                Poisoned(DType::kBFloat16, Shape{m, n}),
-                               RandomTensor(DType::kFloat32, Shape{m, n}, 10)};
+                               RandomTensor(DType::kFloat32, Shape{m, n}, 10),
+                               RandomTensor(DType::kFloat32, Shape{m, n}, 11),  // addend
+                               Poisoned(DType::kFloat32, Shape{m, n})};
   auto [c, g] = Both(t, [](Ops& ops, std::vector<TensorDesc>& d) {
     TensorDesc a8 = d[2], b8 = d[3];
     a8.scale = d[4].As<float>();
@@ -76,6 +83,7 @@ TEST_P(Fp8GemmTest, MatchesCpuOnTheSameFp8Bytes) {
     if (s.ok()) s = ops.Gemm(a8, false, b8, true, d[8], false, nullptr);
     if (s.ok()) s = ops.Gemm(a8, false, b8, true, d[9], false, nullptr);
     if (s.ok()) s = ops.Gemm(a8, false, b8, true, d[10], true, nullptr);
+    if (s.ok()) s = ops.GemmAdd(a8, false, b8, true, d[11], d[12], nullptr);
     return s;
   });
   ASSERT_EQ(g[2].bytes, c[2].bytes) << "operands differ: compare GEMMs on equal bytes only";
@@ -84,6 +92,8 @@ TEST_P(Fp8GemmTest, MatchesCpuOnTheSameFp8Bytes) {
   EXPECT_LT(Error(g[8], c[8]), tolerance) << DTypeName(da) << " x " << DTypeName(db);
   EXPECT_LT(Error(g[9], c[9]), 1e-2) << "bf16 out";
   EXPECT_LT(Error(g[10], c[10]), tolerance) << "fp32 accumulate";
+  EXPECT_LT(Error(g[12], c[12]), tolerance) << "fp32 addend";
+  EXPECT_EQ(g[11].bytes, t[11].bytes) << "the addend is only read";
 }
 
 INSTANTIATE_TEST_SUITE_P(
