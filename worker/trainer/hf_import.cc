@@ -47,6 +47,14 @@ absl::StatusOr<nlohmann::json> ReadJsonObject(const std::string& path) {
   return json;
 }
 
+// A value from the file as it reads in JSON, cut short: error messages
+// quote it.
+std::string Shown(const nlohmann::json& value) {
+  std::string text = value.dump();
+  if (text.size() > 80) text = text.substr(0, 77) + "...";
+  return text;
+}
+
 std::string ShapeText(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
@@ -58,7 +66,7 @@ absl::Status CheckConfig(const nlohmann::json& config, const std::string& path,
     auto it = config.find(key);
     if (it == config.end() || it->is_null()) return absl::OkStatus();
     if (!it->is_string() || it->get<std::string>() != want) {
-      return Bad(absl::StrCat(path, ": ", key, " is ", it->dump(), "; Tessera trains \"", want,
+      return Bad(absl::StrCat(path, ": ", key, " is ", Shown(*it), "; Tessera trains \"", want,
                               "\" models"));
     }
     return absl::OkStatus();
@@ -68,12 +76,12 @@ absl::Status CheckConfig(const nlohmann::json& config, const std::string& path,
   for (const char* key : {"attention_bias", "mlp_bias"}) {
     auto it = config.find(key);
     if (it != config.end() && !(it->is_boolean() && !it->get<bool>())) {
-      return Bad(absl::StrCat(path, ": ", key, " is ", it->dump(),
+      return Bad(absl::StrCat(path, ": ", key, " is ", Shown(*it),
                               "; Tessera's Llama has no biases"));
     }
   }
   if (auto it = config.find("rope_scaling"); it != config.end() && !it->is_null()) {
-    return Bad(absl::StrCat(path, ": rope_scaling ", it->dump(),
+    return Bad(absl::StrCat(path, ": rope_scaling ", Shown(*it),
                             " is not supported (Tessera's RoPE is unscaled)"));
   }
   // Newer transformers keep RoPE's settings in rope_parameters; only the
@@ -83,14 +91,14 @@ absl::Status CheckConfig(const nlohmann::json& config, const std::string& path,
     if (!rp->is_object()) return Bad(absl::StrCat(path, ": rope_parameters is not an object"));
     if (auto type = rp->find("rope_type");
         type != rp->end() && !(type->is_string() && type->get<std::string>() == "default")) {
-      return Bad(absl::StrCat(path, ": rope_parameters.rope_type ", type->dump(),
+      return Bad(absl::StrCat(path, ": rope_parameters.rope_type ", Shown(*type),
                               " is not supported (Tessera's RoPE is unscaled)"));
     }
     if (auto theta = rp->find("rope_theta"); theta != rp->end()) {
       auto top = config.find("rope_theta");
       if (top != config.end() && !top->is_null() && *top != *theta) {
-        return Bad(absl::StrCat(path, ": rope_theta ", top->dump(), " and rope_parameters.rope_theta ",
-                                theta->dump(), " disagree"));
+        return Bad(absl::StrCat(path, ": rope_theta ", Shown(*top), " and rope_parameters.rope_theta ",
+                                Shown(*theta), " disagree"));
       }
       fields["rope_theta"] = *theta;
     }
@@ -102,7 +110,7 @@ absl::Status CheckConfig(const nlohmann::json& config, const std::string& path,
       if (!f.hf_default.has_value()) return Bad(absl::StrCat(path, ": ", f.key, " is missing"));
       value = *f.hf_default;
     } else if (!it->is_number()) {
-      return Bad(absl::StrCat(path, ": ", f.key, " is ", it->dump(), ", not a number"));
+      return Bad(absl::StrCat(path, ": ", f.key, " is ", Shown(*it), ", not a number"));
     } else {
       value = it->get<double>();
     }

@@ -19,6 +19,8 @@ namespace tessera {
 namespace {
 
 constexpr int64_t kMaxHeaderBytes = int64_t{100} << 20;
+// Dimensions a tensor may have (model weights have one or two).
+constexpr size_t kMaxRank = 8;
 // Elements converted per positioned read.
 constexpr int64_t kReadChunkElements = int64_t{1} << 20;
 
@@ -80,7 +82,9 @@ absl::StatusOr<std::map<std::string, SafetensorsTensor>> SafetensorsReader::Pars
   for (auto it = header.begin(); it != header.end(); ++it) {
     const std::string& name = it.key();
     if (name == "__metadata__") continue;
-    const std::string where = absl::StrCat(what, ": tensor ", name);
+    // Names come from the file: quoted at most 120 bytes long.
+    const std::string where = absl::StrCat(
+        what, ": tensor ", name.size() <= 120 ? name : name.substr(0, 117) + "...");
     const nlohmann::json& entry = it.value();
     if (!entry.is_object()) return Bad(where, "its entry is not an object");
     auto dtype = entry.find("dtype");
@@ -91,8 +95,13 @@ absl::StatusOr<std::map<std::string, SafetensorsTensor>> SafetensorsReader::Pars
         offsets->size() != 2) {
       return Bad(where, "needs a dtype string, a shape array and two data_offsets");
     }
+    if (shape->size() > kMaxRank) {
+      return Bad(where, absl::StrCat("its shape has ", shape->size(), " dimensions, more than ",
+                                     kMaxRank));
+    }
     SafetensorsTensor t;
-    const std::string dtype_name = dtype->get<std::string>();
+    std::string dtype_name = dtype->get<std::string>();
+    if (dtype_name.size() > 16) dtype_name = dtype_name.substr(0, 16) + "...";
     if (dtype_name == "F32") {
       t.dtype = SafetensorsDType::kFloat32;
     } else if (dtype_name == "BF16") {

@@ -12,7 +12,8 @@
 // Everything in the header is input from outside: Open refuses, with
 // INVALID_ARGUMENT naming the file and the tensor, a header longer than
 // 100 MiB (the format's own limit), one that is not a JSON object, an entry
-// without a known dtype or with a negative or overflowing shape, and data
+// without a known dtype or with a negative, overflowing or more than
+// 8-dimensional shape, and data
 // offsets whose size disagrees with the shape or that reach past the end of
 // the file, and anything but a regular file (never waiting on a FIFO). A
 // file that cannot be opened is NOT_FOUND or PERMISSION_DENIED.

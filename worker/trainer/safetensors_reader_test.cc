@@ -129,6 +129,11 @@ TEST(SafetensorsReader, MalformedHeadersAreRefusedNamingTheProblem) {
       {"overflowing-shape",
        File(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,4]}})", data),
        "more elements than any file could"},
+      {"rank-9",
+       File(R"({"a":{"dtype":"F32","shape":[1,1,1,1,1,1,1,1,1],"data_offsets":[0,4]}})", data),
+       "9 dimensions, more than 8"},
+      {"long-name", File("{\"" + std::string(5000, 'n') + R"(":{"dtype":"I8","shape":[1],"data_offsets":[0,1]}})", data),
+       "nnn...: dtype I8"},
       {"size-mismatch", File(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", data),
        "hold 4 bytes, its shape needs 8"},
       {"past-end", File(R"({"a":{"dtype":"F32","shape":[8],"data_offsets":[0,32]}})", data),
@@ -144,6 +149,7 @@ TEST(SafetensorsReader, MalformedHeadersAreRefusedNamingTheProblem) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.name << ": " << s;
     EXPECT_NE(std::string(s.message()).find(c.says), std::string::npos) << c.name << ": " << s;
     EXPECT_NE(std::string(s.message()).find(path), std::string::npos) << c.name << ": " << s;
+    EXPECT_LT(s.message().size(), path.size() + 300) << c.name << ": quotes the file at length";
   }
 }
 
