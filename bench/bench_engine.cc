@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 
@@ -90,7 +91,13 @@ BenchStream::~BenchStream() {
 absl::Status CreateBenchEngine(const std::string& engine, int device, BenchEngine& e) {
   e.name = engine;
   if (e.cuda()) {
-    ASSIGN_OR_RETURN(e.ops, CreateCudaOps(device));
+    // TESSERA_BENCH_CUBLASLT_WORKSPACE_MIB: another cuBLASLt workspace size
+    // for this run (GEMM plans choose among the algorithms it admits).
+    if (const char* mib = std::getenv("TESSERA_BENCH_CUBLASLT_WORKSPACE_MIB"); mib != nullptr) {
+      ASSIGN_OR_RETURN(e.ops, CreateCudaOps(device, size_t(std::atol(mib)) << 20));
+    } else {
+      ASSIGN_OR_RETURN(e.ops, CreateCudaOps(device));
+    }
     BENCH_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
     cudaDeviceProp prop;
     BENCH_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device));

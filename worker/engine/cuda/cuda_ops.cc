@@ -545,8 +545,13 @@ class CudaOps : public Ops {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Ops>> CreateCudaOps(int device_index) {
+  return CreateCudaOps(device_index, cuda::DeviceContext::kDefaultWorkspaceBytes);
+}
+
+absl::StatusOr<std::unique_ptr<Ops>> CreateCudaOps(int device_index,
+                                                   size_t cublaslt_workspace_bytes) {
   ASSIGN_OR_RETURN(std::unique_ptr<cuda::DeviceContext> ctx,
-                   cuda::DeviceContext::Create(device_index));
+                   cuda::DeviceContext::Create(device_index, cublaslt_workspace_bytes));
   auto ops = std::make_unique<CudaOps>(std::move(ctx));
   RETURN_IF_ERROR(ops->Init());
   return std::unique_ptr<Ops>(std::move(ops));

@@ -25,6 +25,10 @@ namespace tessera {
 
 // The engine for GPU `device_index`; NOT_FOUND if there is no such GPU.
 absl::StatusOr<std::unique_ptr<Ops>> CreateCudaOps(int device_index);
+// The same with a cuBLASLt workspace of `cublaslt_workspace_bytes` instead
+// of the default (benchmarks compare sizes).
+absl::StatusOr<std::unique_ptr<Ops>> CreateCudaOps(int device_index,
+                                                   size_t cublaslt_workspace_bytes);
 
 }  // namespace tessera
 
