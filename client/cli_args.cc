@@ -57,12 +57,17 @@ const std::vector<CommandSpec>& Commands() {
        "forget a job that has ended (SUCCEEDED, FAILED or CANCELLED): its record and events", 1,
        1, {}},
       {"workers", "workers", "list registered worker daemons", 0, 0, {}},
-      {"export", "export CHECKPOINT --job FILE --out DIR [--dtype bf16|fp32] [--format safetensors]",
+      {"export",
+       "export CHECKPOINT --job FILE --out DIR [--dtype bf16|fp32] [--tokenizer tok.model] "
+       "[--format safetensors]",
        "write a committed checkpoint (a root: its newest step; or ROOT/step-N) as a Hugging Face\n"
        "      Llama directory (model.safetensors, config.json); needs no coordinator", 1, 1,
        {{"job", true, "the job file the checkpoint was trained with (its model and hash)"},
         {"out", true, "the directory to write"},
         {"dtype", true, "bf16 (default) or fp32"},
+        {"tokenizer", true,
+         "also copy this SentencePiece model (the one that made the job's token file) to "
+         "DIR/tokenizer.model"},
         {"format", true, "safetensors (the only one)"}}},
       {"logs", "logs ID [--rank N] [--follow]",
        "print the job's log lines from its workers (every rank, in time order)", 1, 1,

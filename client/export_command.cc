@@ -48,6 +48,14 @@ int RunExportCommand(const ParsedArgs& args, std::ostream& out, std::ostream& er
       "config.json\n",
       report->step, report->tensors, report->parameters, dtype_name,
       report->file_bytes / 1048576.0, out_dir);
+  if (const std::string tokenizer = args.Get("tokenizer"); !tokenizer.empty()) {
+    if (absl::Status s = ExportTokenizer(WithDefaults(*spec), tokenizer, out_dir); !s.ok()) {
+      err << "tessera export: " << absl::StatusCodeToString(s.code()) << ": " << s.message()
+          << "\n";
+      return kExitFailed;
+    }
+    out << "copied " << tokenizer << " to " << out_dir << "/tokenizer.model\n";
+  }
   return kExitOk;
 }
 

@@ -5,7 +5,8 @@
 # job whose model.vocab_size is below the tokenizer's, and a 2-worker CPU
 # job with data.validation reports the validation loss on exactly the
 # steps after which it evaluates, in `watch --json`, `status` and the
-# `watch` summary.
+# `watch` summary; `tessera export --tokenizer` copies that tokenizer beside
+# the weights and refuses another one.
 set -euo pipefail
 root="${TEST_SRCDIR}/${TEST_WORKSPACE:-tessera}"
 source "$root/tests/shell_stack.sh" tokval
@@ -38,6 +39,7 @@ world_size: 2
 device_kind: CPU
 steps: 7
 seed: 5
+checkpoint: {dir: $dir/ckpt, interval_steps: 7}
 JOB
 }
 
@@ -75,4 +77,16 @@ grep -q "validation loss .* after step 7" <<<"$status" || fail "status: $status"
 summary=$("$tessera" watch "$job" --coordinator="$addr") || fail "watch: $summary"
 grep -q "val [0-9]" <<<"$summary" || fail "watch progress line: $summary"
 grep -q "validation   [0-9]" <<<"$summary" || fail "watch summary: $summary"
+
+# The export carries the tokenizer that made the job's tokens, and only that one.
+"$tessera" export "$dir/ckpt" --job "$dir/job.yaml" --out "$dir/hf" --tokenizer "$dir/tok.model" \
+  >"$dir/export.log" 2>&1 || fail "export: $(cat "$dir/export.log")"
+cmp -s "$dir/tok.model" "$dir/hf/tokenizer.model" || fail "tokenizer.model differs from tok.model"
+"$tessera" data tokenizer train --vocab_size 350 --out "$dir/other.model" "$corpus" \
+  >"$dir/other.log" 2>&1 || fail "second tokenizer: $(cat "$dir/other.log")"
+if out=$("$tessera" export "$dir/ckpt" --job "$dir/job.yaml" --out "$dir/hf2" \
+    --tokenizer "$dir/other.model" 2>&1); then
+  fail "another tokenizer was copied: $out"
+fi
+grep -q "did not make the job's token file" <<<"$out" || fail "refusal: $out"
 echo PASS

@@ -22,8 +22,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/checkpoint_layout.h"
+#include "common/regular_file.h"
+#include "common/sha256.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "worker/data/token_file.h"
 #include "worker/trainer/checkpoint_state.h"
 #include "worker/trainer/hf_llama_layout.h"
 #include "worker/trainer/spec_hash.h"
@@ -196,6 +199,33 @@ absl::StatusOr<HfExportReport> ExportHuggingFace(const v1::JobSpec& spec,
     out.write(config_text.data(), static_cast<std::streamsize>(config_text.size()));
   }));
   return report;
+}
+
+absl::Status ExportTokenizer(const v1::JobSpec& spec, const std::string& tokenizer,
+                             const std::string& out_dir) {
+  constexpr int64_t kMaxTokenizerBytes = int64_t{256} << 20;
+  absl::StatusOr<std::string> model = ReadRegularFile(tokenizer, kMaxTokenizerBytes, Symlinks::kFollow);
+  if (!model.ok()) {
+    return absl::Status(model.status().code(),
+                        absl::StrCat("--tokenizer: ", model.status().message()));
+  }
+  const std::string sha = Sha256Hex(*model);
+  if (spec.data().has_synthetic()) {
+    return absl::FailedPreconditionError(
+        "--tokenizer: the job trains on synthetic byte-level data, which no tokenizer made");
+  }
+  if (absl::StatusOr<TokenFileHeader> header = ReadTokenFileHeader(spec.data().token_file());
+      header.ok() && header->tokenizer.recorded()) {
+    const TokenizerInfo& made_by = header->tokenizer;
+    if (made_by.kind != TokenizerKind::kSentencePiece || made_by.model_sha256 != sha) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--tokenizer: ", tokenizer, " (sha256 ", sha.substr(0, 12), "...) did not make the job's token file ",
+          spec.data().token_file(), ", which records ", made_by.ToString()));
+    }
+  }
+  return WriteFile(out_dir + "/tokenizer.model", [&](std::ofstream& out) {
+    out.write(model->data(), static_cast<std::streamsize>(model->size()));
+  });
 }
 
 }  // namespace tessera

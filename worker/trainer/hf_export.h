@@ -38,6 +38,15 @@ absl::StatusOr<HfExportReport> ExportHuggingFace(const v1::JobSpec& spec,
                                                  const std::string& checkpoint,
                                                  HfExportDType dtype, const std::string& out_dir);
 
+// Copies the SentencePiece model `tokenizer` to `out_dir`/tokenizer.model,
+// so the exported directory carries what encodes its input. It must be the
+// tokenizer that made the job's training token file: FAILED_PRECONDITION
+// when that file records another model (by SHA-256) or byte-level tokens
+// (as synthetic data is), naming both. A token file that cannot be read or
+// records no tokenizer is not checked.
+absl::Status ExportTokenizer(const v1::JobSpec& spec, const std::string& tokenizer,
+                             const std::string& out_dir);
+
 }  // namespace tessera
 
 #endif  // TESSERA_WORKER_TRAINER_HF_EXPORT_H_

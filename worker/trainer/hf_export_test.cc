@@ -25,6 +25,8 @@
 #include "worker/comm/file_rendezvous_store_for_test.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/engine/cpu/cpu_ops.h"
+#include "common/sha256.h"
+#include "worker/data/token_file.h"
 #include "worker/trainer/checkpoint_state.h"
 #include "worker/trainer/fsdp_trainer.h"
 #include "worker/trainer/test_files.h"
@@ -145,6 +147,38 @@ TEST(HfExport, AnotherModelsSpecOrNoCommittedStepIsRefused) {
   EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound) << none.status();
   struct stat st;
   EXPECT_NE(stat((out + "/model.safetensors").c_str(), &st), 0);
+}
+
+TEST(HfExport, TheTokenizerThatMadeTheTokenFileIsCopiedAnyOtherRefused) {
+  // The model file's bytes are not parsed here: any bytes stand in for one.
+  const std::string dir = TestDir("tokenizer");
+  const std::string model = dir + "/tok.model", other = dir + "/other.model";
+  WriteStringToFile(model, "a sentencepiece model, byte for byte");
+  WriteStringToFile(other, "another model");
+  TokenizerInfo made_by;
+  made_by.kind = TokenizerKind::kSentencePiece;
+  made_by.vocab_size = 300;
+  made_by.model_sha256 = Sha256Hex(ReadFileToString(model));
+  const std::string tokens = dir + "/train.tok";
+  ASSERT_TRUE(WriteTokenFile(tokens, std::vector<uint32_t>{1, 2, 299}, made_by).ok());
+  v1::JobSpec spec = TinyCpuGqaTestJobSpec(2, 2);
+  spec.mutable_data()->set_token_file(tokens);
+  const std::string out = TestDir("tokenizer-out");
+
+  ASSERT_TRUE(ExportTokenizer(spec, model, out).ok());
+  EXPECT_EQ(ReadFileToString(out + "/tokenizer.model"), ReadFileToString(model));
+
+  absl::Status wrong = ExportTokenizer(spec, other, TestDir("wrong-out"));
+  EXPECT_EQ(wrong.code(), absl::StatusCode::kFailedPrecondition) << wrong;
+  EXPECT_NE(wrong.message().find("did not make the job's token file " + tokens), std::string::npos)
+      << wrong;
+  const std::string bytes = dir + "/bytes.tok";
+  ASSERT_TRUE(WriteTokenFile(bytes, std::vector<uint32_t>{1, 2}, TokenizerInfo::Byte()).ok());
+  spec.mutable_data()->set_token_file(bytes);
+  EXPECT_NE(ExportTokenizer(spec, model, out).message().find("byte-level"), std::string::npos);
+  EXPECT_EQ(ExportTokenizer(TinyCpuGqaTestJobSpec(2, 2), model, out).code(),
+            absl::StatusCode::kFailedPrecondition);  // synthetic data
+  EXPECT_EQ(ExportTokenizer(spec, dir + "/absent.model", out).code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace
