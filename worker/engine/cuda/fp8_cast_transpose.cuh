@@ -14,7 +14,9 @@
 // turns a 4 x 4 byte block of the tile around in registers and writes 4
 // bytes to each of 4 rows of out_t [cols, rows], 16 lanes per 64-byte row,
 // so both sides are coalesced.
-// Block (0, 0) also publishes 1 / scale to out's and out_t's scale_inv.
+// Block (0, 0) also publishes 1 / scale to out's and out_t's scale_inv. A
+// pair variant owns one tile in each column half of the result, for
+// producers that compute both halves from the same loads.
 //
 // A producer is a copyable struct with
 //   __device__ void operator()(int64_t row, int64_t col, float (&v)[8]) const
@@ -62,38 +64,28 @@ __device__ __forceinline__ void WriteTransposedTile(const uint8_t* tile, uint8_t
   }
 }
 
-template <typename Producer, bool kE5M2>
-__global__ void __launch_bounds__(kCastTransposeThreads)
-    CastTransposeTiledKernel(Producer produce, uint8_t* out, uint8_t* out_t, int64_t rows,
-                             int64_t cols, const float* scale, float* scale_inv,
-                             float* out_t_scale_inv, float* amax) {
-  constexpr int kTile = kCastTransposeTile, kStride = kCastTransposeTileStride;
-  __shared__ __align__(16) uint8_t tile[kTile * kStride];
-  __shared__ float warp_max[kCastTransposeThreads / 32];
-  const float s = *scale;
-  const int64_t row0 = int64_t(blockIdx.y) * kTile, col0 = int64_t(blockIdx.x) * kTile;
-  float local = 0.f;
+// Phase 1 for one 8-value segment: |v| into `local` (the thread's amax),
+// v * s encoded, the 8 codes written to `out_codes` (if not null) with one
+// 8-byte store and kept in the tile at `tile_slot`.
+template <bool kE5M2>
+__device__ __forceinline__ void EncodeSegment(const float (&v)[8], float s, uint8_t* out_codes,
+                                              uint8_t* tile_slot, float& local) {
 #pragma unroll
-  for (int pass = 0; pass < 2; ++pass) {
-    const int segment = threadIdx.x + pass * kCastTransposeThreads;  // 8 segments per tile row
-    const int r = segment / 8, c = (segment % 8) * 8;
-    float v[8];
-    produce(row0 + r, col0 + c, v);
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      if (!isnan(v[k])) local = fmaxf(local, fabsf(v[k]));
-    }
-    const uint32_t lo = EncodeFp8x4<kE5M2>(v[0] * s, v[1] * s, v[2] * s, v[3] * s);
-    const uint32_t hi = EncodeFp8x4<kE5M2>(v[4] * s, v[5] * s, v[6] * s, v[7] * s);
-    if (out != nullptr) {
-      *reinterpret_cast<uint2*>(out + (row0 + r) * cols + col0 + c) = make_uint2(lo, hi);
-    }
-    uint32_t* slot = reinterpret_cast<uint32_t*>(tile + r * kStride + c);
-    slot[0] = lo;
-    slot[1] = hi;
+  for (int k = 0; k < 8; ++k) {
+    if (!isnan(v[k])) local = fmaxf(local, fabsf(v[k]));
   }
-  __syncthreads();
-  WriteTransposedTile(tile, out_t, rows, row0, col0);
+  const uint32_t lo = EncodeFp8x4<kE5M2>(v[0] * s, v[1] * s, v[2] * s, v[3] * s);
+  const uint32_t hi = EncodeFp8x4<kE5M2>(v[4] * s, v[5] * s, v[6] * s, v[7] * s);
+  if (out_codes != nullptr) *reinterpret_cast<uint2*>(out_codes) = make_uint2(lo, hi);
+  uint32_t* slot = reinterpret_cast<uint32_t*>(tile_slot);
+  slot[0] = lo;
+  slot[1] = hi;
+}
+
+// The block's amax into `amax`, and (block (0, 0)) 1 / s into the scale_invs.
+__device__ __forceinline__ void FinishCastTransposeBlock(float local, float s, float* scale_inv,
+                                                         float* out_t_scale_inv, float* amax) {
+  __shared__ float warp_max[kCastTransposeThreads / 32];
   local = WarpMax(local);
   if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = local;
   __syncthreads();
@@ -106,6 +98,67 @@ __global__ void __launch_bounds__(kCastTransposeThreads)
       if (out_t_scale_inv != nullptr) *out_t_scale_inv = 1.0f / s;
     }
   }
+}
+
+template <typename Producer, bool kE5M2>
+__global__ void __launch_bounds__(kCastTransposeThreads)
+    CastTransposeTiledKernel(Producer produce, uint8_t* out, uint8_t* out_t, int64_t rows,
+                             int64_t cols, const float* scale, float* scale_inv,
+                             float* out_t_scale_inv, float* amax) {
+  constexpr int kTile = kCastTransposeTile, kStride = kCastTransposeTileStride;
+  __shared__ __align__(16) uint8_t tile[kTile * kStride];
+  const float s = *scale;
+  const int64_t row0 = int64_t(blockIdx.y) * kTile, col0 = int64_t(blockIdx.x) * kTile;
+  float local = 0.f;
+#pragma unroll
+  for (int pass = 0; pass < 2; ++pass) {
+    const int segment = threadIdx.x + pass * kCastTransposeThreads;  // 8 segments per tile row
+    const int r = segment / 8, c = (segment % 8) * 8;
+    float v[8];
+    produce(row0 + r, col0 + c, v);
+    EncodeSegment<kE5M2>(v, s, out != nullptr ? out + (row0 + r) * cols + col0 + c : nullptr,
+                         tile + r * kStride + c, local);
+  }
+  __syncthreads();
+  WriteTransposedTile(tile, out_t, rows, row0, col0);
+  FinishCastTransposeBlock(local, s, scale_inv, out_t_scale_inv, amax);
+}
+
+// The same for a result whose two column halves come from the same loads
+// (the SwiGLU gradient: d_gate in [0, cols/2), d_up in [cols/2, cols), both
+// from one read of gate, up and the output gradient). A block owns the 64 x
+// 64 tile at (row0, col0) of the first half and the one at (row0, half +
+// col0) of the second; a pair producer is a copyable struct with
+//   __device__ void operator()(int64_t row, int64_t col, float (&first)[8],
+//                              float (&second)[8]) const
+// filling the values at [row, col .. col + 8) and [row, half + col ..).
+// Bit for bit the single-tile kernel's output for the same values.
+template <typename PairProducer, bool kE5M2>
+__global__ void __launch_bounds__(kCastTransposeThreads)
+    CastTransposeTiledPairKernel(PairProducer produce, uint8_t* out, uint8_t* out_t, int64_t rows,
+                                 int64_t cols, const float* scale, float* scale_inv,
+                                 float* out_t_scale_inv, float* amax) {
+  constexpr int kTile = kCastTransposeTile, kStride = kCastTransposeTileStride;
+  __shared__ __align__(16) uint8_t tiles[2][kTile * kStride];
+  const float s = *scale;
+  const int64_t half = cols / 2;
+  const int64_t row0 = int64_t(blockIdx.y) * kTile, col0 = int64_t(blockIdx.x) * kTile;
+  float local = 0.f;
+#pragma unroll
+  for (int pass = 0; pass < 2; ++pass) {
+    const int segment = threadIdx.x + pass * kCastTransposeThreads;
+    const int r = segment / 8, c = (segment % 8) * 8;
+    float first[8], second[8];
+    produce(row0 + r, col0 + c, first, second);
+    uint8_t* row_codes = out != nullptr ? out + (row0 + r) * cols + col0 + c : nullptr;
+    EncodeSegment<kE5M2>(first, s, row_codes, tiles[0] + r * kStride + c, local);
+    EncodeSegment<kE5M2>(second, s, row_codes != nullptr ? row_codes + half : nullptr,
+                         tiles[1] + r * kStride + c, local);
+  }
+  __syncthreads();
+  WriteTransposedTile(tiles[0], out_t, rows, row0, col0);
+  WriteTransposedTile(tiles[1], out_t, rows, row0, half + col0);
+  FinishCastTransposeBlock(local, s, scale_inv, out_t_scale_inv, amax);
 }
 
 // Whether a [rows, cols] result can take the tiled kernel: whole tiles, and
@@ -138,6 +191,26 @@ cudaError_t LaunchCastTransposeTiled(const Producer& produce, int64_t rows, int6
         produce, codes, codes_t, rows, cols, out.scale, out.scale_inv, out_t.scale_inv, out.amax);
   } else {
     CastTransposeTiledKernel<Producer, false><<<grid, kCastTransposeThreads, 0, stream>>>(
+        produce, codes, codes_t, rows, cols, out.scale, out.scale_inv, out_t.scale_inv, out.amax);
+  }
+  return cudaGetLastError();
+}
+
+// The pair kernel for a [rows, cols] result whose halves are produced
+// together; needs FitsCastTransposeTiles and cols / 2 a multiple of 64.
+template <typename PairProducer>
+cudaError_t LaunchCastTransposeTiledPairs(const PairProducer& produce, int64_t rows, int64_t cols,
+                                          const TensorDesc& out, const TensorDesc& out_t,
+                                          cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(cols / 2 / kCastTransposeTile),
+                  static_cast<unsigned>(rows / kCastTransposeTile));
+  uint8_t* codes = static_cast<uint8_t*>(out.data);
+  uint8_t* codes_t = static_cast<uint8_t*>(out_t.data);
+  if (out.dtype == DType::kE5M2) {
+    CastTransposeTiledPairKernel<PairProducer, true><<<grid, kCastTransposeThreads, 0, stream>>>(
+        produce, codes, codes_t, rows, cols, out.scale, out.scale_inv, out_t.scale_inv, out.amax);
+  } else {
+    CastTransposeTiledPairKernel<PairProducer, false><<<grid, kCastTransposeThreads, 0, stream>>>(
         produce, codes, codes_t, rows, cols, out.scale, out.scale_inv, out_t.scale_inv, out.amax);
   }
   return cudaGetLastError();

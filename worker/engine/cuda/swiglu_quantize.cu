@@ -10,7 +10,10 @@
 //
 // The fused kernels need T a multiple of 64, F a multiple of 64 (forward) or
 // 32 (backward: 2F columns), and 16-byte aligned bf16 inputs; other shapes
-// return false from the launchers and CudaOps runs the two ops instead.
+// return false from the launchers and CudaOps runs the two ops instead. The
+// backward computes both halves of the gradient from one read of its inputs
+// when F is a multiple of 64 (a block owns a tile of each half), and one
+// half per block otherwise.
 
 #include <cuda_bf16.h>
 
@@ -68,6 +71,28 @@ struct SwiGluBackwardValues {
   }
 };
 
+// Both halves at once: d_gate for columns [col, col + 8) and d_up for the
+// same columns of the up half, from one load of gate, up and grad_out.
+struct SwiGluBackwardPairValues {
+  const __nv_bfloat16* grad_out;  // [T, F]
+  const __nv_bfloat16* gate_up;   // [T, 2F]
+  int64_t f;
+  __device__ void operator()(int64_t row, int64_t col, float (&d_gate)[8],
+                             float (&d_up)[8]) const {
+    float g[8], u[8], d[8];
+    LoadBf16x8AsFloats(gate_up + row * 2 * f + col, g);
+    LoadBf16x8AsFloats(gate_up + row * 2 * f + f + col, u);
+    LoadBf16x8AsFloats(grad_out + row * f + col, d);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      float d_g, d_u;
+      SwiGluGrads(d[k], g[k], u[k], &d_g, &d_u);
+      d_gate[k] = RoundToBf16(d_g);
+      d_up[k] = RoundToBf16(d_u);
+    }
+  }
+};
+
 bool Bf16Aligned(const TensorDesc& t) {
   return t.dtype == DType::kBFloat16 && reinterpret_cast<uintptr_t>(t.data) % 16 == 0;
 }
@@ -96,10 +121,15 @@ absl::StatusOr<bool> LaunchSwiGluBackwardQuantize(const TensorDesc& grad_out,
       !FitsCastTransposeTiles(t, 2 * f, dgu, dgu_t)) {
     return false;
   }
-  CUDA_RETURN_IF_ERROR(LaunchCastTransposeTiled(
-      SwiGluBackwardValues{static_cast<const __nv_bfloat16*>(grad_out.data),
-                           static_cast<const __nv_bfloat16*>(gate_up.data), f},
-      t, 2 * f, dgu, dgu_t, stream));
+  const auto* d = static_cast<const __nv_bfloat16*>(grad_out.data);
+  const auto* gu = static_cast<const __nv_bfloat16*>(gate_up.data);
+  if (f % kCastTransposeTile == 0) {  // a tile of each half per block, one read of the inputs
+    CUDA_RETURN_IF_ERROR(LaunchCastTransposeTiledPairs(SwiGluBackwardPairValues{d, gu, f}, t,
+                                                       2 * f, dgu, dgu_t, stream));
+  } else {
+    CUDA_RETURN_IF_ERROR(
+        LaunchCastTransposeTiled(SwiGluBackwardValues{d, gu, f}, t, 2 * f, dgu, dgu_t, stream));
+  }
   return true;
 }
 

@@ -3,8 +3,9 @@
 // by QuantizeTranspose bit for bit, so on the GPU the fused result must be
 // byte-identical to the two GPU ops in sequence (codes, transposed codes,
 // amax, scale_inv), for e4m3 and e5m2, on shapes that take the fused kernel
-// (T and F multiples of 64, or 32 for the backward's 2F) and shapes that
-// fall back to the two ops. Against the CPU reference the bf16 values may
+// (T and F multiples of 64: the backward's two-halves-per-block kernel; F a
+// multiple of 32 only: its one-tile kernel) and shapes that fall back to
+// the two ops. Against the CPU reference the bf16 values may
 // differ in their last bit (expf), so the dequantized results are compared
 // at 2e-2 relative L2 (FP8's own rounding plus that).
 #include <cmath>
