@@ -29,7 +29,12 @@ def cuda_library(name, srcs, hdrs = [], deps = [], hdr_deps = [], visibility = N
             name = name + "_" + src.replace("/", "_").replace(".", "_"),
             srcs = [src] + hdrs + hdr_deps,
             outs = [obj],
-            cmd = NVCC + " " + NVCC_FLAGS + " -c $(location " + src + ") -o $@",
+            # nvcc names its temporary files after its process id; in
+            # Bazel's sandbox every action is pid 2 of its own namespace, so
+            # two nvcc actions at once would share /tmp/tmpxft_00000002_*
+            # and break each other. Each gets a temporary directory of its own.
+            cmd = ("tmp=$$(mktemp -d) && TMPDIR=$$tmp " + NVCC + " " + NVCC_FLAGS +
+                   " -c $(location " + src + ") -o $@; status=$$?; rm -rf $$tmp; exit $$status"),
         )
         objs.append(obj)
 
