@@ -49,28 +49,6 @@ struct SwiGluForwardValues {
   }
 };
 
-// dgu[row, col..col+8) of the gradient [T, 2F]: d_gate for col < F, d_up
-// for col >= F (8 columns never straddle F, a multiple of 8).
-struct SwiGluBackwardValues {
-  const __nv_bfloat16* grad_out;  // [T, F]
-  const __nv_bfloat16* gate_up;   // [T, 2F]
-  int64_t f;
-  __device__ void operator()(int64_t row, int64_t col, float (&v)[8]) const {
-    const bool up = col >= f;
-    const int64_t j = up ? col - f : col;
-    float g[8], u[8], d[8];
-    LoadBf16x8AsFloats(gate_up + row * 2 * f + j, g);
-    LoadBf16x8AsFloats(gate_up + row * 2 * f + f + j, u);
-    LoadBf16x8AsFloats(grad_out + row * f + j, d);
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      float d_g, d_u;
-      SwiGluGrads(d[k], g[k], u[k], &d_g, &d_u);
-      v[k] = RoundToBf16(up ? d_u : d_g);
-    }
-  }
-};
-
 // Both halves at once: d_gate for columns [col, col + 8) and d_up for the
 // same columns of the up half, from one load of gate, up and grad_out.
 struct SwiGluBackwardPairValues {
@@ -90,6 +68,20 @@ struct SwiGluBackwardPairValues {
       d_gate[k] = RoundToBf16(d_g);
       d_up[k] = RoundToBf16(d_u);
     }
+  }
+};
+
+// dgu[row, col..col+8) of the gradient [T, 2F], one half at a time (for F
+// not a multiple of 64): d_gate for col < F, d_up for col >= F (8 columns
+// never straddle F, a multiple of 8). It computes both and keeps one.
+struct SwiGluBackwardValues {
+  SwiGluBackwardPairValues pair;
+  __device__ void operator()(int64_t row, int64_t col, float (&v)[8]) const {
+    const bool up = col >= pair.f;
+    float d_gate[8], d_up[8];
+    pair(row, up ? col - pair.f : col, d_gate, d_up);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) v[k] = up ? d_up[k] : d_gate[k];
   }
 };
 
@@ -128,7 +120,7 @@ absl::StatusOr<bool> LaunchSwiGluBackwardQuantize(const TensorDesc& grad_out,
                                                        2 * f, dgu, dgu_t, stream));
   } else {
     CUDA_RETURN_IF_ERROR(
-        LaunchCastTransposeTiled(SwiGluBackwardValues{d, gu, f}, t, 2 * f, dgu, dgu_t, stream));
+        LaunchCastTransposeTiled(SwiGluBackwardValues{{d, gu, f}}, t, 2 * f, dgu, dgu_t, stream));
   }
   return true;
 }
