@@ -1,7 +1,6 @@
 // See safetensors_reader.h.
 #include "worker/trainer/safetensors_reader.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 

@@ -99,16 +99,8 @@ absl::Status Gemm(const TensorDesc& a, bool trans_a, const TensorDesc& b, bool t
 
 absl::Status GemmAdd(const TensorDesc& a, bool trans_a, const TensorDesc& b, bool trans_b,
                      const TensorDesc& c, const TensorDesc& d) {
-  if (absl::Status s = CheckDType("c", c, {DType::kFloat32}); !s.ok()) return s;
-  if (absl::Status s = CheckDType("d", d, {DType::kFloat32}); !s.ok()) return s;
-  if (absl::Status s = CheckShape("c", c, d.shape); !s.ok()) return s;
-  if (absl::Status s = CheckData("c", c); !s.ok()) return s;
-  const char* c_bytes = static_cast<const char*>(c.data);
-  const char* d_bytes = static_cast<const char*>(d.data);
+  if (absl::Status s = CheckGemmAddend(c, d); !s.ok()) return s;
   const int64_t bytes = d.Bytes();
-  if (c.data != d.data && c_bytes < d_bytes + bytes && d_bytes < c_bytes + bytes) {
-    return absl::InvalidArgumentError("c, d: the addend overlaps the output without being it");
-  }
   // Shapes and operands are checked by Gemm before d is read; d takes c
   // only once they hold.
   if (absl::Status s = CheckGemm(a, trans_a, b, trans_b, d, /*accumulate=*/true); !s.ok()) {

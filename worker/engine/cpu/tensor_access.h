@@ -80,6 +80,22 @@ inline absl::Status CheckData(const char* name, const TensorDesc& t) {
   return absl::InvalidArgumentError(absl::StrCat(name, ": data is null"));
 }
 
+// Ops::GemmAdd's addend rule, for both engines: c and d fp32 of one shape,
+// c with data, and c either d itself or not overlapping it.
+inline absl::Status CheckGemmAddend(const TensorDesc& c, const TensorDesc& d) {
+  if (absl::Status s = CheckDType("c", c, {DType::kFloat32}); !s.ok()) return s;
+  if (absl::Status s = CheckDType("d", d, {DType::kFloat32}); !s.ok()) return s;
+  if (absl::Status s = CheckShape("c", c, d.shape); !s.ok()) return s;
+  if (absl::Status s = CheckData("c", c); !s.ok()) return s;
+  const char* c_bytes = static_cast<const char*>(c.data);
+  const char* d_bytes = static_cast<const char*>(d.data);
+  const int64_t bytes = d.Bytes();
+  if (c.data != d.data && c_bytes < d_bytes + bytes && d_bytes < c_bytes + bytes) {
+    return absl::InvalidArgumentError("c, d: the addend overlaps the output without being it");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace cpu
 }  // namespace tessera
 

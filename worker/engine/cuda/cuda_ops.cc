@@ -205,17 +205,7 @@ class CudaOps : public Ops {
   }
   absl::Status GemmAdd(const TensorDesc& a, bool trans_a, const TensorDesc& b, bool trans_b,
                        const TensorDesc& c, const TensorDesc& d, Stream* stream) override {
-    RETURN_IF_ERROR(CheckDType("c", c, {DType::kFloat32}));
-    RETURN_IF_ERROR(CheckDType("d", d, {DType::kFloat32}));
-    RETURN_IF_ERROR(CheckShape("c", c, d.shape));
-    const char* c_bytes = static_cast<const char*>(c.data);
-    const char* d_bytes = static_cast<const char*>(d.data);
-    if (c.data != d.data && c_bytes < d_bytes + d.Bytes() && d_bytes < c_bytes + d.Bytes()) {
-      return absl::InvalidArgumentError("c, d: the addend overlaps the output without being it");
-    }
-    if (c.data == nullptr && d.NumElements() > 0) {
-      return absl::InvalidArgumentError("c: no data");
-    }
+    RETURN_IF_ERROR(cpu::CheckGemmAddend(c, d));
     return GemmWithAddend(a, trans_a, b, trans_b, d, /*accumulate=*/true, c.data, stream);
   }
 
