@@ -44,6 +44,23 @@ absl::Status FsdpTrainer::SetupValidation() {
   return absl::OkStatus();
 }
 
+absl::Status FsdpTrainer::BeginForwardPass() {
+  const TensorDesc& fp8_state = meta_->packed();
+  RETURN_IF_ERROR(ops_->CopyDeviceToDevice(saved_fp8_meta_.desc.data, fp8_state.data,
+                                           fp8_state.Bytes(), nullptr));
+  ASSIGN_OR_RETURN(const CollectiveTicket outer_gathered,
+                   StartGather({{&embedding_, &gathered_embedding_},
+                                {&final_norm_, &gathered_final_norm_},
+                                {&lm_head_, &gathered_lm_head_}}));
+  return comm_->WaitFor(outer_gathered, nullptr);
+}
+
+absl::Status FsdpTrainer::EndForwardPass() {
+  const TensorDesc& fp8_state = meta_->packed();
+  return ops_->CopyDeviceToDevice(fp8_state.data, saved_fp8_meta_.desc.data, fp8_state.Bytes(),
+                                  nullptr);
+}
+
 absl::Status FsdpTrainer::ForwardToFinalNorm() {
   Ops& ops = *ops_;
   RETURN_IF_ERROR(ops.EmbeddingForward(inputs_.desc, Full(gathered_embedding_, embedding_),
@@ -73,14 +90,7 @@ absl::StatusOr<std::vector<float>> FsdpTrainer::ForwardLogits(const std::vector<
   RETURN_IF_ERROR(CheckAborted());
   PhaseRange range("forward-logits");
   Ops& ops = *ops_;
-  const TensorDesc& fp8_state = meta_->packed();
-  RETURN_IF_ERROR(
-      ops.CopyDeviceToDevice(saved_fp8_meta_.desc.data, fp8_state.data, fp8_state.Bytes(), nullptr));
-  ASSIGN_OR_RETURN(const CollectiveTicket outer_gathered,
-                   StartGather({{&embedding_, &gathered_embedding_},
-                                {&final_norm_, &gathered_final_norm_},
-                                {&lm_head_, &gathered_lm_head_}}));
-  RETURN_IF_ERROR(comm_->WaitFor(outer_gathered, nullptr));
+  RETURN_IF_ERROR(BeginForwardPass());
   // The sequence is the micro-batch's first; attention is causal, so the
   // padding after it and the other sequences do not reach its logits.
   std::fill(host_inputs_.begin(), host_inputs_.end(), 0);
@@ -92,8 +102,7 @@ absl::StatusOr<std::vector<float>> FsdpTrainer::ForwardLogits(const std::vector<
   hidden.shape = Shape{n, hidden_};
   RETURN_IF_ERROR(ops.Gemm(hidden, false, Full(gathered_lm_head_, lm_head_), true, logits.desc,
                            /*accumulate=*/false, nullptr));
-  RETURN_IF_ERROR(
-      ops.CopyDeviceToDevice(fp8_state.data, saved_fp8_meta_.desc.data, fp8_state.Bytes(), nullptr));
+  RETURN_IF_ERROR(EndForwardPass());
   std::vector<float> out(static_cast<size_t>(n * vocab_));
   RETURN_IF_ERROR(ops.CopyToHost(out.data(), logits.desc.data, out.size() * sizeof(float), nullptr));
   RETURN_IF_ERROR(ops.Synchronize(nullptr));
@@ -117,15 +126,8 @@ absl::StatusOr<ValidationReport> FsdpTrainer::Score() {
   PhaseRange range("evaluate");
   Ops& ops = *ops_;
   float* sums = eval_scalars_.data<float>();
-  const TensorDesc& fp8_state = meta_->packed();
-  RETURN_IF_ERROR(
-      ops.CopyDeviceToDevice(saved_fp8_meta_.desc.data, fp8_state.data, fp8_state.Bytes(), nullptr));
+  RETURN_IF_ERROR(BeginForwardPass());
   RETURN_IF_ERROR(ops.Memset(sums, 0, 2 * sizeof(float), nullptr));
-  ASSIGN_OR_RETURN(const CollectiveTicket outer_gathered,
-                   StartGather({{&embedding_, &gathered_embedding_},
-                                {&final_norm_, &gathered_final_norm_},
-                                {&lm_head_, &gathered_lm_head_}}));
-  RETURN_IF_ERROR(comm_->WaitFor(outer_gathered, nullptr));
 
   for (int64_t batch = 0; batch < spec_.data().validation().eval_batches(); ++batch) {
     RETURN_IF_ERROR(CheckAborted());
@@ -151,8 +153,7 @@ absl::StatusOr<ValidationReport> FsdpTrainer::Score() {
     RETURN_IF_ERROR(replica_comm_->AllReduce(MakeTensor(sums, DType::kFloat32, Shape{2}),
                                              ReduceOp::kSum, nullptr));
   }
-  RETURN_IF_ERROR(
-      ops.CopyDeviceToDevice(fp8_state.data, saved_fp8_meta_.desc.data, fp8_state.Bytes(), nullptr));
+  RETURN_IF_ERROR(EndForwardPass());
   float host[2];
   RETURN_IF_ERROR(ops.CopyToHost(host, sums, sizeof(host), nullptr));
   RETURN_IF_ERROR(ops.Synchronize(nullptr));

@@ -248,6 +248,11 @@ class FsdpTrainer : public Trainer {
   // job's ranks like training) and the evaluation's sums.
   absl::Status SetupValidation();
   absl::StatusOr<ValidationReport> Score();  // Evaluate without the abort mapping
+  // Around a forward pass outside the step: Begin copies the packed FP8
+  // state aside (quantizing records amaxes or resets scales) and gathers
+  // the embedding, final norm and LM head; End puts the FP8 state back.
+  absl::Status BeginForwardPass();
+  absl::Status EndForwardPass();
   // inputs_ -> embedding -> every block (gathering each) -> final RMSNorm
   // into h_final_, for the gathered outer weights.
   absl::Status ForwardToFinalNorm();
