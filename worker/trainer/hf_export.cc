@@ -203,17 +203,18 @@ absl::StatusOr<HfExportReport> ExportHuggingFace(const v1::JobSpec& spec,
 
 absl::Status ExportTokenizer(const v1::JobSpec& spec, const std::string& tokenizer,
                              const std::string& out_dir) {
+  if (spec.data().has_synthetic()) {
+    return absl::FailedPreconditionError(
+        "--tokenizer: the job trains on synthetic byte-level data, which no tokenizer made");
+  }
   constexpr int64_t kMaxTokenizerBytes = int64_t{256} << 20;
-  absl::StatusOr<std::string> model = ReadRegularFile(tokenizer, kMaxTokenizerBytes, Symlinks::kFollow);
+  absl::StatusOr<std::string> model =
+      ReadRegularFile(tokenizer, kMaxTokenizerBytes, Symlinks::kFollow);
   if (!model.ok()) {
     return absl::Status(model.status().code(),
                         absl::StrCat("--tokenizer: ", model.status().message()));
   }
   const std::string sha = Sha256Hex(*model);
-  if (spec.data().has_synthetic()) {
-    return absl::FailedPreconditionError(
-        "--tokenizer: the job trains on synthetic byte-level data, which no tokenizer made");
-  }
   if (absl::StatusOr<TokenFileHeader> header = ReadTokenFileHeader(spec.data().token_file());
       header.ok() && header->tokenizer.recorded()) {
     const TokenizerInfo& made_by = header->tokenizer;
