@@ -76,7 +76,8 @@ RankMemoryEstimate EstimateRankMemory(const v1::JobSpec& spec, int /*rank*/, int
   }
 
   // FP8 metadata (worker/model/fp8_meta.cc): for 2n e4m3 and n e5m2 slots
-  // an amax, a scale and 1/scale plus a history; and n weight 1/scales.
+  // an amax, a scale and a history, and a 1/scale on 16 bytes (4 floats);
+  // and n weight 1/scales on 16 bytes each.
   const int64_t n = 4 * layers;
   int64_t history = kDefaultAmaxHistory;
   if (current_scaling) {
@@ -86,7 +87,8 @@ RankMemoryEstimate EstimateRankMemory(const v1::JobSpec& spec, int /*rank*/, int
   }
   // Twice: the block itself, and the copy a forward pass outside the step
   // (validation, ForwardLogits) restores it from.
-  e.scratch += 2 * 4 * (3 * n + 2 * n * (2 + history) + n * (2 + history) + n);
+  const int64_t scale_inv_floats = 4;
+  e.scratch += 2 * 4 * (3 * n * (2 + history) + scale_inv_floats * (3 * n + n));
 
   // Saved for backward, per layer: residual input (fp32), the two norms'
   // 1/rms and normed outputs, QKV, attention output and its softmax

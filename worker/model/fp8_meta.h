@@ -6,9 +6,16 @@
 // Layout in one engine allocation, so that all amaxes of a step are combined
 // across ranks by ONE all-reduce (max) and all scales are updated by one
 // UpdateFp8Scales call per group:
+//   scale_inv4[n4 x 4] | scale_inv5[n5 x 4] | weight_data_scale_inv[n5 x 4]
+//   | amax[n4 + n5] | scale4[n4] | history4[H, n4] | scale5[n5] | history5[H, n5]
+// Every scale_inv sits alone in 16 bytes (kScaleInvStride floats): an FP8
+// GEMM hands it to cuBLASLt as the operand's scale pointer, which cuBLASLt
+// requires to be 16-byte aligned, so no GEMM needs a copy of its scales.
+// Checkpoints keep the compact layout of earlier releases (ToCheckpoint /
+// FromCheckpoint), so a checkpoint written before this layout still resumes:
 //   amax[n4 + n5] | scale4[n4] | scale_inv4[n4] | history4[H, n4]
 //                 | scale5[n5] | scale_inv5[n5] | history5[H, n5]
-//                 | weight_data_scale_inv[n_weights]
+//                 | weight_data_scale_inv[n5]
 // weight_data_scale_inv holds 1/scale that each weight's current FP8 bytes
 // were encoded with (FusedAdam encodes with this step's scale, before the
 // update), which is what the next GEMM must use. RecordWeightEncodeScales
@@ -46,6 +53,8 @@
 #ifndef TESSERA_WORKER_MODEL_FP8_META_H_
 #define TESSERA_WORKER_MODEL_FP8_META_H_
 
+#include <vector>
+
 #include "absl/status/statusor.h"
 #include "proto/tessera/v1/job.pb.h"
 #include "worker/ops/device_tensor.h"
@@ -54,6 +63,9 @@ namespace tessera {
 
 class Fp8Meta {
  public:
+  // Floats between consecutive scale_inv values: 16 bytes.
+  static constexpr int kScaleInvStride = 4;
+
   static absl::StatusOr<Fp8Meta> Create(Ops& ops, int n_linears, const v1::Fp8Recipe& recipe);
 
   int n4() const { return n4_; }
@@ -64,11 +76,13 @@ class Fp8Meta {
 
   float* amax4(int slot) const { return amax_ + slot; }
   float* scale4(int slot) const { return scale4_ + slot; }
-  float* scale_inv4(int slot) const { return scale_inv4_ + slot; }
+  float* scale_inv4(int slot) const { return scale_inv4_ + kScaleInvStride * slot; }
   float* amax5(int linear) const { return amax_ + n4_ + linear; }
   float* scale5(int linear) const { return scale5_ + linear; }
-  float* scale_inv5(int linear) const { return scale_inv5_ + linear; }
-  float* weight_data_scale_inv(int linear) const { return weight_data_scale_inv_ + linear; }
+  float* scale_inv5(int linear) const { return scale_inv5_ + kScaleInvStride * linear; }
+  float* weight_data_scale_inv(int linear) const {
+    return weight_data_scale_inv_ + kScaleInvStride * linear;
+  }
   // All amaxes, contiguous, for the packed all-reduce.
   TensorDesc amaxes() const { return MakeTensor(amax_, DType::kFloat32, Shape{n4_ + n5_}); }
 
@@ -79,8 +93,14 @@ class Fp8Meta {
   // weight_data_scale_inv, identically on every rank.
   absl::Status RecordWeightEncodeScales(Ops& ops, Stream* stream);
   bool current_scaling() const { return current_; }
-  // The whole packed block (amaxes, scales, histories), for checkpoints.
+  // The whole packed block (amaxes, scales, histories) in the engine's
+  // layout, to save and restore it within a process.
   const TensorDesc& packed() const { return block_.desc; }
+  // The block in the compact checkpoint layout (see the top of this file).
+  int64_t checkpoint_floats() const;
+  absl::StatusOr<std::vector<float>> ToCheckpoint(Ops& ops) const;
+  // bytes: checkpoint_floats() little-endian floats in the checkpoint layout.
+  absl::Status FromCheckpoint(Ops& ops, const void* bytes);
   // Current scaling: sets one slot's scale from its own amax right away.
   absl::Status UpdateInputSlot(Ops& ops, int slot, Stream* stream);
   absl::Status UpdateGradSlot(Ops& ops, int linear, Stream* stream);
@@ -93,6 +113,11 @@ class Fp8Meta {
   float *amax_ = nullptr, *scale4_ = nullptr, *scale_inv4_ = nullptr, *history4_ = nullptr;
   float *scale5_ = nullptr, *scale_inv5_ = nullptr, *history5_ = nullptr;
   float* weight_data_scale_inv_ = nullptr;
+
+  // Calls visit(index into the block) for each float of the checkpoint
+  // layout, in that layout's order.
+  template <typename Visit>
+  void ForEachCheckpointValue(Visit visit) const;
 };
 
 }  // namespace tessera

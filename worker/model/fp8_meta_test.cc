@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <deque>
 #include <random>
 #include <vector>
@@ -53,6 +54,70 @@ TEST(Fp8Meta, SlotsAreDistinctAndAmaxesContiguous) {
     }
   }
   for (int i = 0; i < amaxes.NumElements(); ++i) EXPECT_EQ(base[i], 0.f);
+}
+
+// Every scale_inv is 16-byte aligned (an FP8 GEMM hands it to cuBLASLt as a
+// scale pointer) given a 16-byte aligned block, as both engines allocate.
+TEST(Fp8Meta, EveryScaleInvIsSixteenByteAligned) {
+  std::unique_ptr<Ops> ops = CreateCpuOps();
+  auto meta = Fp8Meta::Create(*ops, kLinears, Delayed(4, 0, v1::DelayedScaling::MAX));
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  ASSERT_EQ(reinterpret_cast<uintptr_t>(meta->packed().data) % 16, 0u);
+  std::vector<const float*> all;
+  for (int slot = 0; slot < meta->n4(); ++slot) all.push_back(meta->scale_inv4(slot));
+  for (int i = 0; i < meta->n5(); ++i) {
+    all.push_back(meta->scale_inv5(i));
+    all.push_back(meta->weight_data_scale_inv(i));
+  }
+  for (const float* p : all) {
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 16, 0u) << p;
+    EXPECT_EQ(std::count(all.begin(), all.end(), p), 1) << "slots overlap";
+  }
+}
+
+// Checkpoints keep the compact layout: amax | scale4 | scale_inv4 |
+// history4 | scale5 | scale_inv5 | history5 | weight_data_scale_inv, and
+// FromCheckpoint(ToCheckpoint()) restores every value.
+TEST(Fp8Meta, CheckpointLayoutIsCompactAndRoundTrips) {
+  std::unique_ptr<Ops> ops = CreateCpuOps();
+  const int history = 3;
+  auto meta = Fp8Meta::Create(*ops, kLinears, Delayed(history, 0, v1::DelayedScaling::MAX));
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  const int n4 = meta->n4(), n5 = meta->n5();
+  ASSERT_EQ(meta->checkpoint_floats(),
+            (n4 + n5) + n4 * (2 + history) + n5 * (2 + history) + n5);
+  // Give every value of the block a distinct number.
+  float* block = meta->packed().As<float>();
+  for (int64_t i = 0; i < meta->packed().NumElements(); ++i) block[i] = 1000.f + i;
+  auto saved = meta->ToCheckpoint(*ops);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  ASSERT_EQ(static_cast<int64_t>(saved->size()), meta->checkpoint_floats());
+  int64_t at = 0;
+  const auto expect_run = [&](const char* what, int count, const auto& value_of) {
+    for (int i = 0; i < count; ++i, ++at) EXPECT_EQ((*saved)[at], *value_of(i)) << what << " " << i;
+  };
+  expect_run("amax", n4 + n5, [&](int i) { return meta->amaxes().As<float>() + i; });
+  expect_run("scale4", n4, [&](int i) { return meta->scale4(i); });
+  expect_run("scale_inv4", n4, [&](int i) { return meta->scale_inv4(i); });
+  at += int64_t{n4} * history;  // history4
+  expect_run("scale5", n5, [&](int i) { return meta->scale5(i); });
+  expect_run("scale_inv5", n5, [&](int i) { return meta->scale_inv5(i); });
+  at += int64_t{n5} * history;  // history5
+  expect_run("weight_data_scale_inv", n5, [&](int i) { return meta->weight_data_scale_inv(i); });
+  EXPECT_EQ(at, meta->checkpoint_floats());
+
+  auto other = Fp8Meta::Create(*ops, kLinears, Delayed(history, 0, v1::DelayedScaling::MAX));
+  ASSERT_TRUE(other.ok()) << other.status();
+  ASSERT_TRUE(other->FromCheckpoint(*ops, saved->data()).ok());
+  auto again = other->ToCheckpoint(*ops);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, *saved);
+  for (int slot = 0; slot < n4; ++slot) {
+    EXPECT_EQ(*other->scale_inv4(slot), *meta->scale_inv4(slot)) << slot;
+  }
+  for (int i = 0; i < n5; ++i) {
+    EXPECT_EQ(*other->weight_data_scale_inv(i), *meta->weight_data_scale_inv(i)) << i;
+  }
 }
 
 // Feeds random amaxes for several steps and checks every scale against a

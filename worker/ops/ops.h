@@ -111,13 +111,17 @@ class Ops {
   // Delayed/current scaling for n tensors at once.
   //   amax [n]: this step's amaxes (already all-reduced if shared); zeroed after use.
   //   history [history_len, n]: rolled by one row, newest amax in row 0.
-  //   scale, scale_inv [n]: scale = fp8_max / a / 2^margin where a is the max
-  //   over the history (kMax) or the newest entry (kMostRecent); if a == 0 or
-  //   not finite, the scale is left unchanged. history_len 1 with kMostRecent
-  //   is current scaling. fp8_max: 448 (e4m3) or 57344 (e5m2).
+  //   scale [n]: scale = fp8_max / a / 2^margin where a is the max over the
+  //   history (kMax) or the newest entry (kMostRecent); if a == 0 or not
+  //   finite, the scale is left unchanged. history_len 1 with kMostRecent is
+  //   current scaling. fp8_max: 448 (e4m3) or 57344 (e5m2).
+  //   scale_inv: 1 / scale of tensor i at scale_inv[i * scale_inv_stride]
+  //   (stride >= 1). A stride of 4 puts every value on its own 16 bytes,
+  //   which cuBLASLt requires of the scale pointers an FP8 GEMM reads.
   virtual absl::Status UpdateFp8Scales(float* amax, float* history, float* scale, float* scale_inv,
-                                       int n, int history_len, float fp8_max, int margin,
-                                       AmaxAlgo algo, Stream* stream) = 0;
+                                       int scale_inv_stride, int n, int history_len,
+                                       float fp8_max, int margin, AmaxAlgo algo,
+                                       Stream* stream) = 0;
   // out [C, R] = in [R, C]ᵀ for 1-, 2- or 4-byte dtypes (FP8 bytes transpose
   // exactly; out keeps in's scale_inv).
   virtual absl::Status Transpose(const TensorDesc& in, const TensorDesc& out, Stream* stream) = 0;

@@ -62,11 +62,11 @@ class CountingOps : public Ops {
   absl::Status Amax(const TensorDesc& in, float* amax, Stream* s) override {
     return engine_->Amax(in, amax, s);
   }
-  absl::Status UpdateFp8Scales(float* amax, float* history, float* scale, float* scale_inv, int n,
-                               int history_len, float fp8_max, int margin, AmaxAlgo algo,
-                               Stream* s) override {
-    return engine_->UpdateFp8Scales(amax, history, scale, scale_inv, n, history_len, fp8_max,
-                                    margin, algo, s);
+  absl::Status UpdateFp8Scales(float* amax, float* history, float* scale, float* scale_inv,
+                               int scale_inv_stride, int n, int history_len, float fp8_max,
+                               int margin, AmaxAlgo algo, Stream* s) override {
+    return engine_->UpdateFp8Scales(amax, history, scale, scale_inv, scale_inv_stride, n,
+                                    history_len, fp8_max, margin, algo, s);
   }
   absl::Status Transpose(const TensorDesc& in, const TensorDesc& out, Stream* s) override {
     return engine_->Transpose(in, out, s);

@@ -93,12 +93,9 @@ absl::Status FsdpTrainer::WriteState(int step, DurableFileWriter& out) {
       RETURN_IF_ERROR(out.Append(host.data(), bytes));
     }
   }
-  const TensorDesc& meta = meta_->packed();
-  host.resize(meta.Bytes());
-  RETURN_IF_ERROR(ops_->CopyToHost(host.data(), meta.data, meta.Bytes(), nullptr));
-  RETURN_IF_ERROR(ops_->Synchronize(nullptr));
-  RETURN_IF_ERROR(AppendInt(out, meta.NumElements()));
-  return out.Append(host.data(), host.size());
+  ASSIGN_OR_RETURN(const std::vector<float> meta, meta_->ToCheckpoint(*ops_));
+  RETURN_IF_ERROR(AppendInt(out, static_cast<int64_t>(meta.size())));
+  return out.Append(meta.data(), meta.size() * sizeof(float));
 }
 
 absl::Status FsdpTrainer::Restore(const std::string& dir, int step) {
@@ -190,14 +187,12 @@ absl::Status FsdpTrainer::Restore(const std::string& dir, int step) {
     RETURN_IF_ERROR(ops_->CopyToDevice(p.compute.desc.data, compute.data(), n * esize, nullptr));
   }
   const SavedState& meta_state = saved[meta_rank];
-  const TensorDesc& meta = meta_->packed();
-  if (meta_state.meta_count != meta.NumElements()) {
+  if (meta_state.meta_count != meta_->checkpoint_floats()) {
     return absl::DataLossError(absl::StrCat(
         StepDir(dir, step), "/", StateFileName(meta_rank), ": quantizer block of ",
-        meta_state.meta_count, " floats, this model's has ", meta.NumElements()));
+        meta_state.meta_count, " floats, this model's has ", meta_->checkpoint_floats()));
   }
-  RETURN_IF_ERROR(ops_->CopyToDevice(meta.data, meta_state.meta, meta.Bytes(), nullptr));
-  RETURN_IF_ERROR(ops_->Synchronize(nullptr));
+  RETURN_IF_ERROR(meta_->FromCheckpoint(*ops_, meta_state.meta));
   next_step_ = step;
   restored_ = true;
   return absl::OkStatus();

@@ -108,11 +108,11 @@ class CpuOps : public Ops {
   absl::Status Amax(const TensorDesc& in, float* amax, Stream*) override {
     return cpu::Amax(in, amax);
   }
-  absl::Status UpdateFp8Scales(float* amax, float* history, float* scale, float* scale_inv, int n,
-                               int history_len, float fp8_max, int margin, AmaxAlgo algo,
-                               Stream*) override {
-    return cpu::UpdateFp8Scales(amax, history, scale, scale_inv, n, history_len, fp8_max, margin,
-                                algo);
+  absl::Status UpdateFp8Scales(float* amax, float* history, float* scale, float* scale_inv,
+                               int scale_inv_stride, int n, int history_len, float fp8_max,
+                               int margin, AmaxAlgo algo, Stream*) override {
+    return cpu::UpdateFp8Scales(amax, history, scale, scale_inv, scale_inv_stride, n, history_len,
+                                fp8_max, margin, algo);
   }
   absl::Status Transpose(const TensorDesc& in, const TensorDesc& out, Stream*) override {
     return cpu::Transpose(in, out);

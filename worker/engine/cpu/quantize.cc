@@ -98,14 +98,13 @@ absl::Status Amax(const TensorDesc& in, float* amax) {
   return absl::OkStatus();
 }
 
-absl::Status UpdateFp8Scales(float* amax, float* history, float* scale, float* scale_inv, int n,
-                             int history_len, float fp8_max, int margin, AmaxAlgo algo) {
-  if (n < 0 || history_len < 1) {
-    return absl::InvalidArgumentError("n must be >= 0 and history_len >= 1");
-  }
-  if (n > 0 &&
-      (amax == nullptr || history == nullptr || scale == nullptr || scale_inv == nullptr)) {
-    return absl::InvalidArgumentError("amax, history, scale, scale_inv: must all be set");
+absl::Status UpdateFp8Scales(float* amax, float* history, float* scale, float* scale_inv,
+                             int scale_inv_stride, int n, int history_len, float fp8_max,
+                             int margin, AmaxAlgo algo) {
+  if (absl::Status s = CheckUpdateFp8ScalesArgs(amax, history, scale, scale_inv, scale_inv_stride,
+                                                n, history_len);
+      !s.ok()) {
+    return s;
   }
   for (int i = 0; i < n; ++i) {
     for (int h = history_len - 1; h > 0; --h) history[h * n + i] = history[(h - 1) * n + i];
@@ -119,7 +118,7 @@ absl::Status UpdateFp8Scales(float* amax, float* history, float* scale, float* s
       float s = fp8_max / a / std::ldexp(1.0f, margin);
       if (std::isfinite(s)) {
         scale[i] = s;
-        scale_inv[i] = 1.0f / s;
+        scale_inv[static_cast<int64_t>(i) * scale_inv_stride] = 1.0f / s;
       }
     }
   }

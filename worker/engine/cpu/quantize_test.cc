@@ -73,7 +73,8 @@ TEST(UpdateFp8Scales, DelayedMaxHistoryMarginAndZeroAmax) {
   float history[len * n] = {0};
   history[1 * n + 0] = 8.0f;  // an older, larger amax for tensor 0
   float scale[n] = {1, 5, 1}, scale_inv[n] = {1, 0.2f, 1};
-  ASSERT_TRUE(UpdateFp8Scales(amax, history, scale, scale_inv, n, len, 448.0f, 1, AmaxAlgo::kMax).ok());
+  ASSERT_TRUE(UpdateFp8Scales(amax, history, scale, scale_inv, 1, n, len, 448.0f, 1, AmaxAlgo::kMax)
+                  .ok());
   EXPECT_FLOAT_EQ(scale[0], 448.0f / 8.0f / 2.0f);  // max over history, margin 1
   EXPECT_FLOAT_EQ(scale_inv[0], 1.0f / scale[0]);
   EXPECT_FLOAT_EQ(scale[1], 5.0f);  // zero amax keeps the scale
@@ -82,8 +83,9 @@ TEST(UpdateFp8Scales, DelayedMaxHistoryMarginAndZeroAmax) {
   EXPECT_FLOAT_EQ(history[2 * n + 0], 8.0f);  // rolled down one row
   EXPECT_EQ(amax[0], 0.0f);                   // consumed
   amax[0] = 1.0f;
-  ASSERT_TRUE(UpdateFp8Scales(amax, history, scale, scale_inv, n, len, 448.0f, 0,
-                              AmaxAlgo::kMostRecent).ok());
+  ASSERT_TRUE(UpdateFp8Scales(amax, history, scale, scale_inv, 1, n, len, 448.0f, 0,
+                              AmaxAlgo::kMostRecent)
+                  .ok());
   EXPECT_FLOAT_EQ(scale[0], 448.0f);
 }
 
@@ -193,7 +195,7 @@ TEST(UpdateFp8Scales, CurrentScalingAndNonFiniteAmax) {
   float history[n] = {7, 7, 7, 7};
   float scale[n] = {3, 3, 3, 3}, scale_inv[n] = {9, 9, 9, 9};
   ASSERT_TRUE(
-      UpdateFp8Scales(amax, history, scale, scale_inv, n, 1, 57344.0f, 2, AmaxAlgo::kMostRecent)
+      UpdateFp8Scales(amax, history, scale, scale_inv, 1, n, 1, 57344.0f, 2, AmaxAlgo::kMostRecent)
           .ok());
   EXPECT_EQ(scale[0], 57344.0f / 2.0f / 4.0f);
   EXPECT_EQ(scale_inv[0], 1.0f / scale[0]);
@@ -218,7 +220,8 @@ TEST(UpdateFp8Scales, HistoryRollsOneRowPerCallAndAgesOut) {
   for (int s = 0; s < 5; ++s) {
     float amax[n] = {steps[s][0], steps[s][1]};
     ASSERT_TRUE(
-        UpdateFp8Scales(amax, history, scale, scale_inv, n, len, 448.0f, 0, AmaxAlgo::kMax).ok());
+        UpdateFp8Scales(amax, history, scale, scale_inv, 1, n, len, 448.0f, 0, AmaxAlgo::kMax)
+            .ok());
     EXPECT_EQ(scale[0], 448.0f / want_a0[s]) << "step " << s;
     EXPECT_EQ(scale[1], 448.0f / want_a1[s]) << "step " << s;
     for (int h = 0; h < len; ++h) {
@@ -227,8 +230,33 @@ TEST(UpdateFp8Scales, HistoryRollsOneRowPerCallAndAgesOut) {
     }
   }
   EXPECT_EQ(
-      UpdateFp8Scales(nullptr, history, scale, scale_inv, n, 0, 448.0f, 0, AmaxAlgo::kMax).code(),
+      UpdateFp8Scales(nullptr, history, scale, scale_inv, 1, n, 0, 448.0f, 0, AmaxAlgo::kMax)
+          .code(),
       absl::StatusCode::kInvalidArgument);
+}
+
+TEST(UpdateFp8Scales, StridedScaleInvLeavesThePaddingAlone) {
+  // Stride 4: tensor i's 1 / scale at scale_inv[4 i]; the floats between
+  // are not the op's and keep their values.
+  const int n = 3, stride = 4;
+  float amax[n] = {2.0f, 0.0f, 8.0f};
+  float history[n] = {0, 0, 0};
+  float scale[n] = {1, 5, 1};
+  float scale_inv[n * stride];
+  for (int i = 0; i < n * stride; ++i) scale_inv[i] = 100.f + i;
+  ASSERT_TRUE(UpdateFp8Scales(amax, history, scale, scale_inv, stride, n, 1, 448.0f, 0,
+                              AmaxAlgo::kMostRecent)
+                  .ok());
+  EXPECT_EQ(scale_inv[0], 1.0f / 224.0f);
+  EXPECT_EQ(scale_inv[stride], 100.f + stride);  // zero amax: unchanged
+  EXPECT_EQ(scale_inv[2 * stride], 1.0f / 56.0f);
+  for (int i = 0; i < n * stride; ++i) {
+    if (i % stride != 0) EXPECT_EQ(scale_inv[i], 100.f + i) << i;
+  }
+  const absl::Status bad =
+      UpdateFp8Scales(amax, history, scale, scale_inv, 0, n, 1, 448.0f, 0, AmaxAlgo::kMostRecent);
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("scale_inv_stride"), std::string::npos) << bad.message();
 }
 
 TEST(Transpose, TransposesBytesAndWords) {

@@ -96,6 +96,24 @@ inline absl::Status CheckGemmAddend(const TensorDesc& c, const TensorDesc& d) {
   return absl::OkStatus();
 }
 
+// Ops::UpdateFp8Scales's argument rule, for both engines.
+inline absl::Status CheckUpdateFp8ScalesArgs(const float* amax, const float* history,
+                                             const float* scale, const float* scale_inv,
+                                             int scale_inv_stride, int n, int history_len) {
+  if (n < 0 || history_len < 1) {
+    return absl::InvalidArgumentError("n must be >= 0 and history_len >= 1");
+  }
+  if (scale_inv_stride < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("scale_inv_stride: must be >= 1 (got ", scale_inv_stride, ")"));
+  }
+  if (n > 0 &&
+      (amax == nullptr || history == nullptr || scale == nullptr || scale_inv == nullptr)) {
+    return absl::InvalidArgumentError("amax, history, scale, scale_inv: must all be set");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace cpu
 }  // namespace tessera
 

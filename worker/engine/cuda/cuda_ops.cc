@@ -181,15 +181,14 @@ class CudaOps : public Ops {
     RETURN_IF_ERROR(CheckDType("in", in, {DType::kFloat32, DType::kBFloat16}));
     return cuda::LaunchAmax(in, amax, S(stream));
   }
-  absl::Status UpdateFp8Scales(float* amax, float* history, float* scale, float* scale_inv, int n,
-                               int history_len, float fp8_max, int margin, AmaxAlgo algo,
-                               Stream* stream) override {
+  absl::Status UpdateFp8Scales(float* amax, float* history, float* scale, float* scale_inv,
+                               int scale_inv_stride, int n, int history_len, float fp8_max,
+                               int margin, AmaxAlgo algo, Stream* stream) override {
     RETURN_IF_ERROR(ctx_->MakeCurrent());
-    if (n < 0 || history_len < 1) {
-      return absl::InvalidArgumentError("n must be >= 0 and history_len >= 1");
-    }
-    return cuda::LaunchUpdateFp8Scales(amax, history, scale, scale_inv, n, history_len, fp8_max,
-                                       margin, algo, S(stream));
+    RETURN_IF_ERROR(cpu::CheckUpdateFp8ScalesArgs(amax, history, scale, scale_inv,
+                                                  scale_inv_stride, n, history_len));
+    return cuda::LaunchUpdateFp8Scales(amax, history, scale, scale_inv, scale_inv_stride, n,
+                                       history_len, fp8_max, margin, algo, S(stream));
   }
   absl::Status Transpose(const TensorDesc& in, const TensorDesc& out, Stream* stream) override {
     RETURN_IF_ERROR(ctx_->MakeCurrent());

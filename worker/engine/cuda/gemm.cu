@@ -1,8 +1,9 @@
 // cuBLASLt GEMM with cached plans (see gemm.h). Host code, plus one tiny
-// kernel that moves a GEMM's FP8 scale_inv values into the aligned slots
-// its plan points at.
+// kernel that moves an FP8 GEMM's scale_inv values into aligned slots when
+// the caller's are not 16-byte aligned.
 #include "worker/engine/cuda/gemm.h"
 
+#include <cstdint>
 #include <utility>
 #include <vector>
 
@@ -96,13 +97,15 @@ absl::Status GemmRunner::BuildPlan(const TensorDesc& a, bool trans_a, const Tens
     CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
         plan.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accumulation, sizeof(fast_accumulation)));
   }
-  if (IsFp8(a.dtype)) {
+  if (IsFp8(a.dtype)) {  // the heuristic sees scaled operands; Run sets the pointers
     const float* lt_a_scale = scale_slots_;
     const float* lt_b_scale = scale_slots_ + 4;
     CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
         plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &lt_a_scale, sizeof(lt_a_scale)));
     CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
         plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &lt_b_scale, sizeof(lt_b_scale)));
+    plan.lt_a_scale = lt_a_scale;
+    plan.lt_b_scale = lt_b_scale;
   }
   cublasLtMatmulPreference_t pref;
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&pref));
@@ -125,6 +128,32 @@ absl::Status GemmRunner::BuildPlan(const TensorDesc& a, bool trans_a, const Tens
   if (plan.algos.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("cuBLASLt has no algorithm for ", Describe(m, n, k, a, b, d, accumulate)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GemmRunner::SetScales(Plan& plan, const TensorDesc& a, const TensorDesc& b,
+                                   cudaStream_t stream) {
+  // cuBLASLt's A is our b and its B our a (see gemm.h).
+  const float* lt_a_scale = b.scale_inv;
+  const float* lt_b_scale = a.scale_inv;
+  const auto aligned = [](const float* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (!aligned(lt_a_scale) || !aligned(lt_b_scale)) {
+    CopyScalesKernel<<<1, 1, 0, stream>>>(b.scale_inv, a.scale_inv, scale_slots_);
+    CUDA_RETURN_IF_LAUNCH_FAILED();
+    ++scale_copies_;
+    lt_a_scale = scale_slots_;
+    lt_b_scale = scale_slots_ + 4;
+  }
+  if (lt_a_scale != plan.lt_a_scale) {
+    CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+        plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &lt_a_scale, sizeof(lt_a_scale)));
+    plan.lt_a_scale = lt_a_scale;
+  }
+  if (lt_b_scale != plan.lt_b_scale) {
+    CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+        plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &lt_b_scale, sizeof(lt_b_scale)));
+    plan.lt_b_scale = lt_b_scale;
   }
   return absl::OkStatus();
 }
@@ -240,8 +269,8 @@ absl::Status GemmRunner::Run(const TensorDesc& a, bool trans_a, const TensorDesc
   }
   Plan& plan = *it->second;
   if (fp8) {
-    CopyScalesKernel<<<1, 1, 0, stream>>>(b.scale_inv, a.scale_inv, scale_slots_);
-    CUDA_RETURN_IF_LAUNCH_FAILED();
+    const absl::Status scales = SetScales(plan, a, b, stream);
+    if (!scales.ok()) return scales;
   }
   if (!plan.timed) {
     const absl::Status chosen = ChooseFastest(plan, a, b, d.data, accumulate, stream);

@@ -23,13 +23,16 @@
 // Accumulation: e4m3 x e4m3 products (the forward) use cuBLASLt's fast
 // FP8 accumulation; products with an e5m2 operand (the gradients) do not.
 //
-// FP8 scales: cuBLASLt reads a scale through a pointer fixed in the matmul
-// descriptor and rejects pointers that are not 16-byte aligned (the ops API
-// places scale_inv inside packed metadata, 4-byte aligned). Each FP8 GEMM
-// therefore first copies its two scale_inv values, on the same stream, into
-// two aligned slots owned by the runner, which every plan points at. The
-// runner is meant for one stream at a time (the compute stream): two FP8
-// GEMMs on different streams running at once would share the slots.
+// FP8 scales: cuBLASLt reads each operand's scale through a pointer set in
+// the matmul descriptor, and rejects pointers that are not 16-byte aligned.
+// Each run points its plan's descriptor at the operands' own scale_inv
+// (a host-side attribute write, only when the pointer changed), so no
+// kernel runs for the scales: the trainer's FP8 metadata keeps every
+// scale_inv on its own 16 bytes (fp8_meta.h). A caller whose scale_inv is
+// not 16-byte aligned still works: that run first copies the two values,
+// on its stream, into two aligned slots owned by the runner. The runner is
+// meant for one stream at a time (the compute stream): descriptors and
+// slots are shared by every run of a key.
 #ifndef TESSERA_WORKER_ENGINE_CUDA_GEMM_H_
 #define TESSERA_WORKER_ENGINE_CUDA_GEMM_H_
 
@@ -56,7 +59,8 @@ class GemmRunner {
   GemmRunner(const GemmRunner&) = delete;
   GemmRunner& operator=(const GemmRunner&) = delete;
 
-  // Allocates the FP8 scale slots. Call once before Run.
+  // Allocates the FP8 scale slots (for unaligned scale_inv). Call once
+  // before Run.
   absl::Status Init();
 
   // Shapes and dtypes must already be validated (CudaOps::Gemm does); Run
@@ -70,6 +74,8 @@ class GemmRunner {
 
   int plans_built() const { return plans_built_; }  // heuristic queries made
   int64_t plan_hits() const { return plan_hits_; }  // runs served from the cache
+  // FP8 runs whose scale_inv had to be copied to aligned slots first.
+  int64_t scale_copies() const { return scale_copies_; }
 
  private:
   // What a plan depends on. Pointers are not part of it: they are passed
@@ -96,7 +102,14 @@ class GemmRunner {
     std::vector<cublasLtMatmulAlgo_t> algos;
     size_t chosen = 0;
     bool timed = false;
+    // FP8: the scale pointers the descriptor holds now (cuBLASLt's A, B).
+    const float* lt_a_scale = nullptr;
+    const float* lt_b_scale = nullptr;
   };
+  // Points an FP8 plan's descriptor at a's and b's scale_inv, through the
+  // aligned slots if either is not 16-byte aligned.
+  absl::Status SetScales(Plan& plan, const TensorDesc& a, const TensorDesc& b,
+                         cudaStream_t stream);
   // Times every candidate of `plan` on these operands and makes the
   // fastest the chosen one. Without `accumulate` each launch rewrites d
   // with the same product; with it, each adds a product with the smaller
@@ -110,6 +123,7 @@ class GemmRunner {
   std::unordered_map<Key, std::unique_ptr<Plan>, KeyHash> plans_;
   int plans_built_ = 0;
   int64_t plan_hits_ = 0;
+  int64_t scale_copies_ = 0;
   float* scale_slots_ = nullptr;  // [8] fp32: [0] cuBLASLt A's scale, [4] B's
 };
 

@@ -9,9 +9,12 @@
 // GemmAdd (an fp32 addend other than the output) with the fp32-out
 // tolerances. Also: the plan cache (one heuristic query per key, none in steady state),
 // timing an accumulating plan without changing its output,
-// and the INVALID_ARGUMENT cases the API documents.
+// FP8 scale pointers set per run, and the INVALID_ARGUMENT cases the API
+// documents.
 #include <cuda_runtime.h>
 
+#include <cmath>
+#include <cstdint>
 #include <tuple>
 #include <vector>
 
@@ -206,6 +209,69 @@ TEST(GemmPlanCacheTest, TimingAnAccumulatingPlanLeavesItsOutputAlone) {
   EXPECT_EQ(out1, out2) << "the timed first run added more than one product";
   EXPECT_NE(out1, d_host) << "the product was not added at all";
   for (void* p : {a, b, d1, d2}) cudaFree(p);
+}
+
+// FP8 scales reach cuBLASLt as pointers set per run: consecutive runs of one
+// plan with other scale_inv pointers each read their own (no stale pointer
+// in the cached descriptor), and an unaligned scale_inv goes through the
+// copied slots. Power-of-two scales make the expected outputs exact.
+TEST(GemmPlanCacheTest, Fp8RunsReadTheirOwnScalePointers) {
+  auto ctx = cuda::DeviceContext::Create(0);
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  cuda::GemmRunner runner(ctx->get());
+  ASSERT_TRUE(runner.Init().ok());
+  const int64_t m = 128, n = 96, k = 256;
+  std::vector<uint8_t> a_host(m * k), b_host(n * k);
+  const std::vector<float> noise = RandomFloats(m * k + n * k, 21);
+  for (size_t i = 0; i < noise.size(); ++i) {
+    // Any e4m3 code but NaN (S.1111.111): the low 7 bits of a random byte.
+    uint8_t code = static_cast<uint8_t>(static_cast<uint32_t>(std::fabs(noise[i]) * 1e6f));
+    if ((code & 0x7f) == 0x7f) code = 0;
+    (i < a_host.size() ? a_host[i] : b_host[i - a_host.size()]) = code;
+  }
+  // scale_inv values: [0] 1, [1] 0.5 (4-byte aligned only), [4] 1, [8] 4.
+  std::vector<float> scales_host(16, 0.f);
+  scales_host[0] = 1.f, scales_host[1] = 0.5f, scales_host[4] = 1.f, scales_host[8] = 4.f;
+  void *a = nullptr, *b = nullptr, *d = nullptr;
+  float* scales = nullptr;
+  ASSERT_EQ(cudaMalloc(&a, a_host.size()), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&b, b_host.size()), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d, m * n * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&scales, scales_host.size() * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(a, a_host.data(), a_host.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(b, b_host.data(), b_host.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(scales, scales_host.data(), scales_host.size() * sizeof(float),
+                       cudaMemcpyHostToDevice),
+            cudaSuccess);
+  TensorDesc ta = MakeTensor(a, DType::kE4M3, Shape{m, k});
+  TensorDesc tb = MakeTensor(b, DType::kE4M3, Shape{n, k});
+  tb.scale_inv = scales + 4;
+  const TensorDesc td = MakeTensor(d, DType::kFloat32, Shape{m, n});
+  const auto run = [&](float* a_scale_inv) {
+    ta.scale_inv = a_scale_inv;
+    std::vector<float> out(m * n);
+    EXPECT_TRUE(runner.Run(ta, false, tb, true, td, false, nullptr).ok());
+    EXPECT_EQ(cudaMemcpy(out.data(), d, out.size() * sizeof(float), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    return out;
+  };
+  const std::vector<float> base = run(scales);
+  EXPECT_EQ(runner.scale_copies(), 0) << "aligned scale_inv needs no copy";
+  const std::vector<float> times4 = run(scales + 8);
+  const std::vector<float> half = run(scales + 1);
+  EXPECT_EQ(runner.scale_copies(), 1) << "an unaligned scale_inv is copied to the slots";
+  const std::vector<float> again = run(scales);
+  EXPECT_EQ(runner.scale_copies(), 1);
+  EXPECT_EQ(runner.plans_built(), 1);
+  double magnitude = 0;
+  for (int64_t i = 0; i < m * n; ++i) {
+    ASSERT_EQ(times4[i], 4.f * base[i]) << i;
+    ASSERT_EQ(half[i], 0.5f * base[i]) << i;
+    ASSERT_EQ(again[i], base[i]) << i;
+    magnitude += std::fabs(base[i]);
+  }
+  EXPECT_GT(magnitude, 0.0) << "an all-zero product would prove nothing";
+  for (void* p : {a, b, d, static_cast<void*>(scales)}) cudaFree(p);
 }
 
 }  // namespace

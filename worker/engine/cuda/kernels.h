@@ -24,8 +24,8 @@ absl::Status LaunchDequantize(const TensorDesc& in, const TensorDesc& out, cudaS
 absl::Status LaunchAmax(const TensorDesc& in, float* amax, cudaStream_t stream);
 absl::Status LaunchTranspose(const TensorDesc& in, const TensorDesc& out, cudaStream_t stream);
 absl::Status LaunchUpdateFp8Scales(float* amax, float* history, float* scale, float* scale_inv,
-                                   int n, int history_len, float fp8_max, int margin,
-                                   AmaxAlgo algo, cudaStream_t stream);
+                                   int scale_inv_stride, int n, int history_len, float fp8_max,
+                                   int margin, AmaxAlgo algo, cudaStream_t stream);
 // elementwise.cu
 absl::Status LaunchAdd(const TensorDesc& a, const TensorDesc& b, const TensorDesc& out,
                        cudaStream_t stream);

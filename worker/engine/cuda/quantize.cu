@@ -184,7 +184,8 @@ __global__ void CopyScaleInvKernel(const float* src, float* dst, int invert) {
 }
 
 __global__ void UpdateScalesKernel(float* amax, float* history, float* scale, float* scale_inv,
-                                   int n, int history_len, float fp8_max, int margin, int use_max) {
+                                   int scale_inv_stride, int n, int history_len, float fp8_max,
+                                   int margin, int use_max) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   for (int h = history_len - 1; h > 0; --h) history[h * n + i] = history[(h - 1) * n + i];
@@ -198,7 +199,7 @@ __global__ void UpdateScalesKernel(float* amax, float* history, float* scale, fl
     const float s = fp8_max / a / ldexpf(1.0f, margin);
     if (isfinite(s)) {
       scale[i] = s;
-      scale_inv[i] = 1.0f / s;
+      scale_inv[static_cast<int64_t>(i) * scale_inv_stride] = 1.0f / s;
     }
   }
 }
@@ -323,12 +324,12 @@ absl::Status LaunchTranspose(const TensorDesc& in, const TensorDesc& out, cudaSt
 }
 
 absl::Status LaunchUpdateFp8Scales(float* amax, float* history, float* scale, float* scale_inv,
-                                   int n, int history_len, float fp8_max, int margin,
-                                   AmaxAlgo algo, cudaStream_t stream) {
+                                   int scale_inv_stride, int n, int history_len, float fp8_max,
+                                   int margin, AmaxAlgo algo, cudaStream_t stream) {
   if (n == 0) return absl::OkStatus();
-  UpdateScalesKernel<<<(n + 127) / 128, 128, 0, stream>>>(amax, history, scale, scale_inv, n,
-                                                          history_len, fp8_max, margin,
-                                                          algo == AmaxAlgo::kMax);
+  UpdateScalesKernel<<<(n + 127) / 128, 128, 0, stream>>>(amax, history, scale, scale_inv,
+                                                          scale_inv_stride, n, history_len,
+                                                          fp8_max, margin, algo == AmaxAlgo::kMax);
   CUDA_RETURN_IF_LAUNCH_FAILED();
   return absl::OkStatus();
 }
