@@ -1,10 +1,13 @@
 // Small device helpers shared by the CUDA kernels: dtype-dispatched loads and
-// stores of fp32/bf16 elements, and block-wide reductions.
+// stores of fp32/bf16 elements, block-wide reductions, asynchronous
+// global->shared copies, and the opt-in to large dynamic shared memory.
 #ifndef TESSERA_WORKER_ENGINE_CUDA_DEVICE_UTIL_CUH_
 #define TESSERA_WORKER_ENGINE_CUDA_DEVICE_UTIL_CUH_
 
 #include <cuda_bf16.h>
+#include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "worker/ops/tensor.h"
@@ -19,15 +22,19 @@ union Bf16x8 {
   __nv_bfloat162 pair[4];
 };
 
-// Eight bf16 from one 16-byte load, widened exactly to fp32.
-__device__ __forceinline__ void LoadBf16x8AsFloats(const __nv_bfloat16* p, float (&v)[8]) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+// Eight bf16 in one 16-byte word, widened exactly to fp32.
+__device__ __forceinline__ void Bf16x8AsFloats(const uint4 raw, float (&v)[8]) {
   const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     v[2 * k] = __uint_as_float(words[k] << 16);
     v[2 * k + 1] = __uint_as_float(words[k] & 0xFFFF0000u);
   }
+}
+
+// Eight bf16 from one 16-byte load, widened exactly to fp32.
+__device__ __forceinline__ void LoadBf16x8AsFloats(const __nv_bfloat16* p, float (&v)[8]) {
+  Bf16x8AsFloats(*reinterpret_cast<const uint4*>(p), v);
 }
 
 // dtype is DType::kFloat32 or DType::kBFloat16 (as int, for kernel params).
@@ -82,6 +89,34 @@ inline int BlocksFor(int64_t n, int threads) {
   int64_t b = (n + threads - 1) / threads;
   return static_cast<int>(b < 65535 * 8 ? (b < 1 ? 1 : b) : 65535 * 8);
 }
+
+// Raises `kernel`'s dynamic shared memory limit to `bytes` on the current
+// device, once per device per process (`done` is the caller's bit set).
+template <typename Kernel>
+cudaError_t AllowDynamicSmem(Kernel kernel, int bytes, std::atomic<uint64_t>& done) {
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  const uint64_t bit = uint64_t{1} << (device & 63);
+  if (done.load(std::memory_order_acquire) & bit) return cudaSuccess;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (err == cudaSuccess) done.fetch_or(bit, std::memory_order_release);
+  return err;
+}
+
+// ---- asynchronous global->shared copies (cp.async) ----------------------
+
+__device__ __forceinline__ uint32_t SmemAddress(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte global->shared copy; src_bytes 0 writes zeros and reads nothing.
+__device__ __forceinline__ void CopyAsync16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes));
+}
+__device__ __forceinline__ void CommitAsyncCopies() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void WaitAsyncCopies() { asm volatile("cp.async.wait_group 0;\n" ::); }
 
 }  // namespace cuda
 }  // namespace tessera

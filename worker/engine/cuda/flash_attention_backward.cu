@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   constexpr int kKVBytes = kKVBlock * kD * 2, kTileBytes = kQTile * kD * 2;
   unsigned char* k_ptr = smem;
   unsigned char* v_ptr = smem + kKVBytes;
-  const uint32_t s_k = flash::SmemAddress(k_ptr), s_v = s_k + kKVBytes;
+  const uint32_t s_k = SmemAddress(k_ptr), s_v = s_k + kKVBytes;
   // Buffer i of Q is at s_q + i * kTileBytes, of dO at s_do + i * kTileBytes.
   const uint32_t s_q = s_k + 2 * kKVBytes, s_do = s_q + 2 * kTileBytes;
   float* s_lse = reinterpret_cast<float*>(smem + 2 * kKVBytes + 4 * kTileBytes);  // [2][kQTile]
@@ -152,19 +152,19 @@ __global__ void __launch_bounds__(kThreads, 2)
       const bool is_lse = threadIdx.x < kQTile / 4;
       const float* src = (is_lse ? lse2 : delta) + stats + 4 * c;
       float* dst = (is_lse ? s_lse : s_delta) + buf * kQTile + 4 * c;
-      flash::CopyAsync16(flash::SmemAddress(dst), src, 16);
+      CopyAsync16(SmemAddress(dst), src, 16);
     }
   };
   issue(0, 0);
-  flash::CommitAsyncCopies();
+  CommitAsyncCopies();
 
   float dk[kD / 8][4] = {}, dv[kD / 8][4] = {};
   for (int it = 0; it < iterations; ++it) {
-    flash::WaitAsyncCopies();
+    WaitAsyncCopies();
     wgmma::ProxyFence();
     __syncthreads();  // tile `it` visible; every warp is done with tile it - 1
     if (it + 1 < iterations) issue(it + 1, (it + 1) & 1);
-    flash::CommitAsyncCopies();
+    CommitAsyncCopies();
     const int buf = it & 1;
     const int64_t q0 = int64_t(first_tile + it % per_head) * kQTile;
     const bool diagonal = q0 < k0 + kKVBlock - 1;
@@ -244,7 +244,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = wgmma::AlignedSmem(smem_raw);
   constexpr int kBlockBytes = kQBlock * kD * 2, kTileBytes = kKeyTile * kD * 2;
-  const uint32_t s_q = flash::SmemAddress(smem), s_do = s_q + kBlockBytes;
+  const uint32_t s_q = SmemAddress(smem), s_do = s_q + kBlockBytes;
   // Buffer i of K is at s_k + i * kTileBytes, of V at s_v + i * kTileBytes.
   const uint32_t s_k = s_do + kBlockBytes, s_v = s_k + 2 * kTileBytes;
 
@@ -266,7 +266,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       s_do, dout + (int64_t(b) * p.seq + q0) * os + int64_t(h) * kD, os, p.seq - q0, dout);
   wgmma::LoadTileAsync<kKeyTile, kD, kThreads>(s_k, k_src, ts, p.seq, p.qkv);
   wgmma::LoadTileAsync<kKeyTile, kD, kThreads>(s_v, v_src, ts, p.seq, p.qkv);
-  flash::CommitAsyncCopies();
+  CommitAsyncCopies();
 
   const int64_t stats = (int64_t(b) * p.heads + h) * seq_pad + row_lo;
   float row_lse[2], row_delta[2];
@@ -280,7 +280,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int tiles = static_cast<int>(last_row / kKeyTile) + 1;
   float dq[kD / 8][4] = {};
   for (int j = 0; j < tiles; ++j) {
-    flash::WaitAsyncCopies();
+    WaitAsyncCopies();
     wgmma::ProxyFence();
     __syncthreads();  // tile j visible; every warp is done with tile j - 1
     if (j + 1 < tiles) {
@@ -291,7 +291,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       wgmma::LoadTileAsync<kKeyTile, kD, kThreads>(s_v + buf * kTileBytes, v_src + k0 * ts, ts,
                                                    p.seq - k0, p.qkv);
     }
-    flash::CommitAsyncCopies();
+    CommitAsyncCopies();
     const int64_t k0 = int64_t(j) * kKeyTile;
     const bool diagonal = k0 + kKeyTile - 1 > q0;
     const uint32_t k_tile = s_k + (j & 1) * kTileBytes, v_tile = s_v + (j & 1) * kTileBytes;
@@ -362,10 +362,10 @@ absl::Status Launch(const AttentionParams& p, int64_t batch, const __nv_bfloat16
   CUDA_RETURN_IF_LAUNCH_FAILED();
 
   static std::atomic<uint64_t> kv_smem_allowed{0}, q_smem_allowed{0};
-  CUDA_RETURN_IF_ERROR(flash::AllowDynamicSmem(AttentionBackwardKVKernel<kD>, KVSmemBytes<kD>(),
+  CUDA_RETURN_IF_ERROR(AllowDynamicSmem(AttentionBackwardKVKernel<kD>, KVSmemBytes<kD>(),
                                                kv_smem_allowed));
   CUDA_RETURN_IF_ERROR(
-      flash::AllowDynamicSmem(AttentionBackwardQKernel<kD>, QSmemBytes<kD>(), q_smem_allowed));
+      AllowDynamicSmem(AttentionBackwardQKernel<kD>, QSmemBytes<kD>(), q_smem_allowed));
   const unsigned kv_blocks = static_cast<unsigned>((p.seq + kKVBlock - 1) / kKVBlock);
   AttentionBackwardKVKernel<kD>
       <<<dim3(kv_blocks, static_cast<unsigned>(p.kv_heads), static_cast<unsigned>(batch)),

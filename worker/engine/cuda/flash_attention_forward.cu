@@ -51,7 +51,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   constexpr int kTileBytes = kBlockKV * kD * 2;
   unsigned char* smem = wgmma::AlignedSmem(smem_raw);
-  const uint32_t s_q = flash::SmemAddress(smem);
+  const uint32_t s_q = SmemAddress(smem);
   // Buffer i of K is at s_k + i * kTileBytes, of V at s_v + i * kTileBytes.
   const uint32_t s_k = s_q + kBlockQ * kD * 2, s_v = s_k + 2 * kTileBytes;
 
@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                                               p.seq - q0, p.qkv);
   wgmma::LoadTileAsync<kBlockKV, kD, kThreads>(s_k, k_src, ts, p.seq, p.qkv);
   wgmma::LoadTileAsync<kBlockKV, kD, kThreads>(s_v, v_src, ts, p.seq, p.qkv);
-  flash::CommitAsyncCopies();
+  CommitAsyncCopies();
 
   const int64_t last_row = min(q0 + kBlockQ, p.seq) - 1;
   const int tiles = static_cast<int>(last_row / kBlockKV) + 1;
@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   float o[kD / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   for (int j = 0; j < tiles; ++j) {
-    flash::WaitAsyncCopies();
+    WaitAsyncCopies();
     wgmma::ProxyFence();
     __syncthreads();  // tile j visible; every warp is done with tile j - 1
     if (j + 1 < tiles) {
@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       wgmma::LoadTileAsync<kBlockKV, kD, kThreads>(s_v + buf * kTileBytes, v_src + k0 * ts, ts,
                                                    p.seq - k0, p.qkv);
     }
-    flash::CommitAsyncCopies();
+    CommitAsyncCopies();
     const int64_t k0 = int64_t(j) * kBlockKV;
     const uint32_t k_tile = s_k + (j & 1) * kTileBytes, v_tile = s_v + (j & 1) * kTileBytes;
 
@@ -181,7 +181,7 @@ absl::Status Launch(const AttentionParams& p, int64_t batch, __nv_bfloat16* out,
   constexpr int kSmem = ForwardSmemBytes<kD>();
   static std::atomic<uint64_t> smem_allowed{0};
   CUDA_RETURN_IF_ERROR(
-      flash::AllowDynamicSmem(FlashAttentionForwardKernel<kD>, kSmem, smem_allowed));
+      AllowDynamicSmem(FlashAttentionForwardKernel<kD>, kSmem, smem_allowed));
   const dim3 grid(static_cast<unsigned>((p.seq + kBlockQ - 1) / kBlockQ),
                   static_cast<unsigned>(p.heads), static_cast<unsigned>(batch));
   FlashAttentionForwardKernel<kD><<<grid, kThreads, kSmem, stream>>>(p, out, lse);

@@ -1,7 +1,7 @@
 // Pieces shared by the attention kernels (flash_attention_forward.cu,
-// flash_attention_backward.cu) besides the wgmma products (wgmma.cuh): the
-// shapes and pointers they take, asynchronous global->shared copies, exp2,
-// and the epilogue that writes a warp's 16 x kD fp32 accumulator rows
+// flash_attention_backward.cu) besides the wgmma products (wgmma.cuh) and
+// the asynchronous copies (device_util.cuh): the shapes and pointers they
+// take, exp2, and the epilogue that writes a warp's 16 x kD fp32 accumulator rows
 // (the mma.sync / wgmma C layout: lane = 4 g + t holds row g, columns
 // 8 n + 2 t + {0, 1} in acc[n][0..1] and row g + 8 in acc[n][2..3]) as bf16.
 #ifndef TESSERA_WORKER_ENGINE_CUDA_FLASH_ATTENTION_TILES_CUH_
@@ -10,10 +10,10 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 
+#include "worker/engine/cuda/device_util.cuh"
 #include "worker/engine/cuda/kernels.h"
 
 namespace tessera {
@@ -46,33 +46,7 @@ inline AttentionParams MakeAttentionParams(const AttentionShape& shape, const vo
   return p;
 }
 
-// Raises `kernel`'s dynamic shared memory limit to `bytes` on the current
-// device, once per device per process (`done` is the caller's bit set).
-template <typename Kernel>
-cudaError_t AllowDynamicSmem(Kernel kernel, int bytes, std::atomic<uint64_t>& done) {
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return err;
-  const uint64_t bit = uint64_t{1} << (device & 63);
-  if (done.load(std::memory_order_acquire) & bit) return cudaSuccess;
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (err == cudaSuccess) done.fetch_or(bit, std::memory_order_release);
-  return err;
-}
-
 // ---- PTX wrappers -----------------------------------------------------------
-
-__device__ __forceinline__ uint32_t SmemAddress(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16-byte global->shared copy; src_bytes 0 writes zeros and reads nothing.
-__device__ __forceinline__ void CopyAsync16(uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(src_bytes));
-}
-__device__ __forceinline__ void CommitAsyncCopies() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void WaitAsyncCopies() { asm volatile("cp.async.wait_group 0;\n" ::); }
 
 __device__ __forceinline__ float FastExp2(float x) {
   float y;

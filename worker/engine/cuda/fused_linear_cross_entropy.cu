@@ -15,6 +15,11 @@
 //  * V <= 32768: a block of 256 or 1024 threads holds its row in registers
 //    (32 logits per thread), so the row is read from memory once: max, then
 //    sum of exp(x - max), then dlogits.
+//  * V up to 147456 (the 128256 and 131072 of large vocabularies): the
+//    same, with the row's first 32768 logits in registers and the rest
+//    staged in up to 224 KiB of shared memory by asynchronous copies, one
+//    block of 1024 threads per SM. The row is still read once: 4 bytes of
+//    traffic per logit instead of the streaming kernel's 6.
 //  * wider V: one pass for the max and sum together (online softmax: the
 //    running sum is rescaled when the max grows), a second for dlogits.
 // Any other V or alignment takes the general kernel, which reads the row
@@ -27,6 +32,7 @@
 
 #include <cuda_bf16.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "worker/engine/cuda/cuda_check.h"
@@ -41,6 +47,9 @@ constexpr int kVecWidth = 8;       // logits per vector: one 16-byte load, one 1
 constexpr int kVecsPerThread = 4;  // 32 logits per thread in registers
 constexpr int kMaxThreads = 1024;
 constexpr int kMaxRegisterVocab = kMaxThreads * kVecsPerThread * kVecWidth;  // 32768
+// V above kMaxRegisterVocab: the logits past the registers' in shared memory.
+constexpr int kMaxStagedSmemBytes = 224 * 1024;
+constexpr int kMaxStagedVocab = kMaxRegisterVocab + kMaxStagedSmemBytes / 2;  // 147456
 constexpr int kStreamingThreads = 512;  // wider V: two passes over the row
 
 // ---- kernels ---------------------------------------------------------------
@@ -50,6 +59,20 @@ __device__ __forceinline__ void ZeroRowVectors(__nv_bfloat16* drow, int vocab) {
   for (int c = threadIdx.x * kVecWidth; c < vocab; c += blockDim.x * kVecWidth) {
     *reinterpret_cast<uint4*>(drow + c) = make_uint4(0, 0, 0, 0);  // bf16 +0 is all zero bits
   }
+}
+
+// dlogits of 8 consecutive logits starting at column c, as one 16-byte word.
+__device__ __forceinline__ uint4 SoftmaxMinusOneHot8(const float (&v)[kVecWidth], int c, float lse,
+                                                     int target) {
+  uint32_t pairs[kVecWidth / 2];
+#pragma unroll
+  for (int e = 0; e < kVecWidth; e += 2) {
+    const __nv_bfloat162 d =
+        __floats2bfloat162_rn(expf(v[e] - lse) - (c + e == target ? 1.0f : 0.0f),
+                              expf(v[e + 1] - lse) - (c + e + 1 == target ? 1.0f : 0.0f));
+    pairs[e / 2] = *reinterpret_cast<const uint32_t*>(&d);
+  }
+  return make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
 }
 
 // Fast path: one block of kThreads per row; thread i holds the vectors
@@ -97,17 +120,88 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int k = 0; k < kVecsPerThread; ++k) {
     const int c = (k * kThreads + threadIdx.x) * kVecWidth;
-    if (c < vocab) {
-      uint32_t pairs[kVecWidth / 2];
+    if (c < vocab) *reinterpret_cast<uint4*>(drow + c) = SoftmaxMinusOneHot8(v[k], c, lse, target);
+  }
+  if (threadIdx.x == 0) {
+    atomicAdd(loss_sum, lse - target_logit);
+    atomicAdd(valid_tokens, 1.0f);
+  }
+}
+
+// Rows of kMaxRegisterVocab < V <= kMaxStagedVocab (V a multiple of 8): one
+// block of kMaxThreads per row. Columns [0, kMaxRegisterVocab) sit in
+// registers as in the kernel above (raw bf16, 16 registers a thread); the
+// rest, vector j at column kMaxRegisterVocab + 8 j, is copied asynchronously
+// into `staged` (dynamic shared memory) by thread j % kMaxThreads, which is
+// also the only thread that reads it back, so no barrier guards the copies.
+__global__ void __launch_bounds__(kMaxThreads)
+    CrossEntropyRowsStagedKernel(const __nv_bfloat16* logits, const int32_t* targets, int vocab,
+                                 int ignore_index, float* loss_sum, float* valid_tokens,
+                                 __nv_bfloat16* dlogits, int* error_flag) {
+  extern __shared__ uint4 staged[];
+  __shared__ float scratch[32];
+  const int64_t r = blockIdx.x;
+  const __nv_bfloat16* row = logits + r * vocab;
+  __nv_bfloat16* drow = dlogits + r * vocab;
+  const int32_t target = targets[r];
+  const bool bad = target != ignore_index && (target < 0 || target >= vocab);
+  if (target == ignore_index || bad) {
+    if (bad && threadIdx.x == 0) atomicExch(error_flag, 1);
+    ZeroRowVectors(drow, vocab);
+    return;
+  }
+  const float target_logit = __bfloat162float(row[target]);  // before any dlogits are written
+  const int staged_vectors = (vocab - kMaxRegisterVocab) / kVecWidth;
+  for (int j = threadIdx.x; j < staged_vectors; j += kMaxThreads) {
+    CopyAsync16(SmemAddress(staged + j), row + kMaxRegisterVocab + j * kVecWidth, 16);
+  }
+  CommitAsyncCopies();
+  uint4 held[kVecsPerThread];
+  float m = -INFINITY;
 #pragma unroll
-      for (int e = 0; e < kVecWidth; e += 2) {
-        const __nv_bfloat162 d =
-            __floats2bfloat162_rn(expf(v[k][e] - lse) - (c + e == target ? 1.0f : 0.0f),
-                                  expf(v[k][e + 1] - lse) - (c + e + 1 == target ? 1.0f : 0.0f));
-        pairs[e / 2] = *reinterpret_cast<const uint32_t*>(&d);
-      }
-      *reinterpret_cast<uint4*>(drow + c) = make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
-    }
+  for (int k = 0; k < kVecsPerThread; ++k) {
+    held[k] = *reinterpret_cast<const uint4*>(row + (k * kMaxThreads + threadIdx.x) * kVecWidth);
+    float v[kVecWidth];
+    Bf16x8AsFloats(held[k], v);
+#pragma unroll
+    for (int e = 0; e < kVecWidth; ++e) m = fmaxf(m, v[e]);
+  }
+  WaitAsyncCopies();
+  for (int j = threadIdx.x; j < staged_vectors; j += kMaxThreads) {
+    float v[kVecWidth];
+    Bf16x8AsFloats(staged[j], v);
+#pragma unroll
+    for (int e = 0; e < kVecWidth; ++e) m = fmaxf(m, v[e]);
+  }
+  m = BlockMax(m, scratch);
+  float z = 0.f;
+#pragma unroll
+  for (int k = 0; k < kVecsPerThread; ++k) {
+    float v[kVecWidth];
+    Bf16x8AsFloats(held[k], v);
+#pragma unroll
+    for (int e = 0; e < kVecWidth; ++e) z += expf(v[e] - m);
+  }
+  for (int j = threadIdx.x; j < staged_vectors; j += kMaxThreads) {
+    float v[kVecWidth];
+    Bf16x8AsFloats(staged[j], v);
+#pragma unroll
+    for (int e = 0; e < kVecWidth; ++e) z += expf(v[e] - m);
+  }
+  z = BlockSum(z, scratch);
+  const float lse = logf(z) + m;
+#pragma unroll
+  for (int k = 0; k < kVecsPerThread; ++k) {
+    const int c = (k * kMaxThreads + threadIdx.x) * kVecWidth;
+    float v[kVecWidth];
+    Bf16x8AsFloats(held[k], v);
+    *reinterpret_cast<uint4*>(drow + c) = SoftmaxMinusOneHot8(v, c, lse, target);
+  }
+  for (int j = threadIdx.x; j < staged_vectors; j += kMaxThreads) {
+    const int c = kMaxRegisterVocab + j * kVecWidth;
+    float v[kVecWidth];
+    Bf16x8AsFloats(staged[j], v);
+    *reinterpret_cast<uint4*>(drow + c) = SoftmaxMinusOneHot8(v, c, lse, target);
   }
   if (threadIdx.x == 0) {
     atomicAdd(loss_sum, lse - target_logit);
@@ -174,14 +268,7 @@ __global__ void __launch_bounds__(kStreamingThreads)
   for (int c = threadIdx.x * kVecWidth; c < vocab; c += kStreamingThreads * kVecWidth) {
     float v[kVecWidth];
     LoadBf16x8AsFloats(row + c, v);
-    uint32_t pairs[kVecWidth / 2];
-    for (int e = 0; e < kVecWidth; e += 2) {
-      const __nv_bfloat162 d =
-          __floats2bfloat162_rn(expf(v[e] - lse) - (c + e == target ? 1.0f : 0.0f),
-                                expf(v[e + 1] - lse) - (c + e + 1 == target ? 1.0f : 0.0f));
-      pairs[e / 2] = *reinterpret_cast<const uint32_t*>(&d);
-    }
-    *reinterpret_cast<uint4*>(drow + c) = make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
+    *reinterpret_cast<uint4*>(drow + c) = SoftmaxMinusOneHot8(v, c, lse, target);
   }
   if (threadIdx.x == 0) {
     atomicAdd(loss_sum, lse - target_logit);
@@ -223,6 +310,20 @@ __global__ void CrossEntropyRowsKernel(const __nv_bfloat16* logits, const int32_
 
 bool Is16ByteAligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// Whether the staged kernel may use `bytes` of dynamic shared memory: its
+// limit is raised to the most it ever takes, once per device. A device
+// that refuses (less shared memory per block) gets the streaming kernel.
+bool StagedKernelAllowed(int bytes) {
+  static std::atomic<uint64_t> allowed{0};
+  if (bytes <= 48 * 1024) return true;  // within every device's default limit
+  if (AllowDynamicSmem(CrossEntropyRowsStagedKernel, kMaxStagedSmemBytes, allowed) ==
+      cudaSuccess) {
+    return true;
+  }
+  (void)cudaGetLastError();  // not sticky: clear it and stream instead
+  return false;
+}
+
 }  // namespace
 
 // ---- launchers -------------------------------------------------------------
@@ -241,6 +342,11 @@ absl::Status LaunchCrossEntropyRows(const void* logits_bf16, const int32_t* targ
         logits, targets, vocab, ignore_index, loss_sum, valid_tokens, dlogits, error_flag);
   } else if (vectors && vocab <= kMaxRegisterVocab) {
     CrossEntropyRowsInRegistersKernel<kMaxThreads><<<rows, kMaxThreads, 0, stream>>>(
+        logits, targets, vocab, ignore_index, loss_sum, valid_tokens, dlogits, error_flag);
+  } else if (vectors && vocab <= kMaxStagedVocab &&
+             StagedKernelAllowed((vocab - kMaxRegisterVocab) * 2)) {
+    const int smem = (vocab - kMaxRegisterVocab) * 2;
+    CrossEntropyRowsStagedKernel<<<rows, kMaxThreads, smem, stream>>>(
         logits, targets, vocab, ignore_index, loss_sum, valid_tokens, dlogits, error_flag);
   } else if (vectors) {
     CrossEntropyRowsStreamingKernel<<<rows, kStreamingThreads, 0, stream>>>(

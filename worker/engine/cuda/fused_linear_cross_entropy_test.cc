@@ -8,9 +8,10 @@
 // Shapes cover chunk sizes that do and do not divide T, a chunk larger than
 // T, ignored tokens, a chunk of only ignored tokens, and every path of the
 // row kernel: rows in registers (V a multiple of 8: up to 8192 with 256
-// threads, up to 32768 with 1024), the streaming pass for wider V (up to
-// the 131072 and more of large vocabularies), and the general kernel (V not
-// a multiple of 8).
+// threads, up to 32768 with 1024), rows in registers and shared memory
+// (32776, one staged vector, to 147456: 100008 and 131072), the streaming
+// pass for wider V (262144, 270000), and the general kernel (V not a
+// multiple of 8).
 #include <tuple>
 #include <vector>
 
@@ -68,7 +69,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, FusedLinearCrossEntropyTest,
                                            Param{12, 16, 270000, 8}));
 
 // Each vocab size takes another path of the row kernel (general, rows in
-// registers, streaming).
+// registers, rows staged in shared memory, streaming).
 TEST_F(CpuVsCudaTest, TargetOutOfRangeRaisesTheFlag) {
   for (int vocab : {10, 4096, 40000, 300000}) {
     SCOPED_TRACE(vocab);
