@@ -91,15 +91,15 @@ RankMemoryEstimate EstimateRankMemory(const v1::JobSpec& spec, int /*rank*/, int
   e.scratch += 2 * 4 * (3 * n * (2 + history) + scale_inv_floats * (3 * n + n));
 
   // Saved for backward, per layer: residual input (fp32), the two norms'
-  // 1/rms and normed outputs, QKV, attention output and its softmax
-  // statistics, the residual after attention, gate+up, and (unless SwiGLU is
-  // fused into the FP8 cast) its output; with FP8, each linear's transposed
-  // e4m3 input.
-  const bool fused_swiglu = fp8 && !current_scaling;
-  int64_t per_layer = tokens * hidden * 4 + tokens * 4 + tokens * hidden * 2 + tokens * qkv * 2 +
-                      tokens * hidden * 2 + batch * heads * seq * 4 + tokens * hidden * 4 +
-                      tokens * 4 + tokens * hidden * 2 + tokens * 2 * ffn * 2;
-  if (!fused_swiglu) per_layer += tokens * ffn * 2;
+  // 1/rms, QKV, attention output and its softmax statistics, the residual
+  // after attention, gate+up; unless the norms and the SwiGLU write FP8
+  // directly (FP8 with delayed scaling), the norms' bf16 outputs and the
+  // SwiGLU's; with FP8, each linear's transposed e4m3 input.
+  const bool fused_fp8_casts = fp8 && !current_scaling;
+  int64_t per_layer = tokens * hidden * 4 + tokens * 4 + tokens * qkv * 2 + tokens * hidden * 2 +
+                      batch * heads * seq * 4 + tokens * hidden * 4 + tokens * 4 +
+                      tokens * 2 * ffn * 2;
+  if (!fused_fp8_casts) per_layer += 2 * tokens * hidden * 2 + tokens * ffn * 2;
   if (fp8) per_layer += (hidden + hidden + hidden + ffn) * tokens;
   e.activations = per_layer * layers;
 

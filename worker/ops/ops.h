@@ -169,6 +169,18 @@ class Ops {
   virtual absl::Status RmsNormForward(const TensorDesc& x, const TensorDesc& weight, float eps,
                                       const TensorDesc& out, const TensorDesc& rstd,
                                       Stream* stream) = 0;
+  // RmsNormForward into a bf16 [T, H] temporary, then QuantizeTranspose of
+  // that bf16 tensor into out [T, H] and out_t [H, T] (FP8, out's scale,
+  // amax and scale_inv as in QuantizeTranspose; out.data may be null),
+  // bit-identical to the two ops in sequence on the same engine: the same
+  // codes, rstd, amax and scale_inv. x is fp32 or bf16 (the fp32 residual
+  // stream), weight fp32 or bf16. The CUDA engine fuses them where the
+  // shapes allow, so the bf16 normalised tensor is never stored: the FP8
+  // QKV and gate/up projections' input.
+  virtual absl::Status RmsNormForwardQuantize(const TensorDesc& x, const TensorDesc& weight,
+                                              float eps, const TensorDesc& out,
+                                              const TensorDesc& out_t, const TensorDesc& rstd,
+                                              Stream* stream) = 0;
   // grad_x [T, H] (fp32/bf16) = dL/dx; if accumulate_grad_x, added to it.
   // grad_weight [H] fp32 += dL/dweight.
   virtual absl::Status RmsNormBackward(const TensorDesc& grad_out, const TensorDesc& x,

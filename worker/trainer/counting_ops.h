@@ -100,6 +100,11 @@ class CountingOps : public Ops {
                               const TensorDesc& out, const TensorDesc& rstd, Stream* s) override {
     return engine_->RmsNormForward(x, weight, eps, out, rstd, s);
   }
+  absl::Status RmsNormForwardQuantize(const TensorDesc& x, const TensorDesc& weight, float eps,
+                                      const TensorDesc& out, const TensorDesc& out_t,
+                                      const TensorDesc& rstd, Stream* s) override {
+    return engine_->RmsNormForwardQuantize(x, weight, eps, out, out_t, rstd, s);
+  }
   absl::Status RmsNormBackward(const TensorDesc& grad_out, const TensorDesc& x,
                                const TensorDesc& weight, const TensorDesc& rstd,
                                const TensorDesc& grad_x, bool accumulate_grad_x,

@@ -1,5 +1,6 @@
-// CountingOps counts what it should and forwards results unchanged, and the
-// grouped-query attention ops reach the engine with their n_kv_heads.
+// CountingOps counts what it should and forwards results unchanged, the
+// grouped-query attention ops reach the engine with their n_kv_heads, and
+// the fused RMSNorm-to-FP8 op reaches it with all its outputs.
 #include "worker/trainer/counting_ops.h"
 
 #include <cmath>
@@ -80,6 +81,52 @@ TEST(CountingOps, ForwardsKvHeadCountsOfRopeAndAttention) {
   EXPECT_EQ(via_counting.lse, direct.lse);  // NaN != NaN: unwritten lse fails
   EXPECT_NE(via_counting.qkv, qkv);         // RoPE rotated something
   for (uint16_t g : via_counting.grad) ASSERT_NE(g, 0xFFFF);
+}
+
+TEST(CountingOps, ForwardsRmsNormForwardQuantize) {
+  const int t = 6, h = 16;
+  CountingOps counting(CreateCpuOps());
+  std::unique_ptr<Ops> engine = CreateCpuOps();
+  const std::vector<float> x = testing::RandomFloats(t * h, 21, 2.f);
+  const std::vector<float> w = testing::RandomFloats(h, 22);
+  struct Outputs {
+    std::vector<uint8_t> codes, codes_t;
+    std::vector<float> rstd;
+    float amax = 0.f, scale_inv = -1.f, scale_inv_t = -1.f;
+  };
+  float scale = 300.f;
+  auto run = [&](Ops& ops, Outputs& o) {
+    o.codes.assign(t * h, 0xFF);
+    o.codes_t.assign(t * h, 0xFF);
+    o.rstd.assign(t, NAN);
+    TensorDesc out = MakeTensor(o.codes.data(), DType::kE4M3, Shape{t, h});
+    out.scale = &scale;
+    out.amax = &o.amax;
+    out.scale_inv = &o.scale_inv;
+    TensorDesc out_t = MakeTensor(o.codes_t.data(), DType::kE4M3, Shape{h, t});
+    out_t.scale_inv = &o.scale_inv_t;
+    const TensorDesc xd = MakeTensor(const_cast<float*>(x.data()), DType::kFloat32, Shape{t, h});
+    const TensorDesc wd = MakeTensor(const_cast<float*>(w.data()), DType::kFloat32, Shape{h});
+    const TensorDesc rd = MakeTensor(o.rstd.data(), DType::kFloat32, Shape{t});
+    ASSERT_TRUE(ops.RmsNormForwardQuantize(xd, wd, 1e-5f, out, out_t, rd, nullptr).ok());
+    // Errors come back unchanged.
+    EXPECT_EQ(ops.RmsNormForwardQuantize(xd, wd, 1e-5f, out, out, rd, nullptr).code(),
+              absl::StatusCode::kInvalidArgument);
+  };
+  Outputs via_counting, direct;
+  run(counting, via_counting);
+  run(*engine, direct);
+  EXPECT_EQ(via_counting.codes, direct.codes);
+  EXPECT_EQ(via_counting.codes_t, direct.codes_t);
+  EXPECT_EQ(via_counting.rstd, direct.rstd);  // NaN != NaN: unwritten rstd fails
+  EXPECT_EQ(via_counting.amax, direct.amax);
+  EXPECT_GT(via_counting.amax, 0.f);
+  EXPECT_EQ(via_counting.scale_inv, direct.scale_inv);
+  EXPECT_EQ(via_counting.scale_inv_t, direct.scale_inv_t);
+  EXPECT_EQ(via_counting.scale_inv, 1.f / scale);
+  for (uint8_t c : via_counting.codes_t) ASSERT_NE(c, 0xFF);
+  EXPECT_EQ(counting.allocations(), 0);
+  EXPECT_EQ(counting.host_reads(), 0);
 }
 
 }  // namespace

@@ -158,7 +158,7 @@ absl::Status FsdpTrainer::AllocateState() {
   // Quantizer state, built once; each FP8 weight points into it.
   ASSIGN_OR_RETURN(Fp8Meta meta, Fp8Meta::Create(*ops_, 4 * layers_, spec_.fp8()));
   meta_ = std::make_unique<Fp8Meta>(std::move(meta));
-  fuse_swiglu_fp8_ = fp8_ && !meta_->current_scaling();
+  fuse_fp8_casts_ = fp8_ && !meta_->current_scaling();
   for (int l = 0; l < layers_; ++l) {
     Fp8ShardedParam* linears[4] = {&blocks_[l].qkv, &blocks_[l].out_proj, &blocks_[l].gate_up,
                                    &blocks_[l].down};
@@ -233,15 +233,19 @@ absl::Status FsdpTrainer::AllocateState() {
     BlockActivations& a = acts_[l];
     ASSIGN_OR_RETURN(a.x_in, Alloc(DType::kFloat32, Shape{t, h}));
     ASSIGN_OR_RETURN(a.rstd1, Alloc(DType::kFloat32, Shape{t}));
-    ASSIGN_OR_RETURN(a.h1, Alloc(DType::kBFloat16, Shape{t, h}));
+    if (!fuse_fp8_casts_) {
+      ASSIGN_OR_RETURN(a.h1, Alloc(DType::kBFloat16, Shape{t, h}));
+    }
     ASSIGN_OR_RETURN(a.qkv, Alloc(DType::kBFloat16, qkv_shape));
     ASSIGN_OR_RETURN(a.attn, Alloc(DType::kBFloat16, Shape{t, h}));
     ASSIGN_OR_RETURN(a.lse, Alloc(DType::kFloat32, Shape{batch_, heads_, seq_}));
     ASSIGN_OR_RETURN(a.x_mid, Alloc(DType::kFloat32, Shape{t, h}));
     ASSIGN_OR_RETURN(a.rstd2, Alloc(DType::kFloat32, Shape{t}));
-    ASSIGN_OR_RETURN(a.h2, Alloc(DType::kBFloat16, Shape{t, h}));
+    if (!fuse_fp8_casts_) {
+      ASSIGN_OR_RETURN(a.h2, Alloc(DType::kBFloat16, Shape{t, h}));
+    }
     ASSIGN_OR_RETURN(a.gate_up, Alloc(DType::kBFloat16, Shape{t, 2 * f}));
-    if (!fuse_swiglu_fp8_) {
+    if (!fuse_fp8_casts_) {
       ASSIGN_OR_RETURN(a.swiglu, Alloc(DType::kBFloat16, Shape{t, f}));
     }
     for (int i = 0; i < 4; ++i) {

@@ -102,15 +102,15 @@ class FsdpTrainer : public Trainer {
   struct BlockActivations {
     DeviceTensor x_in;      // [T, H] fp32 residual entering the block
     DeviceTensor rstd1;     // [T] fp32
-    DeviceTensor h1;        // [T, H] bf16 attn_norm output
+    DeviceTensor h1;        // [T, H] bf16 attn_norm output (not kept with fused FP8 casts)
     DeviceTensor qkv;       // [B, S, nh + 2*nkv, hd] bf16 after RoPE
     DeviceTensor attn;      // [T, H] bf16 attention output
     DeviceTensor lse;       // [B, nh, S] fp32
     DeviceTensor x_mid;     // [T, H] fp32 residual after attention
     DeviceTensor rstd2;     // [T] fp32
-    DeviceTensor h2;        // [T, H] bf16 mlp_norm output
+    DeviceTensor h2;        // [T, H] bf16 mlp_norm output (likewise)
     DeviceTensor gate_up;   // [T, 2F] bf16
-    DeviceTensor swiglu;    // [T, F] bf16 (not kept when the SwiGLU writes FP8 directly)
+    DeviceTensor swiglu;    // [T, F] bf16 (likewise)
     LinearSaved saved[4];   // FP8 transposed inputs of qkv, out_proj, gate_up, down
   };
   // Allocates one full-size (gathered_numel) tensor of `dtype` per block
@@ -155,6 +155,10 @@ class FsdpTrainer : public Trainer {
   }
   absl::Status BlockForward(int layer, const GatheredBlock& w, BlockActivations& a,
                             const TensorDesc& x_in, const TensorDesc& x_out);
+  absl::Status NormThenLinear(int layer, int linear, const TensorDesc& x,
+                              const TensorDesc& norm_weight, const TensorDesc& rstd,
+                              const TensorDesc& normed, const TensorDesc& weight,
+                              const TensorDesc& y, LinearSaved& saved);
   absl::Status BlockBackward(int layer, const GatheredBlock& w, BlockActivations& a,
                              const TensorDesc& grad_residual);
   absl::Status CheckAborted() const;
@@ -186,9 +190,11 @@ class FsdpTrainer : public Trainer {
   int64_t batch_ = 0, seq_ = 0, tokens_ = 0;
   int layers_ = 0;
   bool fp8_ = true;
-  // FP8 with delayed scaling: the SwiGLU writes the down projection's FP8
-  // input, and its backward the gate/up projection's FP8 gradient, directly.
-  bool fuse_swiglu_fp8_ = false;
+  // FP8 with delayed scaling (every scale is known before the step): the
+  // two RMSNorms write the qkv and gate/up projections' FP8 inputs, the
+  // SwiGLU the down projection's, and the SwiGLU backward the gate/up
+  // projection's FP8 gradient, directly; no bf16 copy of those is stored.
+  bool fuse_fp8_casts_ = false;
 
   Fp8ShardedParam embedding_, final_norm_, lm_head_;
   std::vector<Block> blocks_;

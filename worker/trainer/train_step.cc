@@ -240,20 +240,39 @@ absl::StatusOr<StepReport> FsdpTrainer::Step(int step) {
   return report;
 }
 
+// y = linear(RMSNorm(x)) for a block's qkv (linear 0) or gate/up (linear 2)
+// projection; rstd is saved for backward. With fused FP8 casts the norm
+// writes the linear's FP8 input (and its transpose, saved for the weight
+// gradient) itself; otherwise it writes the bf16 `normed`, which the linear
+// quantizes or multiplies.
+absl::Status FsdpTrainer::NormThenLinear(int l, int linear, const TensorDesc& x,
+                                         const TensorDesc& norm_weight, const TensorDesc& rstd,
+                                         const TensorDesc& normed, const TensorDesc& weight,
+                                         const TensorDesc& y, LinearSaved& saved) {
+  Ops& ops = *ops_;
+  const float eps = spec_.model().norm_eps();
+  const LinearSpec spec = Spec(l, linear);
+  if (fuse_fp8_casts_) {
+    const Fp8Operand x8 = Fp8Input(*meta_, spec, scratch_, saved);
+    RETURN_IF_ERROR(
+        ops.RmsNormForwardQuantize(x, norm_weight, eps, x8.codes, x8.codes_t, rstd, nullptr));
+    return LinearForwardFromFp8(ops, *meta_, spec, weight, x8, y, nullptr);
+  }
+  RETURN_IF_ERROR(ops.RmsNormForward(x, norm_weight, eps, normed, rstd, nullptr));
+  return LinearForward(ops, *meta_, spec, weight, normed, y, scratch_, saved, nullptr);
+}
+
 absl::Status FsdpTrainer::BlockForward(int l, const GatheredBlock& w, BlockActivations& a,
                                        const TensorDesc& x_in, const TensorDesc& x_out) {
   Ops& ops = *ops_;
   const Block& b = blocks_[l];
-  const float eps = spec_.model().norm_eps();
   const int64_t t = tokens_, f = ffn_;
   // Attention: x_mid = x_in + out_proj(attention(rope(qkv(norm(x_in))))),
   // qkv's [T, qkv width] output viewed as [B, S, nh + 2*nkv, hd]. The
   // out_proj and down GEMMs add the residual stream as they write it.
-  RETURN_IF_ERROR(ops.RmsNormForward(x_in, Full(w.attn_norm, b.attn_norm), eps, a.h1.desc,
-                                     a.rstd1.desc, nullptr));
-  RETURN_IF_ERROR(LinearForward(ops, *meta_, Spec(l, 0), Full(w.qkv, b.qkv), a.h1.desc,
-                                Reshaped(a.qkv.desc, Shape{t, qkv_width_}), scratch_, a.saved[0],
-                                nullptr));
+  RETURN_IF_ERROR(NormThenLinear(l, 0, x_in, Full(w.attn_norm, b.attn_norm), a.rstd1.desc,
+                                 a.h1.desc, Full(w.qkv, b.qkv),
+                                 Reshaped(a.qkv.desc, Shape{t, qkv_width_}), a.saved[0]));
   RETURN_IF_ERROR(ops.RopeForward(a.qkv.desc, kv_heads_, spec_.model().rope_theta(), nullptr));
   RETURN_IF_ERROR(ops.AttentionForward(
       a.qkv.desc, kv_heads_, Reshaped(a.attn.desc, Shape{batch_, seq_, heads_, head_dim_}),
@@ -261,11 +280,10 @@ absl::Status FsdpTrainer::BlockForward(int l, const GatheredBlock& w, BlockActiv
   RETURN_IF_ERROR(LinearForward(ops, *meta_, Spec(l, 1), Full(w.out_proj, b.out_proj), a.attn.desc,
                                 a.x_mid.desc, scratch_, a.saved[1], nullptr, &x_in));
   // MLP: x_out = x_mid + down(swiglu(gate_up(norm(x_mid)))).
-  RETURN_IF_ERROR(ops.RmsNormForward(a.x_mid.desc, Full(w.mlp_norm, b.mlp_norm), eps, a.h2.desc,
-                                     a.rstd2.desc, nullptr));
-  RETURN_IF_ERROR(LinearForward(ops, *meta_, Spec(l, 2), Full(w.gate_up, b.gate_up), a.h2.desc,
-                                a.gate_up.desc, scratch_, a.saved[2], nullptr));
-  if (fuse_swiglu_fp8_) {  // SwiGLU straight into the down projection's FP8 input
+  RETURN_IF_ERROR(NormThenLinear(l, 2, a.x_mid.desc, Full(w.mlp_norm, b.mlp_norm), a.rstd2.desc,
+                                 a.h2.desc, Full(w.gate_up, b.gate_up), a.gate_up.desc,
+                                 a.saved[2]));
+  if (fuse_fp8_casts_) {  // SwiGLU straight into the down projection's FP8 input
     const Fp8Operand x8 = Fp8Input(*meta_, Spec(l, 3), scratch_, a.saved[3]);
     RETURN_IF_ERROR(ops.SwiGluForwardQuantize(a.gate_up.desc, x8.codes, x8.codes_t, nullptr));
     return LinearForwardFromFp8(ops, *meta_, Spec(l, 3), Full(w.down, b.down), x8, x_out,
@@ -303,7 +321,7 @@ absl::Status FsdpTrainer::BlockBackward(int l, const GatheredBlock& w, BlockActi
   RETURN_IF_ERROR(LinearBackward(ops, *meta_, Spec(l, 3), Full(w.down, b.down), a.swiglu.desc,
                                  dy_down, d_swiglu, grads.down.desc, scratch_, a.saved[3],
                                  nullptr));
-  if (fuse_swiglu_fp8_) {  // SwiGLU's gradient straight into the gate/up FP8 gradient
+  if (fuse_fp8_casts_) {  // SwiGLU's gradient straight into the gate/up FP8 gradient
     const Fp8Operand dy8 = Fp8Grad(*meta_, Spec(l, 2), scratch_);
     RETURN_IF_ERROR(
         ops.SwiGluBackwardQuantize(d_swiglu, a.gate_up.desc, dy8.codes, dy8.codes_t, nullptr));

@@ -144,6 +144,15 @@ class CpuOps : public Ops {
                               const TensorDesc& out, const TensorDesc& rstd, Stream*) override {
     return cpu::RmsNormForward(x, weight, eps, out, rstd);
   }
+  // The reference composes the two ops through a bf16 temporary.
+  absl::Status RmsNormForwardQuantize(const TensorDesc& x, const TensorDesc& weight, float eps,
+                                      const TensorDesc& out, const TensorDesc& out_t,
+                                      const TensorDesc& rstd, Stream*) override {
+    if (x.shape.rank != 2) return absl::InvalidArgumentError("x: must be 2-D");
+    TensorDesc normed = Bf16Temporary(norm_temp_, x.shape);
+    RETURN_IF_ERROR(cpu::RmsNormForward(x, weight, eps, normed, rstd));
+    return cpu::QuantizeTranspose(normed, out, out_t);
+  }
   absl::Status RmsNormBackward(const TensorDesc& grad_out, const TensorDesc& x,
                                const TensorDesc& weight, const TensorDesc& rstd,
                                const TensorDesc& grad_x, bool accumulate_grad_x,
@@ -233,6 +242,7 @@ class CpuOps : public Ops {
   }
 
   std::vector<uint16_t> swiglu_temp_;
+  std::vector<uint16_t> norm_temp_;  // RmsNormForwardQuantize's bf16 [T, H]
   std::array<std::chrono::steady_clock::time_point, kTimeMarks> marks_{};
   std::array<bool, kTimeMarks> marked_{};
 };

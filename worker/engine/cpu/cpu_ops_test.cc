@@ -354,5 +354,93 @@ TEST(CpuOps, ActivationOpsMatchTheFreeFunctions) {
   EXPECT_EQ(ggu, ggu_ref);
 }
 
+// RmsNormForwardQuantize is RmsNormForward into a bf16 tensor followed by
+// QuantizeTranspose of it, byte for byte: codes, transposed codes (or out
+// left alone when out.data is null), rstd, the max-combined amax and both
+// scale_invs, for every dtype of x and weight and both FP8 formats.
+TEST(CpuOps, RmsNormForwardQuantizeEqualsRmsNormThenQuantizeTranspose) {
+  std::unique_ptr<Ops> ops = CreateCpuOps();
+  const int t = 12, h = 40;
+  const std::vector<float> x32 = RandomFloats(t * h, 30, 2.f), w32 = RandomFloats(h, 31);
+  std::vector<uint16_t> x16 = RandomBf16(t * h, 32, 2.f), w16 = RandomBf16(h, 33);
+  for (DType dx : {DType::kFloat32, DType::kBFloat16}) {
+    for (DType dw : {DType::kFloat32, DType::kBFloat16}) {
+      for (DType fp8 : {DType::kE4M3, DType::kE5M2}) {
+        for (bool with_out : {true, false}) {
+          SCOPED_TRACE(::testing::Message() << DTypeName(dx) << " x, " << DTypeName(dw)
+                                          << " weight, " << DTypeName(fp8) << ", with_out "
+                                          << with_out);
+          const TensorDesc x = MakeTensor(
+              dx == DType::kFloat32 ? static_cast<void*>(const_cast<float*>(x32.data()))
+                                    : static_cast<void*>(x16.data()),
+              dx, Shape{t, h});
+          const TensorDesc w = MakeTensor(
+              dw == DType::kFloat32 ? static_cast<void*>(const_cast<float*>(w32.data()))
+                                    : static_cast<void*>(w16.data()),
+              dw, Shape{h});
+          // [0] through the op, [1] through the two ops.
+          std::vector<uint8_t> codes[2], codes_t[2];
+          std::vector<float> rstd[2];
+          float scale = fp8 == DType::kE4M3 ? 300.f : 20000.f;
+          float amax[2] = {0.5f, 0.5f}, scale_inv[2] = {-1.f, -1.f}, scale_inv_t[2] = {-1.f, -1.f};
+          TensorDesc out[2], out_t[2];
+          for (int k = 0; k < 2; ++k) {
+            codes[k].resize(t * h);
+            codes_t[k].resize(t * h);
+            rstd[k].resize(t);
+            Poison(codes[k]);
+            Poison(codes_t[k]);
+            Poison(rstd[k]);
+            out[k] = MakeTensor(with_out ? codes[k].data() : nullptr, fp8, Shape{t, h});
+            out[k].scale = &scale;
+            out[k].amax = &amax[k];
+            out[k].scale_inv = &scale_inv[k];
+            out_t[k] = MakeTensor(codes_t[k].data(), fp8, Shape{h, t});
+            out_t[k].scale_inv = &scale_inv_t[k];
+          }
+          ASSERT_TRUE(ops->RmsNormForwardQuantize(
+                             x, w, 1e-5f, out[0], out_t[0],
+                             MakeTensor(rstd[0].data(), DType::kFloat32, Shape{t}), nullptr)
+                          .ok());
+          std::vector<uint16_t> normed(t * h);
+          const TensorDesc normed_desc = MakeTensor(normed.data(), DType::kBFloat16, Shape{t, h});
+          ASSERT_TRUE(cpu::RmsNormForward(x, w, 1e-5f, normed_desc,
+                                          MakeTensor(rstd[1].data(), DType::kFloat32, Shape{t}))
+                          .ok());
+          ASSERT_TRUE(cpu::QuantizeTranspose(normed_desc, out[1], out_t[1]).ok());
+          EXPECT_EQ(codes[0], codes[1]);
+          EXPECT_EQ(codes_t[0], codes_t[1]);
+          EXPECT_EQ(std::memcmp(rstd[0].data(), rstd[1].data(), t * sizeof(float)), 0);
+          EXPECT_EQ(amax[0], amax[1]);
+          EXPECT_EQ(scale_inv[0], scale_inv[1]);
+          EXPECT_EQ(scale_inv_t[0], scale_inv_t[1]);
+          EXPECT_EQ(scale_inv[0], 1.0f / scale);
+          // 0xFF (the poison) is no code the encoder writes: NaN becomes 0x7F.
+          for (uint8_t c : codes_t[0]) ASSERT_NE(c, 0xFF);
+          for (uint8_t c : codes[0]) ASSERT_EQ(c == 0xFF, !with_out);
+        }
+      }
+    }
+  }
+  // Arguments are checked and named.
+  std::vector<uint8_t> codes(t * h), codes_t(t * h);
+  std::vector<float> rstd(t);
+  float scale = 1.f;
+  TensorDesc out = MakeTensor(codes.data(), DType::kE4M3, Shape{t, h});
+  out.scale = &scale;
+  const TensorDesc out_t = MakeTensor(codes_t.data(), DType::kE4M3, Shape{h, t});
+  const TensorDesc x = MakeTensor(x16.data(), DType::kBFloat16, Shape{t, h});
+  const TensorDesc w = MakeTensor(w16.data(), DType::kBFloat16, Shape{h});
+  const TensorDesc r = MakeTensor(rstd.data(), DType::kFloat32, Shape{t});
+  const absl::Status flat = ops->RmsNormForwardQuantize(
+      MakeTensor(x16.data(), DType::kBFloat16, Shape{t * h}), w, 1e-5f, out, out_t, r, nullptr);
+  EXPECT_EQ(flat.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(flat.message().rfind("x:", 0), 0u) << flat;
+  const absl::Status bad_t = ops->RmsNormForwardQuantize(
+      x, w, 1e-5f, out, MakeTensor(codes_t.data(), DType::kE4M3, Shape{t, h}), r, nullptr);
+  EXPECT_EQ(bad_t.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad_t.message().rfind("out_t:", 0), 0u) << bad_t;
+}
+
 }  // namespace
 }  // namespace tessera

@@ -2,6 +2,7 @@
 #include "worker/engine/cuda/cuda_ops.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <utility>
@@ -249,6 +250,42 @@ class CudaOps : public Ops {
     RETURN_IF_ERROR(CheckShape("weight", weight, Shape{x.shape[1]}));
     RETURN_IF_ERROR(CheckShape("rstd", rstd, Shape{x.shape[0]}));
     return cuda::LaunchRmsNormForward(x, weight, eps, out, rstd, S(stream));
+  }
+  // One fused pass where cuda::LaunchRmsNormForwardQuantize accepts the
+  // shapes; otherwise the two ops through a bf16 scratch tensor (aligned, so
+  // RmsNormForward takes the same path as into any allocated bf16 tensor).
+  absl::Status RmsNormForwardQuantize(const TensorDesc& x, const TensorDesc& weight, float eps,
+                                      const TensorDesc& out, const TensorDesc& out_t,
+                                      const TensorDesc& rstd, Stream* stream) override {
+    RETURN_IF_ERROR(ctx_->MakeCurrent());
+    RETURN_IF_ERROR(CheckDType("x", x, {DType::kFloat32, DType::kBFloat16}));
+    RETURN_IF_ERROR(CheckRank("x", x, 2));
+    const int64_t t = x.shape[0], h = x.shape[1];
+    RETURN_IF_ERROR(cpu::CheckData("x", x));
+    RETURN_IF_ERROR(CheckDType("weight", weight, {DType::kFloat32, DType::kBFloat16}));
+    RETURN_IF_ERROR(CheckShape("weight", weight, Shape{h}));
+    RETURN_IF_ERROR(cpu::CheckData("weight", weight));
+    RETURN_IF_ERROR(CheckDType("rstd", rstd, {DType::kFloat32}));
+    RETURN_IF_ERROR(CheckShape("rstd", rstd, Shape{t}));
+    RETURN_IF_ERROR(cpu::CheckData("rstd", rstd));
+    if (!(eps >= 0.0f) || std::isinf(eps)) {
+      return absl::InvalidArgumentError(absl::StrCat("eps: must be finite and >= 0, got ", eps));
+    }
+    RETURN_IF_ERROR(CheckDType("out", out, {DType::kE4M3, DType::kE5M2}));
+    if (out.data != nullptr) RETURN_IF_ERROR(CheckShape("out", out, Shape{t, h}));
+    if (out.scale == nullptr) return absl::InvalidArgumentError("out.scale: must be set");
+    if (out_t.dtype != out.dtype) {
+      return absl::InvalidArgumentError("out_t: dtype must equal out's (it shares out's scale)");
+    }
+    RETURN_IF_ERROR(CheckShape("out_t", out_t, Shape{h, t}));
+    RETURN_IF_ERROR(cpu::CheckData("out_t", out_t));
+    ASSIGN_OR_RETURN(const bool fused, cuda::LaunchRmsNormForwardQuantize(x, weight, eps, out,
+                                                                          out_t, rstd, S(stream)));
+    if (fused) return absl::OkStatus();
+    ASSIGN_OR_RETURN(void* normed, rmsnorm_out_scratch_.Get(std::max<int64_t>(1, t * h) * 2));
+    const TensorDesc normed_desc = MakeTensor(normed, DType::kBFloat16, Shape{t, h});
+    RETURN_IF_ERROR(cuda::LaunchRmsNormForward(x, weight, eps, normed_desc, rstd, S(stream)));
+    return cuda::LaunchQuantize(normed_desc, out, &out_t, S(stream));
   }
   absl::Status RmsNormBackward(const TensorDesc& grad_out, const TensorDesc& x,
                                const TensorDesc& weight, const TensorDesc& rstd,
@@ -529,6 +566,7 @@ class CudaOps : public Ops {
   cuda::GemmRunner gemm_;
   cuda::TimeMarks time_marks_;
   Scratch attention_scratch_, rmsnorm_scratch_, ce_logits_, swiglu_scratch_;
+  Scratch rmsnorm_out_scratch_;  // RmsNormForwardQuantize's unfused bf16 [T, H]
 };
 
 }  // namespace

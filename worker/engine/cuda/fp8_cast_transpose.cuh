@@ -2,7 +2,9 @@
 // linear's input or gradient: Quantize's cast-transpose (quantize.cu) and the
 // SwiGLU kernels that write FP8 directly (swiglu_quantize.cu); and the plain
 // byte transpose of FP8 weights for the backward, which shares its second
-// phase. A `Producer`
+// phase. The RMSNorm that writes FP8 (rmsnorm_quantize.cu) has its own block
+// shape but encodes, reduces amax and turns bytes around with the helpers
+// here (EncodeSegment, FinishCastTransposeBlock, TransposeBytes4x4). A `Producer`
 // supplies the values, so an op can compute them in registers instead of
 // writing a bf16 tensor for a separate cast to read back.
 //
@@ -39,6 +41,19 @@ inline constexpr int kCastTransposeTile = 64;
 inline constexpr int kCastTransposeThreads = 256;
 inline constexpr int kCastTransposeTileStride = kCastTransposeTile + 4;  // keeps words aligned
 
+// A 4 x 4 byte block turned around: rows[q] holds bytes (q, 0..3), low byte
+// first; columns[p] gets bytes (0..3, p).
+__device__ __forceinline__ void TransposeBytes4x4(const uint32_t (&rows)[4], uint32_t (&columns)[4]) {
+  const uint32_t lo01 = __byte_perm(rows[0], rows[1], 0x5140);
+  const uint32_t lo23 = __byte_perm(rows[2], rows[3], 0x5140);
+  const uint32_t hi01 = __byte_perm(rows[0], rows[1], 0x7362);
+  const uint32_t hi23 = __byte_perm(rows[2], rows[3], 0x7362);
+  columns[0] = __byte_perm(lo01, lo23, 0x5410);
+  columns[1] = __byte_perm(lo01, lo23, 0x7632);
+  columns[2] = __byte_perm(hi01, hi23, 0x5410);
+  columns[3] = __byte_perm(hi01, hi23, 0x7632);
+}
+
 // Phase 2 of the tiled kernels below: `tile` holds a 64 x 64 byte tile
 // (row stride kCastTransposeTileStride) of a [rows, cols] byte matrix at
 // (row0, col0); writes it to out_t [cols, rows]. Thread (i, j) of 256 owns
@@ -49,15 +64,12 @@ __device__ __forceinline__ void WriteTransposedTile(const uint8_t* tile, uint8_t
                                                     int64_t rows, int64_t row0, int64_t col0) {
   constexpr int kStride = kCastTransposeTileStride;
   const int j = threadIdx.x % 16, i = threadIdx.x / 16;
-  uint32_t w[4];
+  uint32_t w[4], column_codes[4];
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
     w[q] = *reinterpret_cast<const uint32_t*>(tile + (4 * j + q) * kStride + 4 * i);
   }
-  const uint32_t lo01 = __byte_perm(w[0], w[1], 0x5140), lo23 = __byte_perm(w[2], w[3], 0x5140);
-  const uint32_t hi01 = __byte_perm(w[0], w[1], 0x7362), hi23 = __byte_perm(w[2], w[3], 0x7362);
-  const uint32_t column_codes[4] = {__byte_perm(lo01, lo23, 0x5410), __byte_perm(lo01, lo23, 0x7632),
-                                    __byte_perm(hi01, hi23, 0x5410), __byte_perm(hi01, hi23, 0x7632)};
+  TransposeBytes4x4(w, column_codes);
 #pragma unroll
   for (int p = 0; p < 4; ++p) {
     *reinterpret_cast<uint32_t*>(out_t + (col0 + 4 * i + p) * rows + row0 + 4 * j) = column_codes[p];

@@ -45,6 +45,14 @@ int64_t RmsNormWeightGradScratchFloats(int64_t tokens, int64_t h);
 absl::Status LaunchRmsNormBackward(const TensorDesc& dy, const TensorDesc& x, const TensorDesc& w,
                                    const TensorDesc& rstd, const TensorDesc& dx, bool accumulate,
                                    const TensorDesc& dw, float* scratch, cudaStream_t stream);
+// rmsnorm_quantize.cu: RmsNormForward into a bf16 [T, H] tensor followed by
+// QuantizeTranspose of it into out [T, H] and out_t [H, T], in one pass.
+// Returns false, launching nothing, when the shapes, dtypes or alignment do
+// not fit the fused kernel (the caller then runs the two ops).
+absl::StatusOr<bool> LaunchRmsNormForwardQuantize(const TensorDesc& x, const TensorDesc& w,
+                                                  float eps, const TensorDesc& out,
+                                                  const TensorDesc& out_t, const TensorDesc& rstd,
+                                                  cudaStream_t stream);
 // rope.cu: rotates heads [0, rotated_heads) of qkv [B, S, heads, hd] in
 // place (direction -1 is the inverse rotation).
 absl::Status LaunchRope(const TensorDesc& qkv, int rotated_heads, float theta, float direction,

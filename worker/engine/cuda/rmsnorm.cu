@@ -16,27 +16,25 @@
 // shape. grad_weight is summed without atomics in two levels: partials over
 // runs of rows, then a fixed-order tree over the partials of each column,
 // added into grad_weight.
+//
+// The fast path's per-row pieces (row group shape, loads, the row's sum of
+// squares, the normalisation) come from rmsnorm_row.cuh, which the FP8
+// RMSNorm (rmsnorm_quantize.cu) shares so that both give the same bits.
 
 #include <cstdint>
-#include <initializer_list>
-#include <type_traits>
 
 #include "worker/engine/cuda/cuda_check.h"
 #include "worker/engine/cuda/device_util.cuh"
 #include "worker/engine/cuda/kernels.h"
+#include "worker/engine/cuda/rmsnorm_row.cuh"
 
 namespace tessera {
 namespace cuda {
 namespace {
 
-constexpr int kBlockThreads = 256;
-// Fast path: 8-element vectors (16 bytes of bf16, 32 of fp32). A row group
-// of 32..256 threads holds one vector per thread per tensor (H <= 2048), or
-// 256 threads hold 2 or 4 (H <= 8192). One vector per thread measured
-// fastest on H100: short per-thread chains, many resident warps.
-constexpr int kVecWidth = 8;
-constexpr int kMaxVecs = 4;
-constexpr int64_t kMaxRegisterRowWidth = int64_t{kBlockThreads} * kMaxVecs * kVecWidth;
+// Both paths run blocks of the fast path's size (rmsnorm_row.cuh).
+constexpr int kBlockThreads = kRowBlockThreads;
+constexpr int kVecWidth = kRowVecWidth;
 // grad_weight partials: at most kMaxPartials, each the sum over a power of
 // two (>= 8) rows, so a backward launch has enough blocks to fill the GPU
 // and the partials stay small (2 MiB for H = 1024).
@@ -49,69 +47,6 @@ constexpr int kReduceSlices = 32;
 
 // ---- kernels ---------------------------------------------------------------
 
-// Elements [i, i + 8) of an fp32 or bf16 array (i a multiple of 8, the array
-// 16-byte aligned): one 16-byte load for bf16, two for fp32.
-__device__ __forceinline__ void Load8(const void* p, int dtype, int64_t i, float (&v)[kVecWidth]) {
-  if (dtype == static_cast<int>(DType::kFloat32)) {
-    const float4* q = reinterpret_cast<const float4*>(static_cast<const float*>(p) + i);
-    const float4 a = q[0], b = q[1];
-    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
-    v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-  } else {
-    const uint4 u = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(p) + i);
-    const uint32_t pairs[4] = {u.x, u.y, u.z, u.w};
-    for (int k = 0; k < 4; ++k) {  // bf16 -> fp32 is exact: the bits move up 16
-      v[2 * k] = __uint_as_float(pairs[k] << 16);
-      v[2 * k + 1] = __uint_as_float(pairs[k] & 0xffff0000u);
-    }
-  }
-}
-
-// Stores v into elements [i, i + 8), rounding to nearest even for bf16.
-__device__ __forceinline__ void Store8(void* p, int dtype, int64_t i, const float (&v)[kVecWidth]) {
-  if (dtype == static_cast<int>(DType::kFloat32)) {
-    float4* q = reinterpret_cast<float4*>(static_cast<float*>(p) + i);
-    q[0] = make_float4(v[0], v[1], v[2], v[3]);
-    q[1] = make_float4(v[4], v[5], v[6], v[7]);
-  } else {
-    uint32_t pairs[4];
-    for (int k = 0; k < 4; ++k) {
-      const __nv_bfloat162 b = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
-      pairs[k] = *reinterpret_cast<const uint32_t*>(&b);
-    }
-    *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p) + i) =
-        make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
-  }
-}
-
-// First column of vector k of thread `lane` of a row group: the group's
-// threads read adjacent vectors, so each of its loads is coalesced.
-template <int kRowThreads>
-__device__ __forceinline__ int64_t VecColumn(int k, int lane) {
-  return (int64_t{k} * kRowThreads + lane) * kVecWidth;
-}
-
-// Sum of v over the kRowThreads threads of this thread's row group (aligned
-// groups of whole warps), in a fixed order: a butterfly within each warp
-// (bitwise the same on every lane), then the group's warps in order. Every
-// thread of the block must call it (it synchronizes the block when a group
-// spans several warps). warp_sums: kBlockThreads / 32 floats of shared memory.
-template <int kRowThreads>
-__device__ __forceinline__ float RowGroupSum(float v, float* warp_sums) {
-  v = WarpSum(v);
-  if constexpr (kRowThreads > 32) {
-    constexpr int kWarps = kRowThreads / 32;
-    const int warp = threadIdx.x / 32;
-    __syncthreads();  // the previous call's readers are done with warp_sums
-    if (threadIdx.x % 32 == 0) warp_sums[warp] = v;
-    __syncthreads();
-    const int first = warp / kWarps * kWarps;
-    v = 0.f;
-    for (int i = 0; i < kWarps; ++i) v += warp_sums[first + i];
-  }
-  return v;
-}
-
 // Fast path, one row per group of kRowThreads threads; x is read once.
 template <int kRowThreads, int kVecs>
 __global__ void __launch_bounds__(kBlockThreads)
@@ -123,19 +58,10 @@ __global__ void __launch_bounds__(kBlockThreads)
       int64_t{blockIdx.x} * (kBlockThreads / kRowThreads) + threadIdx.x / kRowThreads;
   const bool live = row < t;  // dead groups still join the block's syncs
   float xv[kVecs][kVecWidth];
-  float ss = 0.f;
-#pragma unroll
-  for (int k = 0; k < kVecs; ++k) {
-    const int64_t c = VecColumn<kRowThreads>(k, lane);
-    if (live && c < h) {
-      Load8(x, dx, row * h + c, xv[k]);
-#pragma unroll
-      for (int e = 0; e < kVecWidth; ++e) ss += xv[k][e] * xv[k][e];
-    }
-  }
-  ss = RowGroupSum<kRowThreads>(ss, warp_sums);
-  // As the CPU: IEEE sqrt, then divide.
-  const float r = 1.0f / sqrtf(ss / static_cast<float>(h) + eps);
+  LoadRowVecs<kRowThreads, kVecs>(x, dx, row, h, lane, live, xv);
+  const float ss = RowGroupSum<kRowThreads>(SumOfSquares<kRowThreads, kVecs>(xv, h, lane, live),
+                                            warp_sums);
+  const float r = RowRstd(ss, h, eps);
   if (live && lane == 0) rstd[row] = r;
 #pragma unroll
   for (int k = 0; k < kVecs; ++k) {
@@ -143,8 +69,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     if (live && c < h) {
       float wv[kVecWidth], o[kVecWidth];
       Load8(w, dw, c, wv);
-#pragma unroll
-      for (int e = 0; e < kVecWidth; ++e) o[e] = xv[k][e] * r * wv[e];
+      Normalize8(xv[k], r, wv, o);
       Store8(out, dout, row * h + c, o);
     }
   }
@@ -300,38 +225,7 @@ __global__ void __launch_bounds__(kReduceColumns * kReduceSlices)
   if (y == 0 && j < h) dw[j] += slice_sums[0][x];
 }
 
-bool IsFloatType(DType d) { return d == DType::kFloat32 || d == DType::kBFloat16; }
 bool Is16ByteAligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-// Calls launch(threads, vecs) with the fast-path shape for rows of width h
-// (as std::integral_constant): the fewest threads per row (32..256) that
-// hold the row in one vector each, else 256 threads of 2 or 4 vectors.
-template <typename Launch>
-void WithRowShape(int64_t h, Launch&& launch) {
-  using std::integral_constant;
-  if (h <= 32 * kVecWidth) {
-    launch(integral_constant<int, 32>(), integral_constant<int, 1>());
-  } else if (h <= 64 * kVecWidth) {
-    launch(integral_constant<int, 64>(), integral_constant<int, 1>());
-  } else if (h <= 128 * kVecWidth) {
-    launch(integral_constant<int, 128>(), integral_constant<int, 1>());
-  } else if (h <= 256 * kVecWidth) {
-    launch(integral_constant<int, 256>(), integral_constant<int, 1>());
-  } else if (h <= 256 * 2 * kVecWidth) {
-    launch(integral_constant<int, 256>(), integral_constant<int, 2>());
-  } else {
-    launch(integral_constant<int, 256>(), integral_constant<int, kMaxVecs>());
-  }
-}
-
-// Whether rows of width h over these tensors take the fast path.
-bool RowsFitRegisters(int64_t h, std::initializer_list<const TensorDesc*> tensors) {
-  if (h % kVecWidth != 0 || h == 0 || h > kMaxRegisterRowWidth) return false;
-  for (const TensorDesc* d : tensors) {
-    if (!IsFloatType(d->dtype) || !Is16ByteAligned(d->data)) return false;
-  }
-  return true;
-}
 
 // Rows per grad_weight partial: the smallest power of two >= 8 that keeps
 // the partials at most kMaxPartials.
