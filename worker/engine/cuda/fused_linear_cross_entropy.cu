@@ -54,10 +54,26 @@ constexpr int kStreamingThreads = 512;  // wider V: two passes over the row
 
 // ---- kernels ---------------------------------------------------------------
 
-// dlogits row of an ignored token: zeros, 8 per 16-byte store.
-__device__ __forceinline__ void ZeroRowVectors(__nv_bfloat16* drow, int vocab) {
+// Rows the vector kernels do not sum: an ignored token's dlogits row is
+// zeros (8 per 16-byte store), and a target outside [0, V) also raises the
+// error flag. Returns whether the row was one of them.
+__device__ __forceinline__ bool SkippedRowVectors(int32_t target, int vocab, int ignore_index,
+                                                  __nv_bfloat16* drow, int* error_flag) {
+  const bool bad = target != ignore_index && (target < 0 || target >= vocab);
+  if (target != ignore_index && !bad) return false;
+  if (bad && threadIdx.x == 0) atomicExch(error_flag, 1);
   for (int c = threadIdx.x * kVecWidth; c < vocab; c += blockDim.x * kVecWidth) {
     *reinterpret_cast<uint4*>(drow + c) = make_uint4(0, 0, 0, 0);  // bf16 +0 is all zero bits
+  }
+  return true;
+}
+
+// A summed row's loss and count, added once per block.
+__device__ __forceinline__ void AddRowLoss(float lse, float target_logit, float* loss_sum,
+                                           float* valid_tokens) {
+  if (threadIdx.x == 0) {
+    atomicAdd(loss_sum, lse - target_logit);
+    atomicAdd(valid_tokens, 1.0f);
   }
 }
 
@@ -87,12 +103,7 @@ __global__ void __launch_bounds__(kThreads)
   const __nv_bfloat16* row = logits + r * vocab;
   __nv_bfloat16* drow = dlogits + r * vocab;
   const int32_t target = targets[r];
-  const bool bad = target != ignore_index && (target < 0 || target >= vocab);
-  if (target == ignore_index || bad) {
-    if (bad && threadIdx.x == 0) atomicExch(error_flag, 1);
-    ZeroRowVectors(drow, vocab);
-    return;
-  }
+  if (SkippedRowVectors(target, vocab, ignore_index, drow, error_flag)) return;
   const float target_logit = __bfloat162float(row[target]);  // before any dlogits are written
   float v[kVecsPerThread][kVecWidth];
   float m = -INFINITY;
@@ -122,10 +133,7 @@ __global__ void __launch_bounds__(kThreads)
     const int c = (k * kThreads + threadIdx.x) * kVecWidth;
     if (c < vocab) *reinterpret_cast<uint4*>(drow + c) = SoftmaxMinusOneHot8(v[k], c, lse, target);
   }
-  if (threadIdx.x == 0) {
-    atomicAdd(loss_sum, lse - target_logit);
-    atomicAdd(valid_tokens, 1.0f);
-  }
+  AddRowLoss(lse, target_logit, loss_sum, valid_tokens);
 }
 
 // Rows of kMaxRegisterVocab < V <= kMaxStagedVocab (V a multiple of 8): one
@@ -144,12 +152,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   const __nv_bfloat16* row = logits + r * vocab;
   __nv_bfloat16* drow = dlogits + r * vocab;
   const int32_t target = targets[r];
-  const bool bad = target != ignore_index && (target < 0 || target >= vocab);
-  if (target == ignore_index || bad) {
-    if (bad && threadIdx.x == 0) atomicExch(error_flag, 1);
-    ZeroRowVectors(drow, vocab);
-    return;
-  }
+  if (SkippedRowVectors(target, vocab, ignore_index, drow, error_flag)) return;
   const float target_logit = __bfloat162float(row[target]);  // before any dlogits are written
   const int staged_vectors = (vocab - kMaxRegisterVocab) / kVecWidth;
   for (int j = threadIdx.x; j < staged_vectors; j += kMaxThreads) {
@@ -203,10 +206,7 @@ __global__ void __launch_bounds__(kMaxThreads)
     Bf16x8AsFloats(staged[j], v);
     *reinterpret_cast<uint4*>(drow + c) = SoftmaxMinusOneHot8(v, c, lse, target);
   }
-  if (threadIdx.x == 0) {
-    atomicAdd(loss_sum, lse - target_logit);
-    atomicAdd(valid_tokens, 1.0f);
-  }
+  AddRowLoss(lse, target_logit, loss_sum, valid_tokens);
 }
 
 // Merges the softmax sum (om, os) into (m, s), where s = sum of exp(x - m)
@@ -232,12 +232,7 @@ __global__ void __launch_bounds__(kStreamingThreads)
   const __nv_bfloat16* row = logits + r * vocab;
   __nv_bfloat16* drow = dlogits + r * vocab;
   const int32_t target = targets[r];
-  const bool bad = target != ignore_index && (target < 0 || target >= vocab);
-  if (target == ignore_index || bad) {
-    if (bad && threadIdx.x == 0) atomicExch(error_flag, 1);
-    ZeroRowVectors(drow, vocab);
-    return;
-  }
+  if (SkippedRowVectors(target, vocab, ignore_index, drow, error_flag)) return;
   const float target_logit = __bfloat162float(row[target]);  // before any dlogits are written
   float m = -INFINITY, s = 0.f;
 #pragma unroll 4
@@ -270,10 +265,7 @@ __global__ void __launch_bounds__(kStreamingThreads)
     LoadBf16x8AsFloats(row + c, v);
     *reinterpret_cast<uint4*>(drow + c) = SoftmaxMinusOneHot8(v, c, lse, target);
   }
-  if (threadIdx.x == 0) {
-    atomicAdd(loss_sum, lse - target_logit);
-    atomicAdd(valid_tokens, 1.0f);
-  }
+  AddRowLoss(lse, target_logit, loss_sum, valid_tokens);
 }
 
 // General path: any V and alignment, scalar loads, three reads of the row.
@@ -302,10 +294,7 @@ __global__ void CrossEntropyRowsKernel(const __nv_bfloat16* logits, const int32_
   for (int v = threadIdx.x; v < vocab; v += blockDim.x) {
     drow[v] = __float2bfloat16_rn(expf(__bfloat162float(row[v]) - lse) - (v == target ? 1.0f : 0.0f));
   }
-  if (threadIdx.x == 0) {
-    atomicAdd(loss_sum, lse - target_logit);
-    atomicAdd(valid_tokens, 1.0f);
-  }
+  AddRowLoss(lse, target_logit, loss_sum, valid_tokens);
 }
 
 bool Is16ByteAligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
