@@ -251,7 +251,9 @@ TEST(UpdateFp8Scales, StridedScaleInvLeavesThePaddingAlone) {
   EXPECT_EQ(scale_inv[stride], 100.f + stride);  // zero amax: unchanged
   EXPECT_EQ(scale_inv[2 * stride], 1.0f / 56.0f);
   for (int i = 0; i < n * stride; ++i) {
-    if (i % stride != 0) EXPECT_EQ(scale_inv[i], 100.f + i) << i;
+    if (i % stride != 0) {
+      EXPECT_EQ(scale_inv[i], 100.f + i) << i;
+    }
   }
   const absl::Status bad =
       UpdateFp8Scales(amax, history, scale, scale_inv, 0, n, 1, 448.0f, 0, AmaxAlgo::kMostRecent);
