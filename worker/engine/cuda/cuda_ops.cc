@@ -27,6 +27,20 @@ using cpu::CheckShape;
 
 cudaStream_t S(Stream* stream) { return reinterpret_cast<cudaStream_t>(stream); }
 
+// The FP8 outputs of an op that ends in QuantizeTranspose: `name` [rows,
+// cols] e4m3/e5m2 (data may be null) with its scale set, and `name_t`
+// [cols, rows].
+absl::Status CheckFp8CastOutputs(const char* name, const TensorDesc& out, const char* name_t,
+                                 const TensorDesc& out_t, int64_t rows, int64_t cols) {
+  RETURN_IF_ERROR(CheckDType(name, out, {DType::kE4M3, DType::kE5M2}));
+  if (out.data != nullptr) RETURN_IF_ERROR(CheckShape(name, out, Shape{rows, cols}));
+  RETURN_IF_ERROR(CheckShape(name_t, out_t, Shape{cols, rows}));
+  if (out.scale == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ".scale: must be set"));
+  }
+  return absl::OkStatus();
+}
+
 class DeviceBuffer : public Buffer {
  public:
   DeviceBuffer(void* data, size_t bytes) : data_(data), bytes_(bytes) {}
@@ -271,13 +285,10 @@ class CudaOps : public Ops {
     if (!(eps >= 0.0f) || std::isinf(eps)) {
       return absl::InvalidArgumentError(absl::StrCat("eps: must be finite and >= 0, got ", eps));
     }
-    RETURN_IF_ERROR(CheckDType("out", out, {DType::kE4M3, DType::kE5M2}));
-    if (out.data != nullptr) RETURN_IF_ERROR(CheckShape("out", out, Shape{t, h}));
-    if (out.scale == nullptr) return absl::InvalidArgumentError("out.scale: must be set");
+    RETURN_IF_ERROR(CheckFp8CastOutputs("out", out, "out_t", out_t, t, h));
     if (out_t.dtype != out.dtype) {
       return absl::InvalidArgumentError("out_t: dtype must equal out's (it shares out's scale)");
     }
-    RETURN_IF_ERROR(CheckShape("out_t", out_t, Shape{h, t}));
     RETURN_IF_ERROR(cpu::CheckData("out_t", out_t));
     ASSIGN_OR_RETURN(const bool fused, cuda::LaunchRmsNormForwardQuantize(x, weight, eps, out,
                                                                           out_t, rstd, S(stream)));
@@ -365,10 +376,7 @@ class CudaOps : public Ops {
     RETURN_IF_ERROR(CheckRank("gate_up", gate_up, 2));
     const int64_t t = gate_up.shape[0], f = gate_up.shape[1] / 2;
     if (gate_up.shape[1] % 2 != 0) return absl::InvalidArgumentError("gate_up: odd width");
-    RETURN_IF_ERROR(CheckDType("out", out, {DType::kE4M3, DType::kE5M2}));
-    if (out.data != nullptr) RETURN_IF_ERROR(CheckShape("out", out, Shape{t, f}));
-    RETURN_IF_ERROR(CheckShape("out_t", out_t, Shape{f, t}));
-    if (out.scale == nullptr) return absl::InvalidArgumentError("out.scale: must be set");
+    RETURN_IF_ERROR(CheckFp8CastOutputs("out", out, "out_t", out_t, t, f));
     ASSIGN_OR_RETURN(const bool fused,
                      cuda::LaunchSwiGluForwardQuantize(gate_up, out, out_t, S(stream)));
     if (fused) return absl::OkStatus();
@@ -387,10 +395,7 @@ class CudaOps : public Ops {
     const int64_t t = gate_up.shape[0], f = gate_up.shape[1] / 2;
     if (gate_up.shape[1] % 2 != 0) return absl::InvalidArgumentError("gate_up: odd width");
     RETURN_IF_ERROR(CheckShape("grad_out", grad_out, Shape{t, f}));
-    RETURN_IF_ERROR(CheckDType("dgu", dgu, {DType::kE4M3, DType::kE5M2}));
-    if (dgu.data != nullptr) RETURN_IF_ERROR(CheckShape("dgu", dgu, Shape{t, 2 * f}));
-    RETURN_IF_ERROR(CheckShape("dgu_t", dgu_t, Shape{2 * f, t}));
-    if (dgu.scale == nullptr) return absl::InvalidArgumentError("dgu.scale: must be set");
+    RETURN_IF_ERROR(CheckFp8CastOutputs("dgu", dgu, "dgu_t", dgu_t, t, 2 * f));
     ASSIGN_OR_RETURN(const bool fused,
                      cuda::LaunchSwiGluBackwardQuantize(grad_out, gate_up, dgu, dgu_t, S(stream)));
     if (fused) return absl::OkStatus();
