@@ -104,13 +104,13 @@ RankMemoryEstimate EstimateRankMemory(const v1::JobSpec& spec, int /*rank*/, int
   e.activations = per_layer * layers;
 
   // Per-step buffers: FP8 operand scratch, then token ids and targets, the
-  // final hidden state and its norm, the gradient buffers, and the widest
-  // input and output buffers.
+  // final hidden state and its norm, the gradient buffers, the widest
+  // input and output buffers, the step's scalars and its Adam step values.
   const int64_t widest_in = std::max(hidden, ffn), widest_out = std::max(qkv, 2 * ffn);
   e.scratch += tokens * widest_in + 2 * tokens * widest_out + widest_in * widest_out;
   e.scratch += 2 * tokens * 4 + tokens * hidden * 4 + tokens * 4 + tokens * hidden * 2 +
                tokens * hidden * 2 + tokens * hidden * 4 +
-               tokens * widest_out * 2 + tokens * widest_in * 2 + tokens * qkv * 2 + 8 * 4;
+               tokens * widest_out * 2 + tokens * widest_in * 2 + tokens * qkv * 2 + 8 * 4 + 3 * 4;
 
   // The engine: one chunk of logits (at most 4 bytes each), the attention
   // backward's fp32 scratch, fixed workspaces.

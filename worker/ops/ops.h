@@ -16,6 +16,7 @@
 #ifndef TESSERA_WORKER_OPS_OPS_H_
 #define TESSERA_WORKER_OPS_OPS_H_
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -52,7 +53,26 @@ struct AdamHyper {
   float eps = 1e-8f;
   float weight_decay = 0.f;
   int step = 1;  // 1-based, for bias correction
+  // When set: three fp32 in engine memory, AdamStepValues(hyper) of the
+  // step being run, read when the update runs; lr and step above are then
+  // not used. A captured step (BeginCapture) keeps its kernels' arguments,
+  // so it takes the values that change every step from here, written
+  // before each replay.
+  const float* step_values = nullptr;
 };
+
+// The per-step values FusedAdam uses, computed once on the host so that
+// every engine and both ways of passing them use the same bits:
+// {lr, 1 - beta1^step, 1 - beta2^step}.
+struct AdamStepValues {
+  float lr = 0.f;
+  float bias_correction1 = 1.f;
+  float bias_correction2 = 1.f;
+};
+inline AdamStepValues StepValuesFor(const AdamHyper& hyper) {
+  const float step = static_cast<float>(hyper.step);
+  return {hyper.lr, 1.0f - std::pow(hyper.beta1, step), 1.0f - std::pow(hyper.beta2, step)};
+}
 
 // Built once at setup from the rank's shard table (on the GPU: a
 // device-resident pointer table), then reused by every FusedAdam call.
@@ -81,6 +101,34 @@ class Ops {
   virtual absl::Status CopyDeviceToDevice(void* dst, const void* src, size_t bytes, Stream* stream) = 0;
   virtual absl::Status Memset(void* dst, int value, size_t bytes, Stream* stream) = 0;
   virtual absl::Status Synchronize(Stream* stream) = 0;
+
+  // ---- Streams and captured work ------------------------------------------
+  // A stream the engine owns (freed with it) for the training step's work.
+  // It is ordered with the default stream (nullptr): work queued on either
+  // waits for the other's earlier work, so callers that use nullptr for
+  // setup, checkpoints or tests need no extra synchronisation. Unlike the
+  // default stream, it can be captured. The CPU engine returns nullptr (it
+  // runs work as it is queued).
+  virtual absl::StatusOr<Stream*> CreateStream() = 0;
+  // Capture: the work queued on `stream` from BeginCapture to EndCapture is
+  // recorded, not run, and EndCapture returns it as one replayable unit (a
+  // CUDA graph). The captured work keeps every argument it was queued with
+  // (pointers, sizes, scalars), so what must change between replays has to
+  // be read from engine memory. Nothing may allocate, synchronise or read
+  // back to the host while capturing. Time marks recorded while capturing
+  // are recorded again by every replay. BeginCapture: UNIMPLEMENTED where
+  // the engine cannot capture (the CPU engine), INVALID_ARGUMENT for the
+  // default stream. EndCapture: FAILED_PRECONDITION when no capture is open
+  // or the engine invalidated it (something not capturable was queued); the
+  // stream is out of capture either way.
+  class CapturedWork {
+   public:
+    virtual ~CapturedWork() = default;
+  };
+  virtual absl::Status BeginCapture(Stream* stream) = 0;
+  virtual absl::StatusOr<std::unique_ptr<CapturedWork>> EndCapture(Stream* stream) = 0;
+  // Queues the captured work on `stream` (one launch).
+  virtual absl::Status Replay(const CapturedWork& work, Stream* stream) = 0;
 
   // ---- Step timing --------------------------------------------------------
   // Records time mark `mark` (0 <= mark < kTimeMarks) when the work queued

@@ -44,6 +44,14 @@ class CountingOps : public Ops {
     return engine_->Memset(dst, value, bytes, s);
   }
   absl::Status Synchronize(Stream* s) override { return engine_->Synchronize(s); }
+  absl::StatusOr<Stream*> CreateStream() override { return engine_->CreateStream(); }
+  absl::Status BeginCapture(Stream* s) override { return engine_->BeginCapture(s); }
+  absl::StatusOr<std::unique_ptr<CapturedWork>> EndCapture(Stream* s) override {
+    return engine_->EndCapture(s);
+  }
+  absl::Status Replay(const CapturedWork& work, Stream* s) override {
+    return engine_->Replay(work, s);
+  }
   absl::Status MarkTime(int mark, Stream* s) override { return engine_->MarkTime(mark, s); }
   absl::StatusOr<double> SecondsBetween(int from, int to) override {
     return engine_->SecondsBetween(from, to);

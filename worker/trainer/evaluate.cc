@@ -47,31 +47,31 @@ absl::Status FsdpTrainer::SetupValidation() {
 absl::Status FsdpTrainer::BeginForwardPass() {
   const TensorDesc& fp8_state = meta_->packed();
   RETURN_IF_ERROR(ops_->CopyDeviceToDevice(saved_fp8_meta_.desc.data, fp8_state.data,
-                                           fp8_state.Bytes(), nullptr));
+                                           fp8_state.Bytes(), stream_));
   ASSIGN_OR_RETURN(const CollectiveTicket outer_gathered,
                    StartGather({{&embedding_, &gathered_embedding_},
                                 {&final_norm_, &gathered_final_norm_},
                                 {&lm_head_, &gathered_lm_head_}}));
-  return comm_->WaitFor(outer_gathered, nullptr);
+  return comm_->WaitFor(outer_gathered, stream_);
 }
 
 absl::Status FsdpTrainer::EndForwardPass() {
   const TensorDesc& fp8_state = meta_->packed();
   return ops_->CopyDeviceToDevice(fp8_state.data, saved_fp8_meta_.desc.data, fp8_state.Bytes(),
-                                  nullptr);
+                                  stream_);
 }
 
 absl::Status FsdpTrainer::ForwardToFinalNorm() {
   Ops& ops = *ops_;
   RETURN_IF_ERROR(ops.EmbeddingForward(inputs_.desc, Full(gathered_embedding_, embedding_),
-                                       acts_[0].x_in.desc, nullptr));
+                                       acts_[0].x_in.desc, stream_));
   for (int l = 0; l < layers_; ++l) {
     RETURN_IF_ERROR(GatherBlock(l, GatheredFor(l)));
     const TensorDesc& x_out = l + 1 < layers_ ? acts_[l + 1].x_in.desc : x_final_.desc;
     RETURN_IF_ERROR(BlockForward(l, GatheredFor(l), acts_[l], acts_[l].x_in.desc, x_out));
   }
   return ops.RmsNormForward(x_final_.desc, Full(gathered_final_norm_, final_norm_),
-                            spec_.model().norm_eps(), h_final_.desc, rstd_final_.desc, nullptr);
+                            spec_.model().norm_eps(), h_final_.desc, rstd_final_.desc, stream_);
 }
 
 absl::StatusOr<std::vector<float>> FsdpTrainer::ForwardLogits(const std::vector<int32_t>& tokens) {
@@ -95,17 +95,17 @@ absl::StatusOr<std::vector<float>> FsdpTrainer::ForwardLogits(const std::vector<
   // padding after it and the other sequences do not reach its logits.
   std::fill(host_inputs_.begin(), host_inputs_.end(), 0);
   std::copy(tokens.begin(), tokens.end(), host_inputs_.begin());
-  RETURN_IF_ERROR(ops.CopyToDevice(inputs_.desc.data, host_inputs_.data(), tokens_ * 4, nullptr));
+  RETURN_IF_ERROR(ops.CopyToDevice(inputs_.desc.data, host_inputs_.data(), tokens_ * 4, stream_));
   RETURN_IF_ERROR(ForwardToFinalNorm());
   ASSIGN_OR_RETURN(DeviceTensor logits, Alloc(DType::kFloat32, Shape{n, vocab_}));
   TensorDesc hidden = h_final_.desc;
   hidden.shape = Shape{n, hidden_};
   RETURN_IF_ERROR(ops.Gemm(hidden, false, Full(gathered_lm_head_, lm_head_), true, logits.desc,
-                           /*accumulate=*/false, nullptr));
+                           /*accumulate=*/false, stream_));
   RETURN_IF_ERROR(EndForwardPass());
   std::vector<float> out(static_cast<size_t>(n * vocab_));
-  RETURN_IF_ERROR(ops.CopyToHost(out.data(), logits.desc.data, out.size() * sizeof(float), nullptr));
-  RETURN_IF_ERROR(ops.Synchronize(nullptr));
+  RETURN_IF_ERROR(ops.CopyToHost(out.data(), logits.desc.data, out.size() * sizeof(float), stream_));
+  RETURN_IF_ERROR(ops.Synchronize(stream_));
   RETURN_IF_ERROR(comm_->FirstFailure());
   return out;
 }
@@ -127,14 +127,14 @@ absl::StatusOr<ValidationReport> FsdpTrainer::Score() {
   Ops& ops = *ops_;
   float* sums = eval_scalars_.data<float>();
   RETURN_IF_ERROR(BeginForwardPass());
-  RETURN_IF_ERROR(ops.Memset(sums, 0, 2 * sizeof(float), nullptr));
+  RETURN_IF_ERROR(ops.Memset(sums, 0, 2 * sizeof(float), stream_));
 
   for (int64_t batch = 0; batch < spec_.data().validation().eval_batches(); ++batch) {
     RETURN_IF_ERROR(CheckAborted());
     RETURN_IF_ERROR(validation_data_->ReadBatch(batch, absl::MakeSpan(host_inputs_),
                                                 absl::MakeSpan(host_targets_)));
-    RETURN_IF_ERROR(ops.CopyToDevice(inputs_.desc.data, host_inputs_.data(), tokens_ * 4, nullptr));
-    RETURN_IF_ERROR(ops.CopyToDevice(targets_.desc.data, host_targets_.data(), tokens_ * 4, nullptr));
+    RETURN_IF_ERROR(ops.CopyToDevice(inputs_.desc.data, host_inputs_.data(), tokens_ * 4, stream_));
+    RETURN_IF_ERROR(ops.CopyToDevice(targets_.desc.data, host_targets_.data(), tokens_ * 4, stream_));
     RETURN_IF_ERROR(ForwardToFinalNorm());
     TensorDesc grad_lm_head = grad_lm_head_.desc;
     grad_lm_head.dtype = DType::kFloat32;
@@ -142,21 +142,21 @@ absl::StatusOr<ValidationReport> FsdpTrainer::Score() {
     RETURN_IF_ERROR(ops.FusedLinearCrossEntropy(
         h_final_.desc, Full(gathered_lm_head_, lm_head_), targets_.desc, kIgnoreIndex,
         spec_.loss_chunk_tokens(), sums + kLossSum, sums + kValidTokens, grad_h_.desc,
-        grad_lm_head, /*accumulate_grad_weight=*/false, nullptr));
+        grad_lm_head, /*accumulate_grad_weight=*/false, stream_));
   }
 
   RETURN_IF_ERROR(CheckAborted());
   RETURN_IF_ERROR(
-      comm_->AllReduce(MakeTensor(sums, DType::kFloat32, Shape{2}), ReduceOp::kSum, nullptr));
+      comm_->AllReduce(MakeTensor(sums, DType::kFloat32, Shape{2}), ReduceOp::kSum, stream_));
   // Under hybrid sharding the other shard groups scored other sequences.
   if (replica_comm_ != nullptr) {
     RETURN_IF_ERROR(replica_comm_->AllReduce(MakeTensor(sums, DType::kFloat32, Shape{2}),
-                                             ReduceOp::kSum, nullptr));
+                                             ReduceOp::kSum, stream_));
   }
   RETURN_IF_ERROR(EndForwardPass());
   float host[2];
-  RETURN_IF_ERROR(ops.CopyToHost(host, sums, sizeof(host), nullptr));
-  RETURN_IF_ERROR(ops.Synchronize(nullptr));
+  RETURN_IF_ERROR(ops.CopyToHost(host, sums, sizeof(host), stream_));
+  RETURN_IF_ERROR(ops.Synchronize(stream_));
   RETURN_IF_ERROR(comm_->FirstFailure());
   if (replica_comm_ != nullptr) RETURN_IF_ERROR(replica_comm_->FirstFailure());
   ValidationReport report;

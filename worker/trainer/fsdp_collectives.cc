@@ -25,7 +25,7 @@ absl::StatusOr<CollectiveTicket> FsdpTrainer::StartGather(
     ASSIGN_OR_RETURN(AllGatherPart part, GatherPart(*param, world_, gathered->desc));
     parts.push_back(part);
   }
-  return comm_->StartAllGather(parts, nullptr);
+  return comm_->StartAllGather(parts, stream_);
 }
 
 absl::StatusOr<CollectiveTicket> FsdpTrainer::StartGatherBlock(int layer, GatheredBlock& out) {
@@ -35,12 +35,12 @@ absl::StatusOr<CollectiveTicket> FsdpTrainer::StartGatherBlock(int layer, Gather
   for (int i = 0; i < 6; ++i) {
     ASSIGN_OR_RETURN(parts[i], GatherPart(b.*kBlockParams[i], world_, (out.*kBlockTensors[i]).desc));
   }
-  return comm_->StartAllGather(parts, nullptr);
+  return comm_->StartAllGather(parts, stream_);
 }
 
 absl::Status FsdpTrainer::GatherBlock(int layer, GatheredBlock& out) {
   ASSIGN_OR_RETURN(const CollectiveTicket gathered, StartGatherBlock(layer, out));
-  return comm_->WaitFor(gathered, nullptr);
+  return comm_->WaitFor(gathered, stream_);
 }
 
 absl::StatusOr<CollectiveTicket> FsdpTrainer::StartReduceScatterBlock(int layer) {
@@ -49,7 +49,7 @@ absl::StatusOr<CollectiveTicket> FsdpTrainer::StartReduceScatterBlock(int layer)
   const BlockGrads& grads = GradsFor(layer);
   std::array<ReduceScatterPart, 6> parts;
   for (int i = 0; i < 6; ++i) parts[i] = ScatterPart(b.*kBlockParams[i], (grads.*kBlockTensors[i]).desc);
-  return comm_->StartReduceScatter(parts, nullptr);
+  return comm_->StartReduceScatter(parts, stream_);
 }
 
 absl::StatusOr<CollectiveTicket> FsdpTrainer::StartReduceScatter(
@@ -57,25 +57,25 @@ absl::StatusOr<CollectiveTicket> FsdpTrainer::StartReduceScatter(
   if (world_ == 1) return CollectiveTicket{};
   absl::InlinedVector<ReduceScatterPart, 4> parts;
   for (const auto& [param, full_grad] : grads) parts.push_back(ScatterPart(*param, full_grad->desc));
-  return comm_->StartReduceScatter(parts, nullptr);
+  return comm_->StartReduceScatter(parts, stream_);
 }
 
 absl::Status FsdpTrainer::ReduceAcrossReplicas(int layer, const CollectiveTicket& reduced) {
   if (replica_comm_ == nullptr) return absl::OkStatus();
-  RETURN_IF_ERROR(comm_->WaitFor(reduced, nullptr));
+  RETURN_IF_ERROR(comm_->WaitFor(reduced, stream_));
   absl::InlinedVector<TensorDesc, 6> shards;
   if (layer >= 0) {
     for (Fp8ShardedParam Block::*member : kBlockParams) {
       shards.push_back((blocks_[layer].*member).grad_shard.desc);
     }
     ASSIGN_OR_RETURN(replicas_reduced_[layer],
-                     replica_comm_->StartAllReduce(shards, ReduceOp::kSum, nullptr));
+                     replica_comm_->StartAllReduce(shards, ReduceOp::kSum, stream_));
   } else {
     for (const Fp8ShardedParam* p : {&embedding_, &final_norm_, &lm_head_}) {
       shards.push_back(p->grad_shard.desc);
     }
     ASSIGN_OR_RETURN(outer_replicas_reduced_,
-                     replica_comm_->StartAllReduce(shards, ReduceOp::kSum, nullptr));
+                     replica_comm_->StartAllReduce(shards, ReduceOp::kSum, stream_));
   }
   return absl::OkStatus();
 }
@@ -83,9 +83,9 @@ absl::Status FsdpTrainer::ReduceAcrossReplicas(int layer, const CollectiveTicket
 absl::Status FsdpTrainer::WaitForReplicas() {
   if (replica_comm_ == nullptr) return absl::OkStatus();
   for (const CollectiveTicket& t : replicas_reduced_) {
-    RETURN_IF_ERROR(replica_comm_->WaitFor(t, nullptr));
+    RETURN_IF_ERROR(replica_comm_->WaitFor(t, stream_));
   }
-  return replica_comm_->WaitFor(outer_replicas_reduced_, nullptr);
+  return replica_comm_->WaitFor(outer_replicas_reduced_, stream_);
 }
 
 absl::StatusOr<std::vector<uint8_t>> FsdpTrainer::GatheredWeightBytes(int layer, int linear) {
@@ -96,7 +96,7 @@ absl::StatusOr<std::vector<uint8_t>> FsdpTrainer::GatheredWeightBytes(int layer,
   const Fp8ShardedParam* p[4] = {&blocks_[layer].qkv, &blocks_[layer].out_proj,
                                  &blocks_[layer].gate_up, &blocks_[layer].down};
   std::vector<uint8_t> bytes(p[linear]->rows * p[linear]->cols * DTypeSize(p[linear]->compute_dtype));
-  RETURN_IF_ERROR(ops_->CopyToHost(bytes.data(), t[linear]->desc.data, bytes.size(), nullptr));
+  RETURN_IF_ERROR(ops_->CopyToHost(bytes.data(), t[linear]->desc.data, bytes.size(), stream_));
   return bytes;
 }
 

@@ -122,6 +122,7 @@ absl::StatusOr<SetupReport> FsdpTrainer::Setup(const v1::JobSpec& spec, int rank
     ASSIGN_OR_RETURN(init_from, HfLlamaSource::Open(m, m.init_from()));
   }
   ASSIGN_OR_RETURN(data_, OpenBatchSource(spec, global_rank_, global_world_));
+  ASSIGN_OR_RETURN(stream_, ops_->CreateStream());
   RETURN_IF_ERROR(AllocateState());
   RETURN_IF_ERROR(SetupValidation());
   RETURN_IF_ERROR(InitParams(init_from.get()));
@@ -270,6 +271,7 @@ absl::Status FsdpTrainer::AllocateState() {
   ASSIGN_OR_RETURN(grad_bf16_b_, Alloc(DType::kBFloat16, Shape{t * max_in}));
   ASSIGN_OR_RETURN(grad_qkv_, Alloc(DType::kBFloat16, qkv_shape));
   ASSIGN_OR_RETURN(scalars_, Alloc(DType::kFloat32, Shape{8}));
+  ASSIGN_OR_RETURN(adam_step_values_, Alloc(DType::kFloat32, Shape{3}));
   host_inputs_.resize(t);
   host_targets_.resize(t);
   return absl::OkStatus();
@@ -304,17 +306,17 @@ absl::Status FsdpTrainer::InitParams(const HfLlamaSource* source) {
   return absl::OkStatus();
 }
 
-absl::Status FsdpTrainer::QuantizeWeightsFromMaster() {
+absl::Status FsdpTrainer::QuantizeWeightsFromMaster(Stream* stream) {
   for (Fp8ShardedParam* p : AllParams()) {
     const int64_t n = p->layout.shard_numel();
     if (!p->is_fp8() || n == 0) continue;
     TensorDesc out = Reshaped(p->compute.desc, Shape{n});
     out.scale = p->scale;
     out.scale_inv = p->scale_inv;
-    RETURN_IF_ERROR(ops_->Quantize(Reshaped(p->master.desc, Shape{n}), out, nullptr));
+    RETURN_IF_ERROR(ops_->Quantize(Reshaped(p->master.desc, Shape{n}), out, stream));
   }
   // Also on ranks whose shard of some weight is empty (they encoded nothing).
-  return meta_->RecordWeightEncodeScales(*ops_, nullptr);
+  return meta_->RecordWeightEncodeScales(*ops_, stream);
 }
 
 absl::Status FsdpTrainer::InitCollective(RendezvousStore* store, const std::string& host,
@@ -347,7 +349,7 @@ absl::Status FsdpTrainer::InitCollective(RendezvousStore* store, const std::stri
       RETURN_IF_ERROR(replica_comm_->AllReduce(meta_->amaxes(), ReduceOp::kMax, nullptr));
     }
     RETURN_IF_ERROR(meta_->UpdateScales(*ops_, nullptr));
-    RETURN_IF_ERROR(QuantizeWeightsFromMaster());
+    RETURN_IF_ERROR(QuantizeWeightsFromMaster(nullptr));
   }
   RETURN_IF_ERROR(ops_->Synchronize(nullptr));
   RETURN_IF_ERROR(comm_->FirstFailure());

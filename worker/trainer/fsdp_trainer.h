@@ -75,6 +75,10 @@ class FsdpTrainer : public Trainer {
   int64_t allocated_bytes() const { return ops_->allocated_bytes(); }
   int64_t host_read_count() const { return ops_->host_reads(); }
   absl::StatusOr<std::vector<uint8_t>> GatheredWeightBytes(int layer, int linear);
+  // Whether steps now replay a captured CUDA graph (train_step.cc), and why
+  // not when a capture was tried and failed (the steps then run eagerly).
+  bool replays_step_graph() const { return step_graph_ != nullptr; }
+  const absl::Status& step_graph_status() const { return step_graph_status_; }
 
  private:
   // Parameters of one block, in the order of the block's linears.
@@ -118,11 +122,22 @@ class FsdpTrainer : public Trainer {
   absl::Status AllocateBlockTensors(std::optional<DType> dtype, BlockTensors& out);
 
   absl::StatusOr<StepReport> Step(int step);  // RunStep without the abort mapping
+  // Queues the step's work from the first all-gather to the FP8 scale update
+  // on stream_ (train_step.cc). Everything it queues reads the batch, the
+  // per-step Adam values and the FP8 scales from engine memory, so it can be
+  // captured once and replayed.
+  absl::Status QueueStep();
+  // Runs QueueStep captured into step_graph_; on failure the steps stay eager.
+  absl::Status CaptureStep();
+  // Whether this job's steps are captured once warm: the engine can capture,
+  // there are no collectives (one rank), and the job did not ask for eager
+  // steps.
+  bool CapturesSteps() const;
   absl::Status AllocateState();
   // The initial master weights of this rank's shards: from `source` (the
   // job's model.init_from) or, when it is null, the seeded random init.
   absl::Status InitParams(const HfLlamaSource* source);
-  absl::Status QuantizeWeightsFromMaster();
+  absl::Status QuantizeWeightsFromMaster(Stream* stream);
   // Appends this rank's state file (fsdp_checkpoint.cc) to `out`.
   absl::Status WriteState(int step, DurableFileWriter& out);
   absl::StatusOr<DeviceTensor> Alloc(DType dtype, Shape shape);
@@ -169,6 +184,13 @@ class FsdpTrainer : public Trainer {
 
   std::unique_ptr<CountingOps> ops_;  // the engine, behind the counting decorator
   StepClock clock_{*ops_};            // the step's phase timing, on ops_
+  // The stream every step's work is queued on (engine-owned; nullptr, the
+  // default stream, on the CPU engine), and once a step has run eagerly,
+  // the captured step replayed on it.
+  Stream* stream_ = nullptr;
+  std::unique_ptr<Ops::CapturedWork> step_graph_;
+  absl::Status step_graph_status_;
+  int eager_steps_ = 0;  // steps this trainer ran without the graph
   CommunicatorFactory make_communicator_;
   std::unique_ptr<Communicator> comm_;  // the shard group (every rank under plain FSDP)
   // Hybrid sharding only: the ranks holding the same shard in the other
@@ -229,6 +251,7 @@ class FsdpTrainer : public Trainer {
   DeviceTensor grad_bf16_b_;             // [T, max(H, F)] bf16 scratch
   DeviceTensor grad_qkv_;                // [B, S, nh + 2*nkv, hd] bf16
   DeviceTensor scalars_;  // [loss_sum, valid_tokens, grad_sum_sq, grad_norm, grad_scale]
+  DeviceTensor adam_step_values_;  // [3] fp32: AdamStepValues of the step being run
   std::vector<int32_t> host_inputs_, host_targets_;
 
   // ---- Validation (evaluate.cc) -------------------------------------------

@@ -50,8 +50,17 @@ absl::StatusOr<StepPhaseTimes> StepClock::Finish(double wall_s) {
     ASSIGN_OR_RETURN(timeline, ops_.SecondsBetween(0, marks_ - 1));
   }
   t.host_s = std::max(0.0, wall_s - timeline);
+  finished_marks_ = marks_;
   marks_ = 0;
   return t;
+}
+
+absl::Status StepClock::Reopen() {
+  if (finished_marks_ == 0) {
+    return absl::FailedPreconditionError("StepClock::Reopen before any step finished");
+  }
+  marks_ = finished_marks_;
+  return absl::OkStatus();
 }
 
 }  // namespace tessera

@@ -33,10 +33,16 @@ class StepClock {
   // Once the stream is synchronized: the phase sums, and as host time the
   // part of `wall_s` (the step's host wall time) the timeline leaves out.
   absl::StatusOr<StepPhaseTimes> Finish(double wall_s);
+  // For a step replayed from a capture: the replay records again every mark
+  // the captured step recorded, so the timeline to read is the last
+  // finished step's. Reopens it for Finish; FAILED_PRECONDITION if no step
+  // has finished.
+  absl::Status Reopen();
 
  private:
   Ops& ops_;
   int marks_ = 0;  // marks recorded since Start
+  int finished_marks_ = 0;  // marks of the last step Finish read
   // lap_phase_[i]: the phase of the lap that ends at mark i (i >= 1).
   std::array<StepPhase, Ops::kTimeMarks> lap_phase_{};
 };

@@ -6,6 +6,12 @@
 // [loss, tokens, grad sum of squares] -> clip scale -> FusedAdam (new fp32
 // master, Adam state and FP8 shards) -> one packed all-reduce of every amax
 // -> FP8 scale update. Everything it touches was allocated at setup.
+//
+// Step() reads the batch and writes it, with this step's learning rate and
+// bias corrections, into engine memory; QueueStep() queues the rest on the
+// trainer's stream. A one-rank CUDA job captures QueueStep once (its second
+// step: the first allocates scratch and tunes GEMM plans) and from then on
+// replays the capture, so the host issues one launch per step.
 #include <algorithm>
 #include <chrono>
 #include <optional>
@@ -33,6 +39,18 @@ TensorDesc Full(const DeviceTensor& gathered, const Fp8ShardedParam& p) {
   return View(gathered, gathered.desc.dtype, p.cols == 1 ? Shape{p.rows} : Shape{p.rows, p.cols});
 }
 
+// AdamW's settings for `step` (0-based) of a `steps`-step job.
+AdamHyper HyperFor(const v1::OptimizerConfig& optimizer, int step, int steps) {
+  AdamHyper hyper;
+  hyper.lr = LearningRate(optimizer, step, steps);
+  hyper.beta1 = optimizer.beta1();
+  hyper.beta2 = optimizer.beta2();
+  hyper.eps = optimizer.eps();
+  hyper.weight_decay = optimizer.weight_decay();
+  hyper.step = step + 1;
+  return hyper;
+}
+
 }  // namespace
 
 absl::StatusOr<StepReport> FsdpTrainer::RunStep(int step) {
@@ -52,177 +70,41 @@ absl::StatusOr<StepReport> FsdpTrainer::Step(int step) {
   RETURN_IF_ERROR(CheckAborted());
   const auto started = std::chrono::steady_clock::now();
   Ops& ops = *ops_;
-  float* scalars = scalars_.data<float>();
-  const float eps = spec_.model().norm_eps();
-  const int64_t t = tokens_, h = hidden_;
+  const int64_t t = tokens_;
 
   // ---- Batch: this rank's micro-batch for `step`, onto the engine --------
   PhaseRange step_range("step");
   RETURN_IF_ERROR(data_->ReadBatch(step, absl::MakeSpan(host_inputs_), absl::MakeSpan(host_targets_)));
   int64_t local_tokens = 0;
   for (int32_t target : host_targets_) local_tokens += target != kIgnoreIndex ? 1 : 0;
-  RETURN_IF_ERROR(ops.CopyToDevice(inputs_.desc.data, host_inputs_.data(), t * 4, nullptr));
-  RETURN_IF_ERROR(ops.CopyToDevice(targets_.desc.data, host_targets_.data(), t * 4, nullptr));
-  RETURN_IF_ERROR(ops.Memset(scalars, 0, 3 * sizeof(float), nullptr));
-  // Each phase below ends with a lap of the step clock, which charges the
-  // time since the previous lap to that phase (collectives to kCollective).
-  RETURN_IF_ERROR(clock_.Start(nullptr));
+  RETURN_IF_ERROR(ops.CopyToDevice(inputs_.desc.data, host_inputs_.data(), t * 4, stream_));
+  RETURN_IF_ERROR(ops.CopyToDevice(targets_.desc.data, host_targets_.data(), t * 4, stream_));
+  // ---- This step's learning rate and bias corrections, which FusedAdam
+  // reads from engine memory (a replayed step cannot take new arguments) --
+  const AdamHyper hyper = HyperFor(spec_.optimizer(), step, spec_.steps());
+  const AdamStepValues step_values = StepValuesFor(hyper);
+  RETURN_IF_ERROR(ops.CopyToDevice(adam_step_values_.desc.data, &step_values,
+                                   sizeof(step_values), stream_));
 
-  // ---- All-gather: the embedding, with block 0's weights queued behind it
-  // Every all-gather and reduce-scatter below runs on the communicator's
-  // stream; the compute stream waits for one only where it reads the result.
-  CollectiveTicket head_gathered;
-  {
-    PhaseRange range("all-gather");
-    ASSIGN_OR_RETURN(const CollectiveTicket embedding_gathered,
-                     StartGather({{&embedding_, &gathered_embedding_}}));
-    ASSIGN_OR_RETURN(gather_done_[0], StartGatherBlock(0, GatheredFor(0)));
-    RETURN_IF_ERROR(comm_->WaitFor(embedding_gathered, nullptr));
-    RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, nullptr));
+  // ---- The step's work: queued as it runs until one step has run, then
+  // captured once (where CapturesSteps) and replayed with one launch --------
+  if (step_graph_ == nullptr && eager_steps_ >= 1 && step_graph_status_.ok() &&
+      CapturesSteps()) {
+    step_graph_status_ = CaptureStep();  // if it fails, the steps stay eager
   }
-
-  // ---- Forward: block l computes while block l + 1's weights are gathered
-  {
-    PhaseRange range("forward");
-    RETURN_IF_ERROR(ops.EmbeddingForward(inputs_.desc, Full(gathered_embedding_, embedding_),
-                                         acts_[0].x_in.desc, nullptr));
-    for (int l = 0; l < layers_; ++l) {
-      RETURN_IF_ERROR(CheckAborted());
-      RETURN_IF_ERROR(clock_.Lap(StepPhase::kForward, nullptr));
-      RETURN_IF_ERROR(comm_->WaitFor(gather_done_[l], nullptr));
-      RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, nullptr));
-      // Queued now, so after block l - 1, the last reader of the buffer it fills.
-      if (l + 1 < layers_) {
-        ASSIGN_OR_RETURN(gather_done_[l + 1], StartGatherBlock(l + 1, GatheredFor(l + 1)));
-      } else {
-        ASSIGN_OR_RETURN(head_gathered, StartGather({{&final_norm_, &gathered_final_norm_},
-                                                     {&lm_head_, &gathered_lm_head_}}));
-      }
-      const TensorDesc& x_out = l + 1 < layers_ ? acts_[l + 1].x_in.desc : x_final_.desc;
-      RETURN_IF_ERROR(BlockForward(l, GatheredFor(l), acts_[l], acts_[l].x_in.desc, x_out));
-    }
-    RETURN_IF_ERROR(clock_.Lap(StepPhase::kForward, nullptr));
-    RETURN_IF_ERROR(comm_->WaitFor(head_gathered, nullptr));
-    RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, nullptr));
-    RETURN_IF_ERROR(ops.RmsNormForward(x_final_.desc, Full(gathered_final_norm_, final_norm_), eps,
-                                       h_final_.desc, rstd_final_.desc, nullptr));
-    RETURN_IF_ERROR(clock_.Lap(StepPhase::kForward, nullptr));
+  if (step_graph_ != nullptr) {
+    RETURN_IF_ERROR(clock_.Reopen());
+    RETURN_IF_ERROR(ops.Replay(*step_graph_, stream_));
+  } else {
+    RETURN_IF_ERROR(QueueStep());
+    ++eager_steps_;
   }
-
-  // ---- Fused LM head + cross-entropy: sum loss, valid count, grads -------
-  {
-    PhaseRange range("fused-loss");
-    RETURN_IF_ERROR(ops.FusedLinearCrossEntropy(
-        h_final_.desc, Full(gathered_lm_head_, lm_head_), targets_.desc, kIgnoreIndex,
-        spec_.loss_chunk_tokens(), scalars + kLossSum, scalars + kValidTokens, grad_h_.desc,
-        View(grad_lm_head_, DType::kFloat32, Shape{vocab_, h}), /*accumulate_grad_weight=*/false,
-        nullptr));
-    RETURN_IF_ERROR(clock_.Lap(StepPhase::kLoss, nullptr));
-  }
-
-  // ---- Backward ----------------------------------------------------------
-  std::optional<PhaseRange> backward_range(std::in_place, "backward");
-  RETURN_IF_ERROR(ops.Memset(grad_final_norm_.desc.data, 0, grad_final_norm_.desc.Bytes(), nullptr));
-  RETURN_IF_ERROR(ops.RmsNormBackward(grad_h_.desc, x_final_.desc,
-                                      Full(gathered_final_norm_, final_norm_), rstd_final_.desc,
-                                      grad_residual_.desc, /*accumulate_grad_x=*/false,
-                                      View(grad_final_norm_, DType::kFloat32, Shape{h}), nullptr));
-  // The LM head's and final norm's gradients are complete: they are reduced
-  // under the blocks' backward.
-  ASSIGN_OR_RETURN(const CollectiveTicket head_reduced,
-                   StartReduceScatter({{&final_norm_, &grad_final_norm_},
-                                       {&lm_head_, &grad_lm_head_}}));
-  // Block l's backward runs while block l + 1's gradients are
-  // reduce-scattered and (when resharding) block l - 1's weights gathered.
-  for (int l = layers_ - 1; l >= 0; --l) {
-    RETURN_IF_ERROR(CheckAborted());
-    if (RegathersInBackward(l)) {
-      RETURN_IF_ERROR(clock_.Lap(StepPhase::kBackward, nullptr));
-      RETURN_IF_ERROR(comm_->WaitFor(gather_done_[l], nullptr));
-      RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, nullptr));
-    }
-    if (l > 0 && RegathersInBackward(l - 1)) {
-      ASSIGN_OR_RETURN(gather_done_[l - 1], StartGatherBlock(l - 1, GatheredFor(l - 1)));
-    }
-    // Block l writes the gradient set that block l + 2's reduce-scatter reads.
-    if (l + 2 < layers_) {
-      RETURN_IF_ERROR(clock_.Lap(StepPhase::kBackward, nullptr));
-      RETURN_IF_ERROR(comm_->WaitFor(grads_reduced_[l + 2], nullptr));
-      RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, nullptr));
-    }
-    RETURN_IF_ERROR(BlockBackward(l, GatheredFor(l), acts_[l], grad_residual_.desc));
-    RETURN_IF_ERROR(clock_.Lap(StepPhase::kBackward, nullptr));
-    ASSIGN_OR_RETURN(grads_reduced_[l], StartReduceScatterBlock(l));
-    // Hybrid sharding: block l + 1's reduced shards go on to the replicas.
-    if (l + 1 < layers_) RETURN_IF_ERROR(ReduceAcrossReplicas(l + 1, grads_reduced_[l + 1]));
-    RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, nullptr));
-  }
-  RETURN_IF_ERROR(ops.Memset(grad_embedding_.desc.data, 0, grad_embedding_.desc.Bytes(), nullptr));
-  RETURN_IF_ERROR(ops.EmbeddingBackward(inputs_.desc, grad_residual_.desc,
-                                        View(grad_embedding_, DType::kFloat32, Shape{vocab_, h}),
-                                        nullptr));
-  RETURN_IF_ERROR(clock_.Lap(StepPhase::kBackward, nullptr));
-  {
-    PhaseRange range("reduce-scatter");
-    ASSIGN_OR_RETURN(const CollectiveTicket embedding_reduced,
-                     StartReduceScatter({{&embedding_, &grad_embedding_}}));
-    for (int l = 0; l < std::min(layers_, 2); ++l) {
-      RETURN_IF_ERROR(comm_->WaitFor(grads_reduced_[l], nullptr));
-    }
-    RETURN_IF_ERROR(comm_->WaitFor(head_reduced, nullptr));
-    RETURN_IF_ERROR(comm_->WaitFor(embedding_reduced, nullptr));
-    RETURN_IF_ERROR(ReduceAcrossReplicas(0, grads_reduced_[0]));
-    RETURN_IF_ERROR(ReduceAcrossReplicas(-1, embedding_reduced));
-    RETURN_IF_ERROR(WaitForReplicas());
-    RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, nullptr));
-  }
-  RETURN_IF_ERROR(CheckAborted());
-  backward_range.reset();
-  PhaseRange optimizer_range("optimizer");
-
-  // ---- Global loss, token count and gradient norm: one packed all-reduce --
-  RETURN_IF_ERROR(ops.GradSumSquares(*adam_, scalars + kGradSumSq, nullptr));
-  RETURN_IF_ERROR(clock_.Lap(StepPhase::kOptimizer, nullptr));
-  RETURN_IF_ERROR(comm_->AllReduce(MakeTensor(scalars, DType::kFloat32, Shape{3}), ReduceOp::kSum,
-                                   nullptr));
-  // Replicas hold the same reduced gradients: only loss and tokens add up.
-  if (replica_comm_ != nullptr) {
-    RETURN_IF_ERROR(replica_comm_->AllReduce(MakeTensor(scalars, DType::kFloat32, Shape{2}),
-                                             ReduceOp::kSum, nullptr));
-  }
-  RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, nullptr));
-  RETURN_IF_ERROR(ops.ComputeGradScale(scalars + kGradSumSq, scalars + kValidTokens,
-                                       spec_.optimizer().grad_clip_norm(), scalars + kGradNorm,
-                                       scalars + kGradScale, nullptr));
-
-  // ---- FusedAdam: master, m, v and the FP8 shards in one pass ------------
-  AdamHyper hyper;
-  hyper.lr = LearningRate(spec_.optimizer(), step, spec_.steps());
-  hyper.beta1 = spec_.optimizer().beta1();
-  hyper.beta2 = spec_.optimizer().beta2();
-  hyper.eps = spec_.optimizer().eps();
-  hyper.weight_decay = spec_.optimizer().weight_decay();
-  hyper.step = step + 1;
-  RETURN_IF_ERROR(ops.FusedAdam(*adam_, hyper, scalars + kGradScale, nullptr));
-  // The FP8 shards now hold bytes encoded with the weights' current scales;
-  // record that 1/scale on every rank before the scales move on.
-  RETURN_IF_ERROR(meta_->RecordWeightEncodeScales(ops, nullptr));
-
-  // ---- FP8 scaling: every amax in one all-reduce, then new scales --------
-  RETURN_IF_ERROR(clock_.Lap(StepPhase::kOptimizer, nullptr));
-  RETURN_IF_ERROR(comm_->AllReduce(meta_->amaxes(), ReduceOp::kMax, nullptr));
-  if (replica_comm_ != nullptr) {
-    RETURN_IF_ERROR(replica_comm_->AllReduce(meta_->amaxes(), ReduceOp::kMax, nullptr));
-  }
-  RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, nullptr));
-  RETURN_IF_ERROR(meta_->UpdateScales(ops, nullptr));
-  if (meta_->current_scaling()) RETURN_IF_ERROR(QuantizeWeightsFromMaster());
-  RETURN_IF_ERROR(clock_.Lap(StepPhase::kOptimizer, nullptr));
 
   // ---- Report --------------------------------------------------------------
   float host_scalars[5];
-  RETURN_IF_ERROR(ops.CopyToHost(host_scalars, scalars, sizeof(host_scalars), nullptr));
-  RETURN_IF_ERROR(ops.Synchronize(nullptr));
+  RETURN_IF_ERROR(ops.CopyToHost(host_scalars, scalars_.data<float>(), sizeof(host_scalars),
+                                 stream_));
+  RETURN_IF_ERROR(ops.Synchronize(stream_));
   // The collectives were queued, not waited for: only now is it known that
   // they all finished (a lost peer surfaces here as ABORTED).
   RETURN_IF_ERROR(comm_->FirstFailure());
@@ -240,6 +122,179 @@ absl::StatusOr<StepReport> FsdpTrainer::Step(int step) {
   return report;
 }
 
+bool FsdpTrainer::CapturesSteps() const {
+  return stream_ != nullptr && world_ == 1 && replica_comm_ == nullptr &&
+         !spec_.disable_step_graph();
+}
+
+absl::Status FsdpTrainer::CaptureStep() {
+  RETURN_IF_ERROR(ops_->BeginCapture(stream_));
+  const absl::Status queued = QueueStep();
+  // Ends the capture whether or not the queueing failed.
+  absl::StatusOr<std::unique_ptr<Ops::CapturedWork>> graph = ops_->EndCapture(stream_);
+  if (!queued.ok()) return queued;
+  if (!graph.ok()) return graph.status();
+  step_graph_ = *std::move(graph);
+  return absl::OkStatus();
+}
+
+absl::Status FsdpTrainer::QueueStep() {
+  Ops& ops = *ops_;
+  float* scalars = scalars_.data<float>();
+  const float eps = spec_.model().norm_eps();
+  const int64_t h = hidden_;
+  RETURN_IF_ERROR(ops.Memset(scalars, 0, 3 * sizeof(float), stream_));
+  // Each phase below ends with a lap of the step clock, which charges the
+  // time since the previous lap to that phase (collectives to kCollective).
+  RETURN_IF_ERROR(clock_.Start(stream_));
+
+  // ---- All-gather: the embedding, with block 0's weights queued behind it
+  // Every all-gather and reduce-scatter below runs on the communicator's
+  // stream; the compute stream waits for one only where it reads the result.
+  CollectiveTicket head_gathered;
+  {
+    PhaseRange range("all-gather");
+    ASSIGN_OR_RETURN(const CollectiveTicket embedding_gathered,
+                     StartGather({{&embedding_, &gathered_embedding_}}));
+    ASSIGN_OR_RETURN(gather_done_[0], StartGatherBlock(0, GatheredFor(0)));
+    RETURN_IF_ERROR(comm_->WaitFor(embedding_gathered, stream_));
+    RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, stream_));
+  }
+
+  // ---- Forward: block l computes while block l + 1's weights are gathered
+  {
+    PhaseRange range("forward");
+    RETURN_IF_ERROR(ops.EmbeddingForward(inputs_.desc, Full(gathered_embedding_, embedding_),
+                                         acts_[0].x_in.desc, stream_));
+    for (int l = 0; l < layers_; ++l) {
+      RETURN_IF_ERROR(CheckAborted());
+      RETURN_IF_ERROR(clock_.Lap(StepPhase::kForward, stream_));
+      RETURN_IF_ERROR(comm_->WaitFor(gather_done_[l], stream_));
+      RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, stream_));
+      // Queued now, so after block l - 1, the last reader of the buffer it fills.
+      if (l + 1 < layers_) {
+        ASSIGN_OR_RETURN(gather_done_[l + 1], StartGatherBlock(l + 1, GatheredFor(l + 1)));
+      } else {
+        ASSIGN_OR_RETURN(head_gathered, StartGather({{&final_norm_, &gathered_final_norm_},
+                                                     {&lm_head_, &gathered_lm_head_}}));
+      }
+      const TensorDesc& x_out = l + 1 < layers_ ? acts_[l + 1].x_in.desc : x_final_.desc;
+      RETURN_IF_ERROR(BlockForward(l, GatheredFor(l), acts_[l], acts_[l].x_in.desc, x_out));
+    }
+    RETURN_IF_ERROR(clock_.Lap(StepPhase::kForward, stream_));
+    RETURN_IF_ERROR(comm_->WaitFor(head_gathered, stream_));
+    RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, stream_));
+    RETURN_IF_ERROR(ops.RmsNormForward(x_final_.desc, Full(gathered_final_norm_, final_norm_), eps,
+                                       h_final_.desc, rstd_final_.desc, stream_));
+    RETURN_IF_ERROR(clock_.Lap(StepPhase::kForward, stream_));
+  }
+
+  // ---- Fused LM head + cross-entropy: sum loss, valid count, grads -------
+  {
+    PhaseRange range("fused-loss");
+    RETURN_IF_ERROR(ops.FusedLinearCrossEntropy(
+        h_final_.desc, Full(gathered_lm_head_, lm_head_), targets_.desc, kIgnoreIndex,
+        spec_.loss_chunk_tokens(), scalars + kLossSum, scalars + kValidTokens, grad_h_.desc,
+        View(grad_lm_head_, DType::kFloat32, Shape{vocab_, h}), /*accumulate_grad_weight=*/false,
+        stream_));
+    RETURN_IF_ERROR(clock_.Lap(StepPhase::kLoss, stream_));
+  }
+
+  // ---- Backward ----------------------------------------------------------
+  std::optional<PhaseRange> backward_range(std::in_place, "backward");
+  RETURN_IF_ERROR(ops.Memset(grad_final_norm_.desc.data, 0, grad_final_norm_.desc.Bytes(), stream_));
+  RETURN_IF_ERROR(ops.RmsNormBackward(grad_h_.desc, x_final_.desc,
+                                      Full(gathered_final_norm_, final_norm_), rstd_final_.desc,
+                                      grad_residual_.desc, /*accumulate_grad_x=*/false,
+                                      View(grad_final_norm_, DType::kFloat32, Shape{h}), stream_));
+  // The LM head's and final norm's gradients are complete: they are reduced
+  // under the blocks' backward.
+  ASSIGN_OR_RETURN(const CollectiveTicket head_reduced,
+                   StartReduceScatter({{&final_norm_, &grad_final_norm_},
+                                       {&lm_head_, &grad_lm_head_}}));
+  // Block l's backward runs while block l + 1's gradients are
+  // reduce-scattered and (when resharding) block l - 1's weights gathered.
+  for (int l = layers_ - 1; l >= 0; --l) {
+    RETURN_IF_ERROR(CheckAborted());
+    if (RegathersInBackward(l)) {
+      RETURN_IF_ERROR(clock_.Lap(StepPhase::kBackward, stream_));
+      RETURN_IF_ERROR(comm_->WaitFor(gather_done_[l], stream_));
+      RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, stream_));
+    }
+    if (l > 0 && RegathersInBackward(l - 1)) {
+      ASSIGN_OR_RETURN(gather_done_[l - 1], StartGatherBlock(l - 1, GatheredFor(l - 1)));
+    }
+    // Block l writes the gradient set that block l + 2's reduce-scatter reads.
+    if (l + 2 < layers_) {
+      RETURN_IF_ERROR(clock_.Lap(StepPhase::kBackward, stream_));
+      RETURN_IF_ERROR(comm_->WaitFor(grads_reduced_[l + 2], stream_));
+      RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, stream_));
+    }
+    RETURN_IF_ERROR(BlockBackward(l, GatheredFor(l), acts_[l], grad_residual_.desc));
+    RETURN_IF_ERROR(clock_.Lap(StepPhase::kBackward, stream_));
+    ASSIGN_OR_RETURN(grads_reduced_[l], StartReduceScatterBlock(l));
+    // Hybrid sharding: block l + 1's reduced shards go on to the replicas.
+    if (l + 1 < layers_) RETURN_IF_ERROR(ReduceAcrossReplicas(l + 1, grads_reduced_[l + 1]));
+    RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, stream_));
+  }
+  RETURN_IF_ERROR(ops.Memset(grad_embedding_.desc.data, 0, grad_embedding_.desc.Bytes(), stream_));
+  RETURN_IF_ERROR(ops.EmbeddingBackward(inputs_.desc, grad_residual_.desc,
+                                        View(grad_embedding_, DType::kFloat32, Shape{vocab_, h}),
+                                        stream_));
+  RETURN_IF_ERROR(clock_.Lap(StepPhase::kBackward, stream_));
+  {
+    PhaseRange range("reduce-scatter");
+    ASSIGN_OR_RETURN(const CollectiveTicket embedding_reduced,
+                     StartReduceScatter({{&embedding_, &grad_embedding_}}));
+    for (int l = 0; l < std::min(layers_, 2); ++l) {
+      RETURN_IF_ERROR(comm_->WaitFor(grads_reduced_[l], stream_));
+    }
+    RETURN_IF_ERROR(comm_->WaitFor(head_reduced, stream_));
+    RETURN_IF_ERROR(comm_->WaitFor(embedding_reduced, stream_));
+    RETURN_IF_ERROR(ReduceAcrossReplicas(0, grads_reduced_[0]));
+    RETURN_IF_ERROR(ReduceAcrossReplicas(-1, embedding_reduced));
+    RETURN_IF_ERROR(WaitForReplicas());
+    RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, stream_));
+  }
+  RETURN_IF_ERROR(CheckAborted());
+  backward_range.reset();
+  PhaseRange optimizer_range("optimizer");
+
+  // ---- Global loss, token count and gradient norm: one packed all-reduce --
+  RETURN_IF_ERROR(ops.GradSumSquares(*adam_, scalars + kGradSumSq, stream_));
+  RETURN_IF_ERROR(clock_.Lap(StepPhase::kOptimizer, stream_));
+  RETURN_IF_ERROR(comm_->AllReduce(MakeTensor(scalars, DType::kFloat32, Shape{3}), ReduceOp::kSum,
+                                   stream_));
+  // Replicas hold the same reduced gradients: only loss and tokens add up.
+  if (replica_comm_ != nullptr) {
+    RETURN_IF_ERROR(replica_comm_->AllReduce(MakeTensor(scalars, DType::kFloat32, Shape{2}),
+                                             ReduceOp::kSum, stream_));
+  }
+  RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, stream_));
+  RETURN_IF_ERROR(ops.ComputeGradScale(scalars + kGradSumSq, scalars + kValidTokens,
+                                       spec_.optimizer().grad_clip_norm(), scalars + kGradNorm,
+                                       scalars + kGradScale, stream_));
+
+  // ---- FusedAdam: master, m, v and the FP8 shards in one pass ------------
+  AdamHyper hyper = HyperFor(spec_.optimizer(), 0, spec_.steps());
+  hyper.step_values = adam_step_values_.data<float>();
+  RETURN_IF_ERROR(ops.FusedAdam(*adam_, hyper, scalars + kGradScale, stream_));
+  // The FP8 shards now hold bytes encoded with the weights' current scales;
+  // record that 1/scale on every rank before the scales move on.
+  RETURN_IF_ERROR(meta_->RecordWeightEncodeScales(ops, stream_));
+
+  // ---- FP8 scaling: every amax in one all-reduce, then new scales --------
+  RETURN_IF_ERROR(clock_.Lap(StepPhase::kOptimizer, stream_));
+  RETURN_IF_ERROR(comm_->AllReduce(meta_->amaxes(), ReduceOp::kMax, stream_));
+  if (replica_comm_ != nullptr) {
+    RETURN_IF_ERROR(replica_comm_->AllReduce(meta_->amaxes(), ReduceOp::kMax, stream_));
+  }
+  RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, stream_));
+  RETURN_IF_ERROR(meta_->UpdateScales(ops, stream_));
+  if (meta_->current_scaling()) RETURN_IF_ERROR(QuantizeWeightsFromMaster(stream_));
+  return clock_.Lap(StepPhase::kOptimizer, stream_);
+}
+
 // y = linear(RMSNorm(x)) for a block's qkv (linear 0) or gate/up (linear 2)
 // projection; rstd is saved for backward. With fused FP8 casts the norm
 // writes the linear's FP8 input (and its transpose, saved for the weight
@@ -255,11 +310,11 @@ absl::Status FsdpTrainer::NormThenLinear(int l, int linear, const TensorDesc& x,
   if (fuse_fp8_casts_) {
     const Fp8Operand x8 = Fp8Input(*meta_, spec, scratch_, saved);
     RETURN_IF_ERROR(
-        ops.RmsNormForwardQuantize(x, norm_weight, eps, x8.codes, x8.codes_t, rstd, nullptr));
-    return LinearForwardFromFp8(ops, *meta_, spec, weight, x8, y, nullptr);
+        ops.RmsNormForwardQuantize(x, norm_weight, eps, x8.codes, x8.codes_t, rstd, stream_));
+    return LinearForwardFromFp8(ops, *meta_, spec, weight, x8, y, stream_);
   }
-  RETURN_IF_ERROR(ops.RmsNormForward(x, norm_weight, eps, normed, rstd, nullptr));
-  return LinearForward(ops, *meta_, spec, weight, normed, y, scratch_, saved, nullptr);
+  RETURN_IF_ERROR(ops.RmsNormForward(x, norm_weight, eps, normed, rstd, stream_));
+  return LinearForward(ops, *meta_, spec, weight, normed, y, scratch_, saved, stream_);
 }
 
 absl::Status FsdpTrainer::BlockForward(int l, const GatheredBlock& w, BlockActivations& a,
@@ -273,25 +328,25 @@ absl::Status FsdpTrainer::BlockForward(int l, const GatheredBlock& w, BlockActiv
   RETURN_IF_ERROR(NormThenLinear(l, 0, x_in, Full(w.attn_norm, b.attn_norm), a.rstd1.desc,
                                  a.h1.desc, Full(w.qkv, b.qkv),
                                  Reshaped(a.qkv.desc, Shape{t, qkv_width_}), a.saved[0]));
-  RETURN_IF_ERROR(ops.RopeForward(a.qkv.desc, kv_heads_, spec_.model().rope_theta(), nullptr));
+  RETURN_IF_ERROR(ops.RopeForward(a.qkv.desc, kv_heads_, spec_.model().rope_theta(), stream_));
   RETURN_IF_ERROR(ops.AttentionForward(
       a.qkv.desc, kv_heads_, Reshaped(a.attn.desc, Shape{batch_, seq_, heads_, head_dim_}),
-      a.lse.desc, nullptr));
+      a.lse.desc, stream_));
   RETURN_IF_ERROR(LinearForward(ops, *meta_, Spec(l, 1), Full(w.out_proj, b.out_proj), a.attn.desc,
-                                a.x_mid.desc, scratch_, a.saved[1], nullptr, &x_in));
+                                a.x_mid.desc, scratch_, a.saved[1], stream_, &x_in));
   // MLP: x_out = x_mid + down(swiglu(gate_up(norm(x_mid)))).
   RETURN_IF_ERROR(NormThenLinear(l, 2, a.x_mid.desc, Full(w.mlp_norm, b.mlp_norm), a.rstd2.desc,
                                  a.h2.desc, Full(w.gate_up, b.gate_up), a.gate_up.desc,
                                  a.saved[2]));
   if (fuse_fp8_casts_) {  // SwiGLU straight into the down projection's FP8 input
     const Fp8Operand x8 = Fp8Input(*meta_, Spec(l, 3), scratch_, a.saved[3]);
-    RETURN_IF_ERROR(ops.SwiGluForwardQuantize(a.gate_up.desc, x8.codes, x8.codes_t, nullptr));
+    RETURN_IF_ERROR(ops.SwiGluForwardQuantize(a.gate_up.desc, x8.codes, x8.codes_t, stream_));
     return LinearForwardFromFp8(ops, *meta_, Spec(l, 3), Full(w.down, b.down), x8, x_out,
-                                nullptr, &a.x_mid.desc);
+                                stream_, &a.x_mid.desc);
   }
-  RETURN_IF_ERROR(ops.SwiGluForward(a.gate_up.desc, a.swiglu.desc, nullptr));
+  RETURN_IF_ERROR(ops.SwiGluForward(a.gate_up.desc, a.swiglu.desc, stream_));
   return LinearForward(ops, *meta_, Spec(l, 3), Full(w.down, b.down),
-                       Reshaped(a.swiglu.desc, Shape{t, f}), x_out, scratch_, a.saved[3], nullptr,
+                       Reshaped(a.swiglu.desc, Shape{t, f}), x_out, scratch_, a.saved[3], stream_,
                        &a.x_mid.desc);
 }
 
@@ -304,7 +359,7 @@ absl::Status FsdpTrainer::BlockBackward(int l, const GatheredBlock& w, BlockActi
   BlockGrads& grads = GradsFor(l);
   const int64_t t = tokens_, h = hidden_, f = ffn_;
   for (DeviceTensor* g : {&grads.attn_norm, &grads.mlp_norm}) {
-    RETURN_IF_ERROR(ops.Memset(g->desc.data, 0, g->desc.Bytes(), nullptr));
+    RETURN_IF_ERROR(ops.Memset(g->desc.data, 0, g->desc.Bytes(), stream_));
   }
   const TensorDesc d_bf16_th = View(grad_bf16_b_, DType::kBFloat16, Shape{t, h});
   // The output gradient of down and of out_proj is the fp32 residual
@@ -312,7 +367,7 @@ absl::Status FsdpTrainer::BlockBackward(int l, const GatheredBlock& w, BlockActi
   // e5m2 and its transpose); a bf16 linear needs a bf16 copy first.
   const auto residual_as_dy = [&]() -> absl::StatusOr<TensorDesc> {
     if (fp8_) return grad_residual;
-    RETURN_IF_ERROR(ops.Cast(grad_residual, grad_h_.desc, nullptr));
+    RETURN_IF_ERROR(ops.Cast(grad_residual, grad_h_.desc, stream_));
     return grad_h_.desc;
   };
   // MLP backward.
@@ -320,42 +375,42 @@ absl::Status FsdpTrainer::BlockBackward(int l, const GatheredBlock& w, BlockActi
   const TensorDesc d_swiglu = View(grad_bf16_b_, DType::kBFloat16, Shape{t, f});
   RETURN_IF_ERROR(LinearBackward(ops, *meta_, Spec(l, 3), Full(w.down, b.down), a.swiglu.desc,
                                  dy_down, d_swiglu, grads.down.desc, scratch_, a.saved[3],
-                                 nullptr));
+                                 stream_));
   if (fuse_fp8_casts_) {  // SwiGLU's gradient straight into the gate/up FP8 gradient
     const Fp8Operand dy8 = Fp8Grad(*meta_, Spec(l, 2), scratch_);
     RETURN_IF_ERROR(
-        ops.SwiGluBackwardQuantize(d_swiglu, a.gate_up.desc, dy8.codes, dy8.codes_t, nullptr));
+        ops.SwiGluBackwardQuantize(d_swiglu, a.gate_up.desc, dy8.codes, dy8.codes_t, stream_));
     RETURN_IF_ERROR(LinearBackwardFromFp8(ops, *meta_, Spec(l, 2), Full(w.gate_up, b.gate_up),
                                           dy8, grad_h_.desc, grads.gate_up.desc, scratch_,
-                                          a.saved[2], nullptr));
+                                          a.saved[2], stream_));
   } else {
     const TensorDesc d_gate_up = View(grad_bf16_a_, DType::kBFloat16, Shape{t, 2 * f});
-    RETURN_IF_ERROR(ops.SwiGluBackward(d_swiglu, a.gate_up.desc, d_gate_up, nullptr));
+    RETURN_IF_ERROR(ops.SwiGluBackward(d_swiglu, a.gate_up.desc, d_gate_up, stream_));
     RETURN_IF_ERROR(LinearBackward(ops, *meta_, Spec(l, 2), Full(w.gate_up, b.gate_up),
                                    a.h2.desc, d_gate_up, grad_h_.desc, grads.gate_up.desc,
-                                   scratch_, a.saved[2], nullptr));
+                                   scratch_, a.saved[2], stream_));
   }
   // grad_residual becomes d loss / d x_mid.
   RETURN_IF_ERROR(ops.RmsNormBackward(grad_h_.desc, a.x_mid.desc, Full(w.mlp_norm, b.mlp_norm),
                                       a.rstd2.desc, grad_residual, /*accumulate_grad_x=*/true,
-                                      Reshaped(grads.mlp_norm.desc, Shape{h}), nullptr));
+                                      Reshaped(grads.mlp_norm.desc, Shape{h}), stream_));
   // Attention backward.
   ASSIGN_OR_RETURN(const TensorDesc dy_out_proj, residual_as_dy());
   RETURN_IF_ERROR(LinearBackward(ops, *meta_, Spec(l, 1), Full(w.out_proj, b.out_proj),
                                  a.attn.desc, dy_out_proj, d_bf16_th, grads.out_proj.desc,
-                                 scratch_, a.saved[1], nullptr));
+                                 scratch_, a.saved[1], stream_));
   RETURN_IF_ERROR(ops.AttentionBackward(
       Reshaped(d_bf16_th, Shape{batch_, seq_, heads_, head_dim_}), a.qkv.desc, kv_heads_,
       Reshaped(a.attn.desc, Shape{batch_, seq_, heads_, head_dim_}), a.lse.desc, grad_qkv_.desc,
-      nullptr));
-  RETURN_IF_ERROR(ops.RopeBackward(grad_qkv_.desc, kv_heads_, spec_.model().rope_theta(), nullptr));
+      stream_));
+  RETURN_IF_ERROR(ops.RopeBackward(grad_qkv_.desc, kv_heads_, spec_.model().rope_theta(), stream_));
   RETURN_IF_ERROR(LinearBackward(ops, *meta_, Spec(l, 0), Full(w.qkv, b.qkv), a.h1.desc,
                                  Reshaped(grad_qkv_.desc, Shape{t, qkv_width_}), grad_h_.desc,
-                                 grads.qkv.desc, scratch_, a.saved[0], nullptr));
+                                 grads.qkv.desc, scratch_, a.saved[0], stream_));
   // grad_residual becomes d loss / d x_in.
   return ops.RmsNormBackward(grad_h_.desc, a.x_in.desc, Full(w.attn_norm, b.attn_norm),
                              a.rstd1.desc, grad_residual, /*accumulate_grad_x=*/true,
-                             Reshaped(grads.attn_norm.desc, Shape{h}), nullptr);
+                             Reshaped(grads.attn_norm.desc, Shape{h}), stream_);
 }
 
 }  // namespace tessera

@@ -77,6 +77,19 @@ class CpuOps : public Ops {
   }
   absl::Status Synchronize(Stream*) override { return absl::OkStatus(); }
 
+  // Work runs as it is queued: there is one (implicit) stream and nothing to
+  // capture.
+  absl::StatusOr<Stream*> CreateStream() override { return nullptr; }
+  absl::Status BeginCapture(Stream*) override {
+    return absl::UnimplementedError("the CPU engine runs work as it is queued: nothing to capture");
+  }
+  absl::StatusOr<std::unique_ptr<CapturedWork>> EndCapture(Stream*) override {
+    return absl::FailedPreconditionError("EndCapture without BeginCapture");
+  }
+  absl::Status Replay(const CapturedWork&, Stream*) override {
+    return absl::FailedPreconditionError("the CPU engine has no captured work to replay");
+  }
+
   absl::Status MarkTime(int mark, Stream*) override {
     if (mark < 0 || mark >= kTimeMarks) {
       return absl::InvalidArgumentError(

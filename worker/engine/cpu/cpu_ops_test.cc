@@ -53,6 +53,17 @@ TEST(CpuOps, ImpossibleAllocationIsResourceExhausted) {
   EXPECT_EQ(ops->Allocate(SIZE_MAX).status().code(), absl::StatusCode::kResourceExhausted);
 }
 
+TEST(CpuOps, HasNoStreamsAndNothingToCapture) {
+  std::unique_ptr<Ops> ops = CreateCpuOps();
+  auto stream = ops->CreateStream();
+  ASSERT_TRUE(stream.ok());
+  EXPECT_EQ(*stream, nullptr);
+  EXPECT_EQ(ops->BeginCapture(nullptr).code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(ops->EndCapture(nullptr).status().code(), absl::StatusCode::kFailedPrecondition);
+  struct NotCaptured : Ops::CapturedWork {};
+  EXPECT_EQ(ops->Replay(NotCaptured(), nullptr).code(), absl::StatusCode::kFailedPrecondition);
+}
+
 TEST(CpuOps, CopiesAndMemset) {
   std::unique_ptr<Ops> ops = CreateCpuOps();
   auto buffer = ops->Allocate(256);

@@ -66,9 +66,14 @@ absl::Status ComputeGradScale(const float* sum_sq, const float* tokens, float ma
 
 absl::Status FusedAdam(const AdamPlan& plan, const AdamHyper& hp, const float* grad_scale) {
   if (grad_scale == nullptr) return absl::InvalidArgumentError("grad_scale: must be set");
-  if (hp.step < 1) return absl::InvalidArgumentError("hyper.step: must be >= 1 (1-based)");
-  const float bias1 = 1.0f - std::pow(hp.beta1, static_cast<float>(hp.step));
-  const float bias2 = 1.0f - std::pow(hp.beta2, static_cast<float>(hp.step));
+  if (hp.step_values == nullptr && hp.step < 1) {
+    return absl::InvalidArgumentError("hyper.step: must be >= 1 (1-based)");
+  }
+  const AdamStepValues values =
+      hp.step_values == nullptr
+          ? StepValuesFor(hp)
+          : AdamStepValues{hp.step_values[0], hp.step_values[1], hp.step_values[2]};
+  const float lr = values.lr, bias1 = values.bias_correction1, bias2 = values.bias_correction2;
   const float g_scale = *grad_scale;
   for (const AdamShard& s : static_cast<const CpuAdamPlan&>(plan).shards()) {
     const int64_t n = s.master.NumElements();
@@ -85,8 +90,8 @@ absl::Status FusedAdam(const AdamPlan& plan, const AdamHyper& hp, const float* g
       v[i] = hp.beta2 * v[i] + (1.0f - hp.beta2) * gi * gi;
       const float update = (m[i] / bias1) / (std::sqrt(v[i] / bias2) + hp.eps);
       float wi = w[i];
-      if (s.apply_weight_decay) wi -= hp.lr * hp.weight_decay * wi;
-      wi -= hp.lr * update;
+      if (s.apply_weight_decay) wi -= lr * hp.weight_decay * wi;
+      wi -= lr * update;
       w[i] = wi;
       amax = std::max(amax, std::fabs(wi));
       if (fp8) {

@@ -146,6 +146,47 @@ TEST(FusedAdam, RepeatedRunsAreBitIdentical) {
   EXPECT_EQ(a.amax, b.amax);
 }
 
+TEST(FusedAdam, StepValuesInEngineMemoryGiveTheSameBitsAsTheHyperparameters) {
+  // A replayed step passes lr and the bias corrections through engine
+  // memory; the update must not change by a bit.
+  auto run = [](HostShard& s, bool from_memory) {
+    auto plan = CreateAdamPlan({s.View()});
+    ASSERT_TRUE(plan.ok());
+    AdamHyper hp;
+    hp.weight_decay = 0.05f;
+    const float grad_scale = 1.0f / 3;
+    for (int step = 1; step <= 4; ++step) {
+      hp.lr = 1e-3f * static_cast<float>(step);  // a warmup
+      hp.step = step;
+      AdamHyper passed = hp;
+      const AdamStepValues values = StepValuesFor(hp);
+      const float memory[3] = {values.lr, values.bias_correction1, values.bias_correction2};
+      if (from_memory) {
+        passed.lr = -1.f;  // must not be used
+        passed.step = 0;
+        passed.step_values = memory;
+      }
+      ASSERT_TRUE(FusedAdam(**plan, passed, &grad_scale).ok());
+    }
+  };
+  HostShard a = MakeShard(129, 21, true, true);
+  a.grad = RandomFloats(129, 22, 3.0f);
+  HostShard b = a;
+  run(a, false);
+  run(b, true);
+  EXPECT_EQ(std::memcmp(a.master.data(), b.master.data(), 129 * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(a.m.data(), b.m.data(), 129 * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(a.v.data(), b.v.data(), 129 * sizeof(float)), 0);
+  EXPECT_EQ(a.fp8, b.fp8);
+  // Without step values, step 0 is still refused.
+  auto plan = CreateAdamPlan({a.View()});
+  ASSERT_TRUE(plan.ok());
+  AdamHyper zero;
+  zero.step = 0;
+  const float one = 1.f;
+  EXPECT_EQ(FusedAdam(**plan, zero, &one).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(FusedAdam, Bf16ShardWithDecayAndAmaxKeepsOlderMaximum) {
   HostShard s = MakeShard(33, 13, false, true);
   s.grad = RandomFloats(33, 14);

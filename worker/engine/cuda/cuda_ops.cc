@@ -12,6 +12,7 @@
 #include "common/status_macros.h"
 #include "worker/engine/cpu/tensor_access.h"
 #include "worker/engine/cuda/attention_args.h"
+#include "worker/engine/cuda/captured_work.h"
 #include "worker/engine/cuda/cuda_check.h"
 #include "worker/engine/cuda/device_context.h"
 #include "worker/engine/cuda/gemm.h"
@@ -152,6 +153,25 @@ class CudaOps : public Ops {
   absl::Status Synchronize(Stream* stream) override {
     RETURN_IF_ERROR(ctx_->MakeCurrent());
     return ctx_->SynchronizeAndCheckFlag(S(stream));
+  }
+
+  // ---- Streams and captured work ----
+  absl::StatusOr<Stream*> CreateStream() override {
+    RETURN_IF_ERROR(ctx_->MakeCurrent());
+    ASSIGN_OR_RETURN(cudaStream_t stream, streams_.Create());
+    return reinterpret_cast<Stream*>(stream);
+  }
+  absl::Status BeginCapture(Stream* stream) override {
+    RETURN_IF_ERROR(ctx_->MakeCurrent());
+    return cuda::BeginCapture(S(stream));
+  }
+  absl::StatusOr<std::unique_ptr<CapturedWork>> EndCapture(Stream* stream) override {
+    RETURN_IF_ERROR(ctx_->MakeCurrent());
+    return cuda::EndCapture(S(stream));
+  }
+  absl::Status Replay(const CapturedWork& work, Stream* stream) override {
+    RETURN_IF_ERROR(ctx_->MakeCurrent());
+    return cuda::Replay(work, S(stream));
   }
 
   // ---- Step timing ----
@@ -568,6 +588,7 @@ class CudaOps : public Ops {
   }
 
   std::unique_ptr<cuda::DeviceContext> ctx_;
+  cuda::OwnedStreams streams_;
   cuda::GemmRunner gemm_;
   cuda::TimeMarks time_marks_;
   Scratch attention_scratch_, rmsnorm_scratch_, ce_logits_, swiglu_scratch_;

@@ -52,7 +52,12 @@ __global__ void FusedAdamKernel(const DeviceAdamShard* table, int num_shards,
                                 const int* block_shard, const int64_t* block_offset,
                                 int num_blocks, float lr, float beta1, float beta2, float eps,
                                 float weight_decay, float bias1, float bias2,
-                                const float* grad_scale) {
+                                const float* step_values, const float* grad_scale) {
+  if (step_values != nullptr) {  // a captured step: this step's values, written before it
+    lr = step_values[0];
+    bias1 = step_values[1];
+    bias2 = step_values[2];
+  }
   __shared__ float scratch[32];
   if (blockIdx.x == 0) {
     for (int i = threadIdx.x; i < num_shards; i += blockDim.x) {
@@ -155,11 +160,11 @@ absl::Status LaunchFusedAdam(const DeviceAdamShard* table, int num_shards,
                              const int* block_shard, const int64_t* block_offset, int num_blocks,
                              const AdamHyper& hp, const float* grad_scale, cudaStream_t stream) {
   if (num_shards == 0) return absl::OkStatus();
-  const float bias1 = 1.0f - powf(hp.beta1, static_cast<float>(hp.step));
-  const float bias2 = 1.0f - powf(hp.beta2, static_cast<float>(hp.step));
+  const AdamStepValues values = StepValuesFor(hp);
   FusedAdamKernel<<<max(num_blocks, 1), 256, 0, stream>>>(
-      table, num_shards, block_shard, block_offset, num_blocks, hp.lr, hp.beta1, hp.beta2, hp.eps,
-      hp.weight_decay, bias1, bias2, grad_scale);
+      table, num_shards, block_shard, block_offset, num_blocks, values.lr, hp.beta1, hp.beta2,
+      hp.eps, hp.weight_decay, values.bias_correction1, values.bias_correction2, hp.step_values,
+      grad_scale);
   CUDA_RETURN_IF_LAUNCH_FAILED();
   return absl::OkStatus();
 }

@@ -112,6 +112,63 @@ INSTANTIATE_TEST_SUITE_P(
                       std::vector<int64_t>{1, 4096, 4095, 12289, 0, 33},
                       std::vector<int64_t>{300000, 7}));
 
+// A replayed training step passes lr and the bias corrections through
+// device memory (AdamHyper::step_values): the update must be the one the
+// same values passed as arguments give, bit for bit.
+TEST_F(CpuVsCudaTest, FusedAdamStepValuesInDeviceMemoryGiveTheSameBits) {
+  const int64_t n = 4099;  // one ragged shard: vector body and scalar tail
+  std::vector<HostTensor> t = {
+      RandomTensor(DType::kFloat32, Shape{n}, 81, 0.1f), RandomTensor(DType::kFloat32, Shape{n}, 82, 3.0f),
+      HostTensor::FromVector(DType::kFloat32, Shape{n}, std::vector<float>(n, 0.f)),
+      HostTensor::FromVector(DType::kFloat32, Shape{n}, std::vector<float>(n, 0.f)),
+      Poisoned(DType::kE4M3, Shape{n}), Scalar(200.f), Scalar(-1.f), Scalar(0.f), Scalar(0.5f),
+      Poisoned(DType::kFloat32, Shape{3})};
+  auto run = [](bool from_memory) {
+    return [from_memory](Ops& ops, std::vector<TensorDesc>& d) -> absl::Status {
+      AdamShard s;
+      s.master = d[0];
+      s.grad = d[1];
+      s.exp_avg = d[2];
+      s.exp_avg_sq = d[3];
+      s.fp8 = d[4];
+      s.fp8.scale = d[5].As<float>();
+      s.fp8.scale_inv = d[6].As<float>();
+      s.fp8.amax = d[7].As<float>();
+      auto plan = ops.CreateAdamPlan({s});
+      if (!plan.ok()) return plan.status();
+      AdamHyper hp;
+      hp.weight_decay = 0.1f;
+      for (int step = 1; step <= 3; ++step) {
+        hp.lr = 2e-3f * static_cast<float>(step);
+        hp.step = step;
+        AdamHyper passed = hp;
+        if (from_memory) {
+          const AdamStepValues v = StepValuesFor(hp);
+          const float values[3] = {v.lr, v.bias_correction1, v.bias_correction2};
+          absl::Status st = ops.CopyToDevice(d[9].data, values, sizeof(values), nullptr);
+          if (!st.ok()) return st;
+          passed.lr = -1.f;  // must not be used
+          passed.step = 0;
+          passed.step_values = d[9].As<float>();
+        }
+        absl::Status st = ops.FusedAdam(**plan, passed, d[8].As<float>(), nullptr);
+        if (!st.ok()) return st;
+      }
+      return ops.Synchronize(nullptr);
+    };
+  };
+  auto by_value = RunOn(gpu(), t, run(false));
+  auto from_memory = RunOn(gpu(), t, run(true));
+  auto cpu_from_memory = RunOn(cpu(), t, run(true));
+  ASSERT_TRUE(by_value.ok()) << by_value.status();
+  ASSERT_TRUE(from_memory.ok()) << from_memory.status();
+  ASSERT_TRUE(cpu_from_memory.ok()) << cpu_from_memory.status();
+  for (int j : {0, 2, 3, 4, 6, 7}) {
+    EXPECT_EQ((*by_value)[j].bytes, (*from_memory)[j].bytes) << "tensor " << j;
+  }
+  EXPECT_LT(Error((*from_memory)[0], (*cpu_from_memory)[0]), 1e-6) << "master vs cpu";
+}
+
 TEST_F(CpuVsCudaTest, ComputeGradScaleMatchesCpu) {
   for (float max_norm : {0.f, 1.0f, 1e6f}) {
     std::vector<HostTensor> t = {Scalar(1234.5f), Scalar(96.f), Scalar(-1.f), Scalar(-1.f)};

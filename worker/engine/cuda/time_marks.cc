@@ -27,7 +27,16 @@ absl::Status TimeMarks::Record(int mark, cudaStream_t stream) {
     return absl::InvalidArgumentError(
         absl::StrCat("time mark ", mark, " is outside [0, ", events_.size(), ")"));
   }
-  CUDA_RETURN_IF_ERROR(cudaEventRecord(events_[mark], stream));
+  // While the stream is being captured, a plain record would only order the
+  // graph's own nodes; an external record is a node that records the event
+  // each time the graph is replayed, which is what the step's timing reads.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(stream, &capture));
+  if (capture == cudaStreamCaptureStatusActive) {
+    CUDA_RETURN_IF_ERROR(cudaEventRecordWithFlags(events_[mark], stream, cudaEventRecordExternal));
+  } else {
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(events_[mark], stream));
+  }
   recorded_[mark] = true;
   return absl::OkStatus();
 }

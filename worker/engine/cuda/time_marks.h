@@ -2,7 +2,8 @@
 // Ops::SecondsBetween): a fixed set of CUDA events, created once when the
 // engine starts, recorded on the stream between phases and read back after
 // the step's final synchronize. Recording an event is asynchronous, so the
-// timing adds no host wait to the step.
+// timing adds no host wait to the step. Marks recorded while a stream is
+// captured become nodes of the graph, recorded again by every replay.
 #ifndef TESSERA_WORKER_ENGINE_CUDA_TIME_MARKS_H_
 #define TESSERA_WORKER_ENGINE_CUDA_TIME_MARKS_H_
 
