@@ -268,17 +268,22 @@ __device__ __forceinline__ void MmaRS128(float (&d)[16][4], const uint32_t (&a)[
 
 // ---- products over whole tiles ---------------------------------------------
 
-// d (64 x 64) = rows [a_row0, a_row0 + 64) of tile a (kRowsA rows) times the
-// transpose of the 64 rows of tile b (kRowsB = 64 rows), contracting over
+// d (64 x kRowsB) = rows [a_row0, a_row0 + 64) of tile a (kRowsA rows) times
+// the transpose of the kRowsB (64 or 128) rows of tile b, contracting over
 // the kD columns: S = Q K^T and its kin. Issues the products; the caller
 // fences, commits and waits.
 template <int kD, int kRowsA, int kRowsB>
-__device__ __forceinline__ void MmaRowsTimesRowsT(float (&d)[8][4], uint32_t a_tile, int a_row0,
-                                                  uint32_t b_tile) {
-  static_assert(kRowsB == 64, "B supplies the 64 output columns");
+__device__ __forceinline__ void MmaRowsTimesRowsT(float (&d)[kRowsB / 8][4], uint32_t a_tile,
+                                                  int a_row0, uint32_t b_tile) {
+  static_assert(kRowsB == 64 || kRowsB == 128, "B supplies 64 or 128 output columns");
 #pragma unroll
   for (int kk = 0; kk < kD / 16; ++kk) {
-    MmaSS64<0, 0>(d, KMajor<kRowsA>(a_tile, a_row0, kk), KMajor<kRowsB>(b_tile, 0, kk), kk > 0);
+    const uint64_t a = KMajor<kRowsA>(a_tile, a_row0, kk), b = KMajor<kRowsB>(b_tile, 0, kk);
+    if constexpr (kRowsB == 128) {
+      MmaSS128<0, 0>(d, a, b, kk > 0);
+    } else {
+      MmaSS64<0, 0>(d, a, b, kk > 0);
+    }
   }
 }
 
