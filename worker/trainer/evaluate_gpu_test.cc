@@ -22,24 +22,13 @@
 #include "worker/comm/gloo_communicator.h"
 #include "worker/data/synthetic_task.h"
 #include "worker/engine/cpu/cpu_ops.h"
-#include "worker/engine/cuda/cuda_ops.h"
-#include "worker/engine/cuda/nccl_communicator.h"
 #include "worker/trainer/fsdp_trainer.h"
+#include "worker/trainer/gpu_trainer_for_test.h"
 #include "worker/trainer/test_files.h"
 #include "worker/trainer/test_job_spec.h"
 
 namespace tessera {
 namespace {
-
-std::unique_ptr<FsdpTrainer> GpuTrainer() {
-  auto ops = CreateCudaOps(0);
-  EXPECT_TRUE(ops.ok()) << ops.status();
-  return std::make_unique<FsdpTrainer>(
-      std::move(*ops), [](RendezvousStore* store, int rank, int world, const std::string&,
-                          absl::Duration timeout) {
-        return CreateNcclCommunicator(store, rank, world, 0, timeout);
-      });
-}
 
 struct TrainedRun {
   std::vector<float> losses;
@@ -92,7 +81,9 @@ TEST(EvaluateGpu, LeavesTrainingStateUnchangedAndMatchesTheCpuEngine) {
     v->set_token_file(path);
     v->set_eval_interval_steps(1);
     v->set_eval_batches(3);
-    std::unique_ptr<FsdpTrainer> evaluated = GpuTrainer(), plain = GpuTrainer();
+    std::unique_ptr<FsdpTrainer> evaluated = GpuTrainerForTest(), plain = GpuTrainerForTest();
+    ASSERT_NE(evaluated, nullptr);
+    ASSERT_NE(plain, nullptr);
     const TrainedRun with = Train(*evaluated, spec, true);
     const TrainedRun without = Train(*plain, spec, false);
     ASSERT_EQ(with.losses.size(), 6u);

@@ -18,9 +18,8 @@
 #include "gtest/gtest.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/engine/cpu/cpu_ops.h"
-#include "worker/engine/cuda/cuda_ops.h"
-#include "worker/engine/cuda/nccl_communicator.h"
 #include "worker/trainer/fsdp_trainer.h"
+#include "worker/trainer/gpu_trainer_for_test.h"
 #include "worker/trainer/test_job_spec.h"
 
 namespace tessera {
@@ -48,12 +47,9 @@ TEST(FsdpTrainerGpu, OneGpuStepMatchesTheCpuEngine) {
       spec.mutable_model()->set_n_kv_heads(kv_heads);
       spec.mutable_fp8()->set_disabled(!fp8);
       FsdpTrainer cpu(CreateCpuOps(), CreateGlooCommunicator);
-      auto ops = CreateCudaOps(0);
-      ASSERT_TRUE(ops.ok()) << ops.status();
-      FsdpTrainer gpu(std::move(*ops), [](RendezvousStore* store, int rank, int world,
-                                          const std::string&, absl::Duration timeout) {
-        return CreateNcclCommunicator(store, rank, world, 0, timeout);
-      });
+      std::unique_ptr<FsdpTrainer> gpu_trainer = GpuTrainerForTest();
+      ASSERT_NE(gpu_trainer, nullptr);
+      FsdpTrainer& gpu = *gpu_trainer;
       const int steps = 8;
       std::vector<float> want = Losses(cpu, spec, steps);
       const int64_t allocations = gpu.allocation_count();
@@ -72,17 +68,6 @@ TEST(FsdpTrainerGpu, OneGpuStepMatchesTheCpuEngine) {
   }
 }
 
-std::unique_ptr<FsdpTrainer> GpuTrainer() {
-  auto ops = CreateCudaOps(0);
-  EXPECT_TRUE(ops.ok()) << ops.status();
-  if (!ops.ok()) return nullptr;
-  return std::make_unique<FsdpTrainer>(
-      std::move(*ops), [](RendezvousStore* store, int rank, int world, const std::string&,
-                          absl::Duration timeout) {
-        return CreateNcclCommunicator(store, rank, world, 0, timeout);
-      });
-}
-
 // What a run leaves behind that a replayed step could get wrong: every
 // step's report, and every block linear's compute bytes after the last step.
 struct RunRecord {
@@ -93,7 +78,7 @@ struct RunRecord {
 
 RunRecord TrainOnGpu(const v1::JobSpec& spec, int steps) {
   RunRecord record;
-  std::unique_ptr<FsdpTrainer> trainer = GpuTrainer();
+  std::unique_ptr<FsdpTrainer> trainer = GpuTrainerForTest();
   if (trainer == nullptr) return record;
   auto setup = trainer->Setup(spec, 0, 1);
   EXPECT_TRUE(setup.ok()) << setup.status();

@@ -20,9 +20,8 @@
 #include "gtest/gtest.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/engine/cpu/cpu_ops.h"
-#include "worker/engine/cuda/cuda_ops.h"
-#include "worker/engine/cuda/nccl_communicator.h"
 #include "worker/trainer/fsdp_trainer.h"
+#include "worker/trainer/gpu_trainer_for_test.h"
 #include "worker/trainer/hf_export.h"
 #include "worker/trainer/test_files.h"
 #include "worker/trainer/test_job_spec.h"
@@ -42,12 +41,9 @@ std::string CheckScript() {
 TEST(HfTransformersGpu, AnExportOfAGpuJobLoadsInTransformersWithTheEnginesLogits) {
   v1::JobSpec spec = TestJobSpec(4);
   spec.mutable_fp8()->set_disabled(true);  // logits from the weights the export holds
-  auto ops = CreateCudaOps(0);
-  ASSERT_TRUE(ops.ok()) << ops.status();
-  FsdpTrainer gpu(std::move(*ops), [](RendezvousStore* store, int rank, int world,
-                                       const std::string&, absl::Duration timeout) {
-    return CreateNcclCommunicator(store, rank, world, 0, timeout);
-  });
+  std::unique_ptr<FsdpTrainer> trainer = GpuTrainerForTest();
+  ASSERT_NE(trainer, nullptr);
+  FsdpTrainer& gpu = *trainer;
   ASSERT_TRUE(gpu.Setup(spec, 0, 1).ok());
   ASSERT_TRUE(gpu.InitCollective(nullptr, "127.0.0.1", absl::Seconds(60)).ok());
   for (int step = 0; step < 40; ++step) ASSERT_TRUE(gpu.RunStep(step).ok());
