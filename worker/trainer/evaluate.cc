@@ -104,7 +104,8 @@ absl::StatusOr<std::vector<float>> FsdpTrainer::ForwardLogits(const std::vector<
                            /*accumulate=*/false, stream_));
   RETURN_IF_ERROR(EndForwardPass());
   std::vector<float> out(static_cast<size_t>(n * vocab_));
-  RETURN_IF_ERROR(ops.CopyToHost(out.data(), logits.desc.data, out.size() * sizeof(float), stream_));
+  RETURN_IF_ERROR(
+      ops.CopyToHost(out.data(), logits.desc.data, out.size() * sizeof(float), stream_));
   RETURN_IF_ERROR(ops.Synchronize(stream_));
   RETURN_IF_ERROR(comm_->FirstFailure());
   return out;
@@ -134,7 +135,8 @@ absl::StatusOr<ValidationReport> FsdpTrainer::Score() {
     RETURN_IF_ERROR(validation_data_->ReadBatch(batch, absl::MakeSpan(host_inputs_),
                                                 absl::MakeSpan(host_targets_)));
     RETURN_IF_ERROR(ops.CopyToDevice(inputs_.desc.data, host_inputs_.data(), tokens_ * 4, stream_));
-    RETURN_IF_ERROR(ops.CopyToDevice(targets_.desc.data, host_targets_.data(), tokens_ * 4, stream_));
+    RETURN_IF_ERROR(
+        ops.CopyToDevice(targets_.desc.data, host_targets_.data(), tokens_ * 4, stream_));
     RETURN_IF_ERROR(ForwardToFinalNorm());
     TensorDesc grad_lm_head = grad_lm_head_.desc;
     grad_lm_head.dtype = DType::kFloat32;

@@ -202,7 +202,8 @@ absl::Status FsdpTrainer::QueueStep() {
 
   // ---- Backward ----------------------------------------------------------
   std::optional<PhaseRange> backward_range(std::in_place, "backward");
-  RETURN_IF_ERROR(ops.Memset(grad_final_norm_.desc.data, 0, grad_final_norm_.desc.Bytes(), stream_));
+  RETURN_IF_ERROR(
+      ops.Memset(grad_final_norm_.desc.data, 0, grad_final_norm_.desc.Bytes(), stream_));
   RETURN_IF_ERROR(ops.RmsNormBackward(grad_h_.desc, x_final_.desc,
                                       Full(gathered_final_norm_, final_norm_), rstd_final_.desc,
                                       grad_residual_.desc, /*accumulate_grad_x=*/false,
@@ -276,7 +277,9 @@ absl::Status FsdpTrainer::QueueStep() {
                                        scalars + kGradScale, stream_));
 
   // ---- FusedAdam: master, m, v and the FP8 shards in one pass ------------
-  AdamHyper hyper = HyperFor(spec_.optimizer(), 0, spec_.steps());
+  // The settings every step shares; the learning rate and bias corrections
+  // are read from adam_step_values_, which Step() writes for each step.
+  AdamHyper hyper = HyperFor(spec_.optimizer(), /*step=*/0, spec_.steps());
   hyper.step_values = adam_step_values_.data<float>();
   RETURN_IF_ERROR(ops.FusedAdam(*adam_, hyper, scalars + kGradScale, stream_));
   // The FP8 shards now hold bytes encoded with the weights' current scales;

@@ -68,15 +68,27 @@ absl::Status DeviceMalloc(void** p, size_t bytes) {
 }
 
 // Device memory that grows on first use for a larger shape, then is reused.
+// Once the engine has captured work (`*captured`), a buffer it outgrows is
+// kept until the engine goes, not freed: a captured graph may still point
+// at it.
 class Scratch {
  public:
+  explicit Scratch(const bool* captured) : captured_(captured) {}
   ~Scratch() {
     if (data_ != nullptr) cudaFree(data_);
+    for (void* p : retired_) cudaFree(p);
   }
   absl::StatusOr<void*> Get(size_t bytes) {
     if (bytes > bytes_) {
-      if (data_ != nullptr) cudaFree(data_);
+      if (data_ != nullptr) {
+        if (*captured_) {
+          retired_.push_back(data_);
+        } else {
+          cudaFree(data_);
+        }
+      }
       data_ = nullptr;
+      bytes_ = 0;
       RETURN_IF_ERROR(DeviceMalloc(&data_, bytes));
       bytes_ = bytes;
     }
@@ -84,8 +96,10 @@ class Scratch {
   }
 
  private:
+  const bool* captured_;
   void* data_ = nullptr;
   size_t bytes_ = 0;
+  std::vector<void*> retired_;
 };
 
 // The rank's shard table in device memory, built once by CreateAdamPlan:
@@ -167,7 +181,9 @@ class CudaOps : public Ops {
   }
   absl::StatusOr<std::unique_ptr<CapturedWork>> EndCapture(Stream* stream) override {
     RETURN_IF_ERROR(ctx_->MakeCurrent());
-    return cuda::EndCapture(S(stream));
+    absl::StatusOr<std::unique_ptr<CapturedWork>> work = cuda::EndCapture(S(stream));
+    if (work.ok()) captured_ = true;
+    return work;
   }
   absl::Status Replay(const CapturedWork& work, Stream* stream) override {
     RETURN_IF_ERROR(ctx_->MakeCurrent());
@@ -591,8 +607,10 @@ class CudaOps : public Ops {
   cuda::OwnedStreams streams_;
   cuda::GemmRunner gemm_;
   cuda::TimeMarks time_marks_;
-  Scratch attention_scratch_, rmsnorm_scratch_, ce_logits_, swiglu_scratch_;
-  Scratch rmsnorm_out_scratch_;  // RmsNormForwardQuantize's unfused bf16 [T, H]
+  bool captured_ = false;  // some EndCapture succeeded: scratch buffers are never freed early
+  Scratch attention_scratch_{&captured_}, rmsnorm_scratch_{&captured_}, ce_logits_{&captured_},
+      swiglu_scratch_{&captured_};
+  Scratch rmsnorm_out_scratch_{&captured_};  // RmsNormForwardQuantize's unfused bf16 [T, H]
 };
 
 }  // namespace

@@ -2,7 +2,8 @@
 // GPU, tag "gpu"): device discovery, out-of-memory as RESOURCE_EXHAUSTED
 // without poisoning later launches, argument validation before any launch,
 // use from a second thread (the per-thread device selection), and captured
-// work (CUDA graphs) on an engine stream.
+// work (CUDA graphs) on an engine stream, including a capture whose scratch
+// buffer the engine later outgrows.
 #include "worker/engine/cuda/cuda_ops.h"
 
 #include <thread>
@@ -137,6 +138,55 @@ TEST_F(CpuVsCudaTest, CaptureMisuseIsAnErrorAndLeavesTheEngineUsable) {
   });
   ASSERT_TRUE(c.ok());
   EXPECT_EQ((*g)[1].bytes, (*c)[1].bytes);
+}
+
+// A captured graph keeps pointing at the engine's scratch buffers. When a
+// later, larger call outgrows one (here the fused loss's logits chunk), the
+// old buffer must outlive the graph instead of being freed under it.
+TEST(CudaCaptureTest, ReplaysAfterTheEngineOutgrowsAScratchBufferTheCaptureUses) {
+  auto engine = CreateCudaOps(0);  // its own scratch buffers, empty at the start
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  Ops& ops = **engine;
+  auto stream = ops.CreateStream();
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  Stream* s = *stream;
+  constexpr int kSmall = 64, kLarge = 256, kH = 64, kVocab = 512;
+  std::vector<int32_t> targets = RandomInts(kLarge, 7, 0, kVocab);
+  std::vector<int32_t> small_targets(targets.begin(), targets.begin() + kSmall);
+  // 0 x, 1 weight, 2 targets; small run: 3..6 queued, 7..10 replayed; 11..15 the large run.
+  std::vector<HostTensor> t = {
+      RandomTensor(DType::kBFloat16, Shape{kSmall, kH}, 1),
+      RandomTensor(DType::kBFloat16, Shape{kVocab, kH}, 2, 0.3f),
+      HostTensor::FromVector(DType::kInt32, Shape{kSmall}, small_targets),
+      Scalar(0.f), Scalar(0.f), Poisoned(DType::kBFloat16, Shape{kSmall, kH}),
+      Poisoned(DType::kFloat32, Shape{kVocab, kH}),
+      Scalar(0.f), Scalar(0.f), Poisoned(DType::kBFloat16, Shape{kSmall, kH}),
+      Poisoned(DType::kFloat32, Shape{kVocab, kH}),
+      RandomTensor(DType::kBFloat16, Shape{kLarge, kH}, 3),
+      HostTensor::FromVector(DType::kInt32, Shape{kLarge}, targets),
+      Scalar(0.f), Scalar(0.f), Poisoned(DType::kBFloat16, Shape{kLarge, kH}),
+      Poisoned(DType::kFloat32, Shape{kVocab, kH})};
+  auto g = RunOn(ops, t, [s](Ops& ops, std::vector<TensorDesc>& d) -> absl::Status {
+    auto loss = [&](int x, int targets, int first, int chunk) {
+      return ops.FusedLinearCrossEntropy(d[x], d[1], d[targets], -100, chunk,
+                                         d[first].As<float>(), d[first + 1].As<float>(),
+                                         d[first + 2], d[first + 3],
+                                         /*accumulate_grad_weight=*/false, s);
+    };
+    RETURN_IF_ERROR(loss(0, 2, 3, kSmall));  // queued: sizes the logits chunk for 64 rows
+    RETURN_IF_ERROR(ops.BeginCapture(s));
+    RETURN_IF_ERROR(loss(0, 2, 7, kSmall));
+    ASSIGN_OR_RETURN(std::unique_ptr<Ops::CapturedWork> work, ops.EndCapture(s));
+    RETURN_IF_ERROR(loss(11, 12, 13, kLarge));  // needs a 4x larger logits chunk
+    RETURN_IF_ERROR(ops.Replay(*work, s));
+    return ops.Synchronize(s);
+  });
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_NEAR((*g)[7].As<float>()[0], (*g)[3].As<float>()[0], 1e-5f * (*g)[3].As<float>()[0]);
+  EXPECT_EQ((*g)[8].bytes, (*g)[4].bytes) << "valid tokens";
+  EXPECT_EQ((*g)[9].bytes, (*g)[5].bytes) << "grad_x";
+  EXPECT_EQ((*g)[10].bytes, (*g)[6].bytes) << "grad_weight";
+  EXPECT_EQ((*g)[14].As<float>()[0], static_cast<float>(kLarge)) << "the large run ran";
 }
 
 }  // namespace

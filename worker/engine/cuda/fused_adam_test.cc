@@ -118,7 +118,8 @@ INSTANTIATE_TEST_SUITE_P(
 TEST_F(CpuVsCudaTest, FusedAdamStepValuesInDeviceMemoryGiveTheSameBits) {
   const int64_t n = 4099;  // one ragged shard: vector body and scalar tail
   std::vector<HostTensor> t = {
-      RandomTensor(DType::kFloat32, Shape{n}, 81, 0.1f), RandomTensor(DType::kFloat32, Shape{n}, 82, 3.0f),
+      RandomTensor(DType::kFloat32, Shape{n}, 81, 0.1f),
+      RandomTensor(DType::kFloat32, Shape{n}, 82, 3.0f),
       HostTensor::FromVector(DType::kFloat32, Shape{n}, std::vector<float>(n, 0.f)),
       HostTensor::FromVector(DType::kFloat32, Shape{n}, std::vector<float>(n, 0.f)),
       Poisoned(DType::kE4M3, Shape{n}), Scalar(200.f), Scalar(-1.f), Scalar(0.f), Scalar(0.5f),
