@@ -6,6 +6,10 @@
 // buffer the engine later outgrows.
 #include "worker/engine/cuda/cuda_ops.h"
 
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -142,7 +146,9 @@ TEST_F(CpuVsCudaTest, CaptureMisuseIsAnErrorAndLeavesTheEngineUsable) {
 
 // A captured graph keeps pointing at the engine's scratch buffers. When a
 // later, larger call outgrows one (here the fused loss's logits chunk), the
-// old buffer must outlive the graph instead of being freed under it.
+// old buffer must outlive the graph instead of being freed under it: the
+// replay must give the queued call's results and must not write into
+// memory allocated after the capture.
 TEST(CudaCaptureTest, ReplaysAfterTheEngineOutgrowsAScratchBufferTheCaptureUses) {
   auto engine = CreateCudaOps(0);  // its own scratch buffers, empty at the start
   ASSERT_TRUE(engine.ok()) << engine.status();
@@ -150,7 +156,10 @@ TEST(CudaCaptureTest, ReplaysAfterTheEngineOutgrowsAScratchBufferTheCaptureUses)
   auto stream = ops.CreateStream();
   ASSERT_TRUE(stream.ok()) << stream.status();
   Stream* s = *stream;
-  constexpr int kSmall = 64, kLarge = 256, kH = 64, kVocab = 512;
+  // A 4 MiB logits chunk, then a 16 MiB one: allocations this large get
+  // their own mapping, which cudaFree takes away, so a replay into a freed
+  // chunk faults instead of passing by luck.
+  constexpr int kSmall = 64, kLarge = 256, kH = 64, kVocab = 32768;
   std::vector<int32_t> targets = RandomInts(kLarge, 7, 0, kVocab);
   std::vector<int32_t> small_targets(targets.begin(), targets.begin() + kSmall);
   // 0 x, 1 weight, 2 targets; small run: 3..6 queued, 7..10 replayed; 11..15 the large run.
@@ -178,8 +187,25 @@ TEST(CudaCaptureTest, ReplaysAfterTheEngineOutgrowsAScratchBufferTheCaptureUses)
     RETURN_IF_ERROR(loss(0, 2, 7, kSmall));
     ASSIGN_OR_RETURN(std::unique_ptr<Ops::CapturedWork> work, ops.EndCapture(s));
     RETURN_IF_ERROR(loss(11, 12, 13, kLarge));  // needs a 4x larger logits chunk
+    // Had the engine freed the smaller chunk, new allocations of its size
+    // would likely get its address back, and the replay would write into them.
+    constexpr size_t kChunkBytes = size_t{kSmall} * kVocab * 2;
+    std::vector<std::unique_ptr<Buffer>> bystanders;
+    for (int i = 0; i < 8; ++i) {
+      ASSIGN_OR_RETURN(std::unique_ptr<Buffer> b, ops.Allocate(kChunkBytes));
+      RETURN_IF_ERROR(ops.Memset(b->data(), 0x5A, kChunkBytes, s));
+      bystanders.push_back(std::move(b));
+    }
     RETURN_IF_ERROR(ops.Replay(*work, s));
-    return ops.Synchronize(s);
+    RETURN_IF_ERROR(ops.Synchronize(s));
+    std::vector<uint8_t> host(kChunkBytes);
+    for (const auto& b : bystanders) {
+      RETURN_IF_ERROR(ops.CopyToHost(host.data(), b->data(), kChunkBytes, s));
+      EXPECT_EQ(std::count(host.begin(), host.end(), uint8_t{0x5A}),
+                static_cast<std::ptrdiff_t>(kChunkBytes))
+          << "the replay wrote into memory allocated after the capture";
+    }
+    return absl::OkStatus();
   });
   ASSERT_TRUE(g.ok()) << g.status();
   EXPECT_NEAR((*g)[7].As<float>()[0], (*g)[3].As<float>()[0], 1e-5f * (*g)[3].As<float>()[0]);
