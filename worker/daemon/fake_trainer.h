@@ -28,6 +28,10 @@ struct FakeTrainerOptions {
   // rank's entry, as a real collective bootstrap would.
   bool exchange_hosts = false;
   absl::StatusCode restore_fail_code = absl::StatusCode::kOk;  // Restore fails with it unless OK
+  // RunStep(note_at_step) reports `note` as its engine note.
+  int note_at_step = -1;
+  std::string note;
+  bool note_is_warning = false;
 };
 
 class FakeTrainer : public Trainer {

@@ -276,6 +276,10 @@ absl::Status WorkerCore::RunSteps(const std::string& job_id, int first_step, int
       absl::MutexLock lock(&mu_);
       next_step_ = step + 1;
     }
+    if (!report->engine_note.empty()) {
+      Log(report->engine_note_is_warning ? v1::WARNING : v1::INFO, job_id, rank, step,
+          report->engine_note);
+    }
     // The validation loss goes out with the step it follows.
     if (EvaluatesAfterStep(spec, step)) {
       absl::StatusOr<ValidationReport> validation =

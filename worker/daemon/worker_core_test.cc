@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "worker/daemon/fake_trainer.h"
+#include "worker/daemon/job_log.h"
 
 namespace tessera {
 namespace {
@@ -48,6 +49,35 @@ absl::Status RunFor(WorkerCore& core, const std::string& job, int first, int n,
   return core.RunSteps(job, first, n, [out](const StepReport& r) {
     if (out) out->push_back(r);
   });
+}
+
+// A step that changes how later steps run (the CUDA trainer capturing its
+// step in a graph, or failing to) says so once in the job's log: INFO, or
+// WARNING when the job will run slower than it could.
+TEST(WorkerCore, EngineNotesOfAStepGoToTheJobLogOnce) {
+  for (bool warning : {false, true}) {
+    SCOPED_TRACE(warning);
+    FakeTrainerOptions options;
+    options.note_at_step = 1;
+    options.note = "step captured in a CUDA graph";
+    options.note_is_warning = warning;
+    JobLog log(nullptr);
+    WorkerCore core(Factory(options));
+    core.set_job_log(&log);
+    ASSERT_TRUE(core.SetupJob(SetupRequest("job-1")).ok());
+    ASSERT_TRUE(core.InitCollective("job-1", nullptr, "h", absl::Seconds(1)).ok());
+    ASSERT_TRUE(RunFor(core, "job-1", 0, 3).ok());
+    JobLog::Batch batch = log.Read("job-1", 0, 1000, absl::ZeroDuration());
+    int notes = 0;
+    for (const v1::LogLine& line : batch.lines) {
+      if (line.message() != options.note) continue;
+      ++notes;
+      EXPECT_EQ(line.step(), 1);
+      EXPECT_EQ(line.severity(), warning ? v1::WARNING : v1::INFO);
+    }
+    EXPECT_EQ(notes, 1);
+    ASSERT_TRUE(core.Abort("job-1", "done").ok());
+  }
 }
 
 TEST(WorkerCore, HappyPathRunsOnOneComputeThread) {

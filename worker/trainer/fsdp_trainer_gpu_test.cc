@@ -146,6 +146,12 @@ TEST(FsdpTrainerGpu, ReplayedStepsMatchQueuedStepsBitForBit) {
       EXPECT_GT(b.phases.optimizer_s, 0.0) << "step " << i;
     }
     EXPECT_NE(queued.reports[2].lr, queued.reports[6].lr);
+    // The capture is noted once, on the step that made it, for the job's log.
+    for (int i = 0; i < 8; ++i) {
+      EXPECT_EQ(queued.reports[i].engine_note, "") << "step " << i;
+      EXPECT_EQ(replayed.reports[i].engine_note.empty(), i != 1) << "step " << i;
+      EXPECT_FALSE(replayed.reports[i].engine_note_is_warning) << "step " << i;
+    }
     ASSERT_EQ(queued.weights.size(), replayed.weights.size());
     for (size_t w = 0; w < queued.weights.size(); ++w) {
       EXPECT_TRUE(queued.weights[w] == replayed.weights[w]) << "linear " << w;

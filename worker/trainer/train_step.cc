@@ -88,9 +88,17 @@ absl::StatusOr<StepReport> FsdpTrainer::Step(int step) {
 
   // ---- The step's work: queued as it runs until one step has run, then
   // captured once (where CapturesSteps) and replayed with one launch --------
+  StepReport report;
   if (step_graph_ == nullptr && eager_steps_ >= 1 && step_graph_status_.ok() &&
       CapturesSteps()) {
     step_graph_status_ = CaptureStep();  // if it fails, the steps stay eager
+    if (step_graph_status_.ok()) {
+      report.engine_note = "step captured in a CUDA graph; later steps replay it with one launch";
+    } else {
+      report.engine_note = absl::StrCat("steps stay queued kernel by kernel: capturing one in a "
+                                        "CUDA graph failed: ", step_graph_status_.ToString());
+      report.engine_note_is_warning = true;
+    }
   }
   if (step_graph_ != nullptr) {
     RETURN_IF_ERROR(clock_.Reopen());
@@ -109,7 +117,6 @@ absl::StatusOr<StepReport> FsdpTrainer::Step(int step) {
   // they all finished (a lost peer surfaces here as ABORTED).
   RETURN_IF_ERROR(comm_->FirstFailure());
   if (replica_comm_ != nullptr) RETURN_IF_ERROR(replica_comm_->FirstFailure());
-  StepReport report;
   report.step = step;
   report.loss = host_scalars[kLossSum] / std::max(1.0f, host_scalars[kValidTokens]);
   report.grad_norm = host_scalars[kGradNorm];

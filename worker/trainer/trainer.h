@@ -50,6 +50,11 @@ struct StepReport {
   StepPhaseTimes phases;
   // Set by the daemon when an evaluation ran after this step.
   std::optional<ValidationReport> validation;
+  // Set on the step that changed how later steps run, for the job's log:
+  // that it was captured in a CUDA graph, or why it could not be (then a
+  // warning: the job runs, but slower than it could). Empty on other steps.
+  std::string engine_note;
+  bool engine_note_is_warning = false;
 };
 
 class Trainer {
