@@ -53,7 +53,7 @@ struct AdamHyper {
   float eps = 1e-8f;
   float weight_decay = 0.f;
   int step = 1;  // 1-based, for bias correction
-  // When set: three fp32 in engine memory, AdamStepValues(hyper) of the
+  // When set: three fp32 in engine memory, StepValuesFor(hyper) of the
   // step being run, read when the update runs; lr and step above are then
   // not used. A captured step (BeginCapture) keeps its kernels' arguments,
   // so it takes the values that change every step from here, written
@@ -114,9 +114,11 @@ class Ops {
   // recorded, not run, and EndCapture returns it as one replayable unit (a
   // CUDA graph). The captured work keeps every argument it was queued with
   // (pointers, sizes, scalars), so what must change between replays has to
-  // be read from engine memory. Nothing may allocate, synchronise or read
-  // back to the host while capturing. Time marks recorded while capturing
-  // are recorded again by every replay. BeginCapture: UNIMPLEMENTED where
+  // be read from engine memory, and the caller's buffers it uses must
+  // outlive it; the engine keeps its own scratch memory valid for as long as
+  // the engine lives, even when later work needs larger scratch. Nothing may
+  // allocate, synchronise or read back to the host while capturing. Time
+  // marks recorded while capturing are recorded again by every replay. BeginCapture: UNIMPLEMENTED where
   // the engine cannot capture (the CPU engine), INVALID_ARGUMENT for the
   // default stream. EndCapture: FAILED_PRECONDITION when no capture is open
   // or the engine invalidated it (something not capturable was queued); the

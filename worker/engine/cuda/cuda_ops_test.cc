@@ -144,6 +144,49 @@ TEST_F(CpuVsCudaTest, CaptureMisuseIsAnErrorAndLeavesTheEngineUsable) {
   EXPECT_EQ((*g)[1].bytes, (*c)[1].bytes);
 }
 
+// A scratch buffer that fails to grow (out of memory for one huge call)
+// must not leave the engine handing out a null buffer to the next, smaller
+// call: it used to keep the old size with no memory behind it.
+TEST(CudaScratchTest, AFailedGrowthLeavesTheNextSmallerCallWorking) {
+  auto engine = CreateCudaOps(0);  // its own scratch buffers
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  Ops& ops = **engine;
+  constexpr int kH = 16, kSmall = 64, kSmallVocab = 512;
+  constexpr int64_t kHugeTokens = int64_t{1} << 20, kHugeVocab = int64_t{1} << 19;  // 1 TiB chunk
+  // 0 x, 1 weight, 2 targets; 3..6 first run, 7..10 after the failure; 11..17 the huge call.
+  std::vector<HostTensor> t = {
+      RandomTensor(DType::kBFloat16, Shape{kSmall, kH}, 1),
+      RandomTensor(DType::kBFloat16, Shape{kSmallVocab, kH}, 2, 0.3f),
+      HostTensor::FromVector(DType::kInt32, Shape{kSmall}, RandomInts(kSmall, 3, 0, kSmallVocab)),
+      Scalar(0.f), Scalar(0.f), Poisoned(DType::kBFloat16, Shape{kSmall, kH}),
+      Poisoned(DType::kFloat32, Shape{kSmallVocab, kH}),
+      Scalar(0.f), Scalar(0.f), Poisoned(DType::kBFloat16, Shape{kSmall, kH}),
+      Poisoned(DType::kFloat32, Shape{kSmallVocab, kH}),
+      RandomTensor(DType::kBFloat16, Shape{kHugeTokens, kH}, 4),
+      RandomTensor(DType::kBFloat16, Shape{kHugeVocab, kH}, 5),
+      HostTensor::FromVector(DType::kInt32, Shape{kHugeTokens},
+                             std::vector<int32_t>(kHugeTokens, 1)),
+      Scalar(0.f), Scalar(0.f), Poisoned(DType::kBFloat16, Shape{kHugeTokens, kH}),
+      Poisoned(DType::kFloat32, Shape{kHugeVocab, kH})};
+  auto g = RunOn(ops, t, [](Ops& ops, std::vector<TensorDesc>& d) -> absl::Status {
+    auto loss = [&](int x, int weight, int targets, int first, int64_t chunk) {
+      return ops.FusedLinearCrossEntropy(d[x], d[weight], d[targets], -100, chunk,
+                                         d[first].As<float>(), d[first + 1].As<float>(),
+                                         d[first + 2], d[first + 3],
+                                         /*accumulate_grad_weight=*/false, nullptr);
+    };
+    RETURN_IF_ERROR(loss(0, 1, 2, 3, kSmall));
+    const absl::Status huge = loss(11, 12, 13, 14, kHugeTokens);
+    EXPECT_EQ(huge.code(), absl::StatusCode::kResourceExhausted) << huge;
+    RETURN_IF_ERROR(loss(0, 1, 2, 7, kSmall));
+    return ops.Synchronize(nullptr);
+  });
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ((*g)[8].bytes, (*g)[4].bytes) << "valid tokens";
+  EXPECT_EQ((*g)[9].bytes, (*g)[5].bytes) << "grad_x";
+  EXPECT_EQ((*g)[10].bytes, (*g)[6].bytes) << "grad_weight";
+}
+
 // A captured graph keeps pointing at the engine's scratch buffers. When a
 // later, larger call outgrows one (here the fused loss's logits chunk), the
 // old buffer must outlive the graph instead of being freed under it: the
