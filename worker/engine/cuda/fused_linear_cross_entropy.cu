@@ -93,8 +93,12 @@ __device__ __forceinline__ uint4 SoftmaxMinusOneHot8(const float (&v)[kVecWidth]
 
 // Fast path: one block of kThreads per row; thread i holds the vectors
 // starting at columns (k * kThreads + i) * 8, so every load is coalesced.
+// The row stays in registers as packed bf16 (16 registers a thread), widened
+// again in each pass: at 32 registers a thread two 1024-thread blocks share
+// an SM, so one row's loads are in flight while another reduces (fp32
+// copies took 59 registers and left one block per SM).
 template <int kThreads>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 2048 / kThreads)
     CrossEntropyRowsInRegistersKernel(const __nv_bfloat16* logits, const int32_t* targets, int vocab,
                                       int ignore_index, float* loss_sum, float* valid_tokens,
                                       __nv_bfloat16* dlogits, int* error_flag) {
@@ -105,15 +109,17 @@ __global__ void __launch_bounds__(kThreads)
   const int32_t target = targets[r];
   if (SkippedRowVectors(target, vocab, ignore_index, drow, error_flag)) return;
   const float target_logit = __bfloat162float(row[target]);  // before any dlogits are written
-  float v[kVecsPerThread][kVecWidth];
+  uint4 held[kVecsPerThread];
   float m = -INFINITY;
 #pragma unroll
   for (int k = 0; k < kVecsPerThread; ++k) {
     const int c = (k * kThreads + threadIdx.x) * kVecWidth;
     if (c < vocab) {
-      LoadBf16x8AsFloats(row + c, v[k]);
+      held[k] = *reinterpret_cast<const uint4*>(row + c);
+      float v[kVecWidth];
+      Bf16x8AsFloats(held[k], v);
 #pragma unroll
-      for (int e = 0; e < kVecWidth; ++e) m = fmaxf(m, v[k][e]);
+      for (int e = 0; e < kVecWidth; ++e) m = fmaxf(m, v[e]);
     }
   }
   m = BlockMax(m, scratch);
@@ -122,8 +128,10 @@ __global__ void __launch_bounds__(kThreads)
   for (int k = 0; k < kVecsPerThread; ++k) {
     const int c = (k * kThreads + threadIdx.x) * kVecWidth;
     if (c < vocab) {
+      float v[kVecWidth];
+      Bf16x8AsFloats(held[k], v);
 #pragma unroll
-      for (int e = 0; e < kVecWidth; ++e) z += expf(v[k][e] - m);
+      for (int e = 0; e < kVecWidth; ++e) z += expf(v[e] - m);
     }
   }
   z = BlockSum(z, scratch);
@@ -131,7 +139,11 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int k = 0; k < kVecsPerThread; ++k) {
     const int c = (k * kThreads + threadIdx.x) * kVecWidth;
-    if (c < vocab) *reinterpret_cast<uint4*>(drow + c) = SoftmaxMinusOneHot8(v[k], c, lse, target);
+    if (c < vocab) {
+      float v[kVecWidth];
+      Bf16x8AsFloats(held[k], v);
+      *reinterpret_cast<uint4*>(drow + c) = SoftmaxMinusOneHot8(v, c, lse, target);
+    }
   }
   AddRowLoss(lse, target_logit, loss_sum, valid_tokens);
 }
