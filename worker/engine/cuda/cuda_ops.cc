@@ -474,8 +474,10 @@ class CudaOps : public Ops {
       return absl::OkStatus();
     }
     const int64_t chunk = std::min<int64_t>(chunk_tokens, tokens);
-    // One bf16 buffer per chunk: the logits, then (in place) the dlogits.
+    // One bf16 buffer per chunk: the logits, then (in place) the dlogits;
+    // and the chunk's row losses, summed in a fixed order.
     ASSIGN_OR_RETURN(void* logits, ce_logits_.Get(chunk * vocab * 2));
+    ASSIGN_OR_RETURN(void* row_losses, ce_row_losses_.Get(chunk * sizeof(float)));
     for (int64_t start = 0; start < tokens; start += chunk) {
       const int64_t c = std::min(chunk, tokens - start);
       TensorDesc xc = MakeTensor(static_cast<uint16_t*>(x.data) + start * h, DType::kBFloat16, Shape{c, h});
@@ -484,8 +486,8 @@ class CudaOps : public Ops {
       RETURN_IF_ERROR(gemm_.Run(xc, false, weight, true, lg, false, S(stream)));
       RETURN_IF_ERROR(cuda::LaunchCrossEntropyRows(
           logits, static_cast<const int32_t*>(targets.data) + start, static_cast<int>(c),
-          static_cast<int>(vocab), ignore_index, loss_sum, valid_tokens, logits,
-          ctx_->error_flag(), S(stream)));
+          static_cast<int>(vocab), ignore_index, static_cast<float*>(row_losses), loss_sum,
+          valid_tokens, logits, ctx_->error_flag(), S(stream)));
       RETURN_IF_ERROR(gemm_.Run(lg, false, weight, false, gxc, false, S(stream)));
       RETURN_IF_ERROR(gemm_.Run(lg, true, xc, false, grad_weight,
                                 accumulate_grad_weight || start > 0, S(stream)));
@@ -611,6 +613,7 @@ class CudaOps : public Ops {
   Scratch attention_scratch_{&captured_}, rmsnorm_scratch_{&captured_}, ce_logits_{&captured_},
       swiglu_scratch_{&captured_};
   Scratch rmsnorm_out_scratch_{&captured_};  // RmsNormForwardQuantize's unfused bf16 [T, H]
+  Scratch ce_row_losses_{&captured_};        // the fused loss's [chunk] fp32 row losses
 };
 
 }  // namespace

@@ -2,7 +2,8 @@
 // around it are cuBLASLt calls in CudaOps::FusedLinearCrossEntropy). For one
 // chunk of bf16 logits [rows, V] (the LM head GEMM's bf16 output, as under
 // PyTorch's autocast): row logsumexp in fp32 with max subtraction, the row's
-// loss added to *loss_sum and 1 to *valid_tokens (atomics: nothing is read
+// loss into a per-row buffer that one block then adds to *loss_sum, with the
+// count of valid rows to *valid_tokens, in a fixed order (nothing is read
 // back to the host), and dlogits = softmax - onehot rounded to bf16 (zero
 // rows for ignored tokens), written over the logits when the caller passes
 // the same buffer, so a chunk needs V * 2 bytes per row of workspace and
@@ -24,9 +25,8 @@
 //    running sum is rescaled when the max grows), a second for dlogits.
 // Any other V or alignment takes the general kernel, which reads the row
 // three times with scalar loads. All use the same formulas (expf, logf,
-// one rounding to bf16); each row's sums run in an order fixed by the
-// shape, so dlogits are deterministic (the loss atomics add rows in any
-// order). Every thread reads an element before it writes the same element
+// one rounding to bf16); every sum runs in an order fixed by the shape, so
+// dlogits and the loss are the same bits on every run. Every thread reads an element before it writes the same element
 // and the target's logit is read before the first barrier, so writing in
 // place is safe.
 
@@ -58,9 +58,11 @@ constexpr int kStreamingThreads = 512;  // wider V: two passes over the row
 // zeros (8 per 16-byte store), and a target outside [0, V) also raises the
 // error flag. Returns whether the row was one of them.
 __device__ __forceinline__ bool SkippedRowVectors(int32_t target, int vocab, int ignore_index,
-                                                  __nv_bfloat16* drow, int* error_flag) {
+                                                  __nv_bfloat16* drow, float* row_loss,
+                                                  int* error_flag) {
   const bool bad = target != ignore_index && (target < 0 || target >= vocab);
   if (target != ignore_index && !bad) return false;
+  if (threadIdx.x == 0) *row_loss = 0.f;
   if (bad && threadIdx.x == 0) atomicExch(error_flag, 1);
   for (int c = threadIdx.x * kVecWidth; c < vocab; c += blockDim.x * kVecWidth) {
     *reinterpret_cast<uint4*>(drow + c) = make_uint4(0, 0, 0, 0);  // bf16 +0 is all zero bits
@@ -68,12 +70,28 @@ __device__ __forceinline__ bool SkippedRowVectors(int32_t target, int vocab, int
   return true;
 }
 
-// A summed row's loss and count, added once per block.
-__device__ __forceinline__ void AddRowLoss(float lse, float target_logit, float* loss_sum,
-                                           float* valid_tokens) {
+// A summed row's loss, stored once per block for AddRowLossesKernel.
+__device__ __forceinline__ void StoreRowLoss(float lse, float target_logit, float* row_loss) {
+  if (threadIdx.x == 0) *row_loss = lse - target_logit;
+}
+
+// *loss_sum += the chunk's row losses, *valid_tokens += its valid rows, in
+// an order fixed by the row count (one block; BlockSum's tree is fixed).
+__global__ void AddRowLossesKernel(const float* row_losses, const int32_t* targets, int rows,
+                                   int vocab, int ignore_index, float* loss_sum,
+                                   float* valid_tokens) {
+  __shared__ float scratch[32];
+  float loss = 0.f, count = 0.f;
+  for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+    const int32_t target = targets[r];
+    loss += row_losses[r];
+    count += target != ignore_index && target >= 0 && target < vocab ? 1.f : 0.f;
+  }
+  loss = BlockSum(loss, scratch);
+  count = BlockSum(count, scratch);
   if (threadIdx.x == 0) {
-    atomicAdd(loss_sum, lse - target_logit);
-    atomicAdd(valid_tokens, 1.0f);
+    *loss_sum += loss;
+    *valid_tokens += count;
   }
 }
 
@@ -100,14 +118,14 @@ __device__ __forceinline__ uint4 SoftmaxMinusOneHot8(const float (&v)[kVecWidth]
 template <int kThreads>
 __global__ void __launch_bounds__(kThreads, 2048 / kThreads)
     CrossEntropyRowsInRegistersKernel(const __nv_bfloat16* logits, const int32_t* targets, int vocab,
-                                      int ignore_index, float* loss_sum, float* valid_tokens,
-                                      __nv_bfloat16* dlogits, int* error_flag) {
+                                      int ignore_index, float* row_losses, __nv_bfloat16* dlogits,
+                                      int* error_flag) {
   __shared__ float scratch[32];
   const int64_t r = blockIdx.x;
   const __nv_bfloat16* row = logits + r * vocab;
   __nv_bfloat16* drow = dlogits + r * vocab;
   const int32_t target = targets[r];
-  if (SkippedRowVectors(target, vocab, ignore_index, drow, error_flag)) return;
+  if (SkippedRowVectors(target, vocab, ignore_index, drow, row_losses + r, error_flag)) return;
   const float target_logit = __bfloat162float(row[target]);  // before any dlogits are written
   uint4 held[kVecsPerThread];
   float m = -INFINITY;
@@ -145,7 +163,7 @@ __global__ void __launch_bounds__(kThreads, 2048 / kThreads)
       *reinterpret_cast<uint4*>(drow + c) = SoftmaxMinusOneHot8(v, c, lse, target);
     }
   }
-  AddRowLoss(lse, target_logit, loss_sum, valid_tokens);
+  StoreRowLoss(lse, target_logit, row_losses + r);
 }
 
 // Rows of kMaxRegisterVocab < V <= kMaxStagedVocab (V a multiple of 8): one
@@ -156,7 +174,7 @@ __global__ void __launch_bounds__(kThreads, 2048 / kThreads)
 // also the only thread that reads it back, so no barrier guards the copies.
 __global__ void __launch_bounds__(kMaxThreads)
     CrossEntropyRowsStagedKernel(const __nv_bfloat16* logits, const int32_t* targets, int vocab,
-                                 int ignore_index, float* loss_sum, float* valid_tokens,
+                                 int ignore_index, float* row_losses,
                                  __nv_bfloat16* dlogits, int* error_flag) {
   extern __shared__ uint4 staged[];
   __shared__ float scratch[32];
@@ -164,7 +182,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   const __nv_bfloat16* row = logits + r * vocab;
   __nv_bfloat16* drow = dlogits + r * vocab;
   const int32_t target = targets[r];
-  if (SkippedRowVectors(target, vocab, ignore_index, drow, error_flag)) return;
+  if (SkippedRowVectors(target, vocab, ignore_index, drow, row_losses + r, error_flag)) return;
   const float target_logit = __bfloat162float(row[target]);  // before any dlogits are written
   const int staged_vectors = (vocab - kMaxRegisterVocab) / kVecWidth;
   for (int j = threadIdx.x; j < staged_vectors; j += kMaxThreads) {
@@ -218,7 +236,7 @@ __global__ void __launch_bounds__(kMaxThreads)
     Bf16x8AsFloats(staged[j], v);
     *reinterpret_cast<uint4*>(drow + c) = SoftmaxMinusOneHot8(v, c, lse, target);
   }
-  AddRowLoss(lse, target_logit, loss_sum, valid_tokens);
+  StoreRowLoss(lse, target_logit, row_losses + r);
 }
 
 // Merges the softmax sum (om, os) into (m, s), where s = sum of exp(x - m)
@@ -237,14 +255,14 @@ __device__ __forceinline__ void MergeExpSums(float& m, float& s, float om, float
 // rescaled when the max grows), then a second pass for dlogits.
 __global__ void __launch_bounds__(kStreamingThreads)
     CrossEntropyRowsStreamingKernel(const __nv_bfloat16* logits, const int32_t* targets, int vocab,
-                                    int ignore_index, float* loss_sum, float* valid_tokens,
+                                    int ignore_index, float* row_losses,
                                     __nv_bfloat16* dlogits, int* error_flag) {
   __shared__ float warp_m[32], warp_s[32];
   const int64_t r = blockIdx.x;
   const __nv_bfloat16* row = logits + r * vocab;
   __nv_bfloat16* drow = dlogits + r * vocab;
   const int32_t target = targets[r];
-  if (SkippedRowVectors(target, vocab, ignore_index, drow, error_flag)) return;
+  if (SkippedRowVectors(target, vocab, ignore_index, drow, row_losses + r, error_flag)) return;
   const float target_logit = __bfloat162float(row[target]);  // before any dlogits are written
   float m = -INFINITY, s = 0.f;
 #pragma unroll 4
@@ -277,12 +295,12 @@ __global__ void __launch_bounds__(kStreamingThreads)
     LoadBf16x8AsFloats(row + c, v);
     *reinterpret_cast<uint4*>(drow + c) = SoftmaxMinusOneHot8(v, c, lse, target);
   }
-  AddRowLoss(lse, target_logit, loss_sum, valid_tokens);
+  StoreRowLoss(lse, target_logit, row_losses + r);
 }
 
 // General path: any V and alignment, scalar loads, three reads of the row.
 __global__ void CrossEntropyRowsKernel(const __nv_bfloat16* logits, const int32_t* targets, int vocab,
-                                       int ignore_index, float* loss_sum, float* valid_tokens,
+                                       int ignore_index, float* row_losses,
                                        __nv_bfloat16* dlogits, int* error_flag) {
   __shared__ float scratch[32];
   const int64_t r = blockIdx.x;
@@ -291,6 +309,7 @@ __global__ void CrossEntropyRowsKernel(const __nv_bfloat16* logits, const int32_
   const int32_t target = targets[r];
   const bool bad = target != ignore_index && (target < 0 || target >= vocab);
   if (target == ignore_index || bad) {
+    if (threadIdx.x == 0) row_losses[r] = 0.f;
     if (bad && threadIdx.x == 0) atomicExch(error_flag, 1);
     for (int v = threadIdx.x; v < vocab; v += blockDim.x) drow[v] = __float2bfloat16_rn(0.f);
     return;
@@ -306,7 +325,7 @@ __global__ void CrossEntropyRowsKernel(const __nv_bfloat16* logits, const int32_
   for (int v = threadIdx.x; v < vocab; v += blockDim.x) {
     drow[v] = __float2bfloat16_rn(expf(__bfloat162float(row[v]) - lse) - (v == target ? 1.0f : 0.0f));
   }
-  AddRowLoss(lse, target_logit, loss_sum, valid_tokens);
+  StoreRowLoss(lse, target_logit, row_losses + r);
 }
 
 bool Is16ByteAligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -330,9 +349,9 @@ bool StagedKernelAllowed(int bytes) {
 // ---- launchers -------------------------------------------------------------
 
 absl::Status LaunchCrossEntropyRows(const void* logits_bf16, const int32_t* targets, int rows,
-                                    int vocab, int ignore_index, float* loss_sum,
-                                    float* valid_tokens, void* dlogits_bf16, int* error_flag,
-                                    cudaStream_t stream) {
+                                    int vocab, int ignore_index, float* row_losses,
+                                    float* loss_sum, float* valid_tokens, void* dlogits_bf16,
+                                    int* error_flag, cudaStream_t stream) {
   if (rows == 0) return absl::OkStatus();
   const __nv_bfloat16* logits = static_cast<const __nv_bfloat16*>(logits_bf16);
   __nv_bfloat16* dlogits = static_cast<__nv_bfloat16*>(dlogits_bf16);
@@ -340,22 +359,25 @@ absl::Status LaunchCrossEntropyRows(const void* logits_bf16, const int32_t* targ
                        Is16ByteAligned(dlogits);
   if (vectors && vocab <= kMaxRegisterVocab / 4) {
     CrossEntropyRowsInRegistersKernel<kMaxThreads / 4><<<rows, kMaxThreads / 4, 0, stream>>>(
-        logits, targets, vocab, ignore_index, loss_sum, valid_tokens, dlogits, error_flag);
+        logits, targets, vocab, ignore_index, row_losses, dlogits, error_flag);
   } else if (vectors && vocab <= kMaxRegisterVocab) {
     CrossEntropyRowsInRegistersKernel<kMaxThreads><<<rows, kMaxThreads, 0, stream>>>(
-        logits, targets, vocab, ignore_index, loss_sum, valid_tokens, dlogits, error_flag);
+        logits, targets, vocab, ignore_index, row_losses, dlogits, error_flag);
   } else if (vectors && vocab <= kMaxStagedVocab &&
              StagedKernelAllowed((vocab - kMaxRegisterVocab) * 2)) {
     const int smem = (vocab - kMaxRegisterVocab) * 2;
     CrossEntropyRowsStagedKernel<<<rows, kMaxThreads, smem, stream>>>(
-        logits, targets, vocab, ignore_index, loss_sum, valid_tokens, dlogits, error_flag);
+        logits, targets, vocab, ignore_index, row_losses, dlogits, error_flag);
   } else if (vectors) {
     CrossEntropyRowsStreamingKernel<<<rows, kStreamingThreads, 0, stream>>>(
-        logits, targets, vocab, ignore_index, loss_sum, valid_tokens, dlogits, error_flag);
+        logits, targets, vocab, ignore_index, row_losses, dlogits, error_flag);
   } else {
     CrossEntropyRowsKernel<<<rows, 256, 0, stream>>>(logits, targets, vocab, ignore_index,
-                                                     loss_sum, valid_tokens, dlogits, error_flag);
+                                                     row_losses, dlogits, error_flag);
   }
+  CUDA_RETURN_IF_LAUNCH_FAILED();
+  AddRowLossesKernel<<<1, 1024, 0, stream>>>(row_losses, targets, rows, vocab, ignore_index,
+                                             loss_sum, valid_tokens);
   CUDA_RETURN_IF_LAUNCH_FAILED();
   return absl::OkStatus();
 }

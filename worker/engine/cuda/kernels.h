@@ -88,10 +88,12 @@ absl::Status LaunchFlashAttentionBackward(const AttentionShape& shape, const voi
                                           void* grad_qkv, float* scratch, cudaStream_t stream);
 // fused_linear_cross_entropy.cu: the per-row softmax/loss/dlogits step on
 // bf16 logits; dlogits_bf16 may be logits_bf16 (written in place).
+// row_losses: [rows] fp32 scratch for the per-row losses, summed in a fixed
+// order into *loss_sum (and the valid rows into *valid_tokens).
 absl::Status LaunchCrossEntropyRows(const void* logits_bf16, const int32_t* targets, int rows,
-                                    int vocab, int ignore_index, float* loss_sum,
-                                    float* valid_tokens, void* dlogits_bf16, int* error_flag,
-                                    cudaStream_t stream);
+                                    int vocab, int ignore_index, float* row_losses,
+                                    float* loss_sum, float* valid_tokens, void* dlogits_bf16,
+                                    int* error_flag, cudaStream_t stream);
 // fused_adam.cu
 struct DeviceAdamShard {
   float* master;
