@@ -293,7 +293,8 @@ class Ops {
   // For x [T, H] bf16, weight [V, H] bf16, targets [T] int32:
   //   logits_t = weight · x_t (never materialised beyond one chunk of
   //   chunk_tokens x V), loss_t = logsumexp(logits_t) - logits_t[target_t].
-  //   *loss_sum += sum of loss_t over valid tokens (target != ignore_index);
+  //   *loss_sum += sum of loss_t over valid tokens (target != ignore_index),
+  //   summed in an order fixed by the shapes (the same bits on every run);
   //   *valid_tokens += count of valid tokens (fp32 scalar, exact to 2^24).
   //   grad_x [T, H] bf16 = d(sum loss)/dx (rows of ignored tokens are zero);
   //   grad_weight [V, H] fp32 = d(sum loss)/dweight, plus its old value when
