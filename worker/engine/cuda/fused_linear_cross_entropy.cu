@@ -109,6 +109,29 @@ __device__ __forceinline__ uint4 SoftmaxMinusOneHot8(const float (&v)[kVecWidth]
   return make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
 }
 
+// The three passes of a row over one packed vector of 8 bf16 logits, widened
+// exactly to fp32 each time: the running max, the running sum of
+// exp(x - m), and the dlogits starting at column c.
+__device__ __forceinline__ float MaxOf8(const uint4 raw, float m) {
+  float v[kVecWidth];
+  Bf16x8AsFloats(raw, v);
+#pragma unroll
+  for (int e = 0; e < kVecWidth; ++e) m = fmaxf(m, v[e]);
+  return m;
+}
+__device__ __forceinline__ float AddExpsOf8(const uint4 raw, float m, float z) {
+  float v[kVecWidth];
+  Bf16x8AsFloats(raw, v);
+#pragma unroll
+  for (int e = 0; e < kVecWidth; ++e) z += expf(v[e] - m);
+  return z;
+}
+__device__ __forceinline__ uint4 DlogitsOf8(const uint4 raw, int c, float lse, int target) {
+  float v[kVecWidth];
+  Bf16x8AsFloats(raw, v);
+  return SoftmaxMinusOneHot8(v, c, lse, target);
+}
+
 // Fast path: one block of kThreads per row; thread i holds the vectors
 // starting at columns (k * kThreads + i) * 8, so every load is coalesced.
 // The row stays in registers as packed bf16 (16 registers a thread), widened
@@ -134,10 +157,7 @@ __global__ void __launch_bounds__(kThreads, 2048 / kThreads)
     const int c = (k * kThreads + threadIdx.x) * kVecWidth;
     if (c < vocab) {
       held[k] = *reinterpret_cast<const uint4*>(row + c);
-      float v[kVecWidth];
-      Bf16x8AsFloats(held[k], v);
-#pragma unroll
-      for (int e = 0; e < kVecWidth; ++e) m = fmaxf(m, v[e]);
+      m = MaxOf8(held[k], m);
     }
   }
   m = BlockMax(m, scratch);
@@ -145,23 +165,14 @@ __global__ void __launch_bounds__(kThreads, 2048 / kThreads)
 #pragma unroll
   for (int k = 0; k < kVecsPerThread; ++k) {
     const int c = (k * kThreads + threadIdx.x) * kVecWidth;
-    if (c < vocab) {
-      float v[kVecWidth];
-      Bf16x8AsFloats(held[k], v);
-#pragma unroll
-      for (int e = 0; e < kVecWidth; ++e) z += expf(v[e] - m);
-    }
+    if (c < vocab) z = AddExpsOf8(held[k], m, z);
   }
   z = BlockSum(z, scratch);
   const float lse = logf(z) + m;
 #pragma unroll
   for (int k = 0; k < kVecsPerThread; ++k) {
     const int c = (k * kThreads + threadIdx.x) * kVecWidth;
-    if (c < vocab) {
-      float v[kVecWidth];
-      Bf16x8AsFloats(held[k], v);
-      *reinterpret_cast<uint4*>(drow + c) = SoftmaxMinusOneHot8(v, c, lse, target);
-    }
+    if (c < vocab) *reinterpret_cast<uint4*>(drow + c) = DlogitsOf8(held[k], c, lse, target);
   }
   StoreRowLoss(lse, target_logit, row_losses + r);
 }
@@ -194,47 +205,25 @@ __global__ void __launch_bounds__(kMaxThreads)
 #pragma unroll
   for (int k = 0; k < kVecsPerThread; ++k) {
     held[k] = *reinterpret_cast<const uint4*>(row + (k * kMaxThreads + threadIdx.x) * kVecWidth);
-    float v[kVecWidth];
-    Bf16x8AsFloats(held[k], v);
-#pragma unroll
-    for (int e = 0; e < kVecWidth; ++e) m = fmaxf(m, v[e]);
+    m = MaxOf8(held[k], m);
   }
   WaitAsyncCopies();
-  for (int j = threadIdx.x; j < staged_vectors; j += kMaxThreads) {
-    float v[kVecWidth];
-    Bf16x8AsFloats(staged[j], v);
-#pragma unroll
-    for (int e = 0; e < kVecWidth; ++e) m = fmaxf(m, v[e]);
-  }
+  for (int j = threadIdx.x; j < staged_vectors; j += kMaxThreads) m = MaxOf8(staged[j], m);
   m = BlockMax(m, scratch);
   float z = 0.f;
 #pragma unroll
-  for (int k = 0; k < kVecsPerThread; ++k) {
-    float v[kVecWidth];
-    Bf16x8AsFloats(held[k], v);
-#pragma unroll
-    for (int e = 0; e < kVecWidth; ++e) z += expf(v[e] - m);
-  }
-  for (int j = threadIdx.x; j < staged_vectors; j += kMaxThreads) {
-    float v[kVecWidth];
-    Bf16x8AsFloats(staged[j], v);
-#pragma unroll
-    for (int e = 0; e < kVecWidth; ++e) z += expf(v[e] - m);
-  }
+  for (int k = 0; k < kVecsPerThread; ++k) z = AddExpsOf8(held[k], m, z);
+  for (int j = threadIdx.x; j < staged_vectors; j += kMaxThreads) z = AddExpsOf8(staged[j], m, z);
   z = BlockSum(z, scratch);
   const float lse = logf(z) + m;
 #pragma unroll
   for (int k = 0; k < kVecsPerThread; ++k) {
     const int c = (k * kMaxThreads + threadIdx.x) * kVecWidth;
-    float v[kVecWidth];
-    Bf16x8AsFloats(held[k], v);
-    *reinterpret_cast<uint4*>(drow + c) = SoftmaxMinusOneHot8(v, c, lse, target);
+    *reinterpret_cast<uint4*>(drow + c) = DlogitsOf8(held[k], c, lse, target);
   }
   for (int j = threadIdx.x; j < staged_vectors; j += kMaxThreads) {
     const int c = kMaxRegisterVocab + j * kVecWidth;
-    float v[kVecWidth];
-    Bf16x8AsFloats(staged[j], v);
-    *reinterpret_cast<uint4*>(drow + c) = SoftmaxMinusOneHot8(v, c, lse, target);
+    *reinterpret_cast<uint4*>(drow + c) = DlogitsOf8(staged[j], c, lse, target);
   }
   StoreRowLoss(lse, target_logit, row_losses + r);
 }
