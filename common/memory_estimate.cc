@@ -6,11 +6,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/block_buffer_ring.h"
+#include "common/fp8_meta_layout.h"
 
 namespace tessera {
 namespace {
 
-constexpr int kDefaultAmaxHistory = 16;                      // job.proto's default
 constexpr int64_t kEngineScratchBytes = int64_t{96} << 20;  // cuBLASLt workspace, small scratch
 
 // Dim-0 sharding (worker/fsdp/shard_layout.h): every rank holds one chunk of
@@ -33,7 +34,8 @@ std::string RankMemoryEstimate::ToString() const {
                       FormatBytesAsGiB(engine_workspace), ")");
 }
 
-RankMemoryEstimate EstimateRankMemory(const v1::JobSpec& spec, int /*rank*/, int shard_world) {
+RankMemoryEstimate EstimateRankMemory(const v1::JobSpec& spec, int /*rank*/, int shard_world,
+                                      int ring_depth) {
   const int world = std::max(shard_world, 1);
   const v1::ModelConfig& m = spec.model();
   const int64_t vocab = m.vocab_size(), hidden = m.d_model(), ffn = m.ffn_dim();
@@ -62,11 +64,14 @@ RankMemoryEstimate EstimateRankMemory(const v1::JobSpec& spec, int /*rank*/, int
   const int64_t rows[6] = {hidden, qkv, hidden, hidden, 2 * ffn, hidden};
   const int64_t cols[6] = {1, hidden, hidden, 1, hidden, ffn};
   const int64_t compute[6] = {2, linear_bytes, linear_bytes, 2, linear_bytes, linear_bytes};
-  const int64_t in_turn = std::min<int64_t>(layers, 2);  // two sets used by alternate blocks
-  const int64_t weight_sets = spec.reshard_after_forward() ? in_turn : layers;
+  // The sets of gathered weights and of full gradients (block_buffer_ring.h).
+  const int64_t grad_sets = BlockBufferRing::Shared(layers, ring_depth).sets();
+  const int64_t weight_sets = spec.reshard_after_forward()
+                                  ? grad_sets
+                                  : BlockBufferRing::OnePerBlock(layers, ring_depth).sets();
   for (int i = 0; i < 6; ++i) {
     e.parameter_shards += layers * shard_bytes(rows[i], cols[i], compute[i]);
-    e.gathered += gathered_bytes(rows[i], cols[i], compute[i], weight_sets, in_turn);
+    e.gathered += gathered_bytes(rows[i], cols[i], compute[i], weight_sets, grad_sets);
   }
   // Embedding, final norm, LM head: bf16 compute copies, one set each.
   const int64_t outer[3][2] = {{vocab, hidden}, {hidden, 1}, {vocab, hidden}};
@@ -75,20 +80,10 @@ RankMemoryEstimate EstimateRankMemory(const v1::JobSpec& spec, int /*rank*/, int
     e.gathered += gathered_bytes(shape[0], shape[1], 2, 1, 1);
   }
 
-  // FP8 metadata (worker/model/fp8_meta.cc): for 2n e4m3 and n e5m2 slots
-  // an amax, a scale and a history, and a 1/scale on 16 bytes (4 floats);
-  // and n weight 1/scales on 16 bytes each.
-  const int64_t n = 4 * layers;
-  int64_t history = kDefaultAmaxHistory;
-  if (current_scaling) {
-    history = 1;
-  } else if (spec.fp8().delayed().amax_history_len() > 0) {
-    history = spec.fp8().delayed().amax_history_len();
-  }
-  // Twice: the block itself, and the copy a forward pass outside the step
-  // (validation, ForwardLogits) restores it from.
-  const int64_t scale_inv_floats = 4;
-  e.scratch += 2 * 4 * (3 * n * (2 + history) + scale_inv_floats * (3 * n + n));
+  // FP8 metadata (common/fp8_meta_layout.h), twice: the block itself, and
+  // the copy a forward pass outside the step (validation, ForwardLogits)
+  // restores it from.
+  e.scratch += 2 * 4 * Fp8MetaLayout::For(static_cast<int>(layers), spec.fp8()).engine_floats();
 
   // Saved for backward, per layer: residual input (fp32), the two norms'
   // 1/rms, QKV, attention output and its softmax statistics, the residual

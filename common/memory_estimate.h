@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/block_buffer_ring.h"
 #include "proto/tessera/v1/job.pb.h"
 
 namespace tessera {
@@ -42,8 +43,10 @@ std::string FormatBytesAsGiB(int64_t bytes);
 
 // Rank `rank` of a shard group of `shard_world` ranks (common/parallelism.h:
 // the whole world_size for plain FSDP), for a spec that passed validation
-// and carries the coordinator's defaults.
-RankMemoryEstimate EstimateRankMemory(const v1::JobSpec& spec, int rank, int shard_world);
+// and carries the coordinator's defaults. `ring_depth` is the trainer's
+// buffer ring depth (block_buffer_ring.h).
+RankMemoryEstimate EstimateRankMemory(const v1::JobSpec& spec, int rank, int shard_world,
+                                      int ring_depth = BlockBufferRing::kDefaultDepth);
 
 }  // namespace tessera
 

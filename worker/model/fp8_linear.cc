@@ -23,24 +23,25 @@ absl::Status AllocateLinearSaved(Ops& ops, const LinearSpec& spec, LinearSaved& 
 
 Fp8Operand Fp8Input(const Fp8Meta& meta, const LinearSpec& spec, const LinearScratch& scratch,
                     const LinearSaved& saved) {
-  const int slot = meta.input_slot(spec.index);
+  const E4m3Slot slot = meta.layout().InputSlot(spec.linear);
   Fp8Operand x8;
   x8.codes = View(scratch.x_fp8, DType::kE4M3, Shape{spec.tokens, spec.in});
-  x8.codes.scale = meta.scale4(slot);
-  x8.codes.scale_inv = meta.scale_inv4(slot);
-  x8.codes.amax = meta.amax4(slot);
+  x8.codes.scale = meta.scale(slot);
+  x8.codes.scale_inv = meta.scale_inv(slot);
+  x8.codes.amax = meta.amax(slot);
   x8.codes_t = saved.x_t.desc;
   return x8;
 }
 
 Fp8Operand Fp8Grad(const Fp8Meta& meta, const LinearSpec& spec, const LinearScratch& scratch) {
+  const E5m2Slot slot = meta.layout().GradSlot(spec.linear);
   Fp8Operand dy8;
   dy8.codes = View(scratch.dy_fp8, DType::kE5M2, Shape{spec.tokens, spec.out});
-  dy8.codes.scale = meta.scale5(spec.index);
-  dy8.codes.scale_inv = meta.scale_inv5(spec.index);
-  dy8.codes.amax = meta.amax5(spec.index);
+  dy8.codes.scale = meta.scale(slot);
+  dy8.codes.scale_inv = meta.scale_inv(slot);
+  dy8.codes.amax = meta.amax(slot);
   dy8.codes_t = View(scratch.dy_fp8_t, DType::kE5M2, Shape{spec.out, spec.tokens});
-  dy8.codes_t.scale_inv = meta.scale_inv5(spec.index);
+  dy8.codes_t.scale_inv = meta.scale_inv(slot);
   return dy8;
 }
 
@@ -53,10 +54,10 @@ absl::Status LinearForward(Ops& ops, Fp8Meta& meta, const LinearSpec& spec,
     if (residual != nullptr) return ops.GemmAdd(x, false, w, true, *residual, y, stream);
     return ops.Gemm(x, false, w, true, y, false, stream);
   }
-  const int slot = meta.input_slot(spec.index);
   if (meta.current_scaling()) {
-    RETURN_IF_ERROR(ops.Amax(x, meta.amax4(slot), stream));
-    RETURN_IF_ERROR(meta.UpdateInputSlot(ops, slot, stream));
+    const E4m3Slot slot = meta.layout().InputSlot(spec.linear);
+    RETURN_IF_ERROR(ops.Amax(x, meta.amax(slot), stream));
+    RETURN_IF_ERROR(meta.UpdateScale(ops, slot, stream));
   }
   const Fp8Operand x8 = Fp8Input(meta, spec, scratch, saved);
   RETURN_IF_ERROR(ops.QuantizeTranspose(x, x8.codes, x8.codes_t, stream));
@@ -68,7 +69,7 @@ absl::Status LinearForwardFromFp8(Ops& ops, Fp8Meta& meta, const LinearSpec& spe
                                   const TensorDesc& y, Stream* stream,
                                   const TensorDesc* residual) {
   TensorDesc w8 = Reshaped(weight, Shape{spec.out, spec.in});
-  w8.scale_inv = meta.weight_data_scale_inv(spec.index);
+  w8.scale_inv = meta.weight_data_scale_inv(spec.linear);
   if (residual != nullptr) return ops.GemmAdd(x8.codes, false, w8, true, *residual, y, stream);
   return ops.Gemm(x8.codes, false, w8, true, y, false, stream);
 }
@@ -84,8 +85,9 @@ absl::Status LinearBackward(Ops& ops, Fp8Meta& meta, const LinearSpec& spec,
     return ops.Gemm(dy, true, x, false, gw, false, stream);
   }
   if (meta.current_scaling()) {
-    RETURN_IF_ERROR(ops.Amax(dy, meta.amax5(spec.index), stream));
-    RETURN_IF_ERROR(meta.UpdateGradSlot(ops, spec.index, stream));
+    const E5m2Slot slot = meta.layout().GradSlot(spec.linear);
+    RETURN_IF_ERROR(ops.Amax(dy, meta.amax(slot), stream));
+    RETURN_IF_ERROR(meta.UpdateScale(ops, slot, stream));
   }
   const Fp8Operand dy8 = Fp8Grad(meta, spec, scratch);
   RETURN_IF_ERROR(ops.QuantizeTranspose(dy, dy8.codes, dy8.codes_t, stream));
@@ -98,14 +100,14 @@ absl::Status LinearBackwardFromFp8(Ops& ops, Fp8Meta& meta, const LinearSpec& sp
                                    LinearScratch& scratch, LinearSaved& saved, Stream* stream) {
   if (dx.data != nullptr) {
     TensorDesc w8 = Reshaped(weight, Shape{spec.out, spec.in});
-    w8.scale_inv = meta.weight_data_scale_inv(spec.index);
+    w8.scale_inv = meta.weight_data_scale_inv(spec.linear);
     TensorDesc w8_t = View(scratch.w_t, DType::kE4M3, Shape{spec.in, spec.out});
-    w8_t.scale_inv = meta.weight_data_scale_inv(spec.index);
+    w8_t.scale_inv = meta.weight_data_scale_inv(spec.linear);
     RETURN_IF_ERROR(ops.Transpose(w8, w8_t, stream));
     RETURN_IF_ERROR(ops.Gemm(dy8.codes, false, w8_t, true, dx, false, stream));
   }
   TensorDesc x8_t = saved.x_t.desc;
-  x8_t.scale_inv = meta.scale_inv4(meta.input_slot(spec.index));
+  x8_t.scale_inv = meta.scale_inv(meta.layout().InputSlot(spec.linear));
   return ops.Gemm(dy8.codes_t, false, x8_t, true, Reshaped(grad_w, Shape{spec.out, spec.in}),
                   false, stream);
 }

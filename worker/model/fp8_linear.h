@@ -29,7 +29,7 @@ struct LinearScratch {
 
 struct LinearSpec {
   int64_t in = 0, out = 0, tokens = 0;
-  int index = 0;  // linear index into Fp8Meta
+  LinearId linear;  // which linear of the model: its FP8 slots in Fp8Meta
   bool fp8 = true;
 };
 

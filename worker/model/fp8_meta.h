@@ -1,21 +1,12 @@
-// The packed FP8 quantizer state of a model, built once at setup. Slots,
-// for n block linears:
-//   e4m3 group: the linears' weights [0, n), then their input activations
-//               [n, 2n)
-//   e5m2 group: the linears' output gradients [0, n)
-// Layout in one engine allocation, so that all amaxes of a step are combined
-// across ranks by ONE all-reduce (max) and all scales are updated by one
-// UpdateFp8Scales call per group:
-//   scale_inv4[n4 x 4] | scale_inv5[n5 x 4] | weight_data_scale_inv[n5 x 4]
-//   | amax[n4 + n5] | scale4[n4] | history4[H, n4] | scale5[n5] | history5[H, n5]
-// Every scale_inv sits alone in 16 bytes (kScaleInvStride floats): an FP8
-// GEMM hands it to cuBLASLt as the operand's scale pointer, which cuBLASLt
-// requires to be 16-byte aligned, so no GEMM needs a copy of its scales.
+// The packed FP8 quantizer state of a model, built once at setup, in the
+// layout common/fp8_meta_layout.h describes (which slot belongs to which
+// tensor of which linear, where each value sits in the engine's block and
+// in a checkpoint). The whole state is one engine allocation, so all
+// amaxes of a step are combined across ranks by ONE all-reduce (max) and
+// all scales are updated by one UpdateFp8Scales call per format.
 // Checkpoints keep the compact layout of earlier releases (ToCheckpoint /
-// FromCheckpoint), so a checkpoint written before this layout still resumes:
-//   amax[n4 + n5] | scale4[n4] | scale_inv4[n4] | history4[H, n4]
-//                 | scale5[n5] | scale_inv5[n5] | history5[H, n5]
-//                 | weight_data_scale_inv[n5]
+// FromCheckpoint), so a checkpoint written before this layout still resumes.
+//
 // weight_data_scale_inv holds 1/scale that each weight's current FP8 bytes
 // were encoded with (FusedAdam encodes with this step's scale, before the
 // update), which is what the next GEMM must use. RecordWeightEncodeScales
@@ -33,15 +24,15 @@
 //    the new master with the scale from the end of step k-1 (which the
 //    gathered bytes of step k+1 therefore carry in weight_data_scale_inv)
 //    and records the new masters' amax.
-//  * End of step: one AllReduce(max) over amax[0, n4 + n5), then one
-//    UpdateFp8Scales per group rolls the histories and recomputes every
+//  * End of step: one AllReduce(max) over every amax, then one
+//    UpdateFp8Scales per format rolls the histories and recomputes every
 //    scale. All ranks hold identical scales, so a gathered FP8 weight is
 //    decoded with one scale_inv that every rank already has: only the FP8
 //    bytes travel in the all-gather.
 // Current scaling (history 1, most recent):
 //  * Activations and gradients take the amax of the tensor itself right
-//    before quantizing (UpdateInputSlot / UpdateGradSlot). The amax is the
-//    rank's LOCAL one, not all-reduced: a sharded run therefore quantizes
+//    before quantizing (UpdateScale of one slot). The amax is the rank's
+//    LOCAL one, not all-reduced: a sharded run therefore quantizes
 //    activations slightly differently from a 1-rank run with the same global
 //    batch (it stays within the FP8 tolerance, not bit-exact); an extra
 //    all-reduce per linear would restore exactness at the cost of a
@@ -56,6 +47,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/fp8_meta_layout.h"
 #include "proto/tessera/v1/job.pb.h"
 #include "worker/ops/device_tensor.h"
 
@@ -63,28 +55,35 @@ namespace tessera {
 
 class Fp8Meta {
  public:
-  // Floats between consecutive scale_inv values: 16 bytes.
-  static constexpr int kScaleInvStride = 4;
+  static constexpr int kScaleInvStride = Fp8MetaLayout::kScaleInvStride;
 
-  static absl::StatusOr<Fp8Meta> Create(Ops& ops, int n_linears, const v1::Fp8Recipe& recipe);
+  // The state of a model of `n_layers` blocks under `recipe`.
+  static absl::StatusOr<Fp8Meta> Create(Ops& ops, int n_layers, const v1::Fp8Recipe& recipe);
 
-  int n4() const { return n4_; }
-  int n5() const { return n5_; }
-  // Slots of linear i.
-  int weight_slot(int i) const { return i; }
-  int input_slot(int i) const { return n5_ + i; }
+  const Fp8MetaLayout& layout() const { return layout_; }
 
-  float* amax4(int slot) const { return amax_ + slot; }
-  float* scale4(int slot) const { return scale4_ + slot; }
-  float* scale_inv4(int slot) const { return scale_inv4_ + kScaleInvStride * slot; }
-  float* amax5(int linear) const { return amax_ + n4_ + linear; }
-  float* scale5(int linear) const { return scale5_ + linear; }
-  float* scale_inv5(int linear) const { return scale_inv5_ + kScaleInvStride * linear; }
-  float* weight_data_scale_inv(int linear) const {
-    return weight_data_scale_inv_ + kScaleInvStride * linear;
+  // The values of one slot (engine memory).
+  float* amax(E4m3Slot slot) const { return at(layout_.amax_offset() + slot.index); }
+  float* amax(E5m2Slot slot) const {
+    return at(layout_.amax_offset() + layout_.e4m3_slots() + slot.index);
+  }
+  float* scale(E4m3Slot slot) const { return at(layout_.scale4_offset() + slot.index); }
+  float* scale(E5m2Slot slot) const { return at(layout_.scale5_offset() + slot.index); }
+  float* scale_inv(E4m3Slot slot) const {
+    return at(layout_.scale_inv4_offset() + int64_t{kScaleInvStride} * slot.index);
+  }
+  float* scale_inv(E5m2Slot slot) const {
+    return at(layout_.scale_inv5_offset() + int64_t{kScaleInvStride} * slot.index);
+  }
+  // 1/scale the weight's current FP8 bytes were encoded with.
+  float* weight_data_scale_inv(LinearId id) const {
+    return at(layout_.weight_data_scale_inv_offset() + int64_t{kScaleInvStride} * id.index());
   }
   // All amaxes, contiguous, for the packed all-reduce.
-  TensorDesc amaxes() const { return MakeTensor(amax_, DType::kFloat32, Shape{n4_ + n5_}); }
+  TensorDesc amaxes() const {
+    return MakeTensor(at(layout_.amax_offset()), DType::kFloat32,
+                      Shape{layout_.e4m3_slots() + layout_.e5m2_slots()});
+  }
 
   // Rolls histories and recomputes every scale from the (all-reduced) amaxes.
   absl::Status UpdateScales(Ops& ops, Stream* stream);
@@ -96,28 +95,24 @@ class Fp8Meta {
   // The whole packed block (amaxes, scales, histories) in the engine's
   // layout, to save and restore it within a process.
   const TensorDesc& packed() const { return block_.desc; }
-  // The block in the compact checkpoint layout (see the top of this file).
-  int64_t checkpoint_floats() const;
+  // The block in the compact checkpoint layout.
+  int64_t checkpoint_floats() const { return layout_.checkpoint_floats(); }
   absl::StatusOr<std::vector<float>> ToCheckpoint(Ops& ops) const;
   // bytes: checkpoint_floats() little-endian floats in the checkpoint layout.
   absl::Status FromCheckpoint(Ops& ops, const void* bytes);
   // Current scaling: sets one slot's scale from its own amax right away.
-  absl::Status UpdateInputSlot(Ops& ops, int slot, Stream* stream);
-  absl::Status UpdateGradSlot(Ops& ops, int linear, Stream* stream);
+  absl::Status UpdateScale(Ops& ops, E4m3Slot slot, Stream* stream);
+  absl::Status UpdateScale(Ops& ops, E5m2Slot slot, Stream* stream);
 
  private:
-  DeviceTensor block_;
-  int n4_ = 0, n5_ = 0, history_len_ = 1, margin_ = 0;
+  explicit Fp8Meta(Fp8MetaLayout layout) : layout_(layout) {}
+  float* at(int64_t offset) const { return block_.data<float>() + offset; }
+
+  Fp8MetaLayout layout_;
+  DeviceTensor block_;  // [layout_.engine_floats()] fp32
+  int margin_ = 0;
   AmaxAlgo algo_ = AmaxAlgo::kMax;
   bool current_ = false;
-  float *amax_ = nullptr, *scale4_ = nullptr, *scale_inv4_ = nullptr, *history4_ = nullptr;
-  float *scale5_ = nullptr, *scale_inv5_ = nullptr, *history5_ = nullptr;
-  float* weight_data_scale_inv_ = nullptr;
-
-  // Calls visit(index into the block) for each float of the checkpoint
-  // layout, in that layout's order.
-  template <typename Visit>
-  void ForEachCheckpointValue(Visit visit) const;
 };
 
 }  // namespace tessera

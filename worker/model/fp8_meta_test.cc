@@ -18,7 +18,13 @@
 namespace tessera {
 namespace {
 
-constexpr int kLinears = 3;  // n4 = 6 (weights + inputs), n5 = 3 (grads)
+constexpr int kLayers = 2;
+constexpr int kLinears = kLayers * kBlockLinears;  // 16 e4m3 slots (weights + inputs), 8 e5m2 (grads)
+
+// Linear i of the model, in the layout's order.
+LinearId Linear(int i) { return LinearId{i / kBlockLinears, static_cast<BlockLinear>(i % kBlockLinears)}; }
+E4m3Slot S4(int i) { return E4m3Slot{i}; }
+E5m2Slot S5(int i) { return E5m2Slot{i}; }
 
 v1::Fp8Recipe Delayed(int history, int margin, v1::DelayedScaling::AmaxCompute algo) {
   v1::Fp8Recipe r;
@@ -33,21 +39,21 @@ void ExpectScale(float got, double want) { EXPECT_NEAR(got, want, 1e-6 * want); 
 
 TEST(Fp8Meta, SlotsAreDistinctAndAmaxesContiguous) {
   std::unique_ptr<Ops> ops = CreateCpuOps();
-  auto meta = Fp8Meta::Create(*ops, kLinears, Delayed(4, 0, v1::DelayedScaling::MAX));
+  auto meta = Fp8Meta::Create(*ops, kLayers, Delayed(4, 0, v1::DelayedScaling::MAX));
   ASSERT_TRUE(meta.ok()) << meta.status();
-  EXPECT_EQ(meta->n4(), 2 * kLinears);
-  EXPECT_EQ(meta->n5(), kLinears);
+  EXPECT_EQ(meta->layout().e4m3_slots(), 2 * kLinears);
+  EXPECT_EQ(meta->layout().e5m2_slots(), kLinears);
   const TensorDesc amaxes = meta->amaxes();
   EXPECT_EQ(amaxes.NumElements(), 3 * kLinears);
   float* base = amaxes.As<float>();
   std::vector<const float*> seen;
   for (int i = 0; i < kLinears; ++i) {
-    EXPECT_EQ(meta->amax4(meta->weight_slot(i)), base + i);
-    EXPECT_EQ(meta->amax4(meta->input_slot(i)), base + kLinears + i);
-    EXPECT_EQ(meta->amax5(i), base + 2 * kLinears + i);
-    for (const float* p : {meta->scale4(meta->weight_slot(i)), meta->scale4(meta->input_slot(i)),
-                           meta->scale_inv4(meta->input_slot(i)), meta->scale5(i),
-                           meta->scale_inv5(i), meta->weight_data_scale_inv(i)}) {
+    EXPECT_EQ(meta->amax(meta->layout().WeightSlot(Linear(i))), base + i);
+    EXPECT_EQ(meta->amax(meta->layout().InputSlot(Linear(i))), base + kLinears + i);
+    EXPECT_EQ(meta->amax(S5(i)), base + 2 * kLinears + i);
+    for (const float* p : {meta->scale(meta->layout().WeightSlot(Linear(i))), meta->scale(meta->layout().InputSlot(Linear(i))),
+                           meta->scale_inv(meta->layout().InputSlot(Linear(i))), meta->scale(S5(i)),
+                           meta->scale_inv(S5(i)), meta->weight_data_scale_inv(Linear(i))}) {
       EXPECT_EQ(std::count(seen.begin(), seen.end(), p), 0);
       seen.push_back(p);
       EXPECT_EQ(*p, 1.f);  // every scale starts at 1
@@ -60,14 +66,14 @@ TEST(Fp8Meta, SlotsAreDistinctAndAmaxesContiguous) {
 // scale pointer) given a 16-byte aligned block, as both engines allocate.
 TEST(Fp8Meta, EveryScaleInvIsSixteenByteAligned) {
   std::unique_ptr<Ops> ops = CreateCpuOps();
-  auto meta = Fp8Meta::Create(*ops, kLinears, Delayed(4, 0, v1::DelayedScaling::MAX));
+  auto meta = Fp8Meta::Create(*ops, kLayers, Delayed(4, 0, v1::DelayedScaling::MAX));
   ASSERT_TRUE(meta.ok()) << meta.status();
   ASSERT_EQ(reinterpret_cast<uintptr_t>(meta->packed().data) % 16, 0u);
   std::vector<const float*> all;
-  for (int slot = 0; slot < meta->n4(); ++slot) all.push_back(meta->scale_inv4(slot));
-  for (int i = 0; i < meta->n5(); ++i) {
-    all.push_back(meta->scale_inv5(i));
-    all.push_back(meta->weight_data_scale_inv(i));
+  for (int slot = 0; slot < meta->layout().e4m3_slots(); ++slot) all.push_back(meta->scale_inv(S4(slot)));
+  for (int i = 0; i < meta->layout().e5m2_slots(); ++i) {
+    all.push_back(meta->scale_inv(S5(i)));
+    all.push_back(meta->weight_data_scale_inv(Linear(i)));
   }
   for (const float* p : all) {
     EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 16, 0u) << p;
@@ -81,9 +87,9 @@ TEST(Fp8Meta, EveryScaleInvIsSixteenByteAligned) {
 TEST(Fp8Meta, CheckpointLayoutIsCompactAndRoundTrips) {
   std::unique_ptr<Ops> ops = CreateCpuOps();
   const int history = 3;
-  auto meta = Fp8Meta::Create(*ops, kLinears, Delayed(history, 0, v1::DelayedScaling::MAX));
+  auto meta = Fp8Meta::Create(*ops, kLayers, Delayed(history, 0, v1::DelayedScaling::MAX));
   ASSERT_TRUE(meta.ok()) << meta.status();
-  const int n4 = meta->n4(), n5 = meta->n5();
+  const int n4 = meta->layout().e4m3_slots(), n5 = meta->layout().e5m2_slots();
   ASSERT_EQ(meta->checkpoint_floats(),
             (n4 + n5) + n4 * (2 + history) + n5 * (2 + history) + n5);
   // Give every value of the block a distinct number.
@@ -97,26 +103,26 @@ TEST(Fp8Meta, CheckpointLayoutIsCompactAndRoundTrips) {
     for (int i = 0; i < count; ++i, ++at) EXPECT_EQ((*saved)[at], *value_of(i)) << what << " " << i;
   };
   expect_run("amax", n4 + n5, [&](int i) { return meta->amaxes().As<float>() + i; });
-  expect_run("scale4", n4, [&](int i) { return meta->scale4(i); });
-  expect_run("scale_inv4", n4, [&](int i) { return meta->scale_inv4(i); });
+  expect_run("scale4", n4, [&](int i) { return meta->scale(S4(i)); });
+  expect_run("scale_inv4", n4, [&](int i) { return meta->scale_inv(S4(i)); });
   at += int64_t{n4} * history;  // history4
-  expect_run("scale5", n5, [&](int i) { return meta->scale5(i); });
-  expect_run("scale_inv5", n5, [&](int i) { return meta->scale_inv5(i); });
+  expect_run("scale5", n5, [&](int i) { return meta->scale(S5(i)); });
+  expect_run("scale_inv5", n5, [&](int i) { return meta->scale_inv(S5(i)); });
   at += int64_t{n5} * history;  // history5
-  expect_run("weight_data_scale_inv", n5, [&](int i) { return meta->weight_data_scale_inv(i); });
+  expect_run("weight_data_scale_inv", n5, [&](int i) { return meta->weight_data_scale_inv(Linear(i)); });
   EXPECT_EQ(at, meta->checkpoint_floats());
 
-  auto other = Fp8Meta::Create(*ops, kLinears, Delayed(history, 0, v1::DelayedScaling::MAX));
+  auto other = Fp8Meta::Create(*ops, kLayers, Delayed(history, 0, v1::DelayedScaling::MAX));
   ASSERT_TRUE(other.ok()) << other.status();
   ASSERT_TRUE(other->FromCheckpoint(*ops, saved->data()).ok());
   auto again = other->ToCheckpoint(*ops);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(*again, *saved);
   for (int slot = 0; slot < n4; ++slot) {
-    EXPECT_EQ(*other->scale_inv4(slot), *meta->scale_inv4(slot)) << slot;
+    EXPECT_EQ(*other->scale_inv(S4(slot)), *meta->scale_inv(S4(slot))) << slot;
   }
   for (int i = 0; i < n5; ++i) {
-    EXPECT_EQ(*other->weight_data_scale_inv(i), *meta->weight_data_scale_inv(i)) << i;
+    EXPECT_EQ(*other->weight_data_scale_inv(Linear(i)), *meta->weight_data_scale_inv(Linear(i))) << i;
   }
 }
 
@@ -124,7 +130,7 @@ TEST(Fp8Meta, CheckpointLayoutIsCompactAndRoundTrips) {
 // history kept here.
 void CheckRecipe(int history_len, int margin, v1::DelayedScaling::AmaxCompute algo) {
   std::unique_ptr<Ops> ops = CreateCpuOps();
-  auto meta = Fp8Meta::Create(*ops, kLinears, Delayed(history_len, margin, algo));
+  auto meta = Fp8Meta::Create(*ops, kLayers, Delayed(history_len, margin, algo));
   ASSERT_TRUE(meta.ok()) << meta.status();
   const int window = history_len > 0 ? history_len : 16;
   const int n = 3 * kLinears;
@@ -146,8 +152,8 @@ void CheckRecipe(int history_len, int margin, v1::DelayedScaling::AmaxCompute al
                            : *std::max_element(history[i].begin(), history[i].end());
       const bool e4m3 = i < 2 * kLinears;
       const double want = (e4m3 ? 448.0 : 57344.0) / a / std::exp2(margin);
-      const float* scale = e4m3 ? meta->scale4(i) : meta->scale5(i - 2 * kLinears);
-      const float* scale_inv = e4m3 ? meta->scale_inv4(i) : meta->scale_inv5(i - 2 * kLinears);
+      const float* scale = e4m3 ? meta->scale(S4(i)) : meta->scale(S5(i - 2 * kLinears));
+      const float* scale_inv = e4m3 ? meta->scale_inv(S4(i)) : meta->scale_inv(S5(i - 2 * kLinears));
       ExpectScale(*scale, want);
       ExpectScale(*scale_inv, 1.0 / want);
     }
@@ -162,55 +168,56 @@ TEST(Fp8Meta, CurrentScalingUpdatesOneSlotAtATime) {
   std::unique_ptr<Ops> ops = CreateCpuOps();
   v1::Fp8Recipe recipe;
   recipe.mutable_current()->set_margin(1);
-  auto meta = Fp8Meta::Create(*ops, kLinears, recipe);
+  auto meta = Fp8Meta::Create(*ops, kLayers, recipe);
   ASSERT_TRUE(meta.ok()) << meta.status();
   EXPECT_TRUE(meta->current_scaling());
   float* amax = meta->amaxes().As<float>();
   for (int i = 0; i < 3 * kLinears; ++i) amax[i] = 3.5f + i;
-  const int slot = meta->input_slot(1);
-  ASSERT_TRUE(meta->UpdateInputSlot(*ops, slot, nullptr).ok());
-  ExpectScale(*meta->scale4(slot), 448.0 / (3.5 + slot) / 2);
-  EXPECT_EQ(*meta->scale4(meta->input_slot(0)), 1.f);  // other slots untouched
-  EXPECT_EQ(amax[slot], 0.f);
-  EXPECT_EQ(amax[slot + 1], 3.5f + slot + 1);
-  ASSERT_TRUE(meta->UpdateGradSlot(*ops, 2, nullptr).ok());
-  ExpectScale(*meta->scale5(2), 57344.0 / (3.5 + 2 * kLinears + 2) / 2);
-  EXPECT_EQ(*meta->scale5(0), 1.f);
+  const E4m3Slot slot = meta->layout().InputSlot(Linear(1));
+  ASSERT_TRUE(meta->UpdateScale(*ops, slot, nullptr).ok());
+  ExpectScale(*meta->scale(slot), 448.0 / (3.5 + slot.index) / 2);
+  EXPECT_EQ(*meta->scale(meta->layout().InputSlot(Linear(0))), 1.f);  // other slots untouched
+  EXPECT_EQ(amax[slot.index], 0.f);
+  EXPECT_EQ(amax[slot.index + 1], 3.5f + slot.index + 1);
+  const E5m2Slot grad = meta->layout().GradSlot(Linear(2));
+  ASSERT_TRUE(meta->UpdateScale(*ops, grad, nullptr).ok());
+  ExpectScale(*meta->scale(grad), 57344.0 / (3.5 + 2 * kLinears + 2) / 2);
+  EXPECT_EQ(*meta->scale(S5(0)), 1.f);
 }
 
 TEST(Fp8Meta, RecordWeightEncodeScalesCopiesOnlyTheWeightsScaleInv) {
   std::unique_ptr<Ops> ops = CreateCpuOps();
-  auto meta = Fp8Meta::Create(*ops, kLinears, Delayed(2, 0, v1::DelayedScaling::MAX));
+  auto meta = Fp8Meta::Create(*ops, kLayers, Delayed(2, 0, v1::DelayedScaling::MAX));
   ASSERT_TRUE(meta.ok());
   std::mt19937 rng(std::random_device{}());
   std::uniform_real_distribution<float> amax_dist(0.1f, 50.f);
   float* amax = meta->amaxes().As<float>();
   for (int i = 0; i < 3 * kLinears; ++i) amax[i] = amax_dist(rng);
   ASSERT_TRUE(meta->UpdateScales(*ops, nullptr).ok());
-  for (int i = 0; i < kLinears; ++i) EXPECT_EQ(*meta->weight_data_scale_inv(i), 1.f);
+  for (int i = 0; i < kLinears; ++i) EXPECT_EQ(*meta->weight_data_scale_inv(Linear(i)), 1.f);
   ASSERT_TRUE(meta->RecordWeightEncodeScales(*ops, nullptr).ok());
   for (int i = 0; i < kLinears; ++i) {
-    EXPECT_EQ(*meta->weight_data_scale_inv(i), *meta->scale_inv4(meta->weight_slot(i)));
-    EXPECT_NE(*meta->weight_data_scale_inv(i), *meta->scale_inv4(meta->input_slot(i)));
+    EXPECT_EQ(*meta->weight_data_scale_inv(Linear(i)), *meta->scale_inv(meta->layout().WeightSlot(Linear(i))));
+    EXPECT_NE(*meta->weight_data_scale_inv(Linear(i)), *meta->scale_inv(meta->layout().InputSlot(Linear(i))));
   }
   // The next update changes the scales but not what the bytes were encoded with.
   for (int i = 0; i < 3 * kLinears; ++i) amax[i] = 100.f + amax_dist(rng);
-  const float recorded = *meta->weight_data_scale_inv(0);
+  const float recorded = *meta->weight_data_scale_inv(Linear(0));
   ASSERT_TRUE(meta->UpdateScales(*ops, nullptr).ok());
-  EXPECT_EQ(*meta->weight_data_scale_inv(0), recorded);
-  EXPECT_NE(*meta->scale_inv4(meta->weight_slot(0)), recorded);
+  EXPECT_EQ(*meta->weight_data_scale_inv(Linear(0)), recorded);
+  EXPECT_NE(*meta->scale_inv(meta->layout().WeightSlot(Linear(0))), recorded);
 }
 
 TEST(Fp8Meta, ZeroAmaxKeepsTheScale) {
   std::unique_ptr<Ops> ops = CreateCpuOps();
-  auto meta = Fp8Meta::Create(*ops, kLinears, Delayed(1, 0, v1::DelayedScaling::MAX));
+  auto meta = Fp8Meta::Create(*ops, kLayers, Delayed(1, 0, v1::DelayedScaling::MAX));
   ASSERT_TRUE(meta.ok());
   float* amax = meta->amaxes().As<float>();
   amax[0] = 2.f;
   ASSERT_TRUE(meta->UpdateScales(*ops, nullptr).ok());
-  ExpectScale(*meta->scale4(0), 224.0);
+  ExpectScale(*meta->scale(S4(0)), 224.0);
   ASSERT_TRUE(meta->UpdateScales(*ops, nullptr).ok());  // nothing recorded: amax 0
-  ExpectScale(*meta->scale4(0), 224.0);
+  ExpectScale(*meta->scale(S4(0)), 224.0);
 }
 
 }  // namespace

@@ -80,7 +80,7 @@ absl::StatusOr<RankRun> RunRank(const RunPlan& plan, int rank, const std::string
     }
   }
   for (int layer = 0; layer < plan.spec.model().n_layers(); ++layer) {
-    for (int linear = 0; linear < 4; ++linear) {
+    for (const BlockLinear linear : kEveryBlockLinear) {
       absl::StatusOr<std::vector<uint8_t>> bytes = trainer.GatheredWeightBytes(layer, linear);
       if (!bytes.ok()) return bytes.status();
       run.gathered.push_back(*std::move(bytes));

@@ -88,15 +88,15 @@ absl::Status FsdpTrainer::WaitForReplicas() {
   return replica_comm_->WaitFor(outer_replicas_reduced_, stream_);
 }
 
-absl::StatusOr<std::vector<uint8_t>> FsdpTrainer::GatheredWeightBytes(int layer, int linear) {
+absl::StatusOr<std::vector<uint8_t>> FsdpTrainer::GatheredWeightBytes(int layer,
+                                                                    BlockLinear linear) {
   if (!collective_ready_) return absl::FailedPreconditionError("collectives not ready");
+  if (layer < 0 || layer >= layers_) return absl::InvalidArgumentError("layer out of range");
   RETURN_IF_ERROR(GatherBlock(layer, GatheredFor(layer)));
-  const GatheredBlock& g = GatheredFor(layer);
-  const DeviceTensor* t[4] = {&g.qkv, &g.out_proj, &g.gate_up, &g.down};
-  const Fp8ShardedParam* p[4] = {&blocks_[layer].qkv, &blocks_[layer].out_proj,
-                                 &blocks_[layer].gate_up, &blocks_[layer].down};
-  std::vector<uint8_t> bytes(p[linear]->rows * p[linear]->cols * DTypeSize(p[linear]->compute_dtype));
-  RETURN_IF_ERROR(ops_->CopyToHost(bytes.data(), t[linear]->desc.data, bytes.size(), stream_));
+  const DeviceTensor& gathered = GatheredFor(layer).linear(linear);
+  const Fp8ShardedParam& p = blocks_[layer].linear(linear);
+  std::vector<uint8_t> bytes(p.rows * p.cols * DTypeSize(p.compute_dtype));
+  RETURN_IF_ERROR(ops_->CopyToHost(bytes.data(), gathered.desc.data, bytes.size(), stream_));
   return bytes;
 }
 

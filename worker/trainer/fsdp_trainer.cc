@@ -19,8 +19,11 @@ constexpr float kInitStd = 0.02f;
 
 }  // namespace
 
-FsdpTrainer::FsdpTrainer(std::unique_ptr<Ops> ops, CommunicatorFactory make_communicator)
-    : ops_(std::make_unique<CountingOps>(std::move(ops))), make_communicator_(std::move(make_communicator)) {}
+FsdpTrainer::FsdpTrainer(std::unique_ptr<Ops> ops, CommunicatorFactory make_communicator,
+                         int buffer_ring_depth)
+    : ops_(std::make_unique<CountingOps>(std::move(ops))),
+      make_communicator_(std::move(make_communicator)),
+      buffer_ring_depth_(buffer_ring_depth) {}
 
 FsdpTrainer::~FsdpTrainer() = default;
 
@@ -39,24 +42,61 @@ absl::StatusOr<DeviceTensor> FsdpTrainer::Alloc(DType dtype, Shape shape) {
   return AllocateTensor(*ops_, dtype, shape);
 }
 
-LinearSpec FsdpTrainer::Spec(int layer, int linear) const {
-  static constexpr int kIn[4] = {0, 0, 0, 1};  // 0: H, 1: F
+LinearSpec FsdpTrainer::Spec(int layer, BlockLinear linear) const {
   LinearSpec s;
   s.tokens = tokens_;
-  s.index = layer * 4 + linear;
+  s.linear = LinearId{layer, linear};
   s.fp8 = fp8_;
-  s.in = kIn[linear] == 0 ? hidden_ : ffn_;
-  s.out = linear == 0 ? qkv_width_ : linear == 2 ? 2 * ffn_ : hidden_;
+  s.in = linear == BlockLinear::kDown ? ffn_ : hidden_;
+  switch (linear) {
+    case BlockLinear::kQkv:
+      s.out = qkv_width_;
+      break;
+    case BlockLinear::kGateUp:
+      s.out = 2 * ffn_;
+      break;
+    case BlockLinear::kOutProj:
+    case BlockLinear::kDown:
+      s.out = hidden_;
+      break;
+  }
   return s;
 }
 
-// One set per block, or two used in turn by consecutive blocks.
+Fp8ShardedParam& FsdpTrainer::Block::linear(BlockLinear l) {
+  switch (l) {
+    case BlockLinear::kQkv:
+      return qkv;
+    case BlockLinear::kOutProj:
+      return out_proj;
+    case BlockLinear::kGateUp:
+      return gate_up;
+    case BlockLinear::kDown:
+      break;
+  }
+  return down;
+}
+
+const DeviceTensor& FsdpTrainer::BlockTensors::linear(BlockLinear l) const {
+  switch (l) {
+    case BlockLinear::kQkv:
+      return qkv;
+    case BlockLinear::kOutProj:
+      return out_proj;
+    case BlockLinear::kGateUp:
+      return gate_up;
+    case BlockLinear::kDown:
+      break;
+  }
+  return down;
+}
+
 FsdpTrainer::GatheredBlock& FsdpTrainer::GatheredFor(int layer) {
-  return gathered_[layer % gathered_.size()];
+  return gathered_[weight_ring_.SlotOf(layer)];
 }
 
 FsdpTrainer::BlockGrads& FsdpTrainer::GradsFor(int layer) {
-  return block_grads_[layer % block_grads_.size()];
+  return block_grads_[grad_ring_.SlotOf(layer)];
 }
 
 std::vector<Fp8ShardedParam*> FsdpTrainer::AllParams() {
@@ -107,7 +147,7 @@ absl::StatusOr<SetupReport> FsdpTrainer::Setup(const v1::JobSpec& spec, int rank
     return absl::InvalidArgumentError("model: shapes are inconsistent (validate the spec first)");
   }
   // Refuse a job this device cannot hold before allocating any of it.
-  const RankMemoryEstimate need = EstimateRankMemory(spec, rank_, world_);
+  const RankMemoryEstimate need = EstimateRankMemory(spec, rank_, world_, buffer_ring_depth_);
   ASSIGN_OR_RETURN(const int64_t available, ops_->AvailableMemoryBytes());
   if (need.total() > available) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -157,24 +197,30 @@ absl::Status FsdpTrainer::AllocateState() {
   ASSIGN_OR_RETURN(lm_head_, param("lm_head", vocab_, hidden_, DType::kBFloat16, true));
 
   // Quantizer state, built once; each FP8 weight points into it.
-  ASSIGN_OR_RETURN(Fp8Meta meta, Fp8Meta::Create(*ops_, 4 * layers_, spec_.fp8()));
+  ASSIGN_OR_RETURN(Fp8Meta meta, Fp8Meta::Create(*ops_, layers_, spec_.fp8()));
   meta_ = std::make_unique<Fp8Meta>(std::move(meta));
   fuse_fp8_casts_ = fp8_ && !meta_->current_scaling();
   for (int l = 0; l < layers_; ++l) {
-    Fp8ShardedParam* linears[4] = {&blocks_[l].qkv, &blocks_[l].out_proj, &blocks_[l].gate_up,
-                                   &blocks_[l].down};
-    for (int i = 0; i < 4; ++i) {
-      if (!linears[i]->is_fp8()) continue;
-      const int index = l * 4 + i;
-      linears[i]->scale = meta_->scale4(meta_->weight_slot(index));
-      linears[i]->scale_inv = meta_->weight_data_scale_inv(index);
-      linears[i]->amax = meta_->amax4(meta_->weight_slot(index));
+    for (const BlockLinear linear : kEveryBlockLinear) {
+      Fp8ShardedParam& weight = blocks_[l].linear(linear);
+      if (!weight.is_fp8()) continue;
+      const LinearId id{l, linear};
+      const E4m3Slot slot = meta_->layout().WeightSlot(id);
+      weight.scale = meta_->scale(slot);
+      weight.scale_inv = meta_->weight_data_scale_inv(id);
+      weight.amax = meta_->amax(slot);
     }
   }
   std::vector<AdamShard> shards;
   for (Fp8ShardedParam* p : AllParams()) shards.push_back(p->AsAdamShard());
   ASSIGN_OR_RETURN(adam_, ops_->CreateAdamPlan(shards));
 
+  const bool sharded = world_ > 1;
+  weight_ring_ = sharded && spec_.reshard_after_forward()
+                     ? BlockBufferRing::Shared(layers_, buffer_ring_depth_)
+                     : BlockBufferRing::OnePerBlock(layers_, buffer_ring_depth_);
+  grad_ring_ = sharded ? BlockBufferRing::Shared(layers_, buffer_ring_depth_)
+                      : BlockBufferRing::OnePerBlock(layers_, buffer_ring_depth_);
   gather_done_.assign(layers_, CollectiveTicket{});
   grads_reduced_.assign(layers_, CollectiveTicket{});
   replicas_reduced_.assign(layers_, CollectiveTicket{});
@@ -182,8 +228,8 @@ absl::Status FsdpTrainer::AllocateState() {
     // One rank holds every parameter whole: the gathered weights are its
     // compute shards and the full gradients its gradient shards, views with
     // nothing to gather, reduce or copy.
-    gathered_.resize(layers_);
-    block_grads_.resize(layers_);
+    gathered_.resize(weight_ring_.sets());
+    block_grads_.resize(grad_ring_.sets());
     for (int l = 0; l < layers_; ++l) {
       for (int i = 0; i < 6; ++i) {
         const Fp8ShardedParam& p = blocks_[l].*kBlockParams[i];
@@ -198,25 +244,26 @@ absl::Status FsdpTrainer::AllocateState() {
     grad_final_norm_.desc = final_norm_.grad_shard.desc;
     grad_lm_head_.desc = lm_head_.grad_shard.desc;
   } else {
-    // Gathered compute weights: when resharding after forward, two sets that
-    // consecutive blocks use in turn, so that block l + 1's all-gather fills
-    // one while block l computes from the other; else one per block.
+    // Gathered compute weights: when resharding after forward, a ring of
+    // sets that consecutive blocks use in turn, so that the next blocks'
+    // all-gathers fill sets while block l computes from its own; else one
+    // per block.
     auto gathered = [&](const Fp8ShardedParam& p) {
       return Alloc(p.compute_dtype, Shape{p.layout.gathered_numel()});
     };
-    gathered_.resize(spec_.reshard_after_forward() ? std::min(layers_, 2) : layers_);
+    gathered_.resize(weight_ring_.sets());
     for (GatheredBlock& g : gathered_) RETURN_IF_ERROR(AllocateBlockTensors(std::nullopt, g));
     ASSIGN_OR_RETURN(gathered_embedding_, gathered(embedding_));
     ASSIGN_OR_RETURN(gathered_final_norm_, gathered(final_norm_));
     ASSIGN_OR_RETURN(gathered_lm_head_, gathered(lm_head_));
 
-    // Full-size fp32 gradients: two sets that consecutive blocks use in
-    // turn, so that block l's reduce-scatter reads one while block l - 1's
-    // backward writes the other.
+    // Full-size fp32 gradients: a ring of sets that consecutive blocks use
+    // in turn, so that block l's reduce-scatter reads one while block
+    // l - 1's backward writes another.
     auto full_grad = [&](const Fp8ShardedParam& p) {
       return Alloc(DType::kFloat32, Shape{p.layout.gathered_numel()});
     };
-    block_grads_.resize(std::min(layers_, 2));
+    block_grads_.resize(grad_ring_.sets());
     for (BlockGrads& g : block_grads_) RETURN_IF_ERROR(AllocateBlockTensors(DType::kFloat32, g));
     ASSIGN_OR_RETURN(grad_embedding_, full_grad(embedding_));
     ASSIGN_OR_RETURN(grad_final_norm_, full_grad(final_norm_));
@@ -249,8 +296,8 @@ absl::Status FsdpTrainer::AllocateState() {
     if (!fuse_fp8_casts_) {
       ASSIGN_OR_RETURN(a.swiglu, Alloc(DType::kBFloat16, Shape{t, f}));
     }
-    for (int i = 0; i < 4; ++i) {
-      RETURN_IF_ERROR(AllocateLinearSaved(*ops_, Spec(l, i), a.saved[i]));
+    for (const BlockLinear linear : kEveryBlockLinear) {
+      RETURN_IF_ERROR(AllocateLinearSaved(*ops_, Spec(l, linear), a.saved[linear]));
     }
   }
   // Largest linear input and output widths (the qkv width exceeds H).

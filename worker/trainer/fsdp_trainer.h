@@ -34,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/block_buffer_ring.h"
 #include "common/durable_file.h"
 #include "worker/comm/communicator.h"
 #include "worker/comm/communicator_factory.h"
@@ -52,7 +53,10 @@ namespace tessera {
 
 class FsdpTrainer : public Trainer {
  public:
-  FsdpTrainer(std::unique_ptr<Ops> ops, CommunicatorFactory make_communicator);
+  // `buffer_ring_depth`: how many blocks' gathered weights and full
+  // gradients are in use at once (common/block_buffer_ring.h); tests vary it.
+  FsdpTrainer(std::unique_ptr<Ops> ops, CommunicatorFactory make_communicator,
+              int buffer_ring_depth = BlockBufferRing::kDefaultDepth);
   ~FsdpTrainer() override;
 
   absl::StatusOr<SetupReport> Setup(const v1::JobSpec& spec, int rank, int world_size) override;
@@ -74,7 +78,7 @@ class FsdpTrainer : public Trainer {
   int64_t allocation_count() const { return ops_->allocations(); }
   int64_t allocated_bytes() const { return ops_->allocated_bytes(); }
   int64_t host_read_count() const { return ops_->host_reads(); }
-  absl::StatusOr<std::vector<uint8_t>> GatheredWeightBytes(int layer, int linear);
+  absl::StatusOr<std::vector<uint8_t>> GatheredWeightBytes(int layer, BlockLinear linear);
   // Whether steps now replay a captured CUDA graph (train_step.cc), and why
   // not when a capture was tried and failed (the steps then run eagerly).
   bool replays_step_graph() const { return step_graph_ != nullptr; }
@@ -84,6 +88,7 @@ class FsdpTrainer : public Trainer {
   // Parameters of one block, in the order of the block's linears.
   struct Block {
     Fp8ShardedParam attn_norm, qkv, out_proj, mlp_norm, gate_up, down;
+    Fp8ShardedParam& linear(BlockLinear l);
   };
   // One full-size tensor per parameter of a block, field for field with
   // Block. Used for the gathered compute weights (shared by all blocks when
@@ -92,6 +97,7 @@ class FsdpTrainer : public Trainer {
   // its backward).
   struct BlockTensors {
     DeviceTensor attn_norm, qkv, out_proj, mlp_norm, gate_up, down;
+    const DeviceTensor& linear(BlockLinear l) const;
   };
   using GatheredBlock = BlockTensors;
   using BlockGrads = BlockTensors;
@@ -115,7 +121,7 @@ class FsdpTrainer : public Trainer {
     DeviceTensor h2;        // [T, H] bf16 mlp_norm output (likewise)
     DeviceTensor gate_up;   // [T, 2F] bf16
     DeviceTensor swiglu;    // [T, F] bf16 (likewise)
-    LinearSaved saved[4];   // FP8 transposed inputs of qkv, out_proj, gate_up, down
+    PerBlockLinear<LinearSaved> saved;  // each FP8 linear's transposed input
   };
   // Allocates one full-size (gathered_numel) tensor of `dtype` per block
   // parameter, or of each parameter's compute dtype when dtype is unset.
@@ -162,15 +168,9 @@ class FsdpTrainer : public Trainer {
   // WaitForReplicas. No-ops under plain FSDP.
   absl::Status ReduceAcrossReplicas(int layer, const CollectiveTicket& reduced);
   absl::Status WaitForReplicas();
-  // Whether the backward gathers block `layer` again: only when resharding
-  // after forward, and not for the last two blocks, which are still in the
-  // two gathered sets when the backward starts.
-  bool RegathersInBackward(int layer) const {
-    return world_ > 1 && spec_.reshard_after_forward() && layer < layers_ - 2;
-  }
   absl::Status BlockForward(int layer, const GatheredBlock& w, BlockActivations& a,
                             const TensorDesc& x_in, const TensorDesc& x_out);
-  absl::Status NormThenLinear(int layer, int linear, const TensorDesc& x,
+  absl::Status NormThenLinear(int layer, BlockLinear linear, const TensorDesc& x,
                               const TensorDesc& norm_weight, const TensorDesc& rstd,
                               const TensorDesc& normed, const TensorDesc& weight,
                               const TensorDesc& y, LinearSaved& saved);
@@ -178,7 +178,7 @@ class FsdpTrainer : public Trainer {
                              const TensorDesc& grad_residual);
   absl::Status CheckAborted() const;
   std::vector<Fp8ShardedParam*> AllParams();
-  LinearSpec Spec(int layer, int linear) const;
+  LinearSpec Spec(int layer, BlockLinear linear) const;
   GatheredBlock& GatheredFor(int layer);
   BlockGrads& GradsFor(int layer);
 
@@ -223,15 +223,20 @@ class FsdpTrainer : public Trainer {
   std::unique_ptr<Fp8Meta> meta_;
   std::unique_ptr<AdamPlan> adam_;
 
-  // Two sets used in turn by consecutive blocks when resharding after
-  // forward, else one per block; at world size 1 one per block, views over
-  // its compute shards.
+  // Which set of gathered weights and of full gradients each block uses,
+  // and which collective frees a set for the next block (set up in
+  // AllocateState). The weights' ring shares its sets only when resharding
+  // after forward; the gradients' whenever there is more than one rank. At
+  // world size 1 both are one set per block, views over the shards.
+  const int buffer_ring_depth_;
+  BlockBufferRing weight_ring_ = BlockBufferRing::OnePerBlock(1);
+  BlockBufferRing grad_ring_ = BlockBufferRing::OnePerBlock(1);
+  // weight_ring_.sets() gathered weight sets.
   std::vector<GatheredBlock> gathered_;
   DeviceTensor gathered_embedding_, gathered_final_norm_, gathered_lm_head_;
   std::vector<BlockActivations> acts_;
-  // Two sets used in turn by consecutive blocks (each block's are
-  // reduce-scattered while the next block's backward runs), or at world
-  // size 1 one set of views per block over its gradient shards.
+  // grad_ring_.sets() full gradient sets (each block's are reduce-scattered
+  // while the next blocks' backward runs).
   std::vector<BlockGrads> block_grads_;
   // The step's collectives in flight, per block: its weights' all-gather
   // and its gradients' reduce-scatter.

@@ -100,7 +100,7 @@ RunRecord TrainOnGpu(const v1::JobSpec& spec, int steps) {
   EXPECT_TRUE(trainer->step_graph_status().ok()) << trainer->step_graph_status();
   record.replayed = trainer->replays_step_graph();
   for (int layer = 0; layer < spec.model().n_layers(); ++layer) {
-    for (int linear = 0; linear < 4; ++linear) {
+    for (const BlockLinear linear : kEveryBlockLinear) {
       auto bytes = trainer->GatheredWeightBytes(layer, linear);
       EXPECT_TRUE(bytes.ok()) << bytes.status();
       if (bytes.ok()) record.weights.push_back(*std::move(bytes));

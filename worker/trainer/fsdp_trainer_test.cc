@@ -17,12 +17,15 @@
 //  - five blocks with resharding (the overlapped, double-buffered schedule)
 //    match kept weights and one rank;
 //  - hybrid sharding (2 x 2) and pure data parallelism (4 x 1) track plain
-//    FSDP, with identical losses and weights on every replica.
+//    FSDP, with identical losses and weights on every replica;
+//  - buffer rings of depth 3 and 4 give the bits of depth 2, also with the
+//    collectives deferred to their waits as a queued engine may run them.
 #include "worker/trainer/fsdp_trainer.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -32,6 +35,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/memory_estimate.h"
 #include "gtest/gtest.h"
+#include "worker/comm/deferred_communicator_for_test.h"
 #include "worker/comm/file_rendezvous_store_for_test.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/engine/cpu/cpu_ops.h"
@@ -55,10 +59,21 @@ struct RankResult {
   int64_t host_reads_during_steps = -1;
 };
 
+// How a test's ranks build their trainer: the collectives (Gloo runs each
+// one as it is issued; DeferringFactory as late as a queued engine may) and
+// the buffer ring's depth.
+struct TrainerSetup {
+  bool defer_collectives = false;
+  int buffer_ring_depth = BlockBufferRing::kDefaultDepth;
+};
+
 // Trains `steps` steps as `rank` of `world`; writes losses and bytes to out.
 int TrainRank(const v1::JobSpec& spec, int rank, int world, const std::string& rdzv,
-              const std::string& out, int steps) {
-  FsdpTrainer trainer(CreateCpuOps(), CreateGlooCommunicator);
+              const std::string& out, int steps, const TrainerSetup& setup) {
+  FsdpTrainer trainer(
+      CreateCpuOps(),
+      setup.defer_collectives ? DeferringFactory(CreateGlooCommunicator) : CreateGlooCommunicator,
+      setup.buffer_ring_depth);
   if (!trainer.Setup(spec, rank, world).ok()) return 2;
   FileRendezvousStore store(rdzv);
   if (!trainer.InitCollective(&store, "127.0.0.1", absl::Seconds(30)).ok()) return 3;
@@ -75,7 +90,7 @@ int TrainRank(const v1::JobSpec& spec, int rank, int world, const std::string& r
   }
   int64_t counts[3] = {after_setup, trainer.allocation_count(),
                        trainer.host_read_count() - reads_before};
-  auto bytes = trainer.GatheredWeightBytes(0, 0);
+  auto bytes = trainer.GatheredWeightBytes(0, BlockLinear::kQkv);
   if (!bytes.ok()) return 5;
   int64_t nbytes = static_cast<int64_t>(bytes->size());
   file.write(reinterpret_cast<const char*>(counts), sizeof(counts));
@@ -85,13 +100,16 @@ int TrainRank(const v1::JobSpec& spec, int rank, int world, const std::string& r
 }
 
 // Runs `world` ranks in child processes and reads their results back.
-std::vector<RankResult> Train(const v1::JobSpec& spec, int world, int steps) {
+std::vector<RankResult> Train(const v1::JobSpec& spec, int world, int steps,
+                              const TrainerSetup& setup = {}) {
   static int run = 0;
   std::string dir = FreshDir(absl::StrCat("run", run++));
   std::vector<pid_t> pids;
   for (int r = 0; r < world; ++r) {
     pid_t pid = fork();
-    if (pid == 0) _exit(TrainRank(spec, r, world, dir, absl::StrCat(dir, "/out-", r), steps));
+    if (pid == 0) {
+      _exit(TrainRank(spec, r, world, dir, absl::StrCat(dir, "/out-", r), steps, setup));
+    }
     pids.push_back(pid);
   }
   std::vector<RankResult> results(world);
@@ -243,6 +261,51 @@ TEST(FsdpTrainer, OverlappedScheduleWithFiveBlocksMatchesKeptWeightsAndOneRank) 
   for (int s = 0; s < 4; ++s) EXPECT_EQ(a[0].losses[s], b[0].losses[s]) << "step " << s;
   EXPECT_EQ(a[0].gathered, b[0].gathered);
   for (const RankResult& r : a) EXPECT_EQ(r.allocations_after_steps, r.allocations_after_setup);
+}
+
+// The buffer ring (common/block_buffer_ring.h) at depth 3: three sets of
+// gathered weights and of gradients, blocks l + 1 and l + 2 gathered while
+// block l computes. Buffer depth changes when data moves, never what is
+// computed: every depth gives the bits of depth 2, with collectives run as
+// early (Gloo) and as late (deferred to their WaitFor) as an engine may. A
+// step that computed from a set before its gather was waited for, or wrote
+// a gradient set before the reduce-scatter reading it finished, would
+// change the losses in the deferred runs.
+TEST(FsdpTrainer, BufferRingDepthThreeComputesTheBitsOfDepthTwo) {
+  v1::JobSpec spec = TinySpec(2);
+  spec.mutable_model()->set_n_layers(5);
+  spec.set_reshard_after_forward(true);
+  const int steps = 4;
+  const std::vector<RankResult> reference = Train(spec, 2, steps);
+  ASSERT_EQ(reference.size(), 2u);
+  for (const TrainerSetup setup : {TrainerSetup{true, 2}, TrainerSetup{false, 3},
+                                   TrainerSetup{true, 3}, TrainerSetup{true, 4}}) {
+    SCOPED_TRACE(absl::StrCat("depth ", setup.buffer_ring_depth,
+                              setup.defer_collectives ? ", deferred collectives" : ""));
+    for (const bool reshard : {true, false}) {
+      v1::JobSpec run = spec;
+      run.set_reshard_after_forward(reshard);
+      const std::vector<RankResult> r = Train(run, 2, steps, setup);
+      ASSERT_EQ(r.size(), 2u);
+      for (int s = 0; s < steps; ++s) {
+        EXPECT_EQ(r[0].losses[s], reference[0].losses[s]) << "step " << s << " reshard " << reshard;
+      }
+      EXPECT_EQ(r[0].gathered, reference[0].gathered);
+      EXPECT_EQ(r[1].gathered, reference[0].gathered);
+      for (const RankResult& rank : r) {
+        EXPECT_EQ(rank.allocations_after_steps, rank.allocations_after_setup);
+      }
+    }
+  }
+  // The estimate follows the depth: one more set of gathered weights and of
+  // gradients than at depth 2, and it is what Setup allocates.
+  for (const int depth : {2, 3, 5}) {
+    FsdpTrainer trainer(CreateCpuOps(), CreateGlooCommunicator, depth);
+    ASSERT_TRUE(trainer.Setup(spec, 1, 3).ok()) << depth;
+    const RankMemoryEstimate e = EstimateRankMemory(spec, 1, 3, depth);
+    EXPECT_EQ(trainer.allocated_bytes(), e.trainer_bytes()) << "depth " << depth;
+  }
+  EXPECT_GT(EstimateRankMemory(spec, 1, 3, 3).gathered, EstimateRankMemory(spec, 1, 3, 2).gathered);
 }
 
 // Hybrid sharding over 4 ranks: 2 shard groups of 2 (HSDP) and 4 replicas
@@ -483,18 +546,26 @@ TEST(FsdpTrainer, AbortFromAnotherThreadStopsATrainingLoop) {
   FsdpTrainer trainer(CreateCpuOps(), CreateGlooCommunicator);
   ASSERT_TRUE(trainer.Setup(TinySpec(2), 0, 1).ok());
   ASSERT_TRUE(trainer.InitCollective(nullptr, "127.0.0.1", absl::Seconds(5)).ok());
-  std::thread stopper([&trainer] {
-    absl::SleepFor(absl::Milliseconds(50));
+  // The stopper aborts once the loop is under way (two steps done), however
+  // slowly the machine runs them, then the loop must stop within 5 s.
+  std::atomic<int> steps_done{0};
+  absl::Time aborted_at = absl::InfiniteFuture();
+  std::thread stopper([&] {
+    while (steps_done.load() < 2) absl::SleepFor(absl::Milliseconds(1));
+    aborted_at = absl::Now();
     trainer.Abort();
   });
   absl::Status last;
   int step = 0;
-  const absl::Time start = absl::Now();
-  for (; step < 100000 && last.ok(); ++step) last = trainer.RunStep(step).status();
+  for (; step < 100000 && last.ok(); ++step) {
+    last = trainer.RunStep(step).status();
+    if (last.ok()) ++steps_done;
+  }
+  const absl::Time stopped_at = absl::Now();
   stopper.join();
   EXPECT_EQ(last.code(), absl::StatusCode::kCancelled);
-  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
-  EXPECT_GT(step, 1);
+  EXPECT_LT(stopped_at - aborted_at, absl::Seconds(5));
+  EXPECT_GT(step, 2);
 }
 
 }  // namespace

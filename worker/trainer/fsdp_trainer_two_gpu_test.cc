@@ -55,7 +55,7 @@ int RunRank(int rank, int world, const v1::JobSpec& spec, const std::string& dir
     }
     file.write(reinterpret_cast<const char*>(&r->loss), sizeof(float));
   }
-  auto bytes = trainer.GatheredWeightBytes(1, 2);
+  auto bytes = trainer.GatheredWeightBytes(1, BlockLinear::kGateUp);
   if (!bytes.ok()) return 6;
   file.write(reinterpret_cast<const char*>(bytes->data()), bytes->size());
   return 0;

@@ -10,6 +10,7 @@
 // other activation stays in fp64. Run for FP8 with delayed scaling, FP8 with
 // current scaling, and FP8 off, each with multi-head attention, and with
 // grouped-query attention (4 query heads sharing 2 or 1 key/value heads).
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/fp8_meta_layout.h"
 #include "gtest/gtest.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/data/batch_source.h"
@@ -117,6 +119,15 @@ struct Reference {
   bool fp8;
   Checkpointed ckpt;
 
+  Fp8MetaLayout layout() const { return Fp8MetaLayout::For(layers, *recipe); }
+  // The checkpointed value of the FP8 state's float at `engine_offset`.
+  double FromCheckpoint(int64_t engine_offset) const {
+    const std::vector<int64_t> order = layout().CheckpointOrder();
+    const auto at = std::find(order.begin(), order.end(), engine_offset);
+    EXPECT_NE(at, order.end()) << engine_offset;
+    return at == order.end() ? 0.0 : ckpt.fp8_state.at(at - order.begin());
+  }
+
   // The compute copy of a parameter: bf16, or e4m3 with its encode scale.
   Matrix Weight(const std::string& name, int linear) const {
     const std::vector<float>& m = ckpt.master.at(name);
@@ -125,8 +136,8 @@ struct Reference {
       for (size_t i = 0; i < m.size(); ++i) w[i] = RoundBf16(m[i]);
       return w;
     }
-    const int n = 4 * layers;
-    const double scale = 1.0 / ckpt.fp8_state[ckpt.fp8_state.size() - n + linear];
+    const double scale = 1.0 / FromCheckpoint(layout().weight_data_scale_inv_offset() +
+                                              Fp8MetaLayout::kScaleInvStride * linear);
     for (size_t i = 0; i < m.size(); ++i) w[i] = RoundE4m3(m[i] * scale) / scale;
     return w;
   }
@@ -134,9 +145,9 @@ struct Reference {
   // y [T, out] = x [T, in] · W[out, in]ᵀ, the input quantized when FP8.
   Matrix Linear(Matrix x, const Matrix& w, int64_t in, int64_t out, int linear) const {
     if (fp8) {
-      const int n = 4 * layers;
-      // scale4 starts after the 3n amaxes; input slots follow the n weight slots.
-      double scale = ckpt.fp8_state[3 * n + n + linear];  // this step's input scale
+      const LinearId id{linear / kBlockLinears, static_cast<BlockLinear>(linear % kBlockLinears)};
+      // This step's input scale.
+      double scale = FromCheckpoint(layout().scale4_offset() + layout().InputSlot(id).index);
       if (recipe->has_current()) scale = 448.0 / AbsMax(x) / std::exp2(recipe->current().margin());
       QuantizeE4m3(x, scale);
     }

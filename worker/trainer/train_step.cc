@@ -1,7 +1,8 @@
 // The training step, top to bottom: read batch -> all-gather -> forward
 // (block l + 1's weights gathered while block l computes) -> fused linear +
 // cross-entropy -> backward (block l's gradients reduce-scattered while block
-// l - 1's backward runs; under hybrid sharding then all-reduced across
+// l - 1's backward runs; which buffer set each block uses, and what frees
+// it, is weight_ring_ and grad_ring_, common/block_buffer_ring.h; under hybrid sharding then all-reduced across
 // replicas) -> one packed all-reduce of
 // [loss, tokens, grad sum of squares] -> clip scale -> FusedAdam (new fp32
 // master, Adam state and FP8 shards) -> one packed all-reduce of every amax
@@ -163,12 +164,15 @@ absl::Status FsdpTrainer::QueueStep() {
     PhaseRange range("all-gather");
     ASSIGN_OR_RETURN(const CollectiveTicket embedding_gathered,
                      StartGather({{&embedding_, &gathered_embedding_}}));
-    ASSIGN_OR_RETURN(gather_done_[0], StartGatherBlock(0, GatheredFor(0)));
+    for (int l = 0; l < weight_ring_.FirstGathers(); ++l) {
+      ASSIGN_OR_RETURN(gather_done_[l], StartGatherBlock(l, GatheredFor(l)));
+    }
     RETURN_IF_ERROR(comm_->WaitFor(embedding_gathered, stream_));
     RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, stream_));
   }
 
-  // ---- Forward: block l computes while block l + 1's weights are gathered
+  // ---- Forward: block l computes while the next blocks' weights are
+  // gathered (weight_ring_ says how far ahead, into which set)
   {
     PhaseRange range("forward");
     RETURN_IF_ERROR(ops.EmbeddingForward(inputs_.desc, Full(gathered_embedding_, embedding_),
@@ -178,10 +182,11 @@ absl::Status FsdpTrainer::QueueStep() {
       RETURN_IF_ERROR(clock_.Lap(StepPhase::kForward, stream_));
       RETURN_IF_ERROR(comm_->WaitFor(gather_done_[l], stream_));
       RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, stream_));
-      // Queued now, so after block l - 1, the last reader of the buffer it fills.
-      if (l + 1 < layers_) {
-        ASSIGN_OR_RETURN(gather_done_[l + 1], StartGatherBlock(l + 1, GatheredFor(l + 1)));
-      } else {
+      // Queued now, so after block l - 1, the last reader of the set it fills.
+      if (const int ahead = weight_ring_.GatheredAheadOf(l); ahead >= 0) {
+        ASSIGN_OR_RETURN(gather_done_[ahead], StartGatherBlock(ahead, GatheredFor(ahead)));
+      }
+      if (l + 1 == layers_) {
         ASSIGN_OR_RETURN(head_gathered, StartGather({{&final_norm_, &gathered_final_norm_},
                                                      {&lm_head_, &gathered_lm_head_}}));
       }
@@ -220,22 +225,24 @@ absl::Status FsdpTrainer::QueueStep() {
   ASSIGN_OR_RETURN(const CollectiveTicket head_reduced,
                    StartReduceScatter({{&final_norm_, &grad_final_norm_},
                                        {&lm_head_, &grad_lm_head_}}));
-  // Block l's backward runs while block l + 1's gradients are
-  // reduce-scattered and (when resharding) block l - 1's weights gathered.
+  // Block l's backward runs while the later blocks' gradients are
+  // reduce-scattered and (when resharding) earlier blocks' weights gathered.
   for (int l = layers_ - 1; l >= 0; --l) {
     RETURN_IF_ERROR(CheckAborted());
-    if (RegathersInBackward(l)) {
+    if (!weight_ring_.HeldThroughBackward(l)) {
       RETURN_IF_ERROR(clock_.Lap(StepPhase::kBackward, stream_));
       RETURN_IF_ERROR(comm_->WaitFor(gather_done_[l], stream_));
       RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, stream_));
     }
-    if (l > 0 && RegathersInBackward(l - 1)) {
-      ASSIGN_OR_RETURN(gather_done_[l - 1], StartGatherBlock(l - 1, GatheredFor(l - 1)));
+    // Queued now, so after block l + 1, the last reader of the set it fills.
+    if (const int ahead = weight_ring_.RegatheredAheadOf(l); ahead >= 0) {
+      ASSIGN_OR_RETURN(gather_done_[ahead], StartGatherBlock(ahead, GatheredFor(ahead)));
     }
-    // Block l writes the gradient set that block l + 2's reduce-scatter reads.
-    if (l + 2 < layers_) {
+    // Block l writes the gradient set whose previous writer's reduce-scatter
+    // must have read it.
+    if (const int previous = grad_ring_.GradientSetFreedBy(l); previous >= 0) {
       RETURN_IF_ERROR(clock_.Lap(StepPhase::kBackward, stream_));
-      RETURN_IF_ERROR(comm_->WaitFor(grads_reduced_[l + 2], stream_));
+      RETURN_IF_ERROR(comm_->WaitFor(grads_reduced_[previous], stream_));
       RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, stream_));
     }
     RETURN_IF_ERROR(BlockBackward(l, GatheredFor(l), acts_[l], grad_residual_.desc));
@@ -254,7 +261,7 @@ absl::Status FsdpTrainer::QueueStep() {
     PhaseRange range("reduce-scatter");
     ASSIGN_OR_RETURN(const CollectiveTicket embedding_reduced,
                      StartReduceScatter({{&embedding_, &grad_embedding_}}));
-    for (int l = 0; l < std::min(layers_, 2); ++l) {
+    for (int l = 0; l < grad_ring_.UnwaitedAfterBackward(); ++l) {
       RETURN_IF_ERROR(comm_->WaitFor(grads_reduced_[l], stream_));
     }
     RETURN_IF_ERROR(comm_->WaitFor(head_reduced, stream_));
@@ -305,12 +312,11 @@ absl::Status FsdpTrainer::QueueStep() {
   return clock_.Lap(StepPhase::kOptimizer, stream_);
 }
 
-// y = linear(RMSNorm(x)) for a block's qkv (linear 0) or gate/up (linear 2)
-// projection; rstd is saved for backward. With fused FP8 casts the norm
+// y = linear(RMSNorm(x)) for a block's qkv or gate/up projection; rstd is saved for backward. With fused FP8 casts the norm
 // writes the linear's FP8 input (and its transpose, saved for the weight
 // gradient) itself; otherwise it writes the bf16 `normed`, which the linear
 // quantizes or multiplies.
-absl::Status FsdpTrainer::NormThenLinear(int l, int linear, const TensorDesc& x,
+absl::Status FsdpTrainer::NormThenLinear(int l, BlockLinear linear, const TensorDesc& x,
                                          const TensorDesc& norm_weight, const TensorDesc& rstd,
                                          const TensorDesc& normed, const TensorDesc& weight,
                                          const TensorDesc& y, LinearSaved& saved) {
@@ -335,28 +341,28 @@ absl::Status FsdpTrainer::BlockForward(int l, const GatheredBlock& w, BlockActiv
   // Attention: x_mid = x_in + out_proj(attention(rope(qkv(norm(x_in))))),
   // qkv's [T, qkv width] output viewed as [B, S, nh + 2*nkv, hd]. The
   // out_proj and down GEMMs add the residual stream as they write it.
-  RETURN_IF_ERROR(NormThenLinear(l, 0, x_in, Full(w.attn_norm, b.attn_norm), a.rstd1.desc,
+  RETURN_IF_ERROR(NormThenLinear(l, BlockLinear::kQkv, x_in, Full(w.attn_norm, b.attn_norm), a.rstd1.desc,
                                  a.h1.desc, Full(w.qkv, b.qkv),
-                                 Reshaped(a.qkv.desc, Shape{t, qkv_width_}), a.saved[0]));
+                                 Reshaped(a.qkv.desc, Shape{t, qkv_width_}), a.saved[BlockLinear::kQkv]));
   RETURN_IF_ERROR(ops.RopeForward(a.qkv.desc, kv_heads_, spec_.model().rope_theta(), stream_));
   RETURN_IF_ERROR(ops.AttentionForward(
       a.qkv.desc, kv_heads_, Reshaped(a.attn.desc, Shape{batch_, seq_, heads_, head_dim_}),
       a.lse.desc, stream_));
-  RETURN_IF_ERROR(LinearForward(ops, *meta_, Spec(l, 1), Full(w.out_proj, b.out_proj), a.attn.desc,
-                                a.x_mid.desc, scratch_, a.saved[1], stream_, &x_in));
+  RETURN_IF_ERROR(LinearForward(ops, *meta_, Spec(l, BlockLinear::kOutProj), Full(w.out_proj, b.out_proj), a.attn.desc,
+                                a.x_mid.desc, scratch_, a.saved[BlockLinear::kOutProj], stream_, &x_in));
   // MLP: x_out = x_mid + down(swiglu(gate_up(norm(x_mid)))).
-  RETURN_IF_ERROR(NormThenLinear(l, 2, a.x_mid.desc, Full(w.mlp_norm, b.mlp_norm), a.rstd2.desc,
+  RETURN_IF_ERROR(NormThenLinear(l, BlockLinear::kGateUp, a.x_mid.desc, Full(w.mlp_norm, b.mlp_norm), a.rstd2.desc,
                                  a.h2.desc, Full(w.gate_up, b.gate_up), a.gate_up.desc,
-                                 a.saved[2]));
+                                 a.saved[BlockLinear::kGateUp]));
   if (fuse_fp8_casts_) {  // SwiGLU straight into the down projection's FP8 input
-    const Fp8Operand x8 = Fp8Input(*meta_, Spec(l, 3), scratch_, a.saved[3]);
+    const Fp8Operand x8 = Fp8Input(*meta_, Spec(l, BlockLinear::kDown), scratch_, a.saved[BlockLinear::kDown]);
     RETURN_IF_ERROR(ops.SwiGluForwardQuantize(a.gate_up.desc, x8.codes, x8.codes_t, stream_));
-    return LinearForwardFromFp8(ops, *meta_, Spec(l, 3), Full(w.down, b.down), x8, x_out,
+    return LinearForwardFromFp8(ops, *meta_, Spec(l, BlockLinear::kDown), Full(w.down, b.down), x8, x_out,
                                 stream_, &a.x_mid.desc);
   }
   RETURN_IF_ERROR(ops.SwiGluForward(a.gate_up.desc, a.swiglu.desc, stream_));
-  return LinearForward(ops, *meta_, Spec(l, 3), Full(w.down, b.down),
-                       Reshaped(a.swiglu.desc, Shape{t, f}), x_out, scratch_, a.saved[3], stream_,
+  return LinearForward(ops, *meta_, Spec(l, BlockLinear::kDown), Full(w.down, b.down),
+                       Reshaped(a.swiglu.desc, Shape{t, f}), x_out, scratch_, a.saved[BlockLinear::kDown], stream_,
                        &a.x_mid.desc);
 }
 
@@ -383,22 +389,22 @@ absl::Status FsdpTrainer::BlockBackward(int l, const GatheredBlock& w, BlockActi
   // MLP backward.
   ASSIGN_OR_RETURN(const TensorDesc dy_down, residual_as_dy());
   const TensorDesc d_swiglu = View(grad_bf16_b_, DType::kBFloat16, Shape{t, f});
-  RETURN_IF_ERROR(LinearBackward(ops, *meta_, Spec(l, 3), Full(w.down, b.down), a.swiglu.desc,
-                                 dy_down, d_swiglu, grads.down.desc, scratch_, a.saved[3],
+  RETURN_IF_ERROR(LinearBackward(ops, *meta_, Spec(l, BlockLinear::kDown), Full(w.down, b.down), a.swiglu.desc,
+                                 dy_down, d_swiglu, grads.down.desc, scratch_, a.saved[BlockLinear::kDown],
                                  stream_));
   if (fuse_fp8_casts_) {  // SwiGLU's gradient straight into the gate/up FP8 gradient
-    const Fp8Operand dy8 = Fp8Grad(*meta_, Spec(l, 2), scratch_);
+    const Fp8Operand dy8 = Fp8Grad(*meta_, Spec(l, BlockLinear::kGateUp), scratch_);
     RETURN_IF_ERROR(
         ops.SwiGluBackwardQuantize(d_swiglu, a.gate_up.desc, dy8.codes, dy8.codes_t, stream_));
-    RETURN_IF_ERROR(LinearBackwardFromFp8(ops, *meta_, Spec(l, 2), Full(w.gate_up, b.gate_up),
+    RETURN_IF_ERROR(LinearBackwardFromFp8(ops, *meta_, Spec(l, BlockLinear::kGateUp), Full(w.gate_up, b.gate_up),
                                           dy8, grad_h_.desc, grads.gate_up.desc, scratch_,
-                                          a.saved[2], stream_));
+                                          a.saved[BlockLinear::kGateUp], stream_));
   } else {
     const TensorDesc d_gate_up = View(grad_bf16_a_, DType::kBFloat16, Shape{t, 2 * f});
     RETURN_IF_ERROR(ops.SwiGluBackward(d_swiglu, a.gate_up.desc, d_gate_up, stream_));
-    RETURN_IF_ERROR(LinearBackward(ops, *meta_, Spec(l, 2), Full(w.gate_up, b.gate_up),
+    RETURN_IF_ERROR(LinearBackward(ops, *meta_, Spec(l, BlockLinear::kGateUp), Full(w.gate_up, b.gate_up),
                                    a.h2.desc, d_gate_up, grad_h_.desc, grads.gate_up.desc,
-                                   scratch_, a.saved[2], stream_));
+                                   scratch_, a.saved[BlockLinear::kGateUp], stream_));
   }
   // grad_residual becomes d loss / d x_mid.
   RETURN_IF_ERROR(ops.RmsNormBackward(grad_h_.desc, a.x_mid.desc, Full(w.mlp_norm, b.mlp_norm),
@@ -406,17 +412,17 @@ absl::Status FsdpTrainer::BlockBackward(int l, const GatheredBlock& w, BlockActi
                                       Reshaped(grads.mlp_norm.desc, Shape{h}), stream_));
   // Attention backward.
   ASSIGN_OR_RETURN(const TensorDesc dy_out_proj, residual_as_dy());
-  RETURN_IF_ERROR(LinearBackward(ops, *meta_, Spec(l, 1), Full(w.out_proj, b.out_proj),
+  RETURN_IF_ERROR(LinearBackward(ops, *meta_, Spec(l, BlockLinear::kOutProj), Full(w.out_proj, b.out_proj),
                                  a.attn.desc, dy_out_proj, d_bf16_th, grads.out_proj.desc,
-                                 scratch_, a.saved[1], stream_));
+                                 scratch_, a.saved[BlockLinear::kOutProj], stream_));
   RETURN_IF_ERROR(ops.AttentionBackward(
       Reshaped(d_bf16_th, Shape{batch_, seq_, heads_, head_dim_}), a.qkv.desc, kv_heads_,
       Reshaped(a.attn.desc, Shape{batch_, seq_, heads_, head_dim_}), a.lse.desc, grad_qkv_.desc,
       stream_));
   RETURN_IF_ERROR(ops.RopeBackward(grad_qkv_.desc, kv_heads_, spec_.model().rope_theta(), stream_));
-  RETURN_IF_ERROR(LinearBackward(ops, *meta_, Spec(l, 0), Full(w.qkv, b.qkv), a.h1.desc,
+  RETURN_IF_ERROR(LinearBackward(ops, *meta_, Spec(l, BlockLinear::kQkv), Full(w.qkv, b.qkv), a.h1.desc,
                                  Reshaped(grad_qkv_.desc, Shape{t, qkv_width_}), grad_h_.desc,
-                                 grads.qkv.desc, scratch_, a.saved[0], stream_));
+                                 grads.qkv.desc, scratch_, a.saved[BlockLinear::kQkv], stream_));
   // grad_residual becomes d loss / d x_in.
   return ops.RmsNormBackward(grad_h_.desc, a.x_in.desc, Full(w.attn_norm, b.attn_norm),
                              a.rstd1.desc, grad_residual, /*accumulate_grad_x=*/true,
