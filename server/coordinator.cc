@@ -6,12 +6,12 @@
 #include "absl/strings/str_cat.h"
 #include "common/data_root.h"
 #include "common/spec_limits.h"
+#include "server/attempt_outcome.h"
 #include "server/job_pagination.h"
 #include "server/job_state_machine.h"
 #include "server/memory_admission.h"
 #include "server/model_flops.h"
 #include "server/request_limits.h"
-#include "server/restart_policy.h"
 #include "server/spec_validation.h"
 
 namespace tessera {
@@ -24,10 +24,6 @@ absl::Status CheckJobId(const std::string& job_id) {
 absl::Status NotFound(const std::string& job_id) {
   return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
 }
-
-// A job placed on a worker that turns out to be gone is placed again this
-// many times before the failure counts (see JobEntry::placement_retries).
-constexpr int kMaxPlacementRetries = 3;
 
 }  // namespace
 
@@ -467,46 +463,28 @@ void Coordinator::FinishAttemptLocked(JobEntry& entry, const JobOutcome& outcome
   if (job.restarts() == 0) entry.first_step = outcome.first_step;
   if (outcome.committed_step > job.committed_step()) job.set_committed_step(outcome.committed_step);
 
-  AttemptEnd end{outcome.state, outcome.cause, outcome.reason};
-  if (!entry.cancel_reason.empty() && end.state == v1::FAILED) {
-    end = {v1::CANCELLED, absl::StatusCode::kCancelled, entry.cancel_reason};
-  }
-  if (shut_down_ && end.state == v1::FAILED) {
-    end = {v1::CANCELLED, absl::StatusCode::kCancelled, "coordinator shutting down"};
-  }
-  const int resume = std::max(job.committed_step(), entry.first_step);
-  // A worker that died just before it was placed (its heartbeats had not yet
-  // timed out) refuses SetupJob: it is gone from the registry now, so the
-  // job is simply placed again, without spending its restart budget.
-  if (end.state == v1::FAILED && end.cause == absl::StatusCode::kUnavailable &&
-      job.state() == v1::STARTING && !outcome.unreachable_workers.empty() &&
-      entry.placement_retries < kMaxPlacementRetries) {
-    ++entry.placement_retries;
-    entry.resume_step = resume;
-    entry.resume_known = true;
-    entry.restart_note = TruncateUtf8(
-        absl::StrCat("placing the job again (not counted as a restart): ", end.reason),
-        kMaxStoredMessageBytes);
-    SetStateLocked(entry, v1::RESTARTING, entry.restart_note);
-    scheduler_.EnqueueRestart(job.id(), job.spec(), options_.now());
-    RefreshPendingLocked();
-    return;
-  }
-  if (end.state == v1::FAILED && resume >= job.spec().steps()) {
-    // Every step ran and the final checkpoint was committed before the
-    // failure: nothing is left to redo.
-    end = {v1::SUCCEEDED, absl::StatusCode::kOk,
-           absl::StrCat("completed ", job.spec().steps(), " steps (after the final checkpoint: ",
-                        end.reason, ")")};
-  }
-  RestartDecision decision =
-      DecideAfterAttempt(end, job.restarts(), job.spec().max_restarts(), resume);
-  if (!decision.restart) {
+  EndedAttempt ended;
+  ended.end = {outcome.state, outcome.cause, outcome.reason};
+  ended.cancel_reason = entry.cancel_reason;
+  ended.shutting_down = shut_down_;
+  ended.in_setup = job.state() == v1::STARTING;
+  ended.workers_unreachable = !outcome.unreachable_workers.empty();
+  ended.placement_retries = entry.placement_retries;
+  ended.restarts_used = job.restarts();
+  ended.max_restarts = job.spec().max_restarts();
+  ended.resume_step = std::max(job.committed_step(), entry.first_step);
+  ended.steps = job.spec().steps();
+  const AttemptOutcome decision = DecideAttemptOutcome(ended);
+  if (decision.next == NextAttempt::kNone) {
     SetStateLocked(entry, decision.state, decision.reason);
     return;
   }
-  job.set_restarts(job.restarts() + 1);
-  entry.resume_step = resume;
+  if (decision.next == NextAttempt::kPlaceAgain) {
+    ++entry.placement_retries;
+  } else {
+    job.set_restarts(job.restarts() + 1);
+  }
+  entry.resume_step = ended.resume_step;
   entry.resume_known = true;
   entry.restart_note = TruncateUtf8(decision.reason, kMaxStoredMessageBytes);
   SetStateLocked(entry, v1::RESTARTING, decision.reason);
