@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/data_root.h"
 #include "common/spec_limits.h"
+#include "common/status_macros.h"
 #include "server/attempt_outcome.h"
 #include "server/job_pagination.h"
 #include "server/job_state_machine.h"
@@ -36,7 +37,7 @@ Coordinator::~Coordinator() { Shutdown(); }
 
 absl::Status Coordinator::Start() {
   if (!options_.state_dir.empty()) {
-    if (absl::Status s = LoadPersisted(); !s.ok()) return s;
+    RETURN_IF_ERROR(LoadPersisted());
   }
   if (options_.start_background_thread) {
     background_ = std::thread([this] {
@@ -100,21 +101,16 @@ void Coordinator::SetStateLocked(JobEntry& entry, v1::JobState state,
 }
 
 absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec) {
-  if (absl::Status s = ValidateJobSpec(spec); !s.ok()) return s;
+  RETURN_IF_ERROR(ValidateJobSpec(spec));
   if (!spec.checkpoint().dir().empty()) {
-    if (absl::Status s =
-            CheckUnderDataRoot(options_.data_root, "checkpoint.dir", spec.checkpoint().dir());
-        !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(
+        CheckUnderDataRoot(options_.data_root, "checkpoint.dir", spec.checkpoint().dir()));
   }
   absl::MutexLock lock(&mu_);
   if (shut_down_) return absl::UnavailableError("coordinator is shutting down");
   v1::JobSpec with_defaults = WithDefaults(spec);
   // Refused before it is queued: no registered worker could hold one rank.
-  if (absl::Status s = CheckJobFitsRegisteredWorkers(with_defaults, registry_.List()); !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(CheckJobFitsRegisteredWorkers(with_defaults, registry_.List()));
   auto entry = std::make_unique<JobEntry>();
   v1::Job& job = entry->job;
   job.set_id(absl::StrCat("job-", next_job_number_++));
@@ -133,7 +129,7 @@ absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec) {
 }
 
 absl::StatusOr<v1::Job> Coordinator::GetJob(const std::string& job_id) {
-  if (absl::Status s = CheckJobId(job_id); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckJobId(job_id));
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return NotFound(job_id);
@@ -143,11 +139,10 @@ absl::StatusOr<v1::Job> Coordinator::GetJob(const std::string& job_id) {
 absl::StatusOr<Coordinator::JobPage> Coordinator::ListJobs(const std::vector<v1::JobState>& states,
                                                            int page_size,
                                                            const std::string& page_token) {
-  absl::StatusOr<int> size = ResolvePageSize(page_size);
-  if (!size.ok()) return size.status();
+  ASSIGN_OR_RETURN(const int size, ResolvePageSize(page_size));
   const uint64_t fingerprint = FilterFingerprint(states);
-  absl::StatusOr<std::optional<JobListPosition>> after = DecodePageToken(page_token, fingerprint);
-  if (!after.ok()) return after.status();
+  ASSIGN_OR_RETURN(const std::optional<JobListPosition> after,
+                   DecodePageToken(page_token, fingerprint));
 
   absl::MutexLock lock(&mu_);
   std::vector<std::pair<JobListPosition, const JobEntry*>> matching;
@@ -157,7 +152,7 @@ absl::StatusOr<Coordinator::JobPage> Coordinator::ListJobs(const std::vector<v1:
       continue;
     }
     JobListPosition position = PositionOf(entry->job);
-    if (*after && !ListedBefore(**after, position)) continue;  // on an earlier page
+    if (after && !ListedBefore(*after, position)) continue;  // on an earlier page
     matching.emplace_back(std::move(position), entry.get());
   }
   std::sort(matching.begin(), matching.end(),
@@ -169,7 +164,7 @@ absl::StatusOr<Coordinator::JobPage> Coordinator::ListJobs(const std::vector<v1:
     // A repeated message in the response costs its size plus a tag and a
     // length prefix (at most 6 bytes together for jobs this small).
     bytes += static_cast<int64_t>(job.ByteSizeLong()) + 6;
-    const bool full = static_cast<int>(page.jobs.size()) >= *size ||
+    const bool full = static_cast<int>(page.jobs.size()) >= size ||
                       (!page.jobs.empty() && bytes > kMaxJobsPageBytes);
     if (full) {
       page.next_page_token = EncodePageToken(PositionOf(page.jobs.back()), fingerprint);
@@ -182,8 +177,8 @@ absl::StatusOr<Coordinator::JobPage> Coordinator::ListJobs(const std::vector<v1:
 
 absl::StatusOr<v1::Job> Coordinator::CancelJob(const std::string& job_id,
                                                const std::string& reason) {
-  if (absl::Status s = CheckJobId(job_id); !s.ok()) return s;
-  if (absl::Status s = CheckStringLimit("reason", reason, kMaxReasonBytes); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckJobId(job_id));
+  RETURN_IF_ERROR(CheckStringLimit("reason", reason, kMaxReasonBytes));
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return NotFound(job_id);
@@ -203,7 +198,7 @@ absl::StatusOr<v1::Job> Coordinator::CancelJob(const std::string& job_id,
 }
 
 absl::Status Coordinator::DeleteJob(const std::string& job_id) {
-  if (absl::Status s = CheckJobId(job_id); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckJobId(job_id));
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return NotFound(job_id);
@@ -232,7 +227,7 @@ absl::Status Coordinator::DeleteJob(const std::string& job_id) {
 }
 
 absl::StatusOr<std::shared_ptr<EventLog>> Coordinator::JobEvents(const std::string& job_id) {
-  if (absl::Status s = CheckJobId(job_id); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckJobId(job_id));
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return NotFound(job_id);
@@ -241,7 +236,7 @@ absl::StatusOr<std::shared_ptr<EventLog>> Coordinator::JobEvents(const std::stri
 
 absl::StatusOr<std::vector<Coordinator::RankLogSource>> Coordinator::JobLogSources(
     const std::string& job_id, const std::vector<int>& ranks) {
-  if (absl::Status s = CheckJobId(job_id); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckJobId(job_id));
   std::vector<std::pair<int, std::pair<std::string, std::string>>> where;  // rank, (id, address)
   {
     absl::MutexLock lock(&mu_);
@@ -279,7 +274,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
        {std::pair<const char*, const std::string*>{"address", &req.address()},
         {"device.name", &req.device().name()},
         {"device.host", &req.device().host()}}) {
-    if (absl::Status s = CheckStringLimit(field, *value, kMaxAddressBytes); !s.ok()) return s;
+    RETURN_IF_ERROR(CheckStringLimit(field, *value, kMaxAddressBytes));
   }
   if (req.address().empty() || req.address().find(':') == std::string::npos) {
     return absl::InvalidArgumentError("address: must be host:port of the worker's WorkerService");
@@ -287,7 +282,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
   if (req.device().kind() != v1::CPU && req.device().kind() != v1::CUDA) {
     return absl::InvalidArgumentError("device.kind: must be CPU or CUDA");
   }
-  if (absl::Status s = CheckActivity(req.activity()); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckActivity(req.activity()));
   absl::MutexLock lock(&mu_);
   v1::RegisterWorkerResponse resp;
   const std::string id =
@@ -303,31 +298,18 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
 }
 
 absl::Status Coordinator::CheckActivity(const v1::WorkerActivity& activity) {
-  if (absl::Status s = CheckStringLimit("activity.job_id", activity.job_id(), kMaxIdBytes);
-      !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(CheckStringLimit("activity.job_id", activity.job_id(), kMaxIdBytes));
   return CheckStringLimit("activity.phase", activity.phase(), kMaxPhaseBytes);
 }
 
 absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(const v1::HeartbeatRequest& req) {
-  if (absl::Status s = CheckStringLimit("worker_id", req.worker_id(), kMaxIdBytes); !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = CheckStringLimit("health_reason", req.health_reason(), kMaxReasonBytes);
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = CheckActivity(req.activity()); !s.ok()) return s;
-  if (absl::Status s = CheckStringLimit("address", req.address(), kMaxAddressBytes); !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(CheckStringLimit("worker_id", req.worker_id(), kMaxIdBytes));
+  RETURN_IF_ERROR(CheckStringLimit("health_reason", req.health_reason(), kMaxReasonBytes));
+  RETURN_IF_ERROR(CheckActivity(req.activity()));
+  RETURN_IF_ERROR(CheckStringLimit("address", req.address(), kMaxAddressBytes));
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = registry_.Heartbeat(req.worker_id(), req.healthy(), req.health_reason(),
-                                           options_.now(), req.activity(), req.address());
-      !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(registry_.Heartbeat(req.worker_id(), req.healthy(), req.health_reason(),
+                                      options_.now(), req.activity(), req.address()));
   v1::HeartbeatResponse resp;
   if (std::string orphan = registry_.OrphanJob(req.worker_id()); !orphan.empty()) {
     resp.add_abort_job_ids(orphan);
