@@ -3,6 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/secret_file.h"
+#include "common/status_macros.h"
 
 namespace tessera {
 namespace {
@@ -24,15 +25,10 @@ absl::StatusOr<ClientOptions> CliClientOptions(const ParsedArgs& args, const Env
   const std::string token_file = FlagOrEnv(args, "token_file", "TESSERA_TOKEN_FILE", env);
   if (!token_file.empty()) {
     const std::string source = args.Has("token_file") ? "--token_file" : "TESSERA_TOKEN_FILE";
-    absl::StatusOr<std::string> text = ReadSecretFile(source, token_file);
-    if (!text.ok()) return text.status();
-    absl::StatusOr<std::string> token = ParseSingleToken(source, *text);
-    if (!token.ok()) return token.status();
-    options.token = *token;
+    ASSIGN_OR_RETURN(const std::string text, ReadSecretFile(source, token_file));
+    ASSIGN_OR_RETURN(options.token, ParseSingleToken(source, text));
   } else if (const char* value = env("TESSERA_TOKEN"); value != nullptr && *value != '\0') {
-    absl::StatusOr<std::string> token = ParseSingleToken("TESSERA_TOKEN", value);
-    if (!token.ok()) return token.status();
-    options.token = *token;
+    ASSIGN_OR_RETURN(options.token, ParseSingleToken("TESSERA_TOKEN", value));
   }
   return options;
 }

@@ -20,6 +20,7 @@
 #include "common/grpc_keepalive.h"
 #include "common/grpc_security.h"
 #include "common/grpc_status.h"
+#include "common/status_macros.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/wire_format_lite.h"
@@ -174,10 +175,8 @@ CoordinatorClient::~CoordinatorClient() = default;
 absl::Status CoordinatorClient::credentials_status() const { return impl_->credentials_status; }
 
 absl::StatusOr<v1::Job> CoordinatorClient::SubmitJob(const v1::JobSpec& spec) {
-  if (!impl_->credentials_status.ok()) return impl_->credentials_status;
-  if (absl::Status connected = impl_->Connect(options_, address_); !connected.ok()) {
-    return connected;
-  }
+  RETURN_IF_ERROR(impl_->credentials_status);
+  RETURN_IF_ERROR(impl_->Connect(options_, address_));
   v1::SubmitJobRequest request;
   *request.mutable_spec() = spec;
   v1::SubmitJobResponse response;
@@ -220,16 +219,15 @@ absl::StatusOr<std::vector<v1::Job>> CoordinatorClient::ListJobs(
   std::vector<v1::Job> jobs;
   std::string token;
   do {
-    absl::StatusOr<v1::ListJobsResponse> page = ListJobsPage(states, 0, token);
-    if (!page.ok()) return page.status();
+    ASSIGN_OR_RETURN(const v1::ListJobsResponse page, ListJobsPage(states, 0, token));
     // An empty page that is not the last, or a token handed back unchanged,
     // would never end the loop.
-    if (!page->next_page_token().empty() &&
-        (page->jobs().empty() || page->next_page_token() == token)) {
+    if (!page.next_page_token().empty() &&
+        (page.jobs().empty() || page.next_page_token() == token)) {
       return absl::DataLossError("coordinator's ListJobs pages do not advance");
     }
-    jobs.insert(jobs.end(), page->jobs().begin(), page->jobs().end());
-    token = page->next_page_token();
+    jobs.insert(jobs.end(), page.jobs().begin(), page.jobs().end());
+    token = page.next_page_token();
   } while (!token.empty());
   return jobs;
 }
@@ -248,10 +246,8 @@ absl::StatusOr<v1::Job> CoordinatorClient::CancelJob(const std::string& job_id,
 }
 
 absl::Status CoordinatorClient::DeleteJob(const std::string& job_id) {
-  if (!impl_->credentials_status.ok()) return impl_->credentials_status;
-  if (absl::Status connected = impl_->Connect(options_, address_); !connected.ok()) {
-    return connected;
-  }
+  RETURN_IF_ERROR(impl_->credentials_status);
+  RETURN_IF_ERROR(impl_->Connect(options_, address_));
   v1::DeleteJobRequest request;
   request.set_job_id(job_id);
   v1::DeleteJobResponse response;
@@ -269,7 +265,7 @@ absl::Status CoordinatorClient::DeleteJob(const std::string& job_id) {
 // and read with protobuf's wire-format streams on a generic stub instead of
 // generating code from a proto outside this repository.
 absl::StatusOr<std::string> CoordinatorClient::CheckHealth(const std::string& service) {
-  if (!impl_->credentials_status.ok()) return impl_->credentials_status;
+  RETURN_IF_ERROR(impl_->credentials_status);
   std::string request_bytes;
   {
     google::protobuf::io::StringOutputStream raw(&request_bytes);
@@ -332,7 +328,7 @@ absl::StatusOr<std::vector<v1::WorkerRecord>> CoordinatorClient::ListWorkers() {
 absl::Status CoordinatorClient::WatchJob(
     const std::string& job_id, int from_step,
     const std::function<bool(const v1::JobEvent&)>& on_event) {
-  if (!impl_->credentials_status.ok()) return impl_->credentials_status;
+  RETURN_IF_ERROR(impl_->credentials_status);
   int64_t last_sequence = 0;  // events up to here were delivered
   int failures = 0;
   absl::Duration backoff = options_.initial_backoff;
@@ -376,7 +372,7 @@ absl::Status CoordinatorClient::WatchJob(
 absl::Status CoordinatorClient::StreamJobLogs(
     const std::string& job_id, const std::vector<int>& ranks, bool follow,
     const std::function<bool(const v1::LogLine&)>& on_line) {
-  if (!impl_->credentials_status.ok()) return impl_->credentials_status;
+  RETURN_IF_ERROR(impl_->credentials_status);
   grpc::ClientContext context;  // no deadline when following: jobs run for hours
   impl_->credentials->Apply(&context);
   if (!follow) context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Minutes(5)));

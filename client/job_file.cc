@@ -29,6 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "client/field_suggestion.h"
+#include "common/status_macros.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/util/json_util.h"
 #include "nlohmann/json.hpp"
@@ -306,10 +307,8 @@ absl::StatusOr<Json> YamlToJson(const YAML::Node& node, const std::string& path,
           return Invalid(source, kv.first.Mark().line + 1,
                          absl::StrCat(Join(path, key), ": duplicate field"));
         }
-        absl::StatusOr<Json> value =
-            YamlToJson(kv.second, Join(path, key), depth + 1, budget, source);
-        if (!value.ok()) return value.status();
-        obj[key] = *std::move(value);
+        ASSIGN_OR_RETURN(obj[key],
+                         YamlToJson(kv.second, Join(path, key), depth + 1, budget, source));
       }
       return obj;
     }
@@ -317,10 +316,10 @@ absl::StatusOr<Json> YamlToJson(const YAML::Node& node, const std::string& path,
       Json arr = Json::array();
       int i = 0;
       for (const auto& item : node) {
-        absl::StatusOr<Json> value =
-            YamlToJson(item, absl::StrCat(path, "[", i++, "]"), depth + 1, budget, source);
-        if (!value.ok()) return value.status();
-        arr.push_back(*std::move(value));
+        ASSIGN_OR_RETURN(
+            Json value,
+            YamlToJson(item, absl::StrCat(path, "[", i++, "]"), depth + 1, budget, source));
+        arr.push_back(std::move(value));
       }
       return arr;
     }
@@ -436,11 +435,9 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text, const std::str
   Json json;
   LineMap lines;
   if (format == JobFileFormat::kJson) {
-    if (absl::Status s = CheckJsonBounds(text, source); !s.ok()) return s;
+    RETURN_IF_ERROR(CheckJsonBounds(text, source));
     std::string duplicate;
-    absl::StatusOr<Json> parsed = ParseJson(text, source, &duplicate);
-    if (!parsed.ok()) return parsed.status();
-    json = *std::move(parsed);
+    ASSIGN_OR_RETURN(json, ParseJson(text, source, &duplicate));
     try {
       // Only for line numbers; valid JSON holds no YAML aliases.
       NodeBudget budget;
@@ -465,9 +462,7 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text, const std::str
       }
       YAML::Node root = YAML::Load(text);
       NodeBudget budget;
-      absl::StatusOr<Json> converted = YamlToJson(root, "", 0, &budget, source);
-      if (!converted.ok()) return converted.status();
-      json = *std::move(converted);
+      ASSIGN_OR_RETURN(json, YamlToJson(root, "", 0, &budget, source));
       NodeBudget lines_budget;
       CollectLines(root, "", 0, &lines_budget, &lines);
     } catch (const YAML::Exception& e) {

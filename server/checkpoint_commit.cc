@@ -10,21 +10,21 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint_layout.h"
+#include "common/status_macros.h"
 
 namespace tessera {
 
 absl::StatusOr<int> ResolveResumeStep(const v1::CheckpointConfig& config, int steps) {
   const std::string& from = config.resume_from();
   if (from.empty()) return 0;
-  if (absl::Status s = ValidateCheckpointRoot(config.dir()); !s.ok()) return s;
+  RETURN_IF_ERROR(ValidateCheckpointRoot(config.dir()));
   if (from == "latest") {
-    absl::StatusOr<std::vector<int64_t>> committed = ListCommittedSteps(config.dir());
-    if (!committed.ok()) return committed.status();
-    if (committed->empty()) {
+    ASSIGN_OR_RETURN(const std::vector<int64_t> committed, ListCommittedSteps(config.dir()));
+    if (committed.empty()) {
       return absl::NotFoundError(
           absl::StrCat("\"latest\": no committed checkpoint under ", config.dir()));
     }
-    const int64_t latest = committed->back();
+    const int64_t latest = committed.back();
     if (latest >= steps) {
       return absl::FailedPreconditionError(absl::StrCat(
           "\"latest\" is step ", latest, ", which is not before steps (", steps,
@@ -37,8 +37,7 @@ absl::StatusOr<int> ResolveResumeStep(const v1::CheckpointConfig& config, int st
     return absl::InvalidArgumentError(
         absl::StrCat("must be \"latest\" or a step number >= 1 (got \"", from, "\")"));
   }
-  absl::StatusOr<CommitRecord> record = ReadCommitMarker(config.dir(), step);
-  if (!record.ok()) return record.status();
+  RETURN_IF_ERROR(ReadCommitMarker(config.dir(), step).status());
   return step;
 }
 
@@ -54,28 +53,26 @@ absl::Status CommitStep(const std::string& root, int step, int world_size, int k
           "coordinator and every worker"));
     }
   }
-  if (absl::Status s = WriteCommitMarker(root, {step, world_size}); !s.ok()) return s;
+  RETURN_IF_ERROR(WriteCommitMarker(root, {step, world_size}));
   return PruneSteps(root, step, keep_last);
 }
 
 absl::Status DiscardStep(const std::string& root, int step) { return RemoveStepDir(root, step); }
 
 absl::Status PruneSteps(const std::string& root, int newest, int keep_last) {
-  absl::StatusOr<std::vector<int64_t>> all = ListStepDirs(root);
-  if (!all.ok()) return all.status();
-  absl::StatusOr<std::vector<int64_t>> committed = ListCommittedSteps(root);
-  if (!committed.ok()) return committed.status();
+  ASSIGN_OR_RETURN(const std::vector<int64_t> all, ListStepDirs(root));
+  ASSIGN_OR_RETURN(const std::vector<int64_t> committed, ListCommittedSteps(root));
   // Committed steps at or below `newest`, newest first: the first keep_last stay.
   std::vector<int64_t> kept;
-  for (auto it = committed->rbegin(); it != committed->rend(); ++it) {
+  for (auto it = committed.rbegin(); it != committed.rend(); ++it) {
     if (*it <= newest && (keep_last == 0 || static_cast<int>(kept.size()) < keep_last)) {
       kept.push_back(*it);
     }
   }
-  for (int64_t step : *all) {
+  for (int64_t step : all) {
     if (step >= newest) continue;
     if (std::find(kept.begin(), kept.end(), step) != kept.end()) continue;
-    if (absl::Status s = RemoveStepDir(root, step); !s.ok()) return s;
+    RETURN_IF_ERROR(RemoveStepDir(root, step));
   }
   return absl::OkStatus();
 }

@@ -6,12 +6,13 @@
 #include "absl/strings/str_cat.h"
 #include "common/data_root.h"
 #include "common/spec_limits.h"
+#include "common/status_macros.h"
+#include "server/attempt_outcome.h"
 #include "server/job_pagination.h"
 #include "server/job_state_machine.h"
 #include "server/memory_admission.h"
 #include "server/model_flops.h"
 #include "server/request_limits.h"
-#include "server/restart_policy.h"
 #include "server/spec_validation.h"
 
 namespace tessera {
@@ -25,10 +26,6 @@ absl::Status NotFound(const std::string& job_id) {
   return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
 }
 
-// A job placed on a worker that turns out to be gone is placed again this
-// many times before the failure counts (see JobEntry::placement_retries).
-constexpr int kMaxPlacementRetries = 3;
-
 }  // namespace
 
 Coordinator::Coordinator(CoordinatorOptions options)
@@ -40,7 +37,7 @@ Coordinator::~Coordinator() { Shutdown(); }
 
 absl::Status Coordinator::Start() {
   if (!options_.state_dir.empty()) {
-    if (absl::Status s = LoadPersisted(); !s.ok()) return s;
+    RETURN_IF_ERROR(LoadPersisted());
   }
   if (options_.start_background_thread) {
     background_ = std::thread([this] {
@@ -104,21 +101,16 @@ void Coordinator::SetStateLocked(JobEntry& entry, v1::JobState state,
 }
 
 absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec) {
-  if (absl::Status s = ValidateJobSpec(spec); !s.ok()) return s;
+  RETURN_IF_ERROR(ValidateJobSpec(spec));
   if (!spec.checkpoint().dir().empty()) {
-    if (absl::Status s =
-            CheckUnderDataRoot(options_.data_root, "checkpoint.dir", spec.checkpoint().dir());
-        !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(
+        CheckUnderDataRoot(options_.data_root, "checkpoint.dir", spec.checkpoint().dir()));
   }
   absl::MutexLock lock(&mu_);
   if (shut_down_) return absl::UnavailableError("coordinator is shutting down");
   v1::JobSpec with_defaults = WithDefaults(spec);
   // Refused before it is queued: no registered worker could hold one rank.
-  if (absl::Status s = CheckJobFitsRegisteredWorkers(with_defaults, registry_.List()); !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(CheckJobFitsRegisteredWorkers(with_defaults, registry_.List()));
   auto entry = std::make_unique<JobEntry>();
   v1::Job& job = entry->job;
   job.set_id(absl::StrCat("job-", next_job_number_++));
@@ -137,7 +129,7 @@ absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec) {
 }
 
 absl::StatusOr<v1::Job> Coordinator::GetJob(const std::string& job_id) {
-  if (absl::Status s = CheckJobId(job_id); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckJobId(job_id));
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return NotFound(job_id);
@@ -147,11 +139,10 @@ absl::StatusOr<v1::Job> Coordinator::GetJob(const std::string& job_id) {
 absl::StatusOr<Coordinator::JobPage> Coordinator::ListJobs(const std::vector<v1::JobState>& states,
                                                            int page_size,
                                                            const std::string& page_token) {
-  absl::StatusOr<int> size = ResolvePageSize(page_size);
-  if (!size.ok()) return size.status();
+  ASSIGN_OR_RETURN(const int size, ResolvePageSize(page_size));
   const uint64_t fingerprint = FilterFingerprint(states);
-  absl::StatusOr<std::optional<JobListPosition>> after = DecodePageToken(page_token, fingerprint);
-  if (!after.ok()) return after.status();
+  ASSIGN_OR_RETURN(const std::optional<JobListPosition> after,
+                   DecodePageToken(page_token, fingerprint));
 
   absl::MutexLock lock(&mu_);
   std::vector<std::pair<JobListPosition, const JobEntry*>> matching;
@@ -161,7 +152,7 @@ absl::StatusOr<Coordinator::JobPage> Coordinator::ListJobs(const std::vector<v1:
       continue;
     }
     JobListPosition position = PositionOf(entry->job);
-    if (*after && !ListedBefore(**after, position)) continue;  // on an earlier page
+    if (after && !ListedBefore(*after, position)) continue;  // on an earlier page
     matching.emplace_back(std::move(position), entry.get());
   }
   std::sort(matching.begin(), matching.end(),
@@ -173,7 +164,7 @@ absl::StatusOr<Coordinator::JobPage> Coordinator::ListJobs(const std::vector<v1:
     // A repeated message in the response costs its size plus a tag and a
     // length prefix (at most 6 bytes together for jobs this small).
     bytes += static_cast<int64_t>(job.ByteSizeLong()) + 6;
-    const bool full = static_cast<int>(page.jobs.size()) >= *size ||
+    const bool full = static_cast<int>(page.jobs.size()) >= size ||
                       (!page.jobs.empty() && bytes > kMaxJobsPageBytes);
     if (full) {
       page.next_page_token = EncodePageToken(PositionOf(page.jobs.back()), fingerprint);
@@ -186,8 +177,8 @@ absl::StatusOr<Coordinator::JobPage> Coordinator::ListJobs(const std::vector<v1:
 
 absl::StatusOr<v1::Job> Coordinator::CancelJob(const std::string& job_id,
                                                const std::string& reason) {
-  if (absl::Status s = CheckJobId(job_id); !s.ok()) return s;
-  if (absl::Status s = CheckStringLimit("reason", reason, kMaxReasonBytes); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckJobId(job_id));
+  RETURN_IF_ERROR(CheckStringLimit("reason", reason, kMaxReasonBytes));
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return NotFound(job_id);
@@ -207,7 +198,7 @@ absl::StatusOr<v1::Job> Coordinator::CancelJob(const std::string& job_id,
 }
 
 absl::Status Coordinator::DeleteJob(const std::string& job_id) {
-  if (absl::Status s = CheckJobId(job_id); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckJobId(job_id));
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return NotFound(job_id);
@@ -236,7 +227,7 @@ absl::Status Coordinator::DeleteJob(const std::string& job_id) {
 }
 
 absl::StatusOr<std::shared_ptr<EventLog>> Coordinator::JobEvents(const std::string& job_id) {
-  if (absl::Status s = CheckJobId(job_id); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckJobId(job_id));
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return NotFound(job_id);
@@ -245,7 +236,7 @@ absl::StatusOr<std::shared_ptr<EventLog>> Coordinator::JobEvents(const std::stri
 
 absl::StatusOr<std::vector<Coordinator::RankLogSource>> Coordinator::JobLogSources(
     const std::string& job_id, const std::vector<int>& ranks) {
-  if (absl::Status s = CheckJobId(job_id); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckJobId(job_id));
   std::vector<std::pair<int, std::pair<std::string, std::string>>> where;  // rank, (id, address)
   {
     absl::MutexLock lock(&mu_);
@@ -283,7 +274,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
        {std::pair<const char*, const std::string*>{"address", &req.address()},
         {"device.name", &req.device().name()},
         {"device.host", &req.device().host()}}) {
-    if (absl::Status s = CheckStringLimit(field, *value, kMaxAddressBytes); !s.ok()) return s;
+    RETURN_IF_ERROR(CheckStringLimit(field, *value, kMaxAddressBytes));
   }
   if (req.address().empty() || req.address().find(':') == std::string::npos) {
     return absl::InvalidArgumentError("address: must be host:port of the worker's WorkerService");
@@ -291,7 +282,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
   if (req.device().kind() != v1::CPU && req.device().kind() != v1::CUDA) {
     return absl::InvalidArgumentError("device.kind: must be CPU or CUDA");
   }
-  if (absl::Status s = CheckActivity(req.activity()); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckActivity(req.activity()));
   absl::MutexLock lock(&mu_);
   v1::RegisterWorkerResponse resp;
   const std::string id =
@@ -307,31 +298,18 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
 }
 
 absl::Status Coordinator::CheckActivity(const v1::WorkerActivity& activity) {
-  if (absl::Status s = CheckStringLimit("activity.job_id", activity.job_id(), kMaxIdBytes);
-      !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(CheckStringLimit("activity.job_id", activity.job_id(), kMaxIdBytes));
   return CheckStringLimit("activity.phase", activity.phase(), kMaxPhaseBytes);
 }
 
 absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(const v1::HeartbeatRequest& req) {
-  if (absl::Status s = CheckStringLimit("worker_id", req.worker_id(), kMaxIdBytes); !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = CheckStringLimit("health_reason", req.health_reason(), kMaxReasonBytes);
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = CheckActivity(req.activity()); !s.ok()) return s;
-  if (absl::Status s = CheckStringLimit("address", req.address(), kMaxAddressBytes); !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(CheckStringLimit("worker_id", req.worker_id(), kMaxIdBytes));
+  RETURN_IF_ERROR(CheckStringLimit("health_reason", req.health_reason(), kMaxReasonBytes));
+  RETURN_IF_ERROR(CheckActivity(req.activity()));
+  RETURN_IF_ERROR(CheckStringLimit("address", req.address(), kMaxAddressBytes));
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = registry_.Heartbeat(req.worker_id(), req.healthy(), req.health_reason(),
-                                           options_.now(), req.activity(), req.address());
-      !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(registry_.Heartbeat(req.worker_id(), req.healthy(), req.health_reason(),
+                                      options_.now(), req.activity(), req.address()));
   v1::HeartbeatResponse resp;
   if (std::string orphan = registry_.OrphanJob(req.worker_id()); !orphan.empty()) {
     resp.add_abort_job_ids(orphan);
@@ -467,46 +445,28 @@ void Coordinator::FinishAttemptLocked(JobEntry& entry, const JobOutcome& outcome
   if (job.restarts() == 0) entry.first_step = outcome.first_step;
   if (outcome.committed_step > job.committed_step()) job.set_committed_step(outcome.committed_step);
 
-  AttemptEnd end{outcome.state, outcome.cause, outcome.reason};
-  if (!entry.cancel_reason.empty() && end.state == v1::FAILED) {
-    end = {v1::CANCELLED, absl::StatusCode::kCancelled, entry.cancel_reason};
-  }
-  if (shut_down_ && end.state == v1::FAILED) {
-    end = {v1::CANCELLED, absl::StatusCode::kCancelled, "coordinator shutting down"};
-  }
-  const int resume = std::max(job.committed_step(), entry.first_step);
-  // A worker that died just before it was placed (its heartbeats had not yet
-  // timed out) refuses SetupJob: it is gone from the registry now, so the
-  // job is simply placed again, without spending its restart budget.
-  if (end.state == v1::FAILED && end.cause == absl::StatusCode::kUnavailable &&
-      job.state() == v1::STARTING && !outcome.unreachable_workers.empty() &&
-      entry.placement_retries < kMaxPlacementRetries) {
-    ++entry.placement_retries;
-    entry.resume_step = resume;
-    entry.resume_known = true;
-    entry.restart_note = TruncateUtf8(
-        absl::StrCat("placing the job again (not counted as a restart): ", end.reason),
-        kMaxStoredMessageBytes);
-    SetStateLocked(entry, v1::RESTARTING, entry.restart_note);
-    scheduler_.EnqueueRestart(job.id(), job.spec(), options_.now());
-    RefreshPendingLocked();
-    return;
-  }
-  if (end.state == v1::FAILED && resume >= job.spec().steps()) {
-    // Every step ran and the final checkpoint was committed before the
-    // failure: nothing is left to redo.
-    end = {v1::SUCCEEDED, absl::StatusCode::kOk,
-           absl::StrCat("completed ", job.spec().steps(), " steps (after the final checkpoint: ",
-                        end.reason, ")")};
-  }
-  RestartDecision decision =
-      DecideAfterAttempt(end, job.restarts(), job.spec().max_restarts(), resume);
-  if (!decision.restart) {
+  EndedAttempt ended;
+  ended.end = {outcome.state, outcome.cause, outcome.reason};
+  ended.cancel_reason = entry.cancel_reason;
+  ended.shutting_down = shut_down_;
+  ended.in_setup = job.state() == v1::STARTING;
+  ended.workers_unreachable = !outcome.unreachable_workers.empty();
+  ended.placement_retries = entry.placement_retries;
+  ended.restarts_used = job.restarts();
+  ended.max_restarts = job.spec().max_restarts();
+  ended.resume_step = std::max(job.committed_step(), entry.first_step);
+  ended.steps = job.spec().steps();
+  const AttemptOutcome decision = DecideAttemptOutcome(ended);
+  if (decision.next == NextAttempt::kNone) {
     SetStateLocked(entry, decision.state, decision.reason);
     return;
   }
-  job.set_restarts(job.restarts() + 1);
-  entry.resume_step = resume;
+  if (decision.next == NextAttempt::kPlaceAgain) {
+    ++entry.placement_retries;
+  } else {
+    job.set_restarts(job.restarts() + 1);
+  }
+  entry.resume_step = ended.resume_step;
   entry.resume_known = true;
   entry.restart_note = TruncateUtf8(decision.reason, kMaxStoredMessageBytes);
   SetStateLocked(entry, v1::RESTARTING, decision.reason);

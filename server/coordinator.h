@@ -14,9 +14,9 @@
 // reports say they hold nothing (worker_reconciliation.h); heartbeats and
 // registrations tell a worker still holding a job it should not to abort
 // it. A failed attempt with a retryable cause restarts the job while
-// JobSpec.max_restarts allows (restart_policy.h): RESTARTING, queued ahead
-// of new jobs, then a new attempt on whichever workers are free, resuming
-// from the newest checkpoint the job committed.
+// JobSpec.max_restarts allows (attempt_outcome.h, restart_policy.h):
+// RESTARTING, queued ahead of new jobs, then a new attempt on whichever
+// workers are free, resuming from the newest checkpoint the job committed.
 //
 // Job records, every job's event history (state changes, step records,
 // worker errors, with their sequence numbers) and the next job number are

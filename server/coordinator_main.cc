@@ -23,6 +23,7 @@
 #include "common/grpc_keepalive.h"
 #include "common/grpc_security.h"
 #include "common/shutdown_signal.h"
+#include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "server/call_guard.h"
 #include "server/coordinator.h"
@@ -150,9 +151,8 @@ int main(int argc, char** argv) {
     return tessera::ListAllJobs([&core](const std::string& token)
                                     -> absl::StatusOr<std::pair<std::vector<tessera::v1::Job>,
                                                                 std::string>> {
-      absl::StatusOr<tessera::Coordinator::JobPage> page = core.ListJobs({}, 1000, token);
-      if (!page.ok()) return page.status();
-      return std::make_pair(std::move(page->jobs), page->next_page_token);
+      ASSIGN_OR_RETURN(tessera::Coordinator::JobPage page, core.ListJobs({}, 1000, token));
+      return std::make_pair(std::move(page.jobs), page.next_page_token);
     });
   };
   source.list_workers = [&core] { return core.ListWorkers(); };

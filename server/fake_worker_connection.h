@@ -19,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "common/checkpoint_layout.h"
 #include "common/durable_file.h"
+#include "common/status_macros.h"
 #include "server/worker_connection.h"
 #include "worker/data/validation_batch_source.h"
 
@@ -102,9 +103,9 @@ class FakeWorkerConnection : public WorkerConnection {
     if (r.step() == behavior_.fail_checkpoint_at) {
       return absl::ResourceExhaustedError("no space left on device");
     }
-    if (absl::Status s = CreateStepDir(r.dir(), r.step()); !s.ok()) return s;
+    RETURN_IF_ERROR(CreateStepDir(r.dir(), r.step()));
     const std::string dir = StepDir(r.dir(), r.step());
-    if (absl::Status s = WriteFileDurably(dir, RankManifestName(rank_), ""); !s.ok()) return s;
+    RETURN_IF_ERROR(WriteFileDurably(dir, RankManifestName(rank_), ""));
     return dir + "/" + RankManifestName(rank_);
   }
   // The resume step SetupJob asked for (-1 before SetupJob).

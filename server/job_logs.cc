@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 #include "server/job_state_machine.h"
 
 namespace tessera {
@@ -61,11 +62,10 @@ int ReadRound(std::vector<RankCursor>& cursors, const std::string& job_id,
 absl::Status StreamJobLogs(Coordinator& core, const JobLogsRequest& request,
                            const std::function<bool(const v1::LogLine&)>& emit,
                            const std::function<bool()>& cancelled) {
-  absl::StatusOr<std::vector<Coordinator::RankLogSource>> sources =
-      core.JobLogSources(request.job_id, request.ranks);
-  if (!sources.ok()) return sources.status();
+  ASSIGN_OR_RETURN(std::vector<Coordinator::RankLogSource> sources,
+                   core.JobLogSources(request.job_id, request.ranks));
   std::vector<RankCursor> cursors;
-  for (Coordinator::RankLogSource& s : *sources) cursors.push_back({std::move(s)});
+  for (Coordinator::RankLogSource& s : sources) cursors.push_back({std::move(s)});
   bool gone = false;
   // Everything held now: pages until a round brings nothing.
   while (ReadRound(cursors, request.job_id, emit, &gone) > 0 && !gone) {

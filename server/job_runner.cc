@@ -8,6 +8,7 @@
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
 #include "common/parallelism.h"
+#include "common/status_macros.h"
 #include "server/checkpoint_commit.h"
 #include "server/spec_validation.h"
 
@@ -93,9 +94,7 @@ absl::Status JobRunner::FanOut(const std::string& command,
     });
   }
   for (auto& t : threads) t.join();
-  for (const absl::Status& s : results) {
-    if (!s.ok()) return s;
-  }
+  for (const absl::Status& s : results) RETURN_IF_ERROR(s);
   return stopped() ? absl::CancelledError("job stopped") : absl::OkStatus();
 }
 

@@ -11,6 +11,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace tessera {
 
@@ -110,7 +111,7 @@ absl::Status PutEventRow(sqlite3* db, const std::string& job_id, const v1::JobEv
 // Runs `body` inside one transaction, rolled back if it fails.
 template <typename Body>
 absl::Status Transaction(sqlite3* db, Body body) {
-  if (absl::Status s = Exec(db, "BEGIN IMMEDIATE"); !s.ok()) return s;
+  RETURN_IF_ERROR(Exec(db, "BEGIN IMMEDIATE"));
   absl::Status s = body();
   if (!s.ok()) {
     Exec(db, "ROLLBACK").IgnoreError();
@@ -154,7 +155,7 @@ absl::Status JobStore::PutJob(const v1::Job& job) { return PutJobRow(db_->handle
 
 absl::Status JobStore::PutJobWithEvent(const v1::Job& job, const v1::JobEvent& event) {
   return Transaction(db_->handle, [&] {
-    if (absl::Status s = PutJobRow(db_->handle, job); !s.ok()) return s;
+    RETURN_IF_ERROR(PutJobRow(db_->handle, job));
     return PutEventRow(db_->handle, job.id(), event);
   });
 }
@@ -165,12 +166,9 @@ absl::Status JobStore::AppendEvent(const std::string& job_id, const v1::JobEvent
 
 absl::Status JobStore::DeleteJob(const std::string& job_id) {
   return Transaction(db_->handle, [&] {
-    if (absl::Status s = Statement(db_->handle, "DELETE FROM events WHERE job_id = ?")
-                             .Text(1, job_id)
-                             .Run();
-        !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(Statement(db_->handle, "DELETE FROM events WHERE job_id = ?")
+                        .Text(1, job_id)
+                        .Run());
     return Statement(db_->handle, "DELETE FROM jobs WHERE id = ?").Text(1, job_id).Run();
   });
 }
@@ -196,7 +194,7 @@ absl::StatusOr<int64_t> JobStore::Counter(const std::string& name, int64_t fallb
   Statement q(db_->handle, "SELECT value FROM counters WHERE name = ?");
   q.Text(1, name);
   if (q.Next()) return q.ColumnInt(0);
-  if (absl::Status s = q.status(); !s.ok()) return s;
+  RETURN_IF_ERROR(q.status());
   return fallback;
 }
 
@@ -213,7 +211,7 @@ absl::StatusOr<std::vector<JobStore::StoredJob>> JobStore::LoadAll(
     }
     jobs[id] = std::move(stored);
   }
-  if (absl::Status s = records.status(); !s.ok()) return s;
+  RETURN_IF_ERROR(records.status());
   Statement events(db_->handle,
                    "SELECT job_id, sequence, event FROM events ORDER BY job_id, sequence");
   while (events.Next()) {
@@ -228,7 +226,7 @@ absl::StatusOr<std::vector<JobStore::StoredJob>> JobStore::LoadAll(
     }
     it->second.events.push_back(std::move(event));
   }
-  if (absl::Status s = events.status(); !s.ok()) return s;
+  RETURN_IF_ERROR(events.status());
   std::vector<StoredJob> out;
   for (auto& [id, stored] : jobs) out.push_back(std::move(stored));
   return out;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "common/status_macros.h"
 #include "proto/tessera/v1/job.pb.h"
 
 namespace tessera {
@@ -77,11 +78,10 @@ absl::StatusOr<std::vector<v1::Job>> ListAllJobs(
   std::vector<v1::Job> all;
   std::string token;
   do {
-    absl::StatusOr<std::pair<std::vector<v1::Job>, std::string>> p = page(token);
-    if (!p.ok()) return p.status();
-    if (!p->second.empty() && (p->first.empty() || p->second == token)) break;  // no progress
-    all.insert(all.end(), p->first.begin(), p->first.end());
-    token = p->second;
+    ASSIGN_OR_RETURN(const auto p, page(token));
+    if (!p.second.empty() && (p.first.empty() || p.second == token)) break;  // no progress
+    all.insert(all.end(), p.first.begin(), p.first.end());
+    token = p.second;
   } while (!token.empty());
   return all;
 }

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/status_macros.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
@@ -203,16 +204,15 @@ absl::StatusOr<std::unique_ptr<PrometheusMetrics>> PrometheusMetrics::Start(
   out->state_ = std::make_unique<State>();
   out->state_->collectable = std::make_unique<CoordinatorCollectable>(std::move(source));
   CoordinatorCollectable* collectable = out->state_->collectable.get();
-  absl::StatusOr<std::unique_ptr<HttpEndpoint>> endpoint =
+  ASSIGN_OR_RETURN(
+      out->state_->endpoint,
       HttpEndpoint::Start("--metrics_listen", listen,
                           {{"/metrics", [collectable](const std::vector<std::string>&) {
                               HttpResponse response;
                               response.content_type = kTextFormat;
                               response.body = collectable->Render();
                               return response;
-                            }}});
-  if (!endpoint.ok()) return endpoint.status();
-  out->state_->endpoint = *std::move(endpoint);
+                            }}}));
   out->address_ = out->state_->endpoint->address();
   return out;
 }

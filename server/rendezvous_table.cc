@@ -5,13 +5,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/spec_limits.h"
+#include "common/status_macros.h"
 #include "server/request_limits.h"
 
 namespace tessera {
 namespace {
 
 absl::Status CheckJobAndKey(const std::string& job_id, const std::string& key) {
-  if (absl::Status s = CheckStringLimit("job_id", job_id, kMaxIdBytes); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckStringLimit("job_id", job_id, kMaxIdBytes));
   return CheckStringLimit("key", key, kMaxRendezvousKeyBytes);
 }
 
@@ -22,10 +23,8 @@ constexpr size_t kMissingKeysNamed = 8;
 
 absl::Status RendezvousTable::Set(const std::string& job_id, const std::string& key,
                                   const std::string& value) {
-  if (absl::Status s = CheckJobAndKey(job_id, key); !s.ok()) return s;
-  if (absl::Status s = CheckStringLimit("value", value, kMaxRendezvousValueBytes); !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(CheckJobAndKey(job_id, key));
+  RETURN_IF_ERROR(CheckStringLimit("value", value, kMaxRendezvousValueBytes));
   absl::MutexLock lock(&mu_);
   values_[job_id][key] = value;
   return absl::OkStatus();
@@ -38,7 +37,7 @@ absl::StatusOr<std::vector<std::string>> RendezvousTable::Get(
                                                    " per call (got ", keys.size(), ")"));
   }
   for (const std::string& k : keys) {
-    if (absl::Status s = CheckJobAndKey(job_id, k); !s.ok()) return s;
+    RETURN_IF_ERROR(CheckJobAndKey(job_id, k));
   }
   absl::MutexLock lock(&mu_);
   auto all_present = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
@@ -68,7 +67,7 @@ absl::StatusOr<std::vector<std::string>> RendezvousTable::Get(
 
 absl::StatusOr<int64_t> RendezvousTable::Add(const std::string& job_id, const std::string& key,
                                              int64_t increment) {
-  if (absl::Status s = CheckJobAndKey(job_id, key); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckJobAndKey(job_id, key));
   absl::MutexLock lock(&mu_);
   std::string& slot = values_[job_id][key];
   int64_t current = 0;

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint_layout.h"
 #include "common/spec_limits.h"
+#include "common/status_macros.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 #include "google/protobuf/unknown_field_set.h"
@@ -57,21 +58,18 @@ absl::Status CheckNoUnknownFields(const google::protobuf::Message& message,
       continue;  // JobSpec has no repeated messages
     }
     const std::string child = path.empty() ? field->name() : absl::StrCat(path, ".", field->name());
-    if (absl::Status s = CheckNoUnknownFields(reflection->GetMessage(message, field), child);
-        !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(CheckNoUnknownFields(reflection->GetMessage(message, field), child));
   }
   return absl::OkStatus();
 }
 
 absl::Status ValidateModel(const v1::ModelConfig& m) {
-  if (absl::Status s = AtLeast("model.vocab_size", m.vocab_size(), 2); !s.ok()) return s;
-  if (absl::Status s = AtLeast("model.d_model", m.d_model(), 1); !s.ok()) return s;
-  if (absl::Status s = AtLeast("model.n_layers", m.n_layers(), 1); !s.ok()) return s;
-  if (absl::Status s = AtLeast("model.n_heads", m.n_heads(), 1); !s.ok()) return s;
-  if (absl::Status s = AtLeast("model.ffn_dim", m.ffn_dim(), 1); !s.ok()) return s;
-  if (absl::Status s = AtLeast("model.seq_len", m.seq_len(), 2); !s.ok()) return s;
+  RETURN_IF_ERROR(AtLeast("model.vocab_size", m.vocab_size(), 2));
+  RETURN_IF_ERROR(AtLeast("model.d_model", m.d_model(), 1));
+  RETURN_IF_ERROR(AtLeast("model.n_layers", m.n_layers(), 1));
+  RETURN_IF_ERROR(AtLeast("model.n_heads", m.n_heads(), 1));
+  RETURN_IF_ERROR(AtLeast("model.ffn_dim", m.ffn_dim(), 1));
+  RETURN_IF_ERROR(AtLeast("model.seq_len", m.seq_len(), 2));
   if (m.d_model() % m.n_heads() != 0) {
     return Bad("model.d_model", absl::StrCat("must be divisible by model.n_heads (got ",
                                              m.d_model(), " and ", m.n_heads(), ")"));
@@ -156,7 +154,7 @@ absl::Status ValidateData(const v1::DataConfig& d) {
     case v1::DataConfig::SOURCE_NOT_SET:
       return Bad("data", "set either data.token_file or data.synthetic");
   }
-  if (absl::Status s = AtLeast("data.micro_batch_size", d.micro_batch_size(), 1); !s.ok()) return s;
+  RETURN_IF_ERROR(AtLeast("data.micro_batch_size", d.micro_batch_size(), 1));
   return ValidateValidation(d);
 }
 
@@ -172,7 +170,7 @@ absl::Status ValidateOptimizer(const v1::OptimizerConfig& o) {
   if (!Finite(o.weight_decay()) || o.weight_decay() < 0) {
     return Bad("optimizer.weight_decay", "must be >= 0");
   }
-  if (absl::Status s = AtLeast("optimizer.warmup_steps", o.warmup_steps(), 0); !s.ok()) return s;
+  RETURN_IF_ERROR(AtLeast("optimizer.warmup_steps", o.warmup_steps(), 0));
   if (!Finite(o.min_lr()) || o.min_lr() < 0 || o.min_lr() > o.lr()) {
     return Bad("optimizer.min_lr", absl::StrCat("must be in [0, optimizer.lr] (got ", o.min_lr(), ")"));
   }
@@ -200,7 +198,7 @@ absl::Status ValidateFp8(const v1::Fp8Recipe& f) {
 // keep_last and resume_from; interval_steps is checked with the steps.
 absl::Status ValidateCheckpoint(const v1::CheckpointConfig& c, int steps) {
   if (!c.dir().empty()) {
-    if (absl::Status s = ValidateCheckpointRoot(c.dir()); !s.ok()) return s;
+    RETURN_IF_ERROR(ValidateCheckpointRoot(c.dir()));
   }
   if (c.keep_last() < 0 || c.keep_last() > kMaxKeepLast) {
     return Bad("checkpoint.keep_last",
@@ -236,20 +234,20 @@ absl::Status ValidateCheckpoint(const v1::CheckpointConfig& c, int steps) {
 }  // namespace
 
 absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
-  if (absl::Status s = CheckNoUnknownFields(spec, ""); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckNoUnknownFields(spec, ""));
   // Upper bounds first: the rules below may multiply fields.
-  if (absl::Status s = CheckSpecLimits(spec); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckSpecLimits(spec));
   if (!spec.has_model()) return Bad("model", "is required");
   if (static_cast<int64_t>(spec.model().init_from().size()) > kMaxPathBytes) {
     return Bad("model.init_from", absl::StrCat("must be at most ", kMaxPathBytes, " bytes (got ",
                                                spec.model().init_from().size(), ")"));
   }
-  if (absl::Status s = ValidateModel(spec.model()); !s.ok()) return s;
+  RETURN_IF_ERROR(ValidateModel(spec.model()));
   if (!spec.has_data()) return Bad("data", "is required");
-  if (absl::Status s = ValidateData(spec.data()); !s.ok()) return s;
+  RETURN_IF_ERROR(ValidateData(spec.data()));
   if (!spec.has_optimizer()) return Bad("optimizer", "is required (at least optimizer.lr)");
-  if (absl::Status s = ValidateOptimizer(spec.optimizer()); !s.ok()) return s;
-  if (absl::Status s = ValidateFp8(spec.fp8()); !s.ok()) return s;
+  RETURN_IF_ERROR(ValidateOptimizer(spec.optimizer()));
+  RETURN_IF_ERROR(ValidateFp8(spec.fp8()));
   if (spec.world_size() < 1 || spec.world_size() > kMaxWorldSize) {
     return Bad("world_size", absl::StrCat("must be in [1, ", kMaxWorldSize, "] (got ",
                                           spec.world_size(), ")"));
@@ -261,21 +259,18 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
                             " (got ", group, ")"));
   }
   if (!v1::DeviceKind_IsValid(spec.device_kind())) return Bad("device_kind", "unknown kind");
-  if (absl::Status s = ValidateForDevice(spec.model(), spec.device_kind()); !s.ok()) return s;
-  if (absl::Status s = AtLeast("steps", spec.steps(), 1); !s.ok()) return s;
-  if (absl::Status s = AtLeast("checkpoint.interval_steps", spec.checkpoint().interval_steps(), 0);
-      !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(ValidateForDevice(spec.model(), spec.device_kind()));
+  RETURN_IF_ERROR(AtLeast("steps", spec.steps(), 1));
+  RETURN_IF_ERROR(AtLeast("checkpoint.interval_steps", spec.checkpoint().interval_steps(), 0));
   if (spec.checkpoint().interval_steps() > 0 && spec.checkpoint().dir().empty()) {
     return Bad("checkpoint.dir", "must be set when checkpoint.interval_steps > 0");
   }
-  if (absl::Status s = ValidateCheckpoint(spec.checkpoint(), spec.steps()); !s.ok()) return s;
-  if (absl::Status s = AtLeast("step_timeout_s", spec.step_timeout_s(), 0); !s.ok()) return s;
-  if (absl::Status s = AtLeast("max_restarts", spec.max_restarts(), 0); !s.ok()) return s;
-  if (absl::Status s = AtLeast("loss_chunk_tokens", spec.loss_chunk_tokens(), 0); !s.ok()) return s;
+  RETURN_IF_ERROR(ValidateCheckpoint(spec.checkpoint(), spec.steps()));
+  RETURN_IF_ERROR(AtLeast("step_timeout_s", spec.step_timeout_s(), 0));
+  RETURN_IF_ERROR(AtLeast("max_restarts", spec.max_restarts(), 0));
+  RETURN_IF_ERROR(AtLeast("loss_chunk_tokens", spec.loss_chunk_tokens(), 0));
   // Last: the only rules that read files (their headers).
-  if (absl::Status s = CheckTokenFilesFitVocab(spec); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckTokenFilesFitVocab(spec));
   return CheckInitFromFitsModel(WithDefaults(spec));
 }
 

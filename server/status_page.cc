@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/step_history.h"
+#include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "server/status_page_assets.h"
 
@@ -167,10 +168,10 @@ std::vector<HttpRoute> StatusPageRoutes(MetricsSource source) {
 
 absl::StatusOr<std::unique_ptr<StatusPage>> StatusPage::Start(const std::string& listen,
                                                               MetricsSource source) {
-  absl::StatusOr<std::unique_ptr<HttpEndpoint>> endpoint =
-      HttpEndpoint::Start("--web_listen", listen, StatusPageRoutes(std::move(source)));
-  if (!endpoint.ok()) return endpoint.status();
-  return std::unique_ptr<StatusPage>(new StatusPage(*std::move(endpoint)));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<HttpEndpoint> endpoint,
+      HttpEndpoint::Start("--web_listen", listen, StatusPageRoutes(std::move(source))));
+  return std::unique_ptr<StatusPage>(new StatusPage(std::move(endpoint)));
 }
 
 }  // namespace tessera

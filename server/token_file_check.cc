@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "worker/data/token_file.h"
 
 namespace tessera {
@@ -26,9 +27,7 @@ absl::Status CheckOne(const std::string& field, const std::string& path, int64_t
 absl::Status CheckTokenFilesFitVocab(const v1::JobSpec& spec) {
   const int64_t vocab = spec.model().vocab_size();
   if (spec.data().source_case() == v1::DataConfig::kTokenFile) {
-    if (absl::Status s = CheckOne("data.token_file", spec.data().token_file(), vocab); !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(CheckOne("data.token_file", spec.data().token_file(), vocab));
   }
   if (spec.data().has_validation()) {
     return CheckOne("data.validation.token_file", spec.data().validation().token_file(), vocab);
