@@ -48,8 +48,11 @@ absl::Status Coordinator::Start() {
 }
 
 void Coordinator::Shutdown() {
-  if (shut_down_) return;
-  shut_down_ = true;
+  {
+    absl::MutexLock lock(&mu_);  // runner threads and Tick read it under mu_
+    if (shut_down_) return;
+    shut_down_ = true;
+  }
   if (!stop_.HasBeenNotified()) stop_.Notify();
   if (background_.joinable()) background_.join();
   std::vector<std::thread> threads;

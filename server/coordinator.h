@@ -180,7 +180,7 @@ class Coordinator {
   std::unique_ptr<JobStore> store_;  // null without a state_dir
   absl::Notification stop_;
   std::thread background_;
-  bool shut_down_ = false;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace tessera
