@@ -125,6 +125,15 @@ absl::StatusOr<std::string> ChildProcess::WaitForLine(const std::string& needle,
       absl::StrCat("'", needle, "' not printed in time; log:\n", ReadFile(log_path_)));
 }
 
+int64_t ChildProcess::ResidentBytes() const {
+  std::ifstream in(absl::StrCat("/proc/", pid_, "/status"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::atoll(line.c_str() + 6) * 1024;  // kB
+  }
+  return -1;
+}
+
 int ChildProcess::WaitExit(absl::Duration timeout) {
   absl::Time deadline = absl::Now() + timeout;
   while (Running()) {

@@ -6,6 +6,8 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
+
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,6 +46,8 @@ class ChildProcess {
   bool Running();
   std::string Log() const;
   pid_t pid() const { return pid_; }
+  // Resident memory (VmRSS in /proc/PID/status) in bytes; -1 once gone.
+  int64_t ResidentBytes() const;
 
  private:
   ChildProcess(pid_t pid, std::string log_path) : pid_(pid), log_path_(std::move(log_path)) {}
