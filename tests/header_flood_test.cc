@@ -15,13 +15,11 @@
 // to 86 MiB. Both connections stayed open to the end.
 #include <sys/stat.h>
 
-#include <atomic>
 #include <cstdio>
 #include <fstream>
 #include <memory>
 #include <sstream>
 #include <string>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -43,6 +41,7 @@ using ::tessera::testing::GrpcRequestFields;
 using ::tessera::testing::HeaderField;
 using ::tessera::testing::Http2Outcome;
 using ::tessera::testing::MakeTempDir;
+using ::tessera::testing::PeakResidentBytes;
 using ::tessera::testing::PickFreePort;
 using ::tessera::testing::RunCommand;
 
@@ -65,30 +64,6 @@ std::string Trimmed(const std::string& path) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
   return s;
 }
-
-// The highest VmRSS of a process, sampled every 10 ms while in scope.
-class PeakRss {
- public:
-  explicit PeakRss(const ChildProcess* process)
-      : process_(process), peak_(process->ResidentBytes()), sampler_([this] {
-          while (!done_.load()) {
-            const int64_t now = process_->ResidentBytes();
-            if (now > peak_.load()) peak_.store(now);
-            absl::SleepFor(absl::Milliseconds(10));
-          }
-        }) {}
-  ~PeakRss() { Stop(); }
-  int64_t Stop() {
-    if (!done_.exchange(true)) sampler_.join();
-    return peak_.load();
-  }
-
- private:
-  const ChildProcess* process_;
-  std::atomic<int64_t> peak_;
-  std::atomic<bool> done_{false};
-  std::thread sampler_;
-};
 
 class HeaderFloodTest : public ::testing::Test {
  protected:
@@ -161,7 +136,7 @@ class HeaderFloodTest : public ::testing::Test {
   void FloodAndCheck(const FloodOptions& flood) {
     ASSERT_TRUE(coordinator_->Running()) << coordinator_->Log();
     const int64_t before = coordinator_->ResidentBytes();
-    PeakRss peak(coordinator_);
+    PeakResidentBytes peak(coordinator_->pid());
     absl::StatusOr<Http2Outcome> outcome = testing::SendHeaderFlood(
         "127.0.0.1", port_, Request(), flood);
     absl::SleepFor(absl::Seconds(1));  // after the flood, too
