@@ -422,8 +422,7 @@ class FrameReader {
 // `ack_settings`, waits for the server's SETTINGS and acknowledges them.
 absl::StatusOr<std::unique_ptr<TlsConnection>> Start(const std::string& host, int port,
                                                      bool ack_settings, FrameReader* reader,
-                                                     std::string* inbox,
-                                                     Http2Outcome* outcome) {
+                                                     std::string* inbox) {
   absl::StatusOr<std::unique_ptr<TlsConnection>> conn =
       TlsConnection::Open(host, port, absl::Seconds(10));
   if (!conn.ok()) return conn.status();
@@ -505,7 +504,7 @@ absl::StatusOr<Http2Outcome> SendHeaderFlood(const std::string& host, int port,
   std::string inbox;
   const absl::Time start = absl::Now();
   absl::StatusOr<std::unique_ptr<TlsConnection>> conn =
-      Start(host, port, options.ack_settings, &reader, &inbox, &outcome);
+      Start(host, port, options.ack_settings, &reader, &inbox);
   if (!conn.ok()) return conn.status();
 
   std::string first = EncodeBlock(prefix);
@@ -562,7 +561,7 @@ absl::StatusOr<Http2Outcome> SendUnaryCall(const std::string& host, int port,
   std::string inbox;
   const absl::Time start = absl::Now();
   absl::StatusOr<std::unique_ptr<TlsConnection>> conn =
-      Start(host, port, ack_settings, &reader, &inbox, &outcome);
+      Start(host, port, ack_settings, &reader, &inbox);
   if (!conn.ok()) return conn.status();
 
   const std::string block = EncodeBlock(fields);
