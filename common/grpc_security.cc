@@ -111,6 +111,10 @@ absl::StatusOr<ServerSecurity> LoadServerSecurity(const ServerSecurityFlags& fla
   absl::StatusOr<Pem> pem = ReadPem(flags.tls, /*ca_required_with_cert=*/true);
   if (!pem.ok()) return pem.status();
   const bool tls = !pem->cert.empty();
+  if (flags.require_client_cert && !tls) {
+    return absl::InvalidArgumentError(
+        "--require_client_cert: needs TLS (--tls_cert, --tls_key, --tls_ca)");
+  }
 
   std::vector<std::string> user_tokens;
   std::string worker_token;
@@ -157,8 +161,9 @@ absl::StatusOr<ServerSecurity> LoadServerSecurity(const ServerSecurityFlags& fla
       std::make_shared<AccessPolicy>(user_tokens, worker_token, /*worker_needs_client_cert=*/tls);
   if (tls) {
     grpc::SslServerCredentialsOptions options(
-        flags.has_user_api ? GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY
-                           : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+        flags.has_user_api && !flags.require_client_cert
+            ? GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY
+            : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
     options.pem_root_certs = pem->ca;
     options.pem_key_cert_pairs.push_back({pem->key, pem->cert});
     out.server_credentials = grpc::SslServerCredentials(options);

@@ -7,7 +7,8 @@
 // One CA signs every certificate of a cluster. Servers present --tls_cert
 // and verify client certificates against --tls_ca: a worker's server
 // requires one on every call (only the coordinator and peers call it), the
-// coordinator's server verifies one when offered and the AccessPolicy
+// coordinator's server verifies one when offered (or, with
+// --require_client_cert, requires one at the handshake) and the AccessPolicy
 // requires it for the worker API. A server that also makes calls (the
 // coordinator to workers, a worker to the coordinator) presents the same
 // certificate as its client certificate, so cluster certificates carry both
@@ -80,6 +81,12 @@ struct ServerSecurityFlags {
   std::string worker_token_file;  // the shared worker credential
   bool has_user_api = false;      // the coordinator: user tokens go with the worker token
   bool insecure = false;
+  // The coordinator: refuse the TLS handshake to a peer without a client
+  // certificate signed by --tls_ca, so that only cluster certificate holders
+  // reach gRPC's HTTP/2 layer at all (gRPC 1.51 buffers an endless header
+  // block without bound; see grpc_server_limits.h). Needs TLS. A worker's
+  // server always requires one.
+  bool require_client_cert = false;
 };
 
 struct ServerSecurity {

@@ -65,6 +65,8 @@ TEST(GrpcSecurityTest, FlagMistakesNameTheFlag) {
             "--tls_ca"},
            {[&](ServerSecurityFlags& f) { f.user_tokens_file = Write("u", "u-0123456789abcdef"); },
             "--worker_token_file"},
+           {[&](ServerSecurityFlags& f) { f.require_client_cert = true; },
+            "--require_client_cert"},
            {[&](ServerSecurityFlags& f) {
               f.user_tokens_file = Write("same1", "same-token-0123456789");
               f.worker_token_file = Write("same2", "same-token-0123456789");

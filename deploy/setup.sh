@@ -25,6 +25,7 @@ PACKAGES=(
   clang-14 libclang-rt-14-dev libfuzzer-14-dev
   python3-numpy python3-torch
   chromium
+  nginx  # the coordinator's TLS front (deploy/nginx/, tests/front_proxy_test); its service stays off
 )
 
 missing=()

@@ -21,6 +21,7 @@
 #include "common/data_root.h"
 #include "common/grpc_health.h"
 #include "common/grpc_keepalive.h"
+#include "common/grpc_server_limits.h"
 #include "common/grpc_security.h"
 #include "common/shutdown_signal.h"
 #include "common/status_macros.h"
@@ -64,6 +65,10 @@ ABSL_FLAG(std::string, user_tokens_file, "",
 ABSL_FLAG(std::string, worker_token_file, "",
           "file holding the worker credential: registration, heartbeats, rendezvous, and "
           "what this coordinator presents to workers");
+ABSL_FLAG(bool, require_client_cert, false,
+          "refuse the TLS handshake to any peer without a client certificate signed by "
+          "--tls_ca (users too: give the CLI --tls_cert and --tls_key), so that no peer without "
+          "one reaches the gRPC layer; see README's \"Running on a shared network\"");
 ABSL_FLAG(bool, insecure, false,
           "allow a non-loopback --listen without TLS and tokens (never on a shared network)");
 ABSL_FLAG(std::string, data_root, "",
@@ -95,6 +100,7 @@ int main(int argc, char** argv) {
   security_flags.worker_token_file = absl::GetFlag(FLAGS_worker_token_file);
   security_flags.has_user_api = true;
   security_flags.insecure = absl::GetFlag(FLAGS_insecure);
+  security_flags.require_client_cert = absl::GetFlag(FLAGS_require_client_cert);
   absl::StatusOr<tessera::ServerSecurity> security = tessera::LoadServerSecurity(security_flags);
   if (!security.ok()) {
     std::fprintf(stderr, "tessera-coordinator: %s\n",
@@ -106,6 +112,11 @@ int main(int argc, char** argv) {
   if (!data_root.ok()) {
     std::fprintf(stderr, "tessera-coordinator: %s\n",
                  std::string(data_root.status().message()).c_str());
+    return 2;
+  }
+  absl::StatusOr<tessera::GrpcServerLimits> limits = tessera::GrpcServerLimitsFromFlags();
+  if (!limits.ok()) {
+    std::fprintf(stderr, "tessera-coordinator: %s\n", std::string(limits.status().message()).c_str());
     return 2;
   }
   if (absl::GetFlag(FLAGS_max_watch_streams) < 1) {
@@ -196,6 +207,7 @@ int main(int argc, char** argv) {
   builder.RegisterService(&rendezvous_service);
   builder.SetMaxReceiveMessageSize(64 << 20);
   tessera::ApplyServerKeepalive(builder);
+  tessera::ApplyGrpcServerLimits(*limits, builder);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || bound_port == 0) {
     std::fprintf(stderr, "tessera-coordinator: cannot listen on %s\n", listen.c_str());

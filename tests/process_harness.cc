@@ -125,6 +125,31 @@ absl::StatusOr<std::string> ChildProcess::WaitForLine(const std::string& needle,
       absl::StrCat("'", needle, "' not printed in time; log:\n", ReadFile(log_path_)));
 }
 
+int64_t ResidentBytes(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::atoll(line.c_str() + 6) * 1024;  // kB
+  }
+  return -1;
+}
+
+PeakResidentBytes::PeakResidentBytes(pid_t pid)
+    : pid_(pid), peak_(ResidentBytes(pid)), sampler_([this] {
+        while (!done_.load()) {
+          const int64_t now = ResidentBytes(pid_);
+          if (now > peak_.load()) peak_.store(now);
+          absl::SleepFor(absl::Milliseconds(10));
+        }
+      }) {}
+
+PeakResidentBytes::~PeakResidentBytes() { Stop(); }
+
+int64_t PeakResidentBytes::Stop() {
+  if (!done_.exchange(true)) sampler_.join();
+  return peak_.load();
+}
+
 int ChildProcess::WaitExit(absl::Duration timeout) {
   absl::Time deadline = absl::Now() + timeout;
   while (Running()) {

@@ -6,8 +6,12 @@
 
 #include <sys/types.h>
 
+#include <atomic>
+#include <cstdint>
+
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -25,6 +29,25 @@ std::string MakeTempDir(const std::string& prefix);
 
 // A TCP port on 127.0.0.1 that was free a moment ago.
 int PickFreePort();
+
+// Resident memory (VmRSS in /proc/PID/status) of any process, in bytes; -1
+// once it is gone.
+int64_t ResidentBytes(pid_t pid);
+
+// The highest VmRSS of a process, sampled every 10 ms from construction
+// until Stop().
+class PeakResidentBytes {
+ public:
+  explicit PeakResidentBytes(pid_t pid);
+  ~PeakResidentBytes();
+  int64_t Stop();  // the highest sample
+
+ private:
+  const pid_t pid_;
+  std::atomic<int64_t> peak_;
+  std::atomic<bool> done_{false};
+  std::thread sampler_;
+};
 
 // A child process whose stdout and stderr go to a log file.
 class ChildProcess {
@@ -44,6 +67,7 @@ class ChildProcess {
   bool Running();
   std::string Log() const;
   pid_t pid() const { return pid_; }
+  int64_t ResidentBytes() const { return testing::ResidentBytes(pid_); }
 
  private:
   ChildProcess(pid_t pid, std::string log_path) : pid_(pid), log_path_(std::move(log_path)) {}

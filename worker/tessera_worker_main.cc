@@ -25,6 +25,7 @@
 #include "common/data_root.h"
 #include "common/grpc_health.h"
 #include "common/grpc_keepalive.h"
+#include "common/grpc_server_limits.h"
 #include "common/grpc_security.h"
 #include "common/shutdown_signal.h"
 #include "grpcpp/grpcpp.h"
@@ -114,6 +115,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tessera-worker: %s\n", std::string(data_root.status().message()).c_str());
     return 2;
   }
+  absl::StatusOr<tessera::GrpcServerLimits> limits = tessera::GrpcServerLimitsFromFlags();
+  if (!limits.ok()) {
+    std::fprintf(stderr, "tessera-worker: %s\n", std::string(limits.status().message()).c_str());
+    return 2;
+  }
   const std::string listen_host = HostOf(listen);
   const std::string interface = absl::GetFlag(FLAGS_collective_interface);
   absl::StatusOr<std::vector<std::pair<std::string, std::string>>> nccl_env =
@@ -169,6 +175,7 @@ int main(int argc, char** argv) {
   builder.AddListeningPort(listen, security->server_credentials, &port);
   builder.RegisterService(&service);
   tessera::ApplyServerKeepalive(builder);
+  tessera::ApplyGrpcServerLimits(*limits, builder);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     std::fprintf(stderr, "tessera-worker: --listen=%s: cannot listen there\n", listen.c_str());
