@@ -16,8 +16,8 @@ constexpr std::initializer_list<DType> kFloatTypes = {DType::kFloat32, DType::kB
 constexpr std::initializer_list<DType> kFp8Types = {DType::kE4M3, DType::kE5M2};
 
 // A tensor of one of `dtypes` and exactly `shape`, with data.
-absl::Status CheckTensor(const char* name, const TensorDesc& t,
-                         std::initializer_list<DType> dtypes, const Shape& shape) {
+absl::Status CheckTensor(const char* name, const TensorDesc& t, std::initializer_list<DType> dtypes,
+                         const Shape& shape) {
   RETURN_IF_ERROR(CheckDType(name, t, dtypes));
   RETURN_IF_ERROR(CheckShape(name, t, shape));
   return CheckData(name, t);
@@ -173,9 +173,8 @@ absl::Status CheckTransposeArgs(const TensorDesc& in, const TensorDesc& out) {
   RETURN_IF_ERROR(CheckRank("in", in, 2));
   RETURN_IF_ERROR(CheckShape("out", out, Shape{in.shape[1], in.shape[0]}));
   if (DTypeSize(out.dtype) != DTypeSize(in.dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat("out: dtype ", DTypeName(out.dtype),
-                                                   " differs in width from in's ",
-                                                   DTypeName(in.dtype)));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "out: dtype ", DTypeName(out.dtype), " differs in width from in's ", DTypeName(in.dtype)));
   }
   const size_t width = DTypeSize(in.dtype);
   if (width != 1 && width != 2 && width != 4) {
@@ -337,7 +336,8 @@ absl::Status CheckSwiGluBackwardArgs(const TensorDesc& grad_out, const TensorDes
                                      const TensorDesc& grad_gate_up) {
   int64_t f = 0;
   RETURN_IF_ERROR(CheckGateUp(gate_up, &f));
-  RETURN_IF_ERROR(CheckTensor("grad_out", grad_out, {DType::kBFloat16}, Shape{gate_up.shape[0], f}));
+  RETURN_IF_ERROR(
+      CheckTensor("grad_out", grad_out, {DType::kBFloat16}, Shape{gate_up.shape[0], f}));
   return CheckTensor("grad_gate_up", grad_gate_up, {DType::kBFloat16}, gate_up.shape);
 }
 
@@ -370,8 +370,8 @@ absl::StatusOr<FusedLossOutputs> CheckFusedLinearCrossEntropyArgs(
   RETURN_IF_ERROR(CheckDType("weight", weight, {DType::kBFloat16}));
   RETURN_IF_ERROR(CheckRank("weight", weight, 2));
   if (weight.shape[1] != h) {
-    return absl::InvalidArgumentError(absl::StrCat("weight: width ", weight.shape[1],
-                                                   " differs from x's ", h));
+    return absl::InvalidArgumentError(
+        absl::StrCat("weight: width ", weight.shape[1], " differs from x's ", h));
   }
   RETURN_IF_ERROR(CheckData("weight", weight));
   const int64_t vocab = weight.shape[0];

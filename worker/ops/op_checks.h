@@ -21,7 +21,8 @@
 namespace tessera {
 
 // ---- Building blocks --------------------------------------------------------
-absl::Status CheckDType(const char* name, const TensorDesc& t, std::initializer_list<DType> allowed);
+absl::Status CheckDType(const char* name, const TensorDesc& t,
+                        std::initializer_list<DType> allowed);
 absl::Status CheckShape(const char* name, const TensorDesc& t, const Shape& want);
 absl::Status CheckRank(const char* name, const TensorDesc& t, int rank);
 // Data may be null only for a tensor with no elements.

@@ -30,7 +30,7 @@ float* FakeScalar() {
 }
 
 struct Case {
-  const char* field;                 // the message must start with this
+  const char* field;  // the message must start with this
   std::function<absl::Status()> call;
 };
 
@@ -51,10 +51,15 @@ TEST(OpChecks, BuildingBlocksNameTheArgument) {
   EXPECT_TRUE(CheckData("empty", MakeTensor(nullptr, DType::kFloat32, Shape{0, 8})).ok());
   ExpectRejected({
       {"x: dtype", [&] { return CheckDType("x", x, {DType::kFloat32}); }},
-      {"x: shape", [&] { return CheckShape("x", x, Shape{8, 4}); }},
+      {"x: shape",
+       [&] {
+         return CheckShape("x", x, Shape{8, 4});
+       }},
       {"x: expected a rank-3", [&] { return CheckRank("x", x, 3); }},
       {"x: data is null",
-       [&] { return CheckData("x", MakeTensor(nullptr, DType::kBFloat16, Shape{4, 8})); }},
+       [&] {
+         return CheckData("x", MakeTensor(nullptr, DType::kBFloat16, Shape{4, 8}));
+       }},
   });
 }
 
@@ -71,7 +76,10 @@ TEST(OpChecks, RmsNormForwardChecksWhatItsQuantizingTwinChecks) {
   const std::vector<std::pair<const char*, Spoil>> spoils = {
       {"x:", [](TensorDesc& x, TensorDesc&, TensorDesc&, float&) { x.dtype = DType::kE4M3; }},
       {"x:", [](TensorDesc& x, TensorDesc&, TensorDesc&, float&) { x.shape = Shape{t * h}; }},
-      {"x:", [](TensorDesc& x, TensorDesc&, TensorDesc&, float&) { x.shape = Shape{t, 0}; }},
+      {"x:",
+       [](TensorDesc& x, TensorDesc&, TensorDesc&, float&) {
+         x.shape = Shape{t, 0};
+       }},
       {"x:", [](TensorDesc& x, TensorDesc&, TensorDesc&, float&) { x.data = nullptr; }},
       {"weight:", [](TensorDesc&, TensorDesc& w, TensorDesc&, float&) { w.shape = Shape{h - 1}; }},
       {"weight:", [](TensorDesc&, TensorDesc& w, TensorDesc&, float&) { w.dtype = DType::kInt32; }},
@@ -80,15 +88,17 @@ TEST(OpChecks, RmsNormForwardChecksWhatItsQuantizingTwinChecks) {
       {"eps:", [](TensorDesc&, TensorDesc&, TensorDesc&, float& eps) { eps = INFINITY; }},
       {"eps:", [](TensorDesc&, TensorDesc&, TensorDesc&, float& eps) { eps = NAN; }},
       {"rstd:", [](TensorDesc&, TensorDesc&, TensorDesc& r, float&) { r.shape = Shape{t + 1}; }},
-      {"rstd:", [](TensorDesc&, TensorDesc&, TensorDesc& r, float&) { r.dtype = DType::kBFloat16; }},
+      {"rstd:",
+       [](TensorDesc&, TensorDesc&, TensorDesc& r, float&) { r.dtype = DType::kBFloat16; }},
       {"rstd:", [](TensorDesc&, TensorDesc&, TensorDesc& r, float&) { r.data = nullptr; }},
   };
   for (const auto& [field, spoil] : spoils) {
     TensorDesc bx = x, bw = w, br = rstd;
     float eps = 1e-5f;
     spoil(bx, bw, br, eps);
-    ExpectRejected({{field, [&] { return CheckRmsNormForwardArgs(bx, bw, eps, out, br); }},
-                    {field, [&] { return CheckRmsNormForwardQuantizeArgs(bx, bw, eps, q, q_t, br); }}});
+    ExpectRejected(
+        {{field, [&] { return CheckRmsNormForwardArgs(bx, bw, eps, out, br); }},
+         {field, [&] { return CheckRmsNormForwardQuantizeArgs(bx, bw, eps, q, q_t, br); }}});
   }
   TensorDesc bad_out = out;
   bad_out.shape = Shape{t, h / 2};
@@ -98,7 +108,8 @@ TEST(OpChecks, RmsNormForwardChecksWhatItsQuantizingTwinChecks) {
   other_t.dtype = DType::kE5M2;
   ExpectRejected({
       {"out:", [&] { return CheckRmsNormForwardArgs(x, w, 1e-5f, bad_out, rstd); }},
-      {"out.scale:", [&] { return CheckRmsNormForwardQuantizeArgs(x, w, 1e-5f, no_scale, q_t, rstd); }},
+      {"out.scale:",
+       [&] { return CheckRmsNormForwardQuantizeArgs(x, w, 1e-5f, no_scale, q_t, rstd); }},
       {"out_t:", [&] { return CheckRmsNormForwardQuantizeArgs(x, w, 1e-5f, q, wide_t, rstd); }},
       {"out_t:", [&] { return CheckRmsNormForwardQuantizeArgs(x, w, 1e-5f, q, other_t, rstd); }},
   });
@@ -110,13 +121,15 @@ TEST(OpChecks, RmsNormForwardChecksWhatItsQuantizingTwinChecks) {
   EXPECT_TRUE(CheckRmsNormBackwardArgs(out, x, w, rstd, out, gw).ok());
   TensorDesc gw_bf16 = gw;
   gw_bf16.dtype = DType::kBFloat16;
-  ExpectRejected({{"grad_weight:", [&] { return CheckRmsNormBackwardArgs(out, x, w, rstd, out, gw_bf16); }},
-                  {"grad_out:", [&] { return CheckRmsNormBackwardArgs(bad_out, x, w, rstd, out, gw); }}});
+  ExpectRejected(
+      {{"grad_weight:", [&] { return CheckRmsNormBackwardArgs(out, x, w, rstd, out, gw_bf16); }},
+       {"grad_out:", [&] { return CheckRmsNormBackwardArgs(bad_out, x, w, rstd, out, gw); }}});
 }
 
 TEST(OpChecks, SwiGluForwardChecksWhatItsQuantizingTwinChecks) {
   constexpr int64_t t = 8, f = 16;
-  const TensorDesc gu = T(DType::kBFloat16, Shape{t, 2 * f}), out = T(DType::kBFloat16, Shape{t, f});
+  const TensorDesc gu = T(DType::kBFloat16, Shape{t, 2 * f}),
+                   out = T(DType::kBFloat16, Shape{t, f});
   TensorDesc q = T(DType::kE4M3, Shape{t, f}), q_t = T(DType::kE4M3, Shape{f, t});
   q.scale = FakeScalar();
   EXPECT_TRUE(CheckSwiGluForwardArgs(gu, out).ok());
@@ -132,10 +145,11 @@ TEST(OpChecks, SwiGluForwardChecksWhatItsQuantizingTwinChecks) {
   short_out.shape = Shape{t - 1, f};
   fp32_out.dtype = DType::kFloat32;
   for (const TensorDesc* bad : {&odd, &fp32, &no_data}) {
-    ExpectRejected({{"gate_up:", [&] { return CheckSwiGluForwardArgs(*bad, out); }},
-                    {"gate_up:", [&] { return CheckSwiGluForwardQuantizeArgs(*bad, q, q_t); }},
-                    {"gate_up:", [&] { return CheckSwiGluBackwardArgs(out, *bad, gu); }},
-                    {"gate_up:", [&] { return CheckSwiGluBackwardQuantizeArgs(out, *bad, dgu, dgu_t); }}});
+    ExpectRejected(
+        {{"gate_up:", [&] { return CheckSwiGluForwardArgs(*bad, out); }},
+         {"gate_up:", [&] { return CheckSwiGluForwardQuantizeArgs(*bad, q, q_t); }},
+         {"gate_up:", [&] { return CheckSwiGluBackwardArgs(out, *bad, gu); }},
+         {"gate_up:", [&] { return CheckSwiGluBackwardQuantizeArgs(out, *bad, dgu, dgu_t); }}});
   }
   ExpectRejected({
       {"out:", [&] { return CheckSwiGluForwardArgs(gu, short_out); }},
@@ -156,7 +170,8 @@ TEST(OpChecks, FusedLossTellsLossOnlyFromFullCalls) {
   ASSERT_TRUE(full.ok()) << full.status();
   EXPECT_EQ(*full, FusedLossOutputs::kLossAndGradients);
   // Null gradient outputs (default descriptors, or sized ones without data).
-  auto loss_only = CheckFusedLinearCrossEntropyArgs(x, w, targets, 4, s, s, TensorDesc{}, TensorDesc{});
+  auto loss_only =
+      CheckFusedLinearCrossEntropyArgs(x, w, targets, 4, s, s, TensorDesc{}, TensorDesc{});
   ASSERT_TRUE(loss_only.ok()) << loss_only.status();
   EXPECT_EQ(*loss_only, FusedLossOutputs::kLossOnly);
   TensorDesc gx_null = gx, gw_null = gw;
@@ -179,16 +194,39 @@ TEST(OpChecks, FusedLossTellsLossOnlyFromFullCalls) {
   gw_bf16.dtype = DType::kBFloat16;
   auto status = [](const absl::StatusOr<FusedLossOutputs>& r) { return r.status(); };
   ExpectRejected({
-      {"x:", [&] { return status(CheckFusedLinearCrossEntropyArgs(x_fp32, w, targets, 4, s, s, gx, gw)); }},
-      {"weight:", [&] { return status(CheckFusedLinearCrossEntropyArgs(x, w_narrow, targets, 4, s, s, gx, gw)); }},
-      {"targets:", [&] { return status(CheckFusedLinearCrossEntropyArgs(x, w, t_short, 4, s, s, gx, gw)); }},
-      {"chunk_tokens:", [&] { return status(CheckFusedLinearCrossEntropyArgs(x, w, targets, 0, s, s, gx, gw)); }},
-      {"loss_sum:", [&] { return status(CheckFusedLinearCrossEntropyArgs(x, w, targets, 4, nullptr, s, gx, gw)); }},
-      {"valid_tokens:", [&] { return status(CheckFusedLinearCrossEntropyArgs(x, w, targets, 4, s, nullptr, gx, gw)); }},
+      {"x:",
+       [&] {
+         return status(CheckFusedLinearCrossEntropyArgs(x_fp32, w, targets, 4, s, s, gx, gw));
+       }},
+      {"weight:",
+       [&] {
+         return status(CheckFusedLinearCrossEntropyArgs(x, w_narrow, targets, 4, s, s, gx, gw));
+       }},
+      {"targets:",
+       [&] { return status(CheckFusedLinearCrossEntropyArgs(x, w, t_short, 4, s, s, gx, gw)); }},
+      {"chunk_tokens:",
+       [&] { return status(CheckFusedLinearCrossEntropyArgs(x, w, targets, 0, s, s, gx, gw)); }},
+      {"loss_sum:",
+       [&] {
+         return status(CheckFusedLinearCrossEntropyArgs(x, w, targets, 4, nullptr, s, gx, gw));
+       }},
+      {"valid_tokens:",
+       [&] {
+         return status(CheckFusedLinearCrossEntropyArgs(x, w, targets, 4, s, nullptr, gx, gw));
+       }},
       // One gradient output without the other is a mistake, not a mode.
-      {"grad_x:", [&] { return status(CheckFusedLinearCrossEntropyArgs(x, w, targets, 4, s, s, gx_null, gw)); }},
-      {"grad_weight:", [&] { return status(CheckFusedLinearCrossEntropyArgs(x, w, targets, 4, s, s, gx, gw_null)); }},
-      {"grad_weight:", [&] { return status(CheckFusedLinearCrossEntropyArgs(x, w, targets, 4, s, s, gx, gw_bf16)); }},
+      {"grad_x:",
+       [&] {
+         return status(CheckFusedLinearCrossEntropyArgs(x, w, targets, 4, s, s, gx_null, gw));
+       }},
+      {"grad_weight:",
+       [&] {
+         return status(CheckFusedLinearCrossEntropyArgs(x, w, targets, 4, s, s, gx, gw_null));
+       }},
+      {"grad_weight:",
+       [&] {
+         return status(CheckFusedLinearCrossEntropyArgs(x, w, targets, 4, s, s, gx, gw_bf16));
+       }},
   });
 }
 
@@ -221,20 +259,34 @@ TEST(OpChecks, QuantizeGemmAndElementwise) {
   ExpectRejected({
       {"out.scale:", [&] { return CheckQuantizeArgs(in, no_scale); }},
       {"out:", [&] { return CheckQuantizeArgs(in, short_out); }},
-      {"out_t:", [&] { return CheckQuantizeTransposeArgs(in, out, T(DType::kE4M3, Shape{4, 8})); }},
+      {"out_t:",
+       [&] {
+         return CheckQuantizeTransposeArgs(in, out, T(DType::kE4M3, Shape{4, 8}));
+       }},
       {"in.scale_inv:", [&] { return CheckDequantizeArgs(out, in); }},
       {"amax:", [&] { return CheckAmaxArgs(in, nullptr); }},
-      {"out:", [&] { return CheckTransposeArgs(in, T(DType::kFloat32, Shape{8, 4})); }},
-      {"scale_inv_stride:", [&] { return CheckUpdateFp8ScalesArgs(nullptr, nullptr, nullptr, nullptr, 0, 0, 1); }},
+      {"out:",
+       [&] {
+         return CheckTransposeArgs(in, T(DType::kFloat32, Shape{8, 4}));
+       }},
+      {"scale_inv_stride:",
+       [&] { return CheckUpdateFp8ScalesArgs(nullptr, nullptr, nullptr, nullptr, 0, 0, 1); }},
       {"a, b: inner", [&] { return CheckGemmArgs(a, false, b, false, d, false); }},
       {"d:", [&] { return CheckGemmArgs(a, false, b, true, d_bf16, true); }},
       {"trans_a, trans_b:", [&] { return CheckGemmArgs(fp8, true, fp8, true, d, false); }},
       {"c, d:", [&] { return CheckGemmAddend(overlap, d); }},
       {"b:", [&] { return CheckAddArgs(d, T(DType::kFloat32, Shape{3}), d); }},
-      {"in:", [&] { return CheckCastArgs(T(DType::kInt32, Shape{32}), T(DType::kFloat32, Shape{32})); }},
+      {"in:",
+       [&] { return CheckCastArgs(T(DType::kInt32, Shape{32}), T(DType::kFloat32, Shape{32})); }},
       {"ids:", [&] { return CheckEmbeddingForwardArgs(T(DType::kFloat32, Shape{4}), table, in); }},
-      {"out:", [&] { return CheckEmbeddingForwardArgs(ids, table, T(DType::kFloat32, Shape{4, 9})); }},
-      {"grad_table:", [&] { return CheckEmbeddingBackwardArgs(ids, in, T(DType::kBFloat16, Shape{64, 8})); }},
+      {"out:",
+       [&] {
+         return CheckEmbeddingForwardArgs(ids, table, T(DType::kFloat32, Shape{4, 9}));
+       }},
+      {"grad_table:",
+       [&] {
+         return CheckEmbeddingBackwardArgs(ids, in, T(DType::kBFloat16, Shape{64, 8}));
+       }},
   });
 }
 

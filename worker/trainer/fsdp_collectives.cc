@@ -116,7 +116,8 @@ absl::StatusOr<std::vector<uint8_t>> FsdpTrainer::GradientBytes() {
   for (const DeviceTensor* t : grads) {
     const size_t offset = bytes.size();
     bytes.resize(offset + t->desc.Bytes());
-    RETURN_IF_ERROR(ops_->CopyToHost(bytes.data() + offset, t->desc.data, t->desc.Bytes(), stream_));
+    RETURN_IF_ERROR(
+        ops_->CopyToHost(bytes.data() + offset, t->desc.data, t->desc.Bytes(), stream_));
   }
   return bytes;
 }

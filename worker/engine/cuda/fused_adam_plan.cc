@@ -83,8 +83,8 @@ absl::StatusOr<std::unique_ptr<CudaAdamPlan>> UploadAdamPlan(const AdamPlanImage
   plan->block_offset = reinterpret_cast<int64_t*>(base + image.block_offset_offset);
   plan->partials = reinterpret_cast<float*>(base + image.partials_offset);
   if (!image.bytes.empty()) {
-    CUDA_RETURN_IF_ERROR(cudaMemcpy(plan->storage, image.bytes.data(), image.bytes.size(),
-                                    cudaMemcpyHostToDevice));
+    CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(plan->storage, image.bytes.data(), image.bytes.size(), cudaMemcpyHostToDevice));
   }
   return plan;
 }

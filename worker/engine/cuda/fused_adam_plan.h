@@ -28,11 +28,11 @@ namespace tessera {
 namespace cuda {
 
 struct AdamPlanImage {
-  std::vector<uint8_t> bytes;  // the table and block map, as uploaded
-  size_t block_shard_offset = 0;   // byte offsets into `bytes` (the table is at 0)
+  std::vector<uint8_t> bytes;     // the table and block map, as uploaded
+  size_t block_shard_offset = 0;  // byte offsets into `bytes` (the table is at 0)
   size_t block_offset_offset = 0;
-  size_t partials_offset = 0;      // == bytes.size(): the partials follow the image
-  size_t device_bytes = 0;         // image plus partials: the one device allocation
+  size_t partials_offset = 0;  // == bytes.size(): the partials follow the image
+  size_t device_bytes = 0;     // image plus partials: the one device allocation
   int num_shards = 0;
   int num_blocks = 0;
 };

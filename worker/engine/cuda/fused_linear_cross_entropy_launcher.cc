@@ -41,8 +41,8 @@ absl::Status LaunchFusedLinearCrossEntropy(GemmRunner& gemm, const FusedLossScra
         static_cast<int>(vocab), ignore_index, static_cast<float*>(row_losses), loss_sum,
         valid_tokens, logits, error_flag, stream));
     if (!gradients) continue;
-    const TensorDesc gxc = MakeTensor(static_cast<uint16_t*>(grad_x.data) + start * h,
-                                      DType::kBFloat16, Shape{c, h});
+    const TensorDesc gxc =
+        MakeTensor(static_cast<uint16_t*>(grad_x.data) + start * h, DType::kBFloat16, Shape{c, h});
     RETURN_IF_ERROR(gemm.Run(lg, false, weight, false, gxc, false, stream));
     RETURN_IF_ERROR(
         gemm.Run(lg, true, xc, false, grad_weight, accumulate_grad_weight || start > 0, stream));
