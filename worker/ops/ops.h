@@ -304,6 +304,12 @@ class Ops {
   //   the caller needs no zeroing pass and the GEMM reads no old values;
   //   every later chunk adds (beta = 1). With no tokens and no
   //   accumulation, grad_weight is zeroed.
+  // Loss only: when grad_x.data and grad_weight.data are both null (e.g.
+  // default TensorDesc{} values) no gradient is computed or written: the
+  // backward GEMMs are skipped, accumulate_grad_weight is ignored, and
+  // *loss_sum and *valid_tokens get the same bits a full call would add.
+  // Evaluation uses this, so it needs no gradient buffer. Exactly one of the
+  // two null is INVALID_ARGUMENT.
   // Gradients are of the *sum* of token losses; the caller divides by the
   // global token count later (FusedAdam's grad_scale). A target outside
   // [0, V) other than ignore_index is INVALID_ARGUMENT (CPU) / sticky flag (CUDA).

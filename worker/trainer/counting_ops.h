@@ -155,6 +155,7 @@ class CountingOps : public Ops {
     return engine_->SwiGluBackwardQuantize(grad_out, gate_up, dgu, dgu_t, s);
   }
 
+  // Null grad_x and grad_weight (loss only) pass through as they are.
   absl::Status FusedLinearCrossEntropy(const TensorDesc& x, const TensorDesc& weight,
                                        const TensorDesc& targets, int ignore_index,
                                        int chunk_tokens, float* loss_sum, float* valid_tokens,

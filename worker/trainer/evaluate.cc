@@ -6,7 +6,9 @@
 // all-reduce of [loss sum, valid tokens] -> mean.
 //
 // It must leave training exactly as it found it. It reads the weights but
-// writes no parameter, gradient shard or Adam state. The activations and
+// writes no parameter, gradient or Adam state: the fused loss runs loss
+// only (no gradient buffer is passed to it, so none can be written, at any
+// world size and with gradient accumulation). The activations and
 // scratch it overwrites are rewritten by the next step before they are
 // read. The one state a forward pass does change is FP8 scaling: every FP8
 // linear records its input's amax (delayed scaling) or resets its input
@@ -138,13 +140,11 @@ absl::StatusOr<ValidationReport> FsdpTrainer::Score() {
     RETURN_IF_ERROR(
         ops.CopyToDevice(targets_.desc.data, host_targets_.data(), tokens_ * 4, stream_));
     RETURN_IF_ERROR(ForwardToFinalNorm());
-    TensorDesc grad_lm_head = grad_lm_head_.desc;
-    grad_lm_head.dtype = DType::kFloat32;
-    grad_lm_head.shape = Shape{vocab_, hidden_};
     RETURN_IF_ERROR(ops.FusedLinearCrossEntropy(
         h_final_.desc, Full(gathered_lm_head_, lm_head_), targets_.desc, kIgnoreIndex,
-        spec_.loss_chunk_tokens(), sums + kLossSum, sums + kValidTokens, grad_h_.desc,
-        grad_lm_head, /*accumulate_grad_weight=*/false, stream_));
+        spec_.loss_chunk_tokens(), sums + kLossSum, sums + kValidTokens,
+        /*grad_x=*/TensorDesc{}, /*grad_weight=*/TensorDesc{},  // loss only
+        /*accumulate_grad_weight=*/false, stream_));
   }
 
   RETURN_IF_ERROR(CheckAborted());

@@ -8,12 +8,15 @@
 //    byte-identical before and after one, and a run with evaluations has
 //    bit-identical training losses to one without, with delayed and
 //    current FP8 scaling, bf16, one rank and two;
+//  - an evaluation after a step leaves every gradient buffer (gradient
+//    shards and full-size gradients) byte-identical, at one rank and two;
 //  - Evaluate without data.validation, or before InitCollective, is
 //    FAILED_PRECONDITION.
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -202,6 +205,55 @@ TEST(Evaluate, LeavesTrainingUntouchedWithCurrentScalingAndBf16) {
   v1::JobSpec bf16 = Spec(2, 2);
   bf16.mutable_fp8()->set_disabled(true);
   ExpectNoSideEffects(bf16, 2);
+}
+
+// Rank body: one step, so that every gradient buffer holds that step's
+// values, then every gradient buffer's bytes (all gradient shards and the
+// full-size gradients) before and after an evaluation. Writes "same" or
+// "changed" and the number of nonzero bytes before.
+int GradientsAroundEvaluation(const v1::JobSpec& spec, int rank, int world,
+                              const std::string& dir) {
+  FsdpTrainer trainer(CreateCpuOps(), CreateGlooCommunicator);
+  if (!trainer.Setup(spec, rank, world).ok()) return 2;
+  FileRendezvousStore store(dir);
+  if (!trainer.InitCollective(&store, "127.0.0.1", absl::Seconds(30)).ok()) return 3;
+  if (!trainer.RunStep(0).ok()) return 4;
+  absl::StatusOr<std::vector<uint8_t>> before = trainer.GradientBytes();
+  if (!before.ok()) return 5;
+  absl::StatusOr<ValidationReport> v = trainer.Evaluate();
+  if (!v.ok()) return 6;
+  absl::StatusOr<std::vector<uint8_t>> after = trainer.GradientBytes();
+  if (!after.ok()) return 7;
+  std::ofstream out(absl::StrCat(dir, "/grads-", rank));
+  out << (*before == *after ? "same" : "changed") << " "
+      << std::count_if(before->begin(), before->end(), [](uint8_t b) { return b != 0; }) << "\n";
+  return 0;
+}
+
+TEST(Evaluate, WritesNoGradientBuffer) {
+  for (int world : {1, 2}) {
+    SCOPED_TRACE(absl::StrCat("world ", world));
+    const v1::JobSpec spec = Spec(2, 2);
+    const std::string dir = TestDir("eval-grads");
+    std::vector<pid_t> pids;
+    for (int r = 0; r < world; ++r) {
+      pid_t pid = fork();
+      if (pid == 0) _exit(GradientsAroundEvaluation(spec, r, world, dir));
+      pids.push_back(pid);
+    }
+    for (int r = 0; r < world; ++r) {
+      int status = 0;
+      waitpid(pids[r], &status, 0);
+      ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+          << "rank " << r << " exit " << WEXITSTATUS(status);
+      std::ifstream in(absl::StrCat(dir, "/grads-", r));
+      std::string verdict;
+      int64_t nonzero = 0;
+      in >> verdict >> nonzero;
+      EXPECT_GT(nonzero, 0) << "rank " << r << ": the step left every gradient at zero";
+      EXPECT_EQ(verdict, "same") << "rank " << r << ": the evaluation wrote a gradient buffer";
+    }
+  }
 }
 
 TEST(Evaluate, RefusedWithoutValidationDataOrOutOfOrder) {

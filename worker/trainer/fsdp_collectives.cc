@@ -100,4 +100,26 @@ absl::StatusOr<std::vector<uint8_t>> FsdpTrainer::GatheredWeightBytes(int layer,
   return bytes;
 }
 
+absl::StatusOr<std::vector<uint8_t>> FsdpTrainer::GradientBytes() {
+  std::vector<const DeviceTensor*> grads = {&embedding_.grad_shard, &final_norm_.grad_shard,
+                                            &lm_head_.grad_shard};
+  for (const Block& block : blocks_) {
+    for (auto param : kBlockParams) grads.push_back(&(block.*param).grad_shard);
+  }
+  for (const DeviceTensor* full : {&grad_embedding_, &grad_final_norm_, &grad_lm_head_}) {
+    grads.push_back(full);
+  }
+  for (const BlockGrads& set : block_grads_) {
+    for (auto tensor : kBlockTensors) grads.push_back(&(set.*tensor));
+  }
+  std::vector<uint8_t> bytes;
+  for (const DeviceTensor* t : grads) {
+    const size_t offset = bytes.size();
+    bytes.resize(offset + t->desc.Bytes());
+    RETURN_IF_ERROR(
+        ops_->CopyToHost(bytes.data() + offset, t->desc.data, t->desc.Bytes(), stream_));
+  }
+  return bytes;
+}
+
 }  // namespace tessera

@@ -79,6 +79,10 @@ class FsdpTrainer : public Trainer {
   int64_t allocated_bytes() const { return ops_->allocated_bytes(); }
   int64_t host_read_count() const { return ops_->host_reads(); }
   absl::StatusOr<std::vector<uint8_t>> GatheredWeightBytes(int layer, BlockLinear linear);
+  // Every gradient buffer's bytes, concatenated: each parameter's gradient
+  // shard, then the full-size gradients the step reduce-scatters from
+  // (views of the shards at world size 1).
+  absl::StatusOr<std::vector<uint8_t>> GradientBytes();
   // Whether steps now replay a captured CUDA graph (train_step.cc), and why
   // not when a capture was tried and failed (the steps then run eagerly).
   bool replays_step_graph() const { return step_graph_ != nullptr; }
@@ -260,9 +264,9 @@ class FsdpTrainer : public Trainer {
   std::vector<int32_t> host_inputs_, host_targets_;
 
   // ---- Validation (evaluate.cc) -------------------------------------------
-  // Forward passes over data.validation with the training step's buffers;
-  // the fused loss's gradient outputs land in grad_h_ and grad_lm_head_,
-  // which every step rewrites before reading.
+  // Forward passes over data.validation with the training step's weights
+  // and activation buffers; the fused loss runs loss only, so no gradient
+  // buffer is passed anywhere.
  public:
   absl::StatusOr<ValidationReport> Evaluate() override;
 

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/engine/cpu/tensor_access.h"
+#include "worker/ops/op_checks.h"
 
 namespace tessera {
 namespace cpu {

@@ -26,6 +26,7 @@
 #include "worker/engine/cpu/rmsnorm.h"
 #include "worker/engine/cpu/rope.h"
 #include "worker/engine/cpu/swiglu.h"
+#include "worker/ops/op_checks.h"
 
 namespace tessera {
 namespace {
@@ -161,7 +162,7 @@ class CpuOps : public Ops {
   absl::Status RmsNormForwardQuantize(const TensorDesc& x, const TensorDesc& weight, float eps,
                                       const TensorDesc& out, const TensorDesc& out_t,
                                       const TensorDesc& rstd, Stream*) override {
-    if (x.shape.rank != 2) return absl::InvalidArgumentError("x: must be 2-D");
+    RETURN_IF_ERROR(CheckRmsNormForwardQuantizeArgs(x, weight, eps, out, out_t, rstd));
     TensorDesc normed = Bf16Temporary(norm_temp_, x.shape);
     RETURN_IF_ERROR(cpu::RmsNormForward(x, weight, eps, normed, rstd));
     return cpu::QuantizeTranspose(normed, out, out_t);
@@ -210,7 +211,7 @@ class CpuOps : public Ops {
   // The reference composes the two ops through a bf16 temporary.
   absl::Status SwiGluForwardQuantize(const TensorDesc& gate_up, const TensorDesc& out,
                                      const TensorDesc& out_t, Stream*) override {
-    if (gate_up.shape.rank != 2) return absl::InvalidArgumentError("gate_up: must be 2-D");
+    RETURN_IF_ERROR(CheckSwiGluForwardQuantizeArgs(gate_up, out, out_t));
     TensorDesc act = Bf16Temporary(swiglu_temp_, Shape{gate_up.shape[0], gate_up.shape[1] / 2});
     RETURN_IF_ERROR(cpu::SwiGluForward(gate_up, act));
     return cpu::QuantizeTranspose(act, out, out_t);
@@ -218,6 +219,7 @@ class CpuOps : public Ops {
   absl::Status SwiGluBackwardQuantize(const TensorDesc& grad_out, const TensorDesc& gate_up,
                                       const TensorDesc& dgu, const TensorDesc& dgu_t,
                                       Stream*) override {
+    RETURN_IF_ERROR(CheckSwiGluBackwardQuantizeArgs(grad_out, gate_up, dgu, dgu_t));
     TensorDesc grad = Bf16Temporary(swiglu_temp_, gate_up.shape);
     RETURN_IF_ERROR(cpu::SwiGluBackward(grad_out, gate_up, grad));
     return cpu::QuantizeTranspose(grad, dgu, dgu_t);

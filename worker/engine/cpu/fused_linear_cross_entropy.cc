@@ -6,10 +6,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "worker/engine/cpu/tensor_access.h"
+#include "worker/ops/op_checks.h"
 
 namespace tessera {
 namespace cpu {
@@ -19,29 +20,11 @@ absl::Status FusedLinearCrossEntropy(const TensorDesc& x, const TensorDesc& weig
                                      float* loss_sum, float* valid_tokens,
                                      const TensorDesc& grad_x, const TensorDesc& grad_weight,
                                      bool accumulate_grad_weight) {
-  if (absl::Status s = CheckRank("x", x, 2); !s.ok()) return s;
-  if (absl::Status s = CheckRank("weight", weight, 2); !s.ok()) return s;
-  if (absl::Status s = CheckDType("x", x, {DType::kBFloat16}); !s.ok()) return s;
-  if (absl::Status s = CheckDType("weight", weight, {DType::kBFloat16}); !s.ok()) return s;
-  if (absl::Status s = CheckDType("targets", targets, {DType::kInt32}); !s.ok()) return s;
-  if (absl::Status s = CheckDType("grad_x", grad_x, {DType::kBFloat16}); !s.ok()) return s;
-  if (absl::Status s = CheckDType("grad_weight", grad_weight, {DType::kFloat32}); !s.ok()) return s;
+  absl::StatusOr<FusedLossOutputs> outputs = CheckFusedLinearCrossEntropyArgs(
+      x, weight, targets, chunk_tokens, loss_sum, valid_tokens, grad_x, grad_weight);
+  if (!outputs.ok()) return outputs.status();
+  const bool gradients = *outputs == FusedLossOutputs::kLossAndGradients;
   const int64_t tokens = x.shape[0], h = x.shape[1], vocab = weight.shape[0];
-  if (weight.shape[1] != h) return absl::InvalidArgumentError("weight: width differs from x");
-  if (absl::Status s = CheckShape("targets", targets, Shape{tokens}); !s.ok()) return s;
-  if (absl::Status s = CheckShape("grad_x", grad_x, Shape{tokens, h}); !s.ok()) return s;
-  if (absl::Status s = CheckShape("grad_weight", grad_weight, Shape{vocab, h}); !s.ok()) return s;
-  if (chunk_tokens < 1) return absl::InvalidArgumentError("chunk_tokens: must be >= 1");
-  if (loss_sum == nullptr || valid_tokens == nullptr) {
-    return absl::InvalidArgumentError("loss_sum, valid_tokens: must be set");
-  }
-  for (auto [name, t] : {std::pair<const char*, const TensorDesc*>{"x", &x},
-                         {"weight", &weight},
-                         {"targets", &targets},
-                         {"grad_x", &grad_x},
-                         {"grad_weight", &grad_weight}}) {
-    if (absl::Status s = CheckData(name, *t); !s.ok()) return s;
-  }
   const int32_t* target = static_cast<const int32_t*>(targets.data);
   for (int64_t t = 0; t < tokens; ++t) {
     if (target[t] != ignore_index && (target[t] < 0 || target[t] >= vocab)) {
@@ -54,14 +37,13 @@ absl::Status FusedLinearCrossEntropy(const TensorDesc& x, const TensorDesc& weig
   thread_local std::vector<float> w32, x32, logits, dx32;
   LoadAll(weight, w32);
   float* gw = static_cast<float*>(grad_weight.data);
-  if (tokens == 0 && !accumulate_grad_weight) std::fill(gw, gw + vocab * h, 0.f);
+  if (gradients && tokens == 0 && !accumulate_grad_weight) std::fill(gw, gw + vocab * h, 0.f);
   double loss = 0.0;
   int64_t valid = 0;
   for (int64_t start = 0; start < tokens; start += chunk_tokens) {
     const int64_t c = std::min<int64_t>(chunk_tokens, tokens - start);
     x32.resize(c * h);
     logits.resize(c * vocab);
-    dx32.resize(c * h);
     for (int64_t i = 0; i < c * h; ++i) x32[i] = Load(x, start * h + i);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, c, vocab, h, 1.0f, x32.data(), h,
                 w32.data(), h, 0.0f, logits.data(), vocab);
@@ -79,12 +61,15 @@ absl::Status FusedLinearCrossEntropy(const TensorDesc& x, const TensorDesc& weig
       const float lse = std::log(sum) + m;
       loss += static_cast<double>(lse - row[tgt]);
       ++valid;
+      if (!gradients) continue;
       for (int64_t v = 0; v < vocab; ++v) {
         float grad = std::exp(row[v] - lse) - (v == tgt ? 1.0f : 0.0f);
         row[v] = RoundToBf16(grad);  // dlogits as the bf16 GEMM operand
       }
     }
+    if (!gradients) continue;  // loss only: the dlogits are not used
     // grad_x chunk = dlogits [c, V] · W [V, H].
+    dx32.resize(c * h);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, c, h, vocab, 1.0f, logits.data(), vocab,
                 w32.data(), h, 0.0f, dx32.data(), h);
     for (int64_t i = 0; i < c * h; ++i) Store(grad_x, start * h + i, dx32[i]);

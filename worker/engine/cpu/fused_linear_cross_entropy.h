@@ -5,7 +5,10 @@
 // dlogits = softmax - onehot rounded to bf16 (zero rows for ignored tokens),
 // grad_x_c = dlogits · W (bf16 out), and grad_W += dlogitsᵀ · x_c as a GEMM
 // straight into the persistent fp32 buffer (beta = 0 for the first chunk
-// unless accumulating, 1 after): no [V, H] gradient temporary.
+// unless accumulating, 1 after): no [V, H] gradient temporary. With null
+// grad_x and grad_weight data (loss only, as evaluation calls it) the two
+// gradient GEMMs are skipped and neither output is touched; the loss and
+// count are the same bits as a full call's.
 #ifndef TESSERA_WORKER_ENGINE_CPU_FUSED_LINEAR_CROSS_ENTROPY_H_
 #define TESSERA_WORKER_ENGINE_CPU_FUSED_LINEAR_CROSS_ENTROPY_H_
 

@@ -1,6 +1,7 @@
 // The chunked fused loss against the naive full-logits fp64 computation:
 // loss, valid count, grad_x and grad_weight (accumulated onto existing
-// values), with ignored tokens and chunk sizes that do not divide T.
+// values), with ignored tokens and chunk sizes that do not divide T; and
+// the loss-only mode (null gradient outputs) against the full call.
 #include "worker/engine/cpu/fused_linear_cross_entropy.h"
 
 #include <cmath>
@@ -219,6 +220,54 @@ TEST(FusedCe, LargeLogitsStayFinite) {
     }
     EXPECT_LT(std::fabs(sum), 1e-2 * size + 1e-3) << "column " << j;
   }
+}
+
+// Loss only (null gradient outputs): the same loss and count bits as the
+// full call, with and without ignored tokens and over several chunks; the
+// caller's (poisoned) gradient buffers are never handed over, so a sized
+// descriptor without data must not be touched either.
+TEST(FusedCe, LossOnlyMatchesTheFullCallAndWritesNoGradient) {
+  for (int chunk : {5, 16, 64}) {
+    SCOPED_TRACE(chunk);
+    CeCall full(37, 16, 70, 121, 1.0f);
+    for (int i = 0; i < full.t; i += 5) full.targets[i] = -100;
+    full.loss_sum = 0.25f;
+    full.valid = 1.0f;
+    CeCall loss_only = full;
+    ASSERT_TRUE(full.Run(chunk).ok());
+    const std::vector<uint16_t> gx_before = loss_only.gx;
+    const std::vector<float> gw_before = loss_only.gw;
+    for (bool sized : {false, true}) {
+      SCOPED_TRACE(sized ? "sized descriptors without data" : "default descriptors");
+      float loss_sum = 0.25f, valid = 1.0f;
+      TensorDesc gx, gw;
+      if (sized) {
+        gx = MakeTensor(nullptr, DType::kBFloat16, Shape{full.t, full.h});
+        gw = MakeTensor(nullptr, DType::kFloat32, Shape{full.v, full.h});
+      }
+      ASSERT_TRUE(FusedLinearCrossEntropy(
+                      MakeTensor(loss_only.x.data(), DType::kBFloat16, Shape{full.t, full.h}),
+                      MakeTensor(loss_only.w.data(), DType::kBFloat16, Shape{full.v, full.h}),
+                      MakeTensor(loss_only.targets.data(), DType::kInt32, Shape{full.t}), -100,
+                      chunk, &loss_sum, &valid, gx, gw, /*accumulate_grad_weight=*/true)
+                      .ok());
+      EXPECT_EQ(std::memcmp(&loss_sum, &full.loss_sum, sizeof(float)), 0)
+          << loss_sum << " vs " << full.loss_sum;
+      EXPECT_EQ(valid, full.valid);
+    }
+    EXPECT_EQ(loss_only.gx, gx_before);
+    EXPECT_EQ(loss_only.gw, gw_before);
+  }
+  // One gradient output without the other is refused.
+  CeCall call(4, 8, 10, 131, 1.0f);
+  float loss = 0, valid = 0;
+  const absl::Status s = FusedLinearCrossEntropy(
+      MakeTensor(call.x.data(), DType::kBFloat16, Shape{4, 8}),
+      MakeTensor(call.w.data(), DType::kBFloat16, Shape{10, 8}),
+      MakeTensor(call.targets.data(), DType::kInt32, Shape{4}), -100, 2, &loss, &valid,
+      TensorDesc{}, MakeTensor(call.gw.data(), DType::kFloat32, Shape{10, 8}), false);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message().rfind("grad_x:", 0), 0u) << s;
 }
 
 TEST(FusedCe, RejectsBadArguments) {

@@ -9,62 +9,14 @@
 #include <vector>
 
 #include "worker/engine/cpu/tensor_access.h"
+#include "worker/ops/op_checks.h"
 
 namespace tessera {
 namespace cpu {
 
-namespace {
-
-// The operands and output of a GEMM against Ops::Gemm's rules; the data
-// pointers too when the output is not empty.
-absl::Status CheckGemm(const TensorDesc& a, bool trans_a, const TensorDesc& b, bool trans_b,
-                       const TensorDesc& d, bool accumulate) {
-  const std::initializer_list<DType> operand = {DType::kBFloat16, DType::kE4M3, DType::kE5M2};
-  if (absl::Status s = CheckDType("a", a, operand); !s.ok()) return s;
-  if (absl::Status s = CheckDType("b", b, operand); !s.ok()) return s;
-  if (absl::Status s = CheckDType("d", d, {DType::kFloat32, DType::kBFloat16}); !s.ok()) return s;
-  if (absl::Status s = CheckRank("a", a, 2); !s.ok()) return s;
-  if (absl::Status s = CheckRank("b", b, 2); !s.ok()) return s;
-  if (absl::Status s = CheckRank("d", d, 2); !s.ok()) return s;
-  const bool fp8 = IsFp8(a.dtype);
-  if (fp8 != IsFp8(b.dtype)) {
-    return absl::InvalidArgumentError("a, b: both operands must be bf16 or both FP8");
-  }
-  if (fp8 && a.dtype == DType::kE5M2 && b.dtype == DType::kE5M2) {
-    return absl::InvalidArgumentError("a, b: e5m2 x e5m2 is not supported");
-  }
-  if (fp8 && (trans_a || !trans_b)) {
-    return absl::InvalidArgumentError(
-        "FP8 operands must be K-contiguous: trans_a=false, trans_b=true");
-  }
-  if (fp8 && (a.scale_inv == nullptr || b.scale_inv == nullptr)) {
-    return absl::InvalidArgumentError("FP8 operands need scale_inv");
-  }
-  if (accumulate && d.dtype != DType::kFloat32) {
-    return absl::InvalidArgumentError("d: accumulate (beta=1) needs an fp32 output");
-  }
-  const int64_t m = trans_a ? a.shape[1] : a.shape[0];
-  const int64_t k = trans_a ? a.shape[0] : a.shape[1];
-  const int64_t kb = trans_b ? b.shape[1] : b.shape[0];
-  const int64_t n = trans_b ? b.shape[0] : b.shape[1];
-  if (k != kb) {
-    return absl::InvalidArgumentError(absl::StrCat("a, b: inner dimensions differ (", k, " vs ", kb,
-                                                   ")"));
-  }
-  if (absl::Status s = CheckShape("d", d, Shape{m, n}); !s.ok()) return s;
-  if (m == 0 || n == 0) return absl::OkStatus();
-  for (auto [name, t] :
-       {std::pair<const char*, const TensorDesc*>{"a", &a}, {"b", &b}, {"d", &d}}) {
-    if (absl::Status s = CheckData(name, *t); !s.ok()) return s;
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
 absl::Status Gemm(const TensorDesc& a, bool trans_a, const TensorDesc& b, bool trans_b,
                   const TensorDesc& d, bool accumulate) {
-  if (absl::Status s = CheckGemm(a, trans_a, b, trans_b, d, accumulate); !s.ok()) return s;
+  if (absl::Status s = CheckGemmArgs(a, trans_a, b, trans_b, d, accumulate); !s.ok()) return s;
   const bool fp8 = IsFp8(a.dtype);
   const int64_t m = trans_a ? a.shape[1] : a.shape[0];
   const int64_t k = trans_a ? a.shape[0] : a.shape[1];
@@ -103,7 +55,7 @@ absl::Status GemmAdd(const TensorDesc& a, bool trans_a, const TensorDesc& b, boo
   const int64_t bytes = d.Bytes();
   // Shapes and operands are checked by Gemm before d is read; d takes c
   // only once they hold.
-  if (absl::Status s = CheckGemm(a, trans_a, b, trans_b, d, /*accumulate=*/true); !s.ok()) {
+  if (absl::Status s = CheckGemmArgs(a, trans_a, b, trans_b, d, /*accumulate=*/true); !s.ok()) {
     return s;
   }
   if (c.data != d.data && bytes > 0) std::memcpy(d.data, c.data, static_cast<size_t>(bytes));

@@ -6,18 +6,11 @@
 #include <cstring>
 
 #include "worker/engine/cpu/tensor_access.h"
+#include "worker/ops/op_checks.h"
 
 namespace tessera {
 namespace cpu {
 namespace {
-
-absl::Status CheckCast(const TensorDesc& in, const TensorDesc& out) {
-  if (absl::Status s = CheckDType("in", in, {DType::kFloat32, DType::kBFloat16}); !s.ok()) return s;
-  if (absl::Status s = CheckDType("out", out, {DType::kE4M3, DType::kE5M2}); !s.ok()) return s;
-  if (out.scale == nullptr) return absl::InvalidArgumentError("out.scale: must be set");
-  if (absl::Status s = CheckData("in", in); !s.ok()) return s;
-  return absl::OkStatus();
-}
 
 float FiniteAbsMax(float a, float v) {
   float m = std::fabs(v);
@@ -27,11 +20,7 @@ float FiniteAbsMax(float a, float v) {
 }  // namespace
 
 absl::Status Quantize(const TensorDesc& in, const TensorDesc& out) {
-  if (absl::Status s = CheckCast(in, out); !s.ok()) return s;
-  if (in.NumElements() != out.NumElements()) {
-    return absl::InvalidArgumentError("out: element count differs from in");
-  }
-  if (absl::Status s = CheckData("out", out); !s.ok()) return s;
+  if (absl::Status s = CheckQuantizeArgs(in, out); !s.ok()) return s;
   const float scale = *out.scale;
   uint8_t* dst = static_cast<uint8_t*>(out.data);
   float amax = 0.f;
@@ -47,17 +36,8 @@ absl::Status Quantize(const TensorDesc& in, const TensorDesc& out) {
 
 absl::Status QuantizeTranspose(const TensorDesc& in, const TensorDesc& out,
                                const TensorDesc& out_t) {
-  if (absl::Status s = CheckCast(in, out); !s.ok()) return s;
-  if (absl::Status s = CheckRank("in", in, 2); !s.ok()) return s;
+  if (absl::Status s = CheckQuantizeTransposeArgs(in, out, out_t); !s.ok()) return s;
   const int64_t rows = in.shape[0], cols = in.shape[1];
-  if (absl::Status s = CheckShape("out_t", out_t, Shape{cols, rows}); !s.ok()) return s;
-  if (out_t.dtype != out.dtype) {
-    return absl::InvalidArgumentError("out_t: dtype must equal out's (it shares out's scale)");
-  }
-  if (absl::Status s = CheckData("out_t", out_t); !s.ok()) return s;
-  if (out.data != nullptr && out.NumElements() != in.NumElements()) {
-    return absl::InvalidArgumentError("out: element count differs from in");
-  }
   const float scale = *out.scale;
   uint8_t* dst = static_cast<uint8_t*>(out.data);
   uint8_t* dst_t = static_cast<uint8_t*>(out_t.data);
@@ -78,20 +58,13 @@ absl::Status QuantizeTranspose(const TensorDesc& in, const TensorDesc& out,
 }
 
 absl::Status Dequantize(const TensorDesc& in, const TensorDesc& out) {
-  if (absl::Status s = CheckDType("in", in, {DType::kE4M3, DType::kE5M2}); !s.ok()) return s;
-  if (absl::Status s = CheckDType("out", out, {DType::kFloat32, DType::kBFloat16}); !s.ok()) return s;
-  if (in.scale_inv == nullptr) return absl::InvalidArgumentError("in.scale_inv: must be set");
-  if (in.NumElements() != out.NumElements()) {
-    return absl::InvalidArgumentError("out: element count differs from in");
-  }
+  if (absl::Status s = CheckDequantizeArgs(in, out); !s.ok()) return s;
   for (int64_t i = 0; i < in.NumElements(); ++i) Store(out, i, Load(in, i) * *in.scale_inv);
   return absl::OkStatus();
 }
 
 absl::Status Amax(const TensorDesc& in, float* amax) {
-  if (absl::Status s = CheckDType("in", in, {DType::kFloat32, DType::kBFloat16}); !s.ok()) return s;
-  if (absl::Status s = CheckData("in", in); !s.ok()) return s;
-  if (amax == nullptr) return absl::InvalidArgumentError("amax: must be set");
+  if (absl::Status s = CheckAmaxArgs(in, amax); !s.ok()) return s;
   float m = 0.f;
   for (int64_t i = 0; i < in.NumElements(); ++i) m = FiniteAbsMax(m, Load(in, i));
   *amax = std::max(*amax, m);
@@ -126,13 +99,9 @@ absl::Status UpdateFp8Scales(float* amax, float* history, float* scale, float* s
 }
 
 absl::Status Transpose(const TensorDesc& in, const TensorDesc& out) {
-  if (absl::Status s = CheckRank("in", in, 2); !s.ok()) return s;
+  if (absl::Status s = CheckTransposeArgs(in, out); !s.ok()) return s;
   const int64_t rows = in.shape[0], cols = in.shape[1];
-  if (absl::Status s = CheckShape("out", out, Shape{cols, rows}); !s.ok()) return s;
   const size_t width = DTypeSize(in.dtype);
-  if (DTypeSize(out.dtype) != width) return absl::InvalidArgumentError("out: dtype width differs");
-  if (absl::Status s = CheckData("in", in); !s.ok()) return s;
-  if (absl::Status s = CheckData("out", out); !s.ok()) return s;
   const uint8_t* src = static_cast<const uint8_t*>(in.data);
   uint8_t* dst = static_cast<uint8_t*>(out.data);
   for (int64_t r = 0; r < rows; ++r) {

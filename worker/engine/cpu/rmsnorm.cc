@@ -6,39 +6,13 @@
 #include <cmath>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/engine/cpu/tensor_access.h"
+#include "worker/ops/op_checks.h"
 
 namespace tessera {
 namespace cpu {
 namespace {
-
-constexpr std::initializer_list<DType> kFloatTypes = {DType::kFloat32, DType::kBFloat16};
-
-// An fp32 or bf16 tensor of the given shape with data behind it.
-absl::Status CheckFloatTensor(const char* name, const TensorDesc& t, const Shape& shape) {
-  RETURN_IF_ERROR(CheckDType(name, t, kFloatTypes));
-  RETURN_IF_ERROR(CheckShape(name, t, shape));
-  return CheckData(name, t);
-}
-
-// x must be [T, H] with H >= 1; returns nothing, the caller reads the dims.
-absl::Status CheckX(const TensorDesc& x) {
-  RETURN_IF_ERROR(CheckDType("x", x, kFloatTypes));
-  RETURN_IF_ERROR(CheckRank("x", x, 2));
-  if (x.shape[1] < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("x: hidden size must be at least 1, got ", x.shape.ToString()));
-  }
-  return CheckData("x", x);
-}
-
-absl::Status CheckRstd(const TensorDesc& rstd, int64_t tokens) {
-  RETURN_IF_ERROR(CheckDType("rstd", rstd, {DType::kFloat32}));
-  RETURN_IF_ERROR(CheckShape("rstd", rstd, Shape{tokens}));
-  return CheckData("rstd", rstd);
-}
 
 void LoadRange(const TensorDesc& t, int64_t offset, int64_t count, float* dst) {
   for (int64_t j = 0; j < count; ++j) dst[j] = Load(t, offset + j);
@@ -48,14 +22,8 @@ void LoadRange(const TensorDesc& t, int64_t offset, int64_t count, float* dst) {
 
 absl::Status RmsNormForward(const TensorDesc& x, const TensorDesc& weight, float eps,
                             const TensorDesc& out, const TensorDesc& rstd) {
-  RETURN_IF_ERROR(CheckX(x));
+  RETURN_IF_ERROR(CheckRmsNormForwardArgs(x, weight, eps, out, rstd));
   const int64_t tokens = x.shape[0], h = x.shape[1];
-  RETURN_IF_ERROR(CheckFloatTensor("weight", weight, Shape{h}));
-  RETURN_IF_ERROR(CheckFloatTensor("out", out, Shape{tokens, h}));
-  RETURN_IF_ERROR(CheckRstd(rstd, tokens));
-  if (!(eps >= 0.0f) || std::isinf(eps)) {
-    return absl::InvalidArgumentError(absl::StrCat("eps: must be finite and >= 0, got ", eps));
-  }
   thread_local std::vector<float> w, row;
   w.resize(h);
   row.resize(h);
@@ -76,15 +44,8 @@ absl::Status RmsNormBackward(const TensorDesc& grad_out, const TensorDesc& x,
                              const TensorDesc& weight, const TensorDesc& rstd,
                              const TensorDesc& grad_x, bool accumulate_grad_x,
                              const TensorDesc& grad_weight) {
-  RETURN_IF_ERROR(CheckX(x));
+  RETURN_IF_ERROR(CheckRmsNormBackwardArgs(grad_out, x, weight, rstd, grad_x, grad_weight));
   const int64_t tokens = x.shape[0], h = x.shape[1];
-  RETURN_IF_ERROR(CheckFloatTensor("grad_out", grad_out, Shape{tokens, h}));
-  RETURN_IF_ERROR(CheckFloatTensor("weight", weight, Shape{h}));
-  RETURN_IF_ERROR(CheckRstd(rstd, tokens));
-  RETURN_IF_ERROR(CheckFloatTensor("grad_x", grad_x, Shape{tokens, h}));
-  RETURN_IF_ERROR(CheckDType("grad_weight", grad_weight, {DType::kFloat32}));
-  RETURN_IF_ERROR(CheckShape("grad_weight", grad_weight, Shape{h}));
-  RETURN_IF_ERROR(CheckData("grad_weight", grad_weight));
   thread_local std::vector<float> w, xr, dy;
   w.resize(h);
   xr.resize(h);

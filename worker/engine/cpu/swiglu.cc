@@ -5,39 +5,15 @@
 #include <cmath>
 #include <cstdint>
 
-#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/engine/cpu/tensor_access.h"
+#include "worker/ops/op_checks.h"
 
 namespace tessera {
 namespace cpu {
-namespace {
-
-absl::Status CheckBf16(const char* name, const TensorDesc& t, const Shape& shape) {
-  RETURN_IF_ERROR(CheckDType(name, t, {DType::kBFloat16}));
-  RETURN_IF_ERROR(CheckShape(name, t, shape));
-  return CheckData(name, t);
-}
-
-// gate_up must be bf16 [T, 2F]; *f receives F.
-absl::Status CheckGateUp(const TensorDesc& gate_up, int64_t* f) {
-  RETURN_IF_ERROR(CheckDType("gate_up", gate_up, {DType::kBFloat16}));
-  RETURN_IF_ERROR(CheckRank("gate_up", gate_up, 2));
-  if (gate_up.shape[1] % 2 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gate_up: width must be even (gate and up halves), got ", gate_up.shape.ToString()));
-  }
-  *f = gate_up.shape[1] / 2;
-  return CheckData("gate_up", gate_up);
-}
-
-}  // namespace
-
 absl::Status SwiGluForward(const TensorDesc& gate_up, const TensorDesc& out) {
-  int64_t f = 0;
-  RETURN_IF_ERROR(CheckGateUp(gate_up, &f));
-  const int64_t tokens = gate_up.shape[0];
-  RETURN_IF_ERROR(CheckBf16("out", out, Shape{tokens, f}));
+  RETURN_IF_ERROR(CheckSwiGluForwardArgs(gate_up, out));
+  const int64_t tokens = gate_up.shape[0], f = gate_up.shape[1] / 2;
   const uint16_t* in = gate_up.As<const uint16_t>();
   uint16_t* y = out.As<uint16_t>();
   for (int64_t t = 0; t < tokens; ++t) {
@@ -53,11 +29,8 @@ absl::Status SwiGluForward(const TensorDesc& gate_up, const TensorDesc& out) {
 
 absl::Status SwiGluBackward(const TensorDesc& grad_out, const TensorDesc& gate_up,
                             const TensorDesc& grad_gate_up) {
-  int64_t f = 0;
-  RETURN_IF_ERROR(CheckGateUp(gate_up, &f));
-  const int64_t tokens = gate_up.shape[0];
-  RETURN_IF_ERROR(CheckBf16("grad_out", grad_out, Shape{tokens, f}));
-  RETURN_IF_ERROR(CheckBf16("grad_gate_up", grad_gate_up, gate_up.shape));
+  RETURN_IF_ERROR(CheckSwiGluBackwardArgs(grad_out, gate_up, grad_gate_up));
+  const int64_t tokens = gate_up.shape[0], f = gate_up.shape[1] / 2;
   const uint16_t* in = gate_up.As<const uint16_t>();
   const uint16_t* dy = grad_out.As<const uint16_t>();
   uint16_t* grad = grad_gate_up.As<uint16_t>();

@@ -1,18 +1,13 @@
 // Element access for the CPU engine: read any supported dtype as float and
 // write float back with the dtype's rounding (bf16 round-to-nearest-even,
-// FP8 through the tensor's scale). Also the argument checks every CPU op
-// shares, which name the offending argument in INVALID_ARGUMENT errors.
+// FP8 through the tensor's scale). The argument checks are the ops API's
+// (worker/ops/op_checks.h), shared with the CUDA engine.
 #ifndef TESSERA_WORKER_ENGINE_CPU_TENSOR_ACCESS_H_
 #define TESSERA_WORKER_ENGINE_CPU_TENSOR_ACCESS_H_
 
 #include <cstdint>
-#include <initializer_list>
-#include <string>
 #include <vector>
 
-#include "absl/status/status.h"
-#include "absl/status/statusor.h"
-#include "absl/strings/str_cat.h"
 #include "worker/engine/cpu/bf16.h"
 #include "worker/engine/cpu/fp8.h"
 #include "worker/ops/tensor.h"
@@ -52,66 +47,6 @@ inline void LoadAll(const TensorDesc& t, std::vector<float>& out) {
     return;
   }
   for (int64_t i = 0; i < n; ++i) out[i] = Load(t, i);
-}
-
-inline absl::Status CheckDType(const char* name, const TensorDesc& t,
-                               std::initializer_list<DType> allowed) {
-  for (DType d : allowed) {
-    if (t.dtype == d) return absl::OkStatus();
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat(name, ": dtype ", DTypeName(t.dtype), " is not supported here"));
-}
-
-inline absl::Status CheckShape(const char* name, const TensorDesc& t, const Shape& want) {
-  if (t.shape == want) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(name, ": shape ", t.shape.ToString(),
-                                                 ", expected ", want.ToString()));
-}
-
-inline absl::Status CheckRank(const char* name, const TensorDesc& t, int rank) {
-  if (t.shape.rank == rank) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(name, ": expected a rank-", rank,
-                                                 " tensor, got ", t.shape.ToString()));
-}
-
-inline absl::Status CheckData(const char* name, const TensorDesc& t) {
-  if (t.data != nullptr || t.NumElements() == 0) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(name, ": data is null"));
-}
-
-// Ops::GemmAdd's addend rule, for both engines: c and d fp32 of one shape,
-// c with data, and c either d itself or not overlapping it.
-inline absl::Status CheckGemmAddend(const TensorDesc& c, const TensorDesc& d) {
-  if (absl::Status s = CheckDType("c", c, {DType::kFloat32}); !s.ok()) return s;
-  if (absl::Status s = CheckDType("d", d, {DType::kFloat32}); !s.ok()) return s;
-  if (absl::Status s = CheckShape("c", c, d.shape); !s.ok()) return s;
-  if (absl::Status s = CheckData("c", c); !s.ok()) return s;
-  const char* c_bytes = static_cast<const char*>(c.data);
-  const char* d_bytes = static_cast<const char*>(d.data);
-  const int64_t bytes = d.Bytes();
-  if (c.data != d.data && c_bytes < d_bytes + bytes && d_bytes < c_bytes + bytes) {
-    return absl::InvalidArgumentError("c, d: the addend overlaps the output without being it");
-  }
-  return absl::OkStatus();
-}
-
-// Ops::UpdateFp8Scales's argument rule, for both engines.
-inline absl::Status CheckUpdateFp8ScalesArgs(const float* amax, const float* history,
-                                             const float* scale, const float* scale_inv,
-                                             int scale_inv_stride, int n, int history_len) {
-  if (n < 0 || history_len < 1) {
-    return absl::InvalidArgumentError("n must be >= 0 and history_len >= 1");
-  }
-  if (scale_inv_stride < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("scale_inv_stride: must be >= 1 (got ", scale_inv_stride, ")"));
-  }
-  if (n > 0 &&
-      (amax == nullptr || history == nullptr || scale == nullptr || scale_inv == nullptr)) {
-    return absl::InvalidArgumentError("amax, history, scale, scale_inv: must all be set");
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace cpu

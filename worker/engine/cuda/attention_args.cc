@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "worker/engine/cpu/tensor_access.h"
+#include "worker/ops/op_checks.h"
 
 namespace tessera {
 namespace cuda {
@@ -16,7 +16,7 @@ absl::Status Bad(const char* name, const std::string& why) {
 }
 
 absl::Status CheckAligned(const char* name, const TensorDesc& t) {
-  RETURN_IF_ERROR(cpu::CheckData(name, t));
+  RETURN_IF_ERROR(CheckData(name, t));
   if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) {
     return Bad(name, "data must be 16-byte aligned");
   }
@@ -40,10 +40,10 @@ bool SupportedAttentionHeadDim(int64_t head_dim) { return head_dim == 64 || head
 
 absl::StatusOr<AttentionShape> ReadAttentionShape(const TensorDesc& qkv, int n_kv_heads,
                                                   const TensorDesc& out, const TensorDesc& lse) {
-  RETURN_IF_ERROR(cpu::CheckDType("qkv", qkv, {DType::kBFloat16}));
-  RETURN_IF_ERROR(cpu::CheckRank("qkv", qkv, 4));
-  RETURN_IF_ERROR(cpu::CheckDType("out", out, {DType::kBFloat16}));
-  RETURN_IF_ERROR(cpu::CheckRank("out", out, 4));
+  RETURN_IF_ERROR(CheckDType("qkv", qkv, {DType::kBFloat16}));
+  RETURN_IF_ERROR(CheckRank("qkv", qkv, 4));
+  RETURN_IF_ERROR(CheckDType("out", out, {DType::kBFloat16}));
+  RETURN_IF_ERROR(CheckRank("out", out, 4));
   AttentionShape shape;
   shape.batch = qkv.shape[0];
   shape.seq = qkv.shape[1];
@@ -58,24 +58,24 @@ absl::StatusOr<AttentionShape> ReadAttentionShape(const TensorDesc& qkv, int n_k
     return Bad("qkv", absl::StrCat("head dim ", shape.head_dim,
                                    " is not supported by the CUDA attention (64 or 128)"));
   }
-  RETURN_IF_ERROR(cpu::CheckShape(
+  RETURN_IF_ERROR(CheckShape(
       "out", out, Shape{shape.batch, shape.seq, shape.heads, shape.head_dim}));
-  RETURN_IF_ERROR(cpu::CheckDType("lse", lse, {DType::kFloat32}));
-  RETURN_IF_ERROR(cpu::CheckShape("lse", lse, Shape{shape.batch, shape.heads, shape.seq}));
+  RETURN_IF_ERROR(CheckDType("lse", lse, {DType::kFloat32}));
+  RETURN_IF_ERROR(CheckShape("lse", lse, Shape{shape.batch, shape.heads, shape.seq}));
   if (qkv.NumElements() > 0) {
     RETURN_IF_ERROR(CheckAligned("qkv", qkv));
     RETURN_IF_ERROR(CheckAligned("out", out));
-    RETURN_IF_ERROR(cpu::CheckData("lse", lse));
+    RETURN_IF_ERROR(CheckData("lse", lse));
   }
   return shape;
 }
 
 absl::Status CheckAttentionGradients(const TensorDesc& grad_out, const TensorDesc& out,
                                      const TensorDesc& grad_qkv, const TensorDesc& qkv) {
-  RETURN_IF_ERROR(cpu::CheckDType("grad_out", grad_out, {DType::kBFloat16}));
-  RETURN_IF_ERROR(cpu::CheckShape("grad_out", grad_out, out.shape));
-  RETURN_IF_ERROR(cpu::CheckDType("grad_qkv", grad_qkv, {DType::kBFloat16}));
-  RETURN_IF_ERROR(cpu::CheckShape("grad_qkv", grad_qkv, qkv.shape));
+  RETURN_IF_ERROR(CheckDType("grad_out", grad_out, {DType::kBFloat16}));
+  RETURN_IF_ERROR(CheckShape("grad_out", grad_out, out.shape));
+  RETURN_IF_ERROR(CheckDType("grad_qkv", grad_qkv, {DType::kBFloat16}));
+  RETURN_IF_ERROR(CheckShape("grad_qkv", grad_qkv, qkv.shape));
   if (qkv.NumElements() > 0) {
     RETURN_IF_ERROR(CheckAligned("grad_out", grad_out));
     RETURN_IF_ERROR(CheckAligned("grad_qkv", grad_qkv));
@@ -84,13 +84,13 @@ absl::Status CheckAttentionGradients(const TensorDesc& grad_out, const TensorDes
 }
 
 absl::StatusOr<int> RopeRotatedHeads(const char* name, const TensorDesc& qkv, int n_kv_heads) {
-  RETURN_IF_ERROR(cpu::CheckDType(name, qkv, {DType::kBFloat16}));
-  RETURN_IF_ERROR(cpu::CheckRank(name, qkv, 4));
+  RETURN_IF_ERROR(CheckDType(name, qkv, {DType::kBFloat16}));
+  RETURN_IF_ERROR(CheckRank(name, qkv, 4));
   ASSIGN_OR_RETURN(int64_t heads, QueryHeads(name, qkv.shape[2], n_kv_heads));
   if (qkv.shape[3] < 2 || qkv.shape[3] % 2 != 0) {
     return Bad(name, absl::StrCat("head dim must be even and >= 2 (got ", qkv.shape[3], ")"));
   }
-  if (qkv.NumElements() > 0) RETURN_IF_ERROR(cpu::CheckData(name, qkv));
+  if (qkv.NumElements() > 0) RETURN_IF_ERROR(CheckData(name, qkv));
   return static_cast<int>(heads + n_kv_heads);
 }
 

@@ -1,8 +1,9 @@
 // Causal attention forward on Hopper tensor cores, FlashAttention style: for
-// one block of 128 queries of one head, walk the key/value tiles up to the
-// diagonal, keeping a running row max and row sum (online softmax) and a
-// rescaled fp32 output accumulator in registers. Only the output and the
-// per-query log-sum-exp leave the chip; no S x S tensor exists.
+// one block of 64 queries (kBlockQ) of one head, walk the key/value tiles
+// (128 or 64 keys, see KeyTile) up to the diagonal, keeping a running row
+// max and row sum (online softmax) and a rescaled fp32 output accumulator
+// in registers. Only the output and the per-query log-sum-exp leave the
+// chip; no S x S tensor exists.
 //
 // Same quantities as the CPU reference (worker/engine/cpu/attention.h):
 // s = q.k / sqrt(hd), out = softmax(s) v, lse = logsumexp(s). It differs in

@@ -11,7 +11,8 @@
 // threads, up to 32768 with 1024), rows in registers and shared memory
 // (32776, one staged vector, to 147456: 100008 and 131072), the streaming
 // pass for wider V (262144, 270000), and the general kernel (V not a
-// multiple of 8).
+// multiple of 8). The loss-only mode (no gradient outputs) gives the full
+// call's loss bits and writes no gradient.
 #include <tuple>
 #include <vector>
 
@@ -105,6 +106,63 @@ TEST_F(CpuVsCudaTest, LossIsTheSameBitsOnEveryRun) {
       EXPECT_EQ((*g)[5 + 4 * run].bytes, (*g)[5].bytes) << "grad_x, run " << run;
     }
     EXPECT_EQ((*g)[4].As<float>()[0], static_cast<float>(tokens - (tokens + 6) / 7));
+  }
+}
+
+// Loss only (null gradient outputs, as evaluation calls it): the loss sum
+// and valid count are the same bits as the full call's (the same logits
+// GEMM and row kernel; only the two gradient GEMMs are skipped), for each
+// row-kernel path, and gradient buffers that exist but are not passed stay
+// as poisoned as they started. Both engines, so the CPU's loss-only path is
+// held to the same contract.
+TEST_F(CpuVsCudaTest, LossOnlyGivesTheFullCallsLossAndWritesNoGradient) {
+  for (int vocab : {1003, 4096, 32768, 65536, 200000}) {
+    SCOPED_TRACE(vocab);
+    const int tokens = 300, h = 32, chunk = 64;
+    std::vector<int32_t> targets = RandomInts(tokens, 13, 0, vocab);
+    for (int i = 0; i < tokens; i += 9) targets[i] = kIgnore;
+    // 0 x, 1 weight, 2 targets; 3..6 the full call; 7, 8 loss only (default
+    // descriptors); 9, 10 loss only (sized descriptors without data); 11, 12
+    // gradient buffers no loss-only call is given.
+    std::vector<HostTensor> t = {RandomTensor(DType::kBFloat16, Shape{tokens, h}, 1),
+                                 RandomTensor(DType::kBFloat16, Shape{vocab, h}, 2, 0.3f),
+                                 HostTensor::FromVector(DType::kInt32, Shape{tokens}, targets),
+                                 Scalar(0.5f), Scalar(2.0f),
+                                 Poisoned(DType::kBFloat16, Shape{tokens, h}),
+                                 Poisoned(DType::kFloat32, Shape{vocab, h}),
+                                 Scalar(0.5f), Scalar(2.0f), Scalar(0.5f), Scalar(2.0f),
+                                 Poisoned(DType::kBFloat16, Shape{tokens, h}),
+                                 Poisoned(DType::kFloat32, Shape{vocab, h})};
+    for (Ops* ops : {&cpu(), &gpu()}) {
+      SCOPED_TRACE(ops == &cpu() ? "cpu" : "cuda");
+      auto r = RunOn(*ops, t, [&](Ops& ops, std::vector<TensorDesc>& d) -> absl::Status {
+        absl::Status s = ops.FusedLinearCrossEntropy(d[0], d[1], d[2], kIgnore, chunk,
+                                                     d[3].As<float>(), d[4].As<float>(), d[5],
+                                                     d[6], /*accumulate_grad_weight=*/false,
+                                                     nullptr);
+        if (!s.ok()) return s;
+        s = ops.FusedLinearCrossEntropy(d[0], d[1], d[2], kIgnore, chunk, d[7].As<float>(),
+                                        d[8].As<float>(), TensorDesc{}, TensorDesc{},
+                                        /*accumulate_grad_weight=*/false, nullptr);
+        if (!s.ok()) return s;
+        TensorDesc gx = d[11], gw = d[12];
+        gx.data = nullptr;
+        gw.data = nullptr;
+        s = ops.FusedLinearCrossEntropy(d[0], d[1], d[2], kIgnore, chunk, d[9].As<float>(),
+                                        d[10].As<float>(), gx, gw,
+                                        /*accumulate_grad_weight=*/true, nullptr);
+        if (!s.ok()) return s;
+        return ops.Synchronize(nullptr);
+      });
+      ASSERT_TRUE(r.ok()) << r.status();
+      for (int first : {7, 9}) {
+        EXPECT_EQ((*r)[first].bytes, (*r)[3].bytes) << "loss sum, loss only at " << first;
+        EXPECT_EQ((*r)[first + 1].bytes, (*r)[4].bytes) << "valid tokens, loss only at " << first;
+      }
+      EXPECT_EQ((*r)[11].bytes, t[11].bytes) << "grad_x buffer written";
+      EXPECT_EQ((*r)[12].bytes, t[12].bytes) << "grad_weight buffer written";
+      EXPECT_NE((*r)[5].bytes, t[5].bytes) << "the full call wrote grad_x";
+    }
   }
 }
 
