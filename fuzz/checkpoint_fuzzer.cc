@@ -26,7 +26,7 @@
 #include "common/sha256.h"
 #include "fuzz/fuzz_check.h"
 #include "fuzz/scratch_file.h"
-#include "worker/trainer/checkpoint_io.h"
+#include "formats/checkpoint_io.h"
 
 namespace {
 

@@ -20,7 +20,7 @@
 #include "common/checkpoint_layout.h"
 #include "common/durable_file.h"
 #include "server/worker_connection.h"
-#include "worker/data/validation_batch_source.h"
+#include "common/evaluation_schedule.h"
 
 namespace tessera {
 

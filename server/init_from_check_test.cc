@@ -16,7 +16,7 @@
 #include "server/coordinator.h"
 #include "server/fake_worker_connection.h"
 #include "server/spec_validation.h"
-#include "worker/trainer/hf_llama_layout.h"
+#include "formats/hf_llama_layout.h"
 
 namespace tessera {
 namespace {

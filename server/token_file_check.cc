@@ -4,7 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "worker/data/token_file.h"
+#include "formats/token_file.h"
 
 namespace tessera {
 namespace {

@@ -18,7 +18,7 @@
 #include "server/coordinator.h"
 #include "server/fake_worker_connection.h"
 #include "server/spec_validation.h"
-#include "worker/data/token_file.h"
+#include "formats/token_file.h"
 
 namespace tessera {
 namespace {

@@ -18,7 +18,7 @@
 #include "worker/daemon/failpoints.h"
 #include "worker/daemon/fake_trainer.h"
 #include "worker/daemon/worker_core.h"
-#include "worker/trainer/checkpoint_io.h"
+#include "formats/checkpoint_io.h"
 
 namespace tessera {
 namespace {

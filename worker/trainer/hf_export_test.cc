@@ -5,7 +5,7 @@
 // (hf_export_check.py: json and numpy only) accepts the files, the newest
 // committed step is taken from a root, and a spec of another model or a root
 // without a committed step is refused.
-#include "worker/trainer/hf_export.h"
+#include "client/hf_export.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -26,8 +26,8 @@
 #include "worker/comm/gloo_communicator.h"
 #include "worker/engine/cpu/cpu_ops.h"
 #include "common/sha256.h"
-#include "worker/data/token_file.h"
-#include "worker/trainer/checkpoint_state.h"
+#include "formats/token_file.h"
+#include "formats/checkpoint_state.h"
 #include "worker/trainer/fsdp_trainer.h"
 #include "worker/trainer/test_files.h"
 #include "worker/trainer/test_job_spec.h"

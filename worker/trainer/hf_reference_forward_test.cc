@@ -23,7 +23,7 @@
 #include "worker/comm/gloo_communicator.h"
 #include "worker/engine/cpu/cpu_ops.h"
 #include "worker/trainer/fsdp_trainer.h"
-#include "worker/trainer/hf_export.h"
+#include "client/hf_export.h"
 #include "worker/trainer/test_files.h"
 #include "worker/trainer/test_job_spec.h"
 #include "common/checkpoint_layout.h"

@@ -22,7 +22,7 @@
 #include "worker/engine/cpu/cpu_ops.h"
 #include "worker/trainer/fsdp_trainer.h"
 #include "worker/trainer/gpu_trainer_for_test.h"
-#include "worker/trainer/hf_export.h"
+#include "client/hf_export.h"
 #include "worker/trainer/test_files.h"
 #include "worker/trainer/test_job_spec.h"
 

@@ -18,7 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "worker/data/synthetic_task.h"
+#include "common/synthetic_task.h"
 
 namespace tessera {
 
