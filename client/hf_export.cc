@@ -25,11 +25,11 @@
 #include "common/regular_file.h"
 #include "common/sha256.h"
 #include "common/status_macros.h"
-#include "nlohmann/json.hpp"
-#include "formats/token_file.h"
 #include "formats/checkpoint_state.h"
 #include "formats/hf_llama_layout.h"
 #include "formats/spec_hash.h"
+#include "formats/token_file.h"
+#include "nlohmann/json.hpp"
 
 namespace tessera {
 namespace {

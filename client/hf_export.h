@@ -1,10 +1,10 @@
 // Exports a committed Tessera checkpoint as a Hugging Face Llama model
 // directory that `transformers` loads as LlamaForCausalLM: model.safetensors
 // (bf16 or fp32, from the fp32 master weights) and config.json. It reads the
-// sharded checkpoint directly (checkpoint_state.h), at any world size, with
-// no worker or coordinator running.
+// sharded checkpoint directly (formats/checkpoint_state.h), at any world
+// size, with no worker or coordinator running.
 //
-// Names, layout and config.json fields: hf_llama_layout.h.
+// Names, layout and config.json fields: formats/hf_llama_layout.h.
 //
 // The model's hyperparameters come from the job's spec (with the
 // coordinator's defaults applied), whose hash must match the checkpoint's

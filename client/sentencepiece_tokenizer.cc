@@ -9,8 +9,8 @@
 #include <iterator>
 
 #include "absl/strings/str_cat.h"
-#include "common/sha256.h"
 #include "client/sentencepiece_library.h"
+#include "common/sha256.h"
 
 namespace tessera {
 namespace {

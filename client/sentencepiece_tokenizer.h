@@ -5,7 +5,7 @@
 //
 // A model file is SentencePiece's own serialized model, so other tools
 // (e.g. Python's sentencepiece) load it too. A token file made with one
-// records the model's SHA-256 and vocabulary size (token_file.h).
+// records the model's SHA-256 and vocabulary size (formats/token_file.h).
 //
 // Never link this into a program that links protobuf (the CLI, coordinator
 // or worker): Debian's libsentencepiece exports its own protobuf-lite, and

@@ -10,10 +10,10 @@
 #include <iterator>
 
 #include "absl/strings/str_cat.h"
-#include "common/sha256.h"
-#include "gtest/gtest.h"
 #include "client/sentencepiece_text.h"
+#include "common/sha256.h"
 #include "formats/token_file.h"
+#include "gtest/gtest.h"
 
 namespace tessera {
 namespace {

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
-#include "client/sentencepiece_tokenizer.h"
 #include "client/sentencepiece_text.h"
+#include "client/sentencepiece_tokenizer.h"
 #include "formats/token_file.h"
 
 namespace tessera {

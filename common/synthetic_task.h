@@ -24,7 +24,7 @@ namespace tessera {
 // memory), an unspecified task, or max_digits outside [0, 18].
 absl::StatusOr<std::vector<uint32_t>> GenerateSyntheticTokens(const v1::SyntheticData& task,
                                                               uint64_t seed, int64_t num_tokens);
-// The same stream, written as a token file (see token_file.h).
+// The same stream, written as a token file (see formats/token_file.h).
 absl::Status WriteSyntheticTokenFile(const v1::SyntheticData& task, uint64_t seed,
                                      int64_t num_tokens, const std::string& out_path);
 

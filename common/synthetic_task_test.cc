@@ -11,8 +11,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "gtest/gtest.h"
 #include "formats/token_file.h"
+#include "gtest/gtest.h"
 
 namespace tessera {
 namespace {

@@ -1,8 +1,8 @@
 // The rank state file of a Tessera checkpoint (rank-<R>.state; its layout
-// is described in fsdp_checkpoint.cc, which writes it): parsing one file,
-// and reading every parameter whole from a committed step, gathered from
-// all ranks' dim-0 shards, for tools that need no trainer (the Hugging Face
-// export). Every file is verified against its rank's manifest first
+// is described in worker/trainer/fsdp_checkpoint.cc, which writes it):
+// parsing one file, and reading every parameter whole from a committed
+// step, gathered from all ranks' dim-0 shards, for tools that need no
+// trainer (the Hugging Face export). Every file is verified against its rank's manifest first
 // (checkpoint_io.h), so a damaged one is DATA_LOSS naming it.
 #ifndef TESSERA_FORMATS_CHECKPOINT_STATE_H_
 #define TESSERA_FORMATS_CHECKPOINT_STATE_H_

@@ -30,9 +30,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "proto/tessera/v1/job.pb.h"
 #include "formats/hf_llama_layout.h"
 #include "formats/safetensors_reader.h"
+#include "proto/tessera/v1/job.pb.h"
 
 namespace tessera {
 

@@ -1,5 +1,5 @@
 // The one description of how Tessera's parameters map onto a Hugging Face
-// Llama checkpoint, shared by the export (hf_export.h) and the import
+// Llama checkpoint, shared by the export (client/hf_export.h) and the import
 // (hf_import.h) so the two can never disagree:
 //
 //   embedding                -> model.embed_tokens.weight

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "formats/safetensors_reader.h"
 #include "fuzz/fuzz_check.h"
 #include "fuzz/scratch_file.h"
-#include "formats/safetensors_reader.h"
 
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -13,9 +13,9 @@
 #include <memory>
 #include <string>
 
+#include "formats/token_file.h"
 #include "fuzz/fuzz_check.h"
 #include "fuzz/scratch_file.h"
-#include "formats/token_file.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::string path = MakeScratchDir("token-fuzz") + "/input.tok";

@@ -19,8 +19,8 @@
 #include "absl/time/clock.h"
 #include "common/checkpoint_layout.h"
 #include "common/durable_file.h"
-#include "server/worker_connection.h"
 #include "common/evaluation_schedule.h"
+#include "server/worker_connection.h"
 
 namespace tessera {
 

@@ -14,8 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/checkpoint_layout.h"
-#include "common/spec_limits.h"
 #include "common/evaluation_schedule.h"
+#include "common/spec_limits.h"
 #include "formats/checkpoint_io.h"
 
 namespace tessera {

@@ -11,9 +11,9 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "gtest/gtest.h"
 #include "common/synthetic_task.h"
 #include "formats/token_file.h"
+#include "gtest/gtest.h"
 
 namespace tessera {
 namespace {

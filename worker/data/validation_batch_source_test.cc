@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "gtest/gtest.h"
 #include "formats/token_file.h"
+#include "gtest/gtest.h"
 
 namespace tessera {
 namespace {
