@@ -15,8 +15,8 @@
 #include "client/client.h"
 #include "client/job_file.h"
 #include "client/output_format.h"
-#include "client/step_history.h"
 #include "common/log_line_format.h"
+#include "common/step_history.h"
 
 namespace tessera {
 namespace {

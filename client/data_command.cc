@@ -3,9 +3,9 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
+#include "client/text_to_tokens.h"
 #include "client/tokenizer_helper.h"
-#include "worker/data/synthetic_task.h"
-#include "worker/data/text_to_tokens.h"
+#include "common/synthetic_task.h"
 
 namespace tessera {
 namespace {

@@ -9,8 +9,8 @@
 #include <random>
 #include <sstream>
 
+#include "formats/token_file.h"
 #include "gtest/gtest.h"
-#include "worker/data/token_file.h"
 
 namespace tessera {
 namespace {
@@ -64,7 +64,7 @@ TEST(DataCommand, SyntheticWritesTheRequestedTokens) {
 }
 
 TEST(DataCommand, TrainsATokenizerAndEncodesTextWithIt) {
-  const std::string corpus = "worker/data/testdata/tokenizer_corpus.txt";
+  const std::string corpus = "client/testdata/tokenizer_corpus.txt";
   const std::string model = TempPath("tok.model");
   std::string out, err;
   ASSERT_EQ(RunData({"data", "tokenizer", "train", "--vocab_size", "400", "--out", model, corpus},

@@ -2,9 +2,10 @@
 #include "client/export_command.h"
 
 #include "absl/strings/str_format.h"
+#include "client/hf_export.h"
 #include "client/job_file.h"
-#include "server/spec_validation.h"
-#include "worker/trainer/hf_export.h"
+#include "common/spec_defaults.h"
+#include "common/spec_limits.h"
 
 namespace tessera {
 
@@ -30,7 +31,10 @@ int RunExportCommand(const ParsedArgs& args, std::ostream& out, std::ostream& er
     err << "tessera export: " << spec.status().message() << "\n";
     return kExitUsage;
   }
-  if (absl::Status s = ValidateJobSpec(*spec); !s.ok()) {
+  // The checkpoint's spec hash is what vouches for the job file: only the
+  // spec the coordinator validated and trained the checkpoint with matches
+  // it. The bounds keep a stray file from sizing anything before then.
+  if (absl::Status s = CheckSpecLimits(*spec); !s.ok()) {
     err << "tessera export: " << job_file << ": " << s.message() << "\n";
     return kExitUsage;
   }

@@ -1,6 +1,6 @@
 // `tessera export CHECKPOINT --job FILE --out DIR [--dtype bf16|fp32]
 // [--tokenizer tok.model] [--format safetensors]`: a committed checkpoint as a Hugging Face Llama
-// model directory (worker/trainer/hf_export.h), read straight from the
+// model directory (client/hf_export.h), read straight from the
 // checkpoint files with no coordinator or worker. CHECKPOINT is a checkpoint
 // root (its newest committed step) or one step's directory; FILE is the job
 // file the checkpoint was trained with, for the model's hyperparameters (its

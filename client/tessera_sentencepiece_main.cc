@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
-#include "worker/data/sentencepiece_tokenizer.h"
-#include "worker/data/sentencepiece_text.h"
-#include "worker/data/token_file.h"
+#include "client/sentencepiece_text.h"
+#include "client/sentencepiece_tokenizer.h"
+#include "formats/token_file.h"
 
 namespace tessera {
 namespace {

@@ -3,7 +3,7 @@
 // and prunes steps). Under the root `checkpoint.dir`:
 //
 //   step-<N>/                 state after N optimizer steps
-//     rank-<R>.manifest       rank R's manifest (worker/trainer/checkpoint_io.h)
+//     rank-<R>.manifest       rank R's manifest (formats/checkpoint_io.h)
 //     rank-<R>.state          rank R's files named by its manifest
 //     COMMITTED               written by the coordinator, last, once every
 //                             rank's Checkpoint succeeded

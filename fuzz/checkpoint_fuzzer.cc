@@ -24,9 +24,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint_layout.h"
 #include "common/sha256.h"
+#include "formats/checkpoint_io.h"
 #include "fuzz/fuzz_check.h"
 #include "fuzz/scratch_file.h"
-#include "worker/trainer/checkpoint_io.h"
 
 namespace {
 

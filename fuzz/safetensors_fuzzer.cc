@@ -1,4 +1,4 @@
-// Fuzzes the safetensors reader (worker/trainer/safetensors_reader.h), which
+// Fuzzes the safetensors reader (formats/safetensors_reader.h), which
 // reads Hugging Face weight files a job names (model.init_from), on the
 // coordinator at submit time as well as on the workers. The input is
 // written to a file and opened. A malformed file must be INVALID_ARGUMENT,
@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "formats/safetensors_reader.h"
 #include "fuzz/fuzz_check.h"
 #include "fuzz/scratch_file.h"
-#include "worker/trainer/safetensors_reader.h"
 
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -1,4 +1,4 @@
-// Fuzzes the token-file reader (worker/data/token_file.h): the input is
+// Fuzzes the token-file reader (formats/token_file.h): the input is
 // written to a file and memory-mapped by TokenFile::Open. A malformed file
 // must be INVALID_ARGUMENT, never a crash or a read past the mapping; an
 // accepted one must hold exactly its header's count of tokens, every one
@@ -13,9 +13,9 @@
 #include <memory>
 #include <string>
 
+#include "formats/token_file.h"
 #include "fuzz/fuzz_check.h"
 #include "fuzz/scratch_file.h"
-#include "worker/data/token_file.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::string path = MakeScratchDir("token-fuzz") + "/input.tok";

@@ -19,9 +19,9 @@
 #include "absl/time/clock.h"
 #include "common/checkpoint_layout.h"
 #include "common/durable_file.h"
+#include "common/evaluation_schedule.h"
 #include "common/status_macros.h"
 #include "server/worker_connection.h"
-#include "worker/data/validation_batch_source.h"
 
 namespace tessera {
 

@@ -1,7 +1,7 @@
 // model.init_from against the job's model (see init_from_check.h).
 #include "server/init_from_check.h"
 
-#include "worker/trainer/hf_import.h"
+#include "formats/hf_import.h"
 
 namespace tessera {
 

@@ -1,6 +1,6 @@
 // Submit-time check of model.init_from: the Hugging Face directory a job
 // starts from must fit its model (config.json's fields, every tensor's
-// name and shape; worker/trainer/hf_import.h), so a mismatch is refused
+// name and shape; formats/hf_import.h), so a mismatch is refused
 // when the job is submitted, naming the tensor, instead of failing on every
 // worker at setup.
 //

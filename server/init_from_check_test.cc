@@ -11,12 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "formats/hf_llama_layout.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "server/coordinator.h"
 #include "server/fake_worker_connection.h"
 #include "server/spec_validation.h"
-#include "worker/trainer/hf_llama_layout.h"
 
 namespace tessera {
 namespace {

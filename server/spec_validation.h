@@ -1,5 +1,7 @@
-// Checks a JobSpec before anything is scheduled, and fills in the documented
-// defaults so that workers always receive a fully specified job.
+// Checks a JobSpec before anything is scheduled. The documented defaults
+// that fill in what a spec leaves out are common/spec_defaults.h (the CLI's
+// export applies them too); this header brings them along for the
+// coordinator, which validates and then applies them.
 //
 // Every rejection is INVALID_ARGUMENT and names the field path and the
 // reason, e.g. "model.d_model: must be divisible by model.n_heads (got 30
@@ -11,6 +13,7 @@
 #define TESSERA_SERVER_SPEC_VALIDATION_H_
 
 #include "absl/status/status.h"
+#include "common/spec_defaults.h"
 #include "proto/tessera/v1/job.pb.h"
 
 namespace tessera {
@@ -18,14 +21,7 @@ namespace tessera {
 // Largest world size a job may ask for.
 inline constexpr int kMaxWorldSize = 1024;
 
-// JobSpec.step_timeout_s when unset.
-inline constexpr int kDefaultStepTimeoutSeconds = 600;
-
 absl::Status ValidateJobSpec(const v1::JobSpec& spec);
-
-// Replaces zero/unspecified fields with the defaults documented in
-// job.proto. Call after ValidateJobSpec succeeded.
-v1::JobSpec WithDefaults(const v1::JobSpec& spec);
 
 }  // namespace tessera
 

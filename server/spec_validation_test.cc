@@ -1,7 +1,8 @@
 // Every validation rule rejects with INVALID_ARGUMENT naming its field, a
-// valid spec passes, and defaults fill what the proto documents. The newer
-// rules are checked from both sides: n_kv_heads (grouped-query attention)
-// accepted when it divides n_heads, the CUDA head dims 64 and 128, and no
+// valid spec passes, and defaults (common/spec_defaults.h) fill what the
+// proto documents and still pass. The newer rules are checked from both
+// sides: n_kv_heads (grouped-query attention) accepted when it divides
+// n_heads, the CUDA head dims 64 and 128, and no
 // upper limit on seq_len below common/spec_limits.h's. Upper limits are
 // checked too (their own tests are common/spec_limits_test.cc), and so are
 // checkpoint.keep_last and checkpoint.resume_from ("latest" or a step before
@@ -262,20 +263,6 @@ TEST(SpecValidation, LongSequencesAreAccepted) {
       EXPECT_TRUE(ValidateJobSpec(spec).ok()) << seq_len << ": " << ValidateJobSpec(spec);
     }
   }
-}
-
-TEST(SpecValidation, DefaultLossChunkKeepsBf16LogitsWithin256MiB) {
-  v1::JobSpec spec = ValidSpec();
-  spec.mutable_model()->set_vocab_size(32768);
-  EXPECT_EQ(WithDefaults(spec).loss_chunk_tokens(), 4096);
-  spec.mutable_model()->set_vocab_size(131072);
-  EXPECT_EQ(WithDefaults(spec).loss_chunk_tokens(), 1024);
-  spec.mutable_model()->set_vocab_size(300000000);  // more than fits: one token per chunk
-  EXPECT_EQ(WithDefaults(spec).loss_chunk_tokens(), 1);
-  spec.mutable_model()->set_vocab_size(16);  // tiny vocab: capped at the micro-batch limit
-  EXPECT_EQ(WithDefaults(spec).loss_chunk_tokens(), 1 << 20);
-  spec.set_loss_chunk_tokens(77);
-  EXPECT_EQ(WithDefaults(spec).loss_chunk_tokens(), 77);  // explicit values are kept
 }
 
 TEST(SpecValidation, DefaultsFillUnsetFields) {

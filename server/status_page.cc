@@ -6,8 +6,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "client/step_history.h"
 #include "common/status_macros.h"
+#include "common/step_history.h"
 #include "nlohmann/json.hpp"
 #include "server/status_page_assets.h"
 

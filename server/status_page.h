@@ -14,7 +14,7 @@
 //                            [[step, loss], ...], "validation": [[step,
 //                            loss], ...], "stride"}: one point per step
 //                            (a restarted job's steps counted once, the
-//                            latest attempt's; client/step_history.h), at
+//                            latest attempt's; common/step_history.h), at
 //                            most kMaxChartPoints (beyond, every stride-th
 //                            step and always the last); 404 for an unknown
 //                            job, 400 for a malformed id

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "worker/data/token_file.h"
+#include "formats/token_file.h"
 
 namespace tessera {
 namespace {

@@ -1,5 +1,5 @@
 // Submit-time check of a job's token files against its model: a token file
-// records the tokenizer that made it (worker/data/token_file.h), and a job
+// records the tokenizer that made it (formats/token_file.h), and a job
 // whose model.vocab_size is smaller than that tokenizer's vocabulary would
 // meet ids its embedding has no row for, so it is refused before it is
 // queued instead of failing on every worker.

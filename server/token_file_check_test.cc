@@ -14,11 +14,11 @@
 #include <string>
 #include <vector>
 
+#include "formats/token_file.h"
 #include "gtest/gtest.h"
 #include "server/coordinator.h"
 #include "server/fake_worker_connection.h"
 #include "server/spec_validation.h"
-#include "worker/data/token_file.h"
 
 namespace tessera {
 namespace {

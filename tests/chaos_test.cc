@@ -10,7 +10,7 @@
 // committed checkpoint on the survivor and the replacement.
 //
 // Asserted: SUCCEEDED with K restarts; after deduplication by the client's
-// rule (client/step_history.h) every step appears exactly once and every
+// rule (common/step_history.h) every step appears exactly once and every
 // step's loss, the final one included, has the same bits as an unbroken
 // run's. Printed: recovery time per kill (the worker's kill time, which it
 // logs, to the coordinator's first step event of the next attempt) as p50
@@ -33,7 +33,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "client/step_history.h"
+#include "common/step_history.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/tessera/v1/coordinator.grpc.pb.h"

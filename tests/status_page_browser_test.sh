@@ -20,7 +20,7 @@ start_coordinator --web_listen=127.0.0.1:0
 url=$(grep -o 'http://[^ ]*/' "$dir/coordinator.log") || fail "no status page line"
 start_cpu_workers
 
-head -c 20000 "$root/worker/data/testdata/tokenizer_corpus.txt" >"$dir/val.txt"
+head -c 20000 "$root/client/testdata/tokenizer_corpus.txt" >"$dir/val.txt"
 "$tessera" data text --out "$dir/val.tok" "$dir/val.txt" >"$dir/data.log" 2>&1 ||
   fail "data text: $(cat "$dir/data.log")"
 job_file() {  # STEPS

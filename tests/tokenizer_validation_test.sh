@@ -12,7 +12,7 @@ root="${TEST_SRCDIR}/${TEST_WORKSPACE:-tessera}"
 source "$root/tests/shell_stack.sh" tokval
 tessera="$root/client/tessera"
 
-corpus="$root/worker/data/testdata/tokenizer_corpus.txt"
+corpus="$root/client/testdata/tokenizer_corpus.txt"
 "$tessera" data tokenizer train --vocab_size 400 --out "$dir/tok.model" "$corpus" \
   >"$dir/train.log" 2>&1 || fail "tokenizer train: $(cat "$dir/train.log")"
 grep -q "sentencepiece (vocab 400" "$dir/train.log" || fail "train output: $(cat "$dir/train.log")"

@@ -14,9 +14,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/checkpoint_layout.h"
+#include "common/evaluation_schedule.h"
 #include "common/spec_limits.h"
-#include "worker/data/validation_batch_source.h"
-#include "worker/trainer/checkpoint_io.h"
+#include "formats/checkpoint_io.h"
 
 namespace tessera {
 

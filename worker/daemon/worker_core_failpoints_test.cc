@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "formats/checkpoint_io.h"
 #include "gtest/gtest.h"
 #include "worker/daemon/failpoints.h"
 #include "worker/daemon/fake_trainer.h"
 #include "worker/daemon/worker_core.h"
-#include "worker/trainer/checkpoint_io.h"
 
 namespace tessera {
 namespace {

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "worker/data/splitmix.h"
-#include "worker/data/synthetic_task.h"
-#include "worker/data/token_file.h"
+#include "common/splitmix.h"
+#include "common/synthetic_task.h"
+#include "formats/token_file.h"
 
 namespace tessera {
 namespace {

@@ -11,9 +11,9 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "common/synthetic_task.h"
+#include "formats/token_file.h"
 #include "gtest/gtest.h"
-#include "worker/data/synthetic_task.h"
-#include "worker/data/token_file.h"
 
 namespace tessera {
 namespace {

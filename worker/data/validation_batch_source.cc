@@ -5,7 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "worker/data/token_file.h"
+#include "formats/token_file.h"
 
 namespace tessera {
 namespace {
@@ -84,13 +84,6 @@ absl::StatusOr<std::unique_ptr<BatchSource>> OpenValidationBatchSource(const v1:
   }
   return std::unique_ptr<BatchSource>(
       new ValidationBatchSource(spec, rank, world_size, std::move(*file)));
-}
-
-bool EvaluatesAfterStep(const v1::JobSpec& spec, int step) {
-  if (!spec.data().has_validation()) return false;
-  const int interval = spec.data().validation().eval_interval_steps();
-  if (step + 1 == spec.steps()) return true;
-  return interval > 0 && (step + 1) % interval == 0;
 }
 
 }  // namespace tessera

@@ -27,11 +27,6 @@ namespace tessera {
 absl::StatusOr<std::unique_ptr<BatchSource>> OpenValidationBatchSource(const v1::JobSpec& spec,
                                                                        int rank, int world_size);
 
-// Whether an evaluation runs after (0-based) `step`: every
-// eval_interval_steps steps and after the job's last step. False without a
-// validation section.
-bool EvaluatesAfterStep(const v1::JobSpec& spec, int step);
-
 }  // namespace tessera
 
 #endif  // TESSERA_WORKER_DATA_VALIDATION_BATCH_SOURCE_H_

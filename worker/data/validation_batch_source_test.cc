@@ -1,8 +1,7 @@
 // The validation reader: batches are whole consecutive sequences of the file
 // (targets one token ahead), the same on every evaluation; two ranks with
 // micro-batch B read exactly what one rank with 2B reads; reads wrap around
-// a short file; bad files are refused naming data.validation.token_file;
-// evaluations fall every eval_interval_steps steps and after the last.
+// a short file; bad files are refused naming data.validation.token_file.
 #include "worker/data/validation_batch_source.h"
 
 #include <cstdlib>
@@ -10,8 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "formats/token_file.h"
 #include "gtest/gtest.h"
-#include "worker/data/token_file.h"
 
 namespace tessera {
 namespace {
@@ -88,18 +87,6 @@ TEST(ValidationBatchSource, BadFilesAreRefusedNamingTheField) {
   none.mutable_data()->clear_validation();
   EXPECT_EQ(OpenValidationBatchSource(none, 0, 1).status().code(),
             absl::StatusCode::kFailedPrecondition);
-}
-
-TEST(ValidationBatchSource, EvaluationsFallOnTheIntervalAndAfterTheLastStep) {
-  const v1::JobSpec spec = Spec("unused", 1);  // every 3 steps, 10 steps
-  std::vector<int> after;
-  for (int step = 0; step < 10; ++step) {
-    if (EvaluatesAfterStep(spec, step)) after.push_back(step);
-  }
-  EXPECT_EQ(after, (std::vector<int>{2, 5, 8, 9}));
-  v1::JobSpec none = spec;
-  none.mutable_data()->clear_validation();
-  EXPECT_FALSE(EvaluatesAfterStep(none, 9));
 }
 
 }  // namespace

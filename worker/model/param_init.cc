@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "worker/data/splitmix.h"
+#include "common/splitmix.h"
 
 namespace tessera {
 

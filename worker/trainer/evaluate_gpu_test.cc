@@ -18,9 +18,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint_layout.h"
+#include "common/synthetic_task.h"
 #include "gtest/gtest.h"
 #include "worker/comm/gloo_communicator.h"
-#include "worker/data/synthetic_task.h"
 #include "worker/engine/cpu/cpu_ops.h"
 #include "worker/trainer/fsdp_trainer.h"
 #include "worker/trainer/gpu_trainer_for_test.h"

@@ -28,11 +28,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint_layout.h"
+#include "common/synthetic_task.h"
+#include "formats/token_file.h"
 #include "gtest/gtest.h"
 #include "worker/comm/file_rendezvous_store_for_test.h"
 #include "worker/comm/gloo_communicator.h"
-#include "worker/data/synthetic_task.h"
-#include "worker/data/token_file.h"
 #include "worker/engine/cpu/cpu_ops.h"
 #include "worker/trainer/fsdp_trainer.h"
 #include "worker/trainer/test_files.h"

@@ -41,10 +41,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint_layout.h"
 #include "common/status_macros.h"
-#include "worker/trainer/checkpoint_io.h"
-#include "worker/trainer/checkpoint_state.h"
+#include "formats/checkpoint_io.h"
+#include "formats/checkpoint_state.h"
 #include "worker/trainer/fsdp_trainer.h"
-#include "worker/trainer/spec_hash.h"
+#include "formats/spec_hash.h"
 
 namespace tessera {
 namespace {

@@ -45,7 +45,7 @@
 #include "worker/model/fp8_linear.h"
 #include "worker/model/fp8_meta.h"
 #include "worker/trainer/counting_ops.h"
-#include "worker/trainer/hf_import.h"
+#include "formats/hf_import.h"
 #include "worker/trainer/step_clock.h"
 #include "worker/trainer/trainer.h"
 

@@ -5,7 +5,7 @@
 // (hf_export_check.py: json and numpy only) accepts the files, the newest
 // committed step is taken from a root, and a spec of another model or a root
 // without a committed step is refused.
-#include "worker/trainer/hf_export.h"
+#include "client/hf_export.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -20,14 +20,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint_layout.h"
+#include "common/sha256.h"
+#include "formats/checkpoint_state.h"
+#include "formats/token_file.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "worker/comm/file_rendezvous_store_for_test.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/engine/cpu/cpu_ops.h"
-#include "common/sha256.h"
-#include "worker/data/token_file.h"
-#include "worker/trainer/checkpoint_state.h"
 #include "worker/trainer/fsdp_trainer.h"
 #include "worker/trainer/test_files.h"
 #include "worker/trainer/test_job_spec.h"

@@ -15,7 +15,7 @@
 //    INVALID_ARGUMENT naming the file, field or tensor (FIFOs in place of
 //    the files included, without waiting on them), and a directory that is
 //    not there is NOT_FOUND.
-#include "worker/trainer/hf_import.h"
+#include "formats/hf_import.h"
 
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -32,15 +32,15 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/hf_export.h"
 #include "common/checkpoint_layout.h"
+#include "formats/checkpoint_state.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "worker/comm/file_rendezvous_store_for_test.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/engine/cpu/cpu_ops.h"
-#include "worker/trainer/checkpoint_state.h"
 #include "worker/trainer/fsdp_trainer.h"
-#include "worker/trainer/hf_export.h"
 #include "worker/trainer/test_files.h"
 #include "worker/trainer/test_job_spec.h"
 

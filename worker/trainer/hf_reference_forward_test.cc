@@ -18,15 +18,15 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/hf_export.h"
+#include "common/checkpoint_layout.h"
 #include "gtest/gtest.h"
 #include "worker/comm/file_rendezvous_store_for_test.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/engine/cpu/cpu_ops.h"
 #include "worker/trainer/fsdp_trainer.h"
-#include "worker/trainer/hf_export.h"
 #include "worker/trainer/test_files.h"
 #include "worker/trainer/test_job_spec.h"
-#include "common/checkpoint_layout.h"
 
 namespace tessera {
 namespace {

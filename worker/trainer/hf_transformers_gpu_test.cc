@@ -16,13 +16,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/hf_export.h"
 #include "common/checkpoint_layout.h"
 #include "gtest/gtest.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/engine/cpu/cpu_ops.h"
 #include "worker/trainer/fsdp_trainer.h"
 #include "worker/trainer/gpu_trainer_for_test.h"
-#include "worker/trainer/hf_export.h"
 #include "worker/trainer/test_files.h"
 #include "worker/trainer/test_job_spec.h"
 

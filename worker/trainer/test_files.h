@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/synthetic_task.h"
 #include "gtest/gtest.h"
-#include "worker/data/synthetic_task.h"
 
 namespace tessera {
 

@@ -1,0 +1,48 @@
+// Text files to a SentencePiece token file (see sentencepiece_text.h). One
+// line at a time, which bounds the encoder's working memory by the longest
+// line, and each line is decoded again and compared, so a line the model
+// cannot reproduce (invalid UTF-8) stops the run instead of being altered.
+#include "client/sentencepiece_text.h"
+
+#include <fstream>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "client/sentencepiece_tokenizer.h"
+#include "formats/token_file.h"
+
+namespace tessera {
+
+absl::StatusOr<int64_t> BuildSentencePieceTokenFileFromText(
+    const std::vector<std::string>& text_paths, const std::string& model_path,
+    const std::string& out_path) {
+  absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> tokenizer =
+      SentencePieceTokenizer::Load(model_path);
+  if (!tokenizer.ok()) return tokenizer.status();
+  std::vector<uint32_t> tokens;
+  for (const std::string& path : text_paths) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return absl::NotFoundError(absl::StrCat("cannot read text file ", path));
+    std::string line;
+    for (int64_t number = 1; std::getline(in, line); ++number) {
+      if (!in.eof()) line.push_back('\n');  // the last line may have none
+      absl::StatusOr<std::vector<uint32_t>> ids = (*tokenizer)->Encode(line);
+      if (!ids.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ":", number, ": ", ids.status().message()));
+      }
+      absl::StatusOr<std::string> back = (*tokenizer)->Decode(*ids);
+      if (!back.ok() || *back != line) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            path, ":", number, ": this line does not survive encoding and decoding unchanged "
+            "(is the file valid UTF-8?)"));
+      }
+      tokens.insert(tokens.end(), ids->begin(), ids->end());
+    }
+    if (in.bad()) return absl::DataLossError(absl::StrCat("reading text file ", path, " failed"));
+  }
+  if (absl::Status s = WriteTokenFile(out_path, tokens, (*tokenizer)->info()); !s.ok()) return s;
+  return static_cast<int64_t>(tokens.size());
+}
+
+}  // namespace tessera

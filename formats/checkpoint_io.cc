@@ -1,0 +1,217 @@
+// Rank manifests and the verified write/read of a rank's checkpoint files
+// (see checkpoint_io.h).
+#include "formats/checkpoint_io.h"
+
+#include <unistd.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/regular_file.h"
+#include "common/checkpoint_layout.h"
+#include "common/sha256.h"
+
+namespace tessera {
+namespace {
+
+constexpr char kManifestMagic[] = "tessera-rank-manifest 1";
+constexpr int64_t kMaxManifestBytes = int64_t{1} << 20;
+constexpr size_t kMaxManifestFiles = 4096;
+
+bool IsHexDigest(absl::string_view s) {
+  if (s.size() != 64) return false;
+  for (char c : s) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+// "key value" -> value, or false.
+bool Value(absl::string_view line, absl::string_view key, absl::string_view* value) {
+  if (!absl::ConsumePrefix(&line, key) || !absl::ConsumePrefix(&line, " ")) return false;
+  *value = line;
+  return true;
+}
+
+std::string ManifestPath(const std::string& root, int64_t step, int rank) {
+  return absl::StrCat(StepDir(root, step), "/", RankManifestName(rank));
+}
+
+}  // namespace
+
+std::string EncodeManifest(const RankManifest& m) {
+  std::string text = absl::StrCat(kManifestMagic, "\nstep ", m.step, "\nrank ", m.rank,
+                                  "\nworld_size ", m.world_size, "\nspec_hash ", m.spec_hash, "\n");
+  for (const ManifestEntry& f : m.files) {
+    absl::StrAppend(&text, "file ", f.size, " ", f.sha256, " ", f.name, "\n");
+  }
+  absl::StrAppend(&text, "sha256 ", Sha256Hex(text), "\n");
+  return text;
+}
+
+absl::StatusOr<RankManifest> DecodeManifest(absl::string_view text, const std::string& what) {
+  auto corrupt = [&](const std::string& why) {
+    return absl::DataLossError(absl::StrCat(what, ": ", why));
+  };
+  // The checksum line covers everything before it.
+  if (text.empty() || text.back() != '\n') return corrupt("truncated (no final newline)");
+  const size_t last = text.rfind('\n', text.size() - 2);
+  if (last == absl::string_view::npos) return corrupt("not a rank manifest");
+  const absl::string_view body = text.substr(0, last + 1);
+  absl::string_view digest;
+  if (!Value(text.substr(last + 1, text.size() - last - 2), "sha256", &digest) ||
+      digest != Sha256Hex(body)) {
+    return corrupt("checksum mismatch (the manifest was altered or truncated)");
+  }
+  std::vector<absl::string_view> lines = absl::StrSplit(body.substr(0, body.size() - 1), '\n');
+  if (lines.size() < 5 || lines[0] != kManifestMagic) return corrupt("not a rank manifest");
+  RankManifest m;
+  absl::string_view v;
+  if (!Value(lines[1], "step", &v) || !absl::SimpleAtoi(v, &m.step) ||
+      !Value(lines[2], "rank", &v) || !absl::SimpleAtoi(v, &m.rank) ||
+      !Value(lines[3], "world_size", &v) || !absl::SimpleAtoi(v, &m.world_size) ||
+      !Value(lines[4], "spec_hash", &v) || !IsHexDigest(v)) {
+    return corrupt("malformed header");
+  }
+  m.spec_hash = std::string(v);
+  if (m.world_size < 1 || m.rank < 0 || m.rank >= m.world_size || m.step < 0) {
+    return corrupt("rank, world_size or step out of range");
+  }
+  if (lines.size() - 5 > kMaxManifestFiles) return corrupt("too many files");
+  for (size_t i = 5; i < lines.size(); ++i) {
+    absl::string_view rest;
+    if (!Value(lines[i], "file", &rest)) return corrupt(absl::StrCat("line ", i + 1, ": not a file"));
+    std::vector<absl::string_view> parts = absl::StrSplit(rest, absl::MaxSplits(' ', 2));
+    ManifestEntry f;
+    if (parts.size() != 3 || !absl::SimpleAtoi(parts[0], &f.size) || f.size < 0 ||
+        !IsHexDigest(parts[1])) {
+      return corrupt(absl::StrCat("line ", i + 1, ": malformed file entry"));
+    }
+    if (absl::Status s = ValidateEntryName(parts[2]); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": ", s.message()));
+    }
+    f.sha256 = std::string(parts[1]);
+    f.name = std::string(parts[2]);
+    for (const ManifestEntry& other : m.files) {
+      if (other.name == f.name) return corrupt(absl::StrCat("file ", f.name, " listed twice"));
+    }
+    m.files.push_back(std::move(f));
+  }
+  return m;
+}
+
+RankCheckpointWriter::RankCheckpointWriter(std::string root, std::string step_dir,
+                                           RankManifest manifest)
+    : root_(std::move(root)), step_dir_(std::move(step_dir)), manifest_(std::move(manifest)) {}
+
+absl::StatusOr<std::unique_ptr<RankCheckpointWriter>> RankCheckpointWriter::Begin(
+    const std::string& root, int64_t step, int rank, int world_size, std::string spec_hash) {
+  if (absl::Status s = CreateStepDir(root, step); !s.ok()) return s;
+  RankManifest m;
+  m.step = step;
+  m.rank = rank;
+  m.world_size = world_size;
+  m.spec_hash = std::move(spec_hash);
+  return std::unique_ptr<RankCheckpointWriter>(
+      new RankCheckpointWriter(root, StepDir(root, step), std::move(m)));
+}
+
+RankCheckpointWriter::~RankCheckpointWriter() {
+  if (finished_) return;
+  for (const std::string& path : written_) ::unlink(path.c_str());
+  // Succeeds only when no other rank has written into the step.
+  if (::rmdir(step_dir_.c_str()) == 0) FsyncDirectory(root_).IgnoreError();
+}
+
+absl::Status RankCheckpointWriter::AddFile(
+    const std::string& name, const std::function<absl::Status(DurableFileWriter&)>& fill) {
+  if (finished_) return absl::FailedPreconditionError("checkpoint already finished");
+  if (absl::Status s = ValidateEntryName(name); !s.ok()) return s;
+  absl::StatusOr<std::unique_ptr<DurableFileWriter>> file =
+      DurableFileWriter::Create(step_dir_, name);
+  if (!file.ok()) return file.status();
+  if (absl::Status s = fill(**file); !s.ok()) return s;
+  // Listed before the rename, so a failure after it still removes the file.
+  written_.push_back((*file)->path());
+  if (absl::Status s = (*file)->Commit(); !s.ok()) return s;
+  manifest_.files.push_back({name, (*file)->size(), (*file)->sha256()});
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> RankCheckpointWriter::Finish() {
+  if (finished_) return absl::FailedPreconditionError("checkpoint already finished");
+  const std::string name = RankManifestName(manifest_.rank);
+  written_.push_back(absl::StrCat(step_dir_, "/", name));
+  if (absl::Status s = WriteFileDurably(step_dir_, name, EncodeManifest(manifest_)); !s.ok()) {
+    return s;
+  }
+  finished_ = true;
+  return written_.back();
+}
+
+absl::StatusOr<RankManifest> ReadRankManifest(const std::string& root, int64_t step, int rank) {
+  if (absl::Status s = ValidateCheckpointRoot(root); !s.ok()) return s;
+  const std::string path = ManifestPath(root, step, rank);
+  absl::StatusOr<std::string> text =
+      ReadRegularFile(path, kMaxManifestBytes, Symlinks::kRefuse);
+  if (!text.ok()) {
+    if (text.status().code() == absl::StatusCode::kInvalidArgument) return text.status();
+    return absl::DataLossError(absl::StrCat(path, ": cannot read the rank manifest: ",
+                                            text.status().message()));
+  }
+  absl::StatusOr<RankManifest> m = DecodeManifest(*text, path);
+  if (!m.ok()) return m.status();
+  if (m->step != step || m->rank != rank) {
+    return absl::DataLossError(absl::StrCat(path, ": records step ", m->step, " rank ", m->rank,
+                                            ", expected step ", step, " rank ", rank));
+  }
+  return m;
+}
+
+absl::Status CheckManifestFits(const RankManifest& m, const std::string& spec_hash,
+                               int world_size, const std::string& what) {
+  if (m.spec_hash != spec_hash) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, ": the checkpoint was written by a job with a different model, optimizer, fp8 "
+        "recipe, data or seed (spec hash ", m.spec_hash.substr(0, 12), "..., this job's ",
+        spec_hash.substr(0, 12), "...)"));
+  }
+  if (m.world_size != world_size) {
+    return absl::DataLossError(absl::StrCat(what, ": records world size ", m.world_size,
+                                            ", but the step was committed with ", world_size));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ReadVerifiedFile(const std::string& root, const RankManifest& m,
+                                             const std::string& name) {
+  const ManifestEntry* entry = nullptr;
+  for (const ManifestEntry& f : m.files) {
+    if (f.name == name) entry = &f;
+  }
+  const std::string path = absl::StrCat(StepDir(root, m.step), "/", name);
+  if (entry == nullptr) {
+    return absl::DataLossError(absl::StrCat(path, ": not listed in rank ", m.rank, "'s manifest"));
+  }
+  if (absl::Status s = ValidateEntryName(name); !s.ok()) return s;
+  absl::StatusOr<std::string> data = ReadRegularFile(path, entry->size, Symlinks::kRefuse);
+  if (!data.ok()) {
+    if (data.status().code() == absl::StatusCode::kInvalidArgument) return data.status();
+    const std::string why = data.status().code() == absl::StatusCode::kOutOfRange
+                                ? absl::StrCat("larger than the ", entry->size,
+                                               " bytes its manifest records")
+                                : std::string(data.status().message());
+    return absl::DataLossError(absl::StrCat(path, ": ", why));
+  }
+  if (static_cast<int64_t>(data->size()) != entry->size) {
+    return absl::DataLossError(absl::StrCat(path, ": truncated: ", data->size(), " bytes, its "
+                                            "manifest records ", entry->size));
+  }
+  if (Sha256Hex(*data) != entry->sha256) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": checksum mismatch: the file's bytes were altered"));
+  }
+  return data;
+}
+
+}  // namespace tessera

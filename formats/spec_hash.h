@@ -1,0 +1,31 @@
+// The spec hash a checkpoint records: a stable digest of the JobSpec fields
+// that shape a rank's saved state, so a checkpoint is only loaded into a job
+// whose state it can be. Covered: model (every shape, norm_eps, rope_theta),
+// optimizer (lr, betas, eps, weight decay, schedule, warmup, min_lr,
+// clipping), fp8 (recipe, history length, margin, amax algorithm, disabled),
+// data (source, synthetic task or token file path, micro_batch_size) and
+// seed. Not covered, because a resumed job may change them without making the
+// saved state wrong: name, world_size (checked separately, and resharding is
+// allowed), model.init_from (only step 0's weights come from it), device_kind, steps (a resumed job may train longer; note the
+// decaying LR schedules depend on it), checkpoint, reshard_after_forward,
+// loss_chunk_tokens, step_timeout_s and disable_step_graph.
+//
+// The digest is SHA-256 of the deterministic protobuf wire encoding of a
+// JobSpec that holds only the covered fields. proto3 does not encode fields
+// left at zero, so adding a field to job.proto later leaves the hashes of
+// specs that do not set it unchanged.
+#ifndef TESSERA_FORMATS_SPEC_HASH_H_
+#define TESSERA_FORMATS_SPEC_HASH_H_
+
+#include <string>
+
+#include "proto/tessera/v1/job.pb.h"
+
+namespace tessera {
+
+// 64 lowercase hex characters.
+std::string CheckpointSpecHash(const v1::JobSpec& spec);
+
+}  // namespace tessera
+
+#endif  // TESSERA_FORMATS_SPEC_HASH_H_

@@ -1,0 +1,60 @@
+// The spec hash changes with every field that shapes saved state and with
+// none of those a resumed job may change.
+#include "formats/spec_hash.h"
+
+#include "gtest/gtest.h"
+
+namespace tessera {
+namespace {
+
+// A small job with every covered section set.
+v1::JobSpec BaseSpec() {
+  v1::JobSpec spec;
+  v1::ModelConfig* m = spec.mutable_model();
+  m->set_vocab_size(64);
+  m->set_d_model(32);
+  m->set_n_layers(2);
+  m->set_n_heads(2);
+  m->set_ffn_dim(48);
+  m->set_seq_len(16);
+  m->set_norm_eps(1e-5f);
+  m->set_rope_theta(10000.f);
+  spec.mutable_data()->set_micro_batch_size(1);
+  spec.mutable_data()->mutable_synthetic()->set_task(v1::SyntheticData::ADDITION);
+  spec.mutable_optimizer()->set_lr(3e-3f);
+  spec.mutable_optimizer()->set_beta2(0.95f);
+  spec.mutable_fp8()->mutable_delayed()->set_amax_history_len(4);
+  spec.set_steps(1000);
+  spec.set_seed(11);
+  return spec;
+}
+
+TEST(SpecHash, CoversStateShapingFieldsOnly) {
+  const v1::JobSpec base = BaseSpec();
+  const std::string h = CheckpointSpecHash(base);
+  EXPECT_EQ(h.size(), 64u);
+  EXPECT_EQ(h, CheckpointSpecHash(base));
+
+  auto changed = [&](auto edit) {
+    v1::JobSpec s = base;
+    edit(s);
+    return CheckpointSpecHash(s) != h;
+  };
+  EXPECT_TRUE(changed([](v1::JobSpec& s) { s.mutable_model()->set_d_model(64); }));
+  EXPECT_TRUE(changed([](v1::JobSpec& s) { s.mutable_model()->set_rope_theta(500.f); }));
+  EXPECT_TRUE(changed([](v1::JobSpec& s) { s.mutable_optimizer()->set_beta2(0.99f); }));
+  EXPECT_TRUE(changed([](v1::JobSpec& s) { s.mutable_fp8()->set_disabled(true); }));
+  EXPECT_TRUE(changed([](v1::JobSpec& s) { s.mutable_fp8()->mutable_current(); }));
+  EXPECT_TRUE(changed([](v1::JobSpec& s) { s.mutable_data()->set_micro_batch_size(3); }));
+  EXPECT_TRUE(changed([](v1::JobSpec& s) { s.set_seed(s.seed() + 1); }));
+
+  EXPECT_FALSE(changed([](v1::JobSpec& s) { s.set_name("renamed"); }));
+  EXPECT_FALSE(changed([](v1::JobSpec& s) { s.set_world_size(8); }));
+  EXPECT_FALSE(changed([](v1::JobSpec& s) { s.set_steps(5); }));
+  EXPECT_FALSE(changed([](v1::JobSpec& s) { s.mutable_checkpoint()->set_dir("/elsewhere"); }));
+  EXPECT_FALSE(changed([](v1::JobSpec& s) { s.set_reshard_after_forward(true); }));
+  EXPECT_FALSE(changed([](v1::JobSpec& s) { s.set_step_timeout_s(9); }));
+}
+
+}  // namespace
+}  // namespace tessera
