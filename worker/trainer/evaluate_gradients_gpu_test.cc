@@ -19,7 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "worker/comm/file_rendezvous_store_for_test.h"
-#include "worker/data/synthetic_task.h"
+#include "common/synthetic_task.h"
 #include "worker/engine/cuda/cuda_ops.h"
 #include "worker/engine/cuda/nccl_communicator.h"
 #include "worker/trainer/fsdp_trainer.h"
