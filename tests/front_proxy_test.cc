@@ -44,6 +44,8 @@ using ::tessera::testing::Http2Outcome;
 using ::tessera::testing::MakeTempDir;
 using ::tessera::testing::PeakResidentBytes;
 using ::tessera::testing::PickFreePort;
+using ::tessera::testing::ReadFile;
+using ::tessera::testing::ReadTrimmedFile;
 using ::tessera::testing::RunCommand;
 
 constexpr char kNginx[] = "/usr/sbin/nginx";
@@ -53,19 +55,6 @@ constexpr int64_t kRssGrowthBound = int64_t{16} << 20;
 // HTTP/2 error codes nginx ends a connection with.
 constexpr uint32_t kCompressionError = 0x9;
 constexpr uint32_t kEnhanceYourCalm = 0xb;
-
-std::string Read(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-std::string Trimmed(const std::string& path) {
-  std::string s = Read(path);
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
-}
 
 // The process serving nginx's connections: its worker, or nginx itself
 // when it runs as one process.
@@ -120,7 +109,7 @@ class FrontProxyTest : public ::testing::Test {
 
     // The shipped server block, filled in, inside a minimal nginx.conf.
     const std::string site = absl::StrReplaceAll(
-        Read(BinaryPath("deploy/nginx/tessera-coordinator.conf")),
+        ReadFile(BinaryPath("deploy/nginx/tessera-coordinator.conf")),
         {{"@LISTEN@", Address()},
          {"@COORDINATOR@", backend},
          {"@CERT@", Cert("node.pem")},
@@ -152,7 +141,7 @@ class FrontProxyTest : public ::testing::Test {
     ASSERT_TRUE(nginx.ok()) << nginx.status();
     nginx_ = nginx->release();
     ASSERT_TRUE(WaitForPort(port_, absl::Seconds(30)))
-        << nginx_->Log() << Read(d + "/nginx-error.log");
+        << nginx_->Log() << ReadFile(d + "/nginx-error.log");
   }
 
   static void TearDownTestSuite() {
@@ -172,10 +161,10 @@ class FrontProxyTest : public ::testing::Test {
   // A TLS channel to nginx presenting `cert` ("" for none).
   static std::shared_ptr<grpc::Channel> Channel(const std::string& cert) {
     grpc::SslCredentialsOptions options;
-    options.pem_root_certs = Read(Cert("ca.pem"));
+    options.pem_root_certs = ReadFile(Cert("ca.pem"));
     if (!cert.empty()) {
-      options.pem_cert_chain = Read(Cert(cert + ".pem"));
-      options.pem_private_key = Read(Cert(cert + ".key"));
+      options.pem_cert_chain = ReadFile(Cert(cert + ".pem"));
+      options.pem_private_key = ReadFile(Cert(cert + ".key"));
     }
     return grpc::CreateChannel(Address(), grpc::SslCredentials(options));
   }
@@ -238,7 +227,7 @@ class FrontProxyTest : public ::testing::Test {
     ExpectEndedAtTheProxy(outcome, flood.max_bytes);
     EXPECT_LE(coordinator_highest - coordinator_before, kRssGrowthBound);
     EXPECT_LE(nginx_highest - nginx_before, kRssGrowthBound);
-    EXPECT_EQ(ListWorkers("", Trimmed(Cert("user.token"))), grpc::StatusCode::OK);
+    EXPECT_EQ(ListWorkers("", ReadTrimmedFile(Cert("user.token"))), grpc::StatusCode::OK);
   }
 
   static std::string* dir_;
@@ -283,7 +272,7 @@ TEST_F(FrontProxyTest, MegabyteAuthorizationInFramesEndsBeforeTheTokenCheck) {
 
 TEST_F(FrontProxyTest, MegabytePaddingBesideAValidTokenEndsAtTheProxy) {
   std::vector<HeaderField> fields = Request();
-  fields.push_back({"authorization", "Bearer " + Trimmed(Cert("user.token"))});
+  fields.push_back({"authorization", "Bearer " + ReadTrimmedFile(Cert("user.token"))});
   fields.push_back({"x-padding", std::string(1 << 20, 'a')});
   absl::StatusOr<Http2Outcome> outcome = testing::SendUnaryCall(
       "127.0.0.1", port_, fields, "", 16384, /*ack_settings=*/false, absl::Seconds(10));
@@ -292,8 +281,8 @@ TEST_F(FrontProxyTest, MegabytePaddingBesideAValidTokenEndsAtTheProxy) {
 }
 
 TEST_F(FrontProxyTest, TokensAndTheWorkerCertificateRuleHoldThroughTheProxy) {
-  const std::string user = Trimmed(Cert("user.token"));
-  const std::string worker = Trimmed(Cert("worker.token"));
+  const std::string user = ReadTrimmedFile(Cert("user.token"));
+  const std::string worker = ReadTrimmedFile(Cert("worker.token"));
   EXPECT_EQ(ListWorkers("", user), grpc::StatusCode::OK);
   EXPECT_EQ(ListWorkers("", ""), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_EQ(ListWorkers("", worker), grpc::StatusCode::PERMISSION_DENIED);

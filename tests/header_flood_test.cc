@@ -43,6 +43,8 @@ using ::tessera::testing::Http2Outcome;
 using ::tessera::testing::MakeTempDir;
 using ::tessera::testing::PeakResidentBytes;
 using ::tessera::testing::PickFreePort;
+using ::tessera::testing::ReadFile;
+using ::tessera::testing::ReadTrimmedFile;
 using ::tessera::testing::RunCommand;
 
 // The flood each test sends: enough to add over 100 MiB to an unguarded
@@ -51,19 +53,6 @@ constexpr int64_t kFloodBytes = int64_t{64} << 20;
 constexpr absl::Duration kFloodTime = absl::Seconds(10);
 // What the coordinator's VmRSS may grow by during and after a flood.
 constexpr int64_t kRssGrowthBound = int64_t{16} << 20;
-
-std::string Read(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-std::string Trimmed(const std::string& path) {
-  std::string s = Read(path);
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
-}
 
 class HeaderFloodTest : public ::testing::Test {
  protected:
@@ -102,10 +91,10 @@ class HeaderFloodTest : public ::testing::Test {
   static grpc::Status ListWorkers(const std::string& cert, const std::string& token,
                                   const std::string& padding = "") {
     grpc::SslCredentialsOptions options;
-    options.pem_root_certs = Read(Cert("ca.pem"));
+    options.pem_root_certs = ReadFile(Cert("ca.pem"));
     if (!cert.empty()) {
-      options.pem_cert_chain = Read(Cert(cert + ".pem"));
-      options.pem_private_key = Read(Cert(cert + ".key"));
+      options.pem_cert_chain = ReadFile(Cert(cert + ".pem"));
+      options.pem_private_key = ReadFile(Cert(cert + ".key"));
     }
     auto stub = v1::Coordinator::NewStub(
         grpc::CreateChannel(Address(), grpc::SslCredentials(options)));
@@ -149,7 +138,7 @@ class HeaderFloodTest : public ::testing::Test {
         << "VmRSS " << before << " -> " << highest << " bytes; "
         << (outcome.ok() ? outcome->Describe() : outcome.status().ToString());
     ASSERT_TRUE(coordinator_->Running()) << coordinator_->Log();
-    EXPECT_TRUE(ListWorkers("node", Trimmed(Cert("user.token"))).ok());
+    EXPECT_TRUE(ListWorkers("node", ReadTrimmedFile(Cert("user.token"))).ok());
   }
 
   static std::string* dir_;
@@ -198,7 +187,7 @@ TEST_F(HeaderFloodTest, MegabyteAuthorizationInFramesNeverReachesTheTokenCheck) 
 
 TEST_F(HeaderFloodTest, MegabytePaddingBesideAValidTokenIsRefused) {
   std::vector<HeaderField> fields = Request();
-  fields.push_back({"authorization", "Bearer " + Trimmed(Cert("user.token"))});
+  fields.push_back({"authorization", "Bearer " + ReadTrimmedFile(Cert("user.token"))});
   fields.push_back({"x-padding", std::string(1 << 20, 'a')});
   ExpectRefused(testing::SendUnaryCall("127.0.0.1", port_, fields, "", 16384,
                                        /*ack_settings=*/false, absl::Seconds(10)),
@@ -206,7 +195,7 @@ TEST_F(HeaderFloodTest, MegabytePaddingBesideAValidTokenIsRefused) {
 }
 
 TEST_F(HeaderFloodTest, TheSameCallsAreAnsweredWithACertificateAndAToken) {
-  const std::string token = Trimmed(Cert("user.token"));
+  const std::string token = ReadTrimmedFile(Cert("user.token"));
   EXPECT_EQ(ListWorkers("node", token).error_code(), grpc::StatusCode::OK);
   EXPECT_EQ(ListWorkers("node", "").error_code(), grpc::StatusCode::UNAUTHENTICATED);
   // No certificate, or one from another CA: no handshake, whatever the token.
@@ -225,7 +214,7 @@ TEST_F(HeaderFloodTest, TheSameCallsAreAnsweredWithACertificateAndAToken) {
 TEST_F(HeaderFloodTest, HeaderListBeyondTheLimitIsRefusedForCertificateHolders) {
   // gRPC applies --grpc_max_header_kib (8 KiB) to clients that acknowledge
   // the server's SETTINGS, as every gRPC library does.
-  const std::string token = Trimmed(Cert("user.token"));
+  const std::string token = ReadTrimmedFile(Cert("user.token"));
   EXPECT_EQ(ListWorkers("node", token, std::string(2 << 10, 'a')).error_code(),
             grpc::StatusCode::OK);
   const grpc::Status refused = ListWorkers("node", token, std::string(16 << 10, 'a'));

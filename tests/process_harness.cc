@@ -22,8 +22,6 @@
 
 namespace tessera {
 namespace testing {
-namespace {
-
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
   std::stringstream ss;
@@ -31,7 +29,11 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
-}  // namespace
+std::string ReadTrimmedFile(const std::string& path) {
+  std::string s = ReadFile(path);
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
 
 std::string BinaryPath(const std::string& workspace_relative) {
   const char* srcdir = std::getenv("TEST_SRCDIR");

@@ -24,6 +24,11 @@ namespace testing {
 // "server/tessera-coordinator".
 std::string BinaryPath(const std::string& workspace_relative);
 
+// A file's contents ("" if it cannot be read), and the same without
+// trailing newlines and spaces (a token or address file).
+std::string ReadFile(const std::string& path);
+std::string ReadTrimmedFile(const std::string& path);
+
 // A fresh, empty directory under TEST_TMPDIR.
 std::string MakeTempDir(const std::string& prefix);
 

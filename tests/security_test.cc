@@ -26,20 +26,9 @@ using ::tessera::testing::ChildProcess;
 using ::tessera::testing::CommandResult;
 using ::tessera::testing::MakeTempDir;
 using ::tessera::testing::PickFreePort;
+using ::tessera::testing::ReadFile;
+using ::tessera::testing::ReadTrimmedFile;
 using ::tessera::testing::RunCommand;
-
-std::string Read(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-std::string Trimmed(const std::string& path) {
-  std::string s = Read(path);
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
-}
 
 bool Exists(const std::string& path) {
   struct stat st;
@@ -96,10 +85,10 @@ class SecurityTest : public ::testing::Test {
   static std::shared_ptr<grpc::Channel> TlsChannel(const std::string& address,
                                                    const std::string& cert = "node") {
     grpc::SslCredentialsOptions options;
-    options.pem_root_certs = Read(Cert("ca.pem"));
+    options.pem_root_certs = ReadFile(Cert("ca.pem"));
     if (!cert.empty()) {
-      options.pem_cert_chain = Read(Cert(cert + ".pem"));
-      options.pem_private_key = Read(Cert(cert + ".key"));
+      options.pem_cert_chain = ReadFile(Cert(cert + ".pem"));
+      options.pem_private_key = ReadFile(Cert(cert + ".key"));
     }
     return grpc::CreateChannel(address, grpc::SslCredentials(options));
   }
@@ -132,8 +121,8 @@ class SecurityTest : public ::testing::Test {
     return stub->RegisterWorker(&context, request, &response).error_code();
   }
 
-  std::string UserToken() { return Trimmed(Cert("user.token")); }
-  std::string WorkerToken() { return Trimmed(Cert("worker.token")); }
+  std::string UserToken() { return ReadTrimmedFile(Cert("user.token")); }
+  std::string WorkerToken() { return ReadTrimmedFile(Cert("worker.token")); }
 
   std::vector<std::string> CliFlags() {
     return {"--coordinator=" + *address_, "--tls_ca=" + Cert("ca.pem"),

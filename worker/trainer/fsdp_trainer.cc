@@ -17,6 +17,23 @@ namespace {
 
 constexpr float kInitStd = 0.02f;
 
+// The field of a block's parameters (or of a tensor set laid out like them)
+// that holds `linear`.
+template <typename BlockFields>
+auto& LinearField(BlockFields& fields, BlockLinear linear) {
+  switch (linear) {
+    case BlockLinear::kQkv:
+      return fields.qkv;
+    case BlockLinear::kOutProj:
+      return fields.out_proj;
+    case BlockLinear::kGateUp:
+      return fields.gate_up;
+    case BlockLinear::kDown:
+      break;
+  }
+  return fields.down;
+}
+
 }  // namespace
 
 FsdpTrainer::FsdpTrainer(std::unique_ptr<Ops> ops, CommunicatorFactory make_communicator,
@@ -63,32 +80,10 @@ LinearSpec FsdpTrainer::Spec(int layer, BlockLinear linear) const {
   return s;
 }
 
-Fp8ShardedParam& FsdpTrainer::Block::linear(BlockLinear l) {
-  switch (l) {
-    case BlockLinear::kQkv:
-      return qkv;
-    case BlockLinear::kOutProj:
-      return out_proj;
-    case BlockLinear::kGateUp:
-      return gate_up;
-    case BlockLinear::kDown:
-      break;
-  }
-  return down;
-}
+Fp8ShardedParam& FsdpTrainer::Block::linear(BlockLinear l) { return LinearField(*this, l); }
 
 const DeviceTensor& FsdpTrainer::BlockTensors::linear(BlockLinear l) const {
-  switch (l) {
-    case BlockLinear::kQkv:
-      return qkv;
-    case BlockLinear::kOutProj:
-      return out_proj;
-    case BlockLinear::kGateUp:
-      return gate_up;
-    case BlockLinear::kDown:
-      break;
-  }
-  return down;
+  return LinearField(*this, l);
 }
 
 FsdpTrainer::GatheredBlock& FsdpTrainer::GatheredFor(int layer) {
