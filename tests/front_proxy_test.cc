@@ -49,8 +49,6 @@ using ::tessera::testing::ReadTrimmedFile;
 using ::tessera::testing::RunCommand;
 
 constexpr char kNginx[] = "/usr/sbin/nginx";
-constexpr int64_t kFloodBytes = int64_t{64} << 20;
-constexpr absl::Duration kFloodTime = absl::Seconds(10);
 constexpr int64_t kRssGrowthBound = int64_t{16} << 20;
 // HTTP/2 error codes nginx ends a connection with.
 constexpr uint32_t kCompressionError = 0x9;
@@ -244,20 +242,14 @@ ChildProcess* FrontProxyTest::coordinator_ = nullptr;
 ChildProcess* FrontProxyTest::nginx_ = nullptr;
 
 TEST_F(FrontProxyTest, EndlessHeaderListEndsAtTheProxy) {
-  FloodOptions flood;
-  flood.shape = FloodShape::kManyFields;
-  flood.max_bytes = kFloodBytes;
-  flood.max_time = kFloodTime;
+  FloodOptions flood{FloodShape::kManyFields};
   FloodAndCheck(flood);
   flood.ack_settings = true;
   FloodAndCheck(flood);
 }
 
 TEST_F(FrontProxyTest, EndlessHeaderFieldEndsAtTheProxy) {
-  FloodOptions flood;
-  flood.shape = FloodShape::kOneEndlessField;
-  flood.max_bytes = kFloodBytes;
-  flood.max_time = kFloodTime;
+  FloodOptions flood{FloodShape::kOneEndlessField};
   FloodAndCheck(flood);
 }
 

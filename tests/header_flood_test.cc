@@ -47,10 +47,6 @@ using ::tessera::testing::ReadFile;
 using ::tessera::testing::ReadTrimmedFile;
 using ::tessera::testing::RunCommand;
 
-// The flood each test sends: enough to add over 100 MiB to an unguarded
-// coordinator in about 3 s, and never more than 10 s.
-constexpr int64_t kFloodBytes = int64_t{64} << 20;
-constexpr absl::Duration kFloodTime = absl::Seconds(10);
 // What the coordinator's VmRSS may grow by during and after a flood.
 constexpr int64_t kRssGrowthBound = int64_t{16} << 20;
 
@@ -153,26 +149,17 @@ int HeaderFloodTest::port_ = 0;
 ChildProcess* HeaderFloodTest::coordinator_ = nullptr;
 
 TEST_F(HeaderFloodTest, EndlessHeaderListWithoutCredentialsIsRefused) {
-  FloodOptions flood;
-  flood.shape = FloodShape::kManyFields;
-  flood.max_bytes = kFloodBytes;
-  flood.max_time = kFloodTime;
+  FloodOptions flood{FloodShape::kManyFields};
   FloodAndCheck(flood);
 }
 
 TEST_F(HeaderFloodTest, EndlessHeaderFieldWithoutCredentialsIsRefused) {
-  FloodOptions flood;
-  flood.shape = FloodShape::kOneEndlessField;
-  flood.max_bytes = kFloodBytes;
-  flood.max_time = kFloodTime;
+  FloodOptions flood{FloodShape::kOneEndlessField};
   FloodAndCheck(flood);
 }
 
 TEST_F(HeaderFloodTest, FloodThatAcknowledgesSettingsIsRefusedToo) {
-  FloodOptions flood;
-  flood.shape = FloodShape::kManyFields;
-  flood.max_bytes = kFloodBytes;
-  flood.max_time = kFloodTime;
+  FloodOptions flood{FloodShape::kManyFields};
   flood.ack_settings = true;
   FloodAndCheck(flood);
 }

@@ -53,9 +53,11 @@ enum class FloodShape {
   kManyFields,
 };
 
+// The defaults are the flood the regression tests send: enough to add over
+// 100 MiB to an unguarded coordinator in about 3 s, never more than 10 s.
 struct FloodOptions {
   FloodShape shape = FloodShape::kOneEndlessField;
-  int64_t max_bytes = 64 << 20;  // stop after this many header bytes ...
+  int64_t max_bytes = int64_t{64} << 20;  // stop after this many header bytes ...
   absl::Duration max_time = absl::Seconds(10);  // ... or after this long
   int frame_size = 16384;                       // CONTINUATION payload
   // Whether to acknowledge the server's SETTINGS. A well-behaved client
