@@ -177,6 +177,18 @@ absl::StatusOr<ServerSecurity> LoadServerSecurity(const ServerSecurityFlags& fla
   return out;
 }
 
+std::string OpenHandshakeWarning(const ServerSecurityFlags& flags) {
+  if (!flags.has_user_api || !flags.tls.any() || flags.require_client_cert ||
+      IsLoopbackAddress(flags.listen)) {
+    return "";
+  }
+  return absl::StrCat(
+      flags.program, ": WARNING: peers without a client certificate reach gRPC's HTTP/2 layer "
+      "on ", flags.listen, " before any token is checked, and gRPC 1.51 cannot bound an endless "
+      "header block from them; pass --require_client_cert or put deploy/nginx/ in front "
+      "(README: \"Running on a shared network\")");
+}
+
 std::string ClientMetadata(const grpc::ServerContextBase* context, const std::string& key) {
   const auto& metadata = context->client_metadata();
   auto it = metadata.find(key);

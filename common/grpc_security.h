@@ -102,6 +102,14 @@ struct ServerSecurity {
 // one line naming the flag (and refusing an unsecured non-loopback listen).
 absl::StatusOr<ServerSecurity> LoadServerSecurity(const ServerSecurityFlags& flags);
 
+// For flags LoadServerSecurity accepted: a one-line warning when the
+// coordinator serves TLS beyond loopback to peers without a client
+// certificate, which reach gRPC's HTTP/2 layer before any token is checked
+// and can flood it with an endless header block (gRPC 1.51; README,
+// "Running on a shared network"); "" otherwise. A coordinator behind the
+// nginx front listens on loopback and gets no warning.
+std::string OpenHandshakeWarning(const ServerSecurityFlags& flags);
+
 // Checks one call against `policy` (null: allowed), as a gRPC status.
 grpc::Status Authorize(const AccessPolicy* policy, const grpc::ServerContextBase* context, Role role);
 

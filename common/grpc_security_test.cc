@@ -50,6 +50,26 @@ TEST(GrpcSecurityTest, TokensAloneDoNotSecureANonLoopbackListen) {
   EXPECT_TRUE(loopback->access->enforced());
 }
 
+TEST(GrpcSecurityTest, AnOpenHandshakeBeyondLoopbackIsWarnedAbout) {
+  ServerSecurityFlags flags = Coordinator("0.0.0.0:50051");
+  flags.tls = {"node.pem", "node.key", "ca.pem"};
+  const std::string warning = OpenHandshakeWarning(flags);
+  EXPECT_NE(warning.find("--require_client_cert"), std::string::npos) << warning;
+  EXPECT_NE(warning.find("0.0.0.0:50051"), std::string::npos) << warning;
+  flags.require_client_cert = true;
+  EXPECT_EQ(OpenHandshakeWarning(flags), "");
+  flags.require_client_cert = false;
+  flags.listen = "127.0.0.1:50052";  // behind the nginx front
+  EXPECT_EQ(OpenHandshakeWarning(flags), "");
+  flags.listen = "0.0.0.0:50051";
+  flags.has_user_api = false;  // a worker: its handshake always needs a certificate
+  EXPECT_EQ(OpenHandshakeWarning(flags), "");
+  flags.has_user_api = true;
+  flags.tls = {};
+  flags.insecure = true;  // plaintext: refused or explicitly insecure, warned elsewhere
+  EXPECT_EQ(OpenHandshakeWarning(flags), "");
+}
+
 TEST(GrpcSecurityTest, FlagMistakesNameTheFlag) {
   struct Case {
     std::function<void(ServerSecurityFlags&)> set;

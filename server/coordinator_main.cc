@@ -107,6 +107,10 @@ int main(int argc, char** argv) {
                  std::string(security.status().message()).c_str());
     return 2;
   }
+  if (const std::string warning = tessera::OpenHandshakeWarning(security_flags);
+      !warning.empty()) {
+    std::fprintf(stderr, "%s\n", warning.c_str());
+  }
   absl::StatusOr<std::string> data_root =
       tessera::CanonicalDataRoot("--data_root", absl::GetFlag(FLAGS_data_root));
   if (!data_root.ok()) {
