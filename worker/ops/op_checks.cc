@@ -4,6 +4,7 @@
 #include "worker/ops/op_checks.h"
 
 #include <cmath>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -358,6 +359,140 @@ absl::Status CheckSwiGluBackwardQuantizeArgs(const TensorDesc& grad_out, const T
 }
 
 // ---- Fused linear + cross-entropy -------------------------------------------
+
+absl::StatusOr<AttentionDims> CheckAttentionForwardArgs(const TensorDesc& qkv, int n_kv_heads,
+                                                        const TensorDesc& out,
+                                                        const TensorDesc& lse) {
+  RETURN_IF_ERROR(CheckDType("qkv", qkv, {DType::kBFloat16}));
+  RETURN_IF_ERROR(CheckRank("qkv", qkv, 4));
+  if (qkv.shape[3] < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "qkv: expected [B, S, nh + 2*nkv, hd] with hd >= 1, got ", qkv.shape.ToString()));
+  }
+  if (n_kv_heads < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("n_kv_heads: must be >= 1, got ", n_kv_heads));
+  }
+  RETURN_IF_ERROR(CheckDType("out", out, {DType::kBFloat16}));
+  RETURN_IF_ERROR(CheckRank("out", out, 4));
+  const int64_t heads = out.shape[2];
+  if (heads < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("out: expected [B, S, nh, hd] with nh >= 1, got ", out.shape.ToString()));
+  }
+  RETURN_IF_ERROR(CheckShape("out", out, Shape{qkv.shape[0], qkv.shape[1], heads, qkv.shape[3]}));
+  if (heads % n_kv_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "n_kv_heads: must divide the query head count nh = ", heads, " (out's dim 2), got ",
+        n_kv_heads));
+  }
+  if (qkv.shape[2] != heads + 2 * n_kv_heads) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "qkv: expected nh + 2*n_kv_heads = ", heads + 2 * n_kv_heads,
+        " heads ([B, S, nh + 2*nkv, hd] with nh = ", heads, ", nkv = ", n_kv_heads, "), got ",
+        qkv.shape.ToString()));
+  }
+  const AttentionDims d{qkv.shape[0], qkv.shape[1], heads, n_kv_heads, qkv.shape[3]};
+  RETURN_IF_ERROR(CheckData("qkv", qkv));
+  RETURN_IF_ERROR(CheckData("out", out));
+  RETURN_IF_ERROR(CheckTensor("lse", lse, {DType::kFloat32}, Shape{d.batch, d.heads, d.seq}));
+  return d;
+}
+
+absl::StatusOr<AttentionDims> CheckAttentionBackwardArgs(const TensorDesc& grad_out,
+                                                         const TensorDesc& qkv, int n_kv_heads,
+                                                         const TensorDesc& out,
+                                                         const TensorDesc& lse,
+                                                         const TensorDesc& grad_qkv) {
+  ASSIGN_OR_RETURN(const AttentionDims d, CheckAttentionForwardArgs(qkv, n_kv_heads, out, lse));
+  RETURN_IF_ERROR(CheckTensor("grad_out", grad_out, {DType::kBFloat16}, out.shape));
+  RETURN_IF_ERROR(CheckTensor("grad_qkv", grad_qkv, {DType::kBFloat16}, qkv.shape));
+  return d;
+}
+
+absl::StatusOr<AttentionDims> CheckRopeArgs(const char* name, const TensorDesc& qkv,
+                                            int n_kv_heads, float theta) {
+  RETURN_IF_ERROR(CheckDType(name, qkv, {DType::kBFloat16}));
+  RETURN_IF_ERROR(CheckRank(name, qkv, 4));
+  if (n_kv_heads < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("n_kv_heads: must be >= 1, got ", n_kv_heads));
+  }
+  const int64_t heads = qkv.shape[2] - 2 * int64_t{n_kv_heads}, hd = qkv.shape[3];
+  if (heads < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": expected [B, S, nh + 2*n_kv_heads, hd] with nh >= 1 and n_kv_heads = ",
+        n_kv_heads, ", got ", qkv.shape.ToString()));
+  }
+  if (heads % n_kv_heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("n_kv_heads: must divide the query head count nh = ", heads, " (", name,
+                     "'s dim 2 minus 2*n_kv_heads), got ", n_kv_heads));
+  }
+  if (hd < 2 || hd % 2 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": head dim must be even and positive, got ", hd));
+  }
+  if (!(theta > 0.0f) || std::isinf(theta)) {
+    return absl::InvalidArgumentError(absl::StrCat("theta: must be finite and > 0, got ", theta));
+  }
+  RETURN_IF_ERROR(CheckData(name, qkv));
+  return AttentionDims{qkv.shape[0], qkv.shape[1], heads, n_kv_heads, hd};
+}
+
+absl::Status CheckAdamShards(absl::Span<const AdamShard> shards) {
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const AdamShard& s = shards[i];
+    const int64_t n = s.master.NumElements();
+    auto bad = [&](const char* field, const std::string& why) {
+      return absl::InvalidArgumentError(absl::StrCat("shard ", i, ": ", field, ": ", why));
+    };
+    const std::pair<const char*, const TensorDesc*> fp32[] = {
+        {"master", &s.master}, {"grad", &s.grad}, {"exp_avg", &s.exp_avg},
+        {"exp_avg_sq", &s.exp_avg_sq}};
+    for (const auto& [field, t] : fp32) {
+      if (t->dtype != DType::kFloat32) {
+        return bad(field, absl::StrCat("must be fp32, got ", DTypeName(t->dtype)));
+      }
+    }
+    if (s.fp8.dtype != DType::kE4M3 && s.fp8.dtype != DType::kBFloat16) {
+      return bad("fp8", absl::StrCat("must be e4m3 or bf16, got ", DTypeName(s.fp8.dtype)));
+    }
+    const std::pair<const char*, const TensorDesc*> all[] = {
+        {"master", &s.master}, {"grad", &s.grad}, {"exp_avg", &s.exp_avg},
+        {"exp_avg_sq", &s.exp_avg_sq}, {"fp8", &s.fp8}};
+    for (const auto& [field, t] : all) {
+      if (t->NumElements() != n) {
+        return bad(field, absl::StrCat("has ", t->NumElements(), " elements, master has ", n));
+      }
+      if (n > 0 && t->data == nullptr) return bad(field, "data is null for a non-empty shard");
+    }
+    if (s.fp8.dtype == DType::kE4M3 && s.fp8.scale == nullptr) return bad("fp8.scale", "must be set");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckGradSumSquaresArgs(const float* sum_sq) {
+  if (sum_sq == nullptr) return absl::InvalidArgumentError("sum_sq: must be set");
+  return absl::OkStatus();
+}
+
+absl::Status CheckComputeGradScaleArgs(const float* sum_sq, const float* tokens,
+                                       const float* grad_norm, const float* grad_scale) {
+  const std::pair<const char*, const float*> scalars[] = {
+      {"sum_sq", sum_sq}, {"tokens", tokens}, {"grad_norm", grad_norm}, {"grad_scale", grad_scale}};
+  for (const auto& [name, p] : scalars) {
+    if (p == nullptr) return absl::InvalidArgumentError(absl::StrCat(name, ": must be set"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckFusedAdamArgs(const AdamHyper& hyper, const float* grad_scale) {
+  if (grad_scale == nullptr) return absl::InvalidArgumentError("grad_scale: must be set");
+  if (hyper.step_values == nullptr && hyper.step < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hyper.step: must be >= 1 (1-based), got ", hyper.step));
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<FusedLossOutputs> CheckFusedLinearCrossEntropyArgs(
     const TensorDesc& x, const TensorDesc& weight, const TensorDesc& targets, int chunk_tokens,

@@ -16,6 +16,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "worker/ops/ops.h"
 #include "worker/ops/tensor.h"
 
 namespace tessera {
@@ -75,6 +77,40 @@ absl::Status CheckSwiGluForwardQuantizeArgs(const TensorDesc& gate_up, const Ten
                                             const TensorDesc& out_t);
 absl::Status CheckSwiGluBackwardQuantizeArgs(const TensorDesc& grad_out, const TensorDesc& gate_up,
                                              const TensorDesc& dgu, const TensorDesc& dgu_t);
+
+// ---- Attention and RoPE ------------------------------------------------------
+// The packed grouped-query layout of ops.h: qkv [B, S, nh + 2*nkv, hd] bf16,
+// out [B, S, nh, hd] bf16, lse [B, nh, S] fp32, with nkv >= 1 dividing nh.
+// Engines add their own limits after these (the CUDA kernels: hd 64 or 128,
+// 16-byte aligned data).
+struct AttentionDims {
+  int64_t batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
+};
+absl::StatusOr<AttentionDims> CheckAttentionForwardArgs(const TensorDesc& qkv, int n_kv_heads,
+                                                        const TensorDesc& out,
+                                                        const TensorDesc& lse);
+// The forward's arguments, then grad_out shaped like out and grad_qkv like
+// qkv (bf16, with data).
+absl::StatusOr<AttentionDims> CheckAttentionBackwardArgs(const TensorDesc& grad_out,
+                                                         const TensorDesc& qkv, int n_kv_heads,
+                                                         const TensorDesc& out,
+                                                         const TensorDesc& lse,
+                                                         const TensorDesc& grad_qkv);
+// RoPE in place over `name` (qkv or grad_qkv) in the packed layout: hd even
+// and >= 2, theta finite and > 0. (heads is nh; RoPE turns the nh + nkv
+// query and key heads.)
+absl::StatusOr<AttentionDims> CheckRopeArgs(const char* name, const TensorDesc& qkv,
+                                            int n_kv_heads, float theta);
+
+// ---- Optimizer ---------------------------------------------------------------
+// A FusedAdam plan's shards: master, grad, exp_avg and exp_avg_sq fp32 and
+// fp8 e4m3 (with its scale) or bf16, all of one element count, with data
+// unless empty. Messages start "shard I: FIELD:".
+absl::Status CheckAdamShards(absl::Span<const AdamShard> shards);
+absl::Status CheckGradSumSquaresArgs(const float* sum_sq);
+absl::Status CheckComputeGradScaleArgs(const float* sum_sq, const float* tokens,
+                                       const float* grad_norm, const float* grad_scale);
+absl::Status CheckFusedAdamArgs(const AdamHyper& hyper, const float* grad_scale);
 
 // ---- Fused linear + cross-entropy -------------------------------------------
 // Which outputs a FusedLinearCrossEntropy call asked for.

@@ -290,5 +290,91 @@ TEST(OpChecks, QuantizeGemmAndElementwise) {
   });
 }
 
+// Attention and RoPE over the packed grouped-query layout: B 2, S 8, nh 4,
+// nkv 2, hd 16, so qkv holds 8 heads.
+TEST(OpChecks, AttentionAndRopeNameTheArgument) {
+  const TensorDesc qkv = T(DType::kBFloat16, Shape{2, 8, 8, 16});
+  const TensorDesc out = T(DType::kBFloat16, Shape{2, 8, 4, 16});
+  const TensorDesc lse = T(DType::kFloat32, Shape{2, 4, 8});
+  absl::StatusOr<AttentionDims> d = CheckAttentionForwardArgs(qkv, 2, out, lse);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->heads, 4);
+  EXPECT_EQ(d->kv_heads, 2);
+  EXPECT_EQ(d->head_dim, 16);
+  EXPECT_TRUE(CheckAttentionBackwardArgs(out, qkv, 2, out, lse, qkv).ok());
+  absl::StatusOr<AttentionDims> rope = CheckRopeArgs("qkv", qkv, 2, 10000.f);
+  ASSERT_TRUE(rope.ok()) << rope.status();
+  EXPECT_EQ(rope->heads, 4);
+  const auto forward = [&](const TensorDesc& q, int kv, const TensorDesc& o, const TensorDesc& l) {
+    return CheckAttentionForwardArgs(q, kv, o, l).status();
+  };
+  ExpectRejected({
+      {"qkv:", [&] { return forward(T(DType::kFloat32, qkv.shape), 2, out, lse); }},
+      {"n_kv_heads:", [&] { return forward(qkv, 0, out, lse); }},
+      {"n_kv_heads:", [&] { return forward(qkv, 3, out, lse); }},
+      {"qkv:", [&] { return forward(qkv, 1, out, lse); }},
+      {"out:", [&] { return forward(qkv, 2, T(DType::kBFloat16, Shape{2, 8, 4, 8}), lse); }},
+      {"lse:", [&] { return forward(qkv, 2, out, T(DType::kFloat32, Shape{2, 8, 4})); }},
+      {"qkv:", [&] { return forward(MakeTensor(nullptr, DType::kBFloat16, qkv.shape), 2, out, lse); }},
+      {"grad_out:",
+       [&] { return CheckAttentionBackwardArgs(lse, qkv, 2, out, lse, qkv).status(); }},
+      {"grad_qkv:",
+       [&] { return CheckAttentionBackwardArgs(out, qkv, 2, out, lse, out).status(); }},
+      {"grad_qkv:",
+       [&] {
+         return CheckRopeArgs("grad_qkv", T(DType::kBFloat16, Shape{2, 8, 8, 15}), 2, 1.f).status();
+       }},
+      {"n_kv_heads:", [&] { return CheckRopeArgs("qkv", qkv, 0, 1.f).status(); }},
+      {"n_kv_heads:", [&] { return CheckRopeArgs("qkv", qkv, 3, 1.f).status(); }},
+      {"theta:", [&] { return CheckRopeArgs("qkv", qkv, 2, 0.f).status(); }},
+      {"theta:", [&] { return CheckRopeArgs("qkv", qkv, 2, INFINITY).status(); }},
+  });
+}
+
+TEST(OpChecks, OptimizerArgumentsNameTheShardAndField) {
+  const auto shard = [](DType compute) {
+    AdamShard s;
+    s.master = T(DType::kFloat32, Shape{8});
+    s.grad = T(DType::kFloat32, Shape{8});
+    s.exp_avg = T(DType::kFloat32, Shape{8});
+    s.exp_avg_sq = T(DType::kFloat32, Shape{8});
+    s.fp8 = T(compute, Shape{8});
+    s.fp8.scale = FakeScalar();
+    return s;
+  };
+  AdamShard empty = shard(DType::kBFloat16);
+  for (TensorDesc* t : {&empty.master, &empty.grad, &empty.exp_avg, &empty.exp_avg_sq, &empty.fp8}) {
+    *t = MakeTensor(nullptr, t->dtype, Shape{0});
+  }
+  EXPECT_TRUE(CheckAdamShards({shard(DType::kE4M3), shard(DType::kBFloat16), empty}).ok());
+  AdamShard half_master = shard(DType::kE4M3);
+  half_master.master.dtype = DType::kBFloat16;
+  AdamShard short_grad = shard(DType::kE4M3);
+  short_grad.grad.shape = Shape{7};
+  AdamShard e5m2 = shard(DType::kE5M2);
+  AdamShard no_scale = shard(DType::kE4M3);
+  no_scale.fp8.scale = nullptr;
+  AdamShard null_v = shard(DType::kE4M3);
+  null_v.exp_avg_sq.data = nullptr;
+  const AdamShard good = shard(DType::kE4M3);
+  AdamHyper step0;
+  step0.step = 0;
+  float value = 0.f;
+  ExpectRejected({
+      {"shard 1: master:", [&] { return CheckAdamShards({good, half_master}); }},
+      {"shard 1: grad: has 7", [&] { return CheckAdamShards({good, short_grad}); }},
+      {"shard 0: fp8: must be e4m3 or bf16", [&] { return CheckAdamShards({e5m2}); }},
+      {"shard 0: fp8.scale:", [&] { return CheckAdamShards({no_scale}); }},
+      {"shard 0: exp_avg_sq: data is null", [&] { return CheckAdamShards({null_v}); }},
+      {"sum_sq:", [&] { return CheckGradSumSquaresArgs(nullptr); }},
+      {"tokens:", [&] { return CheckComputeGradScaleArgs(&value, nullptr, &value, &value); }},
+      {"grad_scale:", [&] { return CheckComputeGradScaleArgs(&value, &value, &value, nullptr); }},
+      {"grad_scale:", [&] { return CheckFusedAdamArgs(AdamHyper{}, nullptr); }},
+      {"hyper.step:", [&] { return CheckFusedAdamArgs(step0, &value); }},
+  });
+  step0.step_values = &value;  // the step's values come from engine memory instead
+  EXPECT_TRUE(CheckFusedAdamArgs(step0, &value).ok());
+}
+
 }  // namespace
 }  // namespace tessera

@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/engine/cpu/tensor_access.h"
 #include "worker/ops/op_checks.h"
@@ -36,52 +35,9 @@ struct Dims {
   int64_t OutRow(int64_t b, int64_t s, int64_t h) const { return ((b * seq + s) * heads + h) * hd; }
 };
 
-absl::Status CheckBf16(const char* name, const TensorDesc& t, const Shape& shape) {
-  RETURN_IF_ERROR(CheckDType(name, t, {DType::kBFloat16}));
-  RETURN_IF_ERROR(CheckShape(name, t, shape));
-  return CheckData(name, t);
-}
-
-absl::Status CheckLse(const TensorDesc& lse, const Dims& d) {
-  RETURN_IF_ERROR(CheckDType("lse", lse, {DType::kFloat32}));
-  RETURN_IF_ERROR(CheckShape("lse", lse, d.LseShape()));
-  return CheckData("lse", lse);
-}
-
-// Reads B, S and hd from qkv and nh from out, and checks that n_kv_heads
-// divides nh and that qkv holds nh + 2 * n_kv_heads heads.
-absl::Status ReadDims(const TensorDesc& qkv, int n_kv_heads, const TensorDesc& out, Dims* d) {
-  RETURN_IF_ERROR(CheckDType("qkv", qkv, {DType::kBFloat16}));
-  RETURN_IF_ERROR(CheckRank("qkv", qkv, 4));
-  if (qkv.shape[3] < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "qkv: expected [B, S, nh + 2*nkv, hd] with hd >= 1, got ", qkv.shape.ToString()));
-  }
-  if (n_kv_heads < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("n_kv_heads: must be >= 1, got ", n_kv_heads));
-  }
-  RETURN_IF_ERROR(CheckDType("out", out, {DType::kBFloat16}));
-  RETURN_IF_ERROR(CheckRank("out", out, 4));
-  const int64_t heads = out.shape[2];
-  if (heads < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("out: expected [B, S, nh, hd] with nh >= 1, got ", out.shape.ToString()));
-  }
-  RETURN_IF_ERROR(CheckShape("out", out, Shape{qkv.shape[0], qkv.shape[1], heads, qkv.shape[3]}));
-  if (heads % n_kv_heads != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "n_kv_heads: must divide the query head count nh = ", heads, " (out's dim 2), got ",
-        n_kv_heads));
-  }
-  if (qkv.shape[2] != heads + 2 * n_kv_heads) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "qkv: expected nh + 2*n_kv_heads = ", heads + 2 * n_kv_heads,
-        " heads ([B, S, nh + 2*nkv, hd] with nh = ", heads, ", nkv = ", n_kv_heads, "), got ",
-        qkv.shape.ToString()));
-  }
-  *d = Dims{qkv.shape[0], qkv.shape[1], heads, n_kv_heads, qkv.shape[3]};
-  RETURN_IF_ERROR(CheckData("qkv", qkv));
-  return CheckData("out", out);
+// The checked shapes, in this file's terms.
+Dims FromChecked(const AttentionDims& a) {
+  return Dims{a.batch, a.seq, a.heads, a.kv_heads, a.head_dim};
 }
 
 // dst [S, hd] fp32 = rows of a bf16 tensor starting at row_offset(s).
@@ -119,9 +75,9 @@ float Dot(const float* a, const float* b, int64_t n) {
 
 absl::Status AttentionForward(const TensorDesc& qkv, int n_kv_heads, const TensorDesc& out,
                               const TensorDesc& lse) {
-  Dims d;
-  RETURN_IF_ERROR(ReadDims(qkv, n_kv_heads, out, &d));
-  RETURN_IF_ERROR(CheckLse(lse, d));
+  ASSIGN_OR_RETURN(const AttentionDims checked,
+                   CheckAttentionForwardArgs(qkv, n_kv_heads, out, lse));
+  const Dims d = FromChecked(checked);
   const int64_t hd = d.hd, n = d.seq * hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   thread_local std::vector<float> q, k, v, p, acc;
@@ -168,11 +124,9 @@ absl::Status AttentionForward(const TensorDesc& qkv, int n_kv_heads, const Tenso
 absl::Status AttentionBackward(const TensorDesc& grad_out, const TensorDesc& qkv, int n_kv_heads,
                                const TensorDesc& out, const TensorDesc& lse,
                                const TensorDesc& grad_qkv) {
-  Dims d;
-  RETURN_IF_ERROR(ReadDims(qkv, n_kv_heads, out, &d));
-  RETURN_IF_ERROR(CheckBf16("grad_out", grad_out, d.OutShape()));
-  RETURN_IF_ERROR(CheckLse(lse, d));
-  RETURN_IF_ERROR(CheckBf16("grad_qkv", grad_qkv, qkv.shape));
+  ASSIGN_OR_RETURN(const AttentionDims checked,
+                   CheckAttentionBackwardArgs(grad_out, qkv, n_kv_heads, out, lse, grad_qkv));
+  const Dims d = FromChecked(checked);
   const int64_t hd = d.hd, n = d.seq * hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   thread_local std::vector<float> q, k, v, dout, o, dq, dk, dv;

@@ -5,41 +5,21 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/status_macros.h"
 #include "worker/engine/cpu/tensor_access.h"
+#include "worker/ops/op_checks.h"
 
 namespace tessera {
 namespace cpu {
 
 absl::StatusOr<std::unique_ptr<AdamPlan>> CreateAdamPlan(absl::Span<const AdamShard> shards) {
-  for (size_t i = 0; i < shards.size(); ++i) {
-    const AdamShard& s = shards[i];
-    const int64_t n = s.master.NumElements();
-    auto bad = [&](const char* field, const char* why) {
-      return absl::InvalidArgumentError(absl::StrCat("shard ", i, ": ", field, ": ", why));
-    };
-    if (s.master.dtype != DType::kFloat32) return bad("master", "must be fp32");
-    if (s.grad.dtype != DType::kFloat32) return bad("grad", "must be fp32");
-    if (s.exp_avg.dtype != DType::kFloat32) return bad("exp_avg", "must be fp32");
-    if (s.exp_avg_sq.dtype != DType::kFloat32) return bad("exp_avg_sq", "must be fp32");
-    for (const TensorDesc* t : {&s.grad, &s.exp_avg, &s.exp_avg_sq, &s.fp8}) {
-      if (t->NumElements() != n) return bad("grad/exp_avg/exp_avg_sq/fp8", "element count differs from master");
-    }
-    if (s.fp8.dtype != DType::kE4M3 && s.fp8.dtype != DType::kBFloat16) {
-      return bad("fp8", "must be e4m3 or bf16");
-    }
-    if (s.fp8.dtype == DType::kE4M3 && s.fp8.scale == nullptr) return bad("fp8.scale", "must be set");
-    if (n > 0) {
-      for (const TensorDesc* t : {&s.master, &s.grad, &s.exp_avg, &s.exp_avg_sq, &s.fp8}) {
-        if (t->data == nullptr) return bad("data", "is null for a non-empty shard");
-      }
-    }
-  }
+  RETURN_IF_ERROR(CheckAdamShards(shards));
   return std::unique_ptr<AdamPlan>(
       new CpuAdamPlan(std::vector<AdamShard>(shards.begin(), shards.end())));
 }
 
 absl::Status GradSumSquares(const AdamPlan& plan, float* sum_sq) {
-  if (sum_sq == nullptr) return absl::InvalidArgumentError("sum_sq: must be set");
+  RETURN_IF_ERROR(CheckGradSumSquaresArgs(sum_sq));
   double total = 0.0;
   for (const AdamShard& s : static_cast<const CpuAdamPlan&>(plan).shards()) {
     const float* g = static_cast<const float*>(s.grad.data);
@@ -53,9 +33,7 @@ absl::Status GradSumSquares(const AdamPlan& plan, float* sum_sq) {
 
 absl::Status ComputeGradScale(const float* sum_sq, const float* tokens, float max_norm,
                               float* grad_norm, float* grad_scale) {
-  if (sum_sq == nullptr || tokens == nullptr || grad_norm == nullptr || grad_scale == nullptr) {
-    return absl::InvalidArgumentError("sum_sq, tokens, grad_norm, grad_scale: must all be set");
-  }
+  RETURN_IF_ERROR(CheckComputeGradScaleArgs(sum_sq, tokens, grad_norm, grad_scale));
   const float count = std::max(*tokens, 1.0f);
   *grad_norm = std::sqrt(*sum_sq) / count;
   float clip = 1.0f;
@@ -65,10 +43,7 @@ absl::Status ComputeGradScale(const float* sum_sq, const float* tokens, float ma
 }
 
 absl::Status FusedAdam(const AdamPlan& plan, const AdamHyper& hp, const float* grad_scale) {
-  if (grad_scale == nullptr) return absl::InvalidArgumentError("grad_scale: must be set");
-  if (hp.step_values == nullptr && hp.step < 1) {
-    return absl::InvalidArgumentError("hyper.step: must be >= 1 (1-based)");
-  }
+  RETURN_IF_ERROR(CheckFusedAdamArgs(hp, grad_scale));
   const AdamStepValues values =
       hp.step_values == nullptr
           ? StepValuesFor(hp)

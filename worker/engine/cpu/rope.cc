@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/engine/cpu/tensor_access.h"
 #include "worker/ops/op_checks.h"
@@ -20,32 +19,9 @@ namespace {
 // the forward) or -angle (sign = -1, the backward).
 absl::Status Rotate(const char* name, const TensorDesc& qkv, int n_kv_heads, float theta,
                     float sign) {
-  RETURN_IF_ERROR(CheckDType(name, qkv, {DType::kBFloat16}));
-  RETURN_IF_ERROR(CheckRank(name, qkv, 4));
-  const int64_t batch = qkv.shape[0], seq = qkv.shape[1], all_heads = qkv.shape[2],
-                hd = qkv.shape[3];
-  if (n_kv_heads < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("n_kv_heads: must be >= 1, got ", n_kv_heads));
-  }
-  const int64_t heads = all_heads - 2 * int64_t{n_kv_heads};
-  if (heads < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, ": expected [B, S, nh + 2*n_kv_heads, hd] with nh >= 1 and n_kv_heads = ",
-        n_kv_heads, ", got ", qkv.shape.ToString()));
-  }
-  if (heads % n_kv_heads != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("n_kv_heads: must divide the query head count nh = ", heads, " (", name,
-                     "'s dim 2 minus 2*n_kv_heads), got ", n_kv_heads));
-  }
-  if (hd < 2 || hd % 2 != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, ": head dim must be even and positive, got ", hd));
-  }
-  if (!(theta > 0.0f) || std::isinf(theta)) {
-    return absl::InvalidArgumentError(absl::StrCat("theta: must be finite and > 0, got ", theta));
-  }
-  RETURN_IF_ERROR(CheckData(name, qkv));
+  ASSIGN_OR_RETURN(const AttentionDims d, CheckRopeArgs(name, qkv, n_kv_heads, theta));
+  const int64_t batch = d.batch, seq = d.seq, heads = d.heads, hd = d.head_dim;
+  const int64_t all_heads = heads + 2 * int64_t{n_kv_heads};
   const int64_t half = hd / 2;
   thread_local std::vector<float> inv_freq, cos_s, sin_s;
   inv_freq.resize(half);

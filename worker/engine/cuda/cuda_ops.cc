@@ -217,13 +217,14 @@ class CudaOps : public Ops {
   absl::Status RopeForward(const TensorDesc& qkv, int n_kv_heads, float theta,
                            Stream* stream) override {
     RETURN_IF_ERROR(ctx_->MakeCurrent());
-    ASSIGN_OR_RETURN(int rotated, cuda::RopeRotatedHeads("qkv", qkv, n_kv_heads));
+    ASSIGN_OR_RETURN(int rotated, cuda::RopeRotatedHeads("qkv", qkv, n_kv_heads, theta));
     return cuda::LaunchRope(qkv, rotated, theta, 1.0f, S(stream));
   }
   absl::Status RopeBackward(const TensorDesc& grad_qkv, int n_kv_heads, float theta,
                             Stream* stream) override {
     RETURN_IF_ERROR(ctx_->MakeCurrent());
-    ASSIGN_OR_RETURN(int rotated, cuda::RopeRotatedHeads("grad_qkv", grad_qkv, n_kv_heads));
+    ASSIGN_OR_RETURN(int rotated,
+                     cuda::RopeRotatedHeads("grad_qkv", grad_qkv, n_kv_heads, theta));
     return cuda::LaunchRope(grad_qkv, rotated, theta, -1.0f, S(stream));
   }
   absl::Status AttentionForward(const TensorDesc& qkv, int n_kv_heads, const TensorDesc& out,
@@ -239,8 +240,8 @@ class CudaOps : public Ops {
                                  const TensorDesc& grad_qkv, Stream* stream) override {
     RETURN_IF_ERROR(ctx_->MakeCurrent());
     ASSIGN_OR_RETURN(cuda::AttentionShape shape,
-                     cuda::ReadAttentionShape(qkv, n_kv_heads, out, lse));
-    RETURN_IF_ERROR(cuda::CheckAttentionGradients(grad_out, out, grad_qkv, qkv));
+                     cuda::ReadAttentionBackwardShape(grad_out, qkv, n_kv_heads, out, lse,
+                                                      grad_qkv));
     // D and the log2-domain lse per query, padded to whole tiles.
     const int64_t floats = std::max<int64_t>(1, cuda::FlashAttentionBackwardScratchFloats(shape));
     ASSIGN_OR_RETURN(void* scratch, attention_scratch_.Get(floats * sizeof(float)));
@@ -319,6 +320,7 @@ class CudaOps : public Ops {
     return std::unique_ptr<AdamPlan>(std::move(plan));
   }
   absl::Status GradSumSquares(const AdamPlan& plan, float* sum_sq, Stream* stream) override {
+    RETURN_IF_ERROR(CheckGradSumSquaresArgs(sum_sq));
     RETURN_IF_ERROR(ctx_->MakeCurrent());
     const auto& p = static_cast<const cuda::CudaAdamPlan&>(plan);
     return cuda::LaunchGradSumSquares(p.table, p.block_shard, p.block_offset, p.num_blocks,
@@ -326,11 +328,13 @@ class CudaOps : public Ops {
   }
   absl::Status ComputeGradScale(const float* sum_sq, const float* tokens, float max_norm,
                                 float* grad_norm, float* grad_scale, Stream* stream) override {
+    RETURN_IF_ERROR(CheckComputeGradScaleArgs(sum_sq, tokens, grad_norm, grad_scale));
     RETURN_IF_ERROR(ctx_->MakeCurrent());
     return cuda::LaunchComputeGradScale(sum_sq, tokens, max_norm, grad_norm, grad_scale, S(stream));
   }
   absl::Status FusedAdam(const AdamPlan& plan, const AdamHyper& hyper, const float* grad_scale,
                          Stream* stream) override {
+    RETURN_IF_ERROR(CheckFusedAdamArgs(hyper, grad_scale));
     RETURN_IF_ERROR(ctx_->MakeCurrent());
     const auto& p = static_cast<const cuda::CudaAdamPlan&>(plan);
     return cuda::LaunchFusedAdam(p.table, p.num_shards, p.block_shard, p.block_offset,

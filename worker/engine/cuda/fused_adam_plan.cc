@@ -11,6 +11,7 @@
 #include "common/status_macros.h"
 #include "worker/engine/cuda/cuda_check.h"
 #include "worker/engine/cuda/device_memory.h"
+#include "worker/ops/op_checks.h"
 
 namespace tessera {
 namespace cuda {
@@ -21,24 +22,14 @@ size_t RoundUp(size_t bytes) { return (bytes + 255) / 256 * 256; }
 }  // namespace
 
 absl::StatusOr<AdamPlanImage> BuildAdamPlanImage(absl::Span<const AdamShard> shards) {
+  RETURN_IF_ERROR(CheckAdamShards(shards));
   std::vector<DeviceAdamShard> table;
   std::vector<int> block_shard;
   std::vector<int64_t> block_offset;
   for (size_t i = 0; i < shards.size(); ++i) {
     const AdamShard& s = shards[i];
     const int64_t n = s.master.NumElements();
-    if (s.grad.NumElements() != n || s.exp_avg.NumElements() != n ||
-        s.exp_avg_sq.NumElements() != n || s.fp8.NumElements() != n) {
-      return absl::InvalidArgumentError(absl::StrCat("shard ", i, ": element counts differ"));
-    }
-    if (s.fp8.dtype != DType::kE4M3 && s.fp8.dtype != DType::kBFloat16) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "shard ", i, ": fp8: dtype must be e4m3 or bf16, got ", DTypeName(s.fp8.dtype)));
-    }
     const bool fp8 = s.fp8.dtype == DType::kE4M3;
-    if (fp8 && s.fp8.scale == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("shard ", i, ": fp8.scale: must be set"));
-    }
     table.push_back({static_cast<float*>(s.master.data), static_cast<const float*>(s.grad.data),
                      static_cast<float*>(s.exp_avg.data), static_cast<float*>(s.exp_avg_sq.data),
                      s.fp8.data, s.fp8.scale, s.fp8.scale_inv, s.fp8.amax, n, fp8 ? 1 : 0,

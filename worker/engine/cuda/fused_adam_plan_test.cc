@@ -95,7 +95,7 @@ TEST(AdamPlanImage, RefusesMalformedShardsNamingThem) {
   AdamShard scale = Shard(0x10000, 8, true, true);
   scale.fp8.scale = nullptr;
   for (const auto& [shard, want] :
-       {std::pair{count, "shard 1: element counts differ"}, std::pair{dtype, "shard 1: fp8: dtype"},
+       {std::pair{count, "shard 1: grad: has 7 elements"}, std::pair{dtype, "shard 1: fp8: must be"},
         std::pair{scale, "shard 1: fp8.scale: must be set"}}) {
     const std::vector<AdamShard> shards = {Shard(0x20000, 8, false, true), shard};
     auto image = BuildAdamPlanImage(shards);
