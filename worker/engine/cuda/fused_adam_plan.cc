@@ -51,11 +51,17 @@ absl::StatusOr<AdamPlanImage> BuildAdamPlanImage(absl::Span<const AdamShard> sha
   image.partials_offset = table_bytes + shard_bytes + offset_bytes;
   image.device_bytes = image.partials_offset + partial_bytes;
   image.bytes.assign(image.partials_offset, 0);
-  std::memcpy(image.bytes.data(), table.data(), table.size() * sizeof(DeviceAdamShard));
-  std::memcpy(image.bytes.data() + image.block_shard_offset, block_shard.data(),
-              block_shard.size() * sizeof(int));
-  std::memcpy(image.bytes.data() + image.block_offset_offset, block_offset.data(),
-              block_offset.size() * sizeof(int64_t));
+  // A plan with no shards has empty vectors, whose data() may be null, which
+  // memcpy must not be given even for zero bytes.
+  if (!table.empty()) {
+    std::memcpy(image.bytes.data(), table.data(), table.size() * sizeof(DeviceAdamShard));
+  }
+  if (!block_shard.empty()) {
+    std::memcpy(image.bytes.data() + image.block_shard_offset, block_shard.data(),
+                block_shard.size() * sizeof(int));
+    std::memcpy(image.bytes.data() + image.block_offset_offset, block_offset.data(),
+                block_offset.size() * sizeof(int64_t));
+  }
   return image;
 }
 
