@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,9 +21,8 @@
 #include "gtest/gtest.h"
 #include "worker/comm/file_rendezvous_store_for_test.h"
 #include "common/synthetic_task.h"
-#include "worker/engine/cuda/cuda_ops.h"
-#include "worker/engine/cuda/nccl_communicator.h"
 #include "worker/trainer/fsdp_trainer.h"
+#include "worker/trainer/gpu_trainer_for_test.h"
 #include "worker/trainer/test_files.h"
 #include "worker/trainer/test_job_spec.h"
 
@@ -36,12 +36,9 @@ constexpr int kTooFewGpus = 77;
 int RunRank(int rank, int world, const v1::JobSpec& spec, const std::string& dir) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count < world) return kTooFewGpus;
-  auto ops = CreateCudaOps(rank);
-  if (!ops.ok()) return 2;
-  FsdpTrainer trainer(std::move(*ops), [rank](RendezvousStore* store, int r, int w,
-                                              const std::string&, absl::Duration timeout) {
-    return CreateNcclCommunicator(store, r, w, rank, timeout);
-  });
+  std::unique_ptr<FsdpTrainer> made = GpuTrainerForTest(/*device=*/rank);
+  if (made == nullptr) return 2;
+  FsdpTrainer& trainer = *made;
   if (!trainer.Setup(spec, rank, world).ok()) return 3;
   FileRendezvousStore store(dir);
   if (!trainer.InitCollective(&store, "127.0.0.1", absl::Seconds(60)).ok()) return 4;

@@ -14,13 +14,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "worker/comm/file_rendezvous_store_for_test.h"
-#include "worker/engine/cuda/cuda_ops.h"
-#include "worker/engine/cuda/nccl_communicator.h"
 #include "worker/trainer/fsdp_trainer.h"
+#include "worker/trainer/gpu_trainer_for_test.h"
 #include "worker/trainer/test_job_spec.h"
 
 namespace tessera {
@@ -33,12 +33,9 @@ int RunRank(int rank, int world, const v1::JobSpec& spec, const std::string& dir
             const std::string& out) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count < world) return kNoSecondGpu;
-  auto ops = CreateCudaOps(rank);
-  if (!ops.ok()) return 2;
-  FsdpTrainer trainer(std::move(*ops), [rank](RendezvousStore* store, int r, int w,
-                                              const std::string&, absl::Duration timeout) {
-    return CreateNcclCommunicator(store, r, w, rank, timeout);
-  });
+  std::unique_ptr<FsdpTrainer> made = GpuTrainerForTest(/*device=*/rank);
+  if (made == nullptr) return 2;
+  FsdpTrainer& trainer = *made;
   if (!trainer.Setup(spec, rank, world).ok()) return 3;
   FileRendezvousStore store(dir);
   absl::Status s = trainer.InitCollective(&store, "127.0.0.1", absl::Seconds(60));

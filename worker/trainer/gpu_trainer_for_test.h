@@ -1,6 +1,7 @@
-// The FsdpTrainer the GPU tests train: the CUDA engine on device 0, with NCCL
-// for the collectives of multi-rank jobs. Null, with a test failure
-// recorded, when the engine cannot start (no device).
+// The FsdpTrainer the GPU tests train: the CUDA engine on `device` (0 for
+// one-rank tests; a multi-GPU test's rank r uses device r), with NCCL for
+// the collectives of multi-rank jobs. Null, with a test failure recorded,
+// when the engine cannot start (no such device).
 #ifndef TESSERA_WORKER_TRAINER_GPU_TRAINER_FOR_TEST_H_
 #define TESSERA_WORKER_TRAINER_GPU_TRAINER_FOR_TEST_H_
 
@@ -15,14 +16,14 @@
 
 namespace tessera {
 
-inline std::unique_ptr<FsdpTrainer> GpuTrainerForTest() {
-  auto ops = CreateCudaOps(0);
+inline std::unique_ptr<FsdpTrainer> GpuTrainerForTest(int device = 0) {
+  auto ops = CreateCudaOps(device);
   EXPECT_TRUE(ops.ok()) << ops.status();
   if (!ops.ok()) return nullptr;
   return std::make_unique<FsdpTrainer>(
-      std::move(*ops), [](RendezvousStore* store, int rank, int world, const std::string&,
-                          absl::Duration timeout) {
-        return CreateNcclCommunicator(store, rank, world, 0, timeout);
+      std::move(*ops), [device](RendezvousStore* store, int rank, int world, const std::string&,
+                                absl::Duration timeout) {
+        return CreateNcclCommunicator(store, rank, world, device, timeout);
       });
 }
 
