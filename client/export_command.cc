@@ -5,7 +5,7 @@
 #include "client/hf_export.h"
 #include "client/job_file.h"
 #include "common/spec_defaults.h"
-#include "common/spec_limits.h"
+#include "common/spec_rules.h"
 
 namespace tessera {
 
@@ -33,8 +33,9 @@ int RunExportCommand(const ParsedArgs& args, std::ostream& out, std::ostream& er
   }
   // The checkpoint's spec hash is what vouches for the job file: only the
   // spec the coordinator validated and trained the checkpoint with matches
-  // it. The bounds keep a stray file from sizing anything before then.
-  if (absl::Status s = CheckSpecLimits(*spec); !s.ok()) {
+  // it. The spec's own rules (bounds first) refuse a bad file by its field
+  // before anything is sized from it.
+  if (absl::Status s = ValidateJobSpecFields(*spec); !s.ok()) {
     err << "tessera export: " << job_file << ": " << s.message() << "\n";
     return kExitUsage;
   }

@@ -270,6 +270,15 @@ TEST(CliTest, ExportWritesAHuggingFaceDirectoryFromTheCheckpoint) {
                                 absl::Seconds(30));
   EXPECT_EQ(wrong_model.exit_code, 1) << wrong_model.output;
   EXPECT_TRUE(absl::StrContains(wrong_model.output, "FAILED_PRECONDITION")) << wrong_model.output;
+  // A job file no coordinator would accept is refused by its field, before
+  // the checkpoint is read.
+  const std::string invalid = WriteJobFile(
+      "invalid.yaml", absl::StrReplaceAll(kTinyJobYaml, {{"n_heads: 2", "n_heads: 3"}}));
+  auto invalid_job = RunCommand(BinaryPath("client/tessera"),
+                                {"export", dir + "/ckpt", "--job", invalid, "--out", dir + "/z"},
+                                absl::Seconds(30));
+  EXPECT_EQ(invalid_job.exit_code, 2) << invalid_job.output;
+  EXPECT_TRUE(absl::StrContains(invalid_job.output, "model.d_model")) << invalid_job.output;
 
   // The export starts a new job (model.init_from) on one worker; a job whose
   // model does not fit it is refused at submit, naming the tensor.
