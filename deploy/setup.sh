@@ -25,7 +25,7 @@ PACKAGES=(
   clang-14 libclang-rt-14-dev libfuzzer-14-dev
   python3-numpy python3-torch
   chromium
-  nginx  # the coordinator's TLS front (deploy/nginx/, tests/front_proxy_test); its service stays off
+  nginx  # the coordinator's TLS front (deploy/nginx/, tests/front_proxy_test); not started here
 )
 
 missing=()
@@ -45,5 +45,21 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 echo "setup: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
+# Packages that ship a service (nginx) would start it on install: Debian's
+# policy-rc.d hook keeps every service stopped while these install, and a
+# newly installed nginx is not enabled at boot either. The tests start
+# their own nginx with their own configuration, on a free loopback port.
+policy=/usr/sbin/policy-rc.d
+made_policy=0
+if [ ! -e "$policy" ]; then
+  printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null
+  $SUDO chmod 755 "$policy"
+  made_policy=1
+  trap '$SUDO rm -f "$policy"' EXIT
+fi
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if [ "$made_policy" -eq 1 ]; then $SUDO rm -f "$policy"; trap - EXIT; fi
+if [[ " ${missing[*]} " == *" nginx "* ]] && command -v systemctl >/dev/null; then
+  $SUDO systemctl disable nginx >/dev/null 2>&1 || true
+fi
 echo "setup: done"
