@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
+#include <vector>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
@@ -85,6 +87,36 @@ absl::Status ValidateEntryName(absl::string_view name) {
         "checkpoint file name \"", absl::CHexEscape(name.substr(0, 300)),
         "\" is not a plain file name inside its step directory (it would escape the "
         "checkpoint root)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CreateCheckpointRoot(const std::string& root) {
+  if (absl::Status s = ValidateCheckpointRoot(root); !s.ok()) return s;
+  // Each prefix ending before a '/', then the root itself.
+  std::vector<std::string> levels;
+  for (size_t slash = root.find('/', 1); slash != std::string::npos;
+       slash = root.find('/', slash + 1)) {
+    levels.push_back(root.substr(0, slash));
+  }
+  levels.push_back(root);
+  for (const std::string& level : levels) {
+    if (level.empty() || level.back() == '/') continue;  // "//" or a trailing '/'
+    if (::mkdir(level.c_str(), 0755) == 0 || errno == EEXIST) {
+      struct stat st;
+      if (::stat(level.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "checkpoint.dir: ", level, " exists and is not a directory (creating ", root, ")"));
+      }
+      continue;
+    }
+    const int err = errno;
+    if (err == ENOTDIR || err == ENAMETOOLONG || err == ELOOP) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint.dir: creating directory ", level,
+                                                     ": ", std::strerror(err)));
+    }
+    const absl::Status s = FileErrno(err, "creating directory", level);
+    return absl::Status(s.code(), absl::StrCat("checkpoint.dir: ", s.message()));
   }
   return absl::OkStatus();
 }

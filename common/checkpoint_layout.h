@@ -53,6 +53,14 @@ absl::Status ValidateCheckpointRoot(const std::string& root);
 // (NUL, newline), not "." or "..".
 absl::Status ValidateEntryName(absl::string_view name);
 
+// Creates the root and every missing parent (as mkdir -p), so that a job's
+// checkpoint directory exists before its first step. The error names
+// checkpoint.dir and the path that could not be made: INVALID_ARGUMENT when
+// a component exists and is not a directory, PERMISSION_DENIED when it may
+// not be created (or the file system is read-only), RESOURCE_EXHAUSTED when
+// the disk is full.
+absl::Status CreateCheckpointRoot(const std::string& root);
+
 // Creates the root (one level; its parent must exist) and step-<N> under it.
 absl::Status CreateStepDir(const std::string& root, int64_t step);
 

@@ -48,6 +48,31 @@ TEST(CheckpointLayout, PathsThatCouldEscapeTheRootAreInvalidArguments) {
   }
 }
 
+// A job's checkpoint directory is made whole at setup, parents included;
+// a path that cannot become a directory is named with the right code.
+TEST(CheckpointLayout, CreatingTheRootMakesEveryMissingParent) {
+  const std::string base = FreshRoot("root-parents");
+  const std::string root = base + "/runs/team/job-7";
+  ASSERT_TRUE(CreateCheckpointRoot(root).ok());
+  struct stat st;
+  ASSERT_EQ(stat(root.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  EXPECT_TRUE(CreateCheckpointRoot(root).ok());        // already there
+  EXPECT_TRUE(CreateCheckpointRoot(root + "/").ok());  // a trailing slash
+  ASSERT_TRUE(CreateStepDir(root, 3).ok());
+
+  // A parent that is a file, and a root that is a file.
+  const std::string file = base + "/runs/notes.txt";
+  std::ofstream(file) << "not a directory";
+  for (const std::string& bad : {file + "/job-8", file}) {
+    absl::Status s = CreateCheckpointRoot(bad);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_EQ(s.message().rfind("checkpoint.dir: ", 0), 0u) << s;
+    EXPECT_NE(s.message().find(file), std::string::npos) << s;
+  }
+  EXPECT_EQ(CreateCheckpointRoot(base + "/a/../b").code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(CheckpointLayout, CommitMarkerRoundTripsAndCorruptionIsDataLoss) {
   const std::string root = FreshRoot("marker");
   ASSERT_TRUE(CreateStepDir(root, 7).ok());

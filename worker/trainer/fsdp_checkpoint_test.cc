@@ -334,5 +334,34 @@ TEST(FsdpCheckpoint, AFailedCheckpointLeavesNoStepDirectory) {
   EXPECT_TRUE(trainer.Checkpoint(1, root).ok());
 }
 
+// Setup makes the checkpoint directory and its parents, so a job never
+// trains for hours to fail at its first checkpoint; a path that cannot
+// become a directory fails Setup itself, naming it, before any allocation.
+TEST(FsdpCheckpoint, SetupMakesTheCheckpointDirectoryOrRefusesTheJob) {
+  v1::JobSpec spec = TinyCpuTestJobSpec(1);
+  const std::string base = FreshDir("setup-dirs");
+  const std::string root = base + "/runs/team/job-1";
+  spec.mutable_checkpoint()->set_dir(root);
+  {
+    FsdpTrainer trainer(CreateCpuOps(), CreateGlooCommunicator);
+    ASSERT_TRUE(trainer.Setup(spec, 0, 1).ok());
+    struct stat st;
+    ASSERT_EQ(stat(root.c_str(), &st), 0) << root;
+    EXPECT_TRUE(S_ISDIR(st.st_mode));
+    ASSERT_TRUE(trainer.InitCollective(nullptr, "127.0.0.1", absl::Seconds(5)).ok());
+    ASSERT_TRUE(trainer.RunStep(0).ok());
+    EXPECT_TRUE(trainer.Checkpoint(1, root).ok());
+  }
+  const std::string file = base + "/runs/notes.txt";
+  std::ofstream(file) << "a file, not a directory";
+  spec.mutable_checkpoint()->set_dir(file + "/job-2");
+  FsdpTrainer trainer(CreateCpuOps(), CreateGlooCommunicator);
+  absl::StatusOr<SetupReport> setup = trainer.Setup(spec, 0, 1);
+  EXPECT_EQ(setup.status().code(), absl::StatusCode::kInvalidArgument) << setup.status();
+  EXPECT_NE(setup.status().message().find("checkpoint.dir"), std::string::npos) << setup.status();
+  EXPECT_NE(setup.status().message().find(file), std::string::npos) << setup.status();
+  EXPECT_EQ(trainer.allocated_bytes(), 0);
+}
+
 }  // namespace
 }  // namespace tessera

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/checkpoint_layout.h"
 #include "common/memory_estimate.h"
 #include "common/parallelism.h"
 #include "common/status_macros.h"
@@ -140,6 +141,13 @@ absl::StatusOr<SetupReport> FsdpTrainer::Setup(const v1::JobSpec& spec, int rank
   if (hidden_ <= 0 || heads_ <= 0 || hidden_ % heads_ != 0 || head_dim_ % 2 != 0 || layers_ < 1 ||
       kv_heads_ <= 0 || heads_ % kv_heads_ != 0) {
     return absl::InvalidArgumentError("model: shapes are inconsistent (validate the spec first)");
+  }
+  // The checkpoint directory, parents included, exists before any step: a
+  // path that cannot be made fails the job now, not at its first checkpoint
+  // after hours of training. Only the ranks that write checkpoints make it
+  // (under hybrid sharding, the first shard group).
+  if (replica_rank_ == 0 && !spec.checkpoint().dir().empty()) {
+    RETURN_IF_ERROR(CreateCheckpointRoot(spec.checkpoint().dir()));
   }
   // Refuse a job this device cannot hold before allocating any of it.
   const RankMemoryEstimate need = EstimateRankMemory(spec, rank_, world_, buffer_ring_depth_);
