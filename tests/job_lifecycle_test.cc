@@ -4,8 +4,11 @@
 // late subscriber replaying), cancel mid-run, a bad spec, a job that cannot
 // be scheduled (and does not block a smaller one behind it), a worker
 // killed mid-run, specs sized to abort a process (refused by the
-// coordinator, and by a worker sent one directly), and ListJobs pages with
-// DeleteJob.
+// coordinator, and by a worker sent one directly), a checkpoint directory
+// made at setup or refused there, and ListJobs pages with DeleteJob.
+#include <sys/stat.h>
+
+#include <fstream>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -247,6 +250,38 @@ TEST_F(JobLifecycleTest, KilledWorkerFailsItsJobWithoutHanging) {
   ASSERT_TRUE(stub_->ListWorkers(Context().get(), req, &workers).ok());
   ASSERT_EQ(workers.workers_size(), 1) << workers.DebugString();
   EXPECT_TRUE(workers.workers(0).job_id().empty());
+}
+
+// checkpoint.dir is made, parents included, when the job is set up: a job
+// whose directory's parents did not exist trains and commits its
+// checkpoints, and one whose directory cannot be made fails at setup,
+// naming it, without a step run or a restart spent.
+TEST_F(JobLifecycleTest, CheckpointDirectoryIsMadeAtSetupOrTheJobFailsThere) {
+  StartCluster(2);
+  const std::string base = testing::MakeTempDir("ckpt-parents");
+  v1::JobSpec spec = TinyJob(4);
+  spec.mutable_checkpoint()->set_dir(base + "/runs/team/job");
+  spec.mutable_checkpoint()->set_interval_steps(2);
+  v1::Job made = Submit(spec);
+  v1::Job done = WaitFor(made.id(), [](const v1::Job& j) { return IsTerminal(j.state()); },
+                         absl::Seconds(120));
+  EXPECT_EQ(done.state(), v1::SUCCEEDED) << done.reason() << "\n" << cluster_->Logs();
+  struct stat st;
+  EXPECT_EQ(stat((base + "/runs/team/job/step-4/COMMITTED").c_str(), &st), 0);
+
+  const std::string file = base + "/notes.txt";
+  std::ofstream(file) << "a file, not a directory";
+  spec.mutable_checkpoint()->set_dir(file + "/job");
+  spec.set_steps(1000);
+  spec.set_max_restarts(3);
+  v1::Job refused = Submit(spec);
+  v1::Job failed = WaitFor(refused.id(), [](const v1::Job& j) { return IsTerminal(j.state()); },
+                           absl::Seconds(60));
+  EXPECT_EQ(failed.state(), v1::FAILED) << cluster_->Logs();
+  EXPECT_NE(failed.reason().find("checkpoint.dir"), std::string::npos) << failed.reason();
+  EXPECT_NE(failed.reason().find(file), std::string::npos) << failed.reason();
+  EXPECT_EQ(failed.steps_done(), 0);
+  EXPECT_EQ(failed.restarts(), 0);
 }
 
 TEST_F(JobLifecycleTest, SpecsSizedToAbortAProcessAreRefusedAndTheClusterKeepsWorking) {
