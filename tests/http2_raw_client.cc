@@ -535,7 +535,16 @@ absl::StatusOr<Http2Outcome> SendHeaderFlood(const std::string& host, int port,
     if (io == TlsConnection::Io::kClosed) outcome.closed = true;
     if (io != TlsConnection::Io::kOk) break;
     outcome.header_bytes_sent += pending_bytes;
+    // A server that keeps reading what it has refused (nginx drains a
+    // connection it sent GOAWAY on) never makes a write block, and Write
+    // only reads while it waits: look for the server's frames after every
+    // write, as a client that honours GOAWAY would.
+    const TlsConnection::Io read = (*conn)->Read(&inbox, absl::ZeroDuration());
     reader.Consume(&inbox);
+    if (read == TlsConnection::Io::kClosed) {
+      outcome.closed = true;
+      break;
+    }
     if (outcome.goaway || outcome.rst_stream) break;
     if (outcome.header_bytes_sent >= options.max_bytes || absl::Now() >= stop) break;
     // Sixteen frames per write keeps the TLS records full.
