@@ -29,6 +29,7 @@
 #include "proto/tessera/v1/worker.grpc.pb.h"
 #include "tests/http2_raw_client.h"
 #include "tests/process_harness.h"
+#include "tests/test_cluster_credentials.h"
 
 namespace tessera {
 namespace {
@@ -45,8 +46,8 @@ using ::tessera::testing::MakeTempDir;
 using ::tessera::testing::PeakResidentBytes;
 using ::tessera::testing::PickFreePort;
 using ::tessera::testing::ReadFile;
-using ::tessera::testing::ReadTrimmedFile;
 using ::tessera::testing::RunCommand;
+using ::tessera::testing::TestClusterCredentials;
 
 constexpr char kNginx[] = "/usr/sbin/nginx";
 constexpr int64_t kRssGrowthBound = int64_t{16} << 20;
@@ -86,19 +87,17 @@ class FrontProxyTest : public ::testing::Test {
     struct stat st;
     ASSERT_EQ(stat(kNginx, &st), 0) << kNginx << " is missing: run deploy/setup.sh";
     dir_ = new std::string(MakeTempDir("front_proxy"));
-    certs_ = new std::string(*dir_ + "/certs");
-    CommandResult made = RunCommand("/bin/bash", {BinaryPath("tests/make_test_certs.sh"), *certs_},
-                                    absl::Seconds(60));
-    ASSERT_EQ(made.exit_code, 0) << made.output;
+    absl::StatusOr<TestClusterCredentials> credentials =
+        TestClusterCredentials::Make(*dir_ + "/certs");
+    ASSERT_TRUE(credentials.ok()) << credentials.status();
+    credentials_ = new TestClusterCredentials(*std::move(credentials));
     const std::string backend = absl::StrCat("127.0.0.1:", PickFreePort());
     port_ = PickFreePort();
 
     auto coordinator = ChildProcess::Start(
         BinaryPath("server/tessera-coordinator"),
-        {"--listen=" + backend, "--advertise_address=" + Address(),
-         "--state_dir=" + *dir_ + "/state", "--user_tokens_file=" + Cert("user.token"),
-         "--worker_token_file=" + Cert("worker.token"), "--tls_cert=" + Cert("node.pem"),
-         "--tls_key=" + Cert("node.key"), "--tls_ca=" + Cert("ca.pem")},
+        credentials_->CoordinatorFlags({"--listen=" + backend, "--advertise_address=" + Address(),
+                                "--state_dir=" + *dir_ + "/state"}),
         *dir_ + "/coordinator.log");
     ASSERT_TRUE(coordinator.ok()) << coordinator.status();
     coordinator_ = coordinator->release();
@@ -150,7 +149,7 @@ class FrontProxyTest : public ::testing::Test {
     coordinator_ = nullptr;
   }
 
-  static std::string Cert(const std::string& name) { return *certs_ + "/" + name; }
+  static std::string Cert(const std::string& name) { return credentials_->Path(name); }
   static std::string Address() { return absl::StrCat("127.0.0.1:", port_); }
   static std::vector<HeaderField> Request() {
     return GrpcRequestFields(Address(), "/tessera.v1.Coordinator/ListWorkers");
@@ -158,13 +157,7 @@ class FrontProxyTest : public ::testing::Test {
 
   // A TLS channel to nginx presenting `cert` ("" for none).
   static std::shared_ptr<grpc::Channel> Channel(const std::string& cert) {
-    grpc::SslCredentialsOptions options;
-    options.pem_root_certs = ReadFile(Cert("ca.pem"));
-    if (!cert.empty()) {
-      options.pem_cert_chain = ReadFile(Cert(cert + ".pem"));
-      options.pem_private_key = ReadFile(Cert(cert + ".key"));
-    }
-    return grpc::CreateChannel(Address(), grpc::SslCredentials(options));
+    return credentials_->Channel(Address(), cert);
   }
 
   static void Prepare(grpc::ClientContext* context, const std::string& token) {
@@ -225,18 +218,18 @@ class FrontProxyTest : public ::testing::Test {
     ExpectEndedAtTheProxy(outcome, flood.max_bytes);
     EXPECT_LE(coordinator_highest - coordinator_before, kRssGrowthBound);
     EXPECT_LE(nginx_highest - nginx_before, kRssGrowthBound);
-    EXPECT_EQ(ListWorkers("", ReadTrimmedFile(Cert("user.token"))), grpc::StatusCode::OK);
+    EXPECT_EQ(ListWorkers("", credentials_->UserToken()), grpc::StatusCode::OK);
   }
 
   static std::string* dir_;
-  static std::string* certs_;
+  static TestClusterCredentials* credentials_;
   static int port_;
   static ChildProcess* coordinator_;
   static ChildProcess* nginx_;
 };
 
 std::string* FrontProxyTest::dir_ = nullptr;
-std::string* FrontProxyTest::certs_ = nullptr;
+TestClusterCredentials* FrontProxyTest::credentials_ = nullptr;
 int FrontProxyTest::port_ = 0;
 ChildProcess* FrontProxyTest::coordinator_ = nullptr;
 ChildProcess* FrontProxyTest::nginx_ = nullptr;
@@ -264,7 +257,7 @@ TEST_F(FrontProxyTest, MegabyteAuthorizationInFramesEndsBeforeTheTokenCheck) {
 
 TEST_F(FrontProxyTest, MegabytePaddingBesideAValidTokenEndsAtTheProxy) {
   std::vector<HeaderField> fields = Request();
-  fields.push_back({"authorization", "Bearer " + ReadTrimmedFile(Cert("user.token"))});
+  fields.push_back({"authorization", "Bearer " + credentials_->UserToken()});
   fields.push_back({"x-padding", std::string(1 << 20, 'a')});
   absl::StatusOr<Http2Outcome> outcome = testing::SendUnaryCall(
       "127.0.0.1", port_, fields, "", 16384, /*ack_settings=*/false, absl::Seconds(10));
@@ -273,8 +266,8 @@ TEST_F(FrontProxyTest, MegabytePaddingBesideAValidTokenEndsAtTheProxy) {
 }
 
 TEST_F(FrontProxyTest, TokensAndTheWorkerCertificateRuleHoldThroughTheProxy) {
-  const std::string user = ReadTrimmedFile(Cert("user.token"));
-  const std::string worker = ReadTrimmedFile(Cert("worker.token"));
+  const std::string user = credentials_->UserToken();
+  const std::string worker = credentials_->WorkerToken();
   EXPECT_EQ(ListWorkers("", user), grpc::StatusCode::OK);
   EXPECT_EQ(ListWorkers("", ""), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_EQ(ListWorkers("", worker), grpc::StatusCode::PERMISSION_DENIED);

@@ -28,6 +28,7 @@
 #include "proto/tessera/v1/coordinator.grpc.pb.h"
 #include "tests/http2_raw_client.h"
 #include "tests/process_harness.h"
+#include "tests/test_cluster_credentials.h"
 
 namespace tessera {
 namespace {
@@ -43,9 +44,8 @@ using ::tessera::testing::Http2Outcome;
 using ::tessera::testing::MakeTempDir;
 using ::tessera::testing::PeakResidentBytes;
 using ::tessera::testing::PickFreePort;
-using ::tessera::testing::ReadFile;
-using ::tessera::testing::ReadTrimmedFile;
 using ::tessera::testing::RunCommand;
+using ::tessera::testing::TestClusterCredentials;
 
 // What the coordinator's VmRSS may grow by during and after a flood.
 constexpr int64_t kRssGrowthBound = int64_t{16} << 20;
@@ -54,17 +54,15 @@ class HeaderFloodTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new std::string(MakeTempDir("header_flood"));
-    certs_ = new std::string(*dir_ + "/certs");
-    CommandResult made = RunCommand("/bin/bash", {BinaryPath("tests/make_test_certs.sh"), *certs_},
-                                    absl::Seconds(60));
-    ASSERT_EQ(made.exit_code, 0) << made.output;
+    absl::StatusOr<TestClusterCredentials> credentials =
+        TestClusterCredentials::Make(*dir_ + "/certs");
+    ASSERT_TRUE(credentials.ok()) << credentials.status();
+    credentials_ = new TestClusterCredentials(*std::move(credentials));
     port_ = PickFreePort();
     auto coordinator = ChildProcess::Start(
         BinaryPath("server/tessera-coordinator"),
-        {absl::StrCat("--listen=127.0.0.1:", port_), "--state_dir=" + *dir_ + "/state",
-         "--user_tokens_file=" + Cert("user.token"), "--worker_token_file=" + Cert("worker.token"),
-         "--tls_cert=" + Cert("node.pem"), "--tls_key=" + Cert("node.key"),
-         "--tls_ca=" + Cert("ca.pem"), "--require_client_cert"},
+        credentials_->CoordinatorFlags({absl::StrCat("--listen=127.0.0.1:", port_),
+                                "--state_dir=" + *dir_ + "/state", "--require_client_cert"}),
         *dir_ + "/coordinator.log");
     ASSERT_TRUE(coordinator.ok()) << coordinator.status();
     coordinator_ = coordinator->release();
@@ -77,7 +75,7 @@ class HeaderFloodTest : public ::testing::Test {
     coordinator_ = nullptr;
   }
 
-  static std::string Cert(const std::string& name) { return *certs_ + "/" + name; }
+  static std::string Cert(const std::string& name) { return credentials_->Path(name); }
   static std::string Address() { return absl::StrCat("127.0.0.1:", port_); }
   static std::vector<HeaderField> Request() {
     return GrpcRequestFields(Address(), "/tessera.v1.Coordinator/ListWorkers");
@@ -86,14 +84,7 @@ class HeaderFloodTest : public ::testing::Test {
   // ListWorkers over TLS, presenting `cert` ("" for none) and `token`.
   static grpc::Status ListWorkers(const std::string& cert, const std::string& token,
                                   const std::string& padding = "") {
-    grpc::SslCredentialsOptions options;
-    options.pem_root_certs = ReadFile(Cert("ca.pem"));
-    if (!cert.empty()) {
-      options.pem_cert_chain = ReadFile(Cert(cert + ".pem"));
-      options.pem_private_key = ReadFile(Cert(cert + ".key"));
-    }
-    auto stub = v1::Coordinator::NewStub(
-        grpc::CreateChannel(Address(), grpc::SslCredentials(options)));
+    auto stub = v1::Coordinator::NewStub(credentials_->Channel(Address(), cert));
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
     if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
@@ -134,17 +125,17 @@ class HeaderFloodTest : public ::testing::Test {
         << "VmRSS " << before << " -> " << highest << " bytes; "
         << (outcome.ok() ? outcome->Describe() : outcome.status().ToString());
     ASSERT_TRUE(coordinator_->Running()) << coordinator_->Log();
-    EXPECT_TRUE(ListWorkers("node", ReadTrimmedFile(Cert("user.token"))).ok());
+    EXPECT_TRUE(ListWorkers("node", credentials_->UserToken()).ok());
   }
 
   static std::string* dir_;
-  static std::string* certs_;
+  static TestClusterCredentials* credentials_;
   static int port_;
   static ChildProcess* coordinator_;
 };
 
 std::string* HeaderFloodTest::dir_ = nullptr;
-std::string* HeaderFloodTest::certs_ = nullptr;
+TestClusterCredentials* HeaderFloodTest::credentials_ = nullptr;
 int HeaderFloodTest::port_ = 0;
 ChildProcess* HeaderFloodTest::coordinator_ = nullptr;
 
@@ -174,7 +165,7 @@ TEST_F(HeaderFloodTest, MegabyteAuthorizationInFramesNeverReachesTheTokenCheck) 
 
 TEST_F(HeaderFloodTest, MegabytePaddingBesideAValidTokenIsRefused) {
   std::vector<HeaderField> fields = Request();
-  fields.push_back({"authorization", "Bearer " + ReadTrimmedFile(Cert("user.token"))});
+  fields.push_back({"authorization", "Bearer " + credentials_->UserToken()});
   fields.push_back({"x-padding", std::string(1 << 20, 'a')});
   ExpectRefused(testing::SendUnaryCall("127.0.0.1", port_, fields, "", 16384,
                                        /*ack_settings=*/false, absl::Seconds(10)),
@@ -182,7 +173,7 @@ TEST_F(HeaderFloodTest, MegabytePaddingBesideAValidTokenIsRefused) {
 }
 
 TEST_F(HeaderFloodTest, TheSameCallsAreAnsweredWithACertificateAndAToken) {
-  const std::string token = ReadTrimmedFile(Cert("user.token"));
+  const std::string token = credentials_->UserToken();
   EXPECT_EQ(ListWorkers("node", token).error_code(), grpc::StatusCode::OK);
   EXPECT_EQ(ListWorkers("node", "").error_code(), grpc::StatusCode::UNAUTHENTICATED);
   // No certificate, or one from another CA: no handshake, whatever the token.
@@ -201,7 +192,7 @@ TEST_F(HeaderFloodTest, TheSameCallsAreAnsweredWithACertificateAndAToken) {
 TEST_F(HeaderFloodTest, HeaderListBeyondTheLimitIsRefusedForCertificateHolders) {
   // gRPC applies --grpc_max_header_kib (8 KiB) to clients that acknowledge
   // the server's SETTINGS, as every gRPC library does.
-  const std::string token = ReadTrimmedFile(Cert("user.token"));
+  const std::string token = credentials_->UserToken();
   EXPECT_EQ(ListWorkers("node", token, std::string(2 << 10, 'a')).error_code(),
             grpc::StatusCode::OK);
   const grpc::Status refused = ListWorkers("node", token, std::string(16 << 10, 'a'));

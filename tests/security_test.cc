@@ -17,6 +17,7 @@
 #include "proto/tessera/v1/coordinator.grpc.pb.h"
 #include "proto/tessera/v1/worker.grpc.pb.h"
 #include "tests/process_harness.h"
+#include "tests/test_cluster_credentials.h"
 
 namespace tessera {
 namespace {
@@ -26,9 +27,8 @@ using ::tessera::testing::ChildProcess;
 using ::tessera::testing::CommandResult;
 using ::tessera::testing::MakeTempDir;
 using ::tessera::testing::PickFreePort;
-using ::tessera::testing::ReadFile;
-using ::tessera::testing::ReadTrimmedFile;
 using ::tessera::testing::RunCommand;
+using ::tessera::testing::TestClusterCredentials;
 
 bool Exists(const std::string& path) {
   struct stat st;
@@ -39,18 +39,16 @@ class SecurityTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new std::string(MakeTempDir("security"));
-    certs_ = new std::string(*dir_ + "/certs");
-    CommandResult made = RunCommand("/bin/bash", {BinaryPath("tests/make_test_certs.sh"), *certs_},
-                                    absl::Seconds(60));
-    ASSERT_EQ(made.exit_code, 0) << made.output;
+    absl::StatusOr<TestClusterCredentials> credentials =
+        TestClusterCredentials::Make(*dir_ + "/certs");
+    ASSERT_TRUE(credentials.ok()) << credentials.status();
+    credentials_ = new TestClusterCredentials(*std::move(credentials));
     ASSERT_EQ(mkdir((*dir_ + "/root").c_str(), 0755), 0);
     address_ = new std::string(absl::StrCat("127.0.0.1:", PickFreePort()));
     auto coordinator = ChildProcess::Start(
         BinaryPath("server/tessera-coordinator"),
-        {"--listen=" + *address_, "--state_dir=" + *dir_ + "/state", "--data_root=" + *dir_,
-         "--user_tokens_file=" + Cert("user.token"), "--worker_token_file=" + Cert("worker.token"),
-         "--tls_cert=" + Cert("node.pem"), "--tls_key=" + Cert("node.key"),
-         "--tls_ca=" + Cert("ca.pem")},
+        credentials_->CoordinatorFlags(
+            {"--listen=" + *address_, "--state_dir=" + *dir_ + "/state", "--data_root=" + *dir_}),
         *dir_ + "/coordinator.log");
     ASSERT_TRUE(coordinator.ok()) << coordinator.status();
     coordinator_ = coordinator->release();
@@ -59,9 +57,8 @@ class SecurityTest : public ::testing::Test {
     for (int i = 0; i < 2; ++i) {
       auto worker = ChildProcess::Start(
           BinaryPath("worker/tessera-worker"),
-          {"--coordinator=" + *address_, "--device=cpu", "--data_root=" + *dir_ + "/root",
-           "--worker_token_file=" + Cert("worker.token"), "--tls_cert=" + Cert("node.pem"),
-           "--tls_key=" + Cert("node.key"), "--tls_ca=" + Cert("ca.pem")},
+          credentials_->WorkerFlags(
+              {"--coordinator=" + *address_, "--device=cpu", "--data_root=" + *dir_ + "/root"}),
           absl::StrCat(*dir_, "/worker-", i, ".log"));
       ASSERT_TRUE(worker.ok()) << worker.status();
       workers_[i] = worker->release();
@@ -79,18 +76,12 @@ class SecurityTest : public ::testing::Test {
     coordinator_ = nullptr;
   }
 
-  static std::string Cert(const std::string& name) { return *certs_ + "/" + name; }
+  static std::string Cert(const std::string& name) { return credentials_->Path(name); }
 
   // A channel presenting `cert` ("" for none) and trusting the cluster CA.
   static std::shared_ptr<grpc::Channel> TlsChannel(const std::string& address,
                                                    const std::string& cert = "node") {
-    grpc::SslCredentialsOptions options;
-    options.pem_root_certs = ReadFile(Cert("ca.pem"));
-    if (!cert.empty()) {
-      options.pem_cert_chain = ReadFile(Cert(cert + ".pem"));
-      options.pem_private_key = ReadFile(Cert(cert + ".key"));
-    }
-    return grpc::CreateChannel(address, grpc::SslCredentials(options));
+    return credentials_->Channel(address, cert);
   }
 
   static void Prepare(grpc::ClientContext* context, const std::string& token,
@@ -121,8 +112,8 @@ class SecurityTest : public ::testing::Test {
     return stub->RegisterWorker(&context, request, &response).error_code();
   }
 
-  std::string UserToken() { return ReadTrimmedFile(Cert("user.token")); }
-  std::string WorkerToken() { return ReadTrimmedFile(Cert("worker.token")); }
+  std::string UserToken() { return credentials_->UserToken(); }
+  std::string WorkerToken() { return credentials_->WorkerToken(); }
 
   std::vector<std::string> CliFlags() {
     return {"--coordinator=" + *address_, "--tls_ca=" + Cert("ca.pem"),
@@ -148,14 +139,14 @@ class SecurityTest : public ::testing::Test {
   }
 
   static std::string* dir_;
-  static std::string* certs_;
+  static TestClusterCredentials* credentials_;
   static std::string* address_;
   static ChildProcess* coordinator_;
   static ChildProcess* workers_[2];
 };
 
 std::string* SecurityTest::dir_ = nullptr;
-std::string* SecurityTest::certs_ = nullptr;
+TestClusterCredentials* SecurityTest::credentials_ = nullptr;
 std::string* SecurityTest::address_ = nullptr;
 ChildProcess* SecurityTest::coordinator_ = nullptr;
 ChildProcess* SecurityTest::workers_[2] = {nullptr, nullptr};
