@@ -15,7 +15,10 @@
 #include "client/client.h"
 #include "client/job_file.h"
 #include "client/output_format.h"
+#include "common/checkpoint_size.h"
 #include "common/log_line_format.h"
+#include "common/memory_estimate.h"
+#include "common/spec_defaults.h"
 #include "common/step_history.h"
 
 namespace tessera {
@@ -74,8 +77,12 @@ int Watch(CoordinatorClient& client, const std::string& job_id, int from_step, b
     } else if (e.has_checkpoint()) {
       if (progress_shown) out << "\n";
       progress_shown = false;
-      out << "[checkpoint] step " << e.checkpoint().step() << " committed ("
-          << absl::StrFormat("%.2f", e.checkpoint().write_s()) << " s)\n" << std::flush;
+      out << CheckpointLine(e.checkpoint()) << "\n" << std::flush;
+    } else if (e.has_checkpoint_skipped()) {
+      if (progress_shown) out << "\n";
+      progress_shown = false;
+      out << "[checkpoint] WARNING: step " << e.checkpoint_skipped().step()
+          << " skipped: " << e.checkpoint_skipped().reason() << "\n" << std::flush;
     } else if (e.has_worker_error()) {
       if (progress_shown) out << "\n";
       progress_shown = false;
@@ -124,6 +131,15 @@ int RunCommand(const ParsedArgs& args, std::ostream& out, std::ostream& err, boo
     }
     if (args.Has("dry-run")) {
       out << (json ? JobSpecToJson(*spec) : JobSpecToYaml(*spec));
+      // What it will cost on disk, as a YAML comment (on stderr with --json,
+      // so the output stays one JSON document).
+      if (!spec->checkpoint().dir().empty()) {
+        const CheckpointSize size = EstimateCheckpointSize(WithDefaults(*spec));
+        (json ? err : out) << absl::StrFormat(
+            "# checkpoint size: %s (%d ranks' files, %.1f bytes per parameter)\n",
+            FormatBytesAsGiB(size.total_bytes), size.writing_ranks,
+            size.parameters > 0 ? static_cast<double>(size.state_bytes) / size.parameters : 0.0);
+      }
       return kExitOk;
     }
     absl::StatusOr<v1::Job> job = client.SubmitJob(*spec);

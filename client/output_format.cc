@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "common/memory_estimate.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace tessera {
@@ -17,6 +18,23 @@ std::string ToJsonLine(const google::protobuf::Message& message) {
   options.preserve_proto_field_names = true;
   (void)google::protobuf::util::MessageToJsonString(message, &out, options);
   return out;
+}
+
+std::string CheckpointLine(const v1::CheckpointCommitted& commit) {
+  double slowest_gb_per_s = 0;
+  bool first = true;
+  for (const v1::RankCheckpointWrite& r : commit.ranks()) {
+    if (r.bytes() == 0) continue;  // a replica that writes nothing
+    if (first || r.write_gb_per_s() < slowest_gb_per_s) slowest_gb_per_s = r.write_gb_per_s();
+    first = false;
+  }
+  std::string line = absl::StrFormat("[checkpoint] step %d committed: %s in %.2f s",
+                                     commit.step(), FormatBytesAsGiB(commit.bytes()),
+                                     commit.write_s());
+  if (slowest_gb_per_s > 0) absl::StrAppendFormat(&line, " (%.2f GB/s)", slowest_gb_per_s);
+  absl::StrAppendFormat(&line, ", training stalled %.2f s", commit.stall_s());
+  if (!commit.warning().empty()) absl::StrAppend(&line, "\n[checkpoint] WARNING: ", commit.warning());
+  return line;
 }
 
 std::string FormatDuration(double seconds) {
@@ -80,6 +98,17 @@ std::string FormatJob(const v1::Job& j) {
     absl::StrAppend(&out, "restarts  ", j.restarts(), " of ", j.spec().max_restarts(),
                     j.committed_step() > 0
                         ? absl::StrCat(" (newest checkpoint: step ", j.committed_step(), ")")
+                        : std::string(),
+                    "\n");
+  }
+  if (j.checkpoint_bytes() > 0) {
+    absl::StrAppend(&out, "checkpoint ", FormatBytesAsGiB(j.checkpoint_bytes()), " each, every ",
+                    j.spec().checkpoint().interval_steps() > 0
+                        ? absl::StrCat(j.spec().checkpoint().interval_steps(), " steps")
+                        : std::string("job (at its end)"),
+                    " under ", j.spec().checkpoint().dir(),
+                    j.committed_step() > 0
+                        ? absl::StrCat(" (newest committed: step ", j.committed_step(), ")")
                         : std::string(),
                     "\n");
   }

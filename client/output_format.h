@@ -18,6 +18,11 @@ std::string FormatJobsTable(const std::vector<v1::Job>& jobs);
 std::string FormatJob(const v1::Job& job);
 std::string FormatWorkersTable(const std::vector<v1::WorkerRecord>& workers);
 
+// "[checkpoint] step 500 committed: 24.75 GiB in 19.3 s (1.37 GB/s),
+// training stalled 0.81 s": the bytes over all ranks, from the snapshot to
+// the commit, the slowest rank's write speed, and what training waited for.
+std::string CheckpointLine(const v1::CheckpointCommitted& commit);
+
 // "1:02:03", "4:05", "-" for unknown (negative).
 std::string FormatDuration(double seconds);
 // "12.3k", "4.56M".

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/checkpoint_size.h"
 #include "common/data_root.h"
 #include "common/spec_limits.h"
 #include "common/status_macros.h"
@@ -117,6 +118,9 @@ absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec) {
   auto entry = std::make_unique<JobEntry>();
   v1::Job& job = entry->job;
   job.set_id(absl::StrCat("job-", next_job_number_++));
+  if (!with_defaults.checkpoint().dir().empty()) {
+    job.set_checkpoint_bytes(EstimateCheckpointSize(with_defaults).total_bytes);
+  }
   *job.mutable_spec() = std::move(with_defaults);
   job.set_create_time_unix_ms(absl::ToUnixMillis(options_.now()));
   job.set_state(v1::PENDING);
@@ -396,18 +400,25 @@ void Coordinator::StartJobLocked(JobEntry& entry, const Placement& placement) {
     *event.mutable_step() = m;
     AppendEventLocked(e, event, false, /*with_record=*/true);
   };
-  callbacks.on_commit = [this, id](int step, double write_s) {
+  callbacks.on_commit = [this, id](const v1::CheckpointCommitted& commit) {
     absl::MutexLock lock(&mu_);
     JobEntry& e = *jobs_[id];
     v1::Job& j = e.job;
-    if (step <= j.committed_step()) return;
+    if (commit.step() <= j.committed_step()) return;
     // Stored at once, with its event: a coordinator restarted from here
     // resumes at it.
-    j.set_committed_step(step);
+    j.set_committed_step(commit.step());
     v1::JobEvent event;
-    event.mutable_checkpoint()->set_step(step);
-    event.mutable_checkpoint()->set_write_s(write_s);
+    *event.mutable_checkpoint() = commit;
     AppendEventLocked(e, event, false, /*with_record=*/true);
+  };
+  callbacks.on_checkpoint_skipped = [this, id](const v1::CheckpointSkipped& skipped) {
+    absl::MutexLock lock(&mu_);
+    v1::JobEvent event;
+    *event.mutable_checkpoint_skipped() = skipped;
+    event.mutable_checkpoint_skipped()->set_reason(
+        TruncateUtf8(skipped.reason(), kMaxStoredMessageBytes));
+    AppendEventLocked(*jobs_[id], event, false, /*with_record=*/true);
   };
   callbacks.on_worker_error = [this, id](const v1::WorkerError& error) {
     absl::MutexLock lock(&mu_);

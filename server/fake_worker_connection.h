@@ -2,7 +2,9 @@
 // results with a configurable delay (or each twice), can fail a chosen
 // command, step or checkpoint, can hang until cancelled (a stuck worker),
 // and can answer as a dead worker (or answer Abort as a stuck one) would.
-// Its checkpoints leave a (empty) rank manifest on disk as a worker's would,
+// Its checkpoints leave a (empty) rank manifest on disk once the background
+// write is awaited, as a worker's would (a write can be made slow, held
+// until a test releases it, or failed),
 // and after the steps the spec's data.validation names it reports a
 // validation loss (3.5 - 0.01 * step over 40 tokens), as a worker's would.
 // Records the commands it saw.
@@ -11,11 +13,13 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/checkpoint_layout.h"
 #include "common/durable_file.h"
@@ -32,6 +36,14 @@ struct FakeWorkerBehavior {
   bool hang_in_run = false;      // RunSteps blocks until CancelInFlight
   bool duplicate_results = false;  // every StepResult is streamed twice
   int fail_checkpoint_at = -1;     // Checkpoint of this step fails (RESOURCE_EXHAUSTED)
+  // The background write of this step fails (AwaitCheckpoint answers
+  // RESOURCE_EXHAUSTED), and how long every write takes.
+  int fail_checkpoint_write_at = -1;
+  absl::StatusCode checkpoint_write_fail_code = absl::StatusCode::kResourceExhausted;
+  absl::Duration checkpoint_write_time = absl::ZeroDuration();
+  // When set, every background write waits for it (at most 30 s, then fails
+  // DEADLINE_EXCEEDED), so a test decides when writes finish.
+  std::shared_ptr<absl::Notification> checkpoint_write_gate;
   // Abort answers with this code: UNAVAILABLE as a dead worker's refused
   // connection, DEADLINE_EXCEEDED as a worker stuck in a collective.
   absl::StatusCode abort_code = absl::StatusCode::kOk;
@@ -96,17 +108,69 @@ class FakeWorkerConnection : public WorkerConnection {
     }
     return absl::OkStatus();
   }
-  // Like a real worker, it leaves its manifest in dir/step-<N>/ (an empty
-  // one: only the coordinator's commit looks at it), or fails.
-  absl::StatusOr<std::string> Checkpoint(const v1::CheckpointRequest& r) override {
+  // Like a real worker, it takes the snapshot (Checkpoint) and leaves its
+  // manifest in dir/step-<N>/ once the "background write" is awaited (an
+  // empty one: only the coordinator's commit looks at it), or fails.
+  absl::StatusOr<v1::CheckpointResponse> Checkpoint(const v1::CheckpointRequest& r) override {
     Record("Checkpoint@" + std::to_string(r.step()));
+    if (behavior_.unreachable) return absl::UnavailableError("connection refused");
     if (r.step() == behavior_.fail_checkpoint_at) {
       return absl::ResourceExhaustedError("no space left on device");
     }
-    RETURN_IF_ERROR(CreateStepDir(r.dir(), r.step()));
-    const std::string dir = StepDir(r.dir(), r.step());
-    RETURN_IF_ERROR(WriteFileDurably(dir, RankManifestName(rank_), ""));
-    return dir + "/" + RankManifestName(rank_);
+    {
+      absl::MutexLock lock(&mu_);
+      checkpoint_dirs_[r.step()] = r.dir();
+    }
+    // Unless the write is slow, held or failing, it is done at once, as on
+    // a fast disk: the manifest is there before the next steps run.
+    if (behavior_.checkpoint_write_time == absl::ZeroDuration() &&
+        behavior_.checkpoint_write_gate == nullptr &&
+        r.step() != behavior_.fail_checkpoint_write_at) {
+      RETURN_IF_ERROR(WriteManifest(r.dir(), r.step()));
+    }
+    v1::CheckpointResponse response;
+    response.set_path(StepDir(r.dir(), r.step()) + "/" + RankManifestName(rank_));
+    response.set_bytes(kCheckpointBytes);
+    response.set_snapshot_s(0.001);
+    response.set_background(true);
+    return response;
+  }
+  absl::StatusOr<v1::AwaitCheckpointResponse> AwaitCheckpoint(
+      const v1::AwaitCheckpointRequest& r) override {
+    Record("AwaitCheckpoint@" + std::to_string(r.step()));
+    if (behavior_.unreachable) return absl::UnavailableError("connection refused");
+    std::string root;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = checkpoint_dirs_.find(r.step());
+      if (it == checkpoint_dirs_.end()) {
+        return absl::FailedPreconditionError("no checkpoint of that step was started");
+      }
+      root = it->second;
+    }
+    absl::SleepFor(behavior_.checkpoint_write_time);
+    if (behavior_.checkpoint_write_gate != nullptr &&
+        !behavior_.checkpoint_write_gate->WaitForNotificationWithTimeout(absl::Seconds(30))) {
+      return absl::DeadlineExceededError("the test never released the checkpoint write");
+    }
+    if (r.step() == behavior_.fail_checkpoint_write_at) {
+      return absl::Status(behavior_.checkpoint_write_fail_code,
+                          behavior_.checkpoint_write_fail_code ==
+                                  absl::StatusCode::kResourceExhausted
+                              ? "writing the checkpoint: No space left on device"
+                              : "writing the checkpoint: Input/output error");
+    }
+    RETURN_IF_ERROR(WriteManifest(root, r.step()));
+    v1::AwaitCheckpointResponse response;
+    response.set_path(StepDir(root, r.step()) + "/" + RankManifestName(rank_));
+    response.set_bytes(kCheckpointBytes);
+    response.set_write_s(absl::ToDoubleSeconds(behavior_.checkpoint_write_time));
+    return response;
+  }
+  static constexpr int64_t kCheckpointBytes = 1000;  // what each rank reports writing
+  absl::Status WriteManifest(const std::string& root, int step) {
+    RETURN_IF_ERROR(CreateStepDir(root, step));
+    return WriteFileDurably(StepDir(root, step), RankManifestName(rank_), "");
   }
   // The resume step SetupJob asked for (-1 before SetupJob).
   int resume_step() {
@@ -155,6 +219,7 @@ class FakeWorkerConnection : public WorkerConnection {
   std::vector<std::string> commands_;
   int resume_step_ = -1;
   v1::JobSpec spec_;  // from SetupJob
+  std::map<int, std::string> checkpoint_dirs_;  // checkpoints started, by step
 };
 
 // CoordinatorOptions.connect for tests: the n-th connection the

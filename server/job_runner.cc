@@ -5,14 +5,24 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
 #include "common/parallelism.h"
 #include "common/status_macros.h"
+#include "common/checkpoint_size.h"
+#include "common/memory_estimate.h"
 #include "server/checkpoint_commit.h"
+#include "server/checkpoint_space.h"
 #include "server/spec_validation.h"
 
 namespace tessera {
+namespace {
+
+// A wait for the previous checkpoint's write that a commit warns about.
+constexpr double kWaitWorthAWarningS = 0.5;
+
+}  // namespace
 
 JobRunner::JobRunner(std::string job_id, v1::JobSpec spec, std::vector<std::string> worker_ids,
                      std::vector<std::unique_ptr<WorkerConnection>> connections,
@@ -71,31 +81,49 @@ std::vector<absl::Status> JobRunner::AbortAll(const std::string& reason) {
   return results;
 }
 
+void JobRunner::FailCommand(const std::string& command, int rank, const absl::Status& status) {
+  if (stopped()) return;
+  v1::WorkerError error;
+  error.set_worker_id(worker_ids_[rank]);
+  error.set_rank(rank);
+  error.set_code(StatusCodeName(status.code()));
+  error.set_message(std::string(status.message()));
+  if (callbacks_.on_worker_error) callbacks_.on_worker_error(error);
+  Stop(v1::FAILED,
+       absl::StrCat(command, " failed on worker ", worker_ids_[rank], " (rank ", rank, "): ",
+                    error.code(), ": ", error.message()),
+       status.code());
+}
+
 absl::Status JobRunner::FanOut(const std::string& command,
-                               const std::function<absl::Status(int rank)>& fn) {
+                               const std::function<absl::Status(int rank)>& fn,
+                               int* failed_rank) {
   const int world = static_cast<int>(connections_.size());
   std::vector<absl::Status> results(world);
   std::vector<std::thread> threads;
   for (int rank = 0; rank < world; ++rank) {
     threads.emplace_back([&, rank] {
       results[rank] = fn(rank);
-      if (!results[rank].ok() && !stopped()) {
-        v1::WorkerError error;
-        error.set_worker_id(worker_ids_[rank]);
-        error.set_rank(rank);
-        error.set_code(StatusCodeName(results[rank].code()));
-        error.set_message(std::string(results[rank].message()));
-        if (callbacks_.on_worker_error) callbacks_.on_worker_error(error);
-        Stop(v1::FAILED,
-             absl::StrCat(command, " failed on worker ", worker_ids_[rank], " (rank ", rank,
-                          "): ", error.code(), ": ", error.message()),
-             results[rank].code());
-      }
+      if (!results[rank].ok() && failed_rank == nullptr) FailCommand(command, rank, results[rank]);
     });
   }
   for (auto& t : threads) t.join();
-  for (const absl::Status& s : results) RETURN_IF_ERROR(s);
+  for (int rank = 0; rank < world; ++rank) {
+    if (results[rank].ok()) continue;
+    if (failed_rank != nullptr) *failed_rank = rank;
+    return results[rank];
+  }
   return stopped() ? absl::CancelledError("job stopped") : absl::OkStatus();
+}
+
+void JobRunner::SkipCheckpoint(int step, int64_t needed, int64_t available,
+                               const std::string& reason) {
+  v1::CheckpointSkipped skipped;
+  skipped.set_step(step);
+  skipped.set_bytes_needed(needed);
+  skipped.set_bytes_available(available);
+  skipped.set_reason(reason);
+  if (callbacks_.on_checkpoint_skipped) callbacks_.on_checkpoint_skipped(skipped);
 }
 
 void JobRunner::OnStepResult(const v1::StepResult& result) {
@@ -130,7 +158,15 @@ void JobRunner::OnStepResult(const v1::StepResult& result) {
     absl::Time now = absl::Now();
     double interval = absl::ToDoubleSeconds(now - last_step_done_);
     last_step_done_ = now;
-    m.set_control_overhead_s(std::max(0.0, interval - m.step_time_s()));
+    // The first step after a checkpoint shows what training waited for.
+    double checkpoint_s = 0;
+    if (checkpoint_phases_.step == result.step()) {
+      m.mutable_phases()->set_checkpoint_wait_s(checkpoint_phases_.wait_s);
+      m.mutable_phases()->set_checkpoint_snapshot_s(checkpoint_phases_.snapshot_s);
+      checkpoint_s = checkpoint_phases_.wait_s + checkpoint_phases_.snapshot_s;
+      checkpoint_phases_ = {};
+    }
+    m.set_control_overhead_s(std::max(0.0, interval - m.step_time_s() - checkpoint_s));
     if (m.step_time_s() > 0) m.set_tokens_per_s(static_cast<double>(m.tokens()) / m.step_time_s());
     m.set_attempt(attempt_.number);
     done = m;
@@ -196,41 +232,181 @@ void JobRunner::WatchSteps() {
   Stop(v1::FAILED, reason, absl::StatusCode::kDeadlineExceeded);
 }
 
-bool JobRunner::Checkpoint(int step) {
+JobRunner::CheckpointStart JobRunner::StartCheckpoint(int step, double waited_s,
+                                                      v1::CheckpointCommitted& record) {
   const std::string& root = spec_.checkpoint().dir();
   auto fail = [&](const absl::Status& s) {
     Stop(v1::FAILED,
          absl::StrCat("checkpoint of step ", step, " under ", root, ": ",
                       StatusCodeName(s.code()), ": ", s.message()),
          s.code());
-    return false;
+    return CheckpointStart::kFailed;
   };
+  // Room first: the steps keep_last would prune anyway go before a
+  // checkpoint that does not fit; one that still does not fit is skipped,
+  // unless it is the last.
+  const int64_t needed = EstimateCheckpointSize(spec_).total_bytes;
+  absl::StatusOr<CheckpointRoom> room =
+      MakeRoomForCheckpoint(root, step, needed, spec_.checkpoint().keep_last(),
+                            callbacks_.checkpoint_free_bytes ? callbacks_.checkpoint_free_bytes
+                                                             : FreeBytesUnder);
+  if (!room.ok()) return fail(room.status());
+  if (!room->fits()) {
+    const std::string why = absl::StrCat(
+        "the checkpoint of step ", step, " needs ", needed, " bytes (",
+        FormatBytesAsGiB(needed), ") under ", root, ", but only ", room->available, " bytes (",
+        FormatBytesAsGiB(room->available), ") are available",
+        spec_.checkpoint().keep_last() > 0 ? " after pruning to checkpoint.keep_last" : "");
+    if (step == spec_.steps()) {
+      return fail(absl::ResourceExhaustedError(absl::StrCat("final checkpoint: ", why)));
+    }
+    SkipCheckpoint(step, needed, room->available, absl::StrCat(why, "; skipped, training goes on"));
+    return CheckpointStart::kSkipped;
+  }
   // Leftovers of an earlier attempt at this step must not mix with this one.
   if (absl::Status s = PrepareStep(root, step); !s.ok()) return fail(s);
-  const absl::Time started = absl::Now();
-  absl::Status s = FanOut("Checkpoint", [&](int rank) {
+  const int world = static_cast<int>(connections_.size());
+  record = v1::CheckpointCommitted();
+  record.set_step(step);
+  for (int rank = 0; rank < world; ++rank) record.add_ranks()->set_rank(rank);
+  absl::Status s = FanOut("Checkpoint", [&](int rank) -> absl::Status {
     v1::CheckpointRequest request;
     request.set_job_id(job_id_);
     request.set_step(step);
     request.set_dir(root);
-    return connections_[rank]->Checkpoint(request).status();
+    ASSIGN_OR_RETURN(const v1::CheckpointResponse response, connections_[rank]->Checkpoint(request));
+    v1::RankCheckpointWrite& r = *record.mutable_ranks(rank);
+    r.set_bytes(response.bytes());
+    r.set_wait_s(response.wait_s());
+    r.set_snapshot_s(response.snapshot_s());
+    r.set_background(response.background());
+    return absl::OkStatus();
   });
   if (!s.ok()) {
     // Never committed, so never loaded; removed so no partial step remains.
     DiscardStep(root, step).IgnoreError();
-    return false;
+    return CheckpointStart::kFailed;
+  }
+  // What training waited for: the previous commit (its writes), then the
+  // slowest rank's own wait and copy (for a rank that could not hold a
+  // snapshot, its whole write).
+  double wait = 0, snapshot = 0;
+  for (const v1::RankCheckpointWrite& r : record.ranks()) {
+    if (r.wait_s() + r.snapshot_s() > wait + snapshot) {
+      wait = r.wait_s();
+      snapshot = r.snapshot_s();
+    }
+  }
+  wait += waited_s;
+  record.set_stall_s(wait + snapshot);
+  if (wait >= kWaitWorthAWarningS) {
+    record.set_warning(absl::StrFormat(
+        "training waited %.2f s for the previous checkpoint's write: checkpoint.interval_steps "
+        "(%d) is shorter than a write takes; raise it, or expect this stall at every checkpoint",
+        wait, spec_.checkpoint().interval_steps()));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    checkpoint_phases_ = {step, wait, snapshot};
+  }
+  return CheckpointStart::kStarted;
+}
+
+void JobRunner::FinishCheckpoint(v1::CheckpointCommitted record, absl::Time started) {
+  const std::string& root = spec_.checkpoint().dir();
+  const int step = record.step();
+  int failed_rank = 0;
+  absl::Status s = FanOut("AwaitCheckpoint", [&](int rank) -> absl::Status {
+    v1::AwaitCheckpointRequest request;
+    request.set_job_id(job_id_);
+    request.set_step(step);
+    ASSIGN_OR_RETURN(const v1::AwaitCheckpointResponse written,
+                     connections_[rank]->AwaitCheckpoint(request));
+    v1::RankCheckpointWrite& r = *record.mutable_ranks(rank);
+    r.set_bytes(written.bytes());
+    r.set_write_s(written.write_s());
+    if (written.write_s() > 0) r.set_write_gb_per_s(written.bytes() / written.write_s() / 1e9);
+    return absl::OkStatus();
+  }, &failed_rank);
+  if (!s.ok() && stopped()) return;  // the job is ending: Run's finish salvages or discards it
+  if (!s.ok()) {
+    DiscardStep(root, step).IgnoreError();
+    {
+      absl::MutexLock lock(&mu_);
+      pending_commit_step_ = -1;
+    }
+    // A disk that filled during the write costs this checkpoint, not the
+    // run; the final checkpoint must land, so its failure fails the job.
+    if (s.code() == absl::StatusCode::kResourceExhausted && step < spec_.steps() && !stopped()) {
+      absl::StatusOr<int64_t> available =
+          (callbacks_.checkpoint_free_bytes ? callbacks_.checkpoint_free_bytes
+                                            : FreeBytesUnder)(root);
+      SkipCheckpoint(step, EstimateCheckpointSize(spec_).total_bytes, available.value_or(-1),
+                     absl::StrCat("rank ", failed_rank, " (", worker_ids_[failed_rank],
+                                  ") could not write the checkpoint of step ", step, ": ",
+                                  s.message(), "; skipped, training goes on"));
+      return;
+    }
+    FailCommand("AwaitCheckpoint", failed_rank, s);
+    return;
   }
   // Every rank wrote its files: only now does the step count.
   // Under hybrid sharding only the first shard group writes files.
-  if (absl::Status c = CommitStep(root, step, CheckpointRanks(spec_), spec_.checkpoint().keep_last());
+  Commit(std::move(record), started);
+}
+
+bool JobRunner::Commit(v1::CheckpointCommitted record, absl::Time started) {
+  const std::string& root = spec_.checkpoint().dir();
+  const int step = record.step();
+  {
+    absl::MutexLock lock(&mu_);
+    pending_commit_step_ = -1;
+  }
+  if (absl::Status c =
+          CommitStep(root, step, CheckpointRanks(spec_), spec_.checkpoint().keep_last());
       !c.ok()) {
-    return fail(c);
+    DiscardStep(root, step).IgnoreError();
+    Stop(v1::FAILED,
+         absl::StrCat("checkpoint of step ", step, " under ", root, ": ",
+                      StatusCodeName(c.code()), ": ", c.message()),
+         c.code());
+    return false;
   }
-  committed_step_ = step;
-  if (callbacks_.on_commit) {
-    callbacks_.on_commit(step, absl::ToDoubleSeconds(absl::Now() - started));
+  int64_t bytes = 0;
+  for (const v1::RankCheckpointWrite& r : record.ranks()) bytes += r.bytes();
+  record.set_bytes(bytes);
+  record.set_write_s(absl::ToDoubleSeconds(absl::Now() - started));
+  {
+    absl::MutexLock lock(&mu_);
+    committed_step_ = step;
   }
+  if (callbacks_.on_commit) callbacks_.on_commit(record);
   return true;
+}
+
+void JobRunner::SalvagePendingCheckpoint() {
+  int step = -1;
+  {
+    absl::MutexLock lock(&mu_);
+    step = pending_commit_step_;
+    pending_commit_step_ = -1;
+  }
+  if (step < 0) return;
+  // Every rank whose write finished left its manifest, written last (after
+  // its files were fsynced); when all of them are there the step is
+  // complete and CommitStep commits it, so a restart resumes from it.
+  // Otherwise the partial step goes.
+  const std::string& root = spec_.checkpoint().dir();
+  if (CommitStep(root, step, CheckpointRanks(spec_), spec_.checkpoint().keep_last()).ok()) {
+    absl::MutexLock lock(&mu_);
+    committed_step_ = step;
+  } else {
+    DiscardStep(root, step).IgnoreError();
+    return;
+  }
+  v1::CheckpointCommitted record;
+  record.set_step(step);
+  if (callbacks_.on_commit) callbacks_.on_commit(record);
 }
 
 JobOutcome JobRunner::Run() {
@@ -239,7 +415,14 @@ JobOutcome JobRunner::Run() {
   // checkpoint.resume_from names a committed step; the workers load it. A
   // restarted attempt was told its step by the coordinator.
   int first_step = attempt_.resume_step;
+  // The commit of the checkpoint whose files are being written while the
+  // next steps run (at most one: the workers' next checkpoint waits for
+  // their previous write).
+  std::thread committer;
   auto finish = [&]() {
+    if (committer.joinable()) committer.join();
+    // Before the Aborts stop any write still going.
+    SalvagePendingCheckpoint();
     {
       absl::MutexLock lock(&mu_);
       if (stopped_) outcome = stop_outcome_;
@@ -252,7 +435,10 @@ JobOutcome JobRunner::Run() {
         outcome.unreachable_workers.push_back(worker_ids_[rank]);
       }
     }
-    outcome.committed_step = committed_step_;
+    {
+      absl::MutexLock lock(&mu_);
+      outcome.committed_step = committed_step_;
+    }
     outcome.first_step = std::max(0, first_step);
     return outcome;
   };
@@ -315,9 +501,34 @@ JobOutcome JobRunner::Run() {
     if (interval > 0) end = std::min(steps, (step / interval + 1) * interval);
     if (!RunChunk(step, end - step).ok()) return finish();
     step = end;
-    bool checkpoint = !spec_.checkpoint().dir().empty() && (interval > 0 || step == steps);
-    if (checkpoint && !Checkpoint(step)) return finish();
+    const bool checkpoint = !spec_.checkpoint().dir().empty() && (interval > 0 || step == steps);
+    if (!checkpoint) continue;
+    const absl::Time started = absl::Now();
+    // At most one checkpoint in flight: the previous one's writes end (and
+    // it is committed and pruned) before this one is measured and taken.
+    // The ranks would wait for their previous write anyway; this wait is
+    // reported as the checkpoint's wait phase.
+    double waited_s = 0;
+    if (committer.joinable()) {
+      committer.join();
+      waited_s = absl::ToDoubleSeconds(absl::Now() - started);
+    }
+    if (stopped()) return finish();
+    v1::CheckpointCommitted record;
+    const CheckpointStart start = StartCheckpoint(step, waited_s, record);
+    if (start == CheckpointStart::kFailed) return finish();
+    if (start == CheckpointStart::kSkipped) continue;
+    {
+      absl::MutexLock lock(&mu_);
+      pending_commit_step_ = step;
+    }
+    committer = std::thread([this, record = std::move(record), started]() mutable {
+      FinishCheckpoint(std::move(record), started);
+    });
   }
+  // SUCCEEDED only once the final checkpoint is committed.
+  if (committer.joinable()) committer.join();
+  if (stopped()) return finish();
   outcome.state = v1::SUCCEEDED;
   outcome.reason = absl::StrCat("completed ", steps, " steps");
   return finish();

@@ -3,10 +3,16 @@
 // coordinator), then RunSteps in chunks that end at checkpoint boundaries,
 // Checkpoint when configured, and finally Abort to release the workers.
 //
-// Checkpoints (server/checkpoint_commit.h): a step is committed (its
-// COMMITTED marker written) only after every rank's Checkpoint succeeded,
-// then older steps are pruned to checkpoint.keep_last; a failed checkpoint
-// fails the job and its partial step directory is removed. With
+// Checkpoints (server/checkpoint_commit.h) are asynchronous. At a
+// checkpoint step every rank copies its state off the device (Checkpoint)
+// and training goes on at once while the ranks write their files; a
+// committer thread waits for every rank's write (AwaitCheckpoint), then
+// commits the step (its COMMITTED marker) and prunes older steps to
+// checkpoint.keep_last. At most one checkpoint is in flight: a rank's next
+// Checkpoint waits for its previous write, and the runner joins the previous
+// commit before starting the next. A failed snapshot or write fails the job
+// (the restart rules apply) and its partial step directory is removed. The
+// job SUCCEEDS only once its final checkpoint is committed. With
 // checkpoint.resume_from the runner resolves the step to resume ("latest" is
 // the newest committed one) before SetupJob, passes it to every rank, and
 // runs steps from there.
@@ -44,6 +50,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/tessera/v1/coordinator.pb.h"
@@ -55,9 +62,14 @@ struct JobRunnerCallbacks {
   std::function<void(v1::JobState state, const std::string& reason)> on_state;
   std::function<void(const v1::StepMetrics& metrics)> on_step;
   std::function<void(const v1::WorkerError& error)> on_worker_error;
-  // After a checkpoint step is committed (so a restart can resume from it),
-  // with the seconds from the first Checkpoint call to the commit marker.
-  std::function<void(int step, double write_s)> on_commit;
+  // After a checkpoint step is committed (so a restart can resume from it):
+  // its step, sizes and times, per rank and in all.
+  std::function<void(const v1::CheckpointCommitted& commit)> on_commit;
+  // A checkpoint skipped because the disk is full; the job trains on.
+  std::function<void(const v1::CheckpointSkipped& skipped)> on_checkpoint_skipped;
+  // Free bytes under the checkpoint directory (checkpoint_space.h); unset:
+  // FreeBytesUnder. Tests give a small disk.
+  std::function<absl::StatusOr<int64_t>(const std::string& path)> checkpoint_free_bytes;
 };
 
 struct JobOutcome {
@@ -99,13 +111,36 @@ class JobRunner {
 
  private:
   // Runs fn(rank) for every rank concurrently. On the first error, stops the
-  // job (FAILED, naming the worker) and returns that error.
+  // job (FAILED, naming the worker: FailCommand) and returns that error;
+  // with `failed_rank` it only returns the error and sets that rank, for
+  // the caller to decide.
   absl::Status FanOut(const std::string& command,
-                      const std::function<absl::Status(int rank)>& fn);
+                      const std::function<absl::Status(int rank)>& fn,
+                      int* failed_rank = nullptr);
+  void FailCommand(const std::string& command, int rank, const absl::Status& status);
+  void SkipCheckpoint(int step, int64_t needed, int64_t available, const std::string& reason);
   absl::Status RunChunk(int first_step, int num_steps);
-  // Checkpoint of `step` on every rank, then commit and prune. False (the job
-  // stopped) on failure.
-  bool Checkpoint(int step);
+  // Checkpoint of `step` on every rank: returns once every rank has its
+  // state copied off the device (their writes go on in the background), with
+  // each rank's snapshot figures in `record`. False (the job stopped) on
+  // failure.
+  // kSkipped: the checkpoint does not fit on disk (checkpoint_space.h) and
+  // is not the last; training goes on. `waited_s`: the runner's wait for the
+  // previous commit, added to the wait phase.
+  enum class CheckpointStart { kStarted, kSkipped, kFailed };
+  CheckpointStart StartCheckpoint(int step, double waited_s, v1::CheckpointCommitted& record);
+  // On its own thread, beside the next steps: waits for every rank's write
+  // of record.step(), commits and prunes, and reports the commit. On failure
+  // it stops the job (the restart rules apply as for any failed command),
+  // except that a full disk (RESOURCE_EXHAUSTED) skips a checkpoint that is
+  // not the last.
+  void FinishCheckpoint(v1::CheckpointCommitted record, absl::Time started);
+  // Commits record.step() once every rank wrote it (server/checkpoint_commit.h)
+  // and reports it; false (the job stopped) if the commit failed.
+  bool Commit(v1::CheckpointCommitted record, absl::Time started);
+  // When the job stops with a checkpoint's writes in flight: commits it if
+  // every rank's manifest is there (the writes finished), else removes it.
+  void SalvagePendingCheckpoint();
   // Until the chunk ends or the job stops: fails the job when no step
   // completes for step_timeout_.
   void WatchSteps();
@@ -123,10 +158,18 @@ class JobRunner {
   const absl::Duration step_timeout_;
   JobRunnerCallbacks callbacks_;
   const JobAttempt attempt_;
-  int committed_step_ = 0;  // touched by Run()'s thread only
 
   absl::Mutex mu_;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  int committed_step_ ABSL_GUARDED_BY(mu_) = 0;
+  int pending_commit_step_ ABSL_GUARDED_BY(mu_) = -1;  // started, not yet committed
+  // The last checkpoint's wait and snapshot, shown as phases of the first
+  // step after it (step -1: none pending).
+  struct CheckpointPhases {
+    int step = -1;
+    double wait_s = 0, snapshot_s = 0;
+  };
+  CheckpointPhases checkpoint_phases_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> lost_workers_ ABSL_GUARDED_BY(mu_);
   JobOutcome stop_outcome_ ABSL_GUARDED_BY(mu_);
   struct Partial {

@@ -10,12 +10,16 @@
 // unreachable, the committed step, the attempt number on every record).
 #include "server/job_runner.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <limits>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/checkpoint_layout.h"
+#include "common/checkpoint_size.h"
+#include "server/checkpoint_space.h"
 #include "gtest/gtest.h"
 #include "server/fake_worker_connection.h"
 
@@ -32,6 +36,15 @@ struct Harness {
 
   std::vector<std::string> reasons;
   std::vector<int> commits;
+  std::vector<v1::CheckpointCommitted> commit_records;
+  // "step N" and "commit N", in the order the callbacks ran.
+  std::vector<std::string> events;
+  std::function<void(const v1::StepMetrics&)> after_step;  // runs after each step's record
+  std::vector<v1::CheckpointSkipped> skipped;
+  std::function<absl::StatusOr<int64_t>(const std::string&)> free_bytes;  // unset: the real disk
+  void SetFreeBytes(std::function<absl::StatusOr<int64_t>(const std::string&)> probe) {
+    free_bytes = std::move(probe);
+  }
 
   Harness(v1::JobSpec spec, std::vector<FakeWorkerBehavior> behaviors, JobAttempt attempt = {}) {
     std::vector<std::unique_ptr<WorkerConnection>> connections;
@@ -49,22 +62,46 @@ struct Harness {
       reasons.push_back(reason);
     };
     cb.on_step = [this](const v1::StepMetrics& m) {
-      absl::MutexLock l(&mu);
-      metrics.push_back(m);
+      {
+        absl::MutexLock l(&mu);
+        metrics.push_back(m);
+        events.push_back(absl::StrCat("step ", m.step()));
+      }
+      if (after_step) after_step(m);
     };
-    cb.on_commit = [this](int step, double /*write_s*/) {
+    cb.on_commit = [this](const v1::CheckpointCommitted& commit) {
       absl::MutexLock l(&mu);
-      commits.push_back(step);
+      commits.push_back(commit.step());
+      commit_records.push_back(commit);
+      events.push_back(absl::StrCat("commit ", commit.step()));
     };
     cb.on_worker_error = [this](const v1::WorkerError& e) {
       absl::MutexLock l(&mu);
       errors.push_back(e);
+    };
+    cb.on_checkpoint_skipped = [this](const v1::CheckpointSkipped& e) {
+      absl::MutexLock l(&mu);
+      skipped.push_back(e);
+    };
+    cb.checkpoint_free_bytes = [this](const std::string& path) -> absl::StatusOr<int64_t> {
+      if (free_bytes) return free_bytes(path);
+      return FreeBytesUnder(path);
     };
     spec.set_world_size(static_cast<int>(behaviors.size()));
     runner = std::make_unique<JobRunner>("job-1", spec, ids, std::move(connections), "coord:1",
                                          absl::Seconds(5), cb, attempt);
   }
 };
+
+// A worker's commands without its AwaitCheckpoint calls, which run on the
+// committer's thread beside the steps, so their place in the list varies.
+std::vector<std::string> MainCommands(FakeWorkerConnection* worker) {
+  std::vector<std::string> out;
+  for (const std::string& c : worker->commands()) {
+    if (c.rfind("AwaitCheckpoint@", 0) != 0) out.push_back(c);
+  }
+  return out;
+}
 
 v1::JobSpec Spec(int steps) {
   v1::JobSpec s;
@@ -104,7 +141,7 @@ TEST(JobRunner, RunsToSuccessAggregatingOneRecordPerStep) {
     EXPECT_FLOAT_EQ(h.metrics[i].loss(), 3.0f - 0.01f * i);
   }
   EXPECT_EQ(h.states, (std::vector<v1::JobState>{v1::STARTING, v1::RUNNING}));
-  std::vector<std::string> c = h.workers[0]->commands();
+  std::vector<std::string> c = MainCommands(h.workers[0]);
   // Chunks end at checkpoint boundaries 4, 8, then the end (10).
   EXPECT_EQ(c, (std::vector<std::string>{"SetupJob", "InitCollective", "RunSteps", "Checkpoint@4",
                                          "RunSteps", "Checkpoint@8", "RunSteps", "Checkpoint@10",
@@ -139,6 +176,165 @@ TEST(JobRunner, AFailedCheckpointFailsTheJobAndCommitsNothing) {
   EXPECT_EQ(*ListCommittedSteps(root), (std::vector<int64_t>{4}));
 }
 
+TEST(JobRunner, TrainingGoesOnWhileTheCheckpointIsWritten) {
+  const std::string root = FreshRoot("async-checkpoint");
+  // The writes of step 4 finish only once step 7 has been reported: a
+  // runner that waited for the write before the next steps would never
+  // see step 7 (the gate then fails the write after 30 s, and the test).
+  auto gate = std::make_shared<absl::Notification>();
+  FakeWorkerBehavior held;
+  held.checkpoint_write_gate = gate;
+  Harness h(CheckpointingSpec(8, 4, root), {held, held});
+  h.after_step = [&](const v1::StepMetrics& m) {
+    if (m.step() == 7) gate->Notify();
+  };
+  JobOutcome outcome = h.runner->Run();
+  ASSERT_EQ(outcome.state, v1::SUCCEEDED) << outcome.reason;
+  EXPECT_EQ(outcome.committed_step, 8);
+  const auto step7 = std::find(h.events.begin(), h.events.end(), "step 7");
+  const auto commit4 = std::find(h.events.begin(), h.events.end(), "commit 4");
+  ASSERT_NE(step7, h.events.end());
+  ASSERT_NE(commit4, h.events.end());
+  EXPECT_LT(step7, commit4);
+  // The final checkpoint is committed before the job ends.
+  EXPECT_EQ(h.events.back(), "commit 8");
+  EXPECT_EQ(*ListCommittedSteps(root), (std::vector<int64_t>{4, 8}));
+}
+
+TEST(JobRunner, ACommitRecordsEveryRanksBytesTimesAndTheStall) {
+  const std::string root = FreshRoot("commit-record");
+  FakeWorkerBehavior slow_write;
+  slow_write.checkpoint_write_time = absl::Milliseconds(20);
+  Harness h(CheckpointingSpec(6, 3, root), {slow_write, slow_write});
+  ASSERT_EQ(h.runner->Run().state, v1::SUCCEEDED);
+  ASSERT_EQ(h.commit_records.size(), 2u);
+  const v1::CheckpointCommitted& c = h.commit_records[0];
+  EXPECT_EQ(c.step(), 3);
+  EXPECT_EQ(c.bytes(), 2 * FakeWorkerConnection::kCheckpointBytes);
+  ASSERT_EQ(c.ranks_size(), 2);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(c.ranks(r).rank(), r);
+    EXPECT_EQ(c.ranks(r).bytes(), FakeWorkerConnection::kCheckpointBytes);
+    EXPECT_DOUBLE_EQ(c.ranks(r).snapshot_s(), 0.001);
+    EXPECT_DOUBLE_EQ(c.ranks(r).write_s(), 0.02);
+    EXPECT_NEAR(c.ranks(r).write_gb_per_s(), 1000 / 0.02 / 1e9, 1e-12);
+    EXPECT_TRUE(c.ranks(r).background());
+  }
+  EXPECT_DOUBLE_EQ(c.stall_s(), 0.001);
+  EXPECT_GE(c.write_s(), 0.02);
+  // The first step after the checkpoint carries what training waited for.
+  ASSERT_EQ(h.metrics.size(), 6u);
+  EXPECT_DOUBLE_EQ(h.metrics[3].phases().checkpoint_snapshot_s(), 0.001);
+  EXPECT_DOUBLE_EQ(h.metrics[3].phases().checkpoint_wait_s(), 0.0);
+  EXPECT_DOUBLE_EQ(h.metrics[4].phases().checkpoint_snapshot_s(), 0.0);
+}
+
+TEST(JobRunner, AFailedBackgroundWriteFailsTheJobAndCommitsNothing) {
+  const std::string root = FreshRoot("failed-write");
+  FakeWorkerBehavior broken_disk;
+  broken_disk.fail_checkpoint_write_at = 8;
+  broken_disk.checkpoint_write_fail_code = absl::StatusCode::kInternal;
+  Harness h(CheckpointingSpec(12, 4, root), {{}, broken_disk});
+  JobOutcome outcome = h.runner->Run();
+  EXPECT_EQ(outcome.state, v1::FAILED);
+  EXPECT_EQ(outcome.cause, absl::StatusCode::kInternal);
+  EXPECT_NE(outcome.reason.find("AwaitCheckpoint failed on worker w-2"), std::string::npos)
+      << outcome.reason;
+  EXPECT_EQ(outcome.committed_step, 4);
+  EXPECT_EQ(*ListCommittedSteps(root), (std::vector<int64_t>{4}));
+  EXPECT_EQ(*ListStepDirs(root), (std::vector<int64_t>{4}));
+}
+
+TEST(JobRunner, ADiskThatFillsDuringAWriteSkipsThatCheckpointAndTrainsOn) {
+  const std::string root = FreshRoot("full-during-write");
+  FakeWorkerBehavior full_disk;
+  full_disk.fail_checkpoint_write_at = 8;  // RESOURCE_EXHAUSTED
+  Harness h(CheckpointingSpec(12, 4, root), {{}, full_disk});
+  JobOutcome outcome = h.runner->Run();
+  ASSERT_EQ(outcome.state, v1::SUCCEEDED) << outcome.reason;
+  EXPECT_EQ(h.commits, (std::vector<int>{4, 12}));
+  ASSERT_EQ(h.skipped.size(), 1u);
+  EXPECT_EQ(h.skipped[0].step(), 8);
+  EXPECT_NE(h.skipped[0].reason().find("rank 1 (w-2)"), std::string::npos)
+      << h.skipped[0].reason();
+  EXPECT_NE(h.skipped[0].reason().find("No space left on device"), std::string::npos);
+  EXPECT_EQ(*ListStepDirs(root), (std::vector<int64_t>{4, 12}));  // step 8's files are gone
+  EXPECT_EQ(h.metrics.size(), 12u);
+}
+
+TEST(JobRunner, ACheckpointThatDoesNotFitIsSkippedAndTrainingGoesOn) {
+  const std::string root = FreshRoot("does-not-fit");
+  v1::JobSpec spec = CheckpointingSpec(12, 4, root);
+  spec.set_world_size(2);  // as the runner sees it: its size estimate counts both ranks
+  Harness h(spec, {{}, {}});
+  int probes = 0;
+  h.SetFreeBytes([&](const std::string&) -> absl::StatusOr<int64_t> {
+    return ++probes == 2 ? 0 : (int64_t{1} << 40);  // full only at step 8
+  });
+  JobOutcome outcome = h.runner->Run();
+  ASSERT_EQ(outcome.state, v1::SUCCEEDED) << outcome.reason;
+  EXPECT_EQ(h.commits, (std::vector<int>{4, 12}));
+  ASSERT_EQ(h.skipped.size(), 1u);
+  EXPECT_EQ(h.skipped[0].step(), 8);
+  EXPECT_EQ(h.skipped[0].bytes_needed(), EstimateCheckpointSize(spec).total_bytes);
+  EXPECT_EQ(h.skipped[0].bytes_available(), 0);
+  // The ranks were never asked to write step 8.
+  for (const std::string& c : h.workers[0]->commands()) EXPECT_NE(c, "Checkpoint@8");
+}
+
+TEST(JobRunner, AFinalCheckpointThatDoesNotFitFailsTheJobNamingTheBytes) {
+  const std::string root = FreshRoot("final-does-not-fit");
+  v1::JobSpec spec = CheckpointingSpec(8, 4, root);
+  spec.set_world_size(2);
+  Harness h(spec, {{}, {}});
+  h.SetFreeBytes([](const std::string&) -> absl::StatusOr<int64_t> { return 10; });
+  JobOutcome outcome = h.runner->Run();
+  EXPECT_EQ(outcome.state, v1::FAILED);
+  EXPECT_EQ(outcome.cause, absl::StatusCode::kResourceExhausted);
+  const int64_t needed = EstimateCheckpointSize(spec).total_bytes;
+  EXPECT_NE(outcome.reason.find(absl::StrCat("needs ", needed, " bytes")), std::string::npos)
+      << outcome.reason;
+  EXPECT_NE(outcome.reason.find("only 10 bytes"), std::string::npos) << outcome.reason;
+  EXPECT_NE(outcome.reason.find("final checkpoint"), std::string::npos) << outcome.reason;
+  EXPECT_EQ(h.metrics.size(), 8u);  // training ran to the end
+  EXPECT_EQ(h.skipped.size(), 1u);  // step 4
+}
+
+TEST(JobRunner, StepsKeepLastWouldPruneMakeRoomBeforeACheckpointIsSkipped) {
+  const std::string root = FreshRoot("prune-first");
+  v1::JobSpec spec = CheckpointingSpec(12, 4, root);
+  spec.mutable_checkpoint()->set_keep_last(1);
+  spec.set_world_size(2);
+  const int64_t needed = EstimateCheckpointSize(spec).total_bytes;
+  Harness h(spec, {{}, {}});
+  // Room for one checkpoint and a half: each commit's predecessor must go
+  // before the next fits.
+  h.SetFreeBytes([&](const std::string&) -> absl::StatusOr<int64_t> {
+    absl::StatusOr<std::vector<int64_t>> held = ListStepDirs(root);
+    if (!held.ok()) return held.status();
+    return needed * 3 / 2 - needed * static_cast<int64_t>(held->size());
+  });
+  JobOutcome outcome = h.runner->Run();
+  ASSERT_EQ(outcome.state, v1::SUCCEEDED) << outcome.reason;
+  EXPECT_EQ(h.commits, (std::vector<int>{4, 8, 12}));
+  EXPECT_TRUE(h.skipped.empty());
+  EXPECT_EQ(*ListCommittedSteps(root), (std::vector<int64_t>{12}));
+}
+
+TEST(JobRunner, AFailedFinalWriteFailsTheJobInsteadOfSucceeding) {
+  const std::string root = FreshRoot("failed-final-write");
+  FakeWorkerBehavior full_disk;
+  full_disk.fail_checkpoint_write_at = 6;
+  Harness h(CheckpointingSpec(6, 3, root), {full_disk, {}});
+  JobOutcome outcome = h.runner->Run();
+  EXPECT_EQ(outcome.state, v1::FAILED) << outcome.reason;
+  EXPECT_EQ(outcome.cause, absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(outcome.reason.find("AwaitCheckpoint failed on worker w-1"), std::string::npos)
+      << outcome.reason;
+  EXPECT_EQ(outcome.committed_step, 3);
+  EXPECT_EQ(h.metrics.size(), 6u);  // every step ran; the last checkpoint did not land
+}
+
 TEST(JobRunner, ResumesFromTheLatestCommittedStep) {
   const std::string root = FreshRoot("resume");
   for (int step : {4, 8, 9}) {
@@ -159,7 +355,7 @@ TEST(JobRunner, ResumesFromTheLatestCommittedStep) {
   EXPECT_EQ(h.metrics.back().step(), 11);
   EXPECT_EQ(h.workers[0]->commands(),
             (std::vector<std::string>{"SetupJob", "InitCollective", "RunSteps", "Checkpoint@12",
-                                      "Abort"}));
+                                      "AwaitCheckpoint@12", "Abort"}));
   EXPECT_EQ(*ListCommittedSteps(root), (std::vector<int64_t>{4, 8, 12}));
 }
 

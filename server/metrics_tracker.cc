@@ -43,6 +43,10 @@ MetricsTracker::Snapshot MetricsTracker::Sync() {
             out.new_checkpoint_writes_s.push_back(event.checkpoint().write_s());
             continue;
           }
+          if (event.has_checkpoint_skipped()) {
+            ++out.new_checkpoints_skipped;
+            continue;
+          }
           if (!event.has_step()) continue;
           if (cursor.restarting_since_ms > 0) {
             out.new_recovery_times_s.push_back(

@@ -65,6 +65,7 @@ class MetricsTracker {
     std::vector<double> new_control_overheads_s;
     std::vector<double> new_recovery_times_s;
     std::vector<double> new_checkpoint_writes_s;
+    int64_t new_checkpoints_skipped = 0;  // CheckpointSkipped events since the previous Sync
     int64_t worker_losses = 0;
     std::map<std::string, double> heartbeat_age_s;  // per registered worker
   };

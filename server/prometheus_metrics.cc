@@ -86,10 +86,17 @@ class CoordinatorCollectable {
                       .Add({}, SlowSecondsBuckets())),
         checkpoint_write_(prometheus::BuildHistogram()
                               .Name("tessera_checkpoint_write_seconds")
-                              .Help("From the first rank's Checkpoint call to the commit marker, "
-                                    "per committed checkpoint.")
+                              .Help("From the first rank's Checkpoint call to the commit marker "
+                                    "(snapshot, background write, commit), per committed "
+                                    "checkpoint.")
                               .Register(*registry_)
                               .Add({}, SlowSecondsBuckets())),
+        checkpoints_skipped_(prometheus::BuildCounter()
+                                 .Name("tessera_checkpoints_skipped_total")
+                                 .Help("Checkpoints skipped because they did not fit on disk "
+                                       "(the job trained on).")
+                                 .Register(*registry_)
+                                 .Add({})),
         step_time_(prometheus::BuildHistogram()
                        .Name("tessera_step_duration_seconds")
                        .Help("Slowest rank's compute time per step.")
@@ -160,6 +167,7 @@ class CoordinatorCollectable {
         std::max(0.0, static_cast<double>(snapshot.worker_losses) - worker_losses_.Value()));
     for (double s : snapshot.new_recovery_times_s) recovery_.Observe(s);
     for (double s : snapshot.new_checkpoint_writes_s) checkpoint_write_.Observe(s);
+    checkpoints_skipped_.Increment(static_cast<double>(snapshot.new_checkpoints_skipped));
     for (double s : snapshot.new_step_times_s) step_time_.Observe(s);
     for (double s : snapshot.new_control_overheads_s) overhead_.Observe(s);
     return prometheus::TextSerializer().Serialize(registry_->Collect());
@@ -185,6 +193,7 @@ class CoordinatorCollectable {
   prometheus::Counter& worker_losses_;
   prometheus::Histogram& recovery_;
   prometheus::Histogram& checkpoint_write_;
+  prometheus::Counter& checkpoints_skipped_;
   prometheus::Histogram& step_time_;
   prometheus::Histogram& overhead_;
   std::map<std::string, JobSeries> per_job_ ABSL_GUARDED_BY(mu_);

@@ -81,7 +81,8 @@ absl::Status WorkerClient::RunSteps(const v1::RunStepsRequest& request,
   return Annotate(status, address_);
 }
 
-absl::StatusOr<std::string> WorkerClient::Checkpoint(const v1::CheckpointRequest& request) {
+absl::StatusOr<v1::CheckpointResponse> WorkerClient::Checkpoint(
+    const v1::CheckpointRequest& request) {
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + setup_timeout_));
   if (!Track(&context)) return absl::CancelledError("job stopped");
@@ -89,7 +90,19 @@ absl::StatusOr<std::string> WorkerClient::Checkpoint(const v1::CheckpointRequest
   grpc::Status status = stub_->Checkpoint(&context, request, &response);
   Untrack(&context);
   if (!status.ok()) return Annotate(status, address_);
-  return response.path();
+  return response;
+}
+
+absl::StatusOr<v1::AwaitCheckpointResponse> WorkerClient::AwaitCheckpoint(
+    const v1::AwaitCheckpointRequest& request) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + setup_timeout_));
+  if (!Track(&context)) return absl::CancelledError("job stopped");
+  v1::AwaitCheckpointResponse response;
+  grpc::Status status = stub_->AwaitCheckpoint(&context, request, &response);
+  Untrack(&context);
+  if (!status.ok()) return Annotate(status, address_);
+  return response;
 }
 
 absl::Status WorkerClient::Abort(const v1::AbortRequest& request) {

@@ -19,8 +19,9 @@ namespace tessera {
 
 class WorkerClient : public WorkerConnection {
  public:
-  // `setup_timeout` bounds SetupJob, InitCollective and Checkpoint, which do
-  // real work (allocation, rendezvous, writing shards).
+  // `setup_timeout` bounds SetupJob, InitCollective, Checkpoint and
+  // AwaitCheckpoint, which do real work (allocation, rendezvous, copying
+  // and writing shards).
   // `credentials` (TLS client certificate and worker credential; null:
   // plaintext without a token) are presented on every call.
   WorkerClient(const std::string& address, absl::Duration setup_timeout,
@@ -30,7 +31,9 @@ class WorkerClient : public WorkerConnection {
   absl::Status InitCollective(const v1::InitCollectiveRequest& request) override;
   absl::Status RunSteps(const v1::RunStepsRequest& request,
                         const std::function<void(const v1::StepResult&)>& on_step) override;
-  absl::StatusOr<std::string> Checkpoint(const v1::CheckpointRequest& request) override;
+  absl::StatusOr<v1::CheckpointResponse> Checkpoint(const v1::CheckpointRequest& request) override;
+  absl::StatusOr<v1::AwaitCheckpointResponse> AwaitCheckpoint(
+      const v1::AwaitCheckpointRequest& request) override;
   absl::Status Abort(const v1::AbortRequest& request) override;
   absl::StatusOr<v1::GetJobLogsResponse> GetJobLogs(const v1::GetJobLogsRequest& request) override;
   void CancelInFlight() override;

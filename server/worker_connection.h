@@ -22,7 +22,12 @@ class WorkerConnection {
   // once per step result as it arrives (from the calling thread).
   virtual absl::Status RunSteps(const v1::RunStepsRequest& request,
                                 const std::function<void(const v1::StepResult&)>& on_step) = 0;
-  virtual absl::StatusOr<std::string> Checkpoint(const v1::CheckpointRequest& request) = 0;
+  // Returns once the rank's state is copied off the device; the write goes
+  // on in the background until AwaitCheckpoint reports it.
+  virtual absl::StatusOr<v1::CheckpointResponse> Checkpoint(
+      const v1::CheckpointRequest& request) = 0;
+  virtual absl::StatusOr<v1::AwaitCheckpointResponse> AwaitCheckpoint(
+      const v1::AwaitCheckpointRequest& request) = 0;
   // Best effort; idempotent on the worker.
   virtual absl::Status Abort(const v1::AbortRequest& request) = 0;
   // The worker's log lines for a job (`tessera logs`); not cancelled by

@@ -106,9 +106,23 @@ absl::StatusOr<ValidationReport> FakeTrainer::Evaluate() {
   return ValidationReport{5.5f * std::exp(-0.05f * steps_done_), eval_tokens_};
 }
 
-absl::StatusOr<std::string> FakeTrainer::Checkpoint(int step, const std::string& dir) {
+absl::StatusOr<CheckpointStarted> FakeTrainer::StartCheckpoint(int step, const std::string& dir) {
   Note();
-  return absl::StrCat(dir, "/step-", step, "/rank-", rank_, ".bin");
+  CheckpointStarted started;
+  started.manifest_path = absl::StrCat(dir, "/step-", step, "/rank-", rank_, ".bin");
+  started.bytes = kCheckpointBytes;
+  absl::MutexLock lock(&checkpoint_mu_);
+  last_checkpoint_ = {step, started.manifest_path};
+  return started;
+}
+
+absl::StatusOr<CheckpointWritten> FakeTrainer::AwaitCheckpoint(int step) {
+  absl::MutexLock lock(&checkpoint_mu_);
+  if (!last_checkpoint_.has_value() || last_checkpoint_->first != step) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no checkpoint of step ", step, " was started on this rank"));
+  }
+  return CheckpointWritten{last_checkpoint_->second, kCheckpointBytes, 0.0};
 }
 
 absl::Status FakeTrainer::Restore(const std::string& dir, int step) {

@@ -8,6 +8,9 @@
 #define TESSERA_WORKER_DAEMON_FAKE_TRAINER_H_
 
 #include <atomic>
+#include <optional>
+#include <string>
+#include <utility>
 #include <set>
 #include <thread>
 
@@ -43,7 +46,10 @@ class FakeTrainer : public Trainer {
   absl::Status InitCollective(RendezvousStore* store, const std::string& host,
                               absl::Duration timeout) override;
   absl::StatusOr<StepReport> RunStep(int step) override;
-  absl::StatusOr<std::string> Checkpoint(int step, const std::string& dir) override;
+  // Writes nothing: the "write" is done when StartCheckpoint returns, and
+  // AwaitCheckpoint reports it (a path under dir, `checkpoint_bytes`).
+  absl::StatusOr<CheckpointStarted> StartCheckpoint(int step, const std::string& dir) override;
+  absl::StatusOr<CheckpointWritten> AwaitCheckpoint(int step) override;
   // Records the step (a RunStep before it then fails). Fails with
   // restore_fail_code when that is set.
   absl::Status Restore(const std::string& dir, int step) override;
@@ -67,6 +73,9 @@ class FakeTrainer : public Trainer {
   int restored_step_ = -1;
   int steps_done_ = 0;
   int64_t eval_tokens_ = 0;  // over all ranks; 0 without data.validation
+  static constexpr int64_t kCheckpointBytes = 1000;  // what a checkpoint reports
+  absl::Mutex checkpoint_mu_;
+  std::optional<std::pair<int, std::string>> last_checkpoint_ ABSL_GUARDED_BY(checkpoint_mu_);
 };
 
 }  // namespace tessera

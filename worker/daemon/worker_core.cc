@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "common/checkpoint_layout.h"
 #include "common/evaluation_schedule.h"
+#include "common/memory_estimate.h"
 #include "common/spec_limits.h"
 #include "formats/checkpoint_io.h"
 
@@ -87,6 +88,7 @@ void WorkerCore::ClearJobLocked() {
   aborting_ = false;
   abort_reason_.clear();
   trainer_for_abort_ = nullptr;
+  checkpoint_dirs_.clear();
   ++jobs_cleared_;
 }
 
@@ -202,6 +204,9 @@ absl::StatusOr<v1::SetupJobResponse> WorkerCore::SetupJob(const v1::SetupJobRequ
                        ? absl::StrCat(", resumed from the checkpoint of step ",
                                       request.resume_step())
                        : std::string()));
+  if (!report->warning.empty()) {
+    Log(v1::WARNING, request.job_id(), request.rank(), -1, report->warning);
+  }
   return response;
 }
 
@@ -317,8 +322,8 @@ absl::Status WorkerCore::RunSteps(const std::string& job_id, int first_step, int
   return status;
 }
 
-absl::StatusOr<std::string> WorkerCore::Checkpoint(const std::string& job_id, int step,
-                                                   const std::string& dir) {
+absl::StatusOr<CheckpointStarted> WorkerCore::Checkpoint(const std::string& job_id, int step,
+                                                         const std::string& dir) {
   Phase resume = Phase::kReady;
   {
     absl::MutexLock lock(&mu_);
@@ -333,25 +338,86 @@ absl::StatusOr<std::string> WorkerCore::Checkpoint(const std::string& job_id, in
     }
     phase_ = Phase::kCheckpointing;
   }
-  absl::StatusOr<std::string> path = absl::InternalError("Checkpoint: trainer never ran");
-  const absl::Time started = absl::Now();
-  compute_.Run([&] { path = trainer_->Checkpoint(step, dir); });
+  absl::StatusOr<CheckpointStarted> started =
+      absl::InternalError("Checkpoint: trainer never ran");
+  compute_.Run([&] { started = trainer_->StartCheckpoint(step, dir); });
   int rank = 0;
   {
     absl::MutexLock lock(&mu_);
     phase_ = resume;
     rank = rank_;
+    if (started.ok()) {
+      checkpoint_dirs_[step] = dir;
+      while (checkpoint_dirs_.size() > 4) checkpoint_dirs_.erase(checkpoint_dirs_.begin());
+    }
   }
-  if (path.ok()) {
+  if (!started.ok()) {
+    LogFailure(job_id, rank, step, "Checkpoint", started.status());
+    NoteHealth(started.status()).IgnoreError();
+    return started;
+  }
+  std::string waited;
+  if (started->wait_s >= 0.01) {
+    waited = absl::StrFormat(" after waiting %.2f s for the previous checkpoint's write",
+                             started->wait_s);
+  }
+  Log(v1::INFO, job_id, rank, step,
+      started->background
+          ? absl::StrFormat("checkpoint of step %d: %s copied off the device in %.2f s%s; "
+                            "writing in the background",
+                            step, FormatBytesAsGiB(started->bytes), started->snapshot_s, waited)
+          : absl::StrFormat("checkpoint of step %d: %s written before training continued",
+                            step, FormatBytesAsGiB(started->bytes)));
+  return started;
+}
+
+absl::StatusOr<CheckpointWritten> WorkerCore::AwaitCheckpoint(const std::string& job_id,
+                                                               int step) {
+  Trainer* trainer = nullptr;
+  std::string dir;
+  int rank = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (job_id.empty() || job_id != job_id_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "AwaitCheckpoint: job ", job_id, " is not on this worker (it holds ",
+          job_id_.empty() ? std::string("no job") : absl::StrCat("job ", job_id_), ")"));
+    }
+    if (aborting_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("AwaitCheckpoint for ", job_id, ": the job is being aborted"));
+    }
+    auto it = checkpoint_dirs_.find(step);
+    if (it == checkpoint_dirs_.end() || trainer_for_abort_ == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("AwaitCheckpoint for ", job_id, ": no checkpoint of step ", step,
+                       " was started on this worker"));
+    }
+    dir = it->second;
+    trainer = trainer_for_abort_;
+    rank = rank_;
+    // Abort waits for this call before it destroys the trainer.
+    ++awaits_in_flight_;
+  }
+  absl::StatusOr<CheckpointWritten> written = trainer->AwaitCheckpoint(step);
+  {
+    absl::MutexLock lock(&mu_);
+    --awaits_in_flight_;
+  }
+  if (written.ok()) {
     Log(v1::INFO, job_id, rank, step,
-        absl::StrFormat("checkpoint written to %s in %.2f s", *path,
-                        absl::ToDoubleSeconds(absl::Now() - started)));
+        absl::StrFormat("checkpoint written to %s: %s in %.2f s (%.2f GB/s)",
+                        written->manifest_path, FormatBytesAsGiB(written->bytes),
+                        written->write_s,
+                        written->write_s > 0 ? written->bytes / written->write_s / 1e9 : 0.0));
   } else {
-    LogFailure(job_id, rank, step, "Checkpoint", path.status());
+    LogFailure(job_id, rank, step, "AwaitCheckpoint", written.status());
+    if (written.status().code() != absl::StatusCode::kCancelled) {
+      NoteHealth(written.status()).IgnoreError();
+    }
   }
-  if (!path.ok()) NoteHealth(path.status()).IgnoreError();
-  if (path.ok() && failpoints_ != nullptr) FireFailpointAfterCheckpoint(step, dir);
-  return path;
+  if (written.ok() && failpoints_ != nullptr) FireFailpointAfterCheckpoint(step, dir);
+  return written;
 }
 
 absl::Status WorkerCore::FireFailpointBeforeStep(int step) {
@@ -435,7 +501,8 @@ absl::Status WorkerCore::Abort(const std::string& job_id, const std::string& rea
     // clears the job itself).
     auto settled = [this, &job_gone]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
       return job_gone() || (phase_ != Phase::kSettingUp && phase_ != Phase::kJoining &&
-                            phase_ != Phase::kRunning && phase_ != Phase::kCheckpointing);
+                            phase_ != Phase::kRunning && phase_ != Phase::kCheckpointing &&
+                            awaits_in_flight_ == 0);
     };
     mu_.Await(absl::Condition(&settled));
     if (job_gone()) return absl::OkStatus();

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -63,9 +64,18 @@ class WorkerCore {
   // the failing step's (or evaluation's) error.
   absl::Status RunSteps(const std::string& job_id, int first_step, int num_steps,
                         const std::function<void(const StepReport&)>& on_step);
-  // `step` must equal the number of steps finished (the state saved).
-  absl::StatusOr<std::string> Checkpoint(const std::string& job_id, int step,
-                                         const std::string& dir);
+  // Takes the rank's state after `step` steps, which must equal the number
+  // of steps finished, and starts writing it under dir (Trainer::
+  // StartCheckpoint): returns once the state is off the device, while the
+  // files are written in the background. Allowed from set_up and
+  // collective_ready.
+  absl::StatusOr<CheckpointStarted> Checkpoint(const std::string& job_id, int step,
+                                               const std::string& dir);
+  // Blocks until the checkpoint of `step` that Checkpoint started is
+  // durable; its error if the write failed (CANCELLED if the job was
+  // aborted meanwhile). Runs beside RunSteps (not on the compute thread).
+  // FAILED_PRECONDITION for another job, or a step not started here.
+  absl::StatusOr<CheckpointWritten> AwaitCheckpoint(const std::string& job_id, int step);
   // Idempotent. An empty job_id or the current job's id aborts; another id is
   // a no-op (that job is not here). Stops the command in flight through
   // Trainer::Abort, waits for it to return, then destroys the trainer on the
@@ -122,6 +132,10 @@ class WorkerCore {
   // if a new one has started since.
   int64_t jobs_cleared_ ABSL_GUARDED_BY(mu_) = 0;
   bool aborting_ ABSL_GUARDED_BY(mu_) = false;
+  // Directories of the checkpoints started, by step (the last few), and the
+  // AwaitCheckpoint calls using the trainer now (Abort waits for them).
+  std::map<int, std::string> checkpoint_dirs_ ABSL_GUARDED_BY(mu_);
+  int awaits_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   std::string abort_reason_ ABSL_GUARDED_BY(mu_);
   bool healthy_ ABSL_GUARDED_BY(mu_) = true;
   std::string health_reason_ ABSL_GUARDED_BY(mu_);

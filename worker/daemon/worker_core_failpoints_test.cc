@@ -159,6 +159,8 @@ TEST(WorkerCoreFailpoints, CorruptCheckpointDamagesTheRanksFileSoReadingItIsData
   StartJob(core, 0);
   ASSERT_TRUE(RunFor(core, 0, kStep).ok());
   ASSERT_TRUE(core.Checkpoint(kJob, kStep, root).ok());
+  // The failpoint fires once the write is durable, when it is awaited.
+  ASSERT_TRUE(core.AwaitCheckpoint(kJob, kStep).ok());
   const absl::Status damaged = read_state();
   EXPECT_EQ(damaged.code(), absl::StatusCode::kDataLoss) << damaged;
   EXPECT_NE(damaged.message().find("rank-0.state"), std::string::npos) << damaged;

@@ -283,10 +283,13 @@ TEST(WorkerCore, ConcurrentAbortsAllReturnOnceTheJobIsGone) {
 TEST(WorkerCore, CheckpointFromSetUpAndOnlyOfTheCurrentStep) {
   WorkerCore core(Factory());
   ASSERT_TRUE(core.SetupJob(SetupRequest("job-1")).ok());
-  absl::StatusOr<std::string> path = core.Checkpoint("job-1", 0, "/tmp/ck");
-  ASSERT_TRUE(path.ok()) << path.status();
-  EXPECT_EQ(*path, "/tmp/ck/step-0/rank-0.bin");
+  absl::StatusOr<CheckpointStarted> started = core.Checkpoint("job-1", 0, "/tmp/ck");
+  ASSERT_TRUE(started.ok()) << started.status();
+  EXPECT_EQ(started->manifest_path, "/tmp/ck/step-0/rank-0.bin");
   EXPECT_EQ(core.Status().phase(), "set_up");
+  absl::StatusOr<CheckpointWritten> written = core.AwaitCheckpoint("job-1", 0);
+  ASSERT_TRUE(written.ok()) << written.status();
+  EXPECT_EQ(written->manifest_path, "/tmp/ck/step-0/rank-0.bin");
   ASSERT_TRUE(core.InitCollective("job-1", nullptr, "h", absl::Seconds(1)).ok());
   ASSERT_TRUE(RunFor(core, "job-1", 0, 3).ok());
   EXPECT_EQ(core.Checkpoint("job-1", 2, "/tmp/ck").status().code(),
@@ -295,6 +298,21 @@ TEST(WorkerCore, CheckpointFromSetUpAndOnlyOfTheCurrentStep) {
   EXPECT_EQ(core.Checkpoint("job-2", 3, "/tmp/ck").status().code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(core.Checkpoint("job-1", 3, "/tmp/ck").ok());
+  // Awaiting: only the current job, and only a step that was started.
+  EXPECT_TRUE(core.AwaitCheckpoint("job-1", 3).ok());
+  EXPECT_EQ(core.AwaitCheckpoint("job-1", 2).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(core.AwaitCheckpoint("job-2", 3).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  // It may run while steps run: the write is awaited beside the next steps.
+  absl::StatusOr<CheckpointWritten> beside_steps;
+  std::thread awaiter([&] { beside_steps = core.AwaitCheckpoint("job-1", 3); });
+  ASSERT_TRUE(RunFor(core, "job-1", 3, 2).ok());
+  awaiter.join();
+  EXPECT_TRUE(beside_steps.ok()) << beside_steps.status();
+  ASSERT_TRUE(core.Abort("job-1", "done").ok());
+  EXPECT_EQ(core.AwaitCheckpoint("job-1", 3).status().code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 TEST(WorkerCore, ResumeRestoresAfterSetupAndStartsAtTheResumedStep) {

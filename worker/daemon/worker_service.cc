@@ -96,9 +96,28 @@ grpc::Status WorkerServiceImpl::Checkpoint(grpc::ServerContext* context,
       return ToGrpcStatus(s);
     }
   }
-  absl::StatusOr<std::string> path = core_->Checkpoint(req->job_id(), req->step(), req->dir());
-  if (!path.ok()) return ToGrpcStatus(path.status());
-  resp->set_path(*path);
+  absl::StatusOr<CheckpointStarted> started =
+      core_->Checkpoint(req->job_id(), req->step(), req->dir());
+  if (!started.ok()) return ToGrpcStatus(started.status());
+  resp->set_path(started->manifest_path);
+  resp->set_bytes(started->bytes);
+  resp->set_wait_s(started->wait_s);
+  resp->set_snapshot_s(started->snapshot_s);
+  resp->set_background(started->background);
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerServiceImpl::AwaitCheckpoint(grpc::ServerContext* context,
+                                                const v1::AwaitCheckpointRequest* req,
+                                                v1::AwaitCheckpointResponse* resp) {
+  if (grpc::Status s = Authorize(security_.access.get(), context, Role::kWorker); !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<CheckpointWritten> written = core_->AwaitCheckpoint(req->job_id(), req->step());
+  if (!written.ok()) return ToGrpcStatus(written.status());
+  resp->set_path(written->manifest_path);
+  resp->set_bytes(written->bytes);
+  resp->set_write_s(written->write_s);
   return grpc::Status::OK;
 }
 

@@ -53,6 +53,8 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
                         grpc::ServerWriter<v1::StepResult>* writer) override;
   grpc::Status Checkpoint(grpc::ServerContext*, const v1::CheckpointRequest* req,
                           v1::CheckpointResponse* resp) override;
+  grpc::Status AwaitCheckpoint(grpc::ServerContext*, const v1::AwaitCheckpointRequest* req,
+                               v1::AwaitCheckpointResponse* resp) override;
   grpc::Status Abort(grpc::ServerContext*, const v1::AbortRequest* req,
                      v1::AbortResponse* resp) override;
   grpc::Status GetWorkerStatus(grpc::ServerContext*, const v1::GetWorkerStatusRequest* req,

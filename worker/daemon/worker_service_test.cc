@@ -161,6 +161,17 @@ TEST_F(WorkerServiceTest, TwoRanksSetUpJoinAndStreamEveryStep) {
   v1::CheckpointResponse path;
   ASSERT_TRUE(b.stub->Checkpoint(Context().get(), ck, &path).ok());
   EXPECT_EQ(path.path(), absl::StrCat("/tmp/ck/step-", first_chunk + second_chunk, "/rank-1.bin"));
+  EXPECT_GT(path.bytes(), 0);
+  // The write is reported by AwaitCheckpoint, for the step started only.
+  v1::AwaitCheckpointRequest await;
+  await.set_job_id("job-7");
+  await.set_step(first_chunk + second_chunk);
+  v1::AwaitCheckpointResponse written;
+  ASSERT_TRUE(b.stub->AwaitCheckpoint(Context().get(), await, &written).ok());
+  EXPECT_EQ(written.path(), path.path());
+  await.set_step(first_chunk);
+  EXPECT_EQ(b.stub->AwaitCheckpoint(Context().get(), await, &written).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
 }
 
 TEST_F(WorkerServiceTest, OutOfOrderCommandsAreFailedPreconditionOverGrpc) {

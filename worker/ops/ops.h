@@ -96,6 +96,11 @@ class Ops {
   // ---- Memory -------------------------------------------------------------
   // Allocation happens at setup only; a steady-state step allocates nothing.
   virtual absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) = 0;
+  // Host memory that CopyToHost and CopyToDevice reach at full bus speed:
+  // page-locked on the CUDA engine, ordinary memory on the CPU engine. For
+  // checkpoint snapshots, allocated at setup. RESOURCE_EXHAUSTED when the
+  // host cannot provide it.
+  virtual absl::StatusOr<std::unique_ptr<Buffer>> AllocateHost(size_t bytes) = 0;
   virtual absl::Status CopyToDevice(void* dst, const void* src, size_t bytes, Stream* stream) = 0;
   virtual absl::Status CopyToHost(void* dst, const void* src, size_t bytes, Stream* stream) = 0;
   virtual absl::Status CopyDeviceToDevice(void* dst, const void* src, size_t bytes, Stream* stream) = 0;

@@ -29,6 +29,10 @@ class CountingOps : public Ops {
     allocated_bytes_ += static_cast<int64_t>(bytes);
     return engine_->Allocate(bytes);
   }
+  // Host memory is not device memory: not counted.
+  absl::StatusOr<std::unique_ptr<Buffer>> AllocateHost(size_t bytes) override {
+    return engine_->AllocateHost(bytes);
+  }
   absl::StatusOr<int64_t> AvailableMemoryBytes() override { return engine_->AvailableMemoryBytes(); }
   absl::Status CopyToDevice(void* dst, const void* src, size_t bytes, Stream* s) override {
     return engine_->CopyToDevice(dst, src, bytes, s);

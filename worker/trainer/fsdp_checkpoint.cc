@@ -39,7 +39,10 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/checkpoint_layout.h"
+#include "common/host_memory.h"
+#include "common/memory_estimate.h"
 #include "common/status_macros.h"
 #include "formats/checkpoint_io.h"
 #include "formats/checkpoint_state.h"
@@ -47,55 +50,216 @@
 #include "formats/spec_hash.h"
 
 namespace tessera {
+
+// Where WriteState puts the state file's bytes: host bytes as they are,
+// engine tensors copied off the device.
+class StateSink {
+ public:
+  virtual ~StateSink() = default;
+  virtual absl::Status Put(const void* data, size_t size) = 0;
+  virtual absl::Status PutFromDevice(const void* src, size_t size) = 0;
+  absl::Status PutInt(int64_t v) { return Put(&v, sizeof(v)); }
+};
+
 namespace {
 
-absl::Status AppendInt(DurableFileWriter& out, int64_t v) { return out.Append(&v, sizeof(v)); }
+// Into the host snapshot, at the bytes' final offsets: the device copies
+// land in (page-locked) host memory with no staging copy.
+class SnapshotSink : public StateSink {
+ public:
+  SnapshotSink(Ops& ops, char* base, size_t capacity)
+      : ops_(ops), base_(base), capacity_(capacity) {}
+  absl::Status Put(const void* data, size_t size) override {
+    RETURN_IF_ERROR(Reserve(size));
+    std::memcpy(base_ + offset_ - size, data, size);
+    return absl::OkStatus();
+  }
+  absl::Status PutFromDevice(const void* src, size_t size) override {
+    RETURN_IF_ERROR(Reserve(size));
+    return ops_.CopyToHost(base_ + offset_ - size, src, size, nullptr);
+  }
+  size_t size() const { return offset_; }
+
+ private:
+  absl::Status Reserve(size_t size) {
+    if (size > capacity_ - offset_) {
+      return absl::InternalError(absl::StrCat("checkpoint snapshot overflows its ", capacity_,
+                                              " bytes (StateFileBytes is out of date)"));
+    }
+    offset_ += size;
+    return absl::OkStatus();
+  }
+  Ops& ops_;
+  char* base_;
+  size_t capacity_;
+  size_t offset_ = 0;
+};
+
+// Straight into a file, each tensor through a host staging buffer (the
+// write when the host cannot hold a snapshot).
+class FileSink : public StateSink {
+ public:
+  FileSink(Ops& ops, DurableFileWriter& out) : ops_(ops), out_(out) {}
+  absl::Status Put(const void* data, size_t size) override { return out_.Append(data, size); }
+  absl::Status PutFromDevice(const void* src, size_t size) override {
+    staging_.resize(size);
+    RETURN_IF_ERROR(ops_.CopyToHost(staging_.data(), src, size, nullptr));
+    RETURN_IF_ERROR(ops_.Synchronize(nullptr));
+    return out_.Append(staging_.data(), size);
+  }
+
+ private:
+  Ops& ops_;
+  DurableFileWriter& out_;
+  std::vector<char> staging_;
+};
+
+double SecondsSince(absl::Time start) { return absl::ToDoubleSeconds(absl::Now() - start); }
 
 }  // namespace
 
-absl::StatusOr<std::string> FsdpTrainer::Checkpoint(int step, const std::string& dir) {
+int64_t FsdpTrainer::StateFileBytes() {
+  int64_t bytes = 8 + 5 * 8;  // magic, header
+  for (const Fp8ShardedParam* p : AllParams()) {
+    const int64_t n = p->layout.shard_numel();
+    bytes += 8 + static_cast<int64_t>(p->name.size()) + 5 * 8;
+    bytes += n * (3 * int64_t{sizeof(float)} + static_cast<int64_t>(DTypeSize(p->compute_dtype)));
+  }
+  return bytes + 8 + meta_->checkpoint_floats() * int64_t{sizeof(float)};
+}
+
+absl::Status FsdpTrainer::SetupCheckpointSnapshot() {
+  if (replica_rank_ > 0 || spec_.checkpoint().dir().empty() ||
+      spec_.checkpoint().synchronous()) {
+    return absl::OkStatus();
+  }
+  const int64_t bytes = StateFileBytes();
+  // At most half of what the host has free now: the other ranks on this
+  // host take theirs too, and the write streams through the page cache.
+  const int64_t available = AvailableHostMemoryBytes();
+  if (bytes <= available / 2) {
+    absl::StatusOr<std::unique_ptr<Buffer>> buffer = ops_->AllocateHost(bytes);
+    if (buffer.ok()) {
+      snapshot_ = *std::move(buffer);
+      return absl::OkStatus();
+    }
+    checkpoint_warning_ = absl::StrCat("cannot allocate the ", FormatBytesAsGiB(bytes),
+                                       " checkpoint snapshot (", buffer.status().message(), ")");
+  } else {
+    checkpoint_warning_ = absl::StrCat("the host has ", FormatBytesAsGiB(available),
+                                       " available, too little for a ", FormatBytesAsGiB(bytes),
+                                       " checkpoint snapshot");
+  }
+  absl::StrAppend(&checkpoint_warning_,
+                  ": checkpoints will stop training while they are written to disk");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CheckpointStarted> FsdpTrainer::StartCheckpoint(int step, const std::string& dir) {
   if (meta_ == nullptr) return absl::FailedPreconditionError("Checkpoint before Setup");
+  CheckpointStarted started;
+  started.manifest_path = absl::StrCat(StepDir(dir, step), "/", RankManifestName(rank_));
   // Under hybrid sharding every replica holds the same shards: the first
   // shard group writes them, as a plain FSDP job of world_ ranks would, so
   // the checkpoint resumes at any world size or sharding.
-  if (replica_rank_ > 0) return StepDir(dir, step);
+  if (replica_rank_ > 0) {
+    absl::MutexLock lock(&checkpoint_mu_);
+    sync_checkpoint_ = {step, CheckpointWritten{StepDir(dir, step), 0, 0.0}};
+    return started;
+  }
+  if (snapshot_ == nullptr) {
+    // No snapshot: the state goes to disk before training continues.
+    const absl::Time start = absl::Now();
+    absl::StatusOr<CheckpointWritten> written = WriteCheckpointNow(step, dir);
+    if (written.ok()) written->write_s = SecondsSince(start);
+    absl::MutexLock lock(&checkpoint_mu_);
+    sync_checkpoint_ = {step, written};
+    if (!written.ok()) return written.status();
+    started.bytes = written->bytes;
+    return started;
+  }
+  {
+    absl::MutexLock lock(&checkpoint_mu_);
+    sync_checkpoint_.reset();
+  }
+  // The snapshot is reused: the previous write must have read all of it.
+  started.wait_s = writer_.WaitIdle();
+  const absl::Time start = absl::Now();
+  SnapshotSink sink(*ops_, static_cast<char*>(snapshot_->data()), snapshot_->bytes());
+  RETURN_IF_ERROR(WriteState(step, sink));
+  // Every copy has landed before the next step's optimizer can overwrite
+  // the state it came from.
+  RETURN_IF_ERROR(ops_->Synchronize(nullptr));
+  if (sink.size() != snapshot_->bytes()) {
+    return absl::InternalError(absl::StrCat("checkpoint snapshot holds ", sink.size(),
+                                            " bytes, StateFileBytes said ", snapshot_->bytes()));
+  }
+  started.snapshot_s = SecondsSince(start);
+  started.bytes = static_cast<int64_t>(sink.size());
+  started.background = true;
+  RETURN_IF_ERROR(writer_.Start(CheckpointWriteRequest{
+      dir, step, rank_, world_, CheckpointSpecHash(spec_), StateFileName(rank_),
+      static_cast<const char*>(snapshot_->data()), sink.size()}));
+  return started;
+}
+
+absl::StatusOr<CheckpointWritten> FsdpTrainer::AwaitCheckpoint(int step) {
+  {
+    absl::MutexLock lock(&checkpoint_mu_);
+    if (sync_checkpoint_.has_value()) {
+      if (sync_checkpoint_->first != step) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "no checkpoint of step ", step, " was started on this rank (the last was step ",
+            sync_checkpoint_->first, ")"));
+      }
+      return sync_checkpoint_->second;
+    }
+  }
+  return writer_.Await(step);
+}
+
+absl::StatusOr<CheckpointWritten> FsdpTrainer::WriteCheckpointNow(int step,
+                                                                 const std::string& dir) {
   ASSIGN_OR_RETURN(std::unique_ptr<RankCheckpointWriter> writer,
                    RankCheckpointWriter::Begin(dir, step, rank_, world_,
                                                CheckpointSpecHash(spec_)));
+  int64_t bytes = 0;
   RETURN_IF_ERROR(writer->AddFile(StateFileName(rank_), [&](DurableFileWriter& out) {
-    return WriteState(step, out);
+    FileSink sink(*ops_, out);
+    absl::Status s = WriteState(step, sink);
+    bytes = out.size();
+    return s;
   }));
-  return writer->Finish();
+  CheckpointWritten written;
+  ASSIGN_OR_RETURN(written.manifest_path, writer->Finish());
+  written.bytes = bytes;
+  return written;
 }
 
-absl::Status FsdpTrainer::WriteState(int step, DurableFileWriter& out) {
+absl::Status FsdpTrainer::WriteState(int step, StateSink& out) {
   const std::vector<Fp8ShardedParam*> params = AllParams();
-  RETURN_IF_ERROR(out.Append(kStateMagic, 8));
+  RETURN_IF_ERROR(out.Put(kStateMagic, 8));
   for (int64_t v : {int64_t{step}, int64_t{rank_}, int64_t{world_}, int64_t{step},
                     static_cast<int64_t>(params.size())}) {
-    RETURN_IF_ERROR(AppendInt(out, v));
+    RETURN_IF_ERROR(out.PutInt(v));
   }
-  std::vector<char> host;
   for (const Fp8ShardedParam* p : params) {
     const int64_t n = p->layout.shard_numel();
-    RETURN_IF_ERROR(AppendInt(out, static_cast<int64_t>(p->name.size())));
-    RETURN_IF_ERROR(out.Append(p->name));
+    RETURN_IF_ERROR(out.PutInt(static_cast<int64_t>(p->name.size())));
+    RETURN_IF_ERROR(out.Put(p->name.data(), p->name.size()));
     for (int64_t v : {p->rows, p->cols, static_cast<int64_t>(p->compute_dtype),
                       p->layout.first_elem(), n}) {
-      RETURN_IF_ERROR(AppendInt(out, v));
+      RETURN_IF_ERROR(out.PutInt(v));
     }
     const size_t compute_bytes = n * DTypeSize(p->compute_dtype);
     for (const DeviceTensor* t : {&p->master, &p->exp_avg, &p->exp_avg_sq, &p->compute}) {
       const size_t bytes = t == &p->compute ? compute_bytes : n * sizeof(float);
-      host.resize(bytes);
-      RETURN_IF_ERROR(ops_->CopyToHost(host.data(), t->desc.data, bytes, nullptr));
-      RETURN_IF_ERROR(ops_->Synchronize(nullptr));
-      RETURN_IF_ERROR(out.Append(host.data(), bytes));
+      RETURN_IF_ERROR(out.PutFromDevice(t->desc.data, bytes));
     }
   }
   ASSIGN_OR_RETURN(const std::vector<float> meta, meta_->ToCheckpoint(*ops_));
-  RETURN_IF_ERROR(AppendInt(out, static_cast<int64_t>(meta.size())));
-  return out.Append(meta.data(), meta.size() * sizeof(float));
+  RETURN_IF_ERROR(out.PutInt(static_cast<int64_t>(meta.size())));
+  return out.Put(meta.data(), meta.size() * sizeof(float));
 }
 
 absl::Status FsdpTrainer::Restore(const std::string& dir, int step) {

@@ -8,6 +8,9 @@
 //  - resuming at another world size (2 -> 1 and 1 -> 2) re-slices the dim-0
 //    shards: every gathered block weight is byte-identical to the saved run's,
 //    and training goes on;
+//  - a resume from an asynchronous checkpoint, written while later steps
+//    changed the state, is bit-identical too; the size estimate is the
+//    bytes the ranks write;
 //  - a damaged state file is DATA_LOSS naming it, an uncommitted step is
 //    NOT_FOUND, another job's checkpoint is FAILED_PRECONDITION, Restore out
 //    of order is FAILED_PRECONDITION, and a failed write leaves no step
@@ -23,7 +26,9 @@
 #include <functional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/checkpoint_layout.h"
+#include "common/checkpoint_size.h"
 #include "common/parallelism.h"
 #include "gtest/gtest.h"
 #include "worker/comm/file_rendezvous_store_for_test.h"
@@ -57,6 +62,10 @@ struct RunPlan {
   int restore_step = 0;  // 0: fresh start
   int first_step = 0, end_step = 0;
   bool checkpoint_at_end = false;
+  // An asynchronous checkpoint taken before this step, whose write is held
+  // back until every step of the run has changed the state it copied
+  // (-1: none). The run is then committed at this step.
+  int async_checkpoint_at = -1;
 };
 
 // One rank: setup, optional restore, steps, optional checkpoint, gather.
@@ -68,10 +77,22 @@ absl::StatusOr<RankRun> RunRank(const RunPlan& plan, int rank, const std::string
   FileRendezvousStore store(rdzv);
   if (s = trainer.InitCollective(&store, "127.0.0.1", absl::Seconds(30)); !s.ok()) return s;
   RankRun run;
+  absl::Notification release_write;
+  trainer.set_checkpoint_write_hook_for_test([&] { release_write.WaitForNotification(); });
   for (int step = plan.first_step; step < plan.end_step; ++step) {
+    if (step == plan.async_checkpoint_at) {
+      absl::StatusOr<CheckpointStarted> started = trainer.StartCheckpoint(step, plan.root);
+      if (!started.ok()) return started.status();
+      if (!started->background) return absl::InternalError("the checkpoint was not asynchronous");
+    }
     absl::StatusOr<StepReport> report = trainer.RunStep(step);
     if (!report.ok()) return report.status();
     run.losses.push_back(report->loss);
+  }
+  release_write.Notify();
+  if (plan.async_checkpoint_at >= 0) {
+    absl::StatusOr<CheckpointWritten> written = trainer.AwaitCheckpoint(plan.async_checkpoint_at);
+    if (!written.ok()) return written.status();
   }
   if (plan.checkpoint_at_end) {
     if (absl::StatusOr<std::string> path = trainer.Checkpoint(plan.end_step, plan.root);
@@ -148,10 +169,11 @@ std::vector<RankRun> Run(const RunPlan& plan) {
   std::vector<RankRun> runs;
   if (!ok) return runs;
   for (int r = 0; r < plan.world; ++r) runs.push_back(ReadRun(absl::StrCat(dir, "/out-", r)));
-  if (plan.checkpoint_at_end) {
+  if (plan.checkpoint_at_end || plan.async_checkpoint_at >= 0) {
     v1::JobSpec job = plan.spec;
     job.set_world_size(plan.world);
-    EXPECT_TRUE(WriteCommitMarker(plan.root, {plan.end_step, CheckpointRanks(job)}).ok());
+    const int step = plan.checkpoint_at_end ? plan.end_step : plan.async_checkpoint_at;
+    EXPECT_TRUE(WriteCommitMarker(plan.root, {step, CheckpointRanks(job)}).ok());
   }
   return runs;
 }
@@ -181,6 +203,94 @@ void ExpectResumeIsExact(const v1::JobSpec& spec, int world, int k, int total) {
   }
   // The loss moved after the checkpoint, so the restored state was used.
   EXPECT_NE(full[0].losses[k], full[0].losses[0]);
+}
+
+// An asynchronous checkpoint at step k, written only after the run has
+// gone on to `total`: the run's losses are the unbroken run's (taking it
+// changes nothing), and resuming from it is bit-identical, so the snapshot
+// holds step k's state, not the state the later steps left behind.
+void ExpectAsyncResumeIsExact(const v1::JobSpec& spec, int world, int k, int total) {
+  RunPlan unbroken{spec, world, FreshDir("unused"), 0, 0, total, false};
+  std::vector<RankRun> full = Run(unbroken);
+  RunPlan with_checkpoint{spec, world, FreshDir("async"), 0, 0, total, false, k};
+  std::vector<RankRun> through = Run(with_checkpoint);
+  RunPlan resumed{spec, world, with_checkpoint.root, k, k, total, false};
+  std::vector<RankRun> after = Run(resumed);
+  ASSERT_EQ(full.size(), static_cast<size_t>(world));
+  ASSERT_EQ(through.size(), static_cast<size_t>(world));
+  ASSERT_EQ(after.size(), static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) {
+    ASSERT_EQ(through[r].losses.size(), full[r].losses.size());
+    EXPECT_EQ(std::memcmp(through[r].losses.data(), full[r].losses.data(),
+                          full[r].losses.size() * sizeof(float)),
+              0)
+        << "rank " << r << ": taking the checkpoint changed the run";
+    ASSERT_EQ(after[r].losses.size(), static_cast<size_t>(total - k));
+    for (int s = k; s < total; ++s) {
+      EXPECT_EQ(std::memcmp(&after[r].losses[s - k], &full[r].losses[s], sizeof(float)), 0)
+          << "rank " << r << " step " << s << ": " << after[r].losses[s - k] << " vs "
+          << full[r].losses[s];
+    }
+    EXPECT_EQ(after[r].gathered, full[r].gathered) << "rank " << r;
+  }
+  EXPECT_NE(full[0].losses[total - 1], full[0].losses[k]);
+}
+
+TEST(FsdpCheckpoint, ResumeFromAnAsynchronousCheckpointIsBitIdentical) {
+  v1::JobSpec spec = TinyCpuTestJobSpec(2);
+  spec.mutable_checkpoint()->set_dir(FreshDir("async-root"));  // a snapshot is allocated
+  ExpectAsyncResumeIsExact(spec, 1, 2, 6);
+  v1::JobSpec two = TinyCpuTestJobSpec(1);
+  two.mutable_checkpoint()->set_dir(FreshDir("async-root"));
+  ExpectAsyncResumeIsExact(two, 2, 3, 6);
+}
+
+// checkpoint.synchronous: no snapshot; the files are durable when
+// StartCheckpoint returns, and the resume is as exact.
+TEST(FsdpCheckpoint, ASynchronousCheckpointIsWrittenBeforeTrainingGoesOn) {
+  v1::JobSpec spec = TinyCpuTestJobSpec(2);
+  const std::string root = FreshDir("sync");
+  spec.mutable_checkpoint()->set_dir(root);
+  spec.mutable_checkpoint()->set_synchronous(true);
+  FsdpTrainer trainer(CreateCpuOps(), CreateGlooCommunicator);
+  absl::StatusOr<SetupReport> setup = trainer.Setup(spec, 0, 1);
+  ASSERT_TRUE(setup.ok()) << setup.status();
+  EXPECT_TRUE(setup->warning.empty()) << setup->warning;
+  ASSERT_TRUE(trainer.InitCollective(nullptr, "127.0.0.1", absl::Seconds(5)).ok());
+  ASSERT_TRUE(trainer.RunStep(0).ok());
+  absl::StatusOr<CheckpointStarted> started = trainer.StartCheckpoint(1, root);
+  ASSERT_TRUE(started.ok()) << started.status();
+  EXPECT_FALSE(started->background);
+  EXPECT_EQ(started->bytes, EstimateCheckpointSize(spec).state_bytes);
+  struct stat st;
+  EXPECT_EQ(::stat(started->manifest_path.c_str(), &st), 0) << started->manifest_path;
+  absl::StatusOr<CheckpointWritten> written = trainer.AwaitCheckpoint(1);
+  ASSERT_TRUE(written.ok()) << written.status();
+  EXPECT_EQ(written->manifest_path, started->manifest_path);
+  EXPECT_EQ(trainer.AwaitCheckpoint(2).status().code(), absl::StatusCode::kFailedPrecondition);
+  ExpectResumeIsExact(spec, 1, 2, 4);
+}
+
+// The size the coordinator checks free space against is what the ranks
+// write: their state files, byte for byte.
+TEST(FsdpCheckpoint, TheSizeEstimateIsTheBytesWritten) {
+  for (int world : {1, 3}) {
+    v1::JobSpec spec = TinyCpuGqaTestJobSpec(1, 2);
+    spec.set_world_size(world);
+    RunPlan save{spec, world, FreshDir("size"), 0, 0, 1, true};
+    ASSERT_EQ(tessera::Run(save).size(), static_cast<size_t>(world));
+    int64_t written = 0, with_manifests = 0;
+    for (int r = 0; r < world; ++r) {
+      struct stat st;
+      ASSERT_EQ(::stat(absl::StrCat(save.root, "/step-1/rank-", r, ".state").c_str(), &st), 0);
+      written += st.st_size;
+      ASSERT_EQ(::stat(absl::StrCat(save.root, "/step-1/rank-", r, ".manifest").c_str(), &st), 0);
+      with_manifests += st.st_size;
+    }
+    const CheckpointSize estimate = EstimateCheckpointSize(spec);
+    EXPECT_EQ(estimate.state_bytes, written) << world << " ranks";
+    EXPECT_GE(estimate.total_bytes, written + with_manifests) << world << " ranks";
+  }
 }
 
 TEST(FsdpCheckpoint, OneRankResumeIsBitIdenticalForEveryFp8Recipe) {

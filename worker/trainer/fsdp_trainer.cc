@@ -47,6 +47,7 @@ FsdpTrainer::~FsdpTrainer() = default;
 
 void FsdpTrainer::Abort() {
   aborted_ = true;
+  writer_.Cancel();
   if (comm_ != nullptr) comm_->Abort();
   if (replica_comm_ != nullptr) replica_comm_->Abort();
 }
@@ -169,8 +170,10 @@ absl::StatusOr<SetupReport> FsdpTrainer::Setup(const v1::JobSpec& spec, int rank
   RETURN_IF_ERROR(AllocateState());
   RETURN_IF_ERROR(SetupValidation());
   RETURN_IF_ERROR(InitParams(init_from.get()));
+  RETURN_IF_ERROR(SetupCheckpointSnapshot());
 
   SetupReport report;
+  report.warning = checkpoint_warning_;
   for (Fp8ShardedParam* p : AllParams()) {
     report.shard_parameters += p->layout.shard_numel();
     report.total_parameters += p->rows * p->cols;

@@ -20,8 +20,8 @@
 // Setup (fsdp_trainer.cc) allocates everything and initialises the weights,
 // randomly or from a Hugging Face directory (model.init_from, hf_import.h);
 // RunStep (train_step.cc, one file that reads top to bottom) allocates
-// nothing; Checkpoint and Restore
-// are in fsdp_checkpoint.cc.
+// nothing; checkpoints (a snapshot to host memory, written in the
+// background) and Restore are in fsdp_checkpoint.cc.
 #ifndef TESSERA_WORKER_TRAINER_FSDP_TRAINER_H_
 #define TESSERA_WORKER_TRAINER_FSDP_TRAINER_H_
 
@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "common/block_buffer_ring.h"
+#include "absl/synchronization/mutex.h"
 #include "common/durable_file.h"
 #include "worker/comm/communicator.h"
 #include "worker/comm/communicator_factory.h"
@@ -46,10 +47,13 @@
 #include "worker/model/fp8_meta.h"
 #include "worker/trainer/counting_ops.h"
 #include "formats/hf_import.h"
+#include "worker/trainer/background_checkpoint_writer.h"
 #include "worker/trainer/step_clock.h"
 #include "worker/trainer/trainer.h"
 
 namespace tessera {
+
+class StateSink;  // where a rank's state file goes (fsdp_checkpoint.cc)
 
 class FsdpTrainer : public Trainer {
  public:
@@ -65,7 +69,12 @@ class FsdpTrainer : public Trainer {
   absl::Status InitCollective(RendezvousStore* store, const std::string& host,
                               absl::Duration timeout) override;
   absl::StatusOr<StepReport> RunStep(int step) override;
-  absl::StatusOr<std::string> Checkpoint(int step, const std::string& dir) override;
+  // The snapshot goes to page-locked host memory allocated at Setup, and a
+  // background thread writes it (fsdp_checkpoint.cc). Where the host cannot
+  // hold a snapshot, StartCheckpoint writes the file itself, and Setup's
+  // report warns that checkpoints will stop training for the write.
+  absl::StatusOr<CheckpointStarted> StartCheckpoint(int step, const std::string& dir) override;
+  absl::StatusOr<CheckpointWritten> AwaitCheckpoint(int step) override;
   // Loads master, Adam m and v, the compute shards (FP8 codes or bf16), the
   // packed quantizer block, the data position and the step counter
   // (fsdp_checkpoint.cc); InitCollective then keeps them as they are.
@@ -85,6 +94,11 @@ class FsdpTrainer : public Trainer {
   absl::StatusOr<std::vector<uint8_t>> GradientBytes();
   // Whether steps now replay a captured CUDA graph (train_step.cc), and why
   // not when a capture was tried and failed (the steps then run eagerly).
+  // Runs on the checkpoint writer's thread before each background write
+  // (background_checkpoint_writer.h), so a test can hold a write open.
+  void set_checkpoint_write_hook_for_test(std::function<void()> hook) {
+    writer_.set_before_write_for_test(std::move(hook));
+  }
   bool replays_step_graph() const { return step_graph_ != nullptr; }
   const absl::Status& step_graph_status() const { return step_graph_status_; }
 
@@ -148,8 +162,17 @@ class FsdpTrainer : public Trainer {
   // job's model.init_from) or, when it is null, the seeded random init.
   absl::Status InitParams(const HfLlamaSource* source);
   absl::Status QuantizeWeightsFromMaster(Stream* stream);
-  // Appends this rank's state file (fsdp_checkpoint.cc) to `out`.
-  absl::Status WriteState(int step, DurableFileWriter& out);
+  // ---- Checkpoints (fsdp_checkpoint.cc) ------------------------------------
+  // The size of this rank's state file; the snapshot is allocated to it.
+  int64_t StateFileBytes();
+  // Called by Setup: allocates the snapshot when this rank writes
+  // checkpoints and the host can hold it, else notes the warning.
+  absl::Status SetupCheckpointSnapshot();
+  // Puts this rank's state file into `out` (StateSink: the snapshot, or a
+  // file through a staging buffer).
+  absl::Status WriteState(int step, StateSink& out);
+  // The synchronous write, when there is no snapshot.
+  absl::StatusOr<CheckpointWritten> WriteCheckpointNow(int step, const std::string& dir);
   absl::StatusOr<DeviceTensor> Alloc(DType dtype, Shape shape);
   // Collectives (fsdp_collectives.cc). The Start* forms queue one grouped
   // collective after the compute stream's work so far and return its ticket;
@@ -245,6 +268,18 @@ class FsdpTrainer : public Trainer {
   // The step's collectives in flight, per block: its weights' all-gather
   // and its gradients' reduce-scatter.
   std::vector<CollectiveTicket> gather_done_, grads_reduced_;
+  // Checkpoints. The snapshot: the rank's state file, byte for byte, in
+  // host memory the engine copies into at full speed (null when this rank
+  // writes no checkpoints or the host cannot hold it). Declared before the
+  // writer, which reads it until destroyed.
+  std::unique_ptr<Buffer> snapshot_;
+  BackgroundCheckpointWriter writer_;
+  std::string checkpoint_warning_;  // reported by Setup
+  absl::Mutex checkpoint_mu_;
+  // The last checkpoint written without the background writer (no snapshot,
+  // or an HSDP replica that writes nothing): its step and result.
+  std::optional<std::pair<int, absl::StatusOr<CheckpointWritten>>> sync_checkpoint_
+      ABSL_GUARDED_BY(checkpoint_mu_);
   // Hybrid sharding: each block's gradient shards all-reduced across replicas.
   std::vector<CollectiveTicket> replicas_reduced_;
   CollectiveTicket outer_replicas_reduced_;

@@ -1,6 +1,7 @@
 // The seam between the worker daemon (control plane) and compute. The daemon
 // drives one Trainer per job through Setup -> (Restore) -> InitCollective ->
-// RunStep... -> (Checkpoint) and may call Abort from any thread at any time. The real
+// RunStep... -> (StartCheckpoint, more RunSteps, AwaitCheckpoint) and may
+// call Abort from any thread at any time. The real
 // implementation is the FSDP2 trainer (worker/trainer/fsdp_trainer.h) over a
 // compute engine; tests may drive the daemon with a fake.
 #ifndef TESSERA_WORKER_TRAINER_TRAINER_H_
@@ -21,6 +22,28 @@ namespace tessera {
 struct SetupReport {
   int64_t shard_parameters = 0;  // elements this rank holds
   int64_t total_parameters = 0;  // elements of the whole model
+  // Something the job's log should warn about (empty: nothing), e.g. that
+  // checkpoints will stop training while they are written because the host
+  // cannot hold a snapshot of the rank's state.
+  std::string warning;
+};
+
+// A checkpoint once its snapshot is taken (StartCheckpoint).
+struct CheckpointStarted {
+  std::string manifest_path;  // where the rank's manifest will be
+  int64_t bytes = 0;          // what the rank writes (0: nothing, e.g. an HSDP replica)
+  double wait_s = 0.0;        // waiting for the previous checkpoint's write to finish
+  double snapshot_s = 0.0;    // copying the state off the device
+  // The write goes on in the background (false: it finished before
+  // StartCheckpoint returned, because the host cannot hold a snapshot).
+  bool background = false;
+};
+
+// A checkpoint once its files are durable (AwaitCheckpoint).
+struct CheckpointWritten {
+  std::string manifest_path;
+  int64_t bytes = 0;
+  double write_s = 0.0;  // from the end of the snapshot to the manifest's fsync
 };
 
 // Where one step's time went (see step_clock.h): GPU-timed phases on the
@@ -70,9 +93,27 @@ class Trainer {
                                       absl::Duration timeout) = 0;
   // One optimizer step (0-based). Steps must be consecutive.
   virtual absl::StatusOr<StepReport> RunStep(int step) = 0;
-  // Writes this rank's state after `step` steps into dir/step-<step>/ as
-  // verified files (checkpoint_io.h); returns the rank's manifest path.
-  virtual absl::StatusOr<std::string> Checkpoint(int step, const std::string& dir) = 0;
+  // Takes this rank's state after `step` steps (the steps run so far) and
+  // writes it into dir/step-<step>/ as verified files (checkpoint_io.h). It
+  // returns once the state is copied off the device; the files are written
+  // in the background while later steps run, and AwaitCheckpoint reports
+  // the write. At most one write is in flight: a StartCheckpoint that finds
+  // the previous write still going waits for it first (wait_s).
+  virtual absl::StatusOr<CheckpointStarted> StartCheckpoint(int step, const std::string& dir) = 0;
+  // Blocks until the write StartCheckpoint(step) began is durable, and
+  // reports it; its error if the write failed. Thread-safe: it may run while
+  // the compute thread runs steps. FAILED_PRECONDITION when `step` is not
+  // the most recent checkpoint started; CANCELLED when Abort stopped it.
+  virtual absl::StatusOr<CheckpointWritten> AwaitCheckpoint(int step) = 0;
+  // Both halves at once: the state after `step` steps written when it
+  // returns; the rank's manifest path.
+  absl::StatusOr<std::string> Checkpoint(int step, const std::string& dir) {
+    absl::StatusOr<CheckpointStarted> started = StartCheckpoint(step, dir);
+    if (!started.ok()) return started.status();
+    absl::StatusOr<CheckpointWritten> written = AwaitCheckpoint(step);
+    if (!written.ok()) return written.status();
+    return written->manifest_path;
+  }
   // Replaces the freshly initialised state with the one a committed
   // checkpoint saved after `step` steps under dir, possibly written at
   // another world size; the next RunStep is then `step`. Call after Setup
@@ -87,7 +128,8 @@ class Trainer {
   // rank of the job. FAILED_PRECONDITION when the spec has no validation
   // section or out of order; ABORTED if a collective fails.
   virtual absl::StatusOr<ValidationReport> Evaluate() = 0;
-  // Thread-safe: makes an in-flight or later RunStep return ABORTED/CANCELLED.
+  // Thread-safe: makes an in-flight or later RunStep return ABORTED/CANCELLED,
+  // and stops a checkpoint write in flight (its partial files are removed).
   virtual void Abort() = 0;
 };
 

@@ -10,11 +10,11 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/host_memory.h"
 #include "common/status_macros.h"
 #include "worker/engine/cpu/attention.h"
 #include "worker/engine/cpu/elementwise.h"
@@ -59,6 +59,10 @@ class CpuOps : public Ops {
     }
     std::memset(p, 0, rounded == 0 ? 64 : rounded);
     return std::unique_ptr<Buffer>(new HostBuffer(p, bytes));
+  }
+  // The engine's memory is host memory already.
+  absl::StatusOr<std::unique_ptr<Buffer>> AllocateHost(size_t bytes) override {
+    return Allocate(bytes);
   }
   absl::Status CopyToDevice(void* dst, const void* src, size_t bytes, Stream*) override {
     if (bytes > 0) std::memcpy(dst, src, bytes);
@@ -198,16 +202,7 @@ class CpuOps : public Ops {
   }
   // MemAvailable of /proc/meminfo (what the kernel can give without
   // swapping), else the free pages.
-  absl::StatusOr<int64_t> AvailableMemoryBytes() override {
-    std::ifstream meminfo("/proc/meminfo");
-    std::string key;
-    int64_t kib = 0;
-    std::string unit;
-    while (meminfo >> key >> kib >> unit) {
-      if (key == "MemAvailable:") return kib * 1024;
-    }
-    return static_cast<int64_t>(sysconf(_SC_AVPHYS_PAGES)) * sysconf(_SC_PAGESIZE);
-  }
+  absl::StatusOr<int64_t> AvailableMemoryBytes() override { return AvailableHostMemoryBytes(); }
   // The reference composes the two ops through a bf16 temporary.
   absl::Status SwiGluForwardQuantize(const TensorDesc& gate_up, const TensorDesc& out,
                                      const TensorDesc& out_t, Stream*) override {

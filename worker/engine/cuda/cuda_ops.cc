@@ -47,6 +47,10 @@ class CudaOps : public Ops {
     RETURN_IF_ERROR(cuda::DeviceMalloc(&p, bytes == 0 ? 256 : bytes));
     return std::unique_ptr<Buffer>(new cuda::DeviceBuffer(p, bytes));
   }
+  absl::StatusOr<std::unique_ptr<Buffer>> AllocateHost(size_t bytes) override {
+    RETURN_IF_ERROR(ctx_->MakeCurrent());
+    return cuda::AllocatePinnedHost(bytes);
+  }
   absl::Status CopyToDevice(void* dst, const void* src, size_t bytes, Stream* stream) override {
     RETURN_IF_ERROR(ctx_->MakeCurrent());
     if (bytes == 0) return absl::OkStatus();

@@ -1,5 +1,6 @@
 // Device memory for the CUDA engine: cudaMalloc that leaves no stale error
-// behind, the engine's Buffer, and the allocator its scratch buffers use.
+// behind, the engine's Buffer, the allocator its scratch buffers use, and
+// the page-locked host memory checkpoint snapshots are copied into.
 // A failed cudaMalloc is also recorded as the thread's "last error", which
 // the next launch check would otherwise report against an innocent kernel,
 // so every engine allocation goes through DeviceMalloc.
@@ -7,8 +8,10 @@
 #define TESSERA_WORKER_ENGINE_CUDA_DEVICE_MEMORY_H_
 
 #include <cstddef>
+#include <memory>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "worker/engine/cuda/scratch_buffer.h"
 #include "worker/ops/ops.h"
 
@@ -31,6 +34,12 @@ class DeviceBuffer : public Buffer {
   void* data_;
   size_t bytes_;
 };
+
+// An Ops::AllocateHost result: page-locked host memory (cudaHostAlloc), so a
+// device-to-host copy into it runs at the bus's speed and needs no staging
+// copy; freed with the buffer. RESOURCE_EXHAUSTED, with no stale error left
+// behind, when the host cannot lock that much.
+absl::StatusOr<std::unique_ptr<Buffer>> AllocatePinnedHost(size_t bytes);
 
 // cudaMalloc / cudaFree for ScratchBuffer, on the calling thread's device.
 class DeviceScratchAllocator : public ScratchAllocator {
