@@ -7,7 +7,8 @@
 # end with the unbroken run's final loss, bit for bit. Per kill: whether it
 # landed during an asynchronous checkpoint write (the killed worker had
 # logged a snapshot whose write it had not finished), the recovery time
-# (RESTARTING to the first step of the next attempt), and the steps redone.
+# (RESTARTING to the first step of the next attempt, and from the kill
+# itself), and the steps redone.
 #
 #   bench/gpu_chaos_run.sh BUNDLE_DIR OUT_DIR
 # Environment: JOB (bench/jobs/step_221m.yaml), GPUS (2), STEPS (60),
@@ -97,6 +98,7 @@ for k in ${KILLS:-12 27 41}; do
     sleep 0.02
   done
   kill -9 "${worker_pid[$g]}"
+  date +%s%3N >"$out/$name.kill_ms"
   wait "${worker_pid[$g]}" 2>/dev/null
   # What the killed worker had said about this job when it died.
   grep -F "$id" "$out/worker$g.log" >"$out/$name.killed_worker.log"
@@ -135,7 +137,8 @@ def run(path):
         redone = max(attempts[0]) + 1 - later
     recovery = (first_after_ms - restarting_ms) / 1000 if first_after_ms and restarting_ms else None
     return {"state": state, "final_step": final_step, "final_loss": loss,
-            "restarts": len(attempts) - 1, "recovery_s": recovery, "steps_redone": redone}
+            "restarts": len(attempts) - 1, "recovery_s": recovery, "steps_redone": redone,
+            "first_after_ms": first_after_ms}
 
 def bits(x):
     return struct.unpack("<I", struct.pack("<f", float(x)))[0] if x is not None else None
@@ -157,6 +160,8 @@ for k in kills:
     r["gpu"] = k % gpus
     r["exact"] = r["state"] == "SUCCEEDED" and bits(r["final_loss"]) == bits(base["final_loss"])
     r["killed_during_async_write"] = during_write(k)
+    kill_ms = int(open(f"{out}/kill{k}.kill_ms").read())
+    r["kill_to_first_step_s"] = (r.pop("first_after_ms") - kill_ms) / 1000 if r.get("first_after_ms") else None
     exact_all = exact_all and r["exact"]
     report["kills"].append(r)
 report["all_exact"] = exact_all

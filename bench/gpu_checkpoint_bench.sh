@@ -14,8 +14,10 @@
 #
 #   bench/gpu_checkpoint_bench.sh BUNDLE_DIR OUT_DIR
 # Environment: JOB (bench/jobs/step_1b.yaml), GPUS (2), STEPS (450),
-# INTERVAL (150), KEEP_LAST (2), DD_GIB (4), TIMEOUT_S (420),
-# TESSERA_DEVICE (cuda; cpu for a dry run of the plumbing).
+# INTERVAL (150), KEEP_LAST (2), DD_GIB (4; 0 skips the dd), TIMEOUT_S (420),
+# SYNCHRONOUS (0; 1 sets checkpoint.synchronous, the write before training
+# goes on, for the comparison), TESSERA_DEVICE (cuda; cpu for a dry run of
+# the plumbing).
 # Output: OUT_DIR/events.jsonl, OUT_DIR/checkpoint_report.json (printed).
 set -uo pipefail
 if [[ $# -ne 2 ]]; then
@@ -45,8 +47,11 @@ stop_all() {
 trap stop_all EXIT
 
 # The disk's floor: sequential write with fsync, where the checkpoints go.
-dd if=/dev/zero of="$ckpt/dd.test" bs=64M count=$((${DD_GIB:-4} * 16)) conv=fsync 2>"$out/dd.txt"
-rm -f "$ckpt/dd.test"
+: >"$out/dd.txt"
+if ((${DD_GIB:-4} > 0)); then
+  dd if=/dev/zero of="$ckpt/dd.test" bs=64M count=$((${DD_GIB:-4} * 16)) conv=fsync 2>"$out/dd.txt"
+  rm -f "$ckpt/dd.test"
+fi
 cat "$out/dd.txt"
 
 sed -e "s/^world_size: .*/world_size: $gpus/" -e "s/^steps: .*/steps: $steps/" \
@@ -58,6 +63,7 @@ checkpoint:
   interval_steps: $interval
   keep_last: ${KEEP_LAST:-2}
 EOF
+[[ "${SYNCHRONOUS:-0}" == 1 ]] && echo "  synchronous: true" >>"$out/job.yaml"
 "${in_bundle[@]}" tessera submit "$out/job.yaml" --dry-run >"$out/dry_run.yaml" 2>&1
 grep '^# checkpoint' "$out/dry_run.yaml"
 
