@@ -32,8 +32,8 @@ cudaStream_t S(Stream* stream) { return reinterpret_cast<cudaStream_t>(stream); 
 
 class CudaOps : public Ops {
  public:
-  explicit CudaOps(std::unique_ptr<cuda::DeviceContext> ctx)
-      : ctx_(std::move(ctx)), gemm_(ctx_.get()) {}
+  CudaOps(std::unique_ptr<cuda::DeviceContext> ctx, cuda::GemmAlgoSelection gemm_selection)
+      : ctx_(std::move(ctx)), gemm_(ctx_.get(), gemm_selection) {}
 
   absl::Status Init() {
     RETURN_IF_ERROR(gemm_.Init());
@@ -371,15 +371,16 @@ class CudaOps : public Ops {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Ops>> CreateCudaOps(int device_index) {
-  return CreateCudaOps(device_index, cuda::DeviceContext::kDefaultWorkspaceBytes);
-}
-
 absl::StatusOr<std::unique_ptr<Ops>> CreateCudaOps(int device_index,
-                                                   size_t cublaslt_workspace_bytes) {
+                                                   const CudaEngineOptions& options) {
+  const size_t workspace_bytes = options.cublaslt_workspace_bytes > 0
+                                     ? options.cublaslt_workspace_bytes
+                                     : cuda::DeviceContext::kDefaultWorkspaceBytes;
   ASSIGN_OR_RETURN(std::unique_ptr<cuda::DeviceContext> ctx,
-                   cuda::DeviceContext::Create(device_index, cublaslt_workspace_bytes));
-  auto ops = std::make_unique<CudaOps>(std::move(ctx));
+                   cuda::DeviceContext::Create(device_index, workspace_bytes));
+  auto ops = std::make_unique<CudaOps>(std::move(ctx), options.time_gemm_algorithms
+                                                           ? cuda::GemmAlgoSelection::kTimed
+                                                           : cuda::GemmAlgoSelection::kDeterministic);
   RETURN_IF_ERROR(ops->Init());
   return std::unique_ptr<Ops>(std::move(ops));
 }
