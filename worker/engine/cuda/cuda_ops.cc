@@ -177,7 +177,12 @@ class CudaOps : public Ops {
                                  const TensorDesc& grad_table, Stream* stream) override {
     RETURN_IF_ERROR(ctx_->MakeCurrent());
     RETURN_IF_ERROR(CheckEmbeddingBackwardArgs(ids, grad_out, grad_table));
-    return cuda::LaunchEmbeddingBackward(ids, grad_out, grad_table, ctx_->error_flag(), S(stream));
+    ASSIGN_OR_RETURN(const int64_t bytes,
+                     cuda::EmbeddingBackwardScratchBytes(ids.NumElements(), grad_table.shape[0],
+                                                         grad_table.shape[1]));
+    ASSIGN_OR_RETURN(void* scratch, embedding_scratch_.Get(std::max<int64_t>(1, bytes)));
+    return cuda::LaunchEmbeddingBackward(ids, grad_out, grad_table, scratch, bytes,
+                                         ctx_->error_flag(), S(stream));
   }
   absl::Status RmsNormForward(const TensorDesc& x, const TensorDesc& weight, float eps,
                               const TensorDesc& out, const TensorDesc& rstd, Stream* stream) override {
@@ -360,6 +365,8 @@ class CudaOps : public Ops {
   cuda::DeviceScratchAllocator scratch_allocator_;
   cuda::CaptureRecord capture_record_;
   cuda::ScratchBuffer attention_scratch_{&scratch_allocator_, &capture_record_};
+  // The embedding backward's sort and chunk partials (embedding.cu).
+  cuda::ScratchBuffer embedding_scratch_{&scratch_allocator_, &capture_record_};
   cuda::ScratchBuffer rmsnorm_scratch_{&scratch_allocator_, &capture_record_};
   cuda::ScratchBuffer swiglu_scratch_{&scratch_allocator_, &capture_record_};
   // RmsNormForwardQuantize's unfused bf16 [T, H].
