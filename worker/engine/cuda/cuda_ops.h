@@ -12,6 +12,15 @@
 // host: bad token ids or targets raise the device flag, which the next
 // Synchronize reports as INVALID_ARGUMENT. CUDA failures come back through
 // cuda_check.h (sticky ones as INTERNAL, out-of-memory as RESOURCE_EXHAUSTED).
+//
+// Determinism: with the default options every op gives the same bits on
+// every run on the same GPU model and library versions. No kernel adds
+// floats through atomics (amax is combined with an atomic maximum, which is
+// order-free); every reduction runs in an order fixed by the shapes; every
+// kernel or tile choice depends on shapes, pointer alignment (fixed by the
+// allocation order) and the device, never on timing; GEMM algorithms are
+// chosen by a fixed rule (gemm_algo_choice.h). Each kernel file says how.
+// CudaEngineOptions::time_gemm_algorithms trades that for GEMM speed.
 #ifndef TESSERA_WORKER_ENGINE_CUDA_CUDA_OPS_H_
 #define TESSERA_WORKER_ENGINE_CUDA_CUDA_OPS_H_
 
