@@ -94,7 +94,9 @@ absl::Status CreateBenchEngine(const std::string& engine, int device, BenchEngin
     // TESSERA_BENCH_CUBLASLT_WORKSPACE_MIB: another cuBLASLt workspace size
     // for this run (GEMM plans choose among the algorithms it admits).
     if (const char* mib = std::getenv("TESSERA_BENCH_CUBLASLT_WORKSPACE_MIB"); mib != nullptr) {
-      ASSIGN_OR_RETURN(e.ops, CreateCudaOps(device, size_t(std::atol(mib)) << 20));
+      CudaEngineOptions options;
+      options.cublaslt_workspace_bytes = size_t(std::atol(mib)) << 20;
+      ASSIGN_OR_RETURN(e.ops, CreateCudaOps(device, options));
     } else {
       ASSIGN_OR_RETURN(e.ops, CreateCudaOps(device));
     }

@@ -4,8 +4,11 @@
 # checkpoint.resume_from set to that step, and compares the resumed steps'
 # losses with the unbroken run's. Prints both loss lists, then
 # "resume: EXACT" (bit for bit) or "resume: DIFFERS" with the largest
-# relative difference; exits non-zero unless exact. Each job times its own
-# GEMM algorithm candidates, so two runs need not pick the same algorithms.
+# relative difference; exits non-zero unless exact. Both runs choose their
+# GEMM algorithms by the same fixed rule (nothing is timed unless a job sets
+# nondeterministic_gemm_tuning, which this one does not), so the resumed run
+# runs the unbroken run's algorithms and EXACT is expected; a job file that
+# sets the opt-out may differ.
 #
 # Usage, on the GPU host from the repository root with an unpacked bundle:
 #   bench/gpu_resume_check.sh BUNDLE_DIR OUT_DIR [JOB_FILE]

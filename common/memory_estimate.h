@@ -10,7 +10,8 @@
 // weights and full-size gradients (at 1 they are views of the shards); the
 // activations saved for backward; per-step scratch; FP8 metadata. The
 // engine's own workspace (one chunk of the fused loss's logits, attention
-// backward scratch, fixed cuBLASLt workspace) is an upper bound on top.
+// and embedding backward scratch, fixed cuBLASLt workspace) is an upper
+// bound on top.
 // worker/trainer/fsdp_trainer_test holds this estimate to the bytes the
 // trainer really allocates.
 #ifndef TESSERA_COMMON_MEMORY_ESTIMATE_H_

@@ -8,7 +8,9 @@
 // saved state wrong: name, world_size (checked separately, and resharding is
 // allowed), model.init_from (only step 0's weights come from it), device_kind, steps (a resumed job may train longer; note the
 // decaying LR schedules depend on it), checkpoint, reshard_after_forward,
-// loss_chunk_tokens, step_timeout_s and disable_step_graph.
+// loss_chunk_tokens, step_timeout_s, disable_step_graph and
+// nondeterministic_gemm_tuning (how GEMM algorithms are chosen, which
+// changes no saved shape).
 //
 // The digest is SHA-256 of the deterministic protobuf wire encoding of a
 // JobSpec that holds only the covered fields. proto3 does not encode fields

@@ -54,6 +54,15 @@ TEST(SpecHash, CoversStateShapingFieldsOnly) {
   EXPECT_FALSE(changed([](v1::JobSpec& s) { s.mutable_checkpoint()->set_dir("/elsewhere"); }));
   EXPECT_FALSE(changed([](v1::JobSpec& s) { s.set_reshard_after_forward(true); }));
   EXPECT_FALSE(changed([](v1::JobSpec& s) { s.set_step_timeout_s(9); }));
+  EXPECT_FALSE(changed([](v1::JobSpec& s) { s.set_disable_step_graph(true); }));
+}
+
+// A checkpoint written with GEMM tuning on resumes with it off and the
+// other way round: the choice of algorithm shapes no saved state.
+TEST(SpecHash, GemmTuningDoesNotChangeTheHash) {
+  v1::JobSpec tuned = BaseSpec();
+  tuned.set_nondeterministic_gemm_tuning(true);
+  EXPECT_EQ(CheckpointSpecHash(tuned), CheckpointSpecHash(BaseSpec()));
 }
 
 }  // namespace

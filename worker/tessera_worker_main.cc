@@ -160,7 +160,8 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
 
-  tessera::WorkerCore core([device] { return tessera::CreateTrainer(device); });
+  tessera::WorkerCore core(
+      [device](const tessera::v1::JobSpec& spec) { return tessera::CreateTrainer(device, spec); });
   if (!failpoints.empty()) core.set_failpoints(&failpoints);
   tessera::JobLog job_log;  // each job's lines: stderr, and `tessera logs`
   core.set_job_log(&job_log);

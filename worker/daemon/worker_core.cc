@@ -136,7 +136,7 @@ absl::StatusOr<v1::SetupJobResponse> WorkerCore::SetupJob(const v1::SetupJobRequ
     // Setup allocates everything the job needs; an allocation the host
     // cannot satisfy must fail this job, not end the daemon.
     try {
-      absl::StatusOr<std::unique_ptr<Trainer>> trainer = factory_();
+      absl::StatusOr<std::unique_ptr<Trainer>> trainer = factory_(request.spec());
       if (!trainer.ok()) {
         report = trainer.status();
         return;

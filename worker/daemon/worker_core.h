@@ -36,7 +36,10 @@ namespace tessera {
 
 class WorkerCore {
  public:
-  using TrainerFactory = std::function<absl::StatusOr<std::unique_ptr<Trainer>>()>;
+  // Builds the trainer (and its engine) for one job; given the job's spec,
+  // already checked against the limits, so engine options can follow it.
+  using TrainerFactory =
+      std::function<absl::StatusOr<std::unique_ptr<Trainer>>(const v1::JobSpec& spec)>;
   explicit WorkerCore(TrainerFactory factory);
   ~WorkerCore();
 

@@ -26,7 +26,7 @@ namespace {
 constexpr char kJob[] = "job-1";
 
 WorkerCore::TrainerFactory Factory() {
-  return []() -> absl::StatusOr<std::unique_ptr<Trainer>> {
+  return [](const v1::JobSpec&) -> absl::StatusOr<std::unique_ptr<Trainer>> {
     return std::unique_ptr<Trainer>(new FakeTrainer());
   };
 }

@@ -20,7 +20,7 @@ namespace tessera {
 namespace {
 
 WorkerCore::TrainerFactory Factory(FakeTrainerOptions options = {}) {
-  return [options]() -> absl::StatusOr<std::unique_ptr<Trainer>> {
+  return [options](const v1::JobSpec&) -> absl::StatusOr<std::unique_ptr<Trainer>> {
     return std::unique_ptr<Trainer>(new FakeTrainer(options));
   };
 }
@@ -28,7 +28,7 @@ WorkerCore::TrainerFactory Factory(FakeTrainerOptions options = {}) {
 // Trainer i gets options[i]; later ones get the last entry.
 WorkerCore::TrainerFactory SequenceFactory(std::vector<FakeTrainerOptions> options) {
   auto made = std::make_shared<std::atomic<int>>(0);
-  return [options, made]() -> absl::StatusOr<std::unique_ptr<Trainer>> {
+  return [options, made](const v1::JobSpec&) -> absl::StatusOr<std::unique_ptr<Trainer>> {
     const int i = std::min<int>(made->fetch_add(1), static_cast<int>(options.size()) - 1);
     return std::unique_ptr<Trainer>(new FakeTrainer(options[i]));
   };
@@ -243,7 +243,7 @@ TEST(WorkerCore, FailedSetupLeavesTheWorkerFreeEvenWhileAborted) {
 }
 
 TEST(WorkerCore, FactoryFailureIsReturnedAndTheWorkerStaysIdle) {
-  WorkerCore core([]() -> absl::StatusOr<std::unique_ptr<Trainer>> {
+  WorkerCore core([](const v1::JobSpec&) -> absl::StatusOr<std::unique_ptr<Trainer>> {
     return absl::UnavailableError("device: cuda:7 is not present");
   });
   EXPECT_EQ(core.SetupJob(SetupRequest("job-1")).status().code(), absl::StatusCode::kUnavailable);
@@ -384,7 +384,7 @@ TEST(WorkerCore, BadSetupRequestsAreInvalidArgument) {
 
 TEST(WorkerCore, SpecBeyondTheLimitsIsRefusedBeforeTheTrainerExists) {
   std::atomic<int> trainers{0};
-  WorkerCore core([&trainers]() -> absl::StatusOr<std::unique_ptr<Trainer>> {
+  WorkerCore core([&trainers](const v1::JobSpec&) -> absl::StatusOr<std::unique_ptr<Trainer>> {
     ++trainers;
     return std::unique_ptr<Trainer>(new FakeTrainer());
   });

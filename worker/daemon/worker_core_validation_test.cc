@@ -12,7 +12,7 @@ namespace tessera {
 namespace {
 
 WorkerCore::TrainerFactory Factory() {
-  return []() -> absl::StatusOr<std::unique_ptr<Trainer>> {
+  return [](const v1::JobSpec&) -> absl::StatusOr<std::unique_ptr<Trainer>> {
     return std::unique_ptr<Trainer>(new FakeTrainer());
   };
 }

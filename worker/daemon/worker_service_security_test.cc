@@ -38,7 +38,7 @@ class WorkerServiceSecurityTest : public ::testing::Test {
     security.access = std::make_shared<AccessPolicy>(std::vector<std::string>{}, kWorkerToken,
                                                      /*worker_needs_client_cert=*/false);
     security.data_root = *CanonicalDataRoot("--data_root", base_ + "/root");
-    core_ = std::make_unique<WorkerCore>([]() -> absl::StatusOr<std::unique_ptr<Trainer>> {
+    core_ = std::make_unique<WorkerCore>([](const v1::JobSpec&) -> absl::StatusOr<std::unique_ptr<Trainer>> {
       return std::unique_ptr<Trainer>(new FakeTrainer());
     });
     service_ = std::make_unique<WorkerServiceImpl>(core_.get(), "127.0.0.1", security);

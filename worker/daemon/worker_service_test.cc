@@ -24,7 +24,7 @@ namespace {
 // One worker daemon minus registration: core, service, server and a stub.
 struct Worker {
   Worker(FakeTrainerOptions options, const std::string& host)
-      : core([options]() -> absl::StatusOr<std::unique_ptr<Trainer>> {
+      : core([options](const v1::JobSpec&) -> absl::StatusOr<std::unique_ptr<Trainer>> {
           return std::unique_ptr<Trainer>(new FakeTrainer(options));
         }),
         service(&core, host) {

@@ -217,6 +217,11 @@ class Ops {
   virtual absl::Status EmbeddingForward(const TensorDesc& ids, const TensorDesc& table,
                                         const TensorDesc& out, Stream* stream) = 0;
   // grad_table [V, H] fp32 += scatter-add of grad_out [T, H] rows by ids.
+  // Deterministic on both engines: the CPU engine adds each id's rows in
+  // token order; the CUDA engine gives the same bits on every run (no float
+  // atomics) and matches the CPU engine up to rounding (bit for bit when
+  // every id occurs once). A bad id is skipped (and reported as for
+  // EmbeddingForward).
   virtual absl::Status EmbeddingBackward(const TensorDesc& ids, const TensorDesc& grad_out,
                                          const TensorDesc& grad_table, Stream* stream) = 0;
   // out [T, H] = x / rms(x) * weight; x fp32/bf16, weight [H] fp32/bf16,

@@ -6,14 +6,23 @@
 // (2 query heads sharing 1 key/value head) and with multi-head attention,
 // each with FP8 on and off. Those steps replay the captured step from the
 // second on; a second test checks that replaying gives what queueing every
-// kernel gives, bit for bit: losses, gradient norms and weights. Needs a
-// GPU.
+// kernel gives, bit for bit: losses, gradient norms and weights. A third
+// checks bit-reproducible training: a rerun on fresh trainers and a run
+// resumed from a checkpoint give the unbroken run's bits, and timed GEMM
+// selection (the opt-out) still trains the same model to within rounding.
+// Needs a GPU.
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/checkpoint_layout.h"
 #include "gtest/gtest.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/engine/cpu/cpu_ops.h"
@@ -152,6 +161,109 @@ TEST(FsdpTrainerGpu, ReplayedStepsMatchQueuedStepsBitForBit) {
     for (size_t w = 0; w < queued.weights.size(); ++w) {
       EXPECT_TRUE(queued.weights[w] == replayed.weights[w]) << "linear " << w;
     }
+  }
+}
+
+// One run of `spec` on a fresh GPU trainer: from step 0, or restored from
+// the committed checkpoint of `first_step` under `root`; steps
+// [first_step, end_step), then, if `checkpoint_at_end`, a checkpoint of
+// end_step into `root`, committed as the coordinator would.
+RunRecord TrainSegmentOnGpu(const v1::JobSpec& spec, int first_step, int end_step,
+                            const std::string& root, bool checkpoint_at_end,
+                            const CudaEngineOptions& options = {}) {
+  RunRecord record;
+  std::unique_ptr<FsdpTrainer> trainer = GpuTrainerForTest(0, options);
+  if (trainer == nullptr) return record;
+  absl::Status s = trainer->Setup(spec, 0, 1).status();
+  if (s.ok() && first_step > 0) s = trainer->Restore(root, first_step);
+  if (s.ok()) s = trainer->InitCollective(nullptr, "127.0.0.1", absl::Seconds(60));
+  EXPECT_TRUE(s.ok()) << s;
+  if (!s.ok()) return record;
+  for (int i = first_step; i < end_step; ++i) {
+    auto r = trainer->RunStep(i);
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return record;
+    record.reports.push_back(*r);
+  }
+  if (checkpoint_at_end) {
+    auto path = trainer->Checkpoint(end_step, root);
+    EXPECT_TRUE(path.ok()) << path.status();
+    EXPECT_TRUE(WriteCommitMarker(root, {end_step, 1}).ok());
+  }
+  for (int layer = 0; layer < spec.model().n_layers(); ++layer) {
+    for (const BlockLinear linear : kEveryBlockLinear) {
+      auto bytes = trainer->GatheredWeightBytes(layer, linear);
+      EXPECT_TRUE(bytes.ok()) << bytes.status();
+      if (bytes.ok()) record.weights.push_back(*std::move(bytes));
+    }
+  }
+  return record;
+}
+
+// Steps [first, first + b.reports.size()) of `a` against `b`, bit for bit,
+// and (when both ran to the end) their final weights.
+void ExpectSameBits(const RunRecord& a, const RunRecord& b, int first, const std::string& what) {
+  ASSERT_GE(a.reports.size(), first + b.reports.size()) << what;
+  for (size_t i = 0; i < b.reports.size(); ++i) {
+    const int step = first + static_cast<int>(i);
+    EXPECT_EQ(a.reports[step].loss, b.reports[i].loss) << what << ", step " << step;
+    EXPECT_EQ(a.reports[step].grad_norm, b.reports[i].grad_norm) << what << ", step " << step;
+  }
+  if (a.reports.size() == first + b.reports.size()) {
+    ASSERT_EQ(a.weights.size(), b.weights.size()) << what;
+    for (size_t w = 0; w < a.weights.size(); ++w) {
+      EXPECT_TRUE(a.weights[w] == b.weights[w]) << what << ", linear " << w;
+    }
+  }
+}
+
+TEST(FsdpTrainerGpu, RerunsAndResumesRepeatTheBits) {
+  // Big enough that cuBLASLt offers several algorithms per shape and the
+  // embedding's ids (a dozen in 2048 tokens) cross its sorted chunks.
+  v1::JobSpec base = TestJobSpec(8);
+  v1::ModelConfig* m = base.mutable_model();
+  m->set_seq_len(256);
+  m->set_d_model(256);
+  m->set_n_heads(4);
+  m->set_n_kv_heads(2);
+  m->set_ffn_dim(768);
+  m->set_vocab_size(2048);
+  base.set_loss_chunk_tokens(512);
+  base.mutable_optimizer()->set_schedule(v1::OptimizerConfig::COSINE);
+  base.mutable_optimizer()->set_warmup_steps(3);
+  base.set_steps(8);
+  const int steps = 8, middle = 4;
+  static int run = 0;
+  for (const char* recipe : {"delayed", "current", "bf16"}) {
+    SCOPED_TRACE(recipe);
+    v1::JobSpec spec = base;
+    if (std::string(recipe) == "current") spec.mutable_fp8()->mutable_current();
+    if (std::string(recipe) == "bf16") spec.mutable_fp8()->set_disabled(true);
+    const std::string root =
+        absl::StrCat(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp",
+                     "/gpu-resume-", getpid(), "-", run++);
+    mkdir(root.c_str(), 0755);
+    const RunRecord unbroken = TrainSegmentOnGpu(spec, 0, steps, "", false);
+    ASSERT_EQ(unbroken.reports.size(), size_t{steps});
+    const RunRecord rerun = TrainSegmentOnGpu(spec, 0, steps, "", false);
+    ExpectSameBits(unbroken, rerun, 0, "rerun");
+    const RunRecord before = TrainSegmentOnGpu(spec, 0, middle, root, true);
+    ExpectSameBits(unbroken, before, 0, "first half");
+    const RunRecord resumed = TrainSegmentOnGpu(spec, middle, steps, root, false);
+    ExpectSameBits(unbroken, resumed, middle, "resumed");
+
+    // The opt-out: timed GEMM algorithms train the same model, up to rounding.
+    CudaEngineOptions timed;
+    timed.time_gemm_algorithms = true;
+    const RunRecord tuned = TrainSegmentOnGpu(spec, 0, steps, "", false, timed);
+    ASSERT_EQ(tuned.reports.size(), size_t{steps});
+    for (int i = 0; i < steps; ++i) {
+      EXPECT_NEAR(tuned.reports[i].loss, unbroken.reports[i].loss, 2e-2 * unbroken.reports[i].loss)
+          << "step " << i;
+    }
+    printf("%s: final loss %.9g (rerun %.9g, resumed %.9g, timed GEMMs %.9g)\n", recipe,
+           unbroken.reports.back().loss, rerun.reports.back().loss, resumed.reports.back().loss,
+           tuned.reports.back().loss);
   }
 }
 

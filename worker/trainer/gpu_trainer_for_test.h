@@ -1,6 +1,7 @@
 // The FsdpTrainer the GPU tests train: the CUDA engine on `device` (0 for
-// one-rank tests; a multi-GPU test's rank r uses device r), with NCCL for
-// the collectives of multi-rank jobs. Null, with a test failure recorded,
+// one-rank tests; a multi-GPU test's rank r uses device r) with `options`
+// (default: deterministic GEMM algorithms), with NCCL for the collectives of
+// multi-rank jobs. Null, with a test failure recorded,
 // when the engine cannot start (no such device).
 #ifndef TESSERA_WORKER_TRAINER_GPU_TRAINER_FOR_TEST_H_
 #define TESSERA_WORKER_TRAINER_GPU_TRAINER_FOR_TEST_H_
@@ -16,8 +17,9 @@
 
 namespace tessera {
 
-inline std::unique_ptr<FsdpTrainer> GpuTrainerForTest(int device = 0) {
-  auto ops = CreateCudaOps(device);
+inline std::unique_ptr<FsdpTrainer> GpuTrainerForTest(int device = 0,
+                                                      const CudaEngineOptions& options = {}) {
+  auto ops = CreateCudaOps(device, options);
   EXPECT_TRUE(ops.ok()) << ops.status();
   if (!ops.ok()) return nullptr;
   return std::make_unique<FsdpTrainer>(

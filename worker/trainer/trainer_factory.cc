@@ -47,13 +47,20 @@ absl::StatusOr<v1::DeviceInfo> DescribeDevice(const std::string& device) {
   return DescribeCudaDevice(*index);
 }
 
-absl::StatusOr<std::unique_ptr<Trainer>> CreateTrainer(const std::string& device) {
+CudaEngineOptions EngineOptionsFor(const v1::JobSpec& spec) {
+  CudaEngineOptions options;
+  options.time_gemm_algorithms = spec.nondeterministic_gemm_tuning();
+  return options;
+}
+
+absl::StatusOr<std::unique_ptr<Trainer>> CreateTrainer(const std::string& device,
+                                                       const v1::JobSpec& spec) {
   if (device == "cpu") {
     return std::unique_ptr<Trainer>(new FsdpTrainer(CreateCpuOps(), CreateGlooCommunicator));
   }
   absl::StatusOr<int> index = CudaIndex(device);
   if (!index.ok()) return index.status();
-  absl::StatusOr<std::unique_ptr<Ops>> ops = CreateCudaOps(*index);
+  absl::StatusOr<std::unique_ptr<Ops>> ops = CreateCudaOps(*index, EngineOptionsFor(spec));
   if (!ops.ok()) return ops.status();
   const int device_index = *index;
   return std::unique_ptr<Trainer>(new FsdpTrainer(

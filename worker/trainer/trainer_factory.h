@@ -1,6 +1,7 @@
 // Chooses the compute engine for a worker's device and describes the device
 // for registration. "cpu" gives the FSDP2 trainer over the CPU reference
-// engine and Gloo; "cuda:N" the same trainer over the CUDA engine and NCCL.
+// engine and Gloo; "cuda:N" the same trainer over the CUDA engine and NCCL,
+// with the engine options the job asks for (EngineOptionsFor).
 #ifndef TESSERA_WORKER_TRAINER_TRAINER_FACTORY_H_
 #define TESSERA_WORKER_TRAINER_TRAINER_FACTORY_H_
 
@@ -8,7 +9,9 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "proto/tessera/v1/job.pb.h"
 #include "proto/tessera/v1/worker.pb.h"
+#include "worker/engine/cuda/cuda_ops.h"
 #include "worker/trainer/trainer.h"
 
 namespace tessera {
@@ -17,10 +20,17 @@ namespace tessera {
 // when a CUDA device is absent.
 absl::StatusOr<v1::DeviceInfo> DescribeDevice(const std::string& device);
 
-// A fresh trainer for one job on `device`. Called on the worker's compute
+// The CUDA engine options a job asks for: GEMM algorithms timed only when
+// spec.nondeterministic_gemm_tuning is set; everything else at its default.
+CudaEngineOptions EngineOptionsFor(const v1::JobSpec& spec);
+
+// A fresh trainer for the job `spec` on `device` (one engine per job, so
+// the engine's options are the job's). Called on the worker's compute
 // thread, which then runs every call of that trainer (so a CUDA trainer sets
-// its device once for that thread).
-absl::StatusOr<std::unique_ptr<Trainer>> CreateTrainer(const std::string& device);
+// its device once for that thread). The spec is read here only for
+// EngineOptionsFor; Trainer::Setup still receives it.
+absl::StatusOr<std::unique_ptr<Trainer>> CreateTrainer(const std::string& device,
+                                                       const v1::JobSpec& spec);
 
 }  // namespace tessera
 

@@ -3,6 +3,8 @@
 // ordinal is NOT_FOUND or UNAVAILABLE, never a crash.
 #include "worker/trainer/trainer_factory.h"
 
+#include <vector>
+
 #include "gtest/gtest.h"
 #include "worker/trainer/test_job_spec.h"
 
@@ -26,7 +28,8 @@ TEST(TrainerFactory, MalformedDevicesAreInvalidArgument) {
     absl::StatusOr<v1::DeviceInfo> info = DescribeDevice(device);
     EXPECT_EQ(info.status().code(), absl::StatusCode::kInvalidArgument) << "'" << device << "'";
     EXPECT_NE(info.status().message().find("device"), absl::string_view::npos);
-    EXPECT_EQ(CreateTrainer(device).status().code(), absl::StatusCode::kInvalidArgument)
+    EXPECT_EQ(CreateTrainer(device, v1::JobSpec()).status().code(),
+              absl::StatusCode::kInvalidArgument)
         << "'" << device << "'";
   }
 }
@@ -40,7 +43,7 @@ TEST(TrainerFactory, AbsentCudaDeviceIsNotFoundOrUnavailable) {
 }
 
 TEST(TrainerFactory, CpuTrainerTrainsAStep) {
-  absl::StatusOr<std::unique_ptr<Trainer>> trainer = CreateTrainer("cpu");
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = CreateTrainer("cpu", TinyCpuTestJobSpec(1));
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   ASSERT_NE(*trainer, nullptr);
   ASSERT_TRUE((*trainer)->Setup(TinyCpuTestJobSpec(1), 0, 1).ok());
@@ -49,6 +52,34 @@ TEST(TrainerFactory, CpuTrainerTrainsAStep) {
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_GT(report->loss, 3.0f);  // ~ln(64) at init
   EXPECT_LT(report->loss, 5.0f);
+}
+
+// GEMM algorithms are chosen deterministically unless the job opts out.
+TEST(TrainerFactory, EngineOptionsFollowTheJob) {
+  v1::JobSpec spec;
+  EXPECT_FALSE(EngineOptionsFor(spec).time_gemm_algorithms);
+  EXPECT_EQ(EngineOptionsFor(spec).cublaslt_workspace_bytes, 0u) << "the engine's default";
+  spec.set_nondeterministic_gemm_tuning(true);
+  EXPECT_TRUE(EngineOptionsFor(spec).time_gemm_algorithms);
+}
+
+// The CPU engine has one GEMM: the opt-out changes nothing there.
+TEST(TrainerFactory, CpuTrainerIgnoresGemmTuning) {
+  std::vector<float> losses[2];
+  for (int tuned = 0; tuned < 2; ++tuned) {
+    v1::JobSpec spec = TinyCpuTestJobSpec(1);
+    spec.set_nondeterministic_gemm_tuning(tuned == 1);
+    absl::StatusOr<std::unique_ptr<Trainer>> trainer = CreateTrainer("cpu", spec);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    ASSERT_TRUE((*trainer)->Setup(spec, 0, 1).ok());
+    ASSERT_TRUE((*trainer)->InitCollective(nullptr, "127.0.0.1", absl::Seconds(5)).ok());
+    for (int step = 0; step < 2; ++step) {
+      absl::StatusOr<StepReport> report = (*trainer)->RunStep(step);
+      ASSERT_TRUE(report.ok()) << report.status();
+      losses[tuned].push_back(report->loss);
+    }
+  }
+  EXPECT_EQ(losses[0], losses[1]);
 }
 
 }  // namespace

@@ -32,8 +32,8 @@ cudaStream_t S(Stream* stream) { return reinterpret_cast<cudaStream_t>(stream); 
 
 class CudaOps : public Ops {
  public:
-  explicit CudaOps(std::unique_ptr<cuda::DeviceContext> ctx)
-      : ctx_(std::move(ctx)), gemm_(ctx_.get()) {}
+  CudaOps(std::unique_ptr<cuda::DeviceContext> ctx, cuda::GemmAlgoSelection gemm_selection)
+      : ctx_(std::move(ctx)), gemm_(ctx_.get(), gemm_selection) {}
 
   absl::Status Init() {
     RETURN_IF_ERROR(gemm_.Init());
@@ -181,7 +181,12 @@ class CudaOps : public Ops {
                                  const TensorDesc& grad_table, Stream* stream) override {
     RETURN_IF_ERROR(ctx_->MakeCurrent());
     RETURN_IF_ERROR(CheckEmbeddingBackwardArgs(ids, grad_out, grad_table));
-    return cuda::LaunchEmbeddingBackward(ids, grad_out, grad_table, ctx_->error_flag(), S(stream));
+    ASSIGN_OR_RETURN(const int64_t bytes,
+                     cuda::EmbeddingBackwardScratchBytes(ids.NumElements(), grad_table.shape[0],
+                                                         grad_table.shape[1]));
+    ASSIGN_OR_RETURN(void* scratch, embedding_scratch_.Get(std::max<int64_t>(1, bytes)));
+    return cuda::LaunchEmbeddingBackward(ids, grad_out, grad_table, scratch, bytes,
+                                         ctx_->error_flag(), S(stream));
   }
   absl::Status RmsNormForward(const TensorDesc& x, const TensorDesc& weight, float eps,
                               const TensorDesc& out, const TensorDesc& rstd, Stream* stream) override {
@@ -364,6 +369,8 @@ class CudaOps : public Ops {
   cuda::DeviceScratchAllocator scratch_allocator_;
   cuda::CaptureRecord capture_record_;
   cuda::ScratchBuffer attention_scratch_{&scratch_allocator_, &capture_record_};
+  // The embedding backward's sort and chunk partials (embedding.cu).
+  cuda::ScratchBuffer embedding_scratch_{&scratch_allocator_, &capture_record_};
   cuda::ScratchBuffer rmsnorm_scratch_{&scratch_allocator_, &capture_record_};
   cuda::ScratchBuffer swiglu_scratch_{&scratch_allocator_, &capture_record_};
   // RmsNormForwardQuantize's unfused bf16 [T, H].
@@ -375,15 +382,16 @@ class CudaOps : public Ops {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Ops>> CreateCudaOps(int device_index) {
-  return CreateCudaOps(device_index, cuda::DeviceContext::kDefaultWorkspaceBytes);
-}
-
 absl::StatusOr<std::unique_ptr<Ops>> CreateCudaOps(int device_index,
-                                                   size_t cublaslt_workspace_bytes) {
+                                                   const CudaEngineOptions& options) {
+  const size_t workspace_bytes = options.cublaslt_workspace_bytes > 0
+                                     ? options.cublaslt_workspace_bytes
+                                     : cuda::DeviceContext::kDefaultWorkspaceBytes;
   ASSIGN_OR_RETURN(std::unique_ptr<cuda::DeviceContext> ctx,
-                   cuda::DeviceContext::Create(device_index, cublaslt_workspace_bytes));
-  auto ops = std::make_unique<CudaOps>(std::move(ctx));
+                   cuda::DeviceContext::Create(device_index, workspace_bytes));
+  auto ops = std::make_unique<CudaOps>(std::move(ctx), options.time_gemm_algorithms
+                                                           ? cuda::GemmAlgoSelection::kTimed
+                                                           : cuda::GemmAlgoSelection::kDeterministic);
   RETURN_IF_ERROR(ops->Init());
   return std::unique_ptr<Ops>(std::move(ops));
 }

@@ -12,9 +12,19 @@
 // host: bad token ids or targets raise the device flag, which the next
 // Synchronize reports as INVALID_ARGUMENT. CUDA failures come back through
 // cuda_check.h (sticky ones as INTERNAL, out-of-memory as RESOURCE_EXHAUSTED).
+//
+// Determinism: with the default options every op gives the same bits on
+// every run on the same GPU model and library versions. No kernel adds
+// floats through atomics (amax is combined with an atomic maximum, which is
+// order-free); every reduction runs in an order fixed by the shapes; every
+// kernel or tile choice depends on shapes, pointer alignment (fixed by the
+// allocation order) and the device, never on timing; GEMM algorithms are
+// chosen by a fixed rule (gemm_algo_choice.h). Each kernel file says how.
+// CudaEngineOptions::time_gemm_algorithms trades that for GEMM speed.
 #ifndef TESSERA_WORKER_ENGINE_CUDA_CUDA_OPS_H_
 #define TESSERA_WORKER_ENGINE_CUDA_CUDA_OPS_H_
 
+#include <cstddef>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -23,12 +33,22 @@
 
 namespace tessera {
 
+// How one engine runs, fixed when it is created (one engine per job).
+struct CudaEngineOptions {
+  // The cuBLASLt workspace; 0: the default (32 MiB). Benchmarks compare
+  // sizes; the algorithms a GEMM plan may choose depend on it.
+  size_t cublaslt_workspace_bytes = 0;
+  // false: every GEMM shape runs the first fixed-order algorithm cuBLASLt's
+  // heuristic ranks for it, the same on every run (bit-reproducible jobs).
+  // true: each shape's candidates are timed on its first run and the
+  // fastest is kept, which may differ run to run
+  // (JobSpec.nondeterministic_gemm_tuning).
+  bool time_gemm_algorithms = false;
+};
+
 // The engine for GPU `device_index`; NOT_FOUND if there is no such GPU.
-absl::StatusOr<std::unique_ptr<Ops>> CreateCudaOps(int device_index);
-// The same with a cuBLASLt workspace of `cublaslt_workspace_bytes` instead
-// of the default (benchmarks compare sizes).
 absl::StatusOr<std::unique_ptr<Ops>> CreateCudaOps(int device_index,
-                                                   size_t cublaslt_workspace_bytes);
+                                                   const CudaEngineOptions& options = {});
 
 }  // namespace tessera
 

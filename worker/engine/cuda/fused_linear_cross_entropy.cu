@@ -29,6 +29,13 @@
 // dlogits and the loss are the same bits on every run. Every thread reads an element before it writes the same element
 // and the target's logit is read before the first barrier, so writing in
 // place is safe.
+//
+// Determinism across runs: which kernel runs depends on V, the pointers'
+// alignment (fixed by the allocation) and, for the staged kernel, on
+// whether the device grants its shared memory (StagedKernelAllowed's static
+// flag caches that per device): the same job on the same GPU model always
+// takes the same kernel. The per-row losses are added by one block in row
+// order.
 
 #include <cuda_bf16.h>
 

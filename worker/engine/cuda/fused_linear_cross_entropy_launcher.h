@@ -15,6 +15,11 @@
 // both gradient GEMMs, so the loss and count are the same bits as a full
 // call's. The chunk buffer (chunk x V bf16) and the row losses live in
 // engine scratch, grown on the first call for a shape and then reused.
+//
+// Determinism: chunks run in token order, so the loss and grad_weight
+// accumulate them in that order, and each GEMM runs the algorithm its
+// runner fixes for the shape (gemm.h): the same bits every run unless the
+// runner times its candidates.
 #ifndef TESSERA_WORKER_ENGINE_CUDA_FUSED_LINEAR_CROSS_ENTROPY_LAUNCHER_H_
 #define TESSERA_WORKER_ENGINE_CUDA_FUSED_LINEAR_CROSS_ENTROPY_LAUNCHER_H_
 

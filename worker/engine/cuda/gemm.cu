@@ -1,9 +1,17 @@
 // cuBLASLt GEMM with cached plans (see gemm.h). Host code, plus one tiny
 // kernel that moves an FP8 GEMM's scale_inv values into aligned slots when
 // the caller's are not 16-byte aligned.
+//
+// Determinism: a plan's algorithm is a function of its key and the
+// heuristic's answer (gemm_algo_choice.h), unless the runner times
+// candidates; cuBLASLt runs one algorithm the same way every time with our
+// own workspace on one stream. No attribute that makes cuBLASLt
+// synchronise through atomics (CUBLASLT_MATMUL_DESC_ATOMIC_SYNC_*) is set.
 #include "worker/engine/cuda/gemm.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -14,6 +22,12 @@ namespace tessera {
 namespace cuda {
 
 namespace {
+
+static_assert(kReductionNone == CUBLASLT_REDUCTION_SCHEME_NONE &&
+                  kReductionInPlace == CUBLASLT_REDUCTION_SCHEME_INPLACE &&
+                  kReductionComputeType == CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE &&
+                  kReductionOutputType == CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE,
+              "gemm_algo_choice.h mirrors cublasLtReductionScheme_t");
 
 // ---- kernels ---------------------------------------------------------------
 
@@ -41,6 +55,58 @@ std::string Describe(int64_t m, int64_t n, int64_t k, const TensorDesc& a, const
                       " -> ", DTypeName(d.dtype), accumulate ? " (accumulate)" : "");
 }
 
+// What the selection rule reads of a heuristic result.
+GemmCandidate ReadCandidate(const cublasLtMatmulHeuristicResult_t& result) {
+  GemmCandidate c;
+  c.usable = result.state == CUBLAS_STATUS_SUCCESS;
+  size_t written = 0;
+  int32_t split_k = 1;
+  uint32_t scheme = kReductionNone;
+  // An attribute the algorithm cannot report leaves it unusable: the rule
+  // must not guess how its partial sums are combined.
+  if (cublasLtMatmulAlgoConfigGetAttribute(&result.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+                                           &split_k, sizeof(split_k),
+                                           &written) != CUBLAS_STATUS_SUCCESS ||
+      cublasLtMatmulAlgoConfigGetAttribute(&result.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+                                           &scheme, sizeof(scheme),
+                                           &written) != CUBLAS_STATUS_SUCCESS) {
+    c.usable = false;
+  }
+  c.split_k = split_k;
+  c.reduction_scheme = scheme;
+  return c;
+}
+
+// "algo 66 tile 20 stages 8 split-k 1 reduction 0 swizzle 0 custom 0 inner 0
+// cluster 0": the configuration attributes that identify an algorithm.
+std::string DescribeAlgo(const cublasLtMatmulAlgo_t& algo) {
+  struct Field {
+    const char* name;
+    cublasLtMatmulAlgoConfigAttributes_t attr;
+    size_t bytes;  // the attribute's storage size (cublasLt.h); all are non-negative
+  };
+  static constexpr Field kFields[] = {
+      {"algo", CUBLASLT_ALGO_CONFIG_ID, 4},
+      {"tile", CUBLASLT_ALGO_CONFIG_TILE_ID, 4},
+      {"stages", CUBLASLT_ALGO_CONFIG_STAGES_ID, 4},
+      {"split-k", CUBLASLT_ALGO_CONFIG_SPLITK_NUM, 4},
+      {"reduction", CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, 4},
+      {"swizzle", CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, 4},
+      {"custom", CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, 4},
+      {"inner", CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, 2},
+      {"cluster", CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, 2},
+  };
+  std::string out;
+  for (const Field& f : kFields) {
+    uint32_t value = 0;  // little-endian: a 2-byte attribute fills the low half
+    size_t written = 0;
+    const bool ok = cublasLtMatmulAlgoConfigGetAttribute(&algo, f.attr, &value, f.bytes,
+                                                         &written) == CUBLAS_STATUS_SUCCESS;
+    absl::StrAppend(&out, out.empty() ? "" : " ", f.name, " ", ok ? absl::StrCat(value) : "?");
+  }
+  return out;
+}
+
 }  // namespace
 
 size_t GemmRunner::KeyHash::operator()(const Key& key) const {
@@ -51,6 +117,8 @@ size_t GemmRunner::KeyHash::operator()(const Key& key) const {
   mix(static_cast<size_t>(key.a) | static_cast<size_t>(key.b) << 8 |
       static_cast<size_t>(key.d) << 16 | static_cast<size_t>(key.trans_a) << 24 |
       static_cast<size_t>(key.trans_b) << 25 | static_cast<size_t>(key.accumulate) << 26);
+  mix(static_cast<size_t>(key.align_lt_a) | static_cast<size_t>(key.align_lt_b) << 16 |
+      static_cast<size_t>(key.align_c) << 32 | static_cast<size_t>(key.align_d) << 48);
   return h;
 }
 
@@ -70,11 +138,12 @@ absl::Status GemmRunner::Init() {
   return absl::OkStatus();
 }
 
-absl::Status GemmRunner::BuildPlan(const TensorDesc& a, bool trans_a, const TensorDesc& b,
-                                   bool trans_b, const TensorDesc& d, bool accumulate,
-                                   Plan& plan) {
+absl::Status GemmRunner::BuildPlan(const Key& key, const TensorDesc& a, bool trans_a,
+                                   const TensorDesc& b, bool trans_b, const TensorDesc& d,
+                                   bool accumulate, Plan& plan) {
   const int64_t m = d.shape[0], n = d.shape[1];
   const int64_t k = trans_a ? a.shape[0] : a.shape[1];
+  plan.description = Describe(m, n, k, a, b, d, accumulate);
   // Column-major view: Dᵀ [n, m] = op_lt(B=our b) [n, k] · op_lt(A=our a) [k, m].
   const cublasOperation_t op_lt_a = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_lt_b = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -110,8 +179,21 @@ absl::Status GemmRunner::BuildPlan(const TensorDesc& a, bool trans_a, const Tens
   cublasLtMatmulPreference_t pref;
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&pref));
   const size_t workspace_bytes = ctx_->workspace_bytes();
+  // The operands' real alignments, so the heuristic offers only algorithms
+  // that run on them (the default assumes 256 bytes).
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_lt_a},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_lt_b},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_d},
+  };
   cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes, sizeof(workspace_bytes));
+  for (const auto& [attr, bytes] : alignments) {
+    if (st == CUBLAS_STATUS_SUCCESS) {
+      st = cublasLtMatmulPreferenceSetAttribute(pref, attr, &bytes, sizeof(bytes));
+    }
+  }
   constexpr int kCandidates = 64;
   cublasLtMatmulHeuristicResult_t results[kCandidates];
   int found = 0;
@@ -122,13 +204,18 @@ absl::Status GemmRunner::BuildPlan(const TensorDesc& a, bool trans_a, const Tens
   cublasLtMatmulPreferenceDestroy(pref);
   CUBLAS_RETURN_IF_ERROR(st);
   ++plans_built_;
-  for (int i = 0; i < found; ++i) {
-    if (results[i].state == CUBLAS_STATUS_SUCCESS) plan.algos.push_back(results[i].algo);
+  std::vector<GemmCandidate> candidates;
+  for (int i = 0; i < found; ++i) candidates.push_back(ReadCandidate(results[i]));
+  for (const int i : GemmCandidatesToTry(candidates, selection_)) {
+    plan.algos.push_back(results[i].algo);
   }
   if (plan.algos.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cuBLASLt has no algorithm for ", Describe(m, n, k, a, b, d, accumulate)));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuBLASLt has no ",
+        selection_ == GemmAlgoSelection::kDeterministic ? "fixed-reduction-order " : "",
+        "algorithm for ", plan.description, " (", found, " candidates from its heuristic)"));
   }
+  plan.needs_timing = selection_ == GemmAlgoSelection::kTimed;
   return absl::OkStatus();
 }
 
@@ -160,7 +247,7 @@ absl::Status GemmRunner::SetScales(Plan& plan, const TensorDesc& a, const Tensor
 
 absl::Status GemmRunner::ChooseFastest(Plan& plan, const TensorDesc& a, const TensorDesc& b,
                                        void* d, bool accumulate, cudaStream_t stream) {
-  plan.timed = true;
+  plan.needs_timing = false;
   if (plan.algos.size() - plan.chosen < 2) return absl::OkStatus();
   // cuBLASLt's A is our b and its B our a (see gemm.h).
   const void* lt_a = b.data;
@@ -255,11 +342,14 @@ absl::Status GemmRunner::Run(const TensorDesc& a, bool trans_a, const TensorDesc
     return absl::InvalidArgumentError(
         absl::StrCat("a, b: FP8 GEMM needs K to be a multiple of 16 (got ", k, ")"));
   }
-  const Key key{m, n, k, a.dtype, b.dtype, d.dtype, trans_a, trans_b, accumulate};
+  // cuBLASLt's A is our b and its B our a (see gemm.h).
+  const Key key{m, n, k, a.dtype, b.dtype, d.dtype, trans_a, trans_b, accumulate,
+                PointerAlignmentBytes(b.data), PointerAlignmentBytes(a.data),
+                PointerAlignmentBytes(c), PointerAlignmentBytes(d.data)};
   auto it = plans_.find(key);
   if (it == plans_.end()) {
     auto plan = std::make_unique<Plan>();
-    absl::Status built = BuildPlan(a, trans_a, b, trans_b, d, accumulate, *plan);
+    absl::Status built = BuildPlan(key, a, trans_a, b, trans_b, d, accumulate, *plan);
     // A failed key is cached too (with no candidates), so a steady state
     // never repeats the heuristic query; its error is rebuilt below.
     it = plans_.emplace(key, std::move(plan)).first;
@@ -272,7 +362,7 @@ absl::Status GemmRunner::Run(const TensorDesc& a, bool trans_a, const TensorDesc
     const absl::Status scales = SetScales(plan, a, b, stream);
     if (!scales.ok()) return scales;
   }
-  if (!plan.timed) {
+  if (plan.needs_timing) {
     const absl::Status chosen = ChooseFastest(plan, a, b, d.data, accumulate, stream);
     if (!chosen.ok()) return chosen;
   }
@@ -286,10 +376,23 @@ absl::Status GemmRunner::Run(const TensorDesc& a, bool trans_a, const TensorDesc
   }
   if (st != CUBLAS_STATUS_SUCCESS) {
     const absl::Status s = CublasStatus(st, "cublasLtMatmul", __FILE__, __LINE__);
-    return absl::Status(s.code(), absl::StrCat(s.message(), " for ",
-                                               Describe(m, n, k, a, b, d, accumulate)));
+    return absl::Status(s.code(), absl::StrCat(s.message(), " for ", plan.description));
   }
   return absl::OkStatus();
+}
+
+std::vector<std::string> GemmRunner::ChosenAlgorithms() const {
+  std::vector<std::string> lines;
+  for (const auto& entry : plans_) {
+    const Key& key = entry.first;
+    const Plan& plan = *entry.second;
+    if (plan.chosen >= plan.algos.size()) continue;  // no algorithm (a failed key)
+    lines.push_back(absl::StrCat(plan.description, ", alignments ", key.align_lt_a, "/",
+                                 key.align_lt_b, "/", key.align_c, "/", key.align_d, ": ",
+                                 DescribeAlgo(plan.algos[plan.chosen])));
+  }
+  std::sort(lines.begin(), lines.end());
+  return lines;
 }
 
 }  // namespace cuda

@@ -8,13 +8,18 @@
 //   bf16 out: 1e-2 (one bf16 rounding).
 // GemmAdd (an fp32 addend other than the output) with the fp32-out
 // tolerances. Also: the plan cache (one heuristic query per key, none in steady state),
-// timing an accumulating plan without changing its output,
-// FP8 scale pointers set per run, and the INVALID_ARGUMENT cases the API
-// documents.
+// timing an accumulating plan without changing its output (timed
+// selection), FP8 scale pointers set per run, the INVALID_ARGUMENT cases the
+// API documents, and determinism: two fresh runners with deterministic
+// selection choose the same algorithm for every shape of a training step
+// and give the same output bits.
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -180,7 +185,7 @@ TEST(GemmPlanCacheTest, BuildsOnePlanPerKey) {
 TEST(GemmPlanCacheTest, TimingAnAccumulatingPlanLeavesItsOutputAlone) {
   auto ctx = cuda::DeviceContext::Create(0);
   ASSERT_TRUE(ctx.ok()) << ctx.status();
-  cuda::GemmRunner runner(ctx->get());
+  cuda::GemmRunner runner(ctx->get(), cuda::GemmAlgoSelection::kTimed);
   ASSERT_TRUE(runner.Init().ok());
   const int64_t m = 1024, n = 768, k = 512;  // d [m, n] += a [k, m]ᵀ · b [k, n], as the loss's wgrad
   std::vector<uint16_t> a_host = ToBf16(RandomFloats(k * m, 11)), b_host = ToBf16(RandomFloats(k * n, 12));
@@ -272,6 +277,132 @@ TEST(GemmPlanCacheTest, Fp8RunsReadTheirOwnScalePointers) {
   }
   EXPECT_GT(magnitude, 0.0) << "an all-zero product would prove nothing";
   for (void* p : {a, b, d, static_cast<void*>(scales)}) cudaFree(p);
+}
+
+// One GEMM of a training step: d = op(a) · op(b) (+ d), with a's and b's
+// pointers moved by `offset_bytes` from their allocation (a sub-tensor of a
+// larger buffer).
+struct StepGemm {
+  DType a, b, d;
+  bool trans_a, trans_b, accumulate;
+  int64_t m, n, k;
+  int64_t offset_bytes = 0;
+};
+
+// The shapes of one 221M-sized block's GEMMs (T = 2048 tokens, d_model
+// 1024, ffn 2816): forward, input gradient and weight gradient, in bf16 and
+// FP8, one of them on operands only 16-byte aligned.
+std::vector<StepGemm> StepGemms() {
+  const DType e4 = DType::kE4M3, e5 = DType::kE5M2, bf = DType::kBFloat16, f32 = DType::kFloat32;
+  return {
+      {bf, bf, bf, false, true, false, 2048, 3072, 1024},       // qkv forward
+      {bf, bf, bf, false, false, false, 2048, 1024, 3072},      // its input gradient
+      {bf, bf, f32, true, false, true, 3072, 1024, 2048},       // its weight gradient
+      {e4, e4, bf, false, true, false, 2048, 5632, 1024},       // gate/up forward
+      {e5, e4, bf, false, true, false, 2048, 1024, 2816},       // down's input gradient
+      {e5, e4, f32, false, true, true, 1024, 2816, 2048},       // down's weight gradient
+      {bf, bf, f32, false, true, false, 2048, 1024, 1024, 16},  // 16-byte aligned operands
+  };
+}
+
+struct StepGemmResult {
+  std::vector<std::vector<uint8_t>> outputs;  // every d, in StepGemms() order
+  std::vector<std::string> algorithms;        // GemmRunner::ChosenAlgorithms
+};
+
+// Runs StepGemms() twice each (the second call served by the cached plan)
+// on a fresh device context and runner, from inputs fixed by their seeds.
+StepGemmResult RunStepGemms(cuda::GemmAlgoSelection selection) {
+  StepGemmResult result;
+  auto ctx = cuda::DeviceContext::Create(0);
+  EXPECT_TRUE(ctx.ok()) << ctx.status();
+  if (!ctx.ok()) return result;
+  cuda::GemmRunner runner(ctx->get(), selection);
+  EXPECT_TRUE(runner.Init().ok());
+  std::vector<void*> allocations;
+  const auto upload = [&allocations](const std::vector<uint8_t>& bytes) {
+    void* p = nullptr;
+    EXPECT_EQ(cudaMalloc(&p, bytes.size()), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(p, bytes.data(), bytes.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    allocations.push_back(p);
+    return static_cast<uint8_t*>(p);
+  };
+  // Operand bytes: bf16 values in [-1, 1), or finite FP8 codes (below
+  // 0x7c in magnitude: e5m2 has inf and NaN above, e4m3 NaN at 0x7f).
+  const auto operand = [](DType dtype, int64_t elements, uint32_t seed) {
+    const std::vector<float> v = RandomFloats(elements, seed);
+    if (dtype == DType::kBFloat16) {
+      const std::vector<uint16_t> bf = ToBf16(v);
+      return std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(bf.data()),
+                                  reinterpret_cast<const uint8_t*>(bf.data() + bf.size()));
+    }
+    std::vector<uint8_t> codes(elements);
+    for (int64_t i = 0; i < elements; ++i) {
+      codes[i] = static_cast<uint8_t>(static_cast<uint32_t>(std::fabs(v[i]) * 1e6f) % 0x7c);
+      if (v[i] < 0) codes[i] |= 0x80;
+    }
+    return codes;
+  };
+  std::vector<uint8_t> scale_bytes(16, 0);
+  const float quarter = 0.25f;
+  std::memcpy(scale_bytes.data(), &quarter, sizeof(quarter));
+  float* scale_inv = reinterpret_cast<float*>(upload(scale_bytes));
+  uint32_t seed = 100;
+  for (const StepGemm& g : StepGemms()) {
+    const Shape a_shape = g.trans_a ? Shape{g.k, g.m} : Shape{g.m, g.k};
+    const Shape b_shape = g.trans_b ? Shape{g.n, g.k} : Shape{g.k, g.n};
+    std::vector<uint8_t> a_bytes(g.offset_bytes, 0), b_bytes(g.offset_bytes, 0);
+    const std::vector<uint8_t> a_values = operand(g.a, a_shape.NumElements(), ++seed);
+    const std::vector<uint8_t> b_values = operand(g.b, b_shape.NumElements(), ++seed);
+    a_bytes.insert(a_bytes.end(), a_values.begin(), a_values.end());
+    b_bytes.insert(b_bytes.end(), b_values.begin(), b_values.end());
+    const std::vector<float> d_start = RandomFloats(g.m * g.n, ++seed);
+    std::vector<uint8_t> d_bytes(g.m * g.n * DTypeSize(g.d));
+    if (g.d == DType::kFloat32) std::memcpy(d_bytes.data(), d_start.data(), d_bytes.size());
+    TensorDesc a = MakeTensor(upload(a_bytes) + g.offset_bytes, g.a, a_shape);
+    TensorDesc b = MakeTensor(upload(b_bytes) + g.offset_bytes, g.b, b_shape);
+    const TensorDesc d = MakeTensor(upload(d_bytes), g.d, Shape{g.m, g.n});
+    a.scale_inv = b.scale_inv = scale_inv;
+    for (int run = 0; run < 2; ++run) {
+      const absl::Status s = runner.Run(a, g.trans_a, b, g.trans_b, d, g.accumulate, nullptr);
+      EXPECT_TRUE(s.ok()) << s;
+    }
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    result.outputs.emplace_back(d_bytes.size());
+    EXPECT_EQ(cudaMemcpy(result.outputs.back().data(), d.data, d_bytes.size(),
+                         cudaMemcpyDeviceToHost),
+              cudaSuccess);
+  }
+  result.algorithms = runner.ChosenAlgorithms();
+  for (void* p : allocations) cudaFree(p);
+  return result;
+}
+
+// Deterministic selection: a second fresh runner (a second run of a job, or
+// its resume) picks the same algorithm for every shape and writes the same
+// bits. Timed selection still computes the same products (within the
+// tolerances above), whichever algorithms it keeps.
+TEST(GemmDeterminismTest, FreshRunnersChooseTheSameAlgorithmsAndBits) {
+  const StepGemmResult first = RunStepGemms(cuda::GemmAlgoSelection::kDeterministic);
+  const StepGemmResult second = RunStepGemms(cuda::GemmAlgoSelection::kDeterministic);
+  ASSERT_EQ(first.outputs.size(), StepGemms().size());
+  ASSERT_EQ(second.outputs.size(), first.outputs.size());
+  EXPECT_EQ(first.algorithms.size(), StepGemms().size()) << "one plan per shape";
+  EXPECT_EQ(first.algorithms, second.algorithms);
+  for (const std::string& line : first.algorithms) printf("%s\n", line.c_str());
+  for (size_t i = 0; i < first.outputs.size(); ++i) {
+    EXPECT_EQ(first.outputs[i], second.outputs[i]) << "GEMM " << i << " differs between runs";
+  }
+  const StepGemmResult timed = RunStepGemms(cuda::GemmAlgoSelection::kTimed);
+  ASSERT_EQ(timed.outputs.size(), first.outputs.size());
+  const std::vector<StepGemm> gemms = StepGemms();
+  for (size_t i = 0; i < gemms.size(); ++i) {
+    HostTensor want = HostTensor::Of(gemms[i].d, Shape{gemms[i].m, gemms[i].n});
+    HostTensor got = want;
+    want.bytes = first.outputs[i];
+    got.bytes = timed.outputs[i];
+    EXPECT_LT(Error(got, want), 1e-2) << "GEMM " << i << ": timed and deterministic disagree";
+  }
 }
 
 }  // namespace

@@ -3,8 +3,10 @@
 #include "worker/engine/cuda/nccl_communicator.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,6 +22,13 @@
 
 namespace tessera {
 namespace {
+
+// NCCL reads its environment once per process, at its first call: set the
+// default before any (see nccl_communicator.h).
+void KeepNvlsReductionsOffByDefault() {
+  static std::once_flag once;
+  std::call_once(once, [] { setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0); });
+}
 
 class NcclCommunicator : public Communicator {
  public:
@@ -51,6 +60,7 @@ class NcclCommunicator : public Communicator {
   }
 
   absl::Status Init(RendezvousStore* store) {
+    KeepNvlsReductionsOffByDefault();
     RETURN_IF_ERROR(cuda::SetCurrentDevice(device_));
     CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));

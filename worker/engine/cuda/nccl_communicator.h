@@ -22,6 +22,15 @@
 //
 // Abort() may be called from any thread: the group is torn down under the
 // mutex and everything after it returns ABORTED.
+//
+// Determinism: ring and tree reductions add the ranks' values in an order
+// fixed by the world size, the topology, the message size and NCCL's
+// version, and NCCL picks its algorithm from a model, not from timings, so
+// a reduce-scatter or all-reduce gives the same bits every run. NVLink
+// SHARP (NVLS) reductions, done inside the NVSwitch, do not promise that,
+// so the first communicator of a process sets NCCL_NVLS_ENABLE=0 unless the
+// worker's environment already sets it (an operator may turn NVLS on, at the
+// cost of bit-reproducible multi-GPU jobs).
 #ifndef TESSERA_WORKER_ENGINE_CUDA_NCCL_COMMUNICATOR_H_
 #define TESSERA_WORKER_ENGINE_CUDA_NCCL_COMMUNICATOR_H_
 

@@ -10,6 +10,11 @@
 // 64, 16-byte aligned rows): the 64 x 64 tiled kernel of
 // fp8_cast_transpose.cuh, fed by 16-byte loads. Other shapes take a
 // 32 x 32 tiled kernel here.
+//
+// Determinism: the encodings are elementwise. amax is the only value many
+// blocks combine, through an integer atomicMax on the non-negative floats'
+// bits: a maximum is the same in any order, so it too is bit-identical run
+// to run. The scaling update is one small kernel with a fixed loop order.
 #include <cuda_bf16.h>
 
 #include "absl/strings/str_cat.h"

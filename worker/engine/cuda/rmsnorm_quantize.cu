@@ -26,6 +26,9 @@
 // multiple of 8 and at most 4096, T a positive multiple of 32, out 8-byte
 // and out_t 4-byte aligned. Other shapes return false from the launcher and
 // CudaOps runs RmsNormForward and QuantizeTranspose through a scratch.
+//
+// Determinism: a row's sum of squares runs in the order rmsnorm_row.cuh
+// fixes; blocks combine only amax, by an atomic maximum (order-free).
 
 #include <cuda_bf16.h>
 

@@ -10,6 +10,8 @@
 // (token, frequency, 8 heads) and every access is a 16-byte vector. Other
 // shapes take the general kernel, one (token, head, frequency) per thread.
 // Both evaluate the same fp32 expressions and round once to bf16.
+//
+// Determinism: no reductions; every element is rotated by its own thread.
 
 #include <cuda_bf16.h>
 

@@ -8,6 +8,9 @@
 // so there is no index division. Other cases take the general kernels,
 // one element per thread with dtype-dispatched loads. Both paths evaluate
 // the same fp32 expressions (SiluTimes, SwiGluGrads) and round once.
+//
+// Determinism: no reductions; each output element depends on its inputs
+// only.
 
 #include <cuda_bf16.h>
 

@@ -14,6 +14,9 @@
 // backward computes both halves of the gradient from one read of its inputs
 // when F is a multiple of 64 (a block owns a tile of each half), and one
 // half per block otherwise.
+//
+// Determinism: the values are elementwise; blocks combine only amax, by an
+// atomic maximum, which is the same in any order.
 
 #include <cuda_bf16.h>
 
