@@ -74,6 +74,7 @@ max_restarts: 3
 checkpoint:
   dir: $out/ckpt-$1
   interval_steps: $interval
+  keep_last: 2
 EOF
 }
 
@@ -81,6 +82,7 @@ make_job unbroken
 timeout "${TIMEOUT_S:-300}" "${in_bundle[@]}" tessera submit "$out/unbroken.yaml" --watch --json \
   --coordinator="$addr" >"$out/unbroken.events.jsonl" 2>"$out/unbroken.err" ||
   { echo "unbroken run failed"; cat "$out/unbroken.err"; exit 1; }
+rm -rf "$out/ckpt-unbroken"
 
 for k in ${KILLS:-12 27 41}; do
   name="kill$k"
@@ -104,6 +106,7 @@ for k in ${KILLS:-12 27 41}; do
   grep -F "$id" "$out/worker$g.log" >"$out/$name.killed_worker.log"
   start_worker "$g"
   wait "$watcher"
+  rm -rf "$out/ckpt-$name"
 done
 stop_all
 
