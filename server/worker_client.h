@@ -31,6 +31,8 @@ class WorkerClient : public WorkerConnection {
   absl::Status RunSteps(const v1::RunStepsRequest& request,
                         const std::function<void(const v1::StepResult&)>& on_step) override;
   absl::StatusOr<std::string> Checkpoint(const v1::CheckpointRequest& request) override;
+  absl::StatusOr<int> HoldSteps(const v1::HoldStepsRequest& request) override;
+  absl::Status EndChunkAt(const v1::EndChunkAtRequest& request) override;
   absl::Status Abort(const v1::AbortRequest& request) override;
   absl::StatusOr<v1::GetJobLogsResponse> GetJobLogs(const v1::GetJobLogsRequest& request) override;
   void CancelInFlight() override;

@@ -23,6 +23,10 @@ class WorkerConnection {
   virtual absl::Status RunSteps(const v1::RunStepsRequest& request,
                                 const std::function<void(const v1::StepResult&)>& on_step) = 0;
   virtual absl::StatusOr<std::string> Checkpoint(const v1::CheckpointRequest& request) = 0;
+  // Ending a RunSteps early (worker.proto): HoldSteps answers the first step
+  // the rank has not begun; EndChunkAt ends the chunk before `step`.
+  virtual absl::StatusOr<int> HoldSteps(const v1::HoldStepsRequest& request) = 0;
+  virtual absl::Status EndChunkAt(const v1::EndChunkAtRequest& request) = 0;
   // Best effort; idempotent on the worker.
   virtual absl::Status Abort(const v1::AbortRequest& request) = 0;
   // The worker's log lines for a job (`tessera logs`); not cancelled by
