@@ -35,6 +35,7 @@ struct FakeWorkerBehavior {
   bool hang_in_run = false;      // RunSteps blocks until CancelInFlight
   bool duplicate_results = false;  // every StepResult is streamed twice
   int fail_checkpoint_at = -1;     // Checkpoint of this step fails (RESOURCE_EXHAUSTED)
+  absl::Duration checkpoint_time = absl::ZeroDuration();  // each Checkpoint takes this long
   // Abort answers with this code: UNAVAILABLE as a dead worker's refused
   // connection, DEADLINE_EXCEEDED as a worker stuck in a collective.
   absl::StatusCode abort_code = absl::StatusCode::kOk;
@@ -130,6 +131,7 @@ class FakeWorkerConnection : public WorkerConnection {
   // one: only the coordinator's commit looks at it), or fails.
   absl::StatusOr<std::string> Checkpoint(const v1::CheckpointRequest& r) override {
     Record("Checkpoint@" + std::to_string(r.step()));
+    absl::SleepFor(behavior_.checkpoint_time);
     if (r.step() == behavior_.fail_checkpoint_at) {
       return absl::ResourceExhaustedError("no space left on device");
     }

@@ -167,6 +167,13 @@ JobRunner::BoundaryAction JobRunner::TakeBoundaryAction() {
   return std::exchange(boundary_action_, BoundaryAction::kNone);
 }
 
+bool JobRunner::TakeSuspend() {
+  absl::MutexLock lock(&mu_);
+  if (boundary_action_ != BoundaryAction::kSuspend) return false;
+  boundary_action_ = BoundaryAction::kNone;
+  return true;
+}
+
 void JobRunner::EndChunkWhenAsked(int first_step) {
   {
     absl::MutexLock lock(&mu_);
@@ -385,15 +392,13 @@ JobOutcome JobRunner::Run() {
     absl::StatusOr<int> reached = RunChunk(step, end - step);
     if (!reached.ok()) return finish();
     step = *reached;
-    bool checkpoint = !spec_.checkpoint().dir().empty() && (interval > 0 || step == steps);
+    // What was asked for before this boundary is served here; a checkpoint
+    // asked for while this one is written gets one of its own.
+    const BoundaryAction asked = step < steps ? TakeBoundaryAction() : BoundaryAction::kNone;
+    const bool checkpoint = !spec_.checkpoint().dir().empty() &&
+                            (interval > 0 || step == steps || asked != BoundaryAction::kNone);
     if (checkpoint && !Checkpoint(step)) return finish();
-    // A checkpoint or suspend asked for during the chunk or its checkpoint.
-    if (step == steps) break;
-    const BoundaryAction action = TakeBoundaryAction();
-    if (action != BoundaryAction::kNone && committed_step_ < step && !Checkpoint(step)) {
-      return finish();
-    }
-    if (action == BoundaryAction::kSuspend) {
+    if (asked == BoundaryAction::kSuspend || (checkpoint && step < steps && TakeSuspend())) {
       outcome.state = v1::SUSPENDED;
       {
         absl::MutexLock lock(&mu_);

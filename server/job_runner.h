@@ -36,9 +36,11 @@
 // not begun), then tells every rank to end the chunk at the largest answer
 // (EndChunkAt); no rank has begun that step, so all stop there together.
 // The step is at least one past the chunk's first, so an attempt always
-// commits a step it ran. A request that arrives between chunks is served at
-// that boundary; one whose boundary is the job's last step is served by the
-// final checkpoint, and the job SUCCEEDS.
+// commits a step it ran, and a checkpoint asked for always commits after it
+// was asked. A request that arrives between chunks is served at the next
+// chunk's first boundary, except that a suspend asked for while a chunk's
+// checkpoint is written stops at that checkpoint; one whose boundary is the
+// job's last step is served by the final checkpoint, and the job SUCCEEDS.
 //
 // Step watchdog: while steps run, a thread waits for progress. If no step
 // completes on every rank for spec.step_timeout_s (from the RunSteps
@@ -123,6 +125,9 @@ class JobRunner {
   absl::Status RequestBoundary(BoundaryAction action, const std::string& reason);
   // The action asked for since the last call (kNone if none).
   BoundaryAction TakeBoundaryAction();
+  // True, and the request taken, if a suspend is pending: it can stop at a
+  // step just committed. A pending checkpoint stays pending.
+  bool TakeSuspend();
   // RunChunk's helper thread: once an action is asked for while the chunk
   // runs, ends the chunk early (HoldSteps, then EndChunkAt on every rank)
   // and lowers chunk_end_ to where it ends.

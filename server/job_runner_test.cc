@@ -515,5 +515,50 @@ TEST(JobRunner, CheckpointNowAndSuspendNeedACheckpointDir) {
   EXPECT_EQ(StepOf(h.workers[0]->commands(), "EndChunkAt"), -1);
 }
 
+// Waits until rank 0 has begun writing the checkpoint of `step`.
+void WaitForCheckpointCall(Harness& h, int step) {
+  const std::string call = "Checkpoint@" + std::to_string(step);
+  for (absl::Time deadline = absl::Now() + absl::Seconds(30); absl::Now() < deadline;) {
+    const std::vector<std::string> c = h.workers[0]->commands();
+    if (std::find(c.begin(), c.end(), call) != c.end()) return;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ADD_FAILURE() << "no " << call;
+}
+
+TEST(JobRunner, ASuspendAskedWhileACheckpointIsWrittenStopsAtIt) {
+  FakeWorkerBehavior slow_checkpoints;
+  slow_checkpoints.checkpoint_time = absl::Milliseconds(200);
+  Harness h(CheckpointingSpec(200, 50, FreshRoot("suspend-during-checkpoint")),
+            {slow_checkpoints, slow_checkpoints});
+  Running run(h);
+  WaitForCheckpointCall(h, 50);
+  ASSERT_TRUE(h.runner->Suspend("").ok());
+  const JobOutcome outcome = run.Join();
+  ASSERT_EQ(outcome.state, v1::SUSPENDED) << outcome.reason;
+  EXPECT_EQ(outcome.committed_step, 50);
+  EXPECT_EQ(h.commits, std::vector<int>{50});
+  EXPECT_EQ(StepOf(h.workers[0]->commands(), "EndChunkAt"), -1);  // no step more
+}
+
+TEST(JobRunner, ACheckpointAskedWhileAnotherIsWrittenGetsItsOwn) {
+  FakeWorkerBehavior slow_checkpoints;
+  slow_checkpoints.checkpoint_time = absl::Milliseconds(200);
+  Harness h(CheckpointingSpec(200, 50, FreshRoot("checkpoint-during-checkpoint")),
+            {slow_checkpoints, slow_checkpoints});
+  Running run(h);
+  WaitForCheckpointCall(h, 50);
+  ASSERT_TRUE(h.runner->CheckpointNow().ok());
+  const JobOutcome outcome = run.Join();
+  ASSERT_EQ(outcome.state, v1::SUCCEEDED) << outcome.reason;
+  // Committed after it was asked: early in the next chunk.
+  ASSERT_EQ(h.commits.size(), 5u);
+  EXPECT_EQ(h.commits[0], 50);
+  EXPECT_GT(h.commits[1], 50);
+  EXPECT_LT(h.commits[1], 100);
+  EXPECT_EQ(std::vector<int>(h.commits.begin() + 2, h.commits.end()),
+            (std::vector<int>{100, 150, 200}));
+}
+
 }  // namespace
 }  // namespace tessera
