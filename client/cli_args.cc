@@ -56,7 +56,8 @@ const std::vector<CommandSpec>& Commands() {
       {"checkpoint", "checkpoint ID [--wait]",
        "commit a checkpoint of a RUNNING job at its next step boundary; the job keeps running\n"
        "      (it needs checkpoint.dir)", 1, 1,
-       {{"wait", false, "then wait until the checkpoint is committed (exit 0) or the job leaves RUNNING"}}},
+       {{"wait", false,
+         "then wait until the checkpoint is committed (exit 0) or the job leaves RUNNING"}}},
       {"suspend", "suspend ID [--reason TEXT] [--wait]",
        "checkpoint a RUNNING job at its next step boundary, then release its workers: the job\n"
        "      becomes SUSPENDED until `tessera resume` (it needs checkpoint.dir)", 1, 1,

@@ -225,7 +225,8 @@ TEST_F(CoordinatorSuspendTest, EveryRefusalHasItsCode) {
   const std::string id = StartRunning(LongJob("refusals-suspended"));
   ASSERT_TRUE(core_->SuspendJob(id, "").ok());
   WaitForState(id, v1::SUSPENDED);
-  for (const absl::Status& s : {core_->CheckpointJob(id).status(), core_->SuspendJob(id, "").status()}) {
+  for (const absl::Status& s :
+       {core_->CheckpointJob(id).status(), core_->SuspendJob(id, "").status()}) {
     EXPECT_EQ(s.code(), kFailedPrecondition) << s;
     EXPECT_NE(s.message().find("is SUSPENDED; only a RUNNING job"), std::string::npos) << s;
   }
