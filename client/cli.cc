@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
@@ -101,6 +102,21 @@ int Watch(CoordinatorClient& client, const std::string& job_id, int from_step, b
   return final_job->state() == v1::SUCCEEDED ? kExitOk : kExitFailed;
 }
 
+// Polls the job until `done` holds for it (suspend --wait, checkpoint --wait).
+absl::StatusOr<v1::Job> WaitForJob(CoordinatorClient& client, const std::string& job_id,
+                                   const std::function<bool(const v1::Job&)>& done) {
+  while (true) {
+    absl::StatusOr<v1::Job> job = client.GetJob(job_id);
+    if (!job.ok() || done(*job)) return job;
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+}
+
+// The line `checkpoint`, `suspend` and `resume` print for `job`.
+void PrintJob(const v1::Job& job, bool json, const std::string& line, std::ostream& out) {
+  out << (json ? ToJsonLine(job) : line) << "\n";
+}
+
 int RunCommand(const ParsedArgs& args, std::ostream& out, std::ostream& err, bool is_tty,
                DataCommand data_command) {
   if (args.command == "data" || args.command == "export") {
@@ -192,6 +208,53 @@ int RunCommand(const ParsedArgs& args, std::ostream& out, std::ostream& err, boo
     absl::StatusOr<v1::Job> job = client.CancelJob(args.positional[0], args.Get("reason"));
     if (!job.ok()) return Fail(job.status(), err);
     out << (json ? ToJsonLine(*job) + "\n" : "cancelling " + job->id() + "\n");
+    return kExitOk;
+  }
+  if (args.command == "checkpoint") {
+    absl::StatusOr<v1::Job> job = client.CheckpointJob(args.positional[0]);
+    if (!job.ok()) return Fail(job.status(), err);
+    if (!args.Has("wait")) {
+      PrintJob(*job, json, "checkpointing " + job->id() + " at its next step boundary", out);
+      return kExitOk;
+    }
+    const int before = job->committed_step();
+    job = WaitForJob(client, job->id(), [before](const v1::Job& j) {
+      return j.committed_step() > before || j.state() != v1::RUNNING;
+    });
+    if (!job.ok()) return Fail(job.status(), err);
+    const bool committed = job->committed_step() > before;
+    PrintJob(*job, json,
+             committed ? absl::StrCat(job->id(), ": checkpoint of step ", job->committed_step(),
+                                      " committed")
+                       : absl::StrCat(job->id(), " is ", v1::JobState_Name(job->state()),
+                                      " with no new checkpoint: ", job->reason()),
+             out);
+    return committed ? kExitOk : kExitFailed;
+  }
+  if (args.command == "suspend") {
+    absl::StatusOr<v1::Job> job = client.SuspendJob(args.positional[0], args.Get("reason"));
+    if (!job.ok()) return Fail(job.status(), err);
+    if (!args.Has("wait")) {
+      PrintJob(*job, json,
+               "suspending " + job->id() +
+                   ": a checkpoint at its next step boundary, then its workers are released",
+               out);
+      return kExitOk;
+    }
+    job = WaitForJob(client, job->id(), [](const v1::Job& j) { return j.state() != v1::RUNNING; });
+    if (!job.ok()) return Fail(job.status(), err);
+    PrintJob(*job, json,
+             absl::StrCat(job->id(), " is ", v1::JobState_Name(job->state()), ": ", job->reason()),
+             out);
+    return job->state() == v1::SUSPENDED ? kExitOk : kExitFailed;
+  }
+  if (args.command == "resume") {
+    absl::StatusOr<v1::Job> job = client.ResumeJob(args.positional[0]);
+    if (!job.ok()) return Fail(job.status(), err);
+    PrintJob(*job, json,
+             absl::StrCat("resuming ", job->id(), " from checkpoint step ", job->committed_step(),
+                          " (", v1::JobState_Name(job->state()), ": ", job->reason(), ")"),
+             out);
     return kExitOk;
   }
   if (args.command == "delete") {

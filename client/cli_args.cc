@@ -53,6 +53,18 @@ const std::vector<CommandSpec>& Commands() {
        {{"from-step", true, "replay step metrics from this step (default 0)"}}},
       {"cancel", "cancel ID [--reason TEXT]", "cancel a job in any non-terminal state", 1, 1,
        {{"reason", true, "recorded in the job's terminal reason"}}},
+      {"checkpoint", "checkpoint ID [--wait]",
+       "commit a checkpoint of a RUNNING job at its next step boundary; the job keeps running\n"
+       "      (it needs checkpoint.dir)", 1, 1,
+       {{"wait", false,
+         "then wait until the checkpoint is committed (exit 0) or the job leaves RUNNING"}}},
+      {"suspend", "suspend ID [--reason TEXT] [--wait]",
+       "checkpoint a RUNNING job at its next step boundary, then release its workers: the job\n"
+       "      becomes SUSPENDED until `tessera resume` (it needs checkpoint.dir)", 1, 1,
+       {{"reason", true, "recorded in the SUSPENDED state's reason"},
+        {"wait", false, "then wait until the job is SUSPENDED (exit 0) or has ended"}}},
+      {"resume", "resume ID",
+       "queue a SUSPENDED job again; it resumes from the step it was suspended at", 1, 1, {}},
       {"delete", "delete ID",
        "forget a job that has ended (SUCCEEDED, FAILED or CANCELLED): its record and events", 1,
        1, {}},
@@ -105,7 +117,7 @@ const CommandSpec* FindCommand(const std::string& name) {
 
 std::string ProgramHelp() {
   std::string out =
-      "tessera: submit, watch and cancel Tessera training jobs\n\n"
+      "tessera: submit, watch, suspend and cancel Tessera training jobs\n\n"
       "usage: tessera COMMAND [ARGS] [--coordinator HOST:PORT] [--json]\n\ncommands:\n";
   for (const CommandSpec& c : Commands()) {
     absl::StrAppend(&out, "  ", c.usage, "\n      ", c.summary, "\n");

@@ -1,7 +1,8 @@
 // The `tessera` CLI end to end against an in-process fake Coordinator:
 // exit codes, the one-line errors for an unreachable coordinator and for a
-// refused request, table and --json output, and watch's progress output on a
-// terminal and off one.
+// refused request, table and --json output, watch's progress output on a
+// terminal and off one, and checkpoint, suspend and resume (help, human and
+// --json output, --wait, refusals).
 #include "client/cli.h"
 
 #include <cstdlib>
@@ -76,6 +77,17 @@ class CliTest : public ::testing::Test {
     events.back().mutable_state_change()->set_reason(job.reason());
     server_.AddJob(job, events);
     num_events_ = static_cast<int>(events.size());
+  }
+
+  // A RUNNING job with `steps_done` steps done.
+  void AddRunningJob(const std::string& id, int steps_done) {
+    v1::Job job;
+    job.set_id(id);
+    job.mutable_spec()->set_steps(1000);
+    job.set_state(v1::RUNNING);
+    job.set_reason("training");
+    job.set_steps_done(steps_done);
+    server_.AddJob(job, {});
   }
 
   std::mt19937 rng_{std::random_device{}()};
@@ -297,6 +309,75 @@ TEST_F(CliTest, CancelPassesTheReason) {
                   server_.address()});
   EXPECT_EQ(r.code, kExitOk) << r.err;
   EXPECT_TRUE(absl::StrContains(r.out, "\"reason\":\"operator request\"")) << r.out;
+}
+
+TEST(CliNoServerTest, CheckpointSuspendAndResumeHaveHelp) {
+  for (const auto& [command, usage] : std::vector<std::pair<std::string, std::string>>{
+           {"checkpoint", "usage: tessera checkpoint ID [--wait]"},
+           {"suspend", "usage: tessera suspend ID [--reason TEXT] [--wait]"},
+           {"resume", "usage: tessera resume ID"}}) {
+    Result r = RunTessera({command, "--help"});
+    EXPECT_EQ(r.code, kExitOk) << command;
+    EXPECT_TRUE(absl::StartsWith(r.out, usage)) << r.out;
+    EXPECT_TRUE(absl::StrContains(r.out, "--json")) << r.out;
+    EXPECT_TRUE(absl::StrContains(RunTessera({"--help"}).out, usage.substr(15))) << command;
+    EXPECT_EQ(RunTessera({command}).code, kExitUsage) << command;  // ID is required
+  }
+  EXPECT_TRUE(absl::StrContains(RunTessera({"suspend", "--help"}).out, "checkpoint.dir"));
+}
+
+TEST_F(CliTest, SuspendThenResumeInWordsAndInJson) {
+  AddRunningJob("job-1", 12);
+  Result r = RunTessera({"suspend", "job-1", "--reason", "maintenance", "--coordinator",
+                         server_.address()});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(r.out,
+            "suspending job-1: a checkpoint at its next step boundary, then its workers are "
+            "released\n");
+  r = RunTessera({"resume", "job-1", "--json", "--coordinator", server_.address()});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  v1::Job job;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(r.out, &job).ok()) << r.out;
+  EXPECT_EQ(job.state(), v1::PENDING);
+  EXPECT_EQ(job.committed_step(), 12);
+
+  AddRunningJob("job-2", 30);
+  r = RunTessera({"suspend", "job-2", "--json", "--coordinator", server_.address()});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(r.out, &job).ok()) << r.out;
+  EXPECT_EQ(job.id(), "job-2");
+  r = RunTessera({"resume", "job-2", "--coordinator", server_.address()});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(r.out,
+            "resuming job-2 from checkpoint step 30 (PENDING: waiting for 2 free workers)\n");
+}
+
+TEST_F(CliTest, WaitFollowsTheJobUntilTheCheckpointOrTheSuspend) {
+  AddRunningJob("job-1", 7);
+  Result r = RunTessera({"checkpoint", "job-1", "--wait", "--coordinator", server_.address()});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(r.out, "job-1: checkpoint of step 7 committed\n");
+  r = RunTessera({"checkpoint", "job-1", "--coordinator", server_.address()});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(r.out, "checkpointing job-1 at its next step boundary\n");
+  r = RunTessera({"suspend", "job-1", "--wait", "--reason", "drain", "--coordinator",
+                  server_.address()});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(r.out, "job-1 is SUSPENDED: suspended at step 7 (checkpoint committed): drain\n");
+}
+
+TEST_F(CliTest, RefusalsAreOneLineWithTheirCode) {
+  AddFinishedJob("job-1", 4, v1::SUCCEEDED);
+  for (const std::string& command : {"checkpoint", "suspend", "resume"}) {
+    Result r = RunTessera({command, "job-1", "--coordinator", server_.address()});
+    EXPECT_EQ(r.code, kExitFailed) << command;
+    EXPECT_TRUE(absl::StartsWith(r.err, "tessera: FAILED_PRECONDITION: job job-1 is SUCCEEDED"))
+        << r.err;
+    EXPECT_EQ(r.out, "");
+    r = RunTessera({command, "job-9", "--coordinator", server_.address()});
+    EXPECT_EQ(r.code, kExitFailed) << command;
+    EXPECT_EQ(r.err, "tessera: NOT_FOUND: job job-9 not found\n");
+  }
 }
 
 }  // namespace

@@ -114,6 +114,20 @@ struct CoordinatorClient::Impl {
     }
   }
 
+  // Connects (retrying the connection only), then sends `call` once with a
+  // deadline: for requests whose repeat would not mean the same.
+  template <typename Call>
+  grpc::Status SendOnce(const ClientOptions& options, const std::string& address, Call call) {
+    if (!credentials_status.ok()) return ToGrpcStatus(credentials_status);
+    if (absl::Status connected = Connect(options, address); !connected.ok()) {
+      return ToGrpcStatus(connected);
+    }
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + options.call_timeout));
+    credentials->Apply(&context);
+    return call(&context);
+  }
+
   // Waits until the channel is READY. A connection attempt that fails
   // (TRANSIENT_FAILURE) is retried with backoff; OK means a request sent now
   // goes out on an established connection.
@@ -240,6 +254,41 @@ absl::StatusOr<v1::Job> CoordinatorClient::CancelJob(const std::string& job_id,
   v1::Job job;
   grpc::Status status = impl_->WithRetries(options_, [&](grpc::ClientContext* c) {
     return impl_->stub->CancelJob(c, request, &job);
+  });
+  if (!status.ok()) return impl_->Explain(status, address_, options_.call_timeout);
+  return job;
+}
+
+absl::StatusOr<v1::Job> CoordinatorClient::CheckpointJob(const std::string& job_id) {
+  v1::CheckpointJobRequest request;
+  request.set_job_id(job_id);
+  v1::Job job;
+  grpc::Status status = impl_->SendOnce(options_, address_, [&](grpc::ClientContext* c) {
+    return impl_->stub->CheckpointJob(c, request, &job);
+  });
+  if (!status.ok()) return impl_->Explain(status, address_, options_.call_timeout);
+  return job;
+}
+
+absl::StatusOr<v1::Job> CoordinatorClient::SuspendJob(const std::string& job_id,
+                                                      const std::string& reason) {
+  v1::SuspendJobRequest request;
+  request.set_job_id(job_id);
+  request.set_reason(reason);
+  v1::Job job;
+  grpc::Status status = impl_->SendOnce(options_, address_, [&](grpc::ClientContext* c) {
+    return impl_->stub->SuspendJob(c, request, &job);
+  });
+  if (!status.ok()) return impl_->Explain(status, address_, options_.call_timeout);
+  return job;
+}
+
+absl::StatusOr<v1::Job> CoordinatorClient::ResumeJob(const std::string& job_id) {
+  v1::ResumeJobRequest request;
+  request.set_job_id(job_id);
+  v1::Job job;
+  grpc::Status status = impl_->SendOnce(options_, address_, [&](grpc::ClientContext* c) {
+    return impl_->stub->ResumeJob(c, request, &job);
   });
   if (!status.ok()) return impl_->Explain(status, address_, options_.call_timeout);
   return job;

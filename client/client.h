@@ -9,7 +9,9 @@
 // (WatchJobRequest.after_sequence) and never delivers an event twice.
 // SubmitJob and DeleteJob retry only the connection: once the channel is connected the request is sent exactly
 // once, so a job is never submitted twice and a delete that succeeded is
-// never reported as NOT_FOUND by its own retry.
+// never reported as NOT_FOUND by its own retry. CheckpointJob, SuspendJob
+// and ResumeJob are sent once the same way: a repeated resume or suspend
+// would be refused for the state the first one caused.
 #ifndef TESSERA_CLIENT_CLIENT_H_
 #define TESSERA_CLIENT_CLIENT_H_
 
@@ -77,6 +79,15 @@ class CoordinatorClient {
   absl::StatusOr<v1::Job> CancelJob(const std::string& job_id, const std::string& reason = "");
   // NOT_FOUND for an unknown job; FAILED_PRECONDITION if it has not ended.
   absl::Status DeleteJob(const std::string& job_id);
+  // A checkpoint at the job's next step boundary; the job goes on. Returns
+  // the job as it is when asked (still RUNNING). NOT_FOUND;
+  // FAILED_PRECONDITION without checkpoint.dir or when not RUNNING.
+  absl::StatusOr<v1::Job> CheckpointJob(const std::string& job_id);
+  // A checkpoint at the next step boundary, then the job releases its
+  // workers and becomes SUSPENDED. Errors as CheckpointJob.
+  absl::StatusOr<v1::Job> SuspendJob(const std::string& job_id, const std::string& reason = "");
+  // Queues a SUSPENDED job again; FAILED_PRECONDITION for any other state.
+  absl::StatusOr<v1::Job> ResumeJob(const std::string& job_id);
   absl::StatusOr<std::vector<v1::WorkerRecord>> ListWorkers();
   // grpc.health.v1.Health/Check of `service` ("" for the server as a
   // whole) at this address: "SERVING", "NOT_SERVING", "SERVICE_UNKNOWN" or

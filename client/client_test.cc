@@ -350,5 +350,30 @@ TEST_F(ClientTest, DeleteJobIsSentOnceAndReportsTheServersRefusals) {
   EXPECT_EQ((*left)[0].id(), "job-2");
 }
 
+TEST_F(ClientTest, CheckpointSuspendAndResumeAreSentOnceAndReportTheServersRefusals) {
+  v1::Job running = RandomJob(rng_, "job-1", 50);
+  running.set_state(v1::RUNNING);
+  running.set_steps_done(20);
+  server_.AddJob(running, {});
+  CoordinatorClient client(server_.address(), FastOptions());
+  absl::StatusOr<v1::Job> asked = client.CheckpointJob("job-1");
+  ASSERT_TRUE(asked.ok()) << asked.status();
+  EXPECT_EQ(asked->state(), v1::RUNNING);
+  EXPECT_EQ(client.ResumeJob("job-1").status().code(), absl::StatusCode::kFailedPrecondition);
+  absl::StatusOr<v1::Job> suspending = client.SuspendJob("job-1", "maintenance");
+  ASSERT_TRUE(suspending.ok()) << suspending.status();
+  EXPECT_EQ(client.GetJob("job-1")->state(), v1::SUSPENDED);
+  EXPECT_EQ(client.SuspendJob("job-1").status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(client.CheckpointJob("job-9").status().code(), absl::StatusCode::kNotFound);
+  // A lost answer is not sent again: a repeated resume would be refused
+  // for the state the first one caused.
+  server_.FailNext("ResumeJob", {Unavailable()});
+  EXPECT_EQ(client.ResumeJob("job-1").status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(server_.calls("ResumeJob"), 2);
+  absl::StatusOr<v1::Job> resumed = client.ResumeJob("job-1");
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ(resumed->state(), v1::PENDING);
+}
+
 }  // namespace
 }  // namespace tessera

@@ -187,6 +187,65 @@ grpc::Status FakeCoordinator::CancelJob(grpc::ServerContext*, const v1::CancelJo
   return grpc::Status::OK;
 }
 
+v1::Job* FakeCoordinator::JobIn(const std::string& job_id, v1::JobState state,
+                                grpc::Status* status) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) {
+    *status = grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("job ", job_id, " not found"));
+    return nullptr;
+  }
+  if (it->second.state() != state) {
+    *status = grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                           absl::StrCat("job ", job_id, " is ",
+                                        v1::JobState_Name(it->second.state()), ", not ",
+                                        v1::JobState_Name(state)));
+    return nullptr;
+  }
+  return &it->second;
+}
+
+grpc::Status FakeCoordinator::CheckpointJob(grpc::ServerContext*,
+                                            const v1::CheckpointJobRequest* request,
+                                            v1::Job* response) {
+  if (grpc::Status s = Enter("CheckpointJob"); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  grpc::Status status;
+  v1::Job* job = JobIn(request->job_id(), v1::RUNNING, &status);
+  if (job == nullptr) return status;
+  *response = *job;  // as the coordinator answers: before the checkpoint
+  job->set_committed_step(job->steps_done());
+  return grpc::Status::OK;
+}
+
+grpc::Status FakeCoordinator::SuspendJob(grpc::ServerContext*,
+                                         const v1::SuspendJobRequest* request,
+                                         v1::Job* response) {
+  if (grpc::Status s = Enter("SuspendJob"); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  grpc::Status status;
+  v1::Job* job = JobIn(request->job_id(), v1::RUNNING, &status);
+  if (job == nullptr) return status;
+  *response = *job;
+  job->set_committed_step(job->steps_done());
+  job->set_state(v1::SUSPENDED);
+  job->set_reason(absl::StrCat("suspended at step ", job->steps_done(),
+                               " (checkpoint committed): ", request->reason()));
+  return grpc::Status::OK;
+}
+
+grpc::Status FakeCoordinator::ResumeJob(grpc::ServerContext*, const v1::ResumeJobRequest* request,
+                                        v1::Job* response) {
+  if (grpc::Status s = Enter("ResumeJob"); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  grpc::Status status;
+  v1::Job* job = JobIn(request->job_id(), v1::SUSPENDED, &status);
+  if (job == nullptr) return status;
+  job->set_state(v1::PENDING);
+  job->set_reason("waiting for 2 free workers");
+  *response = *job;
+  return grpc::Status::OK;
+}
+
 grpc::Status FakeCoordinator::WatchJob(grpc::ServerContext*, const v1::WatchJobRequest* request,
                                        grpc::ServerWriter<v1::JobEvent>* writer) {
   if (grpc::Status s = Enter("WatchJob"); !s.ok()) return s;

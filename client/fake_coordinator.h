@@ -2,7 +2,10 @@
 // client and CLI tests: it can fail the next calls with given statuses,
 // answer slowly, and end a watch stream early, and it records what it was
 // asked. ListJobs pages like the real coordinator (default page size 100,
-// offset tokens); DeleteJob forgets a terminal job. Test-only.
+// offset tokens); DeleteJob forgets a terminal job. CheckpointJob and
+// SuspendJob act at once on a RUNNING job (committed_step becomes
+// steps_done; SUSPENDED), ResumeJob queues a SUSPENDED one (PENDING), each
+// FAILED_PRECONDITION otherwise. Test-only.
 #ifndef TESSERA_CLIENT_FAKE_COORDINATOR_H_
 #define TESSERA_CLIENT_FAKE_COORDINATOR_H_
 
@@ -55,6 +58,12 @@ class FakeCoordinator final : public v1::Coordinator::Service {
                          v1::Job* response) override;
   grpc::Status DeleteJob(grpc::ServerContext* context, const v1::DeleteJobRequest* request,
                          v1::DeleteJobResponse* response) override;
+  grpc::Status CheckpointJob(grpc::ServerContext* context, const v1::CheckpointJobRequest* request,
+                             v1::Job* response) override;
+  grpc::Status SuspendJob(grpc::ServerContext* context, const v1::SuspendJobRequest* request,
+                          v1::Job* response) override;
+  grpc::Status ResumeJob(grpc::ServerContext* context, const v1::ResumeJobRequest* request,
+                         v1::Job* response) override;
   grpc::Status WatchJob(grpc::ServerContext* context, const v1::WatchJobRequest* request,
                         grpc::ServerWriter<v1::JobEvent>* writer) override;
   grpc::Status ListWorkers(grpc::ServerContext* context, const v1::ListWorkersRequest* request,
@@ -63,6 +72,10 @@ class FakeCoordinator final : public v1::Coordinator::Service {
  private:
   // Records the call; a scripted failure if one is queued, else OK.
   grpc::Status Enter(const std::string& method);
+  // The job, if it exists and is in `state`; else NOT_FOUND or
+  // FAILED_PRECONDITION in `status`.
+  v1::Job* JobIn(const std::string& job_id, v1::JobState state, grpc::Status* status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable absl::Mutex mu_;
   std::map<std::string, std::deque<grpc::Status>> failures_ ABSL_GUARDED_BY(mu_);

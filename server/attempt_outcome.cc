@@ -12,9 +12,10 @@ namespace tessera {
 
 AttemptOutcome DecideAttemptOutcome(const EndedAttempt& attempt) {
   AttemptEnd end = attempt.end;
-  if (end.state == v1::FAILED && !attempt.cancel_reason.empty()) {
+  if ((end.state == v1::FAILED || end.state == v1::SUSPENDED) && !attempt.cancel_reason.empty()) {
     end = {v1::CANCELLED, absl::StatusCode::kCancelled, attempt.cancel_reason};
   }
+  if (end.state == v1::SUSPENDED) return {NextAttempt::kNone, v1::SUSPENDED, end.reason};
   if (end.state == v1::FAILED && attempt.shutting_down) {
     end = {v1::CANCELLED, absl::StatusCode::kCancelled, "coordinator shutting down"};
   }

@@ -14,6 +14,10 @@
 //      times.
 //   4. A failure after the final step's checkpoint was committed leaves
 //      nothing to redo, so the job SUCCEEDED.
+//   5. An attempt that ended SUSPENDED (a suspend was asked for) leaves the
+//      job SUSPENDED, unless a cancel raced with it (rule 1 applies to it
+//      too). A shutdown does not cancel it: a suspended job holds nothing
+//      and survives the coordinator.
 //
 // Whatever is left goes to DecideAfterAttempt, which restarts a retryable
 // failure while JobSpec.max_restarts allows.
@@ -33,7 +37,7 @@ inline constexpr int kMaxPlacementRetries = 3;
 
 // An attempt that ended, and what the coordinator knew about its job then.
 struct EndedAttempt {
-  AttemptEnd end;  // as the attempt's runner reported it
+  AttemptEnd end;  // as the attempt's runner reported it (SUSPENDED included)
   // The reason of a CancelJob that arrived while the attempt ran; empty if
   // the job was not cancelled.
   std::string cancel_reason;

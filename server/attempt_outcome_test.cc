@@ -1,6 +1,7 @@
 // The attempt-end decision on its own: each rule in front of the restart
-// budget (cancel, shutdown, placing again, a failure after the last step),
-// the order between them, and that what is left reaches the restart policy.
+// budget (cancel, shutdown, placing again, a failure after the last step, a
+// suspended attempt), the order between them, and that what is left reaches
+// the restart policy.
 #include "server/attempt_outcome.h"
 
 #include <string>
@@ -233,6 +234,26 @@ TEST(AttemptOutcome, PlacingAgainIsDecidedBeforeTheLastStepRule) {
   EndedAttempt a = FailedPlacing();
   a.resume_step = kSteps;
   EXPECT_EQ(DecideAttemptOutcome(a).next, NextAttempt::kPlaceAgain);
+}
+
+TEST(AttemptOutcome, ASuspendedAttemptLeavesTheJobSuspendedEvenInAShutdown) {
+  EndedAttempt a = FailedMidway();
+  a.end = {v1::SUSPENDED, absl::StatusCode::kOk, "suspended at step 6 (checkpoint committed)"};
+  a.shutting_down = true;
+  AttemptOutcome o = DecideAttemptOutcome(a);
+  EXPECT_EQ(o.next, NextAttempt::kNone);
+  EXPECT_EQ(o.state, v1::SUSPENDED);
+  EXPECT_EQ(o.reason, "suspended at step 6 (checkpoint committed)");
+}
+
+TEST(AttemptOutcome, ACancelDuringASuspendCancels) {
+  EndedAttempt a = FailedMidway();
+  a.end = {v1::SUSPENDED, absl::StatusCode::kOk, "suspended at step 6 (checkpoint committed)"};
+  a.cancel_reason = "cancelled by user";
+  AttemptOutcome o = DecideAttemptOutcome(a);
+  EXPECT_EQ(o.next, NextAttempt::kNone);
+  EXPECT_EQ(o.state, v1::CANCELLED);
+  EXPECT_EQ(o.reason, "cancelled by user");
 }
 
 }  // namespace

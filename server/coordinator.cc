@@ -17,17 +17,14 @@
 #include "server/spec_validation.h"
 
 namespace tessera {
-namespace {
 
-absl::Status CheckJobId(const std::string& job_id) {
+absl::Status Coordinator::CheckJobId(const std::string& job_id) {
   return CheckStringLimit("job_id", job_id, kMaxIdBytes);
 }
 
-absl::Status NotFound(const std::string& job_id) {
+absl::Status Coordinator::NotFound(const std::string& job_id) {
   return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
 }
-
-}  // namespace
 
 Coordinator::Coordinator(CoordinatorOptions options)
     : options_(std::move(options)),
@@ -321,6 +318,7 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(const v1::Heartbeat
   if (std::string orphan = registry_.OrphanJob(req.worker_id()); !orphan.empty()) {
     resp.add_abort_job_ids(orphan);
   }
+  if (req.stopping()) SuspendForStoppingWorkerLocked(req.worker_id(), &resp);
   return resp;
 }
 

@@ -26,7 +26,19 @@
 // resumes through the restart path from its newest committed checkpoint
 // (not counted against max_restarts), or fails with a reason if it has none;
 // the workers still running it are told to abort it when they re-register.
+// A SUSPENDED job stays SUSPENDED. A suspend or checkpoint asked for but not
+// yet served when the coordinator stops is not kept.
 // Deleting a job removes its record and events; ids are never reused.
+//
+// Checkpoint now, suspend and resume (coordinator_suspend.cc): a RUNNING job
+// with a checkpoint.dir can be asked for a checkpoint at its next step
+// boundary (job_runner.h), and to suspend there: its attempt then ends
+// SUSPENDED, its workers are released, and it stays SUSPENDED (across
+// coordinator restarts too) until ResumeJob queues it again to resume from
+// the committed step through the restart path (not counted as a restart).
+// A worker that is stopping (SIGTERM) says so in its heartbeat, and the job
+// it runs is suspended the same way where it can be; the heartbeat's answer
+// tells the worker whether to wait for its Abort.
 #ifndef TESSERA_SERVER_COORDINATOR_H_
 #define TESSERA_SERVER_COORDINATOR_H_
 
@@ -94,6 +106,16 @@ class Coordinator {
   absl::StatusOr<JobPage> ListJobs(const std::vector<v1::JobState>& states, int page_size = 0,
                                    const std::string& page_token = "");
   absl::StatusOr<v1::Job> CancelJob(const std::string& job_id, const std::string& reason);
+  // A checkpoint at the RUNNING job's next step boundary; it goes on.
+  // NOT_FOUND for an unknown job; FAILED_PRECONDITION without
+  // checkpoint.dir or when not RUNNING. Idempotent until served.
+  absl::StatusOr<v1::Job> CheckpointJob(const std::string& job_id);
+  // A checkpoint at the next step boundary, then SUSPENDED (reason recorded).
+  // Errors as CheckpointJob; asking again while it is pending is OK.
+  absl::StatusOr<v1::Job> SuspendJob(const std::string& job_id, const std::string& reason);
+  // Queues a SUSPENDED job again (PENDING) to resume from its committed
+  // step. NOT_FOUND; FAILED_PRECONDITION for a job not SUSPENDED.
+  absl::StatusOr<v1::Job> ResumeJob(const std::string& job_id);
   // NOT_FOUND for an unknown job, FAILED_PRECONDITION for one not ended.
   absl::Status DeleteJob(const std::string& job_id);
   absl::StatusOr<std::shared_ptr<EventLog>> JobEvents(const std::string& job_id);
@@ -111,7 +133,8 @@ class Coordinator {
 
   absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(const v1::RegisterWorkerRequest& req);
   // Also reconciles the worker's reported activity: the response names the
-  // jobs it must abort.
+  // jobs it must abort. A stopping worker's job is suspended if it can be
+  // (HeartbeatResponse.suspending, or not_suspended_reason says why not).
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& req);
   std::vector<v1::WorkerRecord> ListWorkers();
   // Workers lost since this coordinator started (heartbeat timeouts and
@@ -146,6 +169,13 @@ class Coordinator {
 
   void SetStateLocked(JobEntry& entry, v1::JobState state, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Passes a checkpoint (suspend: false) or suspend request to the job's
+  // running attempt, after the checks CheckpointJob documents.
+  absl::Status RequestBoundaryLocked(JobEntry& entry, bool suspend, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A stopping worker's heartbeat: suspend the job assigned to it.
+  void SuspendForStoppingWorkerLocked(const std::string& worker_id, v1::HeartbeatResponse* resp)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RefreshPendingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StartJobLocked(JobEntry& entry, const Placement& placement)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -155,6 +185,9 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Bounds and checks a worker's reported activity.
   static absl::Status CheckActivity(const v1::WorkerActivity& activity);
+  // INVALID_ARGUMENT for a job_id beyond its bound; NOT_FOUND's message.
+  static absl::Status CheckJobId(const std::string& job_id);
+  static absl::Status NotFound(const std::string& job_id);
   void PersistLocked(const v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Appends to the job's event log and the job store; `with_record` stores
   // the job record in the same transaction.

@@ -172,6 +172,8 @@ void Coordinator::RecoverLocked(JobEntry& entry) {
     scheduler_.Enqueue(job.id(), job.spec(), options_.now());
     return;
   }
+  // It holds nothing and waits for ResumeJob, which reads its committed step.
+  if (was == v1::SUSPENDED) return;
   const int resume = job.committed_step();
   if (was == v1::RESTARTING || resume > 0) {
     // Resumed through the restart path, without spending the budget: the

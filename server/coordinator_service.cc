@@ -63,6 +63,34 @@ grpc::Status CoordinatorService::CancelJob(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+grpc::Status CoordinatorService::CheckpointJob(grpc::ServerContext* context,
+                                               const v1::CheckpointJobRequest* req,
+                                               v1::Job* resp) {
+  if (grpc::Status s = CallGuard::User(guard_, context); !s.ok()) return s;
+  absl::StatusOr<v1::Job> job = core_->CheckpointJob(req->job_id());
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  *resp = *job;
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::SuspendJob(grpc::ServerContext* context,
+                                            const v1::SuspendJobRequest* req, v1::Job* resp) {
+  if (grpc::Status s = CallGuard::User(guard_, context); !s.ok()) return s;
+  absl::StatusOr<v1::Job> job = core_->SuspendJob(req->job_id(), req->reason());
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  *resp = *job;
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::ResumeJob(grpc::ServerContext* context,
+                                           const v1::ResumeJobRequest* req, v1::Job* resp) {
+  if (grpc::Status s = CallGuard::User(guard_, context); !s.ok()) return s;
+  absl::StatusOr<v1::Job> job = core_->ResumeJob(req->job_id());
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  *resp = *job;
+  return grpc::Status::OK;
+}
+
 grpc::ServerWriteReactor<v1::JobEvent>* CoordinatorService::WatchJob(
     grpc::CallbackServerContext* context, const v1::WatchJobRequest* req) {
   if (grpc::Status s = CallGuard::User(guard_, context); !s.ok()) {

@@ -39,6 +39,12 @@ class CoordinatorService final
                          v1::Job* resp) override;
   grpc::Status DeleteJob(grpc::ServerContext*, const v1::DeleteJobRequest* req,
                          v1::DeleteJobResponse* resp) override;
+  grpc::Status CheckpointJob(grpc::ServerContext*, const v1::CheckpointJobRequest* req,
+                             v1::Job* resp) override;
+  grpc::Status SuspendJob(grpc::ServerContext*, const v1::SuspendJobRequest* req,
+                          v1::Job* resp) override;
+  grpc::Status ResumeJob(grpc::ServerContext*, const v1::ResumeJobRequest* req,
+                         v1::Job* resp) override;
   grpc::ServerWriteReactor<v1::JobEvent>* WatchJob(grpc::CallbackServerContext* context,
                                                    const v1::WatchJobRequest* req) override;
   grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest* req,

@@ -2,6 +2,9 @@
 // results with a configurable delay (or each twice), can fail a chosen
 // command, step or checkpoint, can hang until cancelled (a stuck worker),
 // and can answer as a dead worker (or answer Abort as a stuck one) would.
+// HoldSteps and EndChunkAt act on its RunSteps as on a real worker's: a
+// held rank begins no step, and a chunk ends before the limit (a limit the
+// rank has begun is FAILED_PRECONDITION).
 // Its checkpoints leave a (empty) rank manifest on disk once the background
 // write is awaited, as a worker's would (a write can be made slow, held
 // until a test releases it, or failed),
@@ -44,6 +47,7 @@ struct FakeWorkerBehavior {
   // When set, every background write waits for it (at most 30 s, then fails
   // DEADLINE_EXCEEDED), so a test decides when writes finish.
   std::shared_ptr<absl::Notification> checkpoint_write_gate;
+  absl::Duration checkpoint_time = absl::ZeroDuration();  // each Checkpoint takes this long
   // Abort answers with this code: UNAVAILABLE as a dead worker's refused
   // connection, DEADLINE_EXCEEDED as a worker stuck in a collective.
   absl::StatusCode abort_code = absl::StatusCode::kOk;
@@ -66,6 +70,7 @@ class FakeWorkerConnection : public WorkerConnection {
     {
       absl::MutexLock lock(&mu_);
       resume_step_ = r.resume_step();
+      steps_begun_ = r.resume_step();
       spec_ = r.spec();
     }
     if (behavior_.fail_setup) return absl::ResourceExhaustedError("out of memory");
@@ -78,7 +83,12 @@ class FakeWorkerConnection : public WorkerConnection {
   absl::Status RunSteps(const v1::RunStepsRequest& r,
                         const std::function<void(const v1::StepResult&)>& on_step) override {
     Record("RunSteps");
+    {
+      absl::MutexLock lock(&mu_);
+      if (chunk_limit_ <= r.first_step()) chunk_limit_ = -1;  // an earlier chunk's
+    }
     for (int s = r.first_step(); s < r.first_step() + r.num_steps(); ++s) {
+      if (!BeginStep(s)) break;
       absl::Time end = absl::Now() + behavior_.step_time;
       while (absl::Now() < end || behavior_.hang_in_run) {
         if (cancelled_) return absl::CancelledError("cancelled");
@@ -106,6 +116,27 @@ class FakeWorkerConnection : public WorkerConnection {
       on_step(result);
       if (behavior_.duplicate_results) on_step(result);
     }
+    absl::MutexLock lock(&mu_);
+    chunk_limit_ = -1;
+    return cancelled_ ? absl::CancelledError("cancelled") : absl::OkStatus();
+  }
+  absl::StatusOr<int> HoldSteps(const v1::HoldStepsRequest&) override {
+    Record("HoldSteps");
+    if (behavior_.unreachable) return absl::UnavailableError("connection refused");
+    absl::MutexLock lock(&mu_);
+    held_ = true;
+    return steps_begun_;
+  }
+  absl::Status EndChunkAt(const v1::EndChunkAtRequest& r) override {
+    Record("EndChunkAt@" + std::to_string(r.step()));
+    if (behavior_.unreachable) return absl::UnavailableError("connection refused");
+    absl::MutexLock lock(&mu_);
+    if (r.step() < steps_begun_) {
+      return absl::FailedPreconditionError("this rank has already begun step " +
+                                           std::to_string(steps_begun_ - 1));
+    }
+    chunk_limit_ = r.step();
+    held_ = false;
     return absl::OkStatus();
   }
   // Like a real worker, it takes the snapshot (Checkpoint) and leaves its
@@ -114,6 +145,7 @@ class FakeWorkerConnection : public WorkerConnection {
   absl::StatusOr<v1::CheckpointResponse> Checkpoint(const v1::CheckpointRequest& r) override {
     Record("Checkpoint@" + std::to_string(r.step()));
     if (behavior_.unreachable) return absl::UnavailableError("connection refused");
+    absl::SleepFor(behavior_.checkpoint_time);
     if (r.step() == behavior_.fail_checkpoint_at) {
       return absl::ResourceExhaustedError("no space left on device");
     }
@@ -200,7 +232,10 @@ class FakeWorkerConnection : public WorkerConnection {
     }
     return response;
   }
-  void CancelInFlight() override { cancelled_ = true; }
+  void CancelInFlight() override {
+    absl::MutexLock lock(&mu_);  // wakes a held RunSteps
+    cancelled_ = true;
+  }
 
   std::vector<std::string> commands() {
     absl::MutexLock lock(&mu_);
@@ -212,6 +247,16 @@ class FakeWorkerConnection : public WorkerConnection {
     absl::MutexLock lock(&mu_);
     commands_.push_back(c);
   }
+  // Waits out a hold; false if the chunk ends before step `s` (or the call
+  // was cancelled), else marks `s` begun.
+  bool BeginStep(int s) {
+    absl::MutexLock lock(&mu_);
+    auto released = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !held_ || cancelled_; };
+    mu_.Await(absl::Condition(&released));
+    if (cancelled_ || (chunk_limit_ >= 0 && s >= chunk_limit_)) return false;
+    steps_begun_ = s + 1;
+    return true;
+  }
   int rank_;
   FakeWorkerBehavior behavior_;
   std::atomic<bool> cancelled_{false};
@@ -220,6 +265,9 @@ class FakeWorkerConnection : public WorkerConnection {
   int resume_step_ = -1;
   v1::JobSpec spec_;  // from SetupJob
   std::map<int, std::string> checkpoint_dirs_;  // checkpoints started, by step
+  int steps_begun_ ABSL_GUARDED_BY(mu_) = 0;  // the first step not begun
+  bool held_ ABSL_GUARDED_BY(mu_) = false;
+  int chunk_limit_ ABSL_GUARDED_BY(mu_) = -1;
 };
 
 // CoordinatorOptions.connect for tests: the n-th connection the

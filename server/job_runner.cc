@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -177,13 +178,83 @@ void JobRunner::OnStepResult(const v1::StepResult& result) {
   if (callbacks_.on_step) callbacks_.on_step(done);
 }
 
-absl::Status JobRunner::RunChunk(int first_step, int num_steps) {
+absl::Status JobRunner::CheckpointNow() { return RequestBoundary(BoundaryAction::kCheckpoint, ""); }
+
+absl::Status JobRunner::Suspend(const std::string& reason) {
+  return RequestBoundary(BoundaryAction::kSuspend, reason);
+}
+
+absl::Status JobRunner::RequestBoundary(BoundaryAction action, const std::string& reason) {
+  if (spec_.checkpoint().dir().empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job_id_, " has no checkpoint.dir to write a checkpoint into"));
+  }
+  absl::MutexLock lock(&mu_);
+  if (stopped_ || ended_) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job_id_, "'s attempt has ended"));
+  }
+  if (action > boundary_action_) boundary_action_ = action;
+  if (action == BoundaryAction::kSuspend && suspend_reason_.empty()) suspend_reason_ = reason;
+  return absl::OkStatus();
+}
+
+JobRunner::BoundaryAction JobRunner::TakeBoundaryAction() {
+  absl::MutexLock lock(&mu_);
+  return std::exchange(boundary_action_, BoundaryAction::kNone);
+}
+
+bool JobRunner::TakeSuspend() {
+  absl::MutexLock lock(&mu_);
+  if (boundary_action_ != BoundaryAction::kSuspend) return false;
+  boundary_action_ = BoundaryAction::kNone;
+  return true;
+}
+
+void JobRunner::EndChunkWhenAsked(int first_step) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto asked = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      return stopped_ || !chunk_running_ || boundary_action_ != BoundaryAction::kNone;
+    };
+    mu_.Await(absl::Condition(&asked));
+    if (stopped_ || !chunk_running_) return;
+  }
+  // Each rank holds before the first step it has not begun; none has begun
+  // the largest of those, so every rank can stop there.
+  std::vector<int> next_steps(connections_.size(), first_step);
+  absl::Status s = FanOut("HoldSteps", [&](int rank) -> absl::Status {
+    v1::HoldStepsRequest request;
+    request.set_job_id(job_id_);
+    ASSIGN_OR_RETURN(next_steps[rank], connections_[rank]->HoldSteps(request));
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return;
+  int end = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    end = std::min(chunk_end_, std::max(first_step + 1, *std::max_element(next_steps.begin(),
+                                                                          next_steps.end())));
+  }
+  s = FanOut("EndChunkAt", [&](int rank) {
+    v1::EndChunkAtRequest request;
+    request.set_job_id(job_id_);
+    request.set_step(end);
+    return connections_[rank]->EndChunkAt(request);
+  });
+  if (!s.ok()) return;
+  absl::MutexLock lock(&mu_);
+  chunk_end_ = end;
+}
+
+absl::StatusOr<int> JobRunner::RunChunk(int first_step, int num_steps) {
   {
     absl::MutexLock lock(&mu_);
     last_step_done_ = absl::Now();
     chunk_running_ = true;
+    chunk_end_ = first_step + num_steps;
   }
   std::thread watchdog([this] { WatchSteps(); });
+  std::thread chunk_ender([this, first_step] { EndChunkWhenAsked(first_step); });
   absl::Status s = FanOut("RunSteps", [&](int rank) {
     v1::RunStepsRequest request;
     request.set_job_id(job_id_);
@@ -197,7 +268,11 @@ absl::Status JobRunner::RunChunk(int first_step, int num_steps) {
     chunk_running_ = false;
   }
   watchdog.join();
-  return s;
+  // Before the next chunk starts: an EndChunkAt for this one must not reach it.
+  chunk_ender.join();
+  RETURN_IF_ERROR(s);
+  absl::MutexLock lock(&mu_);
+  return chunk_end_;
 }
 
 void JobRunner::WatchSteps() {
@@ -425,6 +500,7 @@ JobOutcome JobRunner::Run() {
     SalvagePendingCheckpoint();
     {
       absl::MutexLock lock(&mu_);
+      ended_ = true;
       if (stopped_) outcome = stop_outcome_;
     }
     const std::vector<absl::Status> aborts = AbortAll(outcome.reason);
@@ -499,32 +575,57 @@ JobOutcome JobRunner::Run() {
   while (step < steps) {
     int end = steps;
     if (interval > 0) end = std::min(steps, (step / interval + 1) * interval);
-    if (!RunChunk(step, end - step).ok()) return finish();
-    step = end;
-    const bool checkpoint = !spec_.checkpoint().dir().empty() && (interval > 0 || step == steps);
-    if (!checkpoint) continue;
-    const absl::Time started = absl::Now();
-    // At most one checkpoint in flight: the previous one's writes end (and
-    // it is committed and pruned) before this one is measured and taken.
-    // The ranks would wait for their previous write anyway; this wait is
-    // reported as the checkpoint's wait phase.
-    double waited_s = 0;
-    if (committer.joinable()) {
-      committer.join();
-      waited_s = absl::ToDoubleSeconds(absl::Now() - started);
+    absl::StatusOr<int> reached = RunChunk(step, end - step);
+    if (!reached.ok()) return finish();
+    step = *reached;
+    // What was asked for before this boundary is served here; a checkpoint
+    // asked for while this one is written gets one of its own.
+    const BoundaryAction asked = step < steps ? TakeBoundaryAction() : BoundaryAction::kNone;
+    const bool checkpoint = !spec_.checkpoint().dir().empty() &&
+                            (interval > 0 || step == steps || asked != BoundaryAction::kNone);
+    if (checkpoint) {
+      const absl::Time started = absl::Now();
+      // At most one checkpoint in flight: the previous one's writes end (and
+      // it is committed and pruned) before this one is measured and taken.
+      // The ranks would wait for their previous write anyway; this wait is
+      // reported as the checkpoint's wait phase.
+      double waited_s = 0;
+      if (committer.joinable()) {
+        committer.join();
+        waited_s = absl::ToDoubleSeconds(absl::Now() - started);
+      }
+      if (stopped()) return finish();
+      v1::CheckpointCommitted record;
+      const CheckpointStart start = StartCheckpoint(step, waited_s, record);
+      if (start == CheckpointStart::kFailed) return finish();
+      if (start == CheckpointStart::kStarted) {
+        {
+          absl::MutexLock lock(&mu_);
+          pending_commit_step_ = step;
+        }
+        committer = std::thread([this, record = std::move(record), started]() mutable {
+          FinishCheckpoint(std::move(record), started);
+        });
+      }
     }
-    if (stopped()) return finish();
-    v1::CheckpointCommitted record;
-    const CheckpointStart start = StartCheckpoint(step, waited_s, record);
-    if (start == CheckpointStart::kFailed) return finish();
-    if (start == CheckpointStart::kSkipped) continue;
-    {
-      absl::MutexLock lock(&mu_);
-      pending_commit_step_ = step;
+    if (asked == BoundaryAction::kSuspend || (checkpoint && step < steps && TakeSuspend())) {
+      // The workers are released only once the checkpoint is committed.
+      if (committer.joinable()) committer.join();
+      if (stopped()) return finish();
+      outcome.state = v1::SUSPENDED;
+      {
+        absl::MutexLock lock(&mu_);
+        outcome.reason =
+          committed_step_ == step
+              ? absl::StrCat("suspended at step ", step, " (checkpoint committed)")
+              : absl::StrCat("suspended at step ", step, "; its checkpoint was skipped, so it ",
+                             committed_step_ > 0
+                                 ? absl::StrCat("resumes from step ", committed_step_)
+                                 : std::string("starts again from step 0"));
+        if (!suspend_reason_.empty()) absl::StrAppend(&outcome.reason, ": ", suspend_reason_);
+      }
+      return finish();
     }
-    committer = std::thread([this, record = std::move(record), started]() mutable {
-      FinishCheckpoint(std::move(record), started);
-    });
   }
   // SUCCEEDED only once the final checkpoint is committed.
   if (committer.joinable()) committer.join();

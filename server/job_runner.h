@@ -34,6 +34,20 @@
 // acknowledged the final Abort (they hold nothing now), which refused the
 // connection (gone), and the newest step it committed.
 //
+// Checkpoint now and suspend (CheckpointNow, Suspend; any thread): the job
+// commits a checkpoint at its next step boundary, then goes on, or (suspend)
+// releases its workers and ends the attempt SUSPENDED at that step. While a
+// chunk runs, a thread ends it early at a step every rank can stop before:
+// it asks every rank to hold (HoldSteps answers the first step the rank has
+// not begun), then tells every rank to end the chunk at the largest answer
+// (EndChunkAt); no rank has begun that step, so all stop there together.
+// The step is at least one past the chunk's first, so an attempt always
+// commits a step it ran, and a checkpoint asked for always commits after it
+// was asked. A request that arrives between chunks is served at the next
+// chunk's first boundary, except that a suspend asked for while a chunk's
+// checkpoint is written stops at that checkpoint; one whose boundary is the
+// job's last step is served by the final checkpoint, and the job SUCCEEDS.
+//
 // Step watchdog: while steps run, a thread waits for progress. If no step
 // completes on every rank for spec.step_timeout_s (from the RunSteps
 // dispatch for the first), the job is stopped FAILED, naming the step and
@@ -73,7 +87,7 @@ struct JobRunnerCallbacks {
 };
 
 struct JobOutcome {
-  v1::JobState state = v1::FAILED;
+  v1::JobState state = v1::FAILED;  // SUCCEEDED, FAILED, CANCELLED or SUSPENDED
   std::string reason;
   // What ended a FAILED attempt: the failing command's status code,
   // UNAVAILABLE for a lost worker, DEADLINE_EXCEEDED for the step watchdog.
@@ -99,7 +113,8 @@ class JobRunner {
             JobRunnerCallbacks callbacks, JobAttempt attempt = {});
 
   // Runs the job to its end. Reports STARTING and RUNNING through on_state;
-  // the terminal state is the return value.
+  // the state the attempt ended in (terminal, or SUSPENDED) is the return
+  // value.
   JobOutcome Run();
   // Ends the job with `state` (FAILED or CANCELLED) and `reason`; `cause`
   // is what a FAILED one failed of (restart_policy.h). `lost_worker` names
@@ -108,8 +123,28 @@ class JobRunner {
   void Stop(v1::JobState state, const std::string& reason,
             absl::StatusCode cause = absl::StatusCode::kUnknown,
             const std::string& lost_worker = "");
+  // A checkpoint at the next step boundary; the job goes on. Asking again
+  // before it is served asks for the same one. FAILED_PRECONDITION without
+  // checkpoint.dir, or once the attempt has stopped or ended.
+  absl::Status CheckpointNow();
+  // A checkpoint at the next step boundary, then the attempt ends SUSPENDED
+  // at that step with `reason` (JobOutcome.committed_step is the step).
+  // Errors as CheckpointNow.
+  absl::Status Suspend(const std::string& reason);
 
  private:
+  enum class BoundaryAction { kNone, kCheckpoint, kSuspend };  // in rising order
+  absl::Status RequestBoundary(BoundaryAction action, const std::string& reason);
+  // The action asked for since the last call (kNone if none).
+  BoundaryAction TakeBoundaryAction();
+  // True, and the request taken, if a suspend is pending: it can stop at a
+  // step just committed. A pending checkpoint stays pending.
+  bool TakeSuspend();
+  // RunChunk's helper thread: once an action is asked for while the chunk
+  // runs, ends the chunk early (HoldSteps, then EndChunkAt on every rank)
+  // and lowers chunk_end_ to where it ends.
+  void EndChunkWhenAsked(int first_step);
+
   // Runs fn(rank) for every rank concurrently. On the first error, stops the
   // job (FAILED, naming the worker: FailCommand) and returns that error;
   // with `failed_rank` it only returns the error and sets that rank, for
@@ -119,7 +154,9 @@ class JobRunner {
                       int* failed_rank = nullptr);
   void FailCommand(const std::string& command, int rank, const absl::Status& status);
   void SkipCheckpoint(int step, int64_t needed, int64_t available, const std::string& reason);
-  absl::Status RunChunk(int first_step, int num_steps);
+  // The step the chunk ended at: first_step + num_steps, or earlier when a
+  // checkpoint or suspend ended it early.
+  absl::StatusOr<int> RunChunk(int first_step, int num_steps);
   // Checkpoint of `step` on every rank: returns once every rank has its
   // state copied off the device (their writes go on in the background), with
   // each rank's snapshot figures in `record`. False (the job stopped) on
@@ -187,6 +224,10 @@ class JobRunner {
   absl::Time last_step_done_ ABSL_GUARDED_BY(mu_);
   int64_t steps_done_ ABSL_GUARDED_BY(mu_) = 0;  // progress the watchdog sees
   bool chunk_running_ ABSL_GUARDED_BY(mu_) = false;
+  int chunk_end_ ABSL_GUARDED_BY(mu_) = 0;  // the step the running chunk ends at
+  BoundaryAction boundary_action_ ABSL_GUARDED_BY(mu_) = BoundaryAction::kNone;
+  std::string suspend_reason_ ABSL_GUARDED_BY(mu_);
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;  // Run() is returning
 };
 
 }  // namespace tessera

@@ -7,7 +7,9 @@
 // duplicated results, a job of 2^31-1 steps, whose bookkeeping must not
 // be sized by its step count, and what an attempt's outcome tells the
 // restart logic (the cause, which workers acknowledged the Abort or were
-// unreachable, the committed step, the attempt number on every record).
+// unreachable, the committed step, the attempt number on every record), and
+// checkpoint now and suspend: a chunk ended early at a step every rank
+// stops at, committed, then continued or ended SUSPENDED.
 #include "server/job_runner.h"
 
 #include <algorithm>
@@ -569,6 +571,191 @@ TEST(JobRunner, ARestartWithoutACheckpointSaysItStartsAgain) {
             "attempt 2: setting up shards on 1 workers, starting again from step 0 (no checkpoint "
             "committed)");
   EXPECT_EQ(h.metrics.size(), 3u);
+}
+
+// Runs the job on its own thread; WaitForSteps blocks until `n` step
+// records are in.
+struct Running {
+  explicit Running(Harness& h) : h(h), thread([this] { outcome = this->h.runner->Run(); }) {}
+  ~Running() {
+    if (thread.joinable()) thread.join();
+  }
+  void WaitForSteps(size_t n) {
+    absl::MutexLock lock(&h.mu);
+    auto enough = [this, n]() ABSL_SHARED_LOCKS_REQUIRED(h.mu) { return h.metrics.size() >= n; };
+    ASSERT_TRUE(h.mu.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(30)));
+  }
+  JobOutcome Join() {
+    thread.join();
+    return outcome;
+  }
+  Harness& h;
+  JobOutcome outcome;
+  std::thread thread;
+};
+
+// The step of the command `prefix@STEP` a worker saw (-1: none).
+int StepOf(const std::vector<std::string>& commands, const std::string& prefix) {
+  for (const std::string& c : commands) {
+    if (c.rfind(prefix + "@", 0) == 0) return std::stoi(c.substr(prefix.size() + 1));
+  }
+  return -1;
+}
+
+TEST(JobRunner, CheckpointNowCommitsAStepMidChunkAndTheJobGoesOn) {
+  const std::string root = FreshRoot("checkpoint-now");
+  Harness h(CheckpointingSpec(300, 100, root), {{}, {}});
+  Running run(h);
+  run.WaitForSteps(5);
+  ASSERT_TRUE(h.runner->CheckpointNow().ok());
+  const JobOutcome outcome = run.Join();
+  ASSERT_EQ(outcome.state, v1::SUCCEEDED) << outcome.reason;
+  // Both ranks were told the same step, past the steps already reported and
+  // before the chunk's end; it was committed, then the chunks went on to
+  // the interval's boundaries.
+  const int at = StepOf(h.workers[0]->commands(), "EndChunkAt");
+  EXPECT_EQ(StepOf(h.workers[1]->commands(), "EndChunkAt"), at);
+  EXPECT_GT(at, 5);
+  EXPECT_LT(at, 100);
+  EXPECT_EQ(h.commits, (std::vector<int>{at, 100, 200, 300}));
+  ASSERT_EQ(h.metrics.size(), 300u);
+  for (int i = 0; i < 300; ++i) EXPECT_EQ(h.metrics[i].step(), i);
+  // (The write's AwaitCheckpoint runs beside the steps, in no fixed place.)
+  std::vector<std::string> c = MainCommands(h.workers[0]);
+  const auto hold = std::find(c.begin(), c.end(), "HoldSteps");
+  ASSERT_NE(hold, c.end());
+  EXPECT_EQ(std::vector<std::string>(hold, hold + 4),
+            (std::vector<std::string>{"HoldSteps", "EndChunkAt@" + std::to_string(at),
+                                      "Checkpoint@" + std::to_string(at), "RunSteps"}));
+}
+
+TEST(JobRunner, SuspendEndsTheAttemptSuspendedAtTheStepItCommitted) {
+  const std::string root = FreshRoot("suspend");
+  Harness h(CheckpointingSpec(100000, 0, root), {{}, {}});
+  Running run(h);
+  run.WaitForSteps(5);
+  ASSERT_TRUE(h.runner->Suspend("node maintenance").ok());
+  ASSERT_TRUE(h.runner->Suspend("asked twice").ok());  // the same suspend
+  const JobOutcome outcome = run.Join();
+  ASSERT_EQ(outcome.state, v1::SUSPENDED) << outcome.reason;
+  const int at = outcome.committed_step;
+  EXPECT_GT(at, 5);
+  EXPECT_EQ(outcome.reason,
+            absl::StrCat("suspended at step ", at, " (checkpoint committed): node maintenance"));
+  EXPECT_EQ(h.commits, std::vector<int>{at});
+  EXPECT_EQ(*ListCommittedSteps(root), std::vector<int64_t>{at});
+  // Every step before it, once, and none after.
+  ASSERT_EQ(h.metrics.size(), static_cast<size_t>(at));
+  for (int i = 0; i < at; ++i) EXPECT_EQ(h.metrics[i].step(), i);
+  // The workers were released.
+  EXPECT_EQ(outcome.idle_workers, (std::vector<std::string>{"w-1", "w-2"}));
+  for (FakeWorkerConnection* w : h.workers) {
+    // The suspend waited for the write to be awaited and committed.
+    std::vector<std::string> c = w->commands();
+    EXPECT_EQ(std::vector<std::string>(c.end() - 5, c.end()),
+              (std::vector<std::string>{"HoldSteps", "EndChunkAt@" + std::to_string(at),
+                                        "Checkpoint@" + std::to_string(at),
+                                        "AwaitCheckpoint@" + std::to_string(at), "Abort"}));
+  }
+  EXPECT_TRUE(h.errors.empty());
+  EXPECT_EQ(h.runner->Suspend("after the end").code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(JobRunner, EveryRankStopsAtTheStepOfTheRankFurthestAhead) {
+  // Fakes do not move in lock step, so one rank runs far ahead of the
+  // other; the slow one catches up to where the fast one stopped.
+  FakeWorkerBehavior fast;
+  fast.step_time = absl::Milliseconds(1);
+  FakeWorkerBehavior slow;
+  slow.step_time = absl::Milliseconds(6);
+  Harness h(CheckpointingSpec(100000, 0, FreshRoot("ranks-apart")), {fast, slow});
+  Running run(h);
+  run.WaitForSteps(5);
+  ASSERT_TRUE(h.runner->Suspend("").ok());
+  const JobOutcome outcome = run.Join();
+  ASSERT_EQ(outcome.state, v1::SUSPENDED) << outcome.reason;
+  EXPECT_EQ(outcome.reason,
+            absl::StrCat("suspended at step ", outcome.committed_step, " (checkpoint committed)"));
+  EXPECT_EQ(StepOf(h.workers[0]->commands(), "EndChunkAt"), outcome.committed_step);
+  EXPECT_EQ(StepOf(h.workers[1]->commands(), "EndChunkAt"), outcome.committed_step);
+  EXPECT_GT(outcome.committed_step, 6);  // where the fast rank was, not the slow one
+  EXPECT_EQ(h.metrics.size(), static_cast<size_t>(outcome.committed_step));
+}
+
+TEST(JobRunner, ASuspendBeforeAnyStepStillRunsAndCommitsOne) {
+  const std::string root = FreshRoot("suspend-first");
+  Harness h(CheckpointingSpec(1000, 0, root), {{}, {}});
+  ASSERT_TRUE(h.runner->Suspend("").ok());
+  const JobOutcome outcome = h.runner->Run();
+  ASSERT_EQ(outcome.state, v1::SUSPENDED) << outcome.reason;
+  EXPECT_GE(outcome.committed_step, 1);  // never a checkpoint of step 0
+  EXPECT_EQ(h.metrics.size(), static_cast<size_t>(outcome.committed_step));
+  EXPECT_EQ(*ListCommittedSteps(root), std::vector<int64_t>{outcome.committed_step});
+}
+
+TEST(JobRunner, ASuspendWhoseBoundaryIsTheLastStepSucceeds) {
+  const std::string root = FreshRoot("suspend-last");
+  Harness h(CheckpointingSpec(1, 0, root), {{}, {}});
+  ASSERT_TRUE(h.runner->Suspend("").ok());
+  const JobOutcome outcome = h.runner->Run();
+  EXPECT_EQ(outcome.state, v1::SUCCEEDED) << outcome.reason;
+  EXPECT_EQ(h.commits, std::vector<int>{1});
+}
+
+TEST(JobRunner, CheckpointNowAndSuspendNeedACheckpointDir) {
+  Harness h(Spec(10), {{}});
+  for (const absl::Status& s : {h.runner->CheckpointNow(), h.runner->Suspend("")}) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(s.message().find("checkpoint.dir"), std::string::npos) << s;
+  }
+  const JobOutcome outcome = h.runner->Run();
+  EXPECT_EQ(outcome.state, v1::SUCCEEDED);
+  EXPECT_EQ(StepOf(h.workers[0]->commands(), "EndChunkAt"), -1);
+}
+
+// Waits until rank 0 has begun writing the checkpoint of `step`.
+void WaitForCheckpointCall(Harness& h, int step) {
+  const std::string call = "Checkpoint@" + std::to_string(step);
+  for (absl::Time deadline = absl::Now() + absl::Seconds(30); absl::Now() < deadline;) {
+    const std::vector<std::string> c = h.workers[0]->commands();
+    if (std::find(c.begin(), c.end(), call) != c.end()) return;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ADD_FAILURE() << "no " << call;
+}
+
+TEST(JobRunner, ASuspendAskedWhileACheckpointIsWrittenStopsAtIt) {
+  FakeWorkerBehavior slow_checkpoints;
+  slow_checkpoints.checkpoint_time = absl::Milliseconds(200);
+  Harness h(CheckpointingSpec(200, 50, FreshRoot("suspend-during-checkpoint")),
+            {slow_checkpoints, slow_checkpoints});
+  Running run(h);
+  WaitForCheckpointCall(h, 50);
+  ASSERT_TRUE(h.runner->Suspend("").ok());
+  const JobOutcome outcome = run.Join();
+  ASSERT_EQ(outcome.state, v1::SUSPENDED) << outcome.reason;
+  EXPECT_EQ(outcome.committed_step, 50);
+  EXPECT_EQ(h.commits, std::vector<int>{50});
+  EXPECT_EQ(StepOf(h.workers[0]->commands(), "EndChunkAt"), -1);  // no step more
+}
+
+TEST(JobRunner, ACheckpointAskedWhileAnotherIsWrittenGetsItsOwn) {
+  FakeWorkerBehavior slow_checkpoints;
+  slow_checkpoints.checkpoint_time = absl::Milliseconds(200);
+  Harness h(CheckpointingSpec(200, 50, FreshRoot("checkpoint-during-checkpoint")),
+            {slow_checkpoints, slow_checkpoints});
+  Running run(h);
+  WaitForCheckpointCall(h, 50);
+  ASSERT_TRUE(h.runner->CheckpointNow().ok());
+  const JobOutcome outcome = run.Join();
+  ASSERT_EQ(outcome.state, v1::SUCCEEDED) << outcome.reason;
+  // Committed after it was asked: early in the next chunk.
+  ASSERT_EQ(h.commits.size(), 5u);
+  EXPECT_EQ(h.commits[0], 50);
+  EXPECT_GT(h.commits[1], 50);
+  EXPECT_LT(h.commits[1], 100);
+  EXPECT_EQ(std::vector<int>(h.commits.begin() + 2, h.commits.end()),
+            (std::vector<int>{100, 150, 200}));
 }
 
 }  // namespace

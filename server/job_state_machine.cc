@@ -21,10 +21,13 @@ absl::Status CheckTransition(v1::JobState from, v1::JobState to, const std::stri
       break;
     case v1::RUNNING:
       legal = to == v1::SUCCEEDED || to == v1::FAILED || to == v1::CANCELLED ||
-              to == v1::RESTARTING;
+              to == v1::RESTARTING || to == v1::SUSPENDED;
       break;
     case v1::RESTARTING:
       legal = to == v1::STARTING || to == v1::FAILED || to == v1::CANCELLED;
+      break;
+    case v1::SUSPENDED:
+      legal = to == v1::PENDING || to == v1::CANCELLED;
       break;
     default:
       legal = false;
@@ -33,7 +36,7 @@ absl::Status CheckTransition(v1::JobState from, v1::JobState to, const std::stri
     return absl::FailedPreconditionError(absl::StrCat(
         "job cannot go from ", v1::JobState_Name(from), " to ", v1::JobState_Name(to)));
   }
-  if ((IsTerminal(to) || to == v1::RESTARTING) && reason.empty()) {
+  if ((IsTerminal(to) || to == v1::RESTARTING || to == v1::SUSPENDED) && reason.empty()) {
     return absl::FailedPreconditionError(
         absl::StrCat("terminal state ", v1::JobState_Name(to), " needs a reason"));
   }

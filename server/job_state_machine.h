@@ -7,6 +7,11 @@
 // attempt failed with a retryable error and the budget allows another)
 // -> STARTING (a new gang was placed), or RESTARTING -> FAILED | CANCELLED.
 // A restart must carry a reason too: it says why and where it resumes.
+//
+// Suspend and resume: RUNNING -> SUSPENDED (a checkpoint was committed at a
+// step boundary on request and the workers were released) -> PENDING
+// (resumed: queued again), or SUSPENDED -> CANCELLED. SUSPENDED is not
+// terminal and must carry a reason: where the job stopped.
 #ifndef TESSERA_SERVER_JOB_STATE_MACHINE_H_
 #define TESSERA_SERVER_JOB_STATE_MACHINE_H_
 

@@ -1,5 +1,5 @@
 // Every pair of states: only the documented transitions are legal, and
-// terminal states need a reason.
+// terminal states (and RESTARTING, SUSPENDED) need a reason.
 #include "server/job_state_machine.h"
 
 #include <set>
@@ -18,9 +18,11 @@ TEST(JobStateMachine, OnlyDocumentedTransitionsAreLegal) {
       {v1::STARTING, v1::RESTARTING}, {v1::RUNNING, v1::RESTARTING},
       {v1::RESTARTING, v1::STARTING}, {v1::RESTARTING, v1::FAILED},
       {v1::RESTARTING, v1::CANCELLED},
+      {v1::RUNNING, v1::SUSPENDED},   {v1::SUSPENDED, v1::PENDING},
+      {v1::SUSPENDED, v1::CANCELLED},
   };
-  for (int from = 0; from <= 7; ++from) {
-    for (int to = 0; to <= 7; ++to) {
+  for (int from = 0; from <= 8; ++from) {
+    for (int to = 0; to <= 8; ++to) {
       auto f = static_cast<v1::JobState>(from), t = static_cast<v1::JobState>(to);
       absl::Status s = CheckTransition(f, t, "why");
       if (legal.count({f, t})) {
@@ -42,6 +44,10 @@ TEST(JobStateMachine, TerminalStatesNeedAReason) {
   EXPECT_FALSE(CheckTransition(v1::RUNNING, v1::RESTARTING, "").ok());
   // RESTARTING never skips setting up again.
   EXPECT_FALSE(CheckTransition(v1::RESTARTING, v1::RUNNING, "resumed").ok());
+  // A suspended job holds nothing, may be resumed, and says where it stopped.
+  EXPECT_FALSE(IsTerminal(v1::SUSPENDED));
+  EXPECT_FALSE(CheckTransition(v1::RUNNING, v1::SUSPENDED, "").ok());
+  EXPECT_FALSE(CheckTransition(v1::SUSPENDED, v1::RUNNING, "resumed").ok());
 }
 
 }  // namespace

@@ -37,6 +37,9 @@ void WorkerClient::CancelInFlight() {
 
 namespace {
 
+// HoldSteps and EndChunkAt only set a flag on the worker.
+constexpr absl::Duration kChunkEndDeadline = absl::Seconds(10);
+
 absl::Status Annotate(const grpc::Status& status, const std::string& address) {
   absl::Status s = FromGrpcStatus(status);
   if (s.ok()) return s;
@@ -103,6 +106,27 @@ absl::StatusOr<v1::AwaitCheckpointResponse> WorkerClient::AwaitCheckpoint(
   Untrack(&context);
   if (!status.ok()) return Annotate(status, address_);
   return response;
+}
+
+absl::StatusOr<int> WorkerClient::HoldSteps(const v1::HoldStepsRequest& request) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kChunkEndDeadline));
+  if (!Track(&context)) return absl::CancelledError("job stopped");
+  v1::HoldStepsResponse response;
+  grpc::Status status = stub_->HoldSteps(&context, request, &response);
+  Untrack(&context);
+  if (!status.ok()) return Annotate(status, address_);
+  return response.next_step();
+}
+
+absl::Status WorkerClient::EndChunkAt(const v1::EndChunkAtRequest& request) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kChunkEndDeadline));
+  if (!Track(&context)) return absl::CancelledError("job stopped");
+  v1::EndChunkAtResponse response;
+  grpc::Status status = stub_->EndChunkAt(&context, request, &response);
+  Untrack(&context);
+  return Annotate(status, address_);
 }
 
 absl::Status WorkerClient::Abort(const v1::AbortRequest& request) {

@@ -34,6 +34,8 @@ class WorkerClient : public WorkerConnection {
   absl::StatusOr<v1::CheckpointResponse> Checkpoint(const v1::CheckpointRequest& request) override;
   absl::StatusOr<v1::AwaitCheckpointResponse> AwaitCheckpoint(
       const v1::AwaitCheckpointRequest& request) override;
+  absl::StatusOr<int> HoldSteps(const v1::HoldStepsRequest& request) override;
+  absl::Status EndChunkAt(const v1::EndChunkAtRequest& request) override;
   absl::Status Abort(const v1::AbortRequest& request) override;
   absl::StatusOr<v1::GetJobLogsResponse> GetJobLogs(const v1::GetJobLogsRequest& request) override;
   void CancelInFlight() override;

@@ -28,6 +28,10 @@ class WorkerConnection {
       const v1::CheckpointRequest& request) = 0;
   virtual absl::StatusOr<v1::AwaitCheckpointResponse> AwaitCheckpoint(
       const v1::AwaitCheckpointRequest& request) = 0;
+  // Ending a RunSteps early (worker.proto): HoldSteps answers the first step
+  // the rank has not begun; EndChunkAt ends the chunk before `step`.
+  virtual absl::StatusOr<int> HoldSteps(const v1::HoldStepsRequest& request) = 0;
+  virtual absl::Status EndChunkAt(const v1::EndChunkAtRequest& request) = 0;
   // Best effort; idempotent on the worker.
   virtual absl::Status Abort(const v1::AbortRequest& request) = 0;
   // The worker's log lines for a job (`tessera logs`); not cancelled by

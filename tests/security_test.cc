@@ -180,6 +180,47 @@ TEST_F(SecurityTest, EachCredentialOpensOnlyItsOwnApi) {
   EXPECT_EQ(ListWorkersAs(channel, WorkerToken()), grpc::StatusCode::PERMISSION_DENIED);
 }
 
+TEST_F(SecurityTest, CheckpointSuspendAndResumeNeedTheUserCredentialLikeCancel) {
+  auto stub = v1::Coordinator::NewStub(TlsChannel(*address_));
+  for (const auto& [token, want] : std::vector<std::pair<std::string, grpc::StatusCode>>{
+           {"", grpc::StatusCode::UNAUTHENTICATED},
+           {WorkerToken(), grpc::StatusCode::PERMISSION_DENIED},
+           {UserToken(), grpc::StatusCode::NOT_FOUND}}) {
+    v1::Job job;
+    grpc::ClientContext checkpoint, suspend, resume, cancel;
+    for (grpc::ClientContext* c : {&checkpoint, &suspend, &resume, &cancel}) Prepare(c, token);
+    v1::CheckpointJobRequest checkpoint_request;
+    checkpoint_request.set_job_id("job-999");
+    EXPECT_EQ(stub->CheckpointJob(&checkpoint, checkpoint_request, &job).error_code(), want);
+    v1::SuspendJobRequest suspend_request;
+    suspend_request.set_job_id("job-999");
+    EXPECT_EQ(stub->SuspendJob(&suspend, suspend_request, &job).error_code(), want);
+    v1::ResumeJobRequest resume_request;
+    resume_request.set_job_id("job-999");
+    EXPECT_EQ(stub->ResumeJob(&resume, resume_request, &job).error_code(), want);
+    v1::CancelJobRequest cancel_request;
+    cancel_request.set_job_id("job-999");
+    EXPECT_EQ(stub->CancelJob(&cancel, cancel_request, &job).error_code(), want);
+  }
+  // Holding or ending a worker's steps takes the worker credential; a worker
+  // knows no user token at all.
+  grpc::ClientContext context;
+  Prepare(&context, UserToken());
+  v1::ListWorkersResponse workers;
+  ASSERT_TRUE(stub->ListWorkers(&context, v1::ListWorkersRequest(), &workers).ok());
+  ASSERT_GT(workers.workers_size(), 0);
+  auto worker = v1::WorkerService::NewStub(TlsChannel(workers.workers(0).address()));
+  grpc::ClientContext hold, end;
+  Prepare(&hold, UserToken());
+  Prepare(&end, UserToken());
+  v1::HoldStepsResponse held;
+  EXPECT_EQ(worker->HoldSteps(&hold, v1::HoldStepsRequest(), &held).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  v1::EndChunkAtResponse ended;
+  EXPECT_EQ(worker->EndChunkAt(&end, v1::EndChunkAtRequest(), &ended).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+}
+
 TEST_F(SecurityTest, WorkerWithoutClientCertificateCannotRegister) {
   EXPECT_EQ(RegisterAs(TlsChannel(*address_, ""), WorkerToken()),
             grpc::StatusCode::UNAUTHENTICATED);

@@ -2,7 +2,11 @@
 // Serves WorkerService, registers with the coordinator, heartbeats, and runs
 // the commands it is handed through the compute engine of its device. Prints
 // "tessera-worker <id> serving on ADDR device=DEVICE" once registered.
-// SIGINT/SIGTERM abort the current job and shut down cleanly. With TLS and
+// SIGTERM first asks the coordinator to suspend the job running here (a
+// checkpoint at the next step boundary) and waits up to --suspend_grace_s
+// for it to release this worker (worker/daemon/graceful_stop.h); then, as
+// on SIGINT, any job still here is aborted and the daemon shuts down
+// cleanly. With TLS and
 // the worker credential (README.md, operator section) only the coordinator
 // and peers may command it, and --data_root bounds where it writes.
 // grpc.health.v1.Health reads NOT_SERVING after a sticky device error and
@@ -10,6 +14,9 @@
 // TESSERA_FAILPOINTS) arms fault injection for recovery tests
 // (worker/daemon/failpoints.h); a malformed spec refuses to start.
 
+#include <signal.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -31,6 +38,7 @@
 #include "grpcpp/grpcpp.h"
 #include "worker/daemon/collective_network.h"
 #include "worker/daemon/failpoints.h"
+#include "worker/daemon/graceful_stop.h"
 #include "worker/daemon/orphan_aborter.h"
 #include "worker/daemon/registration.h"
 #include "worker/daemon/worker_core.h"
@@ -67,6 +75,11 @@ ABSL_FLAG(std::string, failpoints, "",
           "default: $TESSERA_FAILPOINTS; empty: none");
 ABSL_FLAG(std::string, data_root, "",
           "existing directory this worker may write checkpoints in (empty: anywhere)");
+ABSL_FLAG(int32_t, suspend_grace_s, tessera::kDefaultSuspendGraceSeconds,
+          "on SIGTERM, seconds to wait for the coordinator to suspend the job running here (a "
+          "checkpoint at the next step boundary, then release) before aborting it; the job must "
+          "have checkpoint.dir. 0: abort at once. Keep it below the stop timeout of systemd "
+          "(TimeoutStopSec) or Kubernetes (terminationGracePeriodSeconds)");
 
 namespace {
 
@@ -226,6 +239,16 @@ int main(int argc, char** argv) {
   tessera::SetServing(server.get(), services, false);
   std::printf("tessera-worker: signal %d, shutting down\n", sig);
   std::fflush(stdout);
+  if (sig == SIGTERM) {
+    const int grace_s = std::max(0, absl::GetFlag(FLAGS_suspend_grace_s));
+    const tessera::GracefulStop stop = tessera::SuspendBeforeStopping(
+        core, [&registration] { return registration.AnnounceStopping(); },
+        absl::Seconds(grace_s));
+    if (stop.outcome != tessera::GracefulStop::Outcome::kIdle) {
+      std::printf("tessera-worker: %s\n", stop.message.c_str());
+      std::fflush(stdout);
+    }
+  }
   core.Abort("", "worker shutting down").IgnoreError();
   registration.Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));

@@ -31,7 +31,18 @@ grpc::Status FakeWorkerRegistry::Heartbeat(grpc::ServerContext*, const v1::Heart
   ++record_.heartbeats;
   record_.last_heartbeat = *req;
   for (const std::string& job : abort_job_ids_) resp->add_abort_job_ids(job);
+  if (req->stopping()) {
+    ++record_.stopping_heartbeats;
+    resp->set_suspending(suspending_);
+    resp->set_not_suspended_reason(not_suspended_reason_);
+  }
   return grpc::Status::OK;
+}
+
+void FakeWorkerRegistry::set_stopping_answer(bool suspending, std::string not_suspended_reason) {
+  absl::MutexLock lock(&mu_);
+  suspending_ = suspending;
+  not_suspended_reason_ = std::move(not_suspended_reason);
 }
 
 void FakeWorkerRegistry::set_abort_job_ids(std::vector<std::string> ids) {

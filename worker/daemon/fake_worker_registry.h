@@ -2,7 +2,9 @@
 // RPCs, reduced to a set of known worker ids and a record of what arrived.
 // Forget() drops every id, as a restarted coordinator would, so the next
 // heartbeat answers NOT_FOUND. set_abort_job_ids() makes every answer tell
-// the worker to abort those jobs, as reconciliation does.
+// the worker to abort those jobs, as reconciliation does. A heartbeat with
+// `stopping` gets the answer set_stopping_answer() gave (default: nothing
+// to suspend).
 #ifndef TESSERA_WORKER_DAEMON_FAKE_WORKER_REGISTRY_H_
 #define TESSERA_WORKER_DAEMON_FAKE_WORKER_REGISTRY_H_
 
@@ -32,12 +34,14 @@ class FakeWorkerRegistry final : public v1::WorkerRegistry::Service {
     v1::RegisterWorkerRequest last_registration;
     std::string last_id;  // handed out by the latest registration
     int heartbeats = 0;   // accepted ones
+    int stopping_heartbeats = 0;  // accepted ones with `stopping`
     int rejected_heartbeats = 0;
     v1::HeartbeatRequest last_heartbeat;
   };
   Record record();
   void Forget();
   void set_abort_job_ids(std::vector<std::string> ids);
+  void set_stopping_answer(bool suspending, std::string not_suspended_reason);
   // Waits until `done(record)` holds; false after `timeout`.
   bool WaitFor(const std::function<bool(const Record&)>& done, absl::Duration timeout);
 
@@ -48,6 +52,8 @@ class FakeWorkerRegistry final : public v1::WorkerRegistry::Service {
   int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   Record record_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> abort_job_ids_ ABSL_GUARDED_BY(mu_);
+  bool suspending_ ABSL_GUARDED_BY(mu_) = false;
+  std::string not_suspended_reason_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tessera

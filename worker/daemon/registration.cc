@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_keepalive.h"
+#include "common/grpc_status.h"
 
 namespace tessera {
 namespace {
@@ -66,6 +68,50 @@ void Registration::EndCall() {
   call_in_flight_ = nullptr;
 }
 
+v1::HeartbeatRequest Registration::HeartbeatRequestFor(const std::string& id) {
+  const Health health = health_();
+  v1::HeartbeatRequest request;
+  request.set_worker_id(id);
+  request.set_healthy(health.healthy);
+  request.set_health_reason(health.reason);
+  *request.mutable_activity() = health.activity;
+  request.set_address(request_.address());
+  absl::MutexLock lock(&mu_);
+  if (stopping_announced_) {
+    request.set_stopping(true);
+    request.set_healthy(false);
+    request.set_health_reason(health.healthy ? "shutting down" : health.reason);
+  }
+  return request;
+}
+
+absl::StatusOr<v1::HeartbeatResponse> Registration::AnnounceStopping() {
+  std::string id;
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_announced_ = true;
+    id = worker_id_;
+  }
+  if (id.empty()) {
+    return absl::FailedPreconditionError("not registered with the coordinator yet");
+  }
+  const v1::HeartbeatRequest request = HeartbeatRequestFor(id);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kCallDeadline));
+  credentials_->Apply(&context);
+  v1::HeartbeatResponse response;
+  const grpc::Status status = stub_->Heartbeat(&context, request, &response);
+  if (!status.ok()) {
+    const absl::Status s = FromGrpcStatus(status);
+    return absl::Status(s.code(), absl::StrCat("heartbeat to coordinator at ",
+                                               coordinator_address_, ": ", s.message()));
+  }
+  for (const std::string& job : response.abort_job_ids()) {
+    if (on_abort_) on_abort_(job);
+  }
+  return response;
+}
+
 void Registration::Loop() {
   absl::Duration backoff = kFirstBackoff;
   absl::Duration interval = absl::Seconds(1);
@@ -108,13 +154,7 @@ void Registration::Loop() {
       backoff = std::min(backoff * 2, kMaxBackoff);
       continue;
     }
-    Health health = health_();
-    v1::HeartbeatRequest request;
-    request.set_worker_id(id);
-    request.set_healthy(health.healthy);
-    request.set_health_reason(health.reason);
-    *request.mutable_activity() = health.activity;
-    request.set_address(request_.address());
+    const v1::HeartbeatRequest request = HeartbeatRequestFor(id);
     v1::HeartbeatResponse response;
     grpc::ClientContext context;
     if (!BeginCall(&context)) return;

@@ -11,6 +11,11 @@
 // moved to other workers), the loop hands the job id to `on_abort`, which
 // must not block: heartbeats have to keep flowing while the job is torn
 // down (see orphan_aborter.h).
+//
+// A worker that is shutting down says so (AnnounceStopping): one heartbeat
+// at once, and every later one, carries `stopping` and reports the worker
+// unhealthy ("shutting down") so no new job is placed on it; the answer
+// says whether the coordinator is suspending the worker's job.
 #ifndef TESSERA_WORKER_DAEMON_REGISTRATION_H_
 #define TESSERA_WORKER_DAEMON_REGISTRATION_H_
 
@@ -19,6 +24,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/grpc_security.h"
@@ -54,9 +60,16 @@ class Registration {
   void Stop();
   // Empty until registered.
   std::string worker_id();
+  // Sends a heartbeat with `stopping` now, from the calling thread, and
+  // returns the coordinator's answer; later heartbeats carry it too.
+  // FAILED_PRECONDITION before the worker has registered; the call's error
+  // (e.g. UNAVAILABLE) if the coordinator does not answer.
+  absl::StatusOr<v1::HeartbeatResponse> AnnounceStopping();
 
  private:
   void Loop();
+  // What the next heartbeat of worker `id` says.
+  v1::HeartbeatRequest HeartbeatRequestFor(const std::string& id);
   // One unary call that Stop() can cancel; false if stopping.
   bool BeginCall(grpc::ClientContext* context);
   void EndCall();
@@ -71,7 +84,8 @@ class Registration {
   absl::Mutex mu_;
   std::string worker_id_ ABSL_GUARDED_BY(mu_);
   grpc::ClientContext* call_in_flight_ ABSL_GUARDED_BY(mu_) = nullptr;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;  // Stop() was called
+  bool stopping_announced_ ABSL_GUARDED_BY(mu_) = false;  // AnnounceStopping()
   absl::Notification stop_;
   std::thread thread_;
 };

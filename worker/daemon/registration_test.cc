@@ -4,7 +4,9 @@
 // NOT_FOUND (coordinator restarted), keeps retrying while the coordinator is
 // absent, and Stop() ends it promptly with no heartbeat after. Registration
 // and heartbeats carry the worker's activity, and the jobs the coordinator
-// says to abort reach on_abort.
+// says to abort reach on_abort. A stopping worker's heartbeat goes out at
+// once and returns the coordinator's answer, and every later heartbeat
+// says it is stopping and unhealthy.
 #include "worker/daemon/registration.h"
 
 #include <atomic>
@@ -219,6 +221,45 @@ TEST(Registration, CarriesActivityAndPassesOnTheJobsToAbort) {
   absl::SleepFor(absl::Milliseconds(3 * kIntervalMs));
   EXPECT_LE(aborts.Get().size(), before + 1);  // at most one answer was in flight
   registration.Stop();
+}
+
+TEST(Registration, AnnouncingAStopHeartbeatsAtOnceAndEveryLaterHeartbeatSaysSo) {
+  FakeWorkerRegistry registry(/*heartbeat_interval_ms=*/60'000);  // only the first comes by itself
+  LoopbackServer server = StartLoopbackServer({&registry});
+  ASSERT_NE(server.server, nullptr);
+  HealthSource health;
+  Ids ids;
+  Registration registration(
+      server.address(), RandomRequest(), [&] { return health.Get(); },
+      [&](const std::string& id) { ids.Add(id); });
+  // Not registered yet: nothing to tell.
+  EXPECT_EQ(registration.AnnounceStopping().status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  registry.set_stopping_answer(true, "");
+  registration.Start();
+  ASSERT_TRUE(registry.WaitFor([](const auto& r) { return r.heartbeats >= 1; }, absl::Seconds(5)));
+  // The failed announcement above already marks the heartbeats.
+  EXPECT_TRUE(registry.record().last_heartbeat.stopping());
+
+  const absl::Time start = absl::Now();
+  absl::StatusOr<v1::HeartbeatResponse> answer = registration.AnnounceStopping();
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));  // not the minute-long interval
+  EXPECT_TRUE(answer->suspending());
+  FakeWorkerRegistry::Record record = registry.record();
+  EXPECT_EQ(record.stopping_heartbeats, 2);
+  EXPECT_TRUE(record.last_heartbeat.stopping());
+  EXPECT_FALSE(record.last_heartbeat.healthy());
+  EXPECT_EQ(record.last_heartbeat.health_reason(), "shutting down");
+
+  registry.set_stopping_answer(false, "job job-1 has no checkpoint.dir");
+  answer = registration.AnnounceStopping();
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  EXPECT_FALSE(answer->suspending());
+  EXPECT_EQ(answer->not_suspended_reason(), "job job-1 has no checkpoint.dir");
+  registration.Stop();
+  server.server->Shutdown();
+  EXPECT_FALSE(registration.AnnounceStopping().ok());  // nobody answers
 }
 
 }  // namespace

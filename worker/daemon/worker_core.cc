@@ -71,6 +71,11 @@ absl::Status WorkerCore::Expect(const std::string& command, const std::string& j
   return absl::OkStatus();
 }
 
+absl::Status WorkerCore::ExpectJoined(const std::string& command, const std::string& job_id) {
+  const Phase want = phase_ == Phase::kRunning ? Phase::kRunning : Phase::kReady;
+  return Expect(command, job_id, want);
+}
+
 absl::Status WorkerCore::NoteHealth(const absl::Status& status) {
   if (status.code() == absl::StatusCode::kInternal || status.code() == absl::StatusCode::kDataLoss) {
     absl::MutexLock lock(&mu_);
@@ -85,6 +90,9 @@ void WorkerCore::ClearJobLocked() {
   phase_ = Phase::kIdle;
   rank_ = 0;
   next_step_ = 0;
+  steps_begun_ = 0;
+  held_ = false;
+  chunk_limit_ = -1;
   aborting_ = false;
   abort_reason_.clear();
   trainer_for_abort_ = nullptr;
@@ -189,6 +197,7 @@ absl::StatusOr<v1::SetupJobResponse> WorkerCore::SetupJob(const v1::SetupJobRequ
   absl::MutexLock lock(&mu_);
   phase_ = Phase::kSetUp;
   next_step_ = request.resume_step();
+  steps_begun_ = next_step_;
   if (aborting_) {
     return absl::CancelledError(
         absl::StrCat("SetupJob for ", request.job_id(), ": aborted: ", abort_reason_));
@@ -256,6 +265,8 @@ absl::Status WorkerCore::RunSteps(const std::string& job_id, int first_step, int
     phase_ = Phase::kRunning;
     spec = spec_;
     rank = rank_;
+    // A limit left from the end of an earlier chunk is not this one's.
+    if (chunk_limit_ <= first_step) chunk_limit_ = -1;
   }
   // Progress lines: the first step of each call, then every twentieth of
   // the job, and the job's last step.
@@ -263,6 +274,15 @@ absl::Status WorkerCore::RunSteps(const std::string& job_id, int first_step, int
   absl::Status status;
   int step = first_step;
   for (; step < first_step + num_steps; ++step) {
+    {
+      // Where a held or early-ended chunk stops: before beginning a step.
+      absl::MutexLock lock(&mu_);
+      auto released = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !held_ || aborting_; };
+      mu_.Await(absl::Condition(&released));
+      if (aborting_) break;  // reported below
+      if (chunk_limit_ >= 0 && step >= chunk_limit_) break;  // ended early: OK
+      steps_begun_ = step + 1;
+    }
     if (failpoints_ != nullptr) {
       status = FireFailpointBeforeStep(step);
       if (!status.ok()) break;
@@ -311,6 +331,8 @@ absl::Status WorkerCore::RunSteps(const std::string& job_id, int first_step, int
   {
     absl::MutexLock lock(&mu_);
     phase_ = Phase::kReady;
+    steps_begun_ = next_step_;
+    chunk_limit_ = -1;  // a limit ends one RunSteps
     // Whatever the trainer said about a step it was told to drop, the caller
     // sees one answer for an aborted job.
     if (aborting_ && next_step_ < first_step + num_steps) {
@@ -320,6 +342,37 @@ absl::Status WorkerCore::RunSteps(const std::string& job_id, int first_step, int
   }
   if (!status.ok()) LogFailure(job_id, rank, step, "RunSteps", status);
   return status;
+}
+
+absl::StatusOr<int> WorkerCore::HoldSteps(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = ExpectJoined("HoldSteps", job_id); !s.ok()) return s;
+  held_ = true;
+  return steps_begun_;
+}
+
+absl::Status WorkerCore::EndChunkAt(const std::string& job_id, int step) {
+  int rank = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = ExpectJoined("EndChunkAt", job_id); !s.ok()) return s;
+    if (step < steps_begun_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "EndChunkAt for ", job_id, ": this rank has already begun step ", steps_begun_ - 1,
+          ", so it cannot stop before step ", step));
+    }
+    chunk_limit_ = step;
+    held_ = false;
+    rank = rank_;
+  }
+  Log(v1::INFO, job_id, rank, step, absl::StrCat("the chunk ends before step ", step));
+  return absl::OkStatus();
+}
+
+bool WorkerCore::WaitUntilIdle(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto idle = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return job_id_.empty(); };
+  return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
 }
 
 absl::StatusOr<CheckpointStarted> WorkerCore::Checkpoint(const std::string& job_id, int step,

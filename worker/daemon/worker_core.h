@@ -4,6 +4,11 @@
 //   collective_ready --RunSteps--> running --(steps done)--> collective_ready
 //   any state --Abort--> idle      (Checkpoint from set_up or collective_ready)
 //
+// A RunSteps can end early, at a step every rank agrees on: HoldSteps stops
+// this rank from beginning another step and says which step it would begin
+// next; EndChunkAt then names the step the chunk ends at (the largest of
+// the ranks' answers, which no rank has begun) and lifts the hold.
+//
 // While SetupJob or InitCollective is in flight the phase reads
 // "setting_up" / "joining_collective"; during Checkpoint, "checkpointing".
 // A command out of order, or for a job other than the current one, is
@@ -67,6 +72,18 @@ class WorkerCore {
   // the failing step's (or evaluation's) error.
   absl::Status RunSteps(const std::string& job_id, int first_step, int num_steps,
                         const std::function<void(const StepReport&)>& on_step);
+  // Holds the job before the first step this rank has not begun (returned):
+  // RunSteps begins no step until EndChunkAt or Abort. FAILED_PRECONDITION
+  // unless `job_id` is the current job and it has joined its collective
+  // group (collective_ready or running).
+  absl::StatusOr<int> HoldSteps(const std::string& job_id);
+  // The RunSteps in flight, or the next one if none is, returns OK after
+  // the steps before `step` without beginning `step`, and a hold ends. A
+  // limit at or before a later RunSteps' first step does not apply to it.
+  // FAILED_PRECONDITION (as HoldSteps, and) if this rank has already begun
+  // `step`: it can no longer stop before it, and must not answer as if it
+  // would. A limit at the first step not begun ends the chunk there.
+  absl::Status EndChunkAt(const std::string& job_id, int step);
   // Takes the rank's state after `step` steps, which must equal the number
   // of steps finished, and starts writing it under dir (Trainer::
   // StartCheckpoint): returns once the state is off the device, while the
@@ -85,6 +102,10 @@ class WorkerCore {
   // compute thread. Concurrent Aborts all return once the job is gone.
   absl::Status Abort(const std::string& job_id, const std::string& reason);
 
+  // Waits until this worker holds no job (an Abort released it) or
+  // `timeout` passes; true if it holds none.
+  bool WaitUntilIdle(absl::Duration timeout);
+
   v1::WorkerStatus Status();
   // What this worker holds, as registration and heartbeats report it to the
   // coordinator (which tells it to abort a job it should no longer hold).
@@ -102,6 +123,10 @@ class WorkerCore {
   static const char* PhaseName(Phase phase);
   // FAILED_PRECONDITION unless the current job is job_id and phase is `want`.
   absl::Status Expect(const std::string& command, const std::string& job_id, Phase want)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // FAILED_PRECONDITION unless the current job is job_id and it is
+  // collective_ready or running (HoldSteps, EndChunkAt).
+  absl::Status ExpectJoined(const std::string& command, const std::string& job_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status NoteHealth(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
   // Forgets the job: back to idle, ready for the next SetupJob.
@@ -131,6 +156,10 @@ class WorkerCore {
   Trainer* trainer_for_abort_ ABSL_GUARDED_BY(mu_) = nullptr;
   int rank_ ABSL_GUARDED_BY(mu_) = 0;
   int next_step_ ABSL_GUARDED_BY(mu_) = 0;
+  // The first step not begun: next_step_, or one more while a step runs.
+  int steps_begun_ ABSL_GUARDED_BY(mu_) = 0;
+  bool held_ ABSL_GUARDED_BY(mu_) = false;  // HoldSteps until EndChunkAt
+  int chunk_limit_ ABSL_GUARDED_BY(mu_) = -1;  // EndChunkAt's step; -1: none
   // Counts jobs forgotten, so a waiting Abort can tell its job is gone even
   // if a new one has started since.
   int64_t jobs_cleared_ ABSL_GUARDED_BY(mu_) = 0;

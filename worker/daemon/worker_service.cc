@@ -129,6 +129,27 @@ grpc::Status WorkerServiceImpl::Abort(grpc::ServerContext* context, const v1::Ab
   return ToGrpcStatus(core_->Abort(req->job_id(), req->reason()));
 }
 
+grpc::Status WorkerServiceImpl::HoldSteps(grpc::ServerContext* context,
+                                          const v1::HoldStepsRequest* req,
+                                          v1::HoldStepsResponse* resp) {
+  if (grpc::Status s = Authorize(security_.access.get(), context, Role::kWorker); !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<int> next_step = core_->HoldSteps(req->job_id());
+  if (!next_step.ok()) return ToGrpcStatus(next_step.status());
+  resp->set_next_step(*next_step);
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerServiceImpl::EndChunkAt(grpc::ServerContext* context,
+                                           const v1::EndChunkAtRequest* req,
+                                           v1::EndChunkAtResponse*) {
+  if (grpc::Status s = Authorize(security_.access.get(), context, Role::kWorker); !s.ok()) {
+    return s;
+  }
+  return ToGrpcStatus(core_->EndChunkAt(req->job_id(), req->step()));
+}
+
 grpc::Status WorkerServiceImpl::GetWorkerStatus(grpc::ServerContext* context,
                                                 const v1::GetWorkerStatusRequest*,
                                                 v1::WorkerStatus* resp) {

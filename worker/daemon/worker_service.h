@@ -61,6 +61,10 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
                                v1::WorkerStatus* resp) override;
   grpc::Status GetJobLogs(grpc::ServerContext*, const v1::GetJobLogsRequest* req,
                           v1::GetJobLogsResponse* resp) override;
+  grpc::Status HoldSteps(grpc::ServerContext*, const v1::HoldStepsRequest* req,
+                         v1::HoldStepsResponse* resp) override;
+  grpc::Status EndChunkAt(grpc::ServerContext*, const v1::EndChunkAtRequest* req,
+                          v1::EndChunkAtResponse* resp) override;
 
  private:
   WorkerCore* core_;
