@@ -30,40 +30,8 @@ gpus="${GPUS:-2}"
 steps="${STEPS:-60}"
 interval="${INTERVAL:-10}"
 device="${TESSERA_DEVICE:-cuda}"
-in_bundle=(bash -c 'source "$0/env.sh" && exec "$@"' "$bundle")
-
-pids=()
-worker_pid=()
-stop_all() {
-  for p in "${pids[@]}" "${worker_pid[@]}"; do kill "$p" 2>/dev/null || true; done
-  sleep 1
-  for p in "${pids[@]}" "${worker_pid[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-}
-trap stop_all EXIT
-
-addr="127.0.0.1:$((54000 + RANDOM % 900))"
-"${in_bundle[@]}" tessera-coordinator --listen="$addr" --state_dir="$out/state" \
-  >"$out/coordinator.log" 2>&1 &
-pids+=($!)
-start_worker() {  # GPU index, log suffix
-  local g="$1" d="$device"
-  [[ "$d" == cuda ]] && d="cuda:$g"
-  "${in_bundle[@]}" tessera-worker --coordinator="$addr" --device="$d" \
-    >>"$out/worker$g.log" 2>&1 &
-  worker_pid[$g]=$!
-}
-wait_for_workers() {
-  for _ in $(seq 1 240); do
-    n=$("${in_bundle[@]}" tessera workers --json --coordinator="$addr" 2>/dev/null |
-      grep -o '"healthy": *true' | wc -l)
-    ((n >= gpus)) && return 0
-    sleep 0.5
-  done
-  return 1
-}
-for ((g = 0; g < gpus; ++g)); do start_worker "$g"; done
-wait_for_workers || { echo "workers did not register"; exit 1; }
+source "$here/local_cluster.sh"
+cluster_start "$bundle" "$out" "$gpus" "$device" || exit 1
 
 make_job() {  # NAME -> OUT/NAME.yaml
   sed -e "s/^world_size: .*/world_size: $gpus/" -e "s/^steps: .*/steps: $steps/" \
@@ -80,35 +48,35 @@ EOF
 
 make_job unbroken
 timeout "${TIMEOUT_S:-300}" "${in_bundle[@]}" tessera submit "$out/unbroken.yaml" --watch --json \
-  --coordinator="$addr" >"$out/unbroken.events.jsonl" 2>"$out/unbroken.err" ||
+  --coordinator="$cluster_addr" >"$out/unbroken.events.jsonl" 2>"$out/unbroken.err" ||
   { echo "unbroken run failed"; cat "$out/unbroken.err"; exit 1; }
 rm -rf "$out/ckpt-unbroken"
 
 for k in ${KILLS:-12 27 41}; do
   name="kill$k"
   make_job "$name"
-  id=$("${in_bundle[@]}" tessera submit "$out/$name.yaml" --json --coordinator="$addr" |
+  id=$("${in_bundle[@]}" tessera submit "$out/$name.yaml" --json --coordinator="$cluster_addr" |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
-  timeout "${TIMEOUT_S:-300}" "${in_bundle[@]}" tessera watch "$id" --json --coordinator="$addr" \
+  timeout "${TIMEOUT_S:-300}" "${in_bundle[@]}" tessera watch "$id" --json --coordinator="$cluster_addr" \
     >"$out/$name.events.jsonl" 2>"$out/$name.err" &
   watcher=$!
   g=$((k % gpus))
   for _ in $(seq 1 3000); do
-    done_steps=$("${in_bundle[@]}" tessera status "$id" --json --coordinator="$addr" 2>/dev/null |
+    done_steps=$("${in_bundle[@]}" tessera status "$id" --json --coordinator="$cluster_addr" 2>/dev/null |
       python3 -c 'import json,sys; print(json.load(sys.stdin).get("steps_done", 0))' 2>/dev/null)
     ((${done_steps:-0} >= k)) && break
     sleep 0.02
   done
-  kill -9 "${worker_pid[$g]}"
+  kill -9 "${cluster_worker_pid[$g]}"
   date +%s%3N >"$out/$name.kill_ms"
-  wait "${worker_pid[$g]}" 2>/dev/null
+  wait "${cluster_worker_pid[$g]}" 2>/dev/null
   # What the killed worker had said about this job when it died.
   grep -F "$id" "$out/worker$g.log" >"$out/$name.killed_worker.log"
-  start_worker "$g"
+  cluster_start_worker "$g"
   wait "$watcher"
   rm -rf "$out/ckpt-$name"
 done
-stop_all
+cluster_stop
 
 python3 - "$out" "$gpus" ${KILLS:-12 27 41} >"$out/chaos_report.json" <<'PY'
 import json, re, struct, sys

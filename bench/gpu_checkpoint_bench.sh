@@ -37,14 +37,7 @@ in_bundle=(bash -c 'source "$0/env.sh" && exec "$@"' "$bundle")
 ckpt="$out/ckpt"
 mkdir -p "$ckpt"
 
-pids=()
-stop_all() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  sleep 1
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
-  pids=()
-}
-trap stop_all EXIT
+source "$here/local_cluster.sh"
 
 # The disk's floor: sequential write with fsync, where the checkpoints go.
 : >"$out/dd.txt"
@@ -67,26 +60,11 @@ EOF
 "${in_bundle[@]}" tessera submit "$out/job.yaml" --dry-run >"$out/dry_run.yaml" 2>&1
 grep '^# checkpoint' "$out/dry_run.yaml"
 
-addr="127.0.0.1:$((53000 + RANDOM % 900))"
-"${in_bundle[@]}" tessera-coordinator --listen="$addr" --state_dir="$out/state" \
-  >"$out/coordinator.log" 2>&1 &
-pids+=($!)
-for ((g = 0; g < gpus; ++g)); do
-  d="$device"
-  [[ "$d" == cuda ]] && d="cuda:$g"
-  "${in_bundle[@]}" tessera-worker --coordinator="$addr" --device="$d" >"$out/worker$g.log" 2>&1 &
-  pids+=($!)
-done
-for _ in $(seq 1 240); do
-  n=$("${in_bundle[@]}" tessera workers --json --coordinator="$addr" 2>/dev/null |
-    grep -o '"worker_id"' | wc -l)
-  ((n >= gpus)) && break
-  sleep 0.5
-done
+cluster_start "$bundle" "$out" "$gpus" "$device" || exit 1
 timeout "${TIMEOUT_S:-420}" "${in_bundle[@]}" tessera submit "$out/job.yaml" --watch --json \
-  --coordinator="$addr" >"$out/events.jsonl" 2>"$out/submit.err"
+  --coordinator="$cluster_addr" >"$out/events.jsonl" 2>"$out/submit.err"
 rc=$?
-stop_all
+cluster_stop
 python3 - "$out/events.jsonl" "$out/dd.txt" "$steps" >"$out/checkpoint_report.json" <<'PY' || rc=1
 import json, re, statistics, sys
 events_path, dd_path, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])

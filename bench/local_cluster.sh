@@ -1,0 +1,60 @@
+# Sourced by the bench scripts that run one job on several workers of this
+# host through the product path: a coordinator on a random loopback port
+# and one worker per device, each worker restartable on its own (the chaos
+# run kills and restarts them). Everything started is stopped (SIGTERM,
+# then SIGKILL after a second) when the script exits.
+#
+#   source bench/local_cluster.sh
+#   cluster_start BUNDLE OUT_DIR WORKERS DEVICE
+#       DEVICE "cuda": worker g gets cuda:g; anything else (cpu) is passed
+#       as it is. Logs: OUT_DIR/coordinator.log, OUT_DIR/worker<g>.log
+#       (appended across restarts). Waits up to 2 minutes for WORKERS
+#       healthy workers. Sets cluster_addr, in_bundle (a prefix that runs a
+#       bundle binary with its libraries) and cluster_worker_pid[g].
+#   cluster_start_worker G    starts (again) the worker of device index G
+#   cluster_wait_workers N    waits for N healthy registered workers
+#   cluster_stop
+cluster_pids=()
+cluster_worker_pid=()
+cluster_stop() {
+  for p in "${cluster_pids[@]}" "${cluster_worker_pid[@]}"; do kill "$p" 2>/dev/null || true; done
+  sleep 1
+  for p in "${cluster_pids[@]}" "${cluster_worker_pid[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  cluster_pids=()
+  cluster_worker_pid=()
+}
+trap cluster_stop EXIT
+
+cluster_start_worker() {
+  local g="$1" d="$cluster_device"
+  [[ "$d" == cuda ]] && d="cuda:$g"
+  "${in_bundle[@]}" tessera-worker --coordinator="$cluster_addr" --device="$d" \
+    >>"$cluster_out/worker$g.log" 2>&1 &
+  cluster_worker_pid[$g]=$!
+}
+
+cluster_wait_workers() {
+  local n
+  for _ in $(seq 1 240); do
+    n=$("${in_bundle[@]}" tessera workers --json --coordinator="$cluster_addr" 2>/dev/null |
+      grep -o '"healthy": *true' | wc -l)
+    ((n >= $1)) && return 0
+    sleep 0.5
+  done
+  echo "local_cluster.sh: fewer than $1 healthy workers after 2 minutes" >&2
+  return 1
+}
+
+cluster_start() {
+  local bundle="$1" workers="$3"
+  cluster_out="$2"
+  cluster_device="$4"
+  in_bundle=(bash -c 'source "$0/env.sh" && exec "$@"' "$bundle")
+  cluster_addr="127.0.0.1:$((53000 + RANDOM % 1900))"
+  "${in_bundle[@]}" tessera-coordinator --listen="$cluster_addr" --state_dir="$cluster_out/state" \
+    >"$cluster_out/coordinator.log" 2>&1 &
+  cluster_pids+=($!)
+  for ((g = 0; g < workers; ++g)); do cluster_start_worker "$g"; done
+  cluster_wait_workers "$workers"
+}
