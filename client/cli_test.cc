@@ -12,9 +12,13 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "client/fake_coordinator.h"
 #include "client/job_file.h"
+#include "common/checkpoint_size.h"
+#include "common/memory_estimate.h"
+#include "common/spec_defaults.h"
 #include "google/protobuf/util/json_util.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
@@ -139,6 +143,43 @@ TEST(CliNoServerTest, DryRunPrintsTheSpecWithoutAServer) {
     ASSERT_TRUE(printed.ok()) << printed.status() << "\n" << r.out;
     EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(*printed, *expected)) << r.out;
   }
+}
+
+std::string FileText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// With checkpoint.dir, the dry run says what one checkpoint will take on
+// disk: a YAML comment after the spec (so the output still parses), on
+// stderr with --json (so stdout stays one JSON document).
+TEST(CliNoServerTest, DryRunPrintsTheCheckpointSize) {
+  const std::string file = Runfile("client/examples/default_job.yaml");
+  auto spec = ReadJobFile(file);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const std::string path = WriteTemp(
+      "with_checkpoints.yaml",
+      absl::StrCat(FileText(file), "\ncheckpoint:\n  dir: /tmp/ck\n  interval_steps: 50\n"));
+  v1::JobSpec with_dir = *spec;
+  with_dir.mutable_checkpoint()->set_dir("/tmp/ck");
+  const CheckpointSize size = EstimateCheckpointSize(WithDefaults(with_dir));
+  const std::string line =
+      absl::StrFormat("# checkpoint size: %s (%d ranks' files, %.1f bytes per parameter)\n",
+                      FormatBytesAsGiB(size.total_bytes), size.writing_ranks,
+                      static_cast<double>(size.state_bytes) / size.parameters);
+  Result yaml = RunTessera({"submit", path, "--dry-run"});
+  ASSERT_EQ(yaml.code, kExitOk) << yaml.err;
+  EXPECT_TRUE(absl::EndsWith(yaml.out, line)) << yaml.out;
+  EXPECT_TRUE(ParseJobSpec(yaml.out, "dry-run output").ok());
+  Result json = RunTessera({"submit", path, "--dry-run", "--json"});
+  ASSERT_EQ(json.code, kExitOk) << json.err;
+  EXPECT_EQ(json.err, line);
+  EXPECT_FALSE(absl::StrContains(json.out, "#"));
+  // Without checkpoint.dir there is nothing to say.
+  Result none = RunTessera({"submit", file, "--dry-run"});
+  EXPECT_FALSE(absl::StrContains(none.out, "# checkpoint")) << none.out;
 }
 
 TEST(CliNoServerTest, BadJobFileIsUsageErrorNamingFileAndLine) {

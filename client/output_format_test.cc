@@ -158,5 +158,40 @@ TEST(OutputFormat, StatusShowsRestartsAndWorkersShowWhatTheyAreAborting) {
   EXPECT_NE(FormatWorkersTable({orphaned}).find("job-7"), std::string::npos);
 }
 
+// A commit line: bytes over all ranks, commit time, the slowest writing
+// rank's speed (a replica that wrote nothing is not it), the stall, and
+// the warning when training waited for the previous write. Status shows
+// the checkpoint size and the newest committed step.
+TEST(OutputFormat, CheckpointCommitLineAndStatus) {
+  v1::CheckpointCommitted c;
+  c.set_step(120);
+  c.set_bytes(int64_t{3} << 30);
+  c.set_write_s(15.14);
+  c.set_stall_s(0.138);
+  for (double gbps : {0.46, 0.51, 0.0}) {
+    v1::RankCheckpointWrite* r = c.add_ranks();
+    r->set_bytes(gbps > 0 ? 100 : 0);
+    r->set_write_gb_per_s(gbps);
+  }
+  EXPECT_EQ(CheckpointLine(c), "[checkpoint] step 120 committed: 3.00 GiB in 15.14 s (0.46 GB/s), "
+                               "training stalled 0.14 s");
+  c.set_warning("training waited 4.16 s");
+  EXPECT_EQ(CheckpointLine(c), "[checkpoint] step 120 committed: 3.00 GiB in 15.14 s (0.46 GB/s), "
+                               "training stalled 0.14 s\n[checkpoint] WARNING: training waited 4.16 s");
+
+  v1::Job j;
+  j.set_id("job-1");
+  j.mutable_spec()->set_steps(360);
+  j.mutable_spec()->mutable_checkpoint()->set_dir("/ck");
+  j.mutable_spec()->mutable_checkpoint()->set_interval_steps(120);
+  EXPECT_EQ(FormatJob(j).find("checkpoint"), std::string::npos);  // size unknown: no line
+  j.set_checkpoint_bytes(int64_t{13} << 30);
+  j.set_committed_step(240);
+  EXPECT_NE(FormatJob(j).find("checkpoint 13.00 GiB each, every 120 steps under /ck (newest "
+                              "committed: step 240)\n"),
+            std::string::npos)
+      << FormatJob(j);
+}
+
 }  // namespace
 }  // namespace tessera
