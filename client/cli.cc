@@ -19,6 +19,7 @@
 #include "common/checkpoint_size.h"
 #include "common/log_line_format.h"
 #include "common/memory_estimate.h"
+#include "common/parallelism.h"
 #include "common/spec_defaults.h"
 #include "common/step_history.h"
 
@@ -147,10 +148,18 @@ int RunCommand(const ParsedArgs& args, std::ostream& out, std::ostream& err, boo
     }
     if (args.Has("dry-run")) {
       out << (json ? JobSpecToJson(*spec) : JobSpecToYaml(*spec));
-      // What it will cost on disk, as a YAML comment (on stderr with --json,
-      // so the output stays one JSON document).
+      // What it will cost, as YAML comments (on stderr with --json, so the
+      // output stays one JSON document): each rank's device memory by
+      // component (common/memory_estimate.h, the figure SetupJob checks)
+      // and, with checkpoints, one checkpoint's size on disk.
+      const v1::JobSpec full = WithDefaults(*spec);
+      const int shard_world = ShardGroupSize(full);
+      const RankMemoryEstimate memory = EstimateRankMemory(full, 0, shard_world);
+      (json ? err : out) << absl::StrFormat(
+          "# memory per rank (%d ranks, sharded over %d): %s\n", full.world_size(), shard_world,
+          memory.ToString());
       if (!spec->checkpoint().dir().empty()) {
-        const CheckpointSize size = EstimateCheckpointSize(WithDefaults(*spec));
+        const CheckpointSize size = EstimateCheckpointSize(full);
         (json ? err : out) << absl::StrFormat(
             "# checkpoint size: %s (%d ranks' files, %.1f bytes per parameter)\n",
             FormatBytesAsGiB(size.total_bytes), size.writing_ranks,

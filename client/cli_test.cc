@@ -18,6 +18,7 @@
 #include "client/job_file.h"
 #include "common/checkpoint_size.h"
 #include "common/memory_estimate.h"
+#include "common/parallelism.h"
 #include "common/spec_defaults.h"
 #include "google/protobuf/util/json_util.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -152,9 +153,10 @@ std::string FileText(const std::string& path) {
   return text.str();
 }
 
-// With checkpoint.dir, the dry run says what one checkpoint will take on
-// disk: a YAML comment after the spec (so the output still parses), on
-// stderr with --json (so stdout stays one JSON document).
+// The dry run says what the job will cost: each rank's memory by
+// component and, with checkpoint.dir, one checkpoint's size on disk, as
+// YAML comments after the spec (so the output still parses), on stderr
+// with --json (so stdout stays one JSON document).
 TEST(CliNoServerTest, DryRunPrintsTheCheckpointSize) {
   const std::string file = Runfile("client/examples/default_job.yaml");
   auto spec = ReadJobFile(file);
@@ -169,17 +171,26 @@ TEST(CliNoServerTest, DryRunPrintsTheCheckpointSize) {
       absl::StrFormat("# checkpoint size: %s (%d ranks' files, %.1f bytes per parameter)\n",
                       FormatBytesAsGiB(size.total_bytes), size.writing_ranks,
                       static_cast<double>(size.state_bytes) / size.parameters);
+  const v1::JobSpec full = WithDefaults(with_dir);
+  const std::string memory =
+      absl::StrFormat("# memory per rank (%d ranks, sharded over %d): %s\n", full.world_size(),
+                      ShardGroupSize(full), EstimateRankMemory(full, 0, ShardGroupSize(full)).ToString());
   Result yaml = RunTessera({"submit", path, "--dry-run"});
   ASSERT_EQ(yaml.code, kExitOk) << yaml.err;
-  EXPECT_TRUE(absl::EndsWith(yaml.out, line)) << yaml.out;
+  EXPECT_TRUE(absl::EndsWith(yaml.out, memory + line)) << yaml.out;
   EXPECT_TRUE(ParseJobSpec(yaml.out, "dry-run output").ok());
   Result json = RunTessera({"submit", path, "--dry-run", "--json"});
   ASSERT_EQ(json.code, kExitOk) << json.err;
-  EXPECT_EQ(json.err, line);
+  EXPECT_EQ(json.err, memory + line);
   EXPECT_FALSE(absl::StrContains(json.out, "#"));
-  // Without checkpoint.dir there is nothing to say.
+  // Without checkpoint.dir there is no checkpoint to size; the memory line
+  // stays, and names each component.
   Result none = RunTessera({"submit", file, "--dry-run"});
   EXPECT_FALSE(absl::StrContains(none.out, "# checkpoint")) << none.out;
+  for (const char* part : {"parameter shards", "gathered", "activations", "scratch",
+                           "engine workspace"}) {
+    EXPECT_TRUE(absl::StrContains(none.out, part)) << part << ": " << none.out;
+  }
 }
 
 TEST(CliNoServerTest, BadJobFileIsUsageErrorNamingFileAndLine) {
