@@ -129,6 +129,11 @@ std::string FormatJob(const v1::Job& j) {
                           p.forward_s() * 1e3, p.loss_s() * 1e3, p.backward_s() * 1e3,
                           p.optimizer_s() * 1e3, p.collective_s() * 1e3, p.host_s() * 1e3));
     }
+    if (m.peak_memory_bytes() > 0) {
+      absl::StrAppend(&out, "memory    ", FormatBytesAsGiB(m.peak_memory_bytes()),
+                      " peak on rank ", m.peak_memory_rank(),
+                      " (device memory in use after a step, the fullest rank)\n");
+    }
     if (m.mfu() > 0) {
       absl::StrAppend(&out, absl::StrFormat("mfu       %.1f%% (model FLOPs / bf16 peak)\n",
                                             m.mfu() * 100));

@@ -133,6 +133,14 @@ TEST(OutputFormat, StatusShowsStepPhasesAndMfuOnlyWhenKnown) {
   const std::string json = ToJsonLine(job);
   EXPECT_NE(json.find("\"collective_s\":0.0055"), std::string::npos) << json;
   EXPECT_NE(json.find("\"mfu\":0.4321"), std::string::npos) << json;
+  // The fullest rank's peak memory, once reported.
+  EXPECT_EQ(text.find("memory "), std::string::npos) << text;
+  job.mutable_last_metrics()->set_peak_memory_bytes(int64_t{3} << 29);
+  job.mutable_last_metrics()->set_peak_memory_rank(2);
+  text = FormatJob(job);
+  EXPECT_NE(text.find("memory    1.50 GiB peak on rank 2"), std::string::npos) << text;
+  EXPECT_NE(ToJsonLine(job).find("\"peak_memory_bytes\":\"1610612736\""), std::string::npos)
+      << ToJsonLine(job);
 }
 
 TEST(OutputFormat, StatusShowsRestartsAndWorkersShowWhatTheyAreAborting) {

@@ -101,6 +101,7 @@ class FakeWorkerConnection : public WorkerConnection {
       result.set_loss(3.0f - 0.01f * s);
       result.set_tokens(100);
       result.set_compute_time_s(absl::ToDoubleSeconds(behavior_.step_time) * (1 + rank_));
+      result.set_peak_memory_bytes(kPeakMemoryBytes * (1 + rank_));
       // Phases that name the rank: forward_s is the rank, the rest its time.
       result.mutable_phases()->set_forward_s(rank_);
       result.mutable_phases()->set_backward_s(result.compute_time_s());
@@ -200,6 +201,7 @@ class FakeWorkerConnection : public WorkerConnection {
     return response;
   }
   static constexpr int64_t kCheckpointBytes = 1000;  // what each rank reports writing
+  static constexpr int64_t kPeakMemoryBytes = 1 << 20;  // rank r reports r + 1 times this
   absl::Status WriteManifest(const std::string& root, int step) {
     RETURN_IF_ERROR(CreateStepDir(root, step));
     return WriteFileDurably(StepDir(root, step), RankManifestName(rank_), "");

@@ -150,6 +150,11 @@ void JobRunner::OnStepResult(const v1::StepResult& result) {
     if (result.has_validation() && (!m.has_validation() || result.rank() == 0)) {
       *m.mutable_validation() = result.validation();
     }
+    // Memory: the fullest rank's.
+    if (p.ranks == 0 || result.peak_memory_bytes() > m.peak_memory_bytes()) {
+      m.set_peak_memory_bytes(result.peak_memory_bytes());
+      m.set_peak_memory_rank(result.rank());
+    }
     // The step's time and its phases are the slowest rank's.
     if (p.ranks == 0 || result.compute_time_s() > m.step_time_s()) {
       m.set_step_time_s(result.compute_time_s());

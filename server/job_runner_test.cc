@@ -141,6 +141,9 @@ TEST(JobRunner, RunsToSuccessAggregatingOneRecordPerStep) {
     EXPECT_NEAR(h.metrics[i].tokens_per_s(), 200 / 0.002, 1e-3);
     EXPECT_GE(h.metrics[i].control_overhead_s(), 0.0);
     EXPECT_FLOAT_EQ(h.metrics[i].loss(), 3.0f - 0.01f * i);
+    // The fullest rank's memory, and which rank it is.
+    EXPECT_EQ(h.metrics[i].peak_memory_bytes(), 2 * FakeWorkerConnection::kPeakMemoryBytes);
+    EXPECT_EQ(h.metrics[i].peak_memory_rank(), 1);
   }
   EXPECT_EQ(h.states, (std::vector<v1::JobState>{v1::STARTING, v1::RUNNING}));
   std::vector<std::string> c = MainCommands(h.workers[0]);

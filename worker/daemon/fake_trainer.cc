@@ -91,6 +91,7 @@ absl::StatusOr<StepReport> FakeTrainer::RunStep(int step) {
   report.lr = 1e-3f;
   report.tokens = tokens_per_step_;
   report.compute_time_s = absl::ToDoubleSeconds(options_.step_time);
+  report.peak_memory_bytes = int64_t{64} << 20;
   if (step == options_.note_at_step) {
     report.engine_note = options_.note;
     report.engine_note_is_warning = options_.note_is_warning;

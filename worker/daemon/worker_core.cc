@@ -16,6 +16,7 @@
 #include "common/checkpoint_layout.h"
 #include "common/evaluation_schedule.h"
 #include "common/memory_estimate.h"
+#include "common/parallelism.h"
 #include "common/spec_limits.h"
 #include "formats/checkpoint_io.h"
 
@@ -97,6 +98,7 @@ void WorkerCore::ClearJobLocked() {
   abort_reason_.clear();
   trainer_for_abort_ = nullptr;
   checkpoint_dirs_.clear();
+  memory_reported_ = false;
   ++jobs_cleared_;
 }
 
@@ -318,6 +320,23 @@ absl::Status WorkerCore::RunSteps(const std::string& job_id, int first_step, int
       Log(v1::INFO, job_id, rank, step,
           absl::StrFormat("validation loss %.4f over %d tokens", validation->loss,
                           validation->tokens));
+    }
+    // Once per job, after its first step: the memory SetupJob expected
+    // against what the step really holds.
+    bool report_memory = false;
+    {
+      absl::MutexLock lock(&mu_);
+      report_memory = !memory_reported_ && report->peak_memory_bytes > 0;
+      memory_reported_ = memory_reported_ || report_memory;
+    }
+    if (report_memory) {
+      const int64_t estimate = EstimateRankMemory(spec, rank, ShardGroupSize(spec)).total();
+      Log(v1::INFO, job_id, rank, step,
+          absl::StrFormat("device memory in use after the step: %s; SetupJob's estimate: %s "
+                          "(measured %+.1f%% of it)",
+                          FormatBytesAsGiB(report->peak_memory_bytes), FormatBytesAsGiB(estimate),
+                          estimate > 0 ? 100.0 * (report->peak_memory_bytes - estimate) / estimate
+                                       : 0.0));
     }
     if (step == first_step || (step + 1) % every == 0 || step + 1 == spec.steps()) {
       Log(v1::INFO, job_id, rank, step,

@@ -168,6 +168,8 @@ class WorkerCore {
   // AwaitCheckpoint calls using the trainer now (Abort waits for them).
   std::map<int, std::string> checkpoint_dirs_ ABSL_GUARDED_BY(mu_);
   int awaits_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  // The job's log has its measured-against-estimated memory line.
+  bool memory_reported_ ABSL_GUARDED_BY(mu_) = false;
   std::string abort_reason_ ABSL_GUARDED_BY(mu_);
   bool healthy_ ABSL_GUARDED_BY(mu_) = true;
   std::string health_reason_ ABSL_GUARDED_BY(mu_);

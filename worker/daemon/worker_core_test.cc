@@ -80,6 +80,31 @@ TEST(WorkerCore, EngineNotesOfAStepGoToTheJobLogOnce) {
   }
 }
 
+// Once per job, after its first step, the log sets the memory the step
+// holds against SetupJob's estimate; later chunks do not repeat it.
+TEST(WorkerCore, TheJobLogComparesMeasuredMemoryWithTheEstimateOnce) {
+  JobLog log(nullptr);
+  WorkerCore core(Factory());
+  core.set_job_log(&log);
+  ASSERT_TRUE(core.SetupJob(SetupRequest("job-1")).ok());
+  ASSERT_TRUE(core.InitCollective("job-1", nullptr, "h", absl::Seconds(1)).ok());
+  ASSERT_TRUE(RunFor(core, "job-1", 0, 2).ok());
+  ASSERT_TRUE(RunFor(core, "job-1", 2, 2).ok());
+  JobLog::Batch batch = log.Read("job-1", 0, 1000, absl::ZeroDuration());
+  int lines = 0;
+  for (const v1::LogLine& line : batch.lines) {
+    if (line.message().rfind("device memory in use after the step: 0.06 GiB; SetupJob's "
+                             "estimate: ", 0) != 0) {
+      continue;
+    }
+    ++lines;
+    EXPECT_EQ(line.step(), 0);
+    EXPECT_NE(line.message().find("% of it)"), std::string::npos) << line.message();
+  }
+  EXPECT_EQ(lines, 1);
+  ASSERT_TRUE(core.Abort("job-1", "done").ok());
+}
+
 TEST(WorkerCore, HappyPathRunsOnOneComputeThread) {
   FakeTrainer::ResetCallingThreads();
   std::mt19937 rng(std::random_device{}());

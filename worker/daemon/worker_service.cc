@@ -67,6 +67,7 @@ grpc::Status WorkerServiceImpl::RunSteps(grpc::ServerContext* context,
         result.set_lr(report.lr);
         result.set_tokens(report.tokens);
         result.set_compute_time_s(report.compute_time_s);
+        result.set_peak_memory_bytes(report.peak_memory_bytes);
         v1::StepPhases* phases = result.mutable_phases();
         phases->set_forward_s(report.phases.forward_s);
         phases->set_loss_s(report.phases.loss_s);

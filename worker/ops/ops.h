@@ -186,6 +186,12 @@ class Ops {
   // host's available memory (CPU). Lets a job that cannot fit be refused
   // before anything is allocated.
   virtual absl::StatusOr<int64_t> AvailableMemoryBytes() = 0;
+  // Device memory in use now. CUDA: the device's used memory (total minus
+  // free, cudaMemGetInfo), the figure nvidia-smi shows: every allocation,
+  // the context and the libraries' workspaces. CPU: the bytes of the
+  // engine's live buffers. Nothing is allocated per step, so read after a
+  // step it is that step's peak.
+  virtual absl::StatusOr<int64_t> MemoryInUseBytes() = 0;
 
   // ---- GEMM ---------------------------------------------------------------
   // d [M, N] = op(a) · op(b) (+ d if accumulate), op(x) = xᵀ when trans_x.

@@ -34,6 +34,7 @@ class CountingOps : public Ops {
     return engine_->AllocateHost(bytes);
   }
   absl::StatusOr<int64_t> AvailableMemoryBytes() override { return engine_->AvailableMemoryBytes(); }
+  absl::StatusOr<int64_t> MemoryInUseBytes() override { return engine_->MemoryInUseBytes(); }
   absl::Status CopyToDevice(void* dst, const void* src, size_t bytes, Stream* s) override {
     return engine_->CopyToDevice(dst, src, bytes, s);
   }

@@ -218,6 +218,7 @@ class FsdpTrainer : public Trainer {
   std::unique_ptr<Ops::CapturedWork> step_graph_;
   absl::Status step_graph_status_;
   int eager_steps_ = 0;  // steps this trainer ran without the graph
+  int64_t peak_memory_bytes_ = 0;  // the most Ops::MemoryInUseBytes read after a step
   CommunicatorFactory make_communicator_;
   std::unique_ptr<Communicator> comm_;  // the shard group (every rank under plain FSDP)
   // Hybrid sharding only: the ranks holding the same shard in the other

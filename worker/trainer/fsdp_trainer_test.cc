@@ -474,6 +474,21 @@ TEST(FsdpTrainer, OneRankBuildsNoCollectiveGroup) {
   EXPECT_EQ(trainer.RunStep(3).status().code(), absl::StatusCode::kCancelled);
 }
 
+// A step reports the rank's peak memory: on the CPU engine the engine's live
+// buffers, which are exactly what the trainer allocated at setup (a step
+// allocates nothing), so the figure holds still from step to step.
+TEST(FsdpTrainer, StepReportsThePeakMemoryItHolds) {
+  FsdpTrainer trainer(CreateCpuOps(), CreateGlooCommunicator);
+  ASSERT_TRUE(trainer.Setup(TinySpec(1), 0, 1).ok());
+  ASSERT_TRUE(trainer.InitCollective(nullptr, "127.0.0.1", absl::Seconds(5)).ok());
+  for (int step = 0; step < 3; ++step) {
+    absl::StatusOr<StepReport> report = trainer.RunStep(step);
+    ASSERT_TRUE(report.ok()) << report.status();
+    EXPECT_GT(report->peak_memory_bytes, 0);
+    EXPECT_EQ(report->peak_memory_bytes, trainer.allocated_bytes()) << "step " << step;
+  }
+}
+
 TEST(FsdpTrainer, StepReportsWhereItsTimeWent) {
   FsdpTrainer trainer(CreateCpuOps(), CreateGlooCommunicator);
   ASSERT_TRUE(trainer.Setup(TinySpec(1), 0, 1).ok());

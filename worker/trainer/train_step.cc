@@ -126,6 +126,9 @@ absl::StatusOr<StepReport> FsdpTrainer::Step(int step) {
   report.compute_time_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   ASSIGN_OR_RETURN(report.phases, clock_.Finish(report.compute_time_s));
+  ASSIGN_OR_RETURN(const int64_t in_use, ops.MemoryInUseBytes());
+  peak_memory_bytes_ = std::max(peak_memory_bytes_, in_use);
+  report.peak_memory_bytes = peak_memory_bytes_;
   next_step_ = step + 1;
   return report;
 }

@@ -71,6 +71,9 @@ struct StepReport {
   int64_t tokens = 0;     // this rank's valid tokens
   double compute_time_s = 0.0;
   StepPhaseTimes phases;
+  // Device memory in use after the step (Ops::MemoryInUseBytes), the most
+  // seen after any step of this trainer: the rank's peak so far.
+  int64_t peak_memory_bytes = 0;
   // Set by the daemon when an evaluation ran after this step.
   std::optional<ValidationReport> validation;
   // Set on the step that changed how later steps run, for the job's log:

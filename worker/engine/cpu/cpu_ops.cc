@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -31,21 +33,36 @@
 namespace tessera {
 namespace {
 
+// Counts itself in `live` (the engine's bytes in use) while it exists.
 class HostBuffer : public Buffer {
  public:
-  HostBuffer(void* data, size_t bytes) : data_(data), bytes_(bytes) {}
-  ~HostBuffer() override { std::free(data_); }
+  HostBuffer(void* data, size_t bytes, std::shared_ptr<std::atomic<int64_t>> live)
+      : data_(data), bytes_(bytes), live_(std::move(live)) {
+    *live_ += static_cast<int64_t>(bytes_);
+  }
+  ~HostBuffer() override {
+    *live_ -= static_cast<int64_t>(bytes_);
+    std::free(data_);
+  }
   void* data() const override { return data_; }
   size_t bytes() const override { return bytes_; }
 
  private:
   void* data_;
   size_t bytes_;
+  std::shared_ptr<std::atomic<int64_t>> live_;
 };
 
 class CpuOps : public Ops {
  public:
   CpuOps() { openblas_set_num_threads(1); }
+
+ private:
+  // Bytes of the buffers this engine allocated and that still exist (shared
+  // with them: a buffer may outlive its engine).
+  std::shared_ptr<std::atomic<int64_t>> live_bytes_ = std::make_shared<std::atomic<int64_t>>(0);
+
+ public:
 
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) override {
     if (bytes > SIZE_MAX - 64) {
@@ -58,7 +75,7 @@ class CpuOps : public Ops {
       return absl::ResourceExhaustedError(absl::StrCat("host allocation of ", bytes, " bytes failed"));
     }
     std::memset(p, 0, rounded == 0 ? 64 : rounded);
-    return std::unique_ptr<Buffer>(new HostBuffer(p, bytes));
+    return std::unique_ptr<Buffer>(new HostBuffer(p, bytes, live_bytes_));
   }
   // The engine's memory is host memory already.
   absl::StatusOr<std::unique_ptr<Buffer>> AllocateHost(size_t bytes) override {
@@ -203,6 +220,7 @@ class CpuOps : public Ops {
   // MemAvailable of /proc/meminfo (what the kernel can give without
   // swapping), else the free pages.
   absl::StatusOr<int64_t> AvailableMemoryBytes() override { return AvailableHostMemoryBytes(); }
+  absl::StatusOr<int64_t> MemoryInUseBytes() override { return live_bytes_->load(); }
   // The reference composes the two ops through a bf16 temporary.
   absl::Status SwiGluForwardQuantize(const TensorDesc& gate_up, const TensorDesc& out,
                                      const TensorDesc& out_t, Stream*) override {

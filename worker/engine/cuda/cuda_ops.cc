@@ -275,6 +275,12 @@ class CudaOps : public Ops {
     CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
     return static_cast<int64_t>(free_bytes);
   }
+  absl::StatusOr<int64_t> MemoryInUseBytes() override {
+    RETURN_IF_ERROR(ctx_->MakeCurrent());
+    size_t free_bytes = 0, total_bytes = 0;
+    CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
+    return static_cast<int64_t>(total_bytes - free_bytes);
+  }
   // One fused pass where cuda::LaunchSwiGlu*Quantize accepts the shapes;
   // otherwise the two ops through a bf16 scratch tensor.
   absl::Status SwiGluForwardQuantize(const TensorDesc& gate_up, const TensorDesc& out,
