@@ -60,6 +60,8 @@ MetricsTracker::Snapshot MetricsTracker::Sync() {
           } else {
             ++cursor.counters.repeated_steps;
           }
+          cursor.counters.peak_memory_bytes =
+              std::max(cursor.counters.peak_memory_bytes, event.step().peak_memory_bytes());
           out.new_step_times_s.push_back(event.step().step_time_s());
           out.new_control_overheads_s.push_back(event.step().control_overhead_s());
         }

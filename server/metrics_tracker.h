@@ -55,6 +55,7 @@ class MetricsTracker {
     int64_t tokens = 0;          // their tokens
     int64_t repeated_steps = 0;  // reports of a step already counted
     int64_t restarts = 0;        // automatic restarts so far
+    int64_t peak_memory_bytes = 0;  // the most any step record reported (its fullest rank)
   };
   struct Snapshot {
     std::map<std::string, int64_t> jobs_by_state;  // every JobState name, zeros included

@@ -44,8 +44,12 @@ TEST(MetricsTrackerTest, CountsStepsAndTokensIncrementallyAndForgetsDeletedJobs)
   EXPECT_EQ(first.jobs["job-2"].steps, 0);
   EXPECT_EQ(first.new_step_times_s, (std::vector<double>{0.5, 0.25}));
 
-  log->Append(Step(2, 50, 1.0), false);
+  EXPECT_EQ(first.jobs["job-1"].peak_memory_bytes, 0);  // not reported
+  v1::JobEvent with_memory = Step(2, 50, 1.0);
+  with_memory.mutable_step()->set_peak_memory_bytes(12345);
+  log->Append(with_memory, false);
   MetricsTracker::Snapshot second = tracker.Sync();
+  EXPECT_EQ(second.jobs["job-1"].peak_memory_bytes, 12345);  // the most any record reported
   EXPECT_EQ(second.jobs["job-1"].steps, 3);
   EXPECT_EQ(second.jobs["job-1"].tokens, 250);
   EXPECT_EQ(second.new_step_times_s, (std::vector<double>{1.0}));

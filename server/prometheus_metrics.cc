@@ -68,6 +68,11 @@ class CoordinatorCollectable {
                       .Name("tessera_job_restarts_total")
                       .Help("Automatic restarts, per job (kept across coordinator restarts).")
                       .Register(*registry_)),
+        peak_memory_(prometheus::BuildGauge()
+                         .Name("tessera_job_peak_memory_bytes")
+                         .Help("Peak device memory of a job's fullest rank so far (in use after "
+                               "a step), per job.")
+                         .Register(*registry_)),
         heartbeat_age_(prometheus::BuildGauge()
                            .Name("tessera_worker_heartbeat_age_seconds")
                            .Help("Seconds since each registered worker's last heartbeat.")
@@ -129,6 +134,7 @@ class CoordinatorCollectable {
         tokens_.Remove(it->second.tokens);
         repeated_steps_.Remove(it->second.repeated_steps);
         restarts_.Remove(it->second.restarts);
+        peak_memory_.Remove(it->second.peak_memory);
         it = per_job_.erase(it);
       } else {
         ++it;
@@ -141,7 +147,9 @@ class CoordinatorCollectable {
         series.tokens = &tokens_.Add({{"job", job}});
         series.repeated_steps = &repeated_steps_.Add({{"job", job}});
         series.restarts = &restarts_.Add({{"job", job}});
+        series.peak_memory = &peak_memory_.Add({{"job", job}});
       }
+      series.peak_memory->Set(static_cast<double>(counters.peak_memory_bytes));
       series.steps->Increment(static_cast<double>(counters.steps) - series.steps->Value());
       series.tokens->Increment(static_cast<double>(counters.tokens) - series.tokens->Value());
       series.repeated_steps->Increment(static_cast<double>(counters.repeated_steps) -
@@ -179,6 +187,7 @@ class CoordinatorCollectable {
     prometheus::Counter* tokens = nullptr;
     prometheus::Counter* repeated_steps = nullptr;
     prometheus::Counter* restarts = nullptr;
+    prometheus::Gauge* peak_memory = nullptr;
   };
   absl::Mutex mu_;
   MetricsTracker tracker_ ABSL_GUARDED_BY(mu_);
@@ -189,6 +198,7 @@ class CoordinatorCollectable {
   prometheus::Family<prometheus::Counter>& tokens_;
   prometheus::Family<prometheus::Counter>& repeated_steps_;
   prometheus::Family<prometheus::Counter>& restarts_;
+  prometheus::Family<prometheus::Gauge>& peak_memory_;
   prometheus::Family<prometheus::Gauge>& heartbeat_age_;
   prometheus::Counter& worker_losses_;
   prometheus::Histogram& recovery_;
