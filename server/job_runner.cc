@@ -38,7 +38,10 @@ JobRunner::JobRunner(std::string job_id, v1::JobSpec spec, std::vector<std::stri
       step_timeout_(absl::Seconds(spec_.step_timeout_s() > 0 ? spec_.step_timeout_s()
                                                               : kDefaultStepTimeoutSeconds)),
       callbacks_(std::move(callbacks)),
-      attempt_(attempt) {}
+      attempt_(attempt),
+      checkpoint_bytes_(EstimateCheckpointSize(spec_).total_bytes),
+      free_bytes_(callbacks_.checkpoint_free_bytes ? callbacks_.checkpoint_free_bytes
+                                                   : FreeBytesUnder) {}
 
 bool JobRunner::stopped() {
   absl::MutexLock lock(&mu_);
@@ -312,24 +315,26 @@ void JobRunner::WatchSteps() {
   Stop(v1::FAILED, reason, absl::StatusCode::kDeadlineExceeded);
 }
 
+void JobRunner::FailCheckpoint(int step, const absl::Status& status) {
+  Stop(v1::FAILED,
+       absl::StrCat("checkpoint of step ", step, " under ", spec_.checkpoint().dir(), ": ",
+                    StatusCodeName(status.code()), ": ", status.message()),
+       status.code());
+}
+
 JobRunner::CheckpointStart JobRunner::StartCheckpoint(int step, double waited_s,
                                                       v1::CheckpointCommitted& record) {
   const std::string& root = spec_.checkpoint().dir();
   auto fail = [&](const absl::Status& s) {
-    Stop(v1::FAILED,
-         absl::StrCat("checkpoint of step ", step, " under ", root, ": ",
-                      StatusCodeName(s.code()), ": ", s.message()),
-         s.code());
+    FailCheckpoint(step, s);
     return CheckpointStart::kFailed;
   };
   // Room first: the steps keep_last would prune anyway go before a
   // checkpoint that does not fit; one that still does not fit is skipped,
   // unless it is the last.
-  const int64_t needed = EstimateCheckpointSize(spec_).total_bytes;
+  const int64_t needed = checkpoint_bytes_;
   absl::StatusOr<CheckpointRoom> room =
-      MakeRoomForCheckpoint(root, step, needed, spec_.checkpoint().keep_last(),
-                            callbacks_.checkpoint_free_bytes ? callbacks_.checkpoint_free_bytes
-                                                             : FreeBytesUnder);
+      MakeRoomForCheckpoint(root, step, needed, spec_.checkpoint().keep_last(), free_bytes_);
   if (!room.ok()) return fail(room.status());
   if (!room->fits()) {
     const std::string why = absl::StrCat(
@@ -417,11 +422,9 @@ void JobRunner::FinishCheckpoint(v1::CheckpointCommitted record, absl::Time star
     }
     // A disk that filled during the write costs this checkpoint, not the
     // run; the final checkpoint must land, so its failure fails the job.
-    if (s.code() == absl::StatusCode::kResourceExhausted && step < spec_.steps() && !stopped()) {
-      absl::StatusOr<int64_t> available =
-          (callbacks_.checkpoint_free_bytes ? callbacks_.checkpoint_free_bytes
-                                            : FreeBytesUnder)(root);
-      SkipCheckpoint(step, EstimateCheckpointSize(spec_).total_bytes, available.value_or(-1),
+    if (s.code() == absl::StatusCode::kResourceExhausted && step < spec_.steps()) {
+      absl::StatusOr<int64_t> available = free_bytes_(root);
+      SkipCheckpoint(step, checkpoint_bytes_, available.value_or(-1),
                      absl::StrCat("rank ", failed_rank, " (", worker_ids_[failed_rank],
                                   ") could not write the checkpoint of step ", step, ": ",
                                   s.message(), "; skipped, training goes on"));
@@ -446,10 +449,7 @@ bool JobRunner::Commit(v1::CheckpointCommitted record, absl::Time started) {
           CommitStep(root, step, CheckpointRanks(spec_), spec_.checkpoint().keep_last());
       !c.ok()) {
     DiscardStep(root, step).IgnoreError();
-    Stop(v1::FAILED,
-         absl::StrCat("checkpoint of step ", step, " under ", root, ": ",
-                      StatusCodeName(c.code()), ": ", c.message()),
-         c.code());
+    FailCheckpoint(step, c);
     return false;
   }
   int64_t bytes = 0;

@@ -154,6 +154,8 @@ class JobRunner {
                       int* failed_rank = nullptr);
   void FailCommand(const std::string& command, int rank, const absl::Status& status);
   void SkipCheckpoint(int step, int64_t needed, int64_t available, const std::string& reason);
+  // Stops the job FAILED: "checkpoint of step N under DIR: CODE: message".
+  void FailCheckpoint(int step, const absl::Status& status);
   // The step the chunk ended at: first_step + num_steps, or earlier when a
   // checkpoint or suspend ended it early.
   absl::StatusOr<int> RunChunk(int first_step, int num_steps);
@@ -195,6 +197,10 @@ class JobRunner {
   const absl::Duration step_timeout_;
   JobRunnerCallbacks callbacks_;
   const JobAttempt attempt_;
+  const int64_t checkpoint_bytes_;  // one checkpoint's size (common/checkpoint_size.h)
+  // Free bytes under the checkpoint directory: callbacks_.checkpoint_free_bytes or
+  // FreeBytesUnder.
+  const std::function<absl::StatusOr<int64_t>(const std::string&)> free_bytes_;
 
   absl::Mutex mu_;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;

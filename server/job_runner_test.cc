@@ -43,10 +43,8 @@ struct Harness {
   std::vector<std::string> events;
   std::function<void(const v1::StepMetrics&)> after_step;  // runs after each step's record
   std::vector<v1::CheckpointSkipped> skipped;
-  std::function<absl::StatusOr<int64_t>(const std::string&)> free_bytes;  // unset: the real disk
-  void SetFreeBytes(std::function<absl::StatusOr<int64_t>(const std::string&)> probe) {
-    free_bytes = std::move(probe);
-  }
+  // Free bytes under the checkpoint directory; unset: the real disk's.
+  std::function<absl::StatusOr<int64_t>(const std::string&)> free_bytes;
 
   Harness(v1::JobSpec spec, std::vector<FakeWorkerBehavior> behaviors, JobAttempt attempt = {}) {
     std::vector<std::unique_ptr<WorkerConnection>> connections;
@@ -273,9 +271,9 @@ TEST(JobRunner, ACheckpointThatDoesNotFitIsSkippedAndTrainingGoesOn) {
   spec.set_world_size(2);  // as the runner sees it: its size estimate counts both ranks
   Harness h(spec, {{}, {}});
   int probes = 0;
-  h.SetFreeBytes([&](const std::string&) -> absl::StatusOr<int64_t> {
+  h.free_bytes = [&](const std::string&) -> absl::StatusOr<int64_t> {
     return ++probes == 2 ? 0 : (int64_t{1} << 40);  // full only at step 8
-  });
+  };
   JobOutcome outcome = h.runner->Run();
   ASSERT_EQ(outcome.state, v1::SUCCEEDED) << outcome.reason;
   EXPECT_EQ(h.commits, (std::vector<int>{4, 12}));
@@ -292,7 +290,7 @@ TEST(JobRunner, AFinalCheckpointThatDoesNotFitFailsTheJobNamingTheBytes) {
   v1::JobSpec spec = CheckpointingSpec(8, 4, root);
   spec.set_world_size(2);
   Harness h(spec, {{}, {}});
-  h.SetFreeBytes([](const std::string&) -> absl::StatusOr<int64_t> { return 10; });
+  h.free_bytes = [](const std::string&) -> absl::StatusOr<int64_t> { return 10; };
   JobOutcome outcome = h.runner->Run();
   EXPECT_EQ(outcome.state, v1::FAILED);
   EXPECT_EQ(outcome.cause, absl::StatusCode::kResourceExhausted);
@@ -314,11 +312,11 @@ TEST(JobRunner, StepsKeepLastWouldPruneMakeRoomBeforeACheckpointIsSkipped) {
   Harness h(spec, {{}, {}});
   // Room for one checkpoint and a half: each commit's predecessor must go
   // before the next fits.
-  h.SetFreeBytes([&](const std::string&) -> absl::StatusOr<int64_t> {
+  h.free_bytes = [&](const std::string&) -> absl::StatusOr<int64_t> {
     absl::StatusOr<std::vector<int64_t>> held = ListStepDirs(root);
     if (!held.ok()) return held.status();
     return needed * 3 / 2 - needed * static_cast<int64_t>(held->size());
-  });
+  };
   JobOutcome outcome = h.runner->Run();
   ASSERT_EQ(outcome.state, v1::SUCCEEDED) << outcome.reason;
   EXPECT_EQ(h.commits, (std::vector<int>{4, 8, 12}));
