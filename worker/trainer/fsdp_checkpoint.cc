@@ -84,7 +84,7 @@ class SnapshotSink : public StateSink {
   absl::Status Reserve(size_t size) {
     if (size > capacity_ - offset_) {
       return absl::InternalError(absl::StrCat("checkpoint snapshot overflows its ", capacity_,
-                                              " bytes (StateFileBytes is out of date)"));
+                                              " bytes"));
     }
     offset_ += size;
     return absl::OkStatus();
@@ -114,18 +114,28 @@ class FileSink : public StateSink {
   std::vector<char> staging_;
 };
 
+// Nowhere: counts the bytes, so the file's size comes from WriteState itself.
+class CountingSink : public StateSink {
+ public:
+  absl::Status Put(const void*, size_t size) override {
+    bytes_ += static_cast<int64_t>(size);
+    return absl::OkStatus();
+  }
+  absl::Status PutFromDevice(const void*, size_t size) override { return Put(nullptr, size); }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  int64_t bytes_ = 0;
+};
+
 double SecondsSince(absl::Time start) { return absl::ToDoubleSeconds(absl::Now() - start); }
 
 }  // namespace
 
-int64_t FsdpTrainer::StateFileBytes() {
-  int64_t bytes = 8 + 5 * 8;  // magic, header
-  for (const Fp8ShardedParam* p : AllParams()) {
-    const int64_t n = p->layout.shard_numel();
-    bytes += 8 + static_cast<int64_t>(p->name.size()) + 5 * 8;
-    bytes += n * (3 * int64_t{sizeof(float)} + static_cast<int64_t>(DTypeSize(p->compute_dtype)));
-  }
-  return bytes + 8 + meta_->checkpoint_floats() * int64_t{sizeof(float)};
+absl::StatusOr<int64_t> FsdpTrainer::StateFileBytes() {
+  CountingSink sink;
+  RETURN_IF_ERROR(WriteState(0, sink));
+  return sink.bytes();
 }
 
 absl::Status FsdpTrainer::SetupCheckpointSnapshot() {
@@ -133,7 +143,7 @@ absl::Status FsdpTrainer::SetupCheckpointSnapshot() {
       spec_.checkpoint().synchronous()) {
     return absl::OkStatus();
   }
-  const int64_t bytes = StateFileBytes();
+  ASSIGN_OR_RETURN(const int64_t bytes, StateFileBytes());
   // At most half of what the host has free now: the other ranks on this
   // host take theirs too, and the write streams through the page cache.
   const int64_t available = AvailableHostMemoryBytes();
@@ -192,7 +202,7 @@ absl::StatusOr<CheckpointStarted> FsdpTrainer::StartCheckpoint(int step, const s
   RETURN_IF_ERROR(ops_->Synchronize(nullptr));
   if (sink.size() != snapshot_->bytes()) {
     return absl::InternalError(absl::StrCat("checkpoint snapshot holds ", sink.size(),
-                                            " bytes, StateFileBytes said ", snapshot_->bytes()));
+                                            " bytes, it was sized for ", snapshot_->bytes()));
   }
   started.snapshot_s = SecondsSince(start);
   started.bytes = static_cast<int64_t>(sink.size());

@@ -163,8 +163,9 @@ class FsdpTrainer : public Trainer {
   absl::Status InitParams(const HfLlamaSource* source);
   absl::Status QuantizeWeightsFromMaster(Stream* stream);
   // ---- Checkpoints (fsdp_checkpoint.cc) ------------------------------------
-  // The size of this rank's state file; the snapshot is allocated to it.
-  int64_t StateFileBytes();
+  // The size of this rank's state file, counted by writing it nowhere (one
+  // small read of the FP8 quantizer block); the snapshot is allocated to it.
+  absl::StatusOr<int64_t> StateFileBytes();
   // Called by Setup: allocates the snapshot when this rank writes
   // checkpoints and the host can hold it, else notes the warning.
   absl::Status SetupCheckpointSnapshot();
