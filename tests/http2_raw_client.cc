@@ -448,12 +448,15 @@ absl::StatusOr<std::unique_ptr<TlsConnection>> Start(const std::string& host, in
 }
 
 // Reads the server's frames until the call ends, the connection closes or
-// `wait` passes.
+// `wait` passes. A GOAWAY is not the end: the server closes the connection
+// after it, and whether that close has arrived yet is a race, so keep
+// reading until it does (or `wait` passes) rather than report "still open"
+// for a connection that is about to close.
 void Drain(TlsConnection* conn, FrameReader* reader, std::string* inbox,
            absl::Duration wait, Http2Outcome* outcome) {
   const absl::Time deadline = absl::Now() + wait;
   while (!outcome->closed) {
-    if (reader->Consume(inbox)) break;
+    if (reader->Consume(inbox) && !outcome->goaway) break;
     if (absl::Now() >= deadline) break;
     if (conn->Read(inbox, std::min(deadline - absl::Now(), absl::Milliseconds(100))) ==
         TlsConnection::Io::kClosed) {
