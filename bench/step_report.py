@@ -87,7 +87,8 @@ def tessera_stats(events_path, spec_path, mem_path, mem_baseline, skip):
                   loss_first=round(float(by_index[0].get("loss", 0)), 4),
                   loss_last=round(float(by_index[-1].get("loss", 0)), 4))
     # The step's own phase timing (slowest rank) and MFU, medians of the timed steps.
-    phase_names = ("forward_s", "loss_s", "backward_s", "optimizer_s", "collective_s", "host_s")
+    phase_names = ("forward_s", "loss_s", "backward_s", "recompute_s", "optimizer_s", "collective_s",
+                   "host_s")
     if any("phases" in s for s in timed):
         result["phases_ms"] = {name[:-2]: round(median(float(s.get("phases", {}).get(name, 0)) for s in timed) * 1e3, 3)
                                for name in phase_names}

@@ -43,6 +43,24 @@ std::string CoordinatorAddress(const ParsedArgs& args) {
   return env != nullptr && *env ? env : kDefaultCoordinatorAddress;
 }
 
+// For the dry-run, as a comment: each rank's total under each
+// recomputation policy applied to every block, so that a job that does not
+// fit shows what recomputation would buy.
+std::string RecomputeAlternatives(const v1::JobSpec& spec, int shard_world) {
+  std::string line = "# with memory.recompute on every block:";
+  for (const auto policy : {v1::MemoryConfig::NONE, v1::MemoryConfig::SELECTIVE,
+                            v1::MemoryConfig::BLOCKS}) {
+    v1::JobSpec other = spec;
+    other.mutable_memory()->set_recompute(policy);
+    other.mutable_memory()->set_every_n_blocks(1);
+    const RankMemoryEstimate e = EstimateRankMemory(other, 0, shard_world);
+    absl::StrAppend(&line, " ", v1::MemoryConfig::Recompute_Name(policy), " ",
+                    FormatBytesAsGiB(e.total()), " (activations ", FormatBytesAsGiB(e.activations),
+                    ")", policy == v1::MemoryConfig::BLOCKS ? "" : ",");
+  }
+  return line + "\n";
+}
+
 double NowSeconds() { return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()); }
 
 // Follows a job to its end; prints progress and the summary.
@@ -158,6 +176,7 @@ int RunCommand(const ParsedArgs& args, std::ostream& out, std::ostream& err, boo
       (json ? err : out) << absl::StrFormat(
           "# memory per rank (%d ranks, sharded over %d): %s\n", full.world_size(), shard_world,
           memory.ToString());
+      (json ? err : out) << RecomputeAlternatives(full, shard_world);
       if (!spec->checkpoint().dir().empty()) {
         const CheckpointSize size = EstimateCheckpointSize(full);
         (json ? err : out) << absl::StrFormat(

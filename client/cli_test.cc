@@ -175,13 +175,25 @@ TEST(CliNoServerTest, DryRunPrintsTheCheckpointSize) {
   const std::string memory =
       absl::StrFormat("# memory per rank (%d ranks, sharded over %d): %s\n", full.world_size(),
                       ShardGroupSize(full), EstimateRankMemory(full, 0, ShardGroupSize(full)).ToString());
+  // Then each rank's total under each recomputation policy.
+  std::string recompute = "# with memory.recompute on every block:";
+  for (const auto policy : {v1::MemoryConfig::NONE, v1::MemoryConfig::SELECTIVE,
+                            v1::MemoryConfig::BLOCKS}) {
+    v1::JobSpec other = full;
+    other.mutable_memory()->set_recompute(policy);
+    const RankMemoryEstimate e = EstimateRankMemory(other, 0, ShardGroupSize(full));
+    absl::StrAppend(&recompute, " ", v1::MemoryConfig::Recompute_Name(policy), " ",
+                    FormatBytesAsGiB(e.total()), " (activations ",
+                    FormatBytesAsGiB(e.activations), ")",
+                    policy == v1::MemoryConfig::BLOCKS ? "\n" : ",");
+  }
   Result yaml = RunTessera({"submit", path, "--dry-run"});
   ASSERT_EQ(yaml.code, kExitOk) << yaml.err;
-  EXPECT_TRUE(absl::EndsWith(yaml.out, memory + line)) << yaml.out;
+  EXPECT_TRUE(absl::EndsWith(yaml.out, memory + recompute + line)) << yaml.out;
   EXPECT_TRUE(ParseJobSpec(yaml.out, "dry-run output").ok());
   Result json = RunTessera({"submit", path, "--dry-run", "--json"});
   ASSERT_EQ(json.code, kExitOk) << json.err;
-  EXPECT_EQ(json.err, memory + line);
+  EXPECT_EQ(json.err, memory + recompute + line);
   EXPECT_FALSE(absl::StrContains(json.out, "#"));
   // Without checkpoint.dir there is no checkpoint to size; the memory line
   // stays, and names each component.

@@ -122,11 +122,13 @@ std::string FormatJob(const v1::Job& j) {
     }
     if (m.has_phases()) {
       const v1::StepPhases& p = m.phases();
+      const std::string recompute =
+          p.recompute_s() > 0 ? absl::StrFormat("  recompute %.2f", p.recompute_s() * 1e3) : "";
       absl::StrAppend(
           &out,
-          absl::StrFormat("phases    forward %.2f  loss %.2f  backward %.2f  optimizer %.2f  "
+          absl::StrFormat("phases    forward %.2f  loss %.2f  backward %.2f%s  optimizer %.2f  "
                           "collectives %.2f  host %.2f ms (last step, slowest rank)\n",
-                          p.forward_s() * 1e3, p.loss_s() * 1e3, p.backward_s() * 1e3,
+                          p.forward_s() * 1e3, p.loss_s() * 1e3, p.backward_s() * 1e3, recompute,
                           p.optimizer_s() * 1e3, p.collective_s() * 1e3, p.host_s() * 1e3));
     }
     if (m.peak_memory_bytes() > 0) {

@@ -26,11 +26,21 @@ std::string FormatBytesAsGiB(int64_t bytes) {
   return absl::StrFormat("%.2f GiB", static_cast<double>(bytes) / (int64_t{1} << 30));
 }
 
+int64_t RecomputedBlocks(int64_t layers, int every_n_blocks) {
+  const int64_t every = std::max(every_n_blocks, 1);
+  return layers > 0 ? (layers + every - 1) / every : 0;
+}
+
 std::string RankMemoryEstimate::ToString() const {
+  const std::string without =
+      activations_without_recompute > activations
+          ? absl::StrCat(" (", FormatBytesAsGiB(activations_without_recompute),
+                         " without recomputation)")
+          : "";
   return absl::StrCat(FormatBytesAsGiB(total()), " (parameter shards ",
                       FormatBytesAsGiB(parameter_shards), ", gathered ",
                       FormatBytesAsGiB(gathered), ", activations ", FormatBytesAsGiB(activations),
-                      ", scratch ", FormatBytesAsGiB(scratch), ", engine workspace ",
+                      without, ", scratch ", FormatBytesAsGiB(scratch), ", engine workspace ",
                       FormatBytesAsGiB(engine_workspace), ")");
 }
 
@@ -91,12 +101,29 @@ RankMemoryEstimate EstimateRankMemory(const v1::JobSpec& spec, int /*rank*/, int
   // directly (FP8 with delayed scaling), the norms' bf16 outputs and the
   // SwiGLU's; with FP8, each linear's transposed e4m3 input.
   const bool fused_fp8_casts = fp8 && !current_scaling;
-  int64_t per_layer = tokens * hidden * 4 + tokens * 4 + tokens * qkv * 2 + tokens * hidden * 2 +
-                      batch * heads * seq * 4 + tokens * hidden * 4 + tokens * 4 +
-                      tokens * 2 * ffn * 2;
-  if (!fused_fp8_casts) per_layer += 2 * tokens * hidden * 2 + tokens * ffn * 2;
-  if (fp8) per_layer += (hidden + hidden + hidden + ffn) * tokens;
-  e.activations = per_layer * layers;
+  // What a block's backward reads that is the output of a GEMM or of
+  // attention (QKV, attention output and statistics, the residual after
+  // attention, gate+up), the block's input, and the cheap rest.
+  const int64_t block_input = tokens * hidden * 4;
+  const int64_t expensive = tokens * qkv * 2 + tokens * hidden * 2 + batch * heads * seq * 4 +
+                            tokens * hidden * 4 + tokens * 2 * ffn * 2;
+  int64_t cheap = 2 * tokens * 4;
+  if (!fused_fp8_casts) cheap += 2 * tokens * hidden * 2 + tokens * ffn * 2;
+  if (fp8) cheap += (hidden + hidden + hidden + ffn) * tokens;
+  const int64_t per_layer = block_input + expensive + cheap;
+  e.activations_without_recompute = per_layer * layers;
+  // Recomputation (MemoryConfig): a recomputed block keeps its input (and
+  // under SELECTIVE the expensive outputs); the rest of it lives in one set
+  // all recomputed blocks share.
+  const v1::MemoryConfig::Recompute policy = spec.memory().recompute();
+  const int64_t recomputed =
+      policy == v1::MemoryConfig::BLOCKS || policy == v1::MemoryConfig::SELECTIVE
+          ? RecomputedBlocks(layers, spec.memory().every_n_blocks())
+          : 0;
+  const int64_t kept =
+      policy == v1::MemoryConfig::SELECTIVE ? block_input + expensive : block_input;
+  e.activations = (layers - recomputed) * per_layer + recomputed * kept +
+                  (recomputed > 0 ? per_layer - kept : 0);
 
   // Per-step buffers: FP8 operand scratch, then token ids and targets, the
   // final hidden state and its norm, the gradient buffers, the widest

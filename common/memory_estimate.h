@@ -29,6 +29,9 @@ struct RankMemoryEstimate {
   int64_t parameter_shards = 0;  // master, m, v, gradient and compute shards
   int64_t gathered = 0;          // gathered weights and full-size gradients
   int64_t activations = 0;       // saved for backward, all layers
+  // What `activations` would be without memory.recompute (equal to it when
+  // nothing is recomputed); not part of the totals.
+  int64_t activations_without_recompute = 0;
   int64_t scratch = 0;           // per-step buffers and FP8 metadata
   int64_t engine_workspace = 0;  // upper bound of the engine's own buffers
 
@@ -41,6 +44,10 @@ struct RankMemoryEstimate {
 
 // "12.34 GiB".
 std::string FormatBytesAsGiB(int64_t bytes);
+
+// How many of `layers` blocks recompute with memory.every_n_blocks
+// `every_n_blocks` (0 means 1): blocks 0, n, 2n, ...
+int64_t RecomputedBlocks(int64_t layers, int every_n_blocks);
 
 // Rank `rank` of a shard group of `shard_world` ranks (common/parallelism.h:
 // the whole world_size for plain FSDP), for a spec that passed validation

@@ -229,6 +229,19 @@ absl::Status ValidateCheckpoint(const v1::CheckpointConfig& c, int steps) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateMemory(const v1::MemoryConfig& m, int n_layers) {
+  if (!v1::MemoryConfig::Recompute_IsValid(m.recompute())) {
+    return Bad("memory.recompute",
+               absl::StrCat("unknown policy ", m.recompute(), " (NONE, BLOCKS or SELECTIVE)"));
+  }
+  if (m.every_n_blocks() < 0 || m.every_n_blocks() > std::max(n_layers, 1)) {
+    return Bad("memory.every_n_blocks",
+               absl::StrCat("must be in [0, model.n_layers = ", n_layers,
+                            "] (0 means every block), got ", m.every_n_blocks()));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateJobSpecFields(const v1::JobSpec& spec) {
@@ -266,6 +279,7 @@ absl::Status ValidateJobSpecFields(const v1::JobSpec& spec) {
   RETURN_IF_ERROR(ValidateCheckpoint(spec.checkpoint(), spec.steps()));
   RETURN_IF_ERROR(AtLeast("step_timeout_s", spec.step_timeout_s(), 0));
   RETURN_IF_ERROR(AtLeast("max_restarts", spec.max_restarts(), 0));
+  RETURN_IF_ERROR(ValidateMemory(spec.memory(), spec.model().n_layers()));
   return AtLeast("loss_chunk_tokens", spec.loss_chunk_tokens(), 0);
 }
 

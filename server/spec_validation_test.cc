@@ -142,6 +142,9 @@ TEST(SpecValidation, EachRuleNamesItsField) {
       {"step_timeout_s", [](v1::JobSpec& s) { s.set_step_timeout_s(-1); }},
       {"step_timeout_s: must be <=", [](v1::JobSpec& s) { s.set_step_timeout_s(kMaxStepTimeoutSeconds + 1); }},
       {"max_restarts", [](v1::JobSpec& s) { s.set_max_restarts(-1); }},
+      {"memory.recompute: unknown policy 7", [](v1::JobSpec& s) { s.mutable_memory()->set_recompute(static_cast<v1::MemoryConfig::Recompute>(7)); }},
+      {"memory.every_n_blocks", [](v1::JobSpec& s) { s.mutable_memory()->set_every_n_blocks(-1); }},
+      {"memory.every_n_blocks: must be in [0, model.n_layers", [](v1::JobSpec& s) { s.mutable_memory()->set_every_n_blocks(s.model().n_layers() + 1); }},
       {"max_restarts: must be <=", [](v1::JobSpec& s) { s.set_max_restarts(kMaxRestarts + 1); }},
       // Upper limits (common/spec_limits.h): values that once aborted the
       // coordinator, the worker, or every later `tessera jobs`.
@@ -156,6 +159,18 @@ TEST(SpecValidation, EachRuleNamesItsField) {
     absl::Status s = ValidateJobSpec(spec);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.field;
     EXPECT_NE(s.message().find(c.field), std::string::npos) << c.field << " -> " << s.message();
+  }
+}
+
+TEST(SpecValidation, RecomputePoliciesAndBlockStridesInRangePass) {
+  for (const auto policy : {v1::MemoryConfig::RECOMPUTE_UNSPECIFIED, v1::MemoryConfig::NONE,
+                            v1::MemoryConfig::BLOCKS, v1::MemoryConfig::SELECTIVE}) {
+    v1::JobSpec spec = ValidSpec();
+    for (int every : {0, 1, spec.model().n_layers()}) {
+      spec.mutable_memory()->set_recompute(policy);
+      spec.mutable_memory()->set_every_n_blocks(every);
+      EXPECT_TRUE(ValidateJobSpec(spec).ok()) << policy << " every " << every;
+    }
   }
 }
 

@@ -72,6 +72,7 @@ grpc::Status WorkerServiceImpl::RunSteps(grpc::ServerContext* context,
         phases->set_forward_s(report.phases.forward_s);
         phases->set_loss_s(report.phases.loss_s);
         phases->set_backward_s(report.phases.backward_s);
+        phases->set_recompute_s(report.phases.recompute_s);
         phases->set_optimizer_s(report.phases.optimizer_s);
         phases->set_collective_s(report.phases.collective_s);
         phases->set_host_s(report.phases.host_s);

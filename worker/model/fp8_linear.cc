@@ -48,13 +48,13 @@ Fp8Operand Fp8Grad(const Fp8Meta& meta, const LinearSpec& spec, const LinearScra
 absl::Status LinearForward(Ops& ops, Fp8Meta& meta, const LinearSpec& spec,
                            const TensorDesc& weight, const TensorDesc& x, const TensorDesc& y,
                            LinearScratch& scratch, LinearSaved& saved, Stream* stream,
-                           const TensorDesc* residual) {
+                           const TensorDesc* residual, InputScaling scaling) {
   if (!spec.fp8) {
     const TensorDesc w = Reshaped(weight, Shape{spec.out, spec.in});
     if (residual != nullptr) return ops.GemmAdd(x, false, w, true, *residual, y, stream);
     return ops.Gemm(x, false, w, true, y, false, stream);
   }
-  if (meta.current_scaling()) {
+  if (meta.current_scaling() && scaling == InputScaling::kMeasure) {
     const E4m3Slot slot = meta.layout().InputSlot(spec.linear);
     RETURN_IF_ERROR(ops.Amax(x, meta.amax(slot), stream));
     RETURN_IF_ERROR(meta.UpdateScale(ops, slot, stream));
@@ -62,6 +62,14 @@ absl::Status LinearForward(Ops& ops, Fp8Meta& meta, const LinearSpec& spec,
   const Fp8Operand x8 = Fp8Input(meta, spec, scratch, saved);
   RETURN_IF_ERROR(ops.QuantizeTranspose(x, x8.codes, x8.codes_t, stream));
   return LinearForwardFromFp8(ops, meta, spec, weight, x8, y, stream, residual);
+}
+
+absl::Status RequantizeInput(Ops& ops, const Fp8Meta& meta, const LinearSpec& spec,
+                             const TensorDesc& x, const LinearScratch& scratch,
+                             LinearSaved& saved, Stream* stream) {
+  if (!spec.fp8) return absl::OkStatus();
+  const Fp8Operand x8 = Fp8Input(meta, spec, scratch, saved);
+  return ops.QuantizeTranspose(x, x8.codes, x8.codes_t, stream);
 }
 
 absl::Status LinearForwardFromFp8(Ops& ops, Fp8Meta& meta, const LinearSpec& spec,

@@ -40,13 +40,31 @@ struct LinearSaved {
 
 absl::Status AllocateLinearSaved(Ops& ops, const LinearSpec& spec, LinearSaved& saved);
 
+// How a forward quantizes its input under current scaling. kMeasure (the
+// step's forward) takes the amax of x and sets the input slot's scale from
+// it; kReuse (the same forward recomputed in the backward, job.proto's
+// MemoryConfig) quantizes with the scale kMeasure set, so it writes the
+// same codes and the slot's amax and history move once per step. Delayed
+// scaling measures nothing before the cast: both are the same there.
+enum class InputScaling { kMeasure, kReuse };
+
 // With `residual` (fp32 [T, out]), y is fp32 and y = x · Wᵀ + residual: the
 // GEMM adds the block's residual stream as it writes (Ops::GemmAdd), so the
 // residual connection costs no pass of its own.
 absl::Status LinearForward(Ops& ops, Fp8Meta& meta, const LinearSpec& spec,
                            const TensorDesc& weight, const TensorDesc& x, const TensorDesc& y,
                            LinearScratch& scratch, LinearSaved& saved, Stream* stream,
-                           const TensorDesc* residual = nullptr);
+                           const TensorDesc* residual = nullptr,
+                           InputScaling scaling = InputScaling::kMeasure);
+
+// The part of an FP8 LinearForward the backward reads, without the GEMM:
+// writes saved.x_t (the transposed e4m3 input) again from x with the input
+// slot's scale as the step's forward left it (InputScaling::kReuse). For a
+// recomputation that keeps the linear's output but not its saved input.
+// Nothing to do for a bf16 linear, whose backward reads x itself.
+absl::Status RequantizeInput(Ops& ops, const Fp8Meta& meta, const LinearSpec& spec,
+                             const TensorDesc& x, const LinearScratch& scratch,
+                             LinearSaved& saved, Stream* stream);
 
 // dx may have data == nullptr to skip it. x is the bf16 input (used when
 // fp8 is off). grad_w is fp32 [out, in], overwritten.

@@ -139,6 +139,10 @@ absl::StatusOr<SetupReport> FsdpTrainer::Setup(const v1::JobSpec& spec, int rank
   seq_ = m.seq_len();
   tokens_ = batch_ * seq_;
   fp8_ = !spec.fp8().disabled();
+  recompute_ = spec.memory().recompute() == v1::MemoryConfig::RECOMPUTE_UNSPECIFIED
+                   ? v1::MemoryConfig::NONE
+                   : spec.memory().recompute();
+  recompute_every_ = std::max(1, spec.memory().every_n_blocks());
   if (hidden_ <= 0 || heads_ <= 0 || hidden_ % heads_ != 0 || head_dim_ % 2 != 0 || layers_ < 1 ||
       kv_heads_ <= 0 || heads_ % kv_heads_ != 0) {
     return absl::InvalidArgumentError("model: shapes are inconsistent (validate the spec first)");
@@ -281,31 +285,8 @@ absl::Status FsdpTrainer::AllocateState() {
 
   // Activations saved for backward.
   const int64_t t = tokens_, h = hidden_, f = ffn_;
-  const Shape qkv_shape{batch_, seq_, heads_ + 2 * kv_heads_, head_dim_};
   acts_.resize(layers_);
-  for (int l = 0; l < layers_; ++l) {
-    BlockActivations& a = acts_[l];
-    ASSIGN_OR_RETURN(a.x_in, Alloc(DType::kFloat32, Shape{t, h}));
-    ASSIGN_OR_RETURN(a.rstd1, Alloc(DType::kFloat32, Shape{t}));
-    if (!fuse_fp8_casts_) {
-      ASSIGN_OR_RETURN(a.h1, Alloc(DType::kBFloat16, Shape{t, h}));
-    }
-    ASSIGN_OR_RETURN(a.qkv, Alloc(DType::kBFloat16, qkv_shape));
-    ASSIGN_OR_RETURN(a.attn, Alloc(DType::kBFloat16, Shape{t, h}));
-    ASSIGN_OR_RETURN(a.lse, Alloc(DType::kFloat32, Shape{batch_, heads_, seq_}));
-    ASSIGN_OR_RETURN(a.x_mid, Alloc(DType::kFloat32, Shape{t, h}));
-    ASSIGN_OR_RETURN(a.rstd2, Alloc(DType::kFloat32, Shape{t}));
-    if (!fuse_fp8_casts_) {
-      ASSIGN_OR_RETURN(a.h2, Alloc(DType::kBFloat16, Shape{t, h}));
-    }
-    ASSIGN_OR_RETURN(a.gate_up, Alloc(DType::kBFloat16, Shape{t, 2 * f}));
-    if (!fuse_fp8_casts_) {
-      ASSIGN_OR_RETURN(a.swiglu, Alloc(DType::kBFloat16, Shape{t, f}));
-    }
-    for (const BlockLinear linear : kEveryBlockLinear) {
-      RETURN_IF_ERROR(AllocateLinearSaved(*ops_, Spec(l, linear), a.saved[linear]));
-    }
-  }
+  for (int l = 0; l < layers_; ++l) RETURN_IF_ERROR(AllocateBlockActivations(l));
   // Largest linear input and output widths (the qkv width exceeds H).
   const int64_t max_in = std::max(h, f), max_out = std::max(qkv_width_, 2 * f);
   ASSIGN_OR_RETURN(scratch_.x_fp8, Alloc(DType::kE4M3, Shape{t * max_in}));
@@ -322,11 +303,63 @@ absl::Status FsdpTrainer::AllocateState() {
   ASSIGN_OR_RETURN(grad_residual_, Alloc(DType::kFloat32, Shape{t, h}));
   ASSIGN_OR_RETURN(grad_bf16_a_, Alloc(DType::kBFloat16, Shape{t * max_out}));
   ASSIGN_OR_RETURN(grad_bf16_b_, Alloc(DType::kBFloat16, Shape{t * max_in}));
-  ASSIGN_OR_RETURN(grad_qkv_, Alloc(DType::kBFloat16, qkv_shape));
+  ASSIGN_OR_RETURN(grad_qkv_,
+                   Alloc(DType::kBFloat16, Shape{batch_, seq_, heads_ + 2 * kv_heads_, head_dim_}));
   ASSIGN_OR_RETURN(scalars_, Alloc(DType::kFloat32, Shape{8}));
   ASSIGN_OR_RETURN(adam_step_values_, Alloc(DType::kFloat32, Shape{3}));
   host_inputs_.resize(t);
   host_targets_.resize(t);
+  return absl::OkStatus();
+}
+
+bool FsdpTrainer::Recomputes(int layer) const {
+  return recompute_ != v1::MemoryConfig::NONE && layer % recompute_every_ == 0;
+}
+
+absl::Status FsdpTrainer::AllocateBlockActivations(int l) {
+  const int64_t t = tokens_, h = hidden_, f = ffn_;
+  BlockActivations& a = acts_[l];
+  const bool selective = recompute_ == v1::MemoryConfig::SELECTIVE;
+  // `keep`: whether a recomputed block keeps this tensor (its recomputation
+  // would need a GEMM or attention); every other block keeps everything.
+  auto place = [&](DeviceTensor BlockActivations::*field, DType dtype, Shape shape,
+                   bool keep) -> absl::Status {
+    if (!Recomputes(l) || keep) {
+      ASSIGN_OR_RETURN(a.*field, Alloc(dtype, shape));
+      return absl::OkStatus();
+    }
+    DeviceTensor& shared = recompute_shared_.*field;
+    if (shared.buffer == nullptr) {
+      ASSIGN_OR_RETURN(shared, Alloc(dtype, shape));
+    }
+    (a.*field).desc = shared.desc;
+    return absl::OkStatus();
+  };
+  using A = BlockActivations;
+  RETURN_IF_ERROR(place(&A::x_in, DType::kFloat32, Shape{t, h}, /*keep=*/true));
+  RETURN_IF_ERROR(place(&A::rstd1, DType::kFloat32, Shape{t}, false));
+  if (!fuse_fp8_casts_) RETURN_IF_ERROR(place(&A::h1, DType::kBFloat16, Shape{t, h}, false));
+  RETURN_IF_ERROR(place(&A::qkv, DType::kBFloat16,
+                        Shape{batch_, seq_, heads_ + 2 * kv_heads_, head_dim_}, selective));
+  RETURN_IF_ERROR(place(&A::attn, DType::kBFloat16, Shape{t, h}, selective));
+  RETURN_IF_ERROR(place(&A::lse, DType::kFloat32, Shape{batch_, heads_, seq_}, selective));
+  RETURN_IF_ERROR(place(&A::x_mid, DType::kFloat32, Shape{t, h}, selective));
+  RETURN_IF_ERROR(place(&A::rstd2, DType::kFloat32, Shape{t}, false));
+  if (!fuse_fp8_casts_) RETURN_IF_ERROR(place(&A::h2, DType::kBFloat16, Shape{t, h}, false));
+  RETURN_IF_ERROR(place(&A::gate_up, DType::kBFloat16, Shape{t, 2 * f}, selective));
+  if (!fuse_fp8_casts_) RETURN_IF_ERROR(place(&A::swiglu, DType::kBFloat16, Shape{t, f}, false));
+  // Each FP8 linear's transposed input: a cast, recomputed by both policies.
+  for (const BlockLinear linear : kEveryBlockLinear) {
+    if (!Recomputes(l)) {
+      RETURN_IF_ERROR(AllocateLinearSaved(*ops_, Spec(l, linear), a.saved[linear]));
+      continue;
+    }
+    LinearSaved& shared = recompute_shared_.saved[linear];
+    if (shared.x_t.buffer == nullptr) {
+      RETURN_IF_ERROR(AllocateLinearSaved(*ops_, Spec(l, linear), shared));
+    }
+    a.saved[linear].x_t.desc = shared.x_t.desc;
+  }
   return absl::OkStatus();
 }
 

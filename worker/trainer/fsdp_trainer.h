@@ -196,12 +196,28 @@ class FsdpTrainer : public Trainer {
   // WaitForReplicas. No-ops under plain FSDP.
   absl::Status ReduceAcrossReplicas(int layer, const CollectiveTicket& reduced);
   absl::Status WaitForReplicas();
+  // Which run of a block's forward: the step's, or its recomputation in
+  // the backward under memory.recompute BLOCKS, which quantizes with the
+  // scales the step's set (InputScaling::kReuse) and stops before the down
+  // projection's GEMM (the backward does not read the block's output).
+  enum class ForwardPass { kStep, kRecompute };
   absl::Status BlockForward(int layer, const GatheredBlock& w, BlockActivations& a,
-                            const TensorDesc& x_in, const TensorDesc& x_out);
+                            const TensorDesc& x_in, const TensorDesc& x_out,
+                            ForwardPass pass = ForwardPass::kStep);
   absl::Status NormThenLinear(int layer, BlockLinear linear, const TensorDesc& x,
                               const TensorDesc& norm_weight, const TensorDesc& rstd,
                               const TensorDesc& normed, const TensorDesc& weight,
-                              const TensorDesc& y, LinearSaved& saved);
+                              const TensorDesc& y, LinearSaved& saved, InputScaling scaling);
+  // Activation recomputation (job.proto's MemoryConfig). Recomputes(l):
+  // whether block l keeps only part of its activations. RecomputeForward
+  // writes the rest again, the same bits the step's forward wrote, into
+  // the shared set acts_[l] views, right before block l's backward.
+  bool Recomputes(int layer) const;
+  absl::Status RecomputeForward(int layer, const GatheredBlock& w, BlockActivations& a);
+  absl::Status RecomputeSwiGlu(int layer, BlockActivations& a);
+  // Allocates block l's activations: what a recomputed block does not keep
+  // is a view of recompute_shared_, allocated with the first such block.
+  absl::Status AllocateBlockActivations(int layer);
   absl::Status BlockBackward(int layer, const GatheredBlock& w, BlockActivations& a,
                              const TensorDesc& grad_residual);
   absl::Status CheckAborted() const;
@@ -264,6 +280,11 @@ class FsdpTrainer : public Trainer {
   std::vector<GatheredBlock> gathered_;
   DeviceTensor gathered_embedding_, gathered_final_norm_, gathered_lm_head_;
   std::vector<BlockActivations> acts_;
+  // memory.recompute and its every_n_blocks (NONE: no block recomputes),
+  // and the one set of activations the recomputed blocks share.
+  v1::MemoryConfig::Recompute recompute_ = v1::MemoryConfig::NONE;
+  int recompute_every_ = 1;
+  BlockActivations recompute_shared_;
   // grad_ring_.sets() full gradient sets (each block's are reduce-scattered
   // while the next blocks' backward runs).
   std::vector<BlockGrads> block_grads_;

@@ -10,6 +10,7 @@
 // checks bit-reproducible training: a rerun on fresh trainers and a run
 // resumed from a checkpoint give the unbroken run's bits, and timed GEMM
 // selection (the opt-out) still trains the same model to within rounding.
+// A fourth checks that activation recomputation changes no bit.
 // Needs a GPU.
 #include <sys/stat.h>
 #include <unistd.h>
@@ -160,6 +161,40 @@ TEST(FsdpTrainerGpu, ReplayedStepsMatchQueuedStepsBitForBit) {
     ASSERT_EQ(queued.weights.size(), replayed.weights.size());
     for (size_t w = 0; w < queued.weights.size(); ++w) {
       EXPECT_TRUE(queued.weights[w] == replayed.weights[w]) << "linear " << w;
+    }
+  }
+}
+
+// Activation recomputation on the GPU: BLOCKS and SELECTIVE give the bits
+// of no recomputation (losses, gradient norms, weights), in FP8 with both
+// recipes and in bf16, while the step is captured and replayed, and the
+// recomputation is timed as its own phase.
+TEST(FsdpTrainerGpu, RecomputationRepeatsTheBitsOfNoRecomputation) {
+  for (const char* recipe : {"delayed", "current", "bf16"}) {
+    SCOPED_TRACE(recipe);
+    v1::JobSpec spec = TestJobSpec(4);
+    spec.set_steps(6);
+    if (std::string(recipe) == "current") spec.mutable_fp8()->mutable_current();
+    if (std::string(recipe) == "bf16") spec.mutable_fp8()->set_disabled(true);
+    const RunRecord plain = TrainOnGpu(spec, 6);
+    ASSERT_EQ(plain.reports.size(), 6u);
+    for (const auto policy : {v1::MemoryConfig::BLOCKS, v1::MemoryConfig::SELECTIVE}) {
+      SCOPED_TRACE(v1::MemoryConfig::Recompute_Name(policy));
+      v1::JobSpec recomputing = spec;
+      recomputing.mutable_memory()->set_recompute(policy);
+      const RunRecord r = TrainOnGpu(recomputing, 6);
+      ASSERT_EQ(r.reports.size(), 6u);
+      EXPECT_TRUE(r.replayed);
+      for (int i = 0; i < 6; ++i) {
+        EXPECT_EQ(r.reports[i].loss, plain.reports[i].loss) << "step " << i;
+        EXPECT_EQ(r.reports[i].grad_norm, plain.reports[i].grad_norm) << "step " << i;
+        EXPECT_GT(r.reports[i].phases.recompute_s, 0.0) << "step " << i;
+        EXPECT_EQ(plain.reports[i].phases.recompute_s, 0.0) << "step " << i;
+      }
+      ASSERT_EQ(r.weights.size(), plain.weights.size());
+      for (size_t w = 0; w < r.weights.size(); ++w) {
+        EXPECT_TRUE(r.weights[w] == plain.weights[w]) << "linear " << w;
+      }
     }
   }
 }

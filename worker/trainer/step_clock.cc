@@ -45,6 +45,7 @@ absl::StatusOr<StepPhaseTimes> StepClock::Finish(double wall_s) {
   t.backward_s = sums[static_cast<int>(StepPhase::kBackward)];
   t.optimizer_s = sums[static_cast<int>(StepPhase::kOptimizer)];
   t.collective_s = sums[static_cast<int>(StepPhase::kCollective)];
+  t.recompute_s = sums[static_cast<int>(StepPhase::kRecompute)];
   double timeline = 0.0;
   if (marks_ >= 2) {
     ASSIGN_OR_RETURN(timeline, ops_.SecondsBetween(0, marks_ - 1));

@@ -1,7 +1,8 @@
 // Phase timing of one training step, as users see it in StepMetrics: the
 // step's GPU timeline (on the CPU engine, the host clock) is cut by time
 // marks into laps, and each lap is charged to one phase: forward, loss,
-// backward, optimizer, or waiting on collectives. What the timeline does not
+// backward, the forward recomputed in the backward, optimizer, or waiting
+// on collectives. What the timeline does not
 // cover (reading the batch, the launch of the first kernel, the read-back of
 // the step's scalars) is host time. Marks are Ops::MarkTime events: no
 // allocation, no host wait; the laps are read once, after the step's final
@@ -18,8 +19,8 @@
 
 namespace tessera {
 
-enum class StepPhase { kForward = 0, kLoss, kBackward, kOptimizer, kCollective };
-constexpr int kStepPhases = 5;
+enum class StepPhase { kForward = 0, kLoss, kBackward, kOptimizer, kCollective, kRecompute };
+constexpr int kStepPhases = 6;
 
 
 class StepClock {

@@ -248,6 +248,13 @@ absl::Status FsdpTrainer::QueueStep() {
       RETURN_IF_ERROR(comm_->WaitFor(grads_reduced_[previous], stream_));
       RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, stream_));
     }
+    // A block under memory.recompute first writes again what its forward
+    // did not keep, from the weights just waited for.
+    if (Recomputes(l)) {
+      RETURN_IF_ERROR(clock_.Lap(StepPhase::kBackward, stream_));
+      RETURN_IF_ERROR(RecomputeForward(l, GatheredFor(l), acts_[l]));
+      RETURN_IF_ERROR(clock_.Lap(StepPhase::kRecompute, stream_));
+    }
     RETURN_IF_ERROR(BlockBackward(l, GatheredFor(l), acts_[l], grad_residual_.desc));
     RETURN_IF_ERROR(clock_.Lap(StepPhase::kBackward, stream_));
     ASSIGN_OR_RETURN(grads_reduced_[l], StartReduceScatterBlock(l));
@@ -322,7 +329,8 @@ absl::Status FsdpTrainer::QueueStep() {
 absl::Status FsdpTrainer::NormThenLinear(int l, BlockLinear linear, const TensorDesc& x,
                                          const TensorDesc& norm_weight, const TensorDesc& rstd,
                                          const TensorDesc& normed, const TensorDesc& weight,
-                                         const TensorDesc& y, LinearSaved& saved) {
+                                         const TensorDesc& y, LinearSaved& saved,
+                                         InputScaling scaling) {
   Ops& ops = *ops_;
   const float eps = spec_.model().norm_eps();
   const LinearSpec spec = Spec(l, linear);
@@ -333,30 +341,37 @@ absl::Status FsdpTrainer::NormThenLinear(int l, BlockLinear linear, const Tensor
     return LinearForwardFromFp8(ops, *meta_, spec, weight, x8, y, stream_);
   }
   RETURN_IF_ERROR(ops.RmsNormForward(x, norm_weight, eps, normed, rstd, stream_));
-  return LinearForward(ops, *meta_, spec, weight, normed, y, scratch_, saved, stream_);
+  return LinearForward(ops, *meta_, spec, weight, normed, y, scratch_, saved, stream_,
+                       /*residual=*/nullptr, scaling);
 }
 
 absl::Status FsdpTrainer::BlockForward(int l, const GatheredBlock& w, BlockActivations& a,
-                                       const TensorDesc& x_in, const TensorDesc& x_out) {
+                                       const TensorDesc& x_in, const TensorDesc& x_out,
+                                       ForwardPass pass) {
   Ops& ops = *ops_;
   const Block& b = blocks_[l];
   const int64_t t = tokens_, f = ffn_;
+  const InputScaling scaling =
+      pass == ForwardPass::kStep ? InputScaling::kMeasure : InputScaling::kReuse;
   // Attention: x_mid = x_in + out_proj(attention(rope(qkv(norm(x_in))))),
   // qkv's [T, qkv width] output viewed as [B, S, nh + 2*nkv, hd]. The
   // out_proj and down GEMMs add the residual stream as they write it.
   RETURN_IF_ERROR(NormThenLinear(l, BlockLinear::kQkv, x_in, Full(w.attn_norm, b.attn_norm), a.rstd1.desc,
                                  a.h1.desc, Full(w.qkv, b.qkv),
-                                 Reshaped(a.qkv.desc, Shape{t, qkv_width_}), a.saved[BlockLinear::kQkv]));
+                                 Reshaped(a.qkv.desc, Shape{t, qkv_width_}), a.saved[BlockLinear::kQkv],
+                                 scaling));
   RETURN_IF_ERROR(ops.RopeForward(a.qkv.desc, kv_heads_, spec_.model().rope_theta(), stream_));
   RETURN_IF_ERROR(ops.AttentionForward(
       a.qkv.desc, kv_heads_, Reshaped(a.attn.desc, Shape{batch_, seq_, heads_, head_dim_}),
       a.lse.desc, stream_));
   RETURN_IF_ERROR(LinearForward(ops, *meta_, Spec(l, BlockLinear::kOutProj), Full(w.out_proj, b.out_proj), a.attn.desc,
-                                a.x_mid.desc, scratch_, a.saved[BlockLinear::kOutProj], stream_, &x_in));
+                                a.x_mid.desc, scratch_, a.saved[BlockLinear::kOutProj], stream_, &x_in,
+                                scaling));
   // MLP: x_out = x_mid + down(swiglu(gate_up(norm(x_mid)))).
   RETURN_IF_ERROR(NormThenLinear(l, BlockLinear::kGateUp, a.x_mid.desc, Full(w.mlp_norm, b.mlp_norm), a.rstd2.desc,
                                  a.h2.desc, Full(w.gate_up, b.gate_up), a.gate_up.desc,
-                                 a.saved[BlockLinear::kGateUp]));
+                                 a.saved[BlockLinear::kGateUp], scaling));
+  if (pass == ForwardPass::kRecompute) return RecomputeSwiGlu(l, a);
   if (fuse_fp8_casts_) {  // SwiGLU straight into the down projection's FP8 input
     const Fp8Operand x8 = Fp8Input(*meta_, Spec(l, BlockLinear::kDown), scratch_, a.saved[BlockLinear::kDown]);
     RETURN_IF_ERROR(ops.SwiGluForwardQuantize(a.gate_up.desc, x8.codes, x8.codes_t, stream_));
@@ -367,6 +382,54 @@ absl::Status FsdpTrainer::BlockForward(int l, const GatheredBlock& w, BlockActiv
   return LinearForward(ops, *meta_, Spec(l, BlockLinear::kDown), Full(w.down, b.down),
                        Reshaped(a.swiglu.desc, Shape{t, f}), x_out, scratch_, a.saved[BlockLinear::kDown], stream_,
                        &a.x_mid.desc);
+}
+
+// Activation recomputation (job.proto's MemoryConfig). BLOCKS runs the
+// block's forward again up to the down projection's input; SELECTIVE keeps
+// the GEMMs' and attention's outputs and runs again only the norms, the
+// SwiGLU and the FP8 casts. Either way the FP8 inputs are quantized with
+// the scales the step's forward used, so every tensor the backward reads is
+// the same bits as without recomputation.
+absl::Status FsdpTrainer::RecomputeForward(int l, const GatheredBlock& w, BlockActivations& a) {
+  if (recompute_ == v1::MemoryConfig::BLOCKS) {
+    return BlockForward(l, w, a, a.x_in.desc, /*x_out=*/TensorDesc{}, ForwardPass::kRecompute);
+  }
+  Ops& ops = *ops_;
+  const Block& b = blocks_[l];
+  const float eps = spec_.model().norm_eps();
+  // A norm and the FP8 cast of its output: the qkv and gate/up inputs.
+  const auto norm_input = [&](BlockLinear linear, const TensorDesc& x, const TensorDesc& weight,
+                              const TensorDesc& rstd, const TensorDesc& normed) -> absl::Status {
+    LinearSaved& saved = a.saved[linear];
+    if (fuse_fp8_casts_) {
+      const Fp8Operand x8 = Fp8Input(*meta_, Spec(l, linear), scratch_, saved);
+      return ops.RmsNormForwardQuantize(x, weight, eps, x8.codes, x8.codes_t, rstd, stream_);
+    }
+    RETURN_IF_ERROR(ops.RmsNormForward(x, weight, eps, normed, rstd, stream_));
+    return RequantizeInput(ops, *meta_, Spec(l, linear), normed, scratch_, saved, stream_);
+  };
+  RETURN_IF_ERROR(norm_input(BlockLinear::kQkv, a.x_in.desc, Full(w.attn_norm, b.attn_norm),
+                             a.rstd1.desc, a.h1.desc));
+  RETURN_IF_ERROR(RequantizeInput(ops, *meta_, Spec(l, BlockLinear::kOutProj), a.attn.desc,
+                                  scratch_, a.saved[BlockLinear::kOutProj], stream_));
+  RETURN_IF_ERROR(norm_input(BlockLinear::kGateUp, a.x_mid.desc, Full(w.mlp_norm, b.mlp_norm),
+                             a.rstd2.desc, a.h2.desc));
+  return RecomputeSwiGlu(l, a);
+}
+
+// The SwiGLU of the recomputed forward: the down projection's input (its
+// FP8 transpose, or the bf16 tensor a bf16 linear's backward reads).
+absl::Status FsdpTrainer::RecomputeSwiGlu(int l, BlockActivations& a) {
+  Ops& ops = *ops_;
+  const LinearSpec spec = Spec(l, BlockLinear::kDown);
+  LinearSaved& saved = a.saved[BlockLinear::kDown];
+  if (fuse_fp8_casts_) {
+    const Fp8Operand x8 = Fp8Input(*meta_, spec, scratch_, saved);
+    return ops.SwiGluForwardQuantize(a.gate_up.desc, x8.codes, x8.codes_t, stream_);
+  }
+  RETURN_IF_ERROR(ops.SwiGluForward(a.gate_up.desc, a.swiglu.desc, stream_));
+  return RequantizeInput(ops, *meta_, spec,
+                         Reshaped(a.swiglu.desc, Shape{tokens_, ffn_}), scratch_, saved, stream_);
 }
 
 // grad_residual holds d loss / d x_out on entry and d loss / d x_in on return:

@@ -54,6 +54,7 @@ struct StepPhaseTimes {
   double backward_s = 0.0;
   double optimizer_s = 0.0;
   double collective_s = 0.0;  // all-gathers, reduce-scatters and all-reduces
+  double recompute_s = 0.0;   // the forward recomputed in the backward (memory.recompute)
   double host_s = 0.0;        // step wall time outside the timeline above
 };
 
