@@ -8,9 +8,10 @@
 // saved state wrong: name, world_size (checked separately, and resharding is
 // allowed), model.init_from (only step 0's weights come from it), device_kind, steps (a resumed job may train longer; note the
 // decaying LR schedules depend on it), checkpoint, reshard_after_forward,
-// loss_chunk_tokens, step_timeout_s, disable_step_graph and
+// loss_chunk_tokens, step_timeout_s, disable_step_graph,
 // nondeterministic_gemm_tuning (how GEMM algorithms are chosen, which
-// changes no saved shape).
+// changes no saved shape) and memory (what a step recomputes, which
+// changes no saved bit).
 //
 // The digest is SHA-256 of the deterministic protobuf wire encoding of a
 // JobSpec that holds only the covered fields. proto3 does not encode fields

@@ -55,6 +55,10 @@ TEST(SpecHash, CoversStateShapingFieldsOnly) {
   EXPECT_FALSE(changed([](v1::JobSpec& s) { s.set_reshard_after_forward(true); }));
   EXPECT_FALSE(changed([](v1::JobSpec& s) { s.set_step_timeout_s(9); }));
   EXPECT_FALSE(changed([](v1::JobSpec& s) { s.set_disable_step_graph(true); }));
+  // Recomputation changes what a step keeps in memory, never a saved bit.
+  EXPECT_FALSE(changed([](v1::JobSpec& s) {
+    s.mutable_memory()->set_recompute(v1::MemoryConfig::BLOCKS);
+  }));
 }
 
 // A checkpoint written with GEMM tuning on resumes with it off and the
