@@ -9,7 +9,9 @@ with the world size, as Tessera's does).
 
 Launched once per world size:
     python3 -m torch.distributed.run --nproc_per_node=N bench/torch_fsdp_baseline.py \\
-        --jobspec SPEC.json [--warmup 5] [--steps 15] [--json-out F]
+        --jobspec SPEC.json [--warmup 5] [--steps 15] [--json-out F] [--recompute blocks]
+With --recompute blocks every block is wrapped in activation checkpointing
+before it is sharded (the anchor for Tessera's memory.recompute BLOCKS).
 Rank 0 prints one JSON line: step time (median of the timed steps, host
 clock between synchronise-and-barrier pairs), tokens/s per GPU, peak memory,
 first and last loss. The environment of the GPU hosts keeps NVLink
@@ -33,6 +35,19 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_baseline import Decoder, check_config, config_from_jobspec, loss_and_update  # noqa: E402
 
 
+class CheckpointedBlock(torch.nn.Module):
+    """A decoder block whose activations are recomputed in the backward: only
+    its inputs are saved (torch.utils.checkpoint, non-reentrant)."""
+
+    def __init__(self, block):
+        super().__init__()
+        self.block = block
+
+    def forward(self, x, cos, sin):
+        from torch.utils.checkpoint import checkpoint
+        return checkpoint(self.block, x, cos, sin, use_reentrant=False)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--jobspec", required=True, help="JobSpec JSON (tessera submit JOB --dry-run --json)")
@@ -40,6 +55,9 @@ def main():
     p.add_argument("--steps", type=int, default=15)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json-out", help="rank 0 also appends its JSON line here")
+    p.add_argument("--recompute", default="none", choices=("none", "blocks"),
+                   help="blocks: activation checkpointing of every block (torch.utils.checkpoint, "
+                        "non-reentrant), applied before fully_shard as torchtitan does")
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
                    help="cuda (NCCL); cpu (gloo) only for dry runs")
     args = p.parse_args()
@@ -65,6 +83,9 @@ def main():
     model = Decoder(cfg, device).to(device)
     n_params = sum(p.numel() for p in model.parameters())
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    if args.recompute == "blocks":
+        for i, block in enumerate(model.blocks):
+            model.blocks[i] = CheckpointedBlock(block)
     for block in model.blocks:
         fully_shard(block, mp_policy=policy)
     fully_shard(model, mp_policy=policy)
@@ -96,7 +117,7 @@ def main():
     times.sort()
     median = times[len(times) // 2]
     if rank == 0:
-        result = {"impl": "pytorch-fsdp2", "torch": torch.__version__, "gpu": torch.cuda.get_device_name(local) if cuda else "cpu",
+        result = {"impl": "pytorch-fsdp2", "recompute": args.recompute, "torch": torch.__version__, "gpu": torch.cuda.get_device_name(local) if cuda else "cpu",
                   "world": world, "model": {k: cfg[k] for k in ("vocab", "d_model", "layers", "heads", "kv_heads", "ffn", "seq")},
                   "batch": cfg["batch"], "params_M": round(n_params / 1e6, 2),
                   "step_ms": round(median * 1e3, 3), "step_ms_min": round(times[0] * 1e3, 3),
