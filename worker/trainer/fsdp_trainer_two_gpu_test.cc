@@ -1,7 +1,8 @@
 // Two ranks on two GPUs (NCCL, bootstrapped through a file rendezvous) match
 // one GPU with the micro-batch doubled, and the all-gathered FP8 weights are
 // byte-identical on both ranks: plain FSDP, the overlapped schedule with
-// five resharded blocks, and two replicas (hybrid sharding with groups of
+// five resharded blocks (also with every block recomputed in the backward,
+// which changes no bit), and two replicas (hybrid sharding with groups of
 // one). Every rank, and the 1-GPU reference, runs in
 // its own child process (CUDA must not be initialised before fork). The job
 // (test_job_spec.h) has grouped-query attention with head dim 64. Needs two
@@ -122,6 +123,27 @@ TEST(FsdpTrainerTwoGpu, OverlappedReshardedFiveBlocksMatchOneGpu) {
     spec->set_reshard_after_forward(true);
   }
   ExpectTwoGpusMatchOne(sharded, single);
+}
+
+// The same overlapped schedule with every block recomputed in the backward
+// (memory.recompute BLOCKS) on the sharded ranks: the recomputation reads
+// the weights gathered again for the backward, and the losses stay the
+// bits of the ranks without it.
+TEST(FsdpTrainerTwoGpu, RecomputedBlocksKeepTheOverlappedScheduleBits) {
+  v1::JobSpec plain = TestJobSpec(2);
+  plain.mutable_model()->set_n_layers(5);
+  plain.set_reshard_after_forward(true);
+  v1::JobSpec recomputing = plain;
+  recomputing.mutable_memory()->set_recompute(v1::MemoryConfig::BLOCKS);
+  std::vector<Result> a = Launch(2, plain);
+  if (a[0].code == kNoSecondGpu) GTEST_SKIP() << "needs two GPUs";
+  std::vector<Result> b = Launch(2, recomputing);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(a[r].code, 0);
+    ASSERT_EQ(b[r].code, 0);
+    for (int i = 0; i < kSteps; ++i) EXPECT_EQ(a[r].losses[i], b[r].losses[i]) << "step " << i;
+    EXPECT_EQ(a[r].weight_bytes, b[r].weight_bytes);
+  }
 }
 
 // Hybrid sharding with shard groups of one: two replicas, two NCCL groups
