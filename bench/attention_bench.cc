@@ -136,11 +136,12 @@ absl::Status Run() {
   }
 
   const auto forward = [&]() -> absl::Status {
-    return ops->AttentionForward(qkv.desc, nkv, out.desc, lse.desc, s);
+    return ops->AttentionForward(qkv.desc, nkv, Ops::WholeSequences(), out.desc, lse.desc, s);
   };
   const auto forward_backward = [&]() -> absl::Status {
     RETURN_IF_ERROR(forward());
-    return ops->AttentionBackward(grad_out.desc, qkv.desc, nkv, out.desc, lse.desc, grad_qkv.desc, s);
+    return ops->AttentionBackward(grad_out.desc, qkv.desc, nkv, Ops::WholeSequences(), out.desc, lse.desc,
+                                  grad_qkv.desc, s);
   };
 
   // ---- One checked run; its outputs go to DIR for the Python comparison ----

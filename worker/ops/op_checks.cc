@@ -409,6 +409,12 @@ absl::StatusOr<AttentionDims> CheckAttentionBackwardArgs(const TensorDesc& grad_
   return d;
 }
 
+absl::StatusOr<bool> CheckDocStartsArgs(const TensorDesc& doc_starts, const AttentionDims& d) {
+  if (doc_starts.data == nullptr && doc_starts.shape.rank == 0) return false;
+  RETURN_IF_ERROR(CheckTensor("doc_starts", doc_starts, {DType::kInt32}, Shape{d.batch, d.seq}));
+  return true;
+}
+
 absl::StatusOr<AttentionDims> CheckRopeArgs(const char* name, const TensorDesc& qkv,
                                             int n_kv_heads, float theta) {
   RETURN_IF_ERROR(CheckDType(name, qkv, {DType::kBFloat16}));

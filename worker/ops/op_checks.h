@@ -96,6 +96,10 @@ absl::StatusOr<AttentionDims> CheckAttentionBackwardArgs(const TensorDesc& grad_
                                                          const TensorDesc& out,
                                                          const TensorDesc& lse,
                                                          const TensorDesc& grad_qkv);
+// Attention's document starts (ops.h): no data means whole sequences (false);
+// otherwise int32 [B, S] with data (true). Their values are the engine's to
+// check.
+absl::StatusOr<bool> CheckDocStartsArgs(const TensorDesc& doc_starts, const AttentionDims& d);
 // RoPE in place over `name` (qkv or grad_qkv) in the packed layout: hd even
 // and >= 2, theta finite and > 0. (heads is nh; RoPE turns the nh + nkv
 // query and key heads.)

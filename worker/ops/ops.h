@@ -273,17 +273,30 @@ class Ops {
   // is the log-sum-exp of each query's scaled scores, the only softmax
   // statistic kept for backward (no S x S tensor exists anywhere).
   // Scale 1/sqrt(hd).
+  //
+  // Document masking: doc_starts [B, S] int32, for sequences that pack
+  // several documents, holds for each token the position in its sequence
+  // where its document begins, so that token i attends to keys
+  // doc_starts[b, i] .. i only. A sequence's documents are contiguous:
+  // doc_starts[b, 0] is 0 and each next entry repeats the previous one or
+  // starts a document at its own position. One entry per token (rather than
+  // a list of offsets whose length changes every step) keeps the shape fixed
+  // for a captured step. WholeSequences() (no data) is causal attention over
+  // each whole sequence. The CPU engine refuses entries that break the rule
+  // (INVALID_ARGUMENT naming the first); the CUDA engine does not read them
+  // back to check.
+  static TensorDesc WholeSequences() { return TensorDesc{}; }
   virtual absl::Status AttentionForward(const TensorDesc& qkv, int n_kv_heads,
-                                        const TensorDesc& out, const TensorDesc& lse,
-                                        Stream* stream) = 0;
+                                        const TensorDesc& doc_starts, const TensorDesc& out,
+                                        const TensorDesc& lse, Stream* stream) = 0;
   // grad_qkv [B, S, nh + 2*nkv, hd] bf16 from grad_out [B, S, nh, hd] bf16;
   // every element is written (key and value gradients are summed over the
   // query heads of their group). Deterministic: the same inputs give the
   // same bits.
   virtual absl::Status AttentionBackward(const TensorDesc& grad_out, const TensorDesc& qkv,
-                                         int n_kv_heads, const TensorDesc& out,
-                                         const TensorDesc& lse, const TensorDesc& grad_qkv,
-                                         Stream* stream) = 0;
+                                         int n_kv_heads, const TensorDesc& doc_starts,
+                                         const TensorDesc& out, const TensorDesc& lse,
+                                         const TensorDesc& grad_qkv, Stream* stream) = 0;
   // gate_up [T, 2F] bf16 holds gate in columns [0, F) and up in [F, 2F);
   // out [T, F] bf16 = silu(gate) * up.
   virtual absl::Status SwiGluForward(const TensorDesc& gate_up, const TensorDesc& out,

@@ -63,13 +63,13 @@ TEST(CountingOps, ForwardsKvHeadCountsOfRopeAndAttention) {
     const TensorDesc lse = MakeTensor(o.lse.data(), DType::kFloat32, lse_shape);
     const TensorDesc grad = MakeTensor(o.grad.data(), DType::kBFloat16, qkv_shape);
     ASSERT_TRUE(ops.RopeForward(q, nkv, 10000.f, nullptr).ok());
-    ASSERT_TRUE(ops.AttentionForward(q, nkv, out, lse, nullptr).ok());
+    ASSERT_TRUE(ops.AttentionForward(q, nkv, Ops::WholeSequences(), out, lse, nullptr).ok());
     ASSERT_TRUE(ops.AttentionBackward(MakeTensor(dout.data(), DType::kBFloat16, out_shape), q, nkv,
-                                      out, lse, grad, nullptr)
+                                      Ops::WholeSequences(), out, lse, grad, nullptr)
                     .ok());
     ASSERT_TRUE(ops.RopeBackward(grad, nkv, 10000.f, nullptr).ok());
     // A count that does not divide nh comes back refused.
-    EXPECT_EQ(ops.AttentionForward(q, 3, out, lse, nullptr).code(),
+    EXPECT_EQ(ops.AttentionForward(q, 3, Ops::WholeSequences(), out, lse, nullptr).code(),
               absl::StatusCode::kInvalidArgument);
   };
   Outputs via_counting, direct;

@@ -362,7 +362,7 @@ absl::Status FsdpTrainer::BlockForward(int l, const GatheredBlock& w, BlockActiv
                                  scaling));
   RETURN_IF_ERROR(ops.RopeForward(a.qkv.desc, kv_heads_, spec_.model().rope_theta(), stream_));
   RETURN_IF_ERROR(ops.AttentionForward(
-      a.qkv.desc, kv_heads_, Reshaped(a.attn.desc, Shape{batch_, seq_, heads_, head_dim_}),
+      a.qkv.desc, kv_heads_, Ops::WholeSequences(), Reshaped(a.attn.desc, Shape{batch_, seq_, heads_, head_dim_}),
       a.lse.desc, stream_));
   RETURN_IF_ERROR(LinearForward(ops, *meta_, Spec(l, BlockLinear::kOutProj), Full(w.out_proj, b.out_proj), a.attn.desc,
                                 a.x_mid.desc, scratch_, a.saved[BlockLinear::kOutProj], stream_, &x_in,
@@ -483,7 +483,7 @@ absl::Status FsdpTrainer::BlockBackward(int l, const GatheredBlock& w, BlockActi
                                  scratch_, a.saved[BlockLinear::kOutProj], stream_));
   RETURN_IF_ERROR(ops.AttentionBackward(
       Reshaped(d_bf16_th, Shape{batch_, seq_, heads_, head_dim_}), a.qkv.desc, kv_heads_,
-      Reshaped(a.attn.desc, Shape{batch_, seq_, heads_, head_dim_}), a.lse.desc, grad_qkv_.desc,
+      Ops::WholeSequences(), Reshaped(a.attn.desc, Shape{batch_, seq_, heads_, head_dim_}), a.lse.desc, grad_qkv_.desc,
       stream_));
   RETURN_IF_ERROR(ops.RopeBackward(grad_qkv_.desc, kv_heads_, spec_.model().rope_theta(), stream_));
   RETURN_IF_ERROR(LinearBackward(ops, *meta_, Spec(l, BlockLinear::kQkv), Full(w.qkv, b.qkv), a.h1.desc,

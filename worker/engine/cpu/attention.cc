@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/engine/cpu/tensor_access.h"
 #include "worker/ops/op_checks.h"
@@ -65,6 +66,29 @@ void GatherHead(const TensorDesc& qkv, const Dims& d, int64_t b, int64_t head, f
   GatherRows(qkv, d, [&](int64_t s) { return d.QkvRow(b, s, head); }, dst);
 }
 
+// Where each query's keys begin: doc_starts checked against the rule of
+// ops.h, or all zeros for whole sequences. [B * S].
+absl::StatusOr<std::vector<int32_t>> FirstKeys(const TensorDesc& doc_starts, const Dims& d) {
+  const AttentionDims dims{d.batch, d.seq, d.heads, d.kv_heads, d.hd};
+  ASSIGN_OR_RETURN(const bool documents, CheckDocStartsArgs(doc_starts, dims));
+  std::vector<int32_t> first(d.batch * d.seq, 0);
+  if (!documents) return first;
+  const int32_t* in = doc_starts.As<const int32_t>();
+  for (int64_t b = 0; b < d.batch; ++b) {
+    for (int64_t i = 0; i < d.seq; ++i) {
+      const int32_t v = in[b * d.seq + i];
+      const int32_t previous = i == 0 ? 0 : in[b * d.seq + i - 1];
+      if (v != previous && v != i) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "doc_starts[", b, ", ", i, "]: must be ", previous,
+            " (the document of the token before) or ", i, " (a document starting here), got ", v));
+      }
+      first[b * d.seq + i] = v;
+    }
+  }
+  return first;
+}
+
 float Dot(const float* a, const float* b, int64_t n) {
   float acc = 0.0f;
   for (int64_t c = 0; c < n; ++c) acc += a[c] * b[c];
@@ -74,10 +98,11 @@ float Dot(const float* a, const float* b, int64_t n) {
 }  // namespace
 
 absl::Status AttentionForward(const TensorDesc& qkv, int n_kv_heads, const TensorDesc& out,
-                              const TensorDesc& lse) {
+                              const TensorDesc& lse, const TensorDesc& doc_starts) {
   ASSIGN_OR_RETURN(const AttentionDims checked,
                    CheckAttentionForwardArgs(qkv, n_kv_heads, out, lse));
   const Dims d = FromChecked(checked);
+  ASSIGN_OR_RETURN(const std::vector<int32_t> first_key, FirstKeys(doc_starts, d));
   const int64_t hd = d.hd, n = d.seq * hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   thread_local std::vector<float> q, k, v, p, acc;
@@ -96,18 +121,19 @@ absl::Status AttentionForward(const TensorDesc& qkv, int n_kv_heads, const Tenso
         GatherHead(qkv, d, b, h, q.data());
         for (int64_t i = 0; i < d.seq; ++i) {
           const float* qi = &q[i * hd];
+          const int64_t first = first_key[b * d.seq + i];
           float m = -INFINITY;
-          for (int64_t j = 0; j <= i; ++j) {
+          for (int64_t j = first; j <= i; ++j) {
             p[j] = Dot(qi, &k[j * hd], hd) * scale;
             m = std::max(m, p[j]);
           }
           float z = 0.0f;
-          for (int64_t j = 0; j <= i; ++j) {
+          for (int64_t j = first; j <= i; ++j) {
             p[j] = std::exp(p[j] - m);
             z += p[j];
           }
           std::fill(acc.begin(), acc.end(), 0.0f);
-          for (int64_t j = 0; j <= i; ++j) {
+          for (int64_t j = first; j <= i; ++j) {
             const float* vj = &v[j * hd];
             for (int64_t c = 0; c < hd; ++c) acc[c] += p[j] * vj[c];
           }
@@ -123,10 +149,11 @@ absl::Status AttentionForward(const TensorDesc& qkv, int n_kv_heads, const Tenso
 
 absl::Status AttentionBackward(const TensorDesc& grad_out, const TensorDesc& qkv, int n_kv_heads,
                                const TensorDesc& out, const TensorDesc& lse,
-                               const TensorDesc& grad_qkv) {
+                               const TensorDesc& grad_qkv, const TensorDesc& doc_starts) {
   ASSIGN_OR_RETURN(const AttentionDims checked,
                    CheckAttentionBackwardArgs(grad_out, qkv, n_kv_heads, out, lse, grad_qkv));
   const Dims d = FromChecked(checked);
+  ASSIGN_OR_RETURN(const std::vector<int32_t> first_key, FirstKeys(doc_starts, d));
   const int64_t hd = d.hd, n = d.seq * hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   thread_local std::vector<float> q, k, v, dout, o, dq, dk, dv;
@@ -150,7 +177,7 @@ absl::Status AttentionBackward(const TensorDesc& grad_out, const TensorDesc& qkv
           float* dqi = &dq[i * hd];
           const float l = lse_in[(b * d.heads + h) * d.seq + i];
           const float di = Dot(doi, &o[i * hd], hd);
-          for (int64_t j = 0; j <= i; ++j) {
+          for (int64_t j = first_key[b * d.seq + i]; j <= i; ++j) {
             const float* kj = &k[j * hd];
             const float pij = std::exp(Dot(qi, kj, hd) * scale - l);
             const float ds = pij * (Dot(doi, &v[j * hd], hd) - di) * scale;

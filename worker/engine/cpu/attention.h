@@ -10,7 +10,7 @@
 // query i), with k_j, v_j the rows of kv head g(h):
 //
 //   Forward:
-//     s_ij  = (q_i · k_j) * scale for j <= i,   scale = 1 / sqrtf(hd)
+//     s_ij  = (q_i · k_j) * scale for first_i <= j <= i,   scale = 1 / sqrtf(hd)
 //     m_i   = max_j s_ij,   p_ij = expf(s_ij - m_i),   z_i = sum_j p_ij
 //     out_i = (sum_j p_ij v_j) / z_i, rounded to bf16
 //     lse_i = logf(z_i) + m_i                           (fp32, kept for backward)
@@ -25,6 +25,11 @@
 //   before they are written. Every element of grad_qkv is written, rounded
 //   to bf16.
 //
+// first_i is 0 (causal over the whole sequence), or with document masking
+// doc_starts[b, i], where token i's document begins (ops.h), so every sum
+// above runs over the keys of the query's own document only: a packed
+// sequence gives each document exactly what it gives on its own.
+//
 // The CUDA engine computes the same quantities; it differs only in fp32
 // summation order and in the last bits of its expf/rsqrtf. Each (batch,
 // head) is processed from contiguous fp32 copies, so seq 64-256 with head
@@ -32,7 +37,9 @@
 //
 // Errors: INVALID_ARGUMENT naming the argument for a dtype or shape other
 // than the above (hd must be positive), n_kv_heads < 1 or not dividing nh,
-// a qkv head count other than nh + 2*n_kv_heads, or null data.
+// a qkv head count other than nh + 2*n_kv_heads, or null data; and for
+// doc_starts other than int32 [B, S] whose rows start at 0 and then repeat
+// the previous entry or start a document at their own position.
 #ifndef TESSERA_WORKER_ENGINE_CPU_ATTENTION_H_
 #define TESSERA_WORKER_ENGINE_CPU_ATTENTION_H_
 
@@ -42,11 +49,12 @@
 namespace tessera {
 namespace cpu {
 
+// doc_starts: the default (no data) is whole sequences.
 absl::Status AttentionForward(const TensorDesc& qkv, int n_kv_heads, const TensorDesc& out,
-                              const TensorDesc& lse);
+                              const TensorDesc& lse, const TensorDesc& doc_starts = {});
 absl::Status AttentionBackward(const TensorDesc& grad_out, const TensorDesc& qkv, int n_kv_heads,
                                const TensorDesc& out, const TensorDesc& lse,
-                               const TensorDesc& grad_qkv);
+                               const TensorDesc& grad_qkv, const TensorDesc& doc_starts = {});
 
 }  // namespace cpu
 }  // namespace tessera

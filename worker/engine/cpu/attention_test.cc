@@ -14,15 +14,20 @@
 //    kv head repeated for its query heads (out, lse and dq bit for bit), and
 //    its key and value gradients are the sums of that run's per-head ones.
 // Plus query head h reading kv head h / (nh / nkv), poisoned outputs,
-// bit-determinism and argument errors.
+// bit-determinism and argument errors; and document masking: a packed
+// sequence gives each document the bits it gives alone, and document starts
+// that break the rule are refused naming the position.
 #include "worker/engine/cpu/attention.h"
 
 #include <algorithm>
 #include <cmath>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "worker/engine/cpu/float_tensor_for_test.h"
 #include "worker/engine/cpu/reference_test_util.h"
@@ -396,6 +401,105 @@ TEST(Attention, RejectsBadArgumentsNamingThem) {
       backward(dout.desc(), nkv, out.desc(), lse.desc(), MakeTensor(nullptr, kBf16, d.QkvShape())),
       "grad_qkv"));
   for (int64_t i = 0; i < grad.size(); ++i) ASSERT_TRUE(std::isnan(grad.Get(i)));
+}
+
+// Document masking: a packed sequence gives each of its documents exactly
+// the bits that document gives alone (forward output and lse, and the
+// backward's gradients), with grouped-query heads, for random inputs and
+// documents of uneven lengths, one of them a single token.
+TEST(AttentionDocumentMask, PackedDocumentsMatchEachDocumentAlone) {
+  const Dims d{2, 24, 4, 2, 8};
+  // Documents per sequence, as (start, length).
+  const std::vector<std::vector<std::pair<int, int>>> docs = {
+      {{0, 7}, {7, 1}, {8, 9}, {17, 7}}, {{0, 24}}};
+  std::vector<int32_t> starts(d.batch * d.seq);
+  for (int b = 0; b < d.batch; ++b) {
+    for (const auto& [start, length] : docs[b]) {
+      for (int i = start; i < start + length; ++i) starts[b * d.seq + i] = start;
+    }
+  }
+  const TensorDesc doc_starts = MakeTensor(starts.data(), DType::kInt32, Shape{d.batch, d.seq});
+  FloatTensor qkv = FloatTensor::Random(kBf16, d.QkvShape(), 77, 1.5f);
+  FloatTensor dout = FloatTensor::Random(kBf16, d.OutShape(), 78);
+  OpForward packed{FloatTensor::Poisoned(kBf16, d.OutShape()),
+                   FloatTensor::Poisoned(kF32, d.LseShape())};
+  ASSERT_TRUE(AttentionForward(qkv.desc(), d.kv_heads, packed.out.desc(), packed.lse.desc(),
+                               doc_starts)
+                  .ok());
+  FloatTensor grad = FloatTensor::Poisoned(kBf16, d.QkvShape());
+  ASSERT_TRUE(AttentionBackward(dout.desc(), qkv.desc(), d.kv_heads, packed.out.desc(),
+                                packed.lse.desc(), grad.desc(), doc_starts)
+                  .ok());
+  int documents = 0;
+  for (int b = 0; b < d.batch; ++b) {
+    for (const auto& [start, length] : docs[b]) {
+      SCOPED_TRACE(absl::StrCat("sequence ", b, ", document at ", start));
+      ++documents;
+      // The document on its own: a batch of one sequence of `length` tokens.
+      const Dims one{1, length, d.heads, d.kv_heads, d.hd};
+      const int64_t qkv_row = int64_t{d.qkv_heads()} * d.hd, out_row = int64_t{d.heads} * d.hd;
+      FloatTensor q1 = FloatTensor::Poisoned(kBf16, one.QkvShape());
+      FloatTensor dout1 = FloatTensor::Poisoned(kBf16, one.OutShape());
+      for (int i = 0; i < length; ++i) {
+        for (int64_t c = 0; c < qkv_row; ++c) q1.Set(i * qkv_row + c, qkv.Get(d.Q(b, start + i, 0) + c));
+        for (int64_t c = 0; c < out_row; ++c) {
+          dout1.Set(i * out_row + c, dout.Get(d.Out(b, start + i, 0) + c));
+        }
+      }
+      OpForward alone = RunForward(q1, one);
+      FloatTensor grad1 = RunBackward(dout1, q1, alone, one);
+      for (int i = 0; i < length; ++i) {
+        for (int64_t c = 0; c < out_row; ++c) {
+          ASSERT_EQ(packed.out.Get(d.Out(b, start + i, 0) + c), alone.out.Get(i * out_row + c))
+              << "out, token " << i;
+        }
+        for (int h = 0; h < d.heads; ++h) {
+          ASSERT_EQ(packed.lse.Get((int64_t{b} * d.heads + h) * d.seq + start + i),
+                    alone.lse.Get(int64_t{h} * length + i))
+              << "lse, token " << i << ", head " << h;
+        }
+        for (int64_t c = 0; c < qkv_row; ++c) {
+          ASSERT_EQ(grad.Get(d.Q(b, start + i, 0) + c), grad1.Get(i * qkv_row + c))
+              << "grad_qkv, token " << i;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(documents, 5);
+  // And masking changes something: the last document of sequence 0 differs
+  // from plain causal attention over the whole sequence.
+  OpForward whole = RunForward(qkv, d);
+  EXPECT_NE(whole.out.Get(d.Out(0, 20, 0)), packed.out.Get(d.Out(0, 20, 0)));
+}
+
+TEST(AttentionDocumentMask, StartsThatBreakTheRuleAreRefusedByPosition) {
+  const Dims d{1, 6, 2, 1, 8};
+  FloatTensor qkv = FloatTensor::Random(kBf16, d.QkvShape(), 5);
+  OpForward f{FloatTensor::Poisoned(kBf16, d.OutShape()), FloatTensor::Poisoned(kF32, d.LseShape())};
+  struct Case {
+    std::vector<int32_t> starts;
+    const char* message;
+  };
+  for (const Case& c : {Case{{1, 1, 1, 1, 1, 1}, "doc_starts[0, 0]: must be 0"},
+                        Case{{0, 0, 2, 2, 3, 2}, "doc_starts[0, 4]: must be 2"},
+                        Case{{0, 0, 0, 5, 5, 5}, "doc_starts[0, 3]: must be 0"},
+                        Case{{0, 0, 0, 0, 0, -1}, "doc_starts[0, 5]"}}) {
+    std::vector<int32_t> starts = c.starts;
+    const absl::Status s =
+        AttentionForward(qkv.desc(), d.kv_heads, f.out.desc(), f.lse.desc(),
+                         MakeTensor(starts.data(), DType::kInt32, Shape{1, 6}));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_TRUE(absl::StartsWith(s.message(), c.message)) << s;
+  }
+  std::vector<int32_t> starts(6, 0);
+  EXPECT_TRUE(InvalidArgumentNaming(
+      AttentionForward(qkv.desc(), d.kv_heads, f.out.desc(), f.lse.desc(),
+                       MakeTensor(starts.data(), DType::kInt32, Shape{1, 5})),
+      "doc_starts"));
+  EXPECT_TRUE(InvalidArgumentNaming(
+      AttentionForward(qkv.desc(), d.kv_heads, f.out.desc(), f.lse.desc(),
+                       MakeTensor(starts.data(), DType::kFloat32, Shape{1, 6})),
+      "doc_starts"));
 }
 
 }  // namespace

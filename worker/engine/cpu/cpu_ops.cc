@@ -201,14 +201,16 @@ class CpuOps : public Ops {
                             Stream*) override {
     return cpu::RopeBackward(grad_qkv, n_kv_heads, theta);
   }
-  absl::Status AttentionForward(const TensorDesc& qkv, int n_kv_heads, const TensorDesc& out,
+  absl::Status AttentionForward(const TensorDesc& qkv, int n_kv_heads,
+                                const TensorDesc& doc_starts, const TensorDesc& out,
                                 const TensorDesc& lse, Stream*) override {
-    return cpu::AttentionForward(qkv, n_kv_heads, out, lse);
+    return cpu::AttentionForward(qkv, n_kv_heads, out, lse, doc_starts);
   }
   absl::Status AttentionBackward(const TensorDesc& grad_out, const TensorDesc& qkv, int n_kv_heads,
-                                 const TensorDesc& out, const TensorDesc& lse,
-                                 const TensorDesc& grad_qkv, Stream*) override {
-    return cpu::AttentionBackward(grad_out, qkv, n_kv_heads, out, lse, grad_qkv);
+                                 const TensorDesc& doc_starts, const TensorDesc& out,
+                                 const TensorDesc& lse, const TensorDesc& grad_qkv,
+                                 Stream*) override {
+    return cpu::AttentionBackward(grad_out, qkv, n_kv_heads, out, lse, grad_qkv, doc_starts);
   }
   absl::Status SwiGluForward(const TensorDesc& gate_up, const TensorDesc& out, Stream*) override {
     return cpu::SwiGluForward(gate_up, out);

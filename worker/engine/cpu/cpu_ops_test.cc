@@ -317,7 +317,8 @@ TEST(CpuOps, ActivationOpsMatchTheFreeFunctions) {
   Poison(lse);
   Poison(lse_ref);
   const Shape out_shape{b, s, nh, hd};
-  ASSERT_TRUE(ops->AttentionForward(Qkv, nkv, MakeTensor(out.data(), DType::kBFloat16, out_shape),
+  ASSERT_TRUE(ops->AttentionForward(Qkv, nkv, Ops::WholeSequences(),
+                                    MakeTensor(out.data(), DType::kBFloat16, out_shape),
                                     MakeTensor(lse.data(), DType::kFloat32, Shape{b, nh, s}),
                                     nullptr)
                   .ok());
@@ -332,7 +333,7 @@ TEST(CpuOps, ActivationOpsMatchTheFreeFunctions) {
   const TensorDesc Gout = MakeTensor(gout.data(), DType::kBFloat16, out_shape);
   const TensorDesc Out = MakeTensor(out.data(), DType::kBFloat16, out_shape);
   const TensorDesc Lse = MakeTensor(lse.data(), DType::kFloat32, Shape{b, nh, s});
-  ASSERT_TRUE(ops->AttentionBackward(Gout, Qkv, nkv, Out, Lse,
+  ASSERT_TRUE(ops->AttentionBackward(Gout, Qkv, nkv, Ops::WholeSequences(), Out, Lse,
                                      MakeTensor(gqkv.data(), DType::kBFloat16, qkv_shape), nullptr)
                   .ok());
   ASSERT_TRUE(cpu::AttentionBackward(Gout, Qkv, nkv, Out, Lse,
@@ -340,8 +341,9 @@ TEST(CpuOps, ActivationOpsMatchTheFreeFunctions) {
                   .ok());
   EXPECT_EQ(gqkv, gqkv_ref);
   // n_kv_heads reaches the engine: a count that does not fit is refused.
-  for (absl::Status bad : {ops->AttentionForward(Qkv, 3, Out, Lse, nullptr),
-                           ops->AttentionBackward(Gout, Qkv, 3, Out, Lse, Qkv, nullptr),
+  for (absl::Status bad : {ops->AttentionForward(Qkv, 3, Ops::WholeSequences(), Out, Lse, nullptr),
+                           ops->AttentionBackward(Gout, Qkv, 3, Ops::WholeSequences(), Out, Lse,
+                                                  Qkv, nullptr),
                            ops->RopeForward(Qkv, 0, 10000.f, nullptr),
                            ops->RopeBackward(Qkv, 0, 10000.f, nullptr)}) {
     EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);

@@ -62,6 +62,15 @@ absl::StatusOr<AttentionShape> ReadAttentionBackwardShape(const TensorDesc& grad
   return shape;
 }
 
+absl::Status RefuseDocStarts(const TensorDesc& doc_starts, const AttentionShape& shape) {
+  const AttentionDims dims{shape.batch, shape.seq, shape.heads, shape.kv_heads, shape.head_dim};
+  ASSIGN_OR_RETURN(const bool documents, CheckDocStartsArgs(doc_starts, dims));
+  if (!documents) return absl::OkStatus();
+  return absl::UnimplementedError(
+      "doc_starts: the CUDA engine's attention kernels have no document mask yet; the CPU "
+      "engine has");
+}
+
 absl::StatusOr<int> RopeRotatedHeads(const char* name, const TensorDesc& qkv, int n_kv_heads,
                                      float theta) {
   ASSIGN_OR_RETURN(const AttentionDims d, CheckRopeArgs(name, qkv, n_kv_heads, theta));

@@ -27,6 +27,11 @@ absl::StatusOr<AttentionShape> ReadAttentionBackwardShape(const TensorDesc& grad
                                                           const TensorDesc& lse,
                                                           const TensorDesc& grad_qkv);
 
+// Document starts (ops.h) checked like every engine's; the tensor-core
+// kernels have no document mask yet, so any are refused with UNIMPLEMENTED
+// (whole sequences, WholeSequences(), pass).
+absl::Status RefuseDocStarts(const TensorDesc& doc_starts, const AttentionShape& shape);
+
 // The number of leading heads RoPE rotates in qkv [B, S, nh + 2 nkv, hd]
 // bf16 (nh + nkv), after the ops API's RoPE checks.
 absl::StatusOr<int> RopeRotatedHeads(const char* name, const TensorDesc& qkv, int n_kv_heads,

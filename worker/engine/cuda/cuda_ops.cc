@@ -236,21 +236,25 @@ class CudaOps : public Ops {
                      cuda::RopeRotatedHeads("grad_qkv", grad_qkv, n_kv_heads, theta));
     return cuda::LaunchRope(grad_qkv, rotated, theta, -1.0f, S(stream));
   }
-  absl::Status AttentionForward(const TensorDesc& qkv, int n_kv_heads, const TensorDesc& out,
+  absl::Status AttentionForward(const TensorDesc& qkv, int n_kv_heads,
+                                const TensorDesc& doc_starts, const TensorDesc& out,
                                 const TensorDesc& lse, Stream* stream) override {
     RETURN_IF_ERROR(ctx_->MakeCurrent());
     ASSIGN_OR_RETURN(cuda::AttentionShape shape,
                      cuda::ReadAttentionShape(qkv, n_kv_heads, out, lse));
+    RETURN_IF_ERROR(cuda::RefuseDocStarts(doc_starts, shape));
     return cuda::LaunchFlashAttentionForward(shape, qkv.data, out.data, lse.As<float>(),
                                              S(stream));
   }
   absl::Status AttentionBackward(const TensorDesc& grad_out, const TensorDesc& qkv,
-                                 int n_kv_heads, const TensorDesc& out, const TensorDesc& lse,
+                                 int n_kv_heads, const TensorDesc& doc_starts,
+                                 const TensorDesc& out, const TensorDesc& lse,
                                  const TensorDesc& grad_qkv, Stream* stream) override {
     RETURN_IF_ERROR(ctx_->MakeCurrent());
     ASSIGN_OR_RETURN(cuda::AttentionShape shape,
                      cuda::ReadAttentionBackwardShape(grad_out, qkv, n_kv_heads, out, lse,
                                                       grad_qkv));
+    RETURN_IF_ERROR(cuda::RefuseDocStarts(doc_starts, shape));
     // D and the log2-domain lse per query, padded to whole tiles.
     const int64_t floats = std::max<int64_t>(1, cuda::FlashAttentionBackwardScratchFloats(shape));
     ASSIGN_OR_RETURN(void* scratch, attention_scratch_.Get(floats * sizeof(float)));
