@@ -71,14 +71,15 @@ VictimChoice ChooseVictims(int priority, int workers_needed,
   choice.freed = freed;
   for (const PreemptionCandidate* c : taken) choice.victims.push_back(c->job_id);
   choice.reason = absl::StrCat(
-      "it lacks ", workers_needed, workers_needed == 1 ? " worker" : " workers", "; preempting ",
+      "preempting ",
       absl::StrJoin(taken, ", ",
                     [](std::string* out, const PreemptionCandidate* c) {
                       out->append(Describe(*c));
                     }),
-      ": lower priority than ", priority,
-      " with a checkpoint.dir, lowest priority first, then the most recently started, and no "
-      "more than it needs");
+      " for the ", workers_needed, workers_needed == 1 ? " worker" : " workers",
+      " it lacks (running jobs of priority below ", priority,
+      " with a checkpoint.dir, the lowest priority first, then the most recently started, no "
+      "more than needed)");
   return choice;
 }
 

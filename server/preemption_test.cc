@@ -30,7 +30,11 @@ TEST(ChooseVictims, LowestPriorityFirstThenMostRecentlyStarted) {
   VictimChoice three = ChooseVictims(8, 3, running);
   EXPECT_EQ(three.victims, (std::vector<std::string>{"job-4", "job-2", "job-3"}));
   EXPECT_TRUE(Has(three.reason, "preempting job-4 (priority 2, 1 worker), job-2")) << three.reason;
-  EXPECT_TRUE(Has(three.reason, "lowest priority first")) << three.reason;
+  EXPECT_EQ(three.reason,
+            "preempting job-4 (priority 2, 1 worker), job-2 (priority 2, 1 worker), job-3 "
+            "(priority 3, 1 worker) for the 3 workers it lacks (running jobs of priority below 8 "
+            "with a checkpoint.dir, the lowest priority first, then the most recently started, "
+            "no more than needed)");
 }
 
 TEST(ChooseVictims, NeverEqualOrHigherPriority) {

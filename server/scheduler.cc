@@ -149,7 +149,7 @@ Scheduler::Plan Scheduler::MakePlan(const WorkerRegistry& registry, absl::Time n
       VictimChoice choice = ChooseVictims(q.priority, lacking, candidates);
       if (!choice.victims.empty()) {
         claimed.insert(choice.victims.begin(), choice.victims.end());
-        absl::StrAppend(&reason, "; preempting: ", choice.reason);
+        absl::StrAppend(&reason, "; ", choice.reason);
         plan.preemptions.push_back({q.job_id, q.priority, choice.victims, choice.reason});
         preempting = true;
       } else if (!preempting) {
