@@ -151,6 +151,17 @@ TEST(CliPlacementTest, WatchPrintsPreemptionsAndStatusThePriority) {
   events[2].mutable_state_change()->set_state(v1::SUCCEEDED);
   server.AddJob(job, events);
 
+  v1::Job preemptor;
+  preemptor.set_id("job-7");
+  preemptor.mutable_spec()->set_steps(10);
+  preemptor.set_state(v1::SUCCEEDED);
+  server.AddJob(preemptor, {events[0], events[1], events[2]});
+  Result seen_by_preemptor = RunTessera({"watch", "job-7", "--coordinator", server.address()});
+  EXPECT_TRUE(absl::StrContains(
+      seen_by_preemptor.out,
+      "[preemption] it lacks 2 workers; preempting job-2 (priority 2, 2 workers): ...\n"))
+      << seen_by_preemptor.out;
+
   Result r = RunTessera({"watch", "job-2", "--coordinator", server.address()});
   EXPECT_EQ(r.code, kExitOk) << r.err;
   EXPECT_TRUE(absl::StrContains(

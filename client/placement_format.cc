@@ -44,8 +44,7 @@ std::string PreemptionLine(const v1::Preemption& p, const std::string& job_id) {
                           p.preemptor_priority(), "), suspending at the next step boundary: ",
                           p.reason());
     }
-    return absl::StrCat("[preempting] ", absl::StrJoin(p.victim_job_ids(), ", "), ": ",
-                        p.reason());
+    return absl::StrCat("[preemption] ", p.reason());
   }
   const std::string who = absl::StrJoin(p.victim_job_ids(), ", ");
   return absl::StrFormat(

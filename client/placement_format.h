@@ -17,9 +17,10 @@ namespace tessera {
 // Every line starts with "# " and ends with a newline.
 std::string PlacementLines(const v1::PlacementExplanation& placement);
 
-// "[preempted] by job-7 (priority 8): ..." on a victim,
-// "[preempting] job-2: ..." on the preemptor, and the cost once the
-// workers are free: "... workers free after 2.31 s, 0 steps to redo".
+// "[preempted] by job-7 (priority 8), ..." on a victim, "[preemption]
+// preempting job-2 (...) for ..." on the preemptor, and on both the cost
+// once the workers are free: "[preemption] job-2's workers free 2.31 s
+// after the decision; ... (0 steps to redo)".
 std::string PreemptionLine(const v1::Preemption& preemption, const std::string& job_id);
 
 }  // namespace tessera

@@ -5,8 +5,11 @@
 // (request_limits.h) and so is everything stored from them.
 //
 // A background thread ticks every 100 ms: it sweeps dead workers (failing
-// their jobs), and starts every queued job whose gang is free (backfill with
-// a starvation bound, see scheduler.h).
+// their jobs), and starts every queued job whose gang is free (priorities,
+// backfill with a starvation bound, see scheduler.h); a queued job that
+// does not fit may preempt running jobs of lower priority, which are
+// suspended at a step boundary and queued again to resume by themselves
+// (coordinator_preemption.cc).
 //
 // When an attempt ends, its workers are released: those that acknowledged
 // the Abort are free at once, those that refused the connection are dropped
