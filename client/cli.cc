@@ -16,6 +16,7 @@
 #include "client/client.h"
 #include "client/job_file.h"
 #include "client/output_format.h"
+#include "client/placement_format.h"
 #include "common/checkpoint_size.h"
 #include "common/log_line_format.h"
 #include "common/memory_estimate.h"
@@ -35,6 +36,13 @@ int Fail(const absl::Status& status, std::ostream& err) {
   }
   err << "tessera: " << absl::StatusCodeToString(status.code()) << ": " << status.message() << "\n";
   return kExitFailed;
+}
+
+// Whether the user named a coordinator (--coordinator or
+// $TESSERA_COORDINATOR) rather than leaving the default.
+bool CoordinatorGiven(const ParsedArgs& args) {
+  const char* env = std::getenv("TESSERA_COORDINATOR");
+  return args.Has("coordinator") || (env != nullptr && *env);
 }
 
 std::string CoordinatorAddress(const ParsedArgs& args) {
@@ -103,6 +111,10 @@ int Watch(CoordinatorClient& client, const std::string& job_id, int from_step, b
       progress_shown = false;
       out << "[checkpoint] WARNING: step " << e.checkpoint_skipped().step()
           << " skipped: " << e.checkpoint_skipped().reason() << "\n" << std::flush;
+    } else if (e.has_preemption()) {
+      if (progress_shown) out << "\n";
+      progress_shown = false;
+      out << PreemptionLine(e.preemption(), job_id) << "\n" << std::flush;
     } else if (e.has_worker_error()) {
       if (progress_shown) out << "\n";
       progress_shown = false;
@@ -184,6 +196,17 @@ int RunCommand(const ParsedArgs& args, std::ostream& out, std::ostream& err, boo
             FormatBytesAsGiB(size.total_bytes), size.writing_ranks,
             size.parameters > 0 ? static_cast<double>(size.state_bytes) / size.parameters : 0.0);
       }
+      // Where it would run now, from the coordinator's scheduler; only when
+      // a coordinator is named, and without one the dry run is complete.
+      if (!CoordinatorGiven(args)) return kExitOk;
+      absl::StatusOr<v1::PlacementExplanation> placement = client.ExplainPlacement(*spec);
+      if (!placement.ok() && IsCoordinatorUnreachable(placement.status())) {
+        (json ? err : out) << "# placement: not checked: " << placement.status().message()
+                           << "\n";
+        return kExitOk;
+      }
+      if (!placement.ok()) return Fail(placement.status(), err);
+      (json ? err : out) << PlacementLines(*placement);
       return kExitOk;
     }
     absl::StatusOr<v1::Job> job = client.SubmitJob(*spec);

@@ -42,7 +42,10 @@ const std::vector<CommandSpec>& Commands() {
       {"submit", "submit FILE [--watch] [--dry-run]",
        "submit the job in a YAML or JSON job file (field names as in JobSpec)", 1, 1,
        {{"watch", false, "then watch the job until it ends (exit code follows its final state)"},
-        {"dry-run", false, "only check the file and print the JobSpec it gives (YAML; JSON with --json)"}}},
+        {"dry-run", false,
+         "only check the file and print the JobSpec it gives (YAML; JSON with --json), each\n"
+         "                        rank's memory and, with --coordinator or $TESSERA_COORDINATOR, where the\n"
+         "                        job would run now, whom it would preempt or what it would wait for"}}},
       {"jobs", "jobs [--state STATE]", "list jobs, newest first", 0, 0,
        {{"state", true, "only jobs in this state (PENDING, RUNNING, SUCCEEDED, ...)"}}},
       {"status", "status ID", "show one job", 1, 1, {}},

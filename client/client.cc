@@ -283,6 +283,18 @@ absl::StatusOr<v1::Job> CoordinatorClient::SuspendJob(const std::string& job_id,
   return job;
 }
 
+absl::StatusOr<v1::PlacementExplanation> CoordinatorClient::ExplainPlacement(
+    const v1::JobSpec& spec) {
+  v1::ExplainPlacementRequest request;
+  *request.mutable_spec() = spec;
+  v1::PlacementExplanation placement;
+  grpc::Status status = impl_->WithRetries(options_, [&](grpc::ClientContext* c) {
+    return impl_->stub->ExplainPlacement(c, request, &placement);
+  });
+  if (!status.ok()) return impl_->Explain(status, address_, options_.call_timeout);
+  return placement;
+}
+
 absl::StatusOr<v1::Job> CoordinatorClient::ResumeJob(const std::string& job_id) {
   v1::ResumeJobRequest request;
   request.set_job_id(job_id);

@@ -4,7 +4,8 @@
 //
 // Every unary call carries a deadline. UNAVAILABLE is retried with
 // exponential backoff and jitter where retrying is safe: GetJob, ListJobs
-// (each page), ListWorkers, CancelJob (idempotent on the server) and
+// (each page), ListWorkers, ExplainPlacement, CancelJob (idempotent on the
+// server) and
 // WatchJob, which re-subscribes after the last event it delivered
 // (WatchJobRequest.after_sequence) and never delivers an event twice.
 // SubmitJob and DeleteJob retry only the connection: once the channel is connected the request is sent exactly
@@ -88,6 +89,10 @@ class CoordinatorClient {
   absl::StatusOr<v1::Job> SuspendJob(const std::string& job_id, const std::string& reason = "");
   // Queues a SUSPENDED job again; FAILED_PRECONDITION for any other state.
   absl::StatusOr<v1::Job> ResumeJob(const std::string& job_id);
+  // Where a job with `spec` would run if submitted now, whom it would
+  // preempt, or what it would wait for; creates nothing, so it is retried
+  // like GetJob. INVALID_ARGUMENT (from the coordinator) names a bad field.
+  absl::StatusOr<v1::PlacementExplanation> ExplainPlacement(const v1::JobSpec& spec);
   absl::StatusOr<std::vector<v1::WorkerRecord>> ListWorkers();
   // grpc.health.v1.Health/Check of `service` ("" for the server as a
   // whole) at this address: "SERVING", "NOT_SERVING", "SERVICE_UNKNOWN" or

@@ -246,6 +246,26 @@ grpc::Status FakeCoordinator::ResumeJob(grpc::ServerContext*, const v1::ResumeJo
   return grpc::Status::OK;
 }
 
+void FakeCoordinator::SetPlacement(const v1::PlacementExplanation& placement) {
+  absl::MutexLock lock(&mu_);
+  placement_ = placement;
+}
+
+std::vector<v1::JobSpec> FakeCoordinator::explained() const {
+  absl::MutexLock lock(&mu_);
+  return explained_;
+}
+
+grpc::Status FakeCoordinator::ExplainPlacement(grpc::ServerContext*,
+                                               const v1::ExplainPlacementRequest* request,
+                                               v1::PlacementExplanation* response) {
+  if (grpc::Status s = Enter("ExplainPlacement"); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  explained_.push_back(request->spec());
+  *response = placement_;
+  return grpc::Status::OK;
+}
+
 grpc::Status FakeCoordinator::WatchJob(grpc::ServerContext*, const v1::WatchJobRequest* request,
                                        grpc::ServerWriter<v1::JobEvent>* writer) {
   if (grpc::Status s = Enter("WatchJob"); !s.ok()) return s;

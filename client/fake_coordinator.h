@@ -5,7 +5,8 @@
 // offset tokens); DeleteJob forgets a terminal job. CheckpointJob and
 // SuspendJob act at once on a RUNNING job (committed_step becomes
 // steps_done; SUSPENDED), ResumeJob queues a SUSPENDED one (PENDING), each
-// FAILED_PRECONDITION otherwise. Test-only.
+// FAILED_PRECONDITION otherwise. ExplainPlacement answers what the test set.
+// Test-only.
 #ifndef TESSERA_CLIENT_FAKE_COORDINATOR_H_
 #define TESSERA_CLIENT_FAKE_COORDINATOR_H_
 
@@ -38,6 +39,9 @@ class FakeCoordinator final : public v1::Coordinator::Service {
   // The job and the events WatchJob streams for it (sequences assigned here).
   void AddJob(const v1::Job& job, const std::vector<v1::JobEvent>& events);
   void AddWorker(const v1::WorkerRecord& worker);
+  // What ExplainPlacement answers (it records each spec it is asked about).
+  void SetPlacement(const v1::PlacementExplanation& placement);
+  std::vector<v1::JobSpec> explained() const;
   // The first subscription to WatchJob ends with UNAVAILABLE after sending
   // this many events (-1: never).
   void BreakFirstWatchAfter(int events);
@@ -64,6 +68,9 @@ class FakeCoordinator final : public v1::Coordinator::Service {
                           v1::Job* response) override;
   grpc::Status ResumeJob(grpc::ServerContext* context, const v1::ResumeJobRequest* request,
                          v1::Job* response) override;
+  grpc::Status ExplainPlacement(grpc::ServerContext* context,
+                                const v1::ExplainPlacementRequest* request,
+                                v1::PlacementExplanation* response) override;
   grpc::Status WatchJob(grpc::ServerContext* context, const v1::WatchJobRequest* request,
                         grpc::ServerWriter<v1::JobEvent>* writer) override;
   grpc::Status ListWorkers(grpc::ServerContext* context, const v1::ListWorkersRequest* request,
@@ -87,6 +94,8 @@ class FakeCoordinator final : public v1::Coordinator::Service {
   std::vector<int> watch_from_steps_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> watch_after_sequences_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::JobSpec> submitted_ ABSL_GUARDED_BY(mu_);
+  v1::PlacementExplanation placement_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::JobSpec> explained_ ABSL_GUARDED_BY(mu_);
   absl::Duration get_job_delay_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
   int break_first_watch_after_ ABSL_GUARDED_BY(mu_) = -1;
 

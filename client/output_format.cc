@@ -94,6 +94,13 @@ std::string FormatJob(const v1::Job& j) {
                                  "reason    ", j.reason(), "\n",
                                  "steps     ", j.steps_done(), "/", j.spec().steps(), "\n");
   if (j.queue_position() > 0) absl::StrAppend(&out, "queue     position ", j.queue_position(), "\n");
+  if (j.spec().priority() > 0 || j.preemptions() > 0) {
+    absl::StrAppend(&out, "priority  ", j.spec().priority(),
+                    j.preemptions() > 0 ? absl::StrCat(" (preempted ", j.preemptions(),
+                                                       j.preemptions() == 1 ? " time)" : " times)")
+                                        : "",
+                    "\n");
+  }
   if (j.spec().max_restarts() > 0 || j.restarts() > 0) {
     absl::StrAppend(&out, "restarts  ", j.restarts(), " of ", j.spec().max_restarts(),
                     j.committed_step() > 0

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "common/job_priority.h"
 #include "common/spec_limits.h"
 
 namespace tessera {
@@ -35,6 +36,7 @@ v1::JobSpec WithDefaults(const v1::JobSpec& in) {
         spec.data().synthetic().task() == v1::SyntheticData::COPY ? 8 : 3);
   }
   if (spec.step_timeout_s() == 0) spec.set_step_timeout_s(kDefaultStepTimeoutSeconds);
+  spec.set_priority(EffectiveJobPriority(spec));
   if (spec.loss_chunk_tokens() == 0) {
     // As many tokens as keep one chunk of bf16 logits within 256 MiB.
     constexpr int64_t kLogitBudgetElements = (int64_t{256} << 20) / 2;

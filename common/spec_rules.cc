@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint_layout.h"
+#include "common/job_priority.h"
 #include "common/spec_limits.h"
 #include "common/status_macros.h"
 #include "google/protobuf/descriptor.h"
@@ -280,6 +281,7 @@ absl::Status ValidateJobSpecFields(const v1::JobSpec& spec) {
   RETURN_IF_ERROR(AtLeast("step_timeout_s", spec.step_timeout_s(), 0));
   RETURN_IF_ERROR(AtLeast("max_restarts", spec.max_restarts(), 0));
   RETURN_IF_ERROR(ValidateMemory(spec.memory(), spec.model().n_layers()));
+  RETURN_IF_ERROR(CheckJobPriority(spec));
   return AtLeast("loss_chunk_tokens", spec.loss_chunk_tokens(), 0);
 }
 

@@ -122,7 +122,8 @@ absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec) {
   job.set_create_time_unix_ms(absl::ToUnixMillis(options_.now()));
   job.set_state(v1::PENDING);
   scheduler_.Enqueue(job.id(), job.spec(), options_.now());
-  job.set_reason(scheduler_.PendingReasons(registry_, options_.now())[job.id()]);
+  job.set_reason(
+      scheduler_.PendingReasons(registry_, options_.now(), RunningJobsLocked())[job.id()]);
   v1::JobEvent event;
   event.mutable_state_change()->set_state(v1::PENDING);
   event.mutable_state_change()->set_reason(job.reason());
@@ -333,14 +334,16 @@ std::vector<v1::WorkerRecord> Coordinator::ListWorkers() {
 }
 
 void Coordinator::RefreshPendingLocked() {
-  for (auto& [id, reason] : scheduler_.PendingReasons(registry_, options_.now())) {
+  for (auto& [id, reason] :
+       scheduler_.PendingReasons(registry_, options_.now(), RunningJobsLocked())) {
     auto it = jobs_.find(id);
     if (it == jobs_.end()) continue;
     JobEntry& entry = *it->second;
-    const std::string full = entry.job.state() == v1::RESTARTING
-                                 ? TruncateUtf8(absl::StrCat(entry.restart_note, "; now ", reason),
-                                                kMaxStoredMessageBytes)
-                                 : reason;
+    const std::string& note =
+        entry.job.state() == v1::RESTARTING ? entry.restart_note : entry.preempted_note;
+    const std::string full =
+        note.empty() ? reason
+                     : TruncateUtf8(absl::StrCat(note, "; now ", reason), kMaxStoredMessageBytes);
     if (full != entry.job.reason()) {
       entry.job.set_reason(full);
       PersistLocked(entry.job);
@@ -359,6 +362,8 @@ void Coordinator::StartJobLocked(JobEntry& entry, const Placement& placement) {
   // A restart's previous attempt has returned; its thread only has to end.
   if (entry.thread.joinable()) entry.thread.join();
   entry.thread_done = false;
+  entry.attempt_started = options_.now();
+  entry.preempted_note.clear();
   job.clear_worker_ids();
   JobAttempt attempt;
   attempt.number = job.restarts();
@@ -471,6 +476,7 @@ void Coordinator::FinishAttemptLocked(JobEntry& entry, const JobOutcome& outcome
   const AttemptOutcome decision = DecideAttemptOutcome(ended);
   if (decision.next == NextAttempt::kNone) {
     SetStateLocked(entry, decision.state, decision.reason);
+    EndPreemptionLocked(entry);
     return;
   }
   if (decision.next == NextAttempt::kPlaceAgain) {
@@ -483,6 +489,7 @@ void Coordinator::FinishAttemptLocked(JobEntry& entry, const JobOutcome& outcome
   entry.restart_note = TruncateUtf8(decision.reason, kMaxStoredMessageBytes);
   SetStateLocked(entry, v1::RESTARTING, decision.reason);
   scheduler_.EnqueueRestart(job.id(), job.spec(), options_.now());
+  EndPreemptionLocked(entry);
   RefreshPendingLocked();
 }
 
@@ -510,10 +517,13 @@ void Coordinator::Tick() {
                          lost.worker_id);
     }
   }
-  for (const Placement& placement : scheduler_.Schedule(registry_, options_.now())) {
+  std::vector<PreemptionDecision> preemptions;
+  for (const Placement& placement :
+       scheduler_.Schedule(registry_, options_.now(), RunningJobsLocked(), &preemptions)) {
     auto it = jobs_.find(placement.job_id);
     if (it != jobs_.end()) StartJobLocked(*it->second, placement);
   }
+  for (const PreemptionDecision& decision : preemptions) PreemptLocked(decision);
   RefreshPendingLocked();
 }
 

@@ -5,8 +5,11 @@
 // (request_limits.h) and so is everything stored from them.
 //
 // A background thread ticks every 100 ms: it sweeps dead workers (failing
-// their jobs), and starts every queued job whose gang is free (backfill with
-// a starvation bound, see scheduler.h).
+// their jobs), and starts every queued job whose gang is free (priorities,
+// backfill with a starvation bound, see scheduler.h); a queued job that
+// does not fit may preempt running jobs of lower priority, which are
+// suspended at a step boundary and queued again to resume by themselves
+// (coordinator_preemption.cc).
 //
 // When an attempt ends, its workers are released: those that acknowledged
 // the Abort are free at once, those that refused the connection are dropped
@@ -118,6 +121,10 @@ class Coordinator {
   absl::StatusOr<v1::Job> ResumeJob(const std::string& job_id);
   // NOT_FOUND for an unknown job, FAILED_PRECONDITION for one not ended.
   absl::Status DeleteJob(const std::string& job_id);
+  // Dry-run placement (coordinator_preemption.cc): validates `spec` as
+  // SubmitJob does and says where it would run now, whom it would preempt,
+  // or what it would wait for (placement_explanation.h). Creates nothing.
+  absl::StatusOr<v1::PlacementExplanation> ExplainPlacement(const v1::JobSpec& spec);
   absl::StatusOr<std::shared_ptr<EventLog>> JobEvents(const std::string& job_id);
   // Where a job's log lines are: for each of `ranks` (empty: every rank) of
   // the job's latest placement, a connection to the worker that holds them.
@@ -165,6 +172,20 @@ class Coordinator {
     // not be reached (it died before its heartbeats stopped); placed again
     // without spending the restart budget, at most kMaxPlacementRetries times.
     int placement_retries = 0;
+    // When the current attempt was placed (victim choice prefers the most
+    // recently started).
+    absl::Time attempt_started;
+    // Preemption (coordinator_preemption.cc): the job whose preemption of
+    // this one is in flight (empty: none), its priority and when it was
+    // decided; and whether a person or a stopping worker also asked this
+    // attempt to suspend, in which case it stays SUSPENDED instead of being
+    // queued again.
+    std::string preempted_by;
+    int preempted_by_priority = 0;
+    absl::Time preemption_decided;
+    bool explicit_suspend = false;
+    // Shown before the scheduler's reason while a preempted job waits.
+    std::string preempted_note;
   };
 
   void SetStateLocked(JobEntry& entry, v1::JobState state, const std::string& reason)
@@ -177,6 +198,15 @@ class Coordinator {
   void SuspendForStoppingWorkerLocked(const std::string& worker_id, v1::HeartbeatResponse* resp)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RefreshPendingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The jobs holding workers, as the scheduler sees them.
+  std::vector<RunningJob> RunningJobsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Asks each victim of `decision` to suspend at its next step boundary and
+  // records the decision as events on both sides.
+  void PreemptLocked(const PreemptionDecision& decision) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An attempt of a job being preempted ended (its state already recorded):
+  // reports the preemption's cost on both sides and, if it was suspended
+  // for the preemption alone, queues it again.
+  void EndPreemptionLocked(JobEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StartJobLocked(JobEntry& entry, const Placement& placement)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // An attempt's runner returned: release its workers, then restart the job

@@ -169,6 +169,13 @@ void Coordinator::RecoverLocked(JobEntry& entry) {
   const int64_t now_ms = absl::ToUnixMillis(options_.now());
   job.clear_worker_ids();
   if (was == v1::PENDING) {
+    // Queued again after a suspend or a preemption: it resumes from the step
+    // it committed, not from checkpoint.resume_from (which would start a
+    // job without one over from step 0).
+    if (job.committed_step() > 0) {
+      entry.resume_step = job.committed_step();
+      entry.resume_known = true;
+    }
     scheduler_.Enqueue(job.id(), job.spec(), options_.now());
     return;
   }

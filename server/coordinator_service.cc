@@ -91,6 +91,16 @@ grpc::Status CoordinatorService::ResumeJob(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+grpc::Status CoordinatorService::ExplainPlacement(grpc::ServerContext* context,
+                                                  const v1::ExplainPlacementRequest* req,
+                                                  v1::PlacementExplanation* resp) {
+  if (grpc::Status s = CallGuard::User(guard_, context); !s.ok()) return s;
+  absl::StatusOr<v1::PlacementExplanation> explanation = core_->ExplainPlacement(req->spec());
+  if (!explanation.ok()) return ToGrpcStatus(explanation.status());
+  *resp = *std::move(explanation);
+  return grpc::Status::OK;
+}
+
 grpc::ServerWriteReactor<v1::JobEvent>* CoordinatorService::WatchJob(
     grpc::CallbackServerContext* context, const v1::WatchJobRequest* req) {
   if (grpc::Status s = CallGuard::User(guard_, context); !s.ok()) {

@@ -45,6 +45,8 @@ class CoordinatorService final
                           v1::Job* resp) override;
   grpc::Status ResumeJob(grpc::ServerContext*, const v1::ResumeJobRequest* req,
                          v1::Job* resp) override;
+  grpc::Status ExplainPlacement(grpc::ServerContext*, const v1::ExplainPlacementRequest* req,
+                                v1::PlacementExplanation* resp) override;
   grpc::ServerWriteReactor<v1::JobEvent>* WatchJob(grpc::CallbackServerContext* context,
                                                    const v1::WatchJobRequest* req) override;
   grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest* req,

@@ -49,6 +49,7 @@ absl::StatusOr<v1::Job> Coordinator::SuspendJob(const std::string& job_id,
   JobEntry& entry = *it->second;
   const std::string why = reason.empty() ? "suspended by user" : reason;
   RETURN_IF_ERROR(RequestBoundaryLocked(entry, /*suspend=*/true, why));
+  entry.explicit_suspend = true;  // stays SUSPENDED even if also being preempted
   // Shown until the attempt ends; the SUSPENDED event carries the outcome.
   entry.job.set_reason(absl::StrCat("suspending at the next step boundary (", why, ")"));
   PersistLocked(entry.job);
@@ -68,6 +69,7 @@ void Coordinator::SuspendForStoppingWorkerLocked(const std::string& worker_id,
     return;
   }
   resp->set_suspending(true);
+  entry.explicit_suspend = true;
   const std::string shown = absl::StrCat("suspending at the next step boundary (", why, ")");
   if (entry.job.reason() != shown) {
     entry.job.set_reason(shown);

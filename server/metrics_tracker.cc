@@ -47,6 +47,14 @@ MetricsTracker::Snapshot MetricsTracker::Sync() {
             ++out.new_checkpoints_skipped;
             continue;
           }
+          if (event.has_preemption()) {
+            const v1::Preemption& p = event.preemption();
+            if (p.stage() == v1::Preemption::WORKERS_FREE && p.preemptor_job_id() != job.id()) {
+              out.new_preemption_free_times_s.push_back(p.seconds_to_free());
+              out.new_preemption_steps_redone += p.steps_redone();
+            }
+            continue;
+          }
           if (!event.has_step()) continue;
           if (cursor.restarting_since_ms > 0) {
             out.new_recovery_times_s.push_back(

@@ -17,6 +17,10 @@
 // the recovery time of each automatic restart (from the RESTARTING
 // transition to the first step the next attempt reports) and each
 // checkpoint's write time (CheckpointCommitted events).
+//
+// Preemption: for each preempted job, the time from the decision to its
+// workers being free and the steps it will run again (the victim's
+// Preemption WORKERS_FREE event; the preemptor's copy is not counted).
 // Thread-compatible: the exporter serialises calls.
 #ifndef TESSERA_SERVER_METRICS_TRACKER_H_
 #define TESSERA_SERVER_METRICS_TRACKER_H_
@@ -67,6 +71,8 @@ class MetricsTracker {
     std::vector<double> new_recovery_times_s;
     std::vector<double> new_checkpoint_writes_s;
     int64_t new_checkpoints_skipped = 0;  // CheckpointSkipped events since the previous Sync
+    std::vector<double> new_preemption_free_times_s;  // decision to the victim's workers free
+    int64_t new_preemption_steps_redone = 0;
     int64_t worker_losses = 0;
     std::map<std::string, double> heartbeat_age_s;  // per registered worker
   };

@@ -143,6 +143,42 @@ TEST(MetricsTrackerTest, RecoveryCheckpointsRestartsLossesAndHeartbeatAges) {
   EXPECT_TRUE(again.new_checkpoint_writes_s.empty());
 }
 
+// A preemption's cost counts once, from the victim's event: the
+// preemptor's copy of it is not a second preemption.
+TEST(MetricsTrackerTest, CountsEachPreemptionOnceFromTheVictimsEvent) {
+  std::vector<v1::Job> jobs(2);
+  jobs[0].set_id("job-1");  // the victim
+  jobs[0].set_state(v1::PENDING);
+  jobs[1].set_id("job-2");  // the preemptor
+  jobs[1].set_state(v1::RUNNING);
+  auto victim = std::make_shared<EventLog>();
+  auto preemptor = std::make_shared<EventLog>();
+  MetricsTracker tracker(MetricsSource{
+      [&]() -> absl::StatusOr<std::vector<v1::Job>> { return jobs; },
+      [] { return std::vector<v1::WorkerRecord>{}; },
+      [&](const std::string& id) -> absl::StatusOr<std::shared_ptr<EventLog>> {
+        return id == "job-1" ? victim : preemptor;
+      }});
+  v1::JobEvent decided;
+  decided.mutable_preemption()->set_stage(v1::Preemption::DECIDED);
+  decided.mutable_preemption()->set_preemptor_job_id("job-2");
+  decided.mutable_preemption()->add_victim_job_ids("job-1");
+  v1::JobEvent freed = decided;
+  freed.mutable_preemption()->set_stage(v1::Preemption::WORKERS_FREE);
+  freed.mutable_preemption()->set_seconds_to_free(2.5);
+  freed.mutable_preemption()->set_steps_redone(3);
+  for (auto* log : {victim.get(), preemptor.get()}) {
+    log->Append(decided, false);
+    log->Append(freed, false);
+  }
+  MetricsTracker::Snapshot s = tracker.Sync();
+  EXPECT_EQ(s.new_preemption_free_times_s, (std::vector<double>{2.5}));
+  EXPECT_EQ(s.new_preemption_steps_redone, 3);
+  MetricsTracker::Snapshot again = tracker.Sync();
+  EXPECT_TRUE(again.new_preemption_free_times_s.empty());
+  EXPECT_EQ(again.new_preemption_steps_redone, 0);
+}
+
 TEST(MetricsTrackerTest, ListAllJobsFollowsPagesAndStopsOnNoProgress) {
   int calls = 0;
   absl::StatusOr<std::vector<v1::Job>> all =

@@ -102,6 +102,19 @@ class CoordinatorCollectable {
                                        "(the job trained on).")
                                  .Register(*registry_)
                                  .Add({})),
+        preemption_free_(prometheus::BuildHistogram()
+                             .Name("tessera_preemption_seconds")
+                             .Help("From a preemption's decision to the preempted job's workers "
+                                   "being free (its boundary, checkpoint and release), per "
+                                   "preempted job.")
+                             .Register(*registry_)
+                             .Add({}, SlowSecondsBuckets())),
+        preemption_steps_redone_(prometheus::BuildCounter()
+                                     .Name("tessera_preemption_steps_redone_total")
+                                     .Help("Steps preempted jobs run again (those after their "
+                                           "newest committed checkpoint).")
+                                     .Register(*registry_)
+                                     .Add({})),
         step_time_(prometheus::BuildHistogram()
                        .Name("tessera_step_duration_seconds")
                        .Help("Slowest rank's compute time per step.")
@@ -176,6 +189,8 @@ class CoordinatorCollectable {
     for (double s : snapshot.new_recovery_times_s) recovery_.Observe(s);
     for (double s : snapshot.new_checkpoint_writes_s) checkpoint_write_.Observe(s);
     checkpoints_skipped_.Increment(static_cast<double>(snapshot.new_checkpoints_skipped));
+    for (double s : snapshot.new_preemption_free_times_s) preemption_free_.Observe(s);
+    preemption_steps_redone_.Increment(static_cast<double>(snapshot.new_preemption_steps_redone));
     for (double s : snapshot.new_step_times_s) step_time_.Observe(s);
     for (double s : snapshot.new_control_overheads_s) overhead_.Observe(s);
     return prometheus::TextSerializer().Serialize(registry_->Collect());
@@ -204,6 +219,8 @@ class CoordinatorCollectable {
   prometheus::Histogram& recovery_;
   prometheus::Histogram& checkpoint_write_;
   prometheus::Counter& checkpoints_skipped_;
+  prometheus::Histogram& preemption_free_;
+  prometheus::Counter& preemption_steps_redone_;
   prometheus::Histogram& step_time_;
   prometheus::Histogram& overhead_;
   std::map<std::string, JobSeries> per_job_ ABSL_GUARDED_BY(mu_);

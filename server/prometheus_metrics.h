@@ -10,6 +10,8 @@
 //   tessera_job_tokens_total{job}            tokens trained per job
 //   tessera_step_duration_seconds            slowest rank's step time (histogram)
 //   tessera_step_control_overhead_seconds    time the coordinator adds per step (histogram)
+//   tessera_preemption_seconds               decision to a preempted job's workers free (histogram)
+//   tessera_preemption_steps_redone_total    steps preempted jobs run again
 //   tessera_build_info{version,api}          always 1
 // The endpoint carries ids and counts only, no job specs or credentials.
 #ifndef TESSERA_SERVER_PROMETHEUS_METRICS_H_

@@ -48,6 +48,8 @@ def main():
     assert value("tessera_job_restarts_total", job=job_id) == 0
     assert value("tessera_worker_losses_total") == 0
     assert value("tessera_recovery_seconds_count") == 0
+    assert value("tessera_preemption_seconds_count") == 0
+    assert value("tessera_preemption_steps_redone_total") == 0
     assert value("tessera_checkpoint_write_seconds_count") == 2
     assert value("tessera_checkpoint_write_seconds_sum") > 0
     ages = [s for s in families["tessera_worker_heartbeat_age_seconds"].samples]
