@@ -85,6 +85,11 @@ int Watch(CoordinatorClient& client, const std::string& job_id, int from_step, b
       progress_shown = false;
       out << "[checkpoint] WARNING: step " << e.checkpoint_skipped().step()
           << " skipped: " << e.checkpoint_skipped().reason() << "\n" << std::flush;
+    } else if (e.has_slow_rank()) {
+      if (progress_shown) out << "\n";
+      progress_shown = false;
+      out << "[slow rank] " << (e.slow_rank().slow() ? "WARNING: " : "")
+          << e.slow_rank().message() << "\n" << std::flush;
     } else if (e.has_worker_error()) {
       if (progress_shown) out << "\n";
       progress_shown = false;

@@ -341,6 +341,27 @@ TEST_F(CliTest, WatchOnATerminalRedrawsInPlaceAndFailedJobExits1) {
   EXPECT_TRUE(absl::StrContains(r.out, "[FAILED] rank 1 lost")) << r.out;
 }
 
+TEST_F(CliTest, WatchPrintsSlowRankWarningsAndClearances) {
+  v1::Job job;
+  job.set_id("job-1");
+  job.mutable_spec()->set_steps(10);
+  job.set_state(v1::SUCCEEDED);
+  std::vector<v1::JobEvent> events(3);
+  events[0].mutable_slow_rank()->set_slow(true);
+  events[0].mutable_slow_rank()->set_severity(v1::WARNING);
+  events[0].mutable_slow_rank()->set_message("rank 1 (worker w-2 at h:2) is 40% slower");
+  events[1].mutable_slow_rank()->set_severity(v1::INFO);
+  events[1].mutable_slow_rank()->set_message("rank 1 (worker w-2 at h:2) is no longer slow");
+  events[2].mutable_state_change()->set_state(v1::SUCCEEDED);
+  server_.AddJob(job, events);
+  Result r = RunTessera({"watch", "job-1", "--coordinator", server_.address()});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_TRUE(absl::StrContains(
+      r.out, "[slow rank] WARNING: rank 1 (worker w-2 at h:2) is 40% slower\n"
+             "[slow rank] rank 1 (worker w-2 at h:2) is no longer slow\n"))
+      << r.out;
+}
+
 TEST_F(CliTest, WatchJsonIsOneEventPerLine) {
   AddFinishedJob("job-1", 7, v1::SUCCEEDED);
   Result r = RunTessera({"watch", "job-1", "--json", "--from-step", "0", "--coordinator",
