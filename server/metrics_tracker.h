@@ -17,6 +17,7 @@
 // the recovery time of each automatic restart (from the RESTARTING
 // transition to the first step the next attempt reports) and each
 // checkpoint's write time (CheckpointCommitted events).
+// Slow ranks: each job's ranks named slow now, read from the job record.
 // Thread-compatible: the exporter serialises calls.
 #ifndef TESSERA_SERVER_METRICS_TRACKER_H_
 #define TESSERA_SERVER_METRICS_TRACKER_H_
@@ -69,6 +70,9 @@ class MetricsTracker {
     int64_t new_checkpoints_skipped = 0;  // CheckpointSkipped events since the previous Sync
     int64_t worker_losses = 0;
     std::map<std::string, double> heartbeat_age_s;  // per registered worker
+    // The ranks named slow now (Job.slow_ranks), by (job, worker): how much
+    // slower than the median rank, as a fraction.
+    std::map<std::pair<std::string, std::string>, double> slow_rank_slowdown;
   };
   Snapshot Sync();
 

@@ -73,6 +73,13 @@ class CoordinatorCollectable {
                          .Help("Peak device memory of a job's fullest rank so far (in use after "
                                "a step), per job.")
                          .Register(*registry_)),
+        slow_rank_slowdown_(prometheus::BuildGauge()
+                                .Name("tessera_slow_rank_slowdown_ratio")
+                                .Help("Ranks named slow now, per job and worker: how much "
+                                      "slower the rank's median compute time per step is than "
+                                      "the median rank's over the window (0.25: 25% slower). "
+                                      "A series exists only while its rank is named.")
+                                .Register(*registry_)),
         heartbeat_age_(prometheus::BuildGauge()
                            .Name("tessera_worker_heartbeat_age_seconds")
                            .Help("Seconds since each registered worker's last heartbeat.")
@@ -158,6 +165,22 @@ class CoordinatorCollectable {
       series.restarts->Increment(
           std::max(0.0, static_cast<double>(counters.restarts) - series.restarts->Value()));
     }
+    for (auto it = slow_ranks_.begin(); it != slow_ranks_.end();) {
+      if (snapshot.slow_rank_slowdown.count(it->first) == 0) {  // cleared: drop its series
+        slow_rank_slowdown_.Remove(it->second);
+        it = slow_ranks_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (const auto& [job_and_worker, slowdown] : snapshot.slow_rank_slowdown) {
+      prometheus::Gauge*& gauge = slow_ranks_[job_and_worker];
+      if (gauge == nullptr) {
+        gauge = &slow_rank_slowdown_.Add(
+            {{"job", job_and_worker.first}, {"worker", job_and_worker.second}});
+      }
+      gauge->Set(slowdown);
+    }
     for (auto it = heartbeat_ages_.begin(); it != heartbeat_ages_.end();) {
       if (snapshot.heartbeat_age_s.count(it->first) == 0) {  // gone from the registry
         heartbeat_age_.Remove(it->second);
@@ -199,6 +222,7 @@ class CoordinatorCollectable {
   prometheus::Family<prometheus::Counter>& repeated_steps_;
   prometheus::Family<prometheus::Counter>& restarts_;
   prometheus::Family<prometheus::Gauge>& peak_memory_;
+  prometheus::Family<prometheus::Gauge>& slow_rank_slowdown_;
   prometheus::Family<prometheus::Gauge>& heartbeat_age_;
   prometheus::Counter& worker_losses_;
   prometheus::Histogram& recovery_;
@@ -208,6 +232,8 @@ class CoordinatorCollectable {
   prometheus::Histogram& overhead_;
   std::map<std::string, JobSeries> per_job_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, prometheus::Gauge*> heartbeat_ages_ ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<std::string, std::string>, prometheus::Gauge*> slow_ranks_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

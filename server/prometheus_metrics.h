@@ -10,6 +10,7 @@
 //   tessera_job_tokens_total{job}            tokens trained per job
 //   tessera_step_duration_seconds            slowest rank's step time (histogram)
 //   tessera_step_control_overhead_seconds    time the coordinator adds per step (histogram)
+//   tessera_slow_rank_slowdown_ratio{job,worker}  a rank named slow: how much slower (gauge)
 //   tessera_build_info{version,api}          always 1
 // The endpoint carries ids and counts only, no job specs or credentials.
 #ifndef TESSERA_SERVER_PROMETHEUS_METRICS_H_
