@@ -70,7 +70,7 @@ ABSL_FLAG(std::string, nccl_env, "",
           "NCCL settings for this worker, KEY=VALUE,... with NCCL_ keys (e.g. "
           "NCCL_IB_HCA=mlx5_0,NCCL_DEBUG=WARN); set before any NCCL call");
 ABSL_FLAG(std::string, failpoints, "",
-          "fault injection for recovery tests, NAME@step=N[,rank=R][,ms=M];... with NAME one of "
+          "fault injection for recovery tests, NAME@step=N[,rank=R][,ms=M][,steps=K];... with NAME one of "
           "exit, hang, fail_collective, corrupt_checkpoint, slow (worker/daemon/failpoints.h); "
           "default: $TESSERA_FAILPOINTS; empty: none");
 ABSL_FLAG(std::string, data_root, "",
