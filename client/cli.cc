@@ -16,6 +16,7 @@
 #include "client/client.h"
 #include "client/job_file.h"
 #include "client/output_format.h"
+#include "common/build_info.h"
 #include "common/checkpoint_size.h"
 #include "common/log_line_format.h"
 #include "common/memory_estimate.h"
@@ -133,6 +134,16 @@ int RunCommand(const ParsedArgs& args, std::ostream& out, std::ostream& err, boo
     return data_command(args, out, err);
   }
   const bool json = args.Has("json");
+  if (args.command == "version") {
+    if (json) {
+      out << "{\"program\":\"tessera\",\"version\":\"" << kTesseraVersion
+          << "\",\"commit\":\"" << BuildCommit() << "\",\"tree\":\"" << BuildTree()
+          << "\"}\n";
+    } else {
+      out << VersionLine("tessera") << "\n";
+    }
+    return kExitOk;
+  }
   absl::StatusOr<ClientOptions> options =
       CliClientOptions(args, [](const char* name) { return std::getenv(name); });
   if (!options.ok()) {

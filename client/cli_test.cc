@@ -16,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "client/fake_coordinator.h"
 #include "client/job_file.h"
+#include "common/build_info.h"
 #include "common/checkpoint_size.h"
 #include "common/memory_estimate.h"
 #include "common/parallelism.h"
@@ -382,6 +383,27 @@ TEST_F(CliTest, CancelPassesTheReason) {
                   server_.address()});
   EXPECT_EQ(r.code, kExitOk) << r.err;
   EXPECT_TRUE(absl::StrContains(r.out, "\"reason\":\"operator request\"")) << r.out;
+}
+
+// `tessera version` and `tessera --version` need no coordinator (the
+// environment's points nowhere) and print the build; the commit's value is
+// whatever this build was stamped with.
+TEST(CliNoServerTest, VersionPrintsTheBuildWithoutACoordinator) {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"version"}, std::vector<std::string>{"--version"},
+        std::vector<std::string>{"version", "--coordinator", "127.0.0.1:1"}}) {
+    Result r = RunTessera(args);
+    EXPECT_EQ(r.code, kExitOk) << r.err;
+    EXPECT_EQ(r.out, VersionLine("tessera") + "\n");
+    EXPECT_TRUE(absl::StartsWith(r.out, absl::StrCat("tessera ", kTesseraVersion, " ("))) << r.out;
+  }
+  Result json = RunTessera({"version", "--json"});
+  EXPECT_EQ(json.code, kExitOk);
+  EXPECT_EQ(json.out, absl::StrCat("{\"program\":\"tessera\",\"version\":\"", kTesseraVersion,
+                                   "\",\"commit\":\"", BuildCommit(), "\",\"tree\":\"",
+                                   BuildTree(), "\"}\n"));
+  EXPECT_EQ(RunTessera({"version", "extra"}).code, kExitUsage);
+  EXPECT_TRUE(absl::StrContains(RunTessera({"--help"}).out, "version\n")) << "listed in help";
 }
 
 TEST(CliNoServerTest, CheckpointSuspendAndResumeHaveHelp) {

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/daemon_usage.h"
 #include "common/data_root.h"
 #include "common/grpc_health.h"
 #include "common/grpc_keepalive.h"
@@ -92,6 +93,8 @@ ABSL_FLAG(std::string, web_listen, "",
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "tessera-coordinator --listen=HOST:PORT --state_dir=DIR: the Tessera coordinator");
+  tessera::ConfigureDaemonUsage("tessera-coordinator",
+                                {"server/coordinator_main.cc", "common/grpc_server_limits.cc"});
   absl::ParseCommandLine(argc, argv);
 
   tessera::BlockShutdownSignals();  // before any thread starts

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/build_info.h"
 #include "common/status_macros.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
@@ -18,7 +19,6 @@
 namespace tessera {
 namespace {
 
-constexpr char kVersion[] = "dev";
 // The Prometheus text exposition format, version 0.0.4.
 constexpr char kTextFormat[] = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -123,7 +123,9 @@ class CoordinatorCollectable {
         .Name("tessera_build_info")
         .Help("Build information; always 1.")
         .Register(*registry_)
-        .Add({{"version", kVersion}, {"api", "tessera.v1"}})
+        .Add({{"version", kTesseraVersion},
+              {"commit", BuildCommit().empty() ? "unknown" : BuildCommit()},
+              {"api", "tessera.v1"}})
         .Set(1);
   }
 

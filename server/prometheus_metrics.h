@@ -11,7 +11,7 @@
 //   tessera_step_duration_seconds            slowest rank's step time (histogram)
 //   tessera_step_control_overhead_seconds    time the coordinator adds per step (histogram)
 //   tessera_slow_rank_slowdown_ratio{job,worker}  a rank named slow: how much slower (gauge)
-//   tessera_build_info{version,api}          always 1
+//   tessera_build_info{version,commit,api}   always 1 (common/build_info.h)
 // The endpoint carries ids and counts only, no job specs or credentials.
 #ifndef TESSERA_SERVER_PROMETHEUS_METRICS_H_
 #define TESSERA_SERVER_PROMETHEUS_METRICS_H_

@@ -29,6 +29,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "common/daemon_usage.h"
 #include "common/data_root.h"
 #include "common/grpc_health.h"
 #include "common/grpc_keepalive.h"
@@ -98,6 +99,8 @@ bool IsWildcard(const std::string& host) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "tessera-worker --coordinator=HOST:PORT --device=cpu|cuda:N: a Tessera worker daemon");
+  tessera::ConfigureDaemonUsage("tessera-worker",
+                                {"worker/tessera_worker_main.cc", "common/grpc_server_limits.cc"});
   absl::ParseCommandLine(argc, argv);
   tessera::BlockShutdownSignals();  // before any thread starts
   tessera::IgnoreBrokenPipeSignals();
