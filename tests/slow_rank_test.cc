@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -201,6 +202,23 @@ TEST_F(SlowRankTest, AnEvenlyLoadedJobNamesNobodyOver500Steps) {
   }
   EXPECT_EQ(steps, 500);
   EXPECT_EQ(Get(id).slow_ranks_size(), 0);
+}
+
+// Out-of-range detection flags stop the coordinator at startup, naming the
+// flag (exit code 2, as for its other bad flags).
+TEST(SlowRankFlags, OutOfRangeValuesAreRefusedNamingTheFlag) {
+  for (const auto& [flag, name] : std::vector<std::pair<std::string, std::string>>{
+           {"--slow_rank_threshold=0", "--slow_rank_threshold"},
+           {"--slow_rank_threshold=nan", "--slow_rank_threshold"},
+           {"--slow_rank_window_steps=2", "--slow_rank_window_steps"}}) {
+    testing::CommandResult r = testing::RunCommand(
+        testing::BinaryPath("server/tessera-coordinator"),
+        {flag, "--listen=127.0.0.1:0", absl::StrCat("--state_dir=", testing::MakeTempDir("flags"))},
+        absl::Seconds(30));
+    EXPECT_EQ(r.exit_code, 2) << flag << ": " << r.output;
+    EXPECT_TRUE(absl::StrContains(r.output, absl::StrCat("tessera-coordinator: ", name, ": must")))
+        << flag << ": " << r.output;
+  }
 }
 
 }  // namespace
