@@ -6,11 +6,16 @@
 // steps and names nobody.
 //
 // Why the numbers hold on a loaded 2-core CI machine: each rank is judged
-// by its median compute time over the window, so steps that the scheduler
-// delayed do not count unless they are most of the window; the test's
-// threshold (50%) is far above what two identical processes differ by; and
-// the slowed rank's 30 ms delay is several times this model's whole step, so
-// it stands out however the machine is loaded.
+// by its compute time less its collective waits (its peer's delay is not
+// its own) and by its median over the window, so steps the scheduler
+// delayed count only when they are most of the window. Even so, two
+// identical CPU processes there were seen to differ by up to 50% (at the
+// default 10% an evenly loaded job was warned about several times: this
+// model's steps take a few milliseconds, the scale of a time slice). So
+// the test's threshold is 400% (a rank 5 times slower than the median
+// rank), and the slowed rank's 150 ms delay is about 30 times this model's
+// compute per step: it stands out however loaded the machine is, and no
+// scheduling noise comes near it.
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -34,7 +39,7 @@ namespace {
 using testing::ChildProcess;
 using testing::LocalCluster;
 
-constexpr int kSlowMs = 30;
+constexpr int kSlowMs = 150;
 constexpr int kWindowSteps = 50;
 
 // A model small enough that 500 steps take seconds on two cores.
@@ -52,7 +57,7 @@ class SlowRankTest : public ::testing::Test {
  protected:
   void SetUp() override {
     auto cluster = LocalCluster::Start(
-        0, {"--metrics_listen=127.0.0.1:0", "--slow_rank_threshold=0.5",
+        0, {"--metrics_listen=127.0.0.1:0", "--slow_rank_threshold=4",
             absl::StrCat("--slow_rank_window_steps=", kWindowSteps)});
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = std::move(*cluster);
@@ -153,7 +158,7 @@ TEST_F(SlowRankTest, ARankSlowedByTheFailpointIsNamedWithin30Seconds) {
   EXPECT_EQ(named.rank().worker_id(), slow);
   EXPECT_TRUE(absl::StartsWith(named.rank().address(), "127.0.0.1:")) << named.rank().address();
   EXPECT_EQ(named.rank().window_steps(), kWindowSteps);
-  EXPECT_GT(named.rank().slowdown(), 0.5);
+  EXPECT_GT(named.rank().slowdown(), 4.0);
   EXPECT_TRUE(absl::StrContains(named.message(), absl::StrCat("worker ", slow, " at 127.0.0.1:")))
       << named.message();
 
