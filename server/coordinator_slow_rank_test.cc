@@ -1,13 +1,19 @@
 // The coordinator keeps a running job's slow ranks on its record, with each
 // worker's address, writes one WARNING event per rank named, and empties the
-// list when the attempt ends.
+// list when the attempt ends, also when that attempt ended with the
+// coordinator itself.
+#include <sys/stat.h>
+
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "common/spec_defaults.h"
 #include "server/coordinator.h"
+#include "server/job_store.h"
 #include "server/fake_worker_connection.h"
 #include "server/tiny_job_spec_for_test.h"
 
@@ -71,6 +77,38 @@ TEST(CoordinatorSlowRanks, TheJobRecordNamesTheSlowRankWhileItRunsAndOneWarningI
                                       "slower than the median rank over the last 5 steps"),
             std::string::npos)
       << changes[0].message();
+}
+
+// A job record stored while a rank was named, by a coordinator that then
+// died: the job is recovered (here it fails, having no checkpoint) without
+// the old attempt's slow ranks.
+TEST(CoordinatorSlowRanks, ARecoveredJobDoesNotKeepTheSlowRanksOfTheAttemptThatDied) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/slow-rank-state";
+  mkdir(dir.c_str(), 0755);
+  {
+    auto store = JobStore::Open(dir + "/coordinator.db");
+    ASSERT_TRUE(store.ok()) << store.status();
+    v1::Job job;
+    job.set_id("job-1");
+    *job.mutable_spec() = WithDefaults(TinyJobSpec(2, 10));
+    job.set_state(v1::RUNNING);
+    job.add_worker_ids("w-1");
+    job.add_worker_ids("w-2");
+    job.add_slow_ranks()->set_rank(1);
+    v1::JobEvent e;
+    e.set_sequence(1);
+    e.mutable_state_change()->set_state(v1::RUNNING);
+    ASSERT_TRUE((*store)->PutJobWithEvent(job, e).ok());
+  }
+  CoordinatorOptions options;
+  options.state_dir = dir;
+  options.start_background_thread = false;
+  options.connect = FakeWorkerConnector(FakeWorkerBehavior());
+  Coordinator core(options);
+  ASSERT_TRUE(core.Start().ok());
+  const v1::Job job = *core.GetJob("job-1");
+  EXPECT_EQ(job.state(), v1::FAILED) << job.reason();
+  EXPECT_EQ(job.slow_ranks_size(), 0);
 }
 
 }  // namespace
