@@ -147,7 +147,8 @@ void JobRunner::OnStepResult(const v1::StepResult& result) {
     }
     if (result.rank() < 0 || result.rank() >= world || p.reported[result.rank()]) return;
     p.reported[result.rank()] = true;
-    // The rank's own work: the rest of its step it waited for its peers.
+    // The rank's own work: its step time less what it waited for its peers
+    // in collectives (a slow peer makes the others wait, not work).
     p.compute_s[result.rank()] =
         std::max(0.0, result.compute_time_s() - result.phases().collective_s());
     v1::StepMetrics& m = p.metrics;
