@@ -12,10 +12,13 @@
 // identical CPU processes there were seen to differ by up to 50% (at the
 // default 10% an evenly loaded job was warned about several times: this
 // model's steps take a few milliseconds, the scale of a time slice). So
-// the test's threshold is 400% (a rank 5 times slower than the median
-// rank), and the slowed rank's 150 ms delay is about 30 times this model's
-// compute per step: it stands out however loaded the machine is, and no
-// scheduling noise comes near it.
+// the test's threshold is 250% (a rank 3.5 times slower than the median
+// rank), and the slowed rank's 150 ms delay is 10 to 30 times this model's
+// compute per step (5 to 15 ms, the more the busier the machine): the
+// slowed rank stays above the threshold unless its peer's compute grows
+// past 60 ms a step, and no scheduling noise seen comes near it. A 30-step
+// window names it in under 11 s even when the whole suite runs beside it
+// (about 350 ms a step then, most of it the coordinator's own bookkeeping).
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -40,7 +43,7 @@ using testing::ChildProcess;
 using testing::LocalCluster;
 
 constexpr int kSlowMs = 150;
-constexpr int kWindowSteps = 50;
+constexpr int kWindowSteps = 30;
 
 // A model small enough that 500 steps take seconds on two cores.
 v1::JobSpec TinyJob(const std::string& name, int steps) {
@@ -57,7 +60,7 @@ class SlowRankTest : public ::testing::Test {
  protected:
   void SetUp() override {
     auto cluster = LocalCluster::Start(
-        0, {"--metrics_listen=127.0.0.1:0", "--slow_rank_threshold=4",
+        0, {"--metrics_listen=127.0.0.1:0", "--slow_rank_threshold=2.5",
             absl::StrCat("--slow_rank_window_steps=", kWindowSteps)});
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = std::move(*cluster);
@@ -158,7 +161,7 @@ TEST_F(SlowRankTest, ARankSlowedByTheFailpointIsNamedWithin30Seconds) {
   EXPECT_EQ(named.rank().worker_id(), slow);
   EXPECT_TRUE(absl::StartsWith(named.rank().address(), "127.0.0.1:")) << named.rank().address();
   EXPECT_EQ(named.rank().window_steps(), kWindowSteps);
-  EXPECT_GT(named.rank().slowdown(), 4.0);
+  EXPECT_GT(named.rank().slowdown(), 2.5);
   EXPECT_TRUE(absl::StrContains(named.message(), absl::StrCat("worker ", slow, " at 127.0.0.1:")))
       << named.message();
 
