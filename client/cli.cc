@@ -17,6 +17,7 @@
 #include "client/job_file.h"
 #include "client/output_format.h"
 #include "client/placement_format.h"
+#include "common/build_info.h"
 #include "common/checkpoint_size.h"
 #include "common/log_line_format.h"
 #include "common/memory_estimate.h"
@@ -115,6 +116,11 @@ int Watch(CoordinatorClient& client, const std::string& job_id, int from_step, b
       if (progress_shown) out << "\n";
       progress_shown = false;
       out << PreemptionLine(e.preemption(), job_id) << "\n" << std::flush;
+    } else if (e.has_slow_rank()) {
+      if (progress_shown) out << "\n";
+      progress_shown = false;
+      out << "[slow rank] " << (e.slow_rank().slow() ? "WARNING: " : "")
+          << e.slow_rank().message() << "\n" << std::flush;
     } else if (e.has_worker_error()) {
       if (progress_shown) out << "\n";
       progress_shown = false;
@@ -158,6 +164,16 @@ int RunCommand(const ParsedArgs& args, std::ostream& out, std::ostream& err, boo
     return data_command(args, out, err);
   }
   const bool json = args.Has("json");
+  if (args.command == "version") {
+    if (json) {
+      out << "{\"program\":\"tessera\",\"version\":\"" << kTesseraVersion
+          << "\",\"commit\":\"" << BuildCommit() << "\",\"tree\":\"" << BuildTree()
+          << "\"}\n";
+    } else {
+      out << VersionLine("tessera") << "\n";
+    }
+    return kExitOk;
+  }
   absl::StatusOr<ClientOptions> options =
       CliClientOptions(args, [](const char* name) { return std::getenv(name); });
   if (!options.ok()) {

@@ -72,6 +72,9 @@ const std::vector<CommandSpec>& Commands() {
        "forget a job that has ended (SUCCEEDED, FAILED or CANCELLED): its record and events", 1,
        1, {}},
       {"workers", "workers", "list registered worker daemons", 0, 0, {}},
+      {"version", "version",
+       "print this program's version and the commit it was built from (also `tessera --version`;\n"
+       "      the daemons take --version too); needs no coordinator", 0, 0, {}},
       {"export",
        "export CHECKPOINT --job FILE --out DIR [--dtype bf16|fp32] [--tokenizer tok.model] "
        "[--format safetensors]",
@@ -159,7 +162,7 @@ absl::StatusOr<ParsedArgs> ParseArgs(const std::vector<std::string>& argv) {
     args.help = true;
     return args;
   }
-  const CommandSpec* command = FindCommand(argv[0]);
+  const CommandSpec* command = FindCommand(argv[0] == "--version" ? "version" : argv[0]);
   if (command == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("unknown command '", argv[0],
                                                    "' (try tessera --help)"));

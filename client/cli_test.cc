@@ -16,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "client/fake_coordinator.h"
 #include "client/job_file.h"
+#include "common/build_info.h"
 #include "common/checkpoint_size.h"
 #include "common/memory_estimate.h"
 #include "common/parallelism.h"
@@ -353,6 +354,27 @@ TEST_F(CliTest, WatchOnATerminalRedrawsInPlaceAndFailedJobExits1) {
   EXPECT_TRUE(absl::StrContains(r.out, "[FAILED] rank 1 lost")) << r.out;
 }
 
+TEST_F(CliTest, WatchPrintsSlowRankWarningsAndClearances) {
+  v1::Job job;
+  job.set_id("job-1");
+  job.mutable_spec()->set_steps(10);
+  job.set_state(v1::SUCCEEDED);
+  std::vector<v1::JobEvent> events(3);
+  events[0].mutable_slow_rank()->set_slow(true);
+  events[0].mutable_slow_rank()->set_severity(v1::WARNING);
+  events[0].mutable_slow_rank()->set_message("rank 1 (worker w-2 at h:2) is 40% slower");
+  events[1].mutable_slow_rank()->set_severity(v1::INFO);
+  events[1].mutable_slow_rank()->set_message("rank 1 (worker w-2 at h:2) is no longer slow");
+  events[2].mutable_state_change()->set_state(v1::SUCCEEDED);
+  server_.AddJob(job, events);
+  Result r = RunTessera({"watch", "job-1", "--coordinator", server_.address()});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_TRUE(absl::StrContains(
+      r.out, "[slow rank] WARNING: rank 1 (worker w-2 at h:2) is 40% slower\n"
+             "[slow rank] rank 1 (worker w-2 at h:2) is no longer slow\n"))
+      << r.out;
+}
+
 TEST_F(CliTest, WatchJsonIsOneEventPerLine) {
   AddFinishedJob("job-1", 7, v1::SUCCEEDED);
   Result r = RunTessera({"watch", "job-1", "--json", "--from-step", "0", "--coordinator",
@@ -373,6 +395,27 @@ TEST_F(CliTest, CancelPassesTheReason) {
                   server_.address()});
   EXPECT_EQ(r.code, kExitOk) << r.err;
   EXPECT_TRUE(absl::StrContains(r.out, "\"reason\":\"operator request\"")) << r.out;
+}
+
+// `tessera version` and `tessera --version` need no coordinator (the
+// environment's points nowhere) and print the build; the commit's value is
+// whatever this build was stamped with.
+TEST(CliNoServerTest, VersionPrintsTheBuildWithoutACoordinator) {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"version"}, std::vector<std::string>{"--version"},
+        std::vector<std::string>{"version", "--coordinator", "127.0.0.1:1"}}) {
+    Result r = RunTessera(args);
+    EXPECT_EQ(r.code, kExitOk) << r.err;
+    EXPECT_EQ(r.out, VersionLine("tessera") + "\n");
+    EXPECT_TRUE(absl::StartsWith(r.out, absl::StrCat("tessera ", kTesseraVersion, " ("))) << r.out;
+  }
+  Result json = RunTessera({"version", "--json"});
+  EXPECT_EQ(json.code, kExitOk);
+  EXPECT_EQ(json.out, absl::StrCat("{\"program\":\"tessera\",\"version\":\"", kTesseraVersion,
+                                   "\",\"commit\":\"", BuildCommit(), "\",\"tree\":\"",
+                                   BuildTree(), "\"}\n"));
+  EXPECT_EQ(RunTessera({"version", "extra"}).code, kExitUsage);
+  EXPECT_TRUE(absl::StrContains(RunTessera({"--help"}).out, "version\n")) << "listed in help";
 }
 
 TEST(CliNoServerTest, CheckpointSuspendAndResumeHaveHelp) {

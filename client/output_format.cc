@@ -154,7 +154,15 @@ std::string FormatJob(const v1::Job& j) {
   for (int i = 0; i < j.worker_ids_size(); ++i) {
     absl::StrAppend(&out, i ? ", " : "", "rank ", i, "=", j.worker_ids(i));
   }
-  absl::StrAppend(&out, j.worker_ids_size() ? "\n" : "-\n", "created   ", Time(j.create_time_unix_ms()),
+  absl::StrAppend(&out, j.worker_ids_size() ? "\n" : "-\n");
+  for (const v1::SlowRank& r : j.slow_ranks()) {
+    absl::StrAppend(&out, absl::StrFormat(
+        "slow      rank %d (worker %s at %s): %.0f%% slower than the median rank, median compute "
+        "%.4f s/step against %.4f s over steps %d-%d\n",
+        r.rank(), r.worker_id(), r.address(), 100 * r.slowdown(), r.rank_compute_s(),
+        r.median_compute_s(), r.step() - r.window_steps() + 1, r.step()));
+  }
+  absl::StrAppend(&out, "created   ", Time(j.create_time_unix_ms()),
                   "\nstarted   ", Time(j.start_time_unix_ms()), "\nended     ",
                   Time(j.end_time_unix_ms()), "\n");
   return out;

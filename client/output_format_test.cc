@@ -166,6 +166,29 @@ TEST(OutputFormat, StatusShowsRestartsAndWorkersShowWhatTheyAreAborting) {
   EXPECT_NE(FormatWorkersTable({orphaned}).find("job-7"), std::string::npos);
 }
 
+TEST(OutputFormat, StatusNamesEachSlowRankWithItsWorkerAddressAndWindow) {
+  v1::Job job;
+  job.set_id("job-8");
+  job.mutable_spec()->set_steps(1000);
+  EXPECT_EQ(FormatJob(job).find("slow"), std::string::npos);
+  v1::SlowRank* r = job.add_slow_ranks();
+  r->set_rank(1);
+  r->set_worker_id("w-2");
+  r->set_address("10.0.0.7:40121");
+  r->set_slowdown(0.35);
+  r->set_rank_compute_s(0.027);
+  r->set_median_compute_s(0.02);
+  r->set_window_steps(50);
+  r->set_step(149);
+  EXPECT_NE(FormatJob(job).find("slow      rank 1 (worker w-2 at 10.0.0.7:40121): 35% slower "
+                                "than the median rank, median compute 0.0270 s/step against "
+                                "0.0200 s over steps 100-149\n"),
+            std::string::npos)
+      << FormatJob(job);
+  EXPECT_NE(ToJsonLine(job).find("\"slow_ranks\":[{\"rank\":1"), std::string::npos)
+      << ToJsonLine(job);
+}
+
 // A commit line: bytes over all ranks, commit time, the slowest writing
 // rank's speed (a replica that wrote nothing is not it), the stall, and
 // the warning when training waited for the previous write. Status shows

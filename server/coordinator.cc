@@ -14,6 +14,7 @@
 #include "server/memory_admission.h"
 #include "server/model_flops.h"
 #include "server/request_limits.h"
+#include "server/slow_rank_event.h"
 #include "server/spec_validation.h"
 
 namespace tessera {
@@ -365,6 +366,7 @@ void Coordinator::StartJobLocked(JobEntry& entry, const Placement& placement) {
   entry.attempt_started = options_.now();
   entry.preempted_note.clear();
   job.clear_worker_ids();
+  job.clear_slow_ranks();
   JobAttempt attempt;
   attempt.number = job.restarts();
   if (entry.resume_known) attempt.resume_step = entry.resume_step;
@@ -431,10 +433,22 @@ void Coordinator::StartJobLocked(JobEntry& entry, const Placement& placement) {
         TruncateUtf8(error.message(), kMaxStoredMessageBytes));
     AppendEventLocked(*jobs_[id], event, false, /*with_record=*/false);
   };
+  callbacks.on_slow_rank = [this, id, workers = placement.worker_ids](
+                              const StragglerChange& change) {
+    absl::MutexLock lock(&mu_);
+    JobEntry& e = *jobs_[id];
+    const std::string& worker = workers[change.rank];
+    const v1::WorkerRecord* record = registry_.Find(worker);
+    v1::JobEvent event;
+    *event.mutable_slow_rank() =
+        MakeSlowRankChange(change, worker, record != nullptr ? record->address() : "");
+    ApplySlowRankChange(event.slow_rank(), e.job);
+    AppendEventLocked(e, event, false, /*with_record=*/true);
+  };
   entry.runner = std::make_shared<JobRunner>(id, job.spec(), placement.worker_ids,
                                              std::move(connections), options_.rendezvous_address,
                                              options_.collective_timeout, std::move(callbacks),
-                                             attempt);
+                                             attempt, options_.slow_ranks);
   std::shared_ptr<JobRunner> runner = entry.runner;
   entry.thread = std::thread([this, id, runner] {
     JobOutcome outcome = runner->Run();
@@ -448,6 +462,7 @@ void Coordinator::StartJobLocked(JobEntry& entry, const Placement& placement) {
 void Coordinator::FinishAttemptLocked(JobEntry& entry, const JobOutcome& outcome) {
   v1::Job& job = entry.job;
   entry.runner.reset();
+  job.clear_slow_ranks();  // they were this attempt's gang's
   // Workers that refused the connection are gone; those that acknowledged
   // the Abort are free; the others stay out of the pool until they report
   // that they hold nothing.

@@ -42,6 +42,13 @@
 // A worker that is stopping (SIGTERM) says so in its heartbeat, and the job
 // it runs is suspended the same way where it can be; the heartbeat's answer
 // tells the worker whether to wait for its Abort.
+//
+// Slow ranks: each attempt's runner names a rank whose compute time per
+// step stays above the median rank's (straggler_detector.h). The job record
+// lists the ranks named now (Job.slow_ranks, with each worker's address),
+// and each naming and clearing is a SlowRankChange job event (WARNING,
+// INFO). When the attempt ends the list is emptied: a restarted or resumed
+// job is judged afresh on its new gang.
 #ifndef TESSERA_SERVER_COORDINATOR_H_
 #define TESSERA_SERVER_COORDINATOR_H_
 
@@ -62,6 +69,7 @@
 #include "server/job_store.h"
 #include "server/rendezvous_table.h"
 #include "server/scheduler.h"
+#include "server/straggler_detector.h"
 #include "server/worker_registry.h"
 
 namespace tessera {
@@ -85,6 +93,9 @@ struct CoordinatorOptions {
   std::function<std::unique_ptr<WorkerConnection>(const std::string& address)> connect;
   // The clock (tests inject one).
   std::function<absl::Time()> now = absl::Now;
+  // When a running job's rank is named slow (straggler_detector.h): its
+  // threshold and window (--slow_rank_threshold, --slow_rank_window_steps).
+  StragglerOptions slow_ranks;
   bool start_background_thread = true;
 };
 

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/daemon_usage.h"
 #include "common/data_root.h"
 #include "common/grpc_health.h"
 #include "common/grpc_keepalive.h"
@@ -32,6 +33,7 @@
 #include "server/metrics_tracker.h"
 #include "server/prometheus_metrics.h"
 #include "server/status_page.h"
+#include "server/straggler_detector.h"
 #include "server/worker_client.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "host:port to serve the API on");
@@ -78,6 +80,12 @@ ABSL_FLAG(int, drain_grace_ms, 0,
           "and probes notice)");
 ABSL_FLAG(std::string, metrics_listen, "",
           "host:port for Prometheus metrics over plain HTTP at /metrics (empty: off)");
+ABSL_FLAG(double, slow_rank_threshold, tessera::StragglerOptions().threshold,
+          "name a rank slow when its median compute time per step (step time less waits on "
+          "collectives) over the window is more than this fraction above the median rank's "
+          "(0.1: 10% slower); in [0.01, 10]");
+ABSL_FLAG(int, slow_rank_window_steps, tessera::StragglerOptions().window_steps,
+          "steps each rank's median compute time covers for slow-rank detection; in [5, 100000]");
 ABSL_FLAG(std::string, web_listen, "",
           "host:port for the status page (jobs, workers, live loss charts) over plain HTTP; "
           "read-only and unauthenticated, so a loopback or trusted address (empty: off)");
@@ -85,6 +93,8 @@ ABSL_FLAG(std::string, web_listen, "",
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "tessera-coordinator --listen=HOST:PORT --state_dir=DIR: the Tessera coordinator");
+  tessera::ConfigureDaemonUsage("tessera-coordinator",
+                                {"server/coordinator_main.cc", "common/grpc_server_limits.cc"});
   absl::ParseCommandLine(argc, argv);
 
   tessera::BlockShutdownSignals();  // before any thread starts
@@ -127,6 +137,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tessera-coordinator: --max_watch_streams: must be >= 1\n");
     return 2;
   }
+  tessera::StragglerOptions slow_ranks;
+  slow_ranks.threshold = absl::GetFlag(FLAGS_slow_rank_threshold);
+  slow_ranks.window_steps = absl::GetFlag(FLAGS_slow_rank_window_steps);
+  if (absl::Status s = tessera::ValidateStragglerOptions(slow_ranks); !s.ok()) {
+    std::fprintf(stderr, "tessera-coordinator: --%s\n", std::string(s.message()).c_str());
+    return 2;
+  }
   std::string advertise = absl::GetFlag(FLAGS_advertise_address);
   if (advertise.empty()) {
     advertise = listen;
@@ -145,6 +162,7 @@ int main(int argc, char** argv) {
   options.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
   options.collective_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_collective_timeout_ms));
   options.starvation_timeout = absl::Seconds(std::max(0, absl::GetFlag(FLAGS_starvation_timeout_s)));
+  options.slow_ranks = slow_ranks;
   // Above the collective timeout (InitCollective waits in a rendezvous) and,
   // by default, above the step watchdog's default: the timeout hierarchy.
   const absl::Duration setup_timeout =

@@ -168,6 +168,7 @@ void Coordinator::RecoverLocked(JobEntry& entry) {
   const v1::JobState was = job.state();
   const int64_t now_ms = absl::ToUnixMillis(options_.now());
   job.clear_worker_ids();
+  job.clear_slow_ranks();  // named in an attempt that ended with the old coordinator
   if (was == v1::PENDING) {
     // Queued again after a suspend or a preemption: it resumes from the step
     // it committed, not from checkpoint.resume_from (which would start a

@@ -53,6 +53,9 @@ struct FakeWorkerBehavior {
   absl::StatusCode abort_code = absl::StatusCode::kOk;
   // Every command fails UNAVAILABLE, as for a worker process that died.
   bool unreachable = false;
+  // Of each step's reported time, this much was spent waiting on
+  // collectives (StepPhases.collective_s).
+  absl::Duration collective_wait = absl::ZeroDuration();
   // GetJobLogs answers these lines (for any job, with this connection's
   // rank, sequence from 1 and times 1 ms apart from time_unix_ms 1000).
   std::vector<std::string> log_messages;
@@ -105,6 +108,7 @@ class FakeWorkerConnection : public WorkerConnection {
       // Phases that name the rank: forward_s is the rank, the rest its time.
       result.mutable_phases()->set_forward_s(rank_);
       result.mutable_phases()->set_backward_s(result.compute_time_s());
+      result.mutable_phases()->set_collective_s(absl::ToDoubleSeconds(behavior_.collective_wait));
       bool evaluated = false;
       {
         absl::MutexLock lock(&mu_);

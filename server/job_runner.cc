@@ -28,7 +28,8 @@ constexpr double kWaitWorthAWarningS = 0.5;
 JobRunner::JobRunner(std::string job_id, v1::JobSpec spec, std::vector<std::string> worker_ids,
                      std::vector<std::unique_ptr<WorkerConnection>> connections,
                      std::string rendezvous_address, absl::Duration collective_timeout,
-                     JobRunnerCallbacks callbacks, JobAttempt attempt)
+                     JobRunnerCallbacks callbacks, JobAttempt attempt,
+                     StragglerOptions straggler)
     : job_id_(std::move(job_id)),
       spec_(std::move(spec)),
       worker_ids_(std::move(worker_ids)),
@@ -41,7 +42,8 @@ JobRunner::JobRunner(std::string job_id, v1::JobSpec spec, std::vector<std::stri
       attempt_(attempt),
       checkpoint_bytes_(EstimateCheckpointSize(spec_).total_bytes),
       free_bytes_(callbacks_.checkpoint_free_bytes ? callbacks_.checkpoint_free_bytes
-                                                   : FreeBytesUnder) {}
+                                                   : FreeBytesUnder),
+      straggler_(static_cast<int>(worker_ids_.size()), straggler) {}
 
 bool JobRunner::stopped() {
   absl::MutexLock lock(&mu_);
@@ -132,15 +134,23 @@ void JobRunner::SkipCheckpoint(int step, int64_t needed, int64_t available,
 
 void JobRunner::OnStepResult(const v1::StepResult& result) {
   v1::StepMetrics done;
+  std::vector<StragglerChange> slow_rank_changes;
   {
     absl::MutexLock lock(&mu_);
     if (result.step() < first_unfinished_step_ || result.step() >= spec_.steps()) return;
     auto it = partial_.try_emplace(result.step()).first;
     Partial& p = it->second;
     const int world = static_cast<int>(connections_.size());
-    if (p.reported.empty()) p.reported.assign(world, false);
+    if (p.reported.empty()) {
+      p.reported.assign(world, false);
+      p.compute_s.assign(world, 0.0);
+    }
     if (result.rank() < 0 || result.rank() >= world || p.reported[result.rank()]) return;
     p.reported[result.rank()] = true;
+    // The rank's own work: its step time less what it waited for its peers
+    // in collectives (a slow peer makes the others wait, not work).
+    p.compute_s[result.rank()] =
+        std::max(0.0, result.compute_time_s() - result.phases().collective_s());
     v1::StepMetrics& m = p.metrics;
     if (p.ranks == 0 || result.rank() == 0) {
       m.set_loss(result.loss());
@@ -179,11 +189,15 @@ void JobRunner::OnStepResult(const v1::StepResult& result) {
     if (m.step_time_s() > 0) m.set_tokens_per_s(static_cast<double>(m.tokens()) / m.step_time_s());
     m.set_attempt(attempt_.number);
     done = m;
+    slow_rank_changes = straggler_.AddStep(result.step(), p.compute_s);
     partial_.erase(it);
     first_unfinished_step_ = std::max(first_unfinished_step_, result.step() + 1);
     ++steps_done_;
   }
   if (callbacks_.on_step) callbacks_.on_step(done);
+  if (callbacks_.on_slow_rank) {
+    for (const StragglerChange& change : slow_rank_changes) callbacks_.on_slow_rank(change);
+  }
 }
 
 absl::Status JobRunner::CheckpointNow() { return RequestBoundary(BoundaryAction::kCheckpoint, ""); }

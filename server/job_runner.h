@@ -21,6 +21,9 @@
 // control-plane overhead of a step is the time between this step's
 // aggregation and the previous one's (or the RunSteps dispatch) minus the
 // slowest rank's compute time: what the coordinator adds on top of compute.
+// Each rank's compute time per step (its step time less its waits on
+// collectives) also goes to a StragglerDetector (straggler_detector.h),
+// one per attempt; the ranks it names or clears go to on_slow_rank.
 //
 // Stop() may be called from any thread (cancel, lost worker, shutdown): the
 // first call wins, every worker gets Abort and in-flight calls are cancelled,
@@ -68,6 +71,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/tessera/v1/coordinator.pb.h"
+#include "server/straggler_detector.h"
 #include "server/worker_connection.h"
 
 namespace tessera {
@@ -84,6 +88,9 @@ struct JobRunnerCallbacks {
   // Free bytes under the checkpoint directory (checkpoint_space.h); unset:
   // FreeBytesUnder. Tests give a small disk.
   std::function<absl::StatusOr<int64_t>(const std::string& path)> checkpoint_free_bytes;
+  // A rank named slow or cleared (straggler_detector.h), after the step's
+  // on_step.
+  std::function<void(const StragglerChange& change)> on_slow_rank;
 };
 
 struct JobOutcome {
@@ -110,7 +117,8 @@ class JobRunner {
   JobRunner(std::string job_id, v1::JobSpec spec, std::vector<std::string> worker_ids,
             std::vector<std::unique_ptr<WorkerConnection>> connections,
             std::string rendezvous_address, absl::Duration collective_timeout,
-            JobRunnerCallbacks callbacks, JobAttempt attempt = {});
+            JobRunnerCallbacks callbacks, JobAttempt attempt = {},
+            StragglerOptions straggler = {});
 
   // Runs the job to its end. Reports STARTING and RUNNING through on_state;
   // the state the attempt ended in (terminal, or SUSPENDED) is the return
@@ -217,6 +225,7 @@ class JobRunner {
   JobOutcome stop_outcome_ ABSL_GUARDED_BY(mu_);
   struct Partial {
     std::vector<bool> reported;  // by rank
+    std::vector<double> compute_s;  // by rank: step time less collective waits
     int ranks = 0;               // how many have
     v1::StepMetrics metrics;
   };
@@ -229,6 +238,7 @@ class JobRunner {
   int first_unfinished_step_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time last_step_done_ ABSL_GUARDED_BY(mu_);
   int64_t steps_done_ ABSL_GUARDED_BY(mu_) = 0;  // progress the watchdog sees
+  StragglerDetector straggler_ ABSL_GUARDED_BY(mu_);
   bool chunk_running_ ABSL_GUARDED_BY(mu_) = false;
   int chunk_end_ ABSL_GUARDED_BY(mu_) = 0;  // the step the running chunk ends at
   BoundaryAction boundary_action_ ABSL_GUARDED_BY(mu_) = BoundaryAction::kNone;

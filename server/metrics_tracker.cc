@@ -78,6 +78,9 @@ MetricsTracker::Snapshot MetricsTracker::Sync() {
         if (batch.events.empty() || batch.closed) break;
       }
     }
+    for (const v1::SlowRank& slow : job.slow_ranks()) {
+      out.slow_rank_slowdown[{job.id(), slow.worker_id()}] = slow.slowdown();
+    }
     cursor.counters.restarts = job.restarts();
     out.jobs[job.id()] = cursor.counters;
     kept[job.id()] = cursor;

@@ -21,6 +21,7 @@
 // Preemption: for each preempted job, the time from the decision to its
 // workers being free and the steps it will run again (the victim's
 // Preemption WORKERS_FREE event; the preemptor's copy is not counted).
+// Slow ranks: each job's ranks named slow now, read from the job record.
 // Thread-compatible: the exporter serialises calls.
 #ifndef TESSERA_SERVER_METRICS_TRACKER_H_
 #define TESSERA_SERVER_METRICS_TRACKER_H_
@@ -75,6 +76,9 @@ class MetricsTracker {
     int64_t new_preemption_steps_redone = 0;
     int64_t worker_losses = 0;
     std::map<std::string, double> heartbeat_age_s;  // per registered worker
+    // The ranks named slow now (Job.slow_ranks), by (job, worker): how much
+    // slower than the median rank, as a fraction.
+    std::map<std::pair<std::string, std::string>, double> slow_rank_slowdown;
   };
   Snapshot Sync();
 

@@ -60,6 +60,27 @@ TEST(MetricsTrackerTest, CountsStepsAndTokensIncrementallyAndForgetsDeletedJobs)
   EXPECT_TRUE(third.new_step_times_s.empty());
 }
 
+TEST(MetricsTrackerTest, SlowRanksNamedNowByJobAndWorker) {
+  std::vector<v1::Job> jobs(2);
+  jobs[0].set_id("job-1");
+  jobs[0].set_state(v1::RUNNING);
+  v1::SlowRank* slow = jobs[0].add_slow_ranks();
+  slow->set_worker_id("w-2");
+  slow->set_slowdown(0.4);
+  jobs[1].set_id("job-2");
+  jobs[1].set_state(v1::RUNNING);
+  auto log = std::make_shared<EventLog>();
+  MetricsTracker tracker(MetricsSource{
+      [&]() -> absl::StatusOr<std::vector<v1::Job>> { return jobs; },
+      [] { return std::vector<v1::WorkerRecord>(); },
+      [&](const std::string&) -> absl::StatusOr<std::shared_ptr<EventLog>> { return log; }});
+  MetricsTracker::Snapshot named = tracker.Sync();
+  ASSERT_EQ(named.slow_rank_slowdown.size(), 1u);
+  EXPECT_DOUBLE_EQ((named.slow_rank_slowdown[{"job-1", "w-2"}]), 0.4);
+  jobs[0].clear_slow_ranks();  // cleared, or the attempt ended
+  EXPECT_TRUE(tracker.Sync().slow_rank_slowdown.empty());
+}
+
 // Steps re-run after an automatic restart used to count again: a job that
 // failed once after step 5 and resumed from its step-3 checkpoint showed
 // more steps than it has. They now count once, and the re-runs separately.

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/build_info.h"
 #include "common/status_macros.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
@@ -18,7 +19,6 @@
 namespace tessera {
 namespace {
 
-constexpr char kVersion[] = "dev";
 // The Prometheus text exposition format, version 0.0.4.
 constexpr char kTextFormat[] = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -73,6 +73,13 @@ class CoordinatorCollectable {
                          .Help("Peak device memory of a job's fullest rank so far (in use after "
                                "a step), per job.")
                          .Register(*registry_)),
+        slow_rank_slowdown_(prometheus::BuildGauge()
+                                .Name("tessera_slow_rank_slowdown_ratio")
+                                .Help("Ranks named slow now, per job and worker: how much "
+                                      "slower the rank's median compute time per step is than "
+                                      "the median rank's over the window (0.25: 25% slower). "
+                                      "A series exists only while its rank is named.")
+                                .Register(*registry_)),
         heartbeat_age_(prometheus::BuildGauge()
                            .Name("tessera_worker_heartbeat_age_seconds")
                            .Help("Seconds since each registered worker's last heartbeat.")
@@ -129,7 +136,9 @@ class CoordinatorCollectable {
         .Name("tessera_build_info")
         .Help("Build information; always 1.")
         .Register(*registry_)
-        .Add({{"version", kVersion}, {"api", "tessera.v1"}})
+        .Add({{"version", kTesseraVersion},
+              {"commit", BuildCommit().empty() ? "unknown" : BuildCommit()},
+              {"api", "tessera.v1"}})
         .Set(1);
   }
 
@@ -170,6 +179,22 @@ class CoordinatorCollectable {
       // A job's restart count only grows (it is persisted with the job).
       series.restarts->Increment(
           std::max(0.0, static_cast<double>(counters.restarts) - series.restarts->Value()));
+    }
+    for (auto it = slow_ranks_.begin(); it != slow_ranks_.end();) {
+      if (snapshot.slow_rank_slowdown.count(it->first) == 0) {  // cleared: drop its series
+        slow_rank_slowdown_.Remove(it->second);
+        it = slow_ranks_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (const auto& [job_and_worker, slowdown] : snapshot.slow_rank_slowdown) {
+      prometheus::Gauge*& gauge = slow_ranks_[job_and_worker];
+      if (gauge == nullptr) {
+        gauge = &slow_rank_slowdown_.Add(
+            {{"job", job_and_worker.first}, {"worker", job_and_worker.second}});
+      }
+      gauge->Set(slowdown);
     }
     for (auto it = heartbeat_ages_.begin(); it != heartbeat_ages_.end();) {
       if (snapshot.heartbeat_age_s.count(it->first) == 0) {  // gone from the registry
@@ -214,6 +239,7 @@ class CoordinatorCollectable {
   prometheus::Family<prometheus::Counter>& repeated_steps_;
   prometheus::Family<prometheus::Counter>& restarts_;
   prometheus::Family<prometheus::Gauge>& peak_memory_;
+  prometheus::Family<prometheus::Gauge>& slow_rank_slowdown_;
   prometheus::Family<prometheus::Gauge>& heartbeat_age_;
   prometheus::Counter& worker_losses_;
   prometheus::Histogram& recovery_;
@@ -225,6 +251,8 @@ class CoordinatorCollectable {
   prometheus::Histogram& overhead_;
   std::map<std::string, JobSeries> per_job_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, prometheus::Gauge*> heartbeat_ages_ ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<std::string, std::string>, prometheus::Gauge*> slow_ranks_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

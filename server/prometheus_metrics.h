@@ -12,7 +12,8 @@
 //   tessera_step_control_overhead_seconds    time the coordinator adds per step (histogram)
 //   tessera_preemption_seconds               decision to a preempted job's workers free (histogram)
 //   tessera_preemption_steps_redone_total    steps preempted jobs run again
-//   tessera_build_info{version,api}          always 1
+//   tessera_slow_rank_slowdown_ratio{job,worker}  a rank named slow: how much slower (gauge)
+//   tessera_build_info{version,commit,api}   always 1 (common/build_info.h)
 // The endpoint carries ids and counts only, no job specs or credentials.
 #ifndef TESSERA_SERVER_PROMETHEUS_METRICS_H_
 #define TESSERA_SERVER_PROMETHEUS_METRICS_H_

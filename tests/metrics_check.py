@@ -7,6 +7,7 @@ age per worker) and build info read what the run did.
 
 Usage: metrics_check.py METRICS_URL JOB_ID STEPS WORKERS
 """
+import re
 import sys
 import urllib.request
 
@@ -56,6 +57,7 @@ def main():
     assert len(ages) == workers and all(0 <= s.value < 30 for s in ages), ages
     build = [s for s in families["tessera_build_info"].samples]
     assert len(build) == 1 and build[0].value == 1 and "version" in build[0].labels, build
+    assert re.fullmatch(r"[0-9a-f]{40,64}|unknown", build[0].labels.get("commit", "")), build
     print("metrics: %d families parse; %s ran %d steps" % (len(families), job_id, steps))
 
 

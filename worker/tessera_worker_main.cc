@@ -29,6 +29,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "common/daemon_usage.h"
 #include "common/data_root.h"
 #include "common/grpc_health.h"
 #include "common/grpc_keepalive.h"
@@ -70,7 +71,7 @@ ABSL_FLAG(std::string, nccl_env, "",
           "NCCL settings for this worker, KEY=VALUE,... with NCCL_ keys (e.g. "
           "NCCL_IB_HCA=mlx5_0,NCCL_DEBUG=WARN); set before any NCCL call");
 ABSL_FLAG(std::string, failpoints, "",
-          "fault injection for recovery tests, NAME@step=N[,rank=R][,ms=M];... with NAME one of "
+          "fault injection for recovery tests, NAME@step=N[,rank=R][,ms=M][,steps=K];... with NAME one of "
           "exit, hang, fail_collective, corrupt_checkpoint, slow (worker/daemon/failpoints.h); "
           "default: $TESSERA_FAILPOINTS; empty: none");
 ABSL_FLAG(std::string, data_root, "",
@@ -98,6 +99,8 @@ bool IsWildcard(const std::string& host) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "tessera-worker --coordinator=HOST:PORT --device=cpu|cuda:N: a Tessera worker daemon");
+  tessera::ConfigureDaemonUsage("tessera-worker",
+                                {"worker/tessera_worker_main.cc", "common/grpc_server_limits.cc"});
   absl::ParseCommandLine(argc, argv);
   tessera::BlockShutdownSignals();  // before any thread starts
   tessera::IgnoreBrokenPipeSignals();

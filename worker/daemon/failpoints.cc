@@ -82,9 +82,9 @@ absl::StatusOr<Failpoint> ParseEntry(int index, absl::string_view entry) {
     }
     const std::string key(pair.substr(0, eq));
     const absl::string_view text = pair.substr(eq + 1);
-    if (key != "rank" && key != "step" && key != "ms") {
+    if (key != "rank" && key != "step" && key != "ms" && key != "steps") {
       return EntryError(index, entry,
-                        absl::StrCat("unknown key \"", key, "\" (known: rank, step, ms)"));
+                        absl::StrCat("unknown key \"", key, "\" (known: rank, step, ms, steps)"));
     }
     if (values.count(key) > 0) {
       return EntryError(index, entry, absl::StrCat("key \"", key, "\" given twice"));
@@ -107,6 +107,13 @@ absl::StatusOr<Failpoint> ParseEntry(int index, absl::string_view entry) {
   if (!slow && values.count("ms") > 0) {
     return EntryError(index, entry, absl::StrCat("ms: only slow takes it, not ", name));
   }
+  if (!slow && values.count("steps") > 0) {
+    return EntryError(index, entry, absl::StrCat("steps: only slow takes it, not ", name));
+  }
+  if (values.count("steps") > 0) {
+    failpoint.steps = values["steps"];
+    if (failpoint.steps < 1) return EntryError(index, entry, "steps: must be >= 1 (got 0)");
+  }
   if (slow) {
     failpoint.ms = values["ms"];
     if (failpoint.ms < 1 || failpoint.ms > kMaxSlowMs) {
@@ -125,6 +132,7 @@ std::string Failpoint::ToString() const {
   if (rank >= 0) absl::StrAppend(&out, "rank=", rank, ",");
   absl::StrAppend(&out, "step=", step);
   if (action == FailpointAction::kSlow) absl::StrAppend(&out, ",ms=", ms);
+  if (steps > 1) absl::StrAppend(&out, ",steps=", steps);
   return out;
 }
 
@@ -154,9 +162,11 @@ std::optional<Failpoint> Failpoints::Take(int rank, int step, bool checkpoint) {
   absl::MutexLock lock(&mu_);
   for (size_t i = 0; i < armed_.size(); ++i) {
     const Failpoint& f = armed_[i];
-    if (fired_[i] || f.step != step || (f.rank >= 0 && f.rank != rank)) continue;
+    // Both are at most 999999999, so the sum fits an int.
+    const bool in_range = step >= f.step && step < f.step + f.steps;
+    if (!in_range || step <= fired_through_[i] || (f.rank >= 0 && f.rank != rank)) continue;
     if ((f.action == FailpointAction::kCorruptCheckpoint) != checkpoint) continue;
-    fired_[i] = true;
+    fired_through_[i] = step;
     return f;
   }
   return std::nullopt;

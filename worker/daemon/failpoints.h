@@ -15,10 +15,16 @@
 //                                 step 10, one byte of its state file flips;
 //                                 restoring that step is then DATA_LOSS
 //   slow@rank=0,step=3,ms=200     step 3 starts 200 ms late (abortable)
+//   slow@rank=1,step=0,ms=20,steps=1000
+//                                 steps 0 to 999 each start 20 ms late: a
+//                                 steadily slow rank
 // `step` (required) is the 0-based step about to run, or for
 // corrupt_checkpoint the checkpoint's step. `rank` is optional (absent: any
-// rank). `ms` is required by slow and refused elsewhere. Each failpoint
-// fires at most once per process, so a job restarted from a checkpoint on
+// rank). `ms` is required by slow and refused elsewhere; `steps` (default 1)
+// is slow's alone. The delay counts as the rank's own step time (host time
+// in its step report), as a slow host's would, so the coordinator sees the
+// rank as slow rather than its peers waiting for it. Each failpoint fires at
+// most once per step and process, so a job restarted from a checkpoint on
 // the same worker gets past it. Parsing is strict: an unknown name or key, a
 // missing or repeated key, or a malformed number is INVALID_ARGUMENT naming
 // the entry, and the daemon refuses to start.
@@ -43,8 +49,10 @@ struct Failpoint {
   int rank = -1;  // -1: any rank
   int step = 0;
   int ms = 0;  // slow only
+  int steps = 1;  // slow only: steps [step, step + steps) are slowed
 
-  // The entry as the spec would write it, e.g. "slow@rank=0,step=3,ms=200".
+  // The entry as the spec would write it, e.g. "slow@rank=0,step=3,ms=200"
+  // (",steps=N" when N > 1).
   std::string ToString() const;
 };
 
@@ -56,15 +64,16 @@ class Failpoints {
   static absl::StatusOr<std::vector<Failpoint>> Parse(absl::string_view spec);
 
   explicit Failpoints(std::vector<Failpoint> armed)
-      : armed_(std::move(armed)), fired_(armed_.size(), false) {}
+      : armed_(std::move(armed)), fired_through_(armed_.size(), -1) {}
 
   bool empty() const { return armed_.empty(); }
   // Every armed entry, joined by ';' (what the daemon logs at startup).
   std::string ToString() const;
 
-  // The first armed, not yet fired failpoint matching `rank` and `step`
-  // whose action runs before a step (every action but corrupt_checkpoint);
-  // marks it fired. Thread-safe.
+  // The first armed failpoint matching `rank` and `step` (within its steps)
+  // not yet fired for this step or a later one, whose action runs before a
+  // step (every action but corrupt_checkpoint); marks it fired through
+  // `step`. Thread-safe.
   std::optional<Failpoint> TakeBeforeStep(int rank, int step);
   // The armed, not yet fired corrupt_checkpoint for `rank` and `step`.
   std::optional<Failpoint> TakeAfterCheckpoint(int rank, int step);
@@ -74,7 +83,8 @@ class Failpoints {
 
   const std::vector<Failpoint> armed_;
   absl::Mutex mu_;
-  std::vector<bool> fired_ ABSL_GUARDED_BY(mu_);
+  // Per entry, the last step it fired for (-1: none yet).
+  std::vector<int> fired_through_ ABSL_GUARDED_BY(mu_);
 };
 
 // The exit action: writes "tessera-worker: failpoint <entry> fired: killing

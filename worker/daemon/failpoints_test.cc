@@ -84,6 +84,9 @@ TEST(Failpoints, MalformedEntriesAreRefusedNamingTheEntryAndTheReason) {
       {"exit@step=1,ms=5", "ms: only slow takes it, not exit"},
       {"slow@step=1", "ms: slow needs it"},
       {"slow@step=1,ms=0", "ms: must be in [1, 600000] (got 0)"},
+      {"slow@step=1,ms=5,steps=0", "steps: must be >= 1 (got 0)"},
+      {"hang@step=1,steps=5", "steps: only slow takes it, not hang"},
+      {"slow@step=1,ms=5,steps=2,steps=3", "key \"steps\" given twice"},
       {"exit@step=1;;hang@step=2", "entry 2 \"\": empty entry"},
       {"exit@step=1;", "entry 2 \"\": empty entry"},
       {"exit@step=1,", "\"\" is not key=value"},
@@ -117,6 +120,26 @@ TEST(Failpoints, MatchesRankAndStepAndFiresOnce) {
   ASSERT_TRUE(corrupt.has_value());
   EXPECT_EQ(corrupt->action, FailpointAction::kCorruptCheckpoint);
   EXPECT_FALSE(failpoints.TakeAfterCheckpoint(0, 4).has_value());
+}
+
+TEST(Failpoints, ASlowRangeDelaysEachOfItsStepsOnceAndNoOther) {
+  absl::StatusOr<std::vector<Failpoint>> parsed =
+      Failpoints::Parse("slow@rank=1,step=10,ms=20,steps=3");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ((*parsed)[0].steps, 3);
+  Failpoints failpoints(*parsed);
+  EXPECT_EQ(failpoints.ToString(), "slow@rank=1,step=10,ms=20,steps=3");
+  EXPECT_FALSE(failpoints.TakeBeforeStep(1, 9).has_value());
+  EXPECT_FALSE(failpoints.TakeBeforeStep(0, 10).has_value());  // another rank
+  for (int step = 10; step < 13; ++step) {
+    std::optional<Failpoint> fired = failpoints.TakeBeforeStep(1, step);
+    ASSERT_TRUE(fired.has_value()) << step;
+    EXPECT_EQ(fired->ms, 20);
+    EXPECT_FALSE(failpoints.TakeBeforeStep(1, step).has_value()) << step;  // once per step
+  }
+  EXPECT_FALSE(failpoints.TakeBeforeStep(1, 13).has_value());
+  // Steps run again (a restart from a checkpoint in this process) are not slowed again.
+  EXPECT_FALSE(failpoints.TakeBeforeStep(1, 11).has_value());
 }
 
 TEST(Failpoints, FlipOneByteChangesExactlyTheMiddleByte) {

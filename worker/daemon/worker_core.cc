@@ -285,8 +285,9 @@ absl::Status WorkerCore::RunSteps(const std::string& job_id, int first_step, int
       if (chunk_limit_ >= 0 && step >= chunk_limit_) break;  // ended early: OK
       steps_begun_ = step + 1;
     }
+    absl::Duration slowed = absl::ZeroDuration();
     if (failpoints_ != nullptr) {
-      status = FireFailpointBeforeStep(step);
+      status = FireFailpointBeforeStep(step, &slowed);
       if (!status.ok()) break;
     }
     {
@@ -299,6 +300,10 @@ absl::Status WorkerCore::RunSteps(const std::string& job_id, int first_step, int
       status = report.status();
       break;
     }
+    // A slow failpoint stands for a slow host: its delay is this rank's own
+    // step time (host time), not time its peers appear to take.
+    report->compute_time_s += absl::ToDoubleSeconds(slowed);
+    report->phases.host_s += absl::ToDoubleSeconds(slowed);
     {
       absl::MutexLock lock(&mu_);
       next_step_ = step + 1;
@@ -492,19 +497,24 @@ absl::StatusOr<CheckpointWritten> WorkerCore::AwaitCheckpoint(const std::string&
   return written;
 }
 
-absl::Status WorkerCore::FireFailpointBeforeStep(int step) {
+absl::Status WorkerCore::FireFailpointBeforeStep(int step, absl::Duration* slowed) {
   const int rank = this->rank();
   std::optional<Failpoint> failpoint = failpoints_->TakeBeforeStep(rank, step);
   if (!failpoint.has_value()) return absl::OkStatus();
   if (failpoint->action == FailpointAction::kExit) KillThisProcessForFailpoint(*failpoint);
-  std::fprintf(stderr, "tessera-worker: failpoint %s fired\n", failpoint->ToString().c_str());
-  std::fflush(stderr);
-  std::string job_id;
-  {
-    absl::MutexLock lock(&mu_);
-    job_id = job_id_;
+  // A slow range says so once, at its first step.
+  if (step == failpoint->step) {
+    std::fprintf(stderr, "tessera-worker: failpoint %s fired\n", failpoint->ToString().c_str());
+    std::fflush(stderr);
+    std::string job_id;
+    {
+      absl::MutexLock lock(&mu_);
+      job_id = job_id_;
+    }
+    Log(v1::WARNING, job_id, rank, step,
+        absl::StrCat("failpoint ", failpoint->ToString(), " fired"));
   }
-  Log(v1::WARNING, job_id, rank, step, absl::StrCat("failpoint ", failpoint->ToString(), " fired"));
+  const absl::Time started = absl::Now();
   absl::MutexLock lock(&mu_);
   switch (failpoint->action) {
     case FailpointAction::kFailCollective:
@@ -516,6 +526,7 @@ absl::Status WorkerCore::FireFailpointBeforeStep(int step) {
       break;
     case FailpointAction::kSlow:
       mu_.AwaitWithTimeout(absl::Condition(&aborting_), absl::Milliseconds(failpoint->ms));
+      *slowed = absl::Now() - started;
       break;
     default:
       break;

@@ -132,8 +132,9 @@ class WorkerCore {
   // Forgets the job: back to idle, ready for the next SetupJob.
   void ClearJobLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fires the failpoint armed for this rank before `step`, if any: ABORTED
-  // for fail_collective; waits (until aborted) for hang and slow.
-  absl::Status FireFailpointBeforeStep(int step) ABSL_LOCKS_EXCLUDED(mu_);
+  // for fail_collective; waits (until aborted) for hang and slow. `slowed`:
+  // how long a slow failpoint held the step (zero otherwise).
+  absl::Status FireFailpointBeforeStep(int step, absl::Duration* slowed) ABSL_LOCKS_EXCLUDED(mu_);
   // Fires corrupt_checkpoint for the checkpoint of `step` under `dir`.
   void FireFailpointAfterCheckpoint(int step, const std::string& dir) ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -89,6 +89,28 @@ TEST(WorkerCoreFailpoints, SlowDelaysItsStep) {
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(300));
 }
 
+// A slow range holds each of its steps, and the delay is the rank's own
+// step time (host time), so the coordinator sees this rank as the slow one.
+TEST(WorkerCoreFailpoints, ASlowRangeAddsItsDelayToTheRanksOwnStepTime) {
+  std::unique_ptr<Failpoints> failpoints = Arm("slow@rank=0,step=1,ms=40,steps=2");
+  WorkerCore core(Factory());
+  core.set_failpoints(failpoints.get());
+  StartJob(core, 0);
+  std::vector<StepReport> reports;
+  ASSERT_TRUE(core.RunSteps(kJob, 0, 4, [&](const StepReport& r) { reports.push_back(r); }).ok());
+  ASSERT_EQ(reports.size(), 4u);
+  const double fake_step_s = 0.005;  // FakeTrainer's reported step time
+  for (int step : {0, 3}) {
+    EXPECT_DOUBLE_EQ(reports[step].compute_time_s, fake_step_s) << step;
+    EXPECT_DOUBLE_EQ(reports[step].phases.host_s, 0.0) << step;
+  }
+  for (int step : {1, 2}) {
+    EXPECT_GE(reports[step].compute_time_s, fake_step_s + 0.040) << step;
+    EXPECT_GE(reports[step].phases.host_s, 0.040) << step;
+    EXPECT_NEAR(reports[step].compute_time_s - reports[step].phases.host_s, fake_step_s, 1e-9);
+  }
+}
+
 TEST(WorkerCoreFailpoints, HangHoldsTheStepUntilTheJobIsAborted) {
   std::unique_ptr<Failpoints> failpoints = Arm("hang@step=2");
   WorkerCore core(Factory());
