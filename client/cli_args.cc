@@ -43,8 +43,11 @@ const std::vector<CommandSpec>& Commands() {
        "submit the job in a YAML or JSON job file (field names as in JobSpec)", 1, 1,
        {{"watch", false, "then watch the job until it ends (exit code follows its final state)"},
         {"dry-run", false, "only check the file and print the JobSpec it gives (YAML; JSON with --json)"}}},
-      {"jobs", "jobs [--state STATE]", "list jobs, newest first", 0, 0,
-       {{"state", true, "only jobs in this state (PENDING, RUNNING, SUCCEEDED, ...)"}}},
+      {"jobs", "jobs [--state STATE] [--mine | --owner USER]",
+       "list jobs, newest first, with their owners", 0, 0,
+       {{"state", true, "only jobs in this state (PENDING, RUNNING, SUCCEEDED, ...)"},
+        {"mine", false, "only jobs submitted with this token's user"},
+        {"owner", true, "only jobs of this user"}}},
       {"status", "status ID", "show one job", 1, 1, {}},
       {"watch", "watch ID [--from-step N]",
        "follow a job to its end: a live progress bar (step, loss, tokens/s, ETA) on a terminal,\n"
