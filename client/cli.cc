@@ -101,7 +101,9 @@ int Watch(CoordinatorClient& client, const std::string& job_id, int from_step, b
       if (progress_shown) out << "\n";
       progress_shown = false;
       out << "[" << v1::JobState_Name(e.state_change().state()) << "]"
-          << (e.state_change().reason().empty() ? "" : " " + e.state_change().reason()) << "\n"
+          << (e.state_change().reason().empty() ? "" : " " + e.state_change().reason())
+          << (e.state_change().actor().empty() ? "" : " (by " + e.state_change().actor() + ")")
+          << "\n"
           << std::flush;
     } else if (e.has_checkpoint()) {
       if (progress_shown) out << "\n";
@@ -246,7 +248,15 @@ int RunCommand(const ParsedArgs& args, std::ostream& out, std::ostream& err, boo
       }
       states.push_back(state);
     }
-    absl::StatusOr<std::vector<v1::Job>> jobs = client.ListJobs(states);
+    if (args.Has("mine") && args.Has("owner")) {
+      err << "tessera: --mine and --owner: give one\n";
+      return kExitUsage;
+    }
+    CoordinatorClient::JobFilter filter;
+    filter.states = states;
+    filter.owner = args.Get("owner");
+    filter.only_mine = args.Has("mine");
+    absl::StatusOr<std::vector<v1::Job>> jobs = client.ListJobsMatching(filter);
     if (!jobs.ok()) return Fail(jobs.status(), err);
     if (json) {
       v1::ListJobsResponse all;

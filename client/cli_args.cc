@@ -46,8 +46,11 @@ const std::vector<CommandSpec>& Commands() {
          "only check the file and print the JobSpec it gives (YAML; JSON with --json), each\n"
          "                        rank's memory and, with --coordinator or $TESSERA_COORDINATOR, where the\n"
          "                        job would run now, whom it would preempt or what it would wait for"}}},
-      {"jobs", "jobs [--state STATE]", "list jobs, newest first", 0, 0,
-       {{"state", true, "only jobs in this state (PENDING, RUNNING, SUCCEEDED, ...)"}}},
+      {"jobs", "jobs [--state STATE] [--mine | --owner USER]",
+       "list jobs, newest first, with their owners", 0, 0,
+       {{"state", true, "only jobs in this state (PENDING, RUNNING, SUCCEEDED, ...)"},
+        {"mine", false, "only jobs submitted with this token's user"},
+        {"owner", true, "only jobs of this user"}}},
       {"status", "status ID", "show one job", 1, 1, {}},
       {"watch", "watch ID [--from-step N]",
        "follow a job to its end: a live progress bar (step, loss, tokens/s, ETA) on a terminal,\n"

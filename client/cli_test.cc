@@ -292,6 +292,41 @@ TEST_F(CliTest, TablesAndJsonOutput) {
   EXPECT_EQ(RunTessera({"jobs", "--state", "SLEEPING", "--coordinator", addr}).code, kExitUsage);
 }
 
+TEST_F(CliTest, JobsShowOwnersAndFilterByOwner) {
+  v1::Job alices;
+  alices.set_id("job-1");
+  alices.set_owner("alice");
+  alices.set_state(v1::CANCELLED);
+  alices.set_reason("cancelled by ops");
+  std::vector<v1::JobEvent> events(2);
+  events[0].mutable_state_change()->set_state(v1::PENDING);
+  events[0].mutable_state_change()->set_actor("alice");
+  events[1].mutable_state_change()->set_state(v1::CANCELLED);
+  events[1].mutable_state_change()->set_reason("cancelled by ops");
+  events[1].mutable_state_change()->set_actor("ops");
+  server_.AddJob(alices, events);
+  AddRunningJob("job-2", 3);  // no owner
+  const std::string addr = server_.address();
+
+  Result all = RunTessera({"jobs", "--coordinator", addr});
+  ASSERT_EQ(all.code, kExitOk) << all.err;
+  EXPECT_TRUE(absl::StrContains(all.out, "OWNER")) << all.out;
+  EXPECT_TRUE(absl::StrContains(all.out, "alice")) << all.out;
+  EXPECT_TRUE(absl::StrContains(all.out, "job-2")) << all.out;
+  Result only_alice = RunTessera({"jobs", "--owner", "alice", "--coordinator", addr});
+  ASSERT_EQ(only_alice.code, kExitOk) << only_alice.err;
+  EXPECT_TRUE(absl::StrContains(only_alice.out, "job-1")) << only_alice.out;
+  EXPECT_FALSE(absl::StrContains(only_alice.out, "job-2")) << only_alice.out;
+  EXPECT_EQ(RunTessera({"jobs", "--mine", "--owner", "alice", "--coordinator", addr}).code,
+            kExitUsage);
+
+  Result status = RunTessera({"status", "job-1", "--coordinator", addr});
+  EXPECT_TRUE(absl::StrContains(status.out, "owner     alice")) << status.out;
+  Result watch = RunTessera({"watch", "job-1", "--coordinator", addr});
+  EXPECT_TRUE(absl::StrContains(watch.out, "[PENDING] (by alice)")) << watch.out;
+  EXPECT_TRUE(absl::StrContains(watch.out, "[CANCELLED] cancelled by ops (by ops)")) << watch.out;
+}
+
 TEST_F(CliTest, JobsListsEveryPage) {
   for (int i = 1; i <= 230; ++i) AddFinishedJob(absl::StrCat("job-", i), 2, v1::SUCCEEDED);
   const std::string addr = server_.address();

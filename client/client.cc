@@ -215,8 +215,17 @@ absl::StatusOr<v1::Job> CoordinatorClient::GetJob(const std::string& job_id) {
 
 absl::StatusOr<v1::ListJobsResponse> CoordinatorClient::ListJobsPage(
     const std::vector<v1::JobState>& states, int page_size, const std::string& page_token) {
+  JobFilter filter;
+  filter.states = states;
+  return ListJobsPageMatching(filter, page_size, page_token);
+}
+
+absl::StatusOr<v1::ListJobsResponse> CoordinatorClient::ListJobsPageMatching(
+    const JobFilter& filter, int page_size, const std::string& page_token) {
   v1::ListJobsRequest request;
-  for (v1::JobState s : states) request.add_states(s);
+  for (v1::JobState s : filter.states) request.add_states(s);
+  request.set_owner(filter.owner);
+  request.set_only_mine(filter.only_mine);
   request.set_page_size(page_size);
   request.set_page_token(page_token);
   v1::ListJobsResponse response;
@@ -230,10 +239,16 @@ absl::StatusOr<v1::ListJobsResponse> CoordinatorClient::ListJobsPage(
 
 absl::StatusOr<std::vector<v1::Job>> CoordinatorClient::ListJobs(
     const std::vector<v1::JobState>& states) {
+  JobFilter filter;
+  filter.states = states;
+  return ListJobsMatching(filter);
+}
+
+absl::StatusOr<std::vector<v1::Job>> CoordinatorClient::ListJobsMatching(const JobFilter& filter) {
   std::vector<v1::Job> jobs;
   std::string token;
   do {
-    ASSIGN_OR_RETURN(const v1::ListJobsResponse page, ListJobsPage(states, 0, token));
+    ASSIGN_OR_RETURN(const v1::ListJobsResponse page, ListJobsPageMatching(filter, 0, token));
     // An empty page that is not the last, or a token handed back unchanged,
     // would never end the loop.
     if (!page.next_page_token().empty() &&

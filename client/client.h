@@ -70,12 +70,22 @@ class CoordinatorClient {
   absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec);
   // NOT_FOUND for an unknown id.
   absl::StatusOr<v1::Job> GetJob(const std::string& job_id);
+  // Which jobs ListJobs returns (ListJobsRequest in coordinator.proto).
+  struct JobFilter {
+    std::vector<v1::JobState> states;  // empty: every state
+    std::string owner;                 // empty: every user's
+    bool only_mine = false;            // only the caller's (overrides owner)
+  };
   // Every job, newest first, following the coordinator's pages until the
   // last; empty `states` means every state.
   absl::StatusOr<std::vector<v1::Job>> ListJobs(const std::vector<v1::JobState>& states = {});
+  absl::StatusOr<std::vector<v1::Job>> ListJobsMatching(const JobFilter& filter);
   // One page (see ListJobsRequest in coordinator.proto).
   absl::StatusOr<v1::ListJobsResponse> ListJobsPage(const std::vector<v1::JobState>& states,
                                                     int page_size, const std::string& page_token);
+  absl::StatusOr<v1::ListJobsResponse> ListJobsPageMatching(const JobFilter& filter,
+                                                            int page_size,
+                                                            const std::string& page_token);
   // FAILED_PRECONDITION if the job already ended.
   absl::StatusOr<v1::Job> CancelJob(const std::string& job_id, const std::string& reason = "");
   // NOT_FOUND for an unknown job; FAILED_PRECONDITION if it has not ended.

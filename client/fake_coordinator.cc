@@ -143,6 +143,7 @@ grpc::Status FakeCoordinator::ListJobs(grpc::ServerContext*, const v1::ListJobsR
     if (job == jobs_.end()) continue;  // deleted
     bool wanted = request->states().empty();
     for (int s : request->states()) wanted = wanted || s == job->second.state();
+    if (!request->owner().empty() && job->second.owner() != request->owner()) wanted = false;
     if (!wanted || index++ < offset) continue;
     if (response->jobs_size() == page_size) {
       response->set_next_page_token(absl::StrCat(index - 1));

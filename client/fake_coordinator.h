@@ -2,7 +2,7 @@
 // client and CLI tests: it can fail the next calls with given statuses,
 // answer slowly, and end a watch stream early, and it records what it was
 // asked. ListJobs pages like the real coordinator (default page size 100,
-// offset tokens); DeleteJob forgets a terminal job. CheckpointJob and
+// offset tokens) and filters by state and owner; DeleteJob forgets a terminal job. CheckpointJob and
 // SuspendJob act at once on a RUNNING job (committed_step becomes
 // steps_done; SUSPENDED), ResumeJob queues a SUSPENDED one (PENDING), each
 // FAILED_PRECONDITION otherwise. ExplainPlacement answers what the test set.

@@ -76,20 +76,22 @@ std::string ValidationLine(const std::string& label, const v1::StepMetrics& m) {
 }  // namespace
 
 std::string FormatJobsTable(const std::vector<v1::Job>& jobs) {
-  std::string out = absl::StrFormat("%-10s %-20s %-10s %11s %10s  %s\n", "ID", "NAME", "STATE",
-                                    "STEPS", "LOSS", "REASON");
+  std::string out = absl::StrFormat("%-10s %-20s %-12s %-10s %11s %10s  %s\n", "ID", "NAME",
+                                    "OWNER", "STATE", "STEPS", "LOSS", "REASON");
   for (const v1::Job& j : jobs) {
     std::string steps = absl::StrCat(j.steps_done(), "/", j.spec().steps());
     std::string loss = j.steps_done() > 0 ? absl::StrFormat("%.4f", j.last_metrics().loss()) : "-";
-    absl::StrAppend(&out, absl::StrFormat("%-10s %-20s %-10s %11s %10s  %s\n", j.id(),
-                                          j.spec().name().substr(0, 20), v1::JobState_Name(j.state()),
-                                          steps, loss, j.reason()));
+    const std::string owner = j.owner().empty() ? "-" : j.owner();
+    absl::StrAppend(&out, absl::StrFormat("%-10s %-20s %-12s %-10s %11s %10s  %s\n", j.id(),
+                                          j.spec().name().substr(0, 20), owner,
+                                          v1::JobState_Name(j.state()), steps, loss, j.reason()));
   }
   return out;
 }
 
 std::string FormatJob(const v1::Job& j) {
   std::string out = absl::StrCat("job       ", j.id(), "  ", j.spec().name(), "\n",
+                                 "owner     ", j.owner().empty() ? "-" : j.owner(), "\n",
                                  "state     ", v1::JobState_Name(j.state()), "\n",
                                  "reason    ", j.reason(), "\n",
                                  "steps     ", j.steps_done(), "/", j.spec().steps(), "\n");

@@ -22,17 +22,41 @@ const char* ApiOf(Role role) {
                              : "the worker API (WorkerRegistry, Rendezvous, WorkerService)";
 }
 
+std::vector<UserToken> Unnamed(const std::vector<std::string>& tokens) {
+  std::vector<UserToken> out;
+  for (const std::string& t : tokens) out.push_back(UserToken{LegacyTokenUser(t), true, t});
+  return out;
+}
+
 }  // namespace
 
-AccessPolicy::AccessPolicy(const std::vector<std::string>& user_tokens,
+AccessPolicy::AccessPolicy(const std::vector<UserToken>& user_tokens,
                            const std::string& worker_token, bool worker_needs_client_cert)
     : worker_needs_client_cert_(worker_needs_client_cert) {
-  for (const std::string& t : user_tokens) user_digests_.push_back(Sha256Hex(t));
+  for (const UserToken& t : user_tokens) {
+    user_digests_.push_back(Sha256Hex(t.token));
+    users_.push_back(Principal{t.user, t.admin});
+  }
   if (!worker_token.empty()) worker_digest_ = Sha256Hex(worker_token);
 }
 
+AccessPolicy::AccessPolicy(const std::vector<std::string>& user_tokens,
+                           const std::string& worker_token, bool worker_needs_client_cert)
+    : AccessPolicy(Unnamed(user_tokens), worker_token, worker_needs_client_cert) {}
+
 absl::Status AccessPolicy::Check(Role role, const Caller& caller) const {
   if (!enforced()) return absl::OkStatus();
+  return Identify(role, caller).status();
+}
+
+absl::StatusOr<Principal> AccessPolicy::AuthenticateUser(const Caller& caller) const {
+  if (!enforced()) return Principal::Unchecked();
+  absl::StatusOr<int> index = Identify(Role::kUser, caller);
+  if (!index.ok()) return index.status();
+  return users_[static_cast<size_t>(*index)];
+}
+
+absl::StatusOr<int> AccessPolicy::Identify(Role role, const Caller& caller) const {
   absl::string_view header = absl::StripAsciiWhitespace(caller.authorization);
   if (header.empty()) {
     return absl::UnauthenticatedError(absl::StrCat(
@@ -45,8 +69,11 @@ absl::Status AccessPolicy::Check(Role role, const Caller& caller) const {
       Sha256Hex(absl::StripAsciiWhitespace(header.substr(std::string("bearer ").size())));
   // Every candidate is compared, so the time taken does not depend on which matched.
   bool is_worker = SameDigest(digest, worker_digest_);
-  bool is_user = false;
-  for (const std::string& d : user_digests_) is_user |= SameDigest(digest, d);
+  int user_index = -1;
+  for (size_t i = 0; i < user_digests_.size(); ++i) {
+    if (SameDigest(digest, user_digests_[i])) user_index = static_cast<int>(i);
+  }
+  const bool is_user = user_index >= 0;
   if (!is_worker && !is_user) return absl::UnauthenticatedError("unknown token");
   const Role presented = is_worker ? Role::kWorker : Role::kUser;
   if (presented != role) {
@@ -58,9 +85,13 @@ absl::Status AccessPolicy::Check(Role role, const Caller& caller) const {
     return absl::UnauthenticatedError(
         "the worker API needs a client certificate signed by the cluster CA (mTLS)");
   }
-  return absl::OkStatus();
+  return is_worker ? -1 : user_index;
 }
 
 std::string BearerHeader(absl::string_view token) { return absl::StrCat("Bearer ", token); }
+
+std::string LegacyTokenUser(absl::string_view token) {
+  return absl::StrCat("token-", Sha256Hex(token).substr(0, 8));
+}
 
 }  // namespace tessera

@@ -48,10 +48,43 @@ TEST(AccessPolicyTest, WorkerCallsNeedAVerifiedClientCertificateUnderTls) {
 }
 
 TEST(AccessPolicyTest, WorkerOnlyPolicyRefusesUserTokensAsUnknown) {
-  AccessPolicy worker_server({}, kWorker, true);
+  AccessPolicy worker_server(std::vector<std::string>{}, kWorker, true);
   EXPECT_EQ(worker_server.Check(Role::kWorker, With(kUser)).code(),
             absl::StatusCode::kUnauthenticated);
   EXPECT_TRUE(worker_server.Check(Role::kWorker, With(kWorker)).ok());
+}
+
+TEST(AccessPolicyTest, AUserTokenIdentifiesItsUserAndRole) {
+  const std::string alice = "alice-token-0123456789";
+  const std::string root = "root-token-0123456789";
+  AccessPolicy policy(std::vector<UserToken>{{"alice", false, alice}, {"ops", true, root}},
+                      kWorker, false);
+  absl::StatusOr<Principal> who = policy.AuthenticateUser(With(alice));
+  ASSERT_TRUE(who.ok()) << who.status();
+  EXPECT_EQ(who->user, "alice");
+  EXPECT_FALSE(who->admin);
+  who = policy.AuthenticateUser(With(root));
+  ASSERT_TRUE(who.ok()) << who.status();
+  EXPECT_EQ(who->user, "ops");
+  EXPECT_TRUE(who->admin);
+  EXPECT_EQ(policy.AuthenticateUser(With(kWorker)).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(policy.AuthenticateUser(Caller{}).status().code(), absl::StatusCode::kUnauthenticated);
+}
+
+TEST(AccessPolicyTest, UnnamedTokensAreAdminsNamedByDigest) {
+  AccessPolicy policy({kUser}, kWorker, false);
+  absl::StatusOr<Principal> who = policy.AuthenticateUser(With(kUser));
+  ASSERT_TRUE(who.ok()) << who.status();
+  EXPECT_EQ(who->user, LegacyTokenUser(kUser));
+  EXPECT_TRUE(who->admin);
+}
+
+TEST(AccessPolicyTest, AnOpenPolicyCallerIsTheUncheckedAdmin) {
+  absl::StatusOr<Principal> who = AccessPolicy().AuthenticateUser(Caller{});
+  ASSERT_TRUE(who.ok());
+  EXPECT_EQ(who->user, "");
+  EXPECT_TRUE(who->admin);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "common/grpc_status.h"
 #include "common/listen_policy.h"
 #include "common/secret_file.h"
+#include "common/user_tokens.h"
 #include "grpcpp/create_channel.h"
 
 namespace tessera {
@@ -116,7 +117,7 @@ absl::StatusOr<ServerSecurity> LoadServerSecurity(const ServerSecurityFlags& fla
         "--require_client_cert: needs TLS (--tls_cert, --tls_key, --tls_ca)");
   }
 
-  std::vector<std::string> user_tokens;
+  std::vector<UserToken> user_tokens;
   std::string worker_token;
   if (flags.has_user_api && flags.user_tokens_file.empty() != flags.worker_token_file.empty()) {
     return absl::InvalidArgumentError(
@@ -124,8 +125,8 @@ absl::StatusOr<ServerSecurity> LoadServerSecurity(const ServerSecurityFlags& fla
         "alone would leave the other API open)");
   }
   if (!flags.user_tokens_file.empty()) {
-    absl::StatusOr<std::vector<std::string>> tokens =
-        ReadTokenFile("--user_tokens_file", flags.user_tokens_file);
+    absl::StatusOr<std::vector<UserToken>> tokens =
+        ReadUserTokenFile("--user_tokens_file", flags.user_tokens_file);
     if (!tokens.ok()) return tokens.status();
     user_tokens = *std::move(tokens);
   }
@@ -137,8 +138,8 @@ absl::StatusOr<ServerSecurity> LoadServerSecurity(const ServerSecurityFlags& fla
       return absl::InvalidArgumentError("--worker_token_file: must hold exactly one token");
     }
     worker_token = (*tokens)[0];
-    for (const std::string& u : user_tokens) {
-      if (u == worker_token) {
+    for (const UserToken& u : user_tokens) {
+      if (u.token == worker_token) {
         return absl::InvalidArgumentError(
             "--user_tokens_file: a user token equals the worker credential; they must differ");
       }
@@ -157,6 +158,7 @@ absl::StatusOr<ServerSecurity> LoadServerSecurity(const ServerSecurityFlags& fla
 
   ServerSecurity out;
   out.secured = tls && tokens;
+  out.unnamed_user_tokens = CountUnnamedTokens(user_tokens);
   out.access =
       std::make_shared<AccessPolicy>(user_tokens, worker_token, /*worker_needs_client_cert=*/tls);
   if (tls) {
@@ -203,6 +205,22 @@ grpc::Status Authorize(const AccessPolicy* policy, const grpc::ServerContextBase
   std::shared_ptr<const grpc::AuthContext> auth = context->auth_context();
   caller.verified_client_cert = auth != nullptr && auth->IsPeerAuthenticated();
   return ToGrpcStatus(policy->Check(role, caller));
+}
+
+grpc::Status AuthenticateUser(const AccessPolicy* policy, const grpc::ServerContextBase* context,
+                              Principal* who) {
+  if (policy == nullptr || !policy->enforced()) {
+    *who = Principal::Unchecked();
+    return grpc::Status::OK;
+  }
+  Caller caller;
+  caller.authorization = ClientMetadata(context, "authorization");
+  std::shared_ptr<const grpc::AuthContext> auth = context->auth_context();
+  caller.verified_client_cert = auth != nullptr && auth->IsPeerAuthenticated();
+  absl::StatusOr<Principal> principal = policy->AuthenticateUser(caller);
+  if (!principal.ok()) return ToGrpcStatus(principal.status());
+  *who = *std::move(principal);
+  return grpc::Status::OK;
 }
 
 }  // namespace tessera

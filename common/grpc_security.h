@@ -96,6 +96,9 @@ struct ServerSecurity {
   std::shared_ptr<ClientCredentials> outgoing;
   std::shared_ptr<const AccessPolicy> access;
   bool secured = false;  // TLS and tokens
+  // User tokens listed without a user name (common/user_tokens.h): each
+  // acts as an admin; the coordinator warns about them when it starts.
+  int unnamed_user_tokens = 0;
 };
 
 // Reads and checks every file; INVALID_ARGUMENT or FAILED_PRECONDITION with
@@ -112,6 +115,11 @@ std::string OpenHandshakeWarning(const ServerSecurityFlags& flags);
 
 // Checks one call against `policy` (null: allowed), as a gRPC status.
 grpc::Status Authorize(const AccessPolicy* policy, const grpc::ServerContextBase* context, Role role);
+
+// Checks a client API call against `policy` and says who made it in `who`
+// (Principal::Unchecked() when `policy` is null or checks nothing).
+grpc::Status AuthenticateUser(const AccessPolicy* policy, const grpc::ServerContextBase* context,
+                              Principal* who);
 
 // A client metadata value, or empty.
 std::string ClientMetadata(const grpc::ServerContextBase* context, const std::string& key);

@@ -11,6 +11,15 @@ grpc::Status CallGuard::User(CallGuard* guard, grpc::ServerContextBase* context)
   return Authorize(guard->access_.get(), context, Role::kUser);
 }
 
+grpc::Status CallGuard::User(CallGuard* guard, grpc::ServerContextBase* context,
+                             Principal* who) {
+  if (guard == nullptr) {
+    *who = Principal::Unchecked();
+    return grpc::Status::OK;
+  }
+  return AuthenticateUser(guard->access_.get(), context, who);
+}
+
 grpc::Status CallGuard::Worker(CallGuard* guard, grpc::ServerContextBase* context) {
   if (guard == nullptr) return grpc::Status::OK;
   return Authorize(guard->access_.get(), context, Role::kWorker);

@@ -26,6 +26,9 @@ class CallGuard {
 
   // Client API (Coordinator service).
   static grpc::Status User(CallGuard* guard, grpc::ServerContextBase* context);
+  // The same, and who the caller is (Principal::Unchecked() without a guard
+  // or tokens).
+  static grpc::Status User(CallGuard* guard, grpc::ServerContextBase* context, Principal* who);
   // RegisterWorker; on success `Registered` issues the worker's session.
   static grpc::Status Worker(CallGuard* guard, grpc::ServerContextBase* context);
   static std::string Registered(CallGuard* guard, const std::string& worker_id);

@@ -8,7 +8,9 @@
 #include "common/data_root.h"
 #include "common/spec_limits.h"
 #include "common/status_macros.h"
+#include "common/user_tokens.h"
 #include "server/attempt_outcome.h"
+#include "server/job_access.h"
 #include "server/job_pagination.h"
 #include "server/job_state_machine.h"
 #include "server/memory_admission.h"
@@ -75,9 +77,12 @@ v1::Job Coordinator::SnapshotLocked(const JobEntry& entry) {
 }
 
 void Coordinator::SetStateLocked(JobEntry& entry, v1::JobState state,
-                                 const std::string& full_reason) {
+                                 const std::string& full_reason, const std::string& actor) {
   v1::Job& job = entry.job;
   if (!CheckTransition(job.state(), state, full_reason).ok()) return;
+  std::string by = actor;
+  if (by.empty() && (state == v1::CANCELLED || state == v1::SUSPENDED)) by = entry.pending_actor;
+  entry.pending_actor.clear();
   // Reasons quote worker errors; keep every stored job record bounded.
   const std::string reason = TruncateUtf8(full_reason, kMaxStoredMessageBytes);
   int64_t now_ms = absl::ToUnixMillis(options_.now());
@@ -99,10 +104,19 @@ void Coordinator::SetStateLocked(JobEntry& entry, v1::JobState state,
   v1::JobEvent event;
   event.mutable_state_change()->set_state(state);
   event.mutable_state_change()->set_reason(reason);
+  event.mutable_state_change()->set_actor(by);
   AppendEventLocked(entry, event, IsTerminal(state), /*with_record=*/true);
 }
 
-absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec) {
+absl::StatusOr<Coordinator::JobEntry*> Coordinator::ChangeableEntryLocked(
+    const std::string& job_id, const Principal& by, absl::string_view action) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return NotFound(job_id);
+  RETURN_IF_ERROR(CheckMayChangeJob(by, it->second->job, action));
+  return it->second.get();
+}
+
+absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec, const Principal& by) {
   RETURN_IF_ERROR(ValidateJobSpec(spec));
   if (!spec.checkpoint().dir().empty()) {
     RETURN_IF_ERROR(
@@ -116,6 +130,7 @@ absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec) {
   auto entry = std::make_unique<JobEntry>();
   v1::Job& job = entry->job;
   job.set_id(absl::StrCat("job-", next_job_number_++));
+  job.set_owner(by.user);
   if (!with_defaults.checkpoint().dir().empty()) {
     job.set_checkpoint_bytes(EstimateCheckpointSize(with_defaults).total_bytes);
   }
@@ -128,6 +143,7 @@ absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec) {
   v1::JobEvent event;
   event.mutable_state_change()->set_state(v1::PENDING);
   event.mutable_state_change()->set_reason(job.reason());
+  event.mutable_state_change()->set_actor(ActorOf(by));
   AppendEventLocked(*entry, event, false, /*with_record=*/true);
   std::string id = job.id();
   jobs_[id] = std::move(entry);
@@ -144,9 +160,11 @@ absl::StatusOr<v1::Job> Coordinator::GetJob(const std::string& job_id) {
 
 absl::StatusOr<Coordinator::JobPage> Coordinator::ListJobs(const std::vector<v1::JobState>& states,
                                                            int page_size,
-                                                           const std::string& page_token) {
+                                                           const std::string& page_token,
+                                                           const std::string& owner) {
   ASSIGN_OR_RETURN(const int size, ResolvePageSize(page_size));
-  const uint64_t fingerprint = FilterFingerprint(states);
+  RETURN_IF_ERROR(CheckStringLimit("owner", owner, kMaxUserNameBytes));
+  const uint64_t fingerprint = FilterFingerprint(states, owner);
   ASSIGN_OR_RETURN(const std::optional<JobListPosition> after,
                    DecodePageToken(page_token, fingerprint));
 
@@ -157,6 +175,7 @@ absl::StatusOr<Coordinator::JobPage> Coordinator::ListJobs(const std::vector<v1:
         std::find(states.begin(), states.end(), entry->job.state()) == states.end()) {
       continue;
     }
+    if (!owner.empty() && entry->job.owner() != owner) continue;
     JobListPosition position = PositionOf(entry->job);
     if (after && !ListedBefore(*after, position)) continue;  // on an earlier page
     matching.emplace_back(std::move(position), entry.get());
@@ -182,33 +201,35 @@ absl::StatusOr<Coordinator::JobPage> Coordinator::ListJobs(const std::vector<v1:
 }
 
 absl::StatusOr<v1::Job> Coordinator::CancelJob(const std::string& job_id,
-                                               const std::string& reason) {
+                                               const std::string& reason, const Principal& by) {
   RETURN_IF_ERROR(CheckJobId(job_id));
   RETURN_IF_ERROR(CheckStringLimit("reason", reason, kMaxReasonBytes));
   absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return NotFound(job_id);
-  JobEntry& entry = *it->second;
+  ASSIGN_OR_RETURN(JobEntry* const found, ChangeableEntryLocked(job_id, by, "cancel"));
+  JobEntry& entry = *found;
   if (IsTerminal(entry.job.state())) {
     return absl::FailedPreconditionError(absl::StrCat(
         "job ", job_id, " is already ", v1::JobState_Name(entry.job.state())));
   }
-  std::string why = reason.empty() ? "cancelled by user" : absl::StrCat("cancelled: ", reason);
+  const std::string who = by.user.empty() ? "user" : by.user;
+  std::string why = reason.empty() ? absl::StrCat("cancelled by ", who)
+                                   : absl::StrCat("cancelled by ", who, ": ", reason);
   entry.cancel_reason = why;  // an attempt ending right now must not restart
   if (entry.runner) {
+    entry.pending_actor = ActorOf(by);
     entry.runner->Stop(v1::CANCELLED, why);  // the runner thread records the terminal state
   } else {
-    SetStateLocked(entry, v1::CANCELLED, why);
+    SetStateLocked(entry, v1::CANCELLED, why, ActorOf(by));
   }
   return SnapshotLocked(entry);
 }
 
-absl::Status Coordinator::DeleteJob(const std::string& job_id) {
+absl::Status Coordinator::DeleteJob(const std::string& job_id, const Principal& by) {
   RETURN_IF_ERROR(CheckJobId(job_id));
   absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(JobEntry* const found, ChangeableEntryLocked(job_id, by, "delete"));
+  JobEntry& entry = *found;
   auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return NotFound(job_id);
-  JobEntry& entry = *it->second;
   if (!IsTerminal(entry.job.state())) {
     return absl::FailedPreconditionError(
         absl::StrCat("job ", job_id, " is ", v1::JobState_Name(entry.job.state()),

@@ -33,6 +33,14 @@
 // yet served when the coordinator stops is not kept.
 // Deleting a job removes its record and events; ids are never reused.
 //
+// Users (job_access.h): a job records the user who submitted it as its
+// owner; cancel, delete, checkpoint, suspend and resume take the requesting
+// Principal and are PERMISSION_DENIED unless it is the owner or an admin.
+// Every state change such a request makes carries the user's name as the
+// event's actor (for a cancel or suspend that an attempt records later,
+// too). The default Principal::Unchecked() is the caller of a coordinator
+// that checks no tokens.
+//
 // Checkpoint now, suspend and resume (coordinator_suspend.cc): a RUNNING job
 // with a checkpoint.dir can be asked for a checkpoint at its next step
 // boundary (job_runner.h), and to suspend there: its attempt then ends
@@ -63,6 +71,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/access_policy.h"
 #include "proto/tessera/v1/coordinator.pb.h"
 #include "server/event_log.h"
 #include "server/job_runner.h"
@@ -109,29 +118,36 @@ class Coordinator {
   // Cancels running jobs (their workers are aborted) and stops threads.
   void Shutdown();
 
-  absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec);
+  absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec,
+                                    const Principal& by = Principal::Unchecked());
   absl::StatusOr<v1::Job> GetJob(const std::string& job_id);
-  // One page of jobs in `states` (all if empty), newest first; see
-  // job_pagination.h for page sizes and tokens.
+  // One page of jobs in `states` (all if empty) owned by `owner` (anyone's
+  // if empty), newest first; see job_pagination.h for page sizes and tokens.
   struct JobPage {
     std::vector<v1::Job> jobs;
     std::string next_page_token;  // empty on the last page
   };
   absl::StatusOr<JobPage> ListJobs(const std::vector<v1::JobState>& states, int page_size = 0,
-                                   const std::string& page_token = "");
-  absl::StatusOr<v1::Job> CancelJob(const std::string& job_id, const std::string& reason);
+                                   const std::string& page_token = "",
+                                   const std::string& owner = "");
+  absl::StatusOr<v1::Job> CancelJob(const std::string& job_id, const std::string& reason,
+                                    const Principal& by = Principal::Unchecked());
   // A checkpoint at the RUNNING job's next step boundary; it goes on.
   // NOT_FOUND for an unknown job; FAILED_PRECONDITION without
   // checkpoint.dir or when not RUNNING. Idempotent until served.
-  absl::StatusOr<v1::Job> CheckpointJob(const std::string& job_id);
+  absl::StatusOr<v1::Job> CheckpointJob(const std::string& job_id,
+                                        const Principal& by = Principal::Unchecked());
   // A checkpoint at the next step boundary, then SUSPENDED (reason recorded).
   // Errors as CheckpointJob; asking again while it is pending is OK.
-  absl::StatusOr<v1::Job> SuspendJob(const std::string& job_id, const std::string& reason);
+  absl::StatusOr<v1::Job> SuspendJob(const std::string& job_id, const std::string& reason,
+                                     const Principal& by = Principal::Unchecked());
   // Queues a SUSPENDED job again (PENDING) to resume from its committed
   // step. NOT_FOUND; FAILED_PRECONDITION for a job not SUSPENDED.
-  absl::StatusOr<v1::Job> ResumeJob(const std::string& job_id);
+  absl::StatusOr<v1::Job> ResumeJob(const std::string& job_id,
+                                    const Principal& by = Principal::Unchecked());
   // NOT_FOUND for an unknown job, FAILED_PRECONDITION for one not ended.
-  absl::Status DeleteJob(const std::string& job_id);
+  absl::Status DeleteJob(const std::string& job_id,
+                         const Principal& by = Principal::Unchecked());
   // Dry-run placement (coordinator_preemption.cc): validates `spec` as
   // SubmitJob does and says where it would run now, whom it would preempt,
   // or what it would wait for (placement_explanation.h). Creates nothing.
@@ -177,6 +193,9 @@ class Coordinator {
     int first_step = 0;  // where the first attempt started (resume_from)
     std::string restart_note;
     std::string cancel_reason;
+    // The user whose cancel or suspend the running attempt will carry out;
+    // named as the actor of the CANCELLED or SUSPENDED change it records.
+    std::string pending_actor;
     bool resume_known = false;  // resume_step is decided (restart, reload)
     int64_t stored_step_events = 0;  // since the job store was last trimmed
     // Attempts that failed before training because a placed worker could
@@ -199,7 +218,13 @@ class Coordinator {
     std::string preempted_note;
   };
 
-  void SetStateLocked(JobEntry& entry, v1::JobState state, const std::string& reason)
+  // Records the change as an event; `actor` names the user who asked for it
+  // (a CANCELLED or SUSPENDED change without one takes pending_actor).
+  void SetStateLocked(JobEntry& entry, v1::JobState state, const std::string& reason,
+                      const std::string& actor = "") ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // NOT_FOUND, then CheckMayChangeJob: the entry `by` may `action`.
+  absl::StatusOr<JobEntry*> ChangeableEntryLocked(const std::string& job_id, const Principal& by,
+                                                  absl::string_view action)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Passes a checkpoint (suspend: false) or suspend request to the job's
   // running attempt, after the checks CheckpointJob documents.

@@ -63,7 +63,8 @@ ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(std::string, tls_ca, "",
           "PEM CA that signs every cluster certificate; verifies workers' client certificates");
 ABSL_FLAG(std::string, user_tokens_file, "",
-          "file of bearer tokens (one a line) that may call the client API");
+          "file of user tokens that may call the client API, one a line as `NAME ROLE TOKEN` "
+          "(ROLE: user, or admin to act on every user's jobs)");
 ABSL_FLAG(std::string, worker_token_file, "",
           "file holding the worker credential: registration, heartbeats, rendezvous, and "
           "what this coordinator presents to workers");
@@ -120,6 +121,13 @@ int main(int argc, char** argv) {
   if (const std::string warning = tessera::OpenHandshakeWarning(security_flags);
       !warning.empty()) {
     std::fprintf(stderr, "%s\n", warning.c_str());
+  }
+  if (security->unnamed_user_tokens > 0) {
+    std::fprintf(stderr,
+                 "tessera-coordinator: WARNING: %d user token(s) in --user_tokens_file name no "
+                 "user; each acts as an admin named token-<digest>. Write `NAME ROLE TOKEN` "
+                 "lines (README: \"Operating a shared cluster\")\n",
+                 security->unnamed_user_tokens);
   }
   absl::StatusOr<std::string> data_root =
       tessera::CanonicalDataRoot("--data_root", absl::GetFlag(FLAGS_data_root));

@@ -16,8 +16,9 @@ namespace tessera {
 grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* context,
                                            const v1::SubmitJobRequest* req,
                                            v1::SubmitJobResponse* resp) {
-  if (grpc::Status s = CallGuard::User(guard_, context); !s.ok()) return s;
-  absl::StatusOr<v1::Job> job = core_->SubmitJob(req->spec());
+  Principal who;
+  if (grpc::Status s = CallGuard::User(guard_, context, &who); !s.ok()) return s;
+  absl::StatusOr<v1::Job> job = core_->SubmitJob(req->spec(), who);
   if (!job.ok()) return ToGrpcStatus(job.status());
   *resp->mutable_job() = *job;
   return grpc::Status::OK;
@@ -35,11 +36,13 @@ grpc::Status CoordinatorService::GetJob(grpc::ServerContext* context, const v1::
 grpc::Status CoordinatorService::ListJobs(grpc::ServerContext* context,
                                           const v1::ListJobsRequest* req,
                                           v1::ListJobsResponse* resp) {
-  if (grpc::Status s = CallGuard::User(guard_, context); !s.ok()) return s;
+  Principal who;
+  if (grpc::Status s = CallGuard::User(guard_, context, &who); !s.ok()) return s;
   std::vector<v1::JobState> states;
   for (int s : req->states()) states.push_back(static_cast<v1::JobState>(s));
   absl::StatusOr<Coordinator::JobPage> page =
-      core_->ListJobs(states, req->page_size(), req->page_token());
+      core_->ListJobs(states, req->page_size(), req->page_token(),
+                      req->only_mine() ? who.user : req->owner());
   if (!page.ok()) return ToGrpcStatus(page.status());
   for (v1::Job& job : page->jobs) *resp->add_jobs() = std::move(job);
   resp->set_next_page_token(page->next_page_token);
@@ -49,15 +52,17 @@ grpc::Status CoordinatorService::ListJobs(grpc::ServerContext* context,
 grpc::Status CoordinatorService::DeleteJob(grpc::ServerContext* context,
                                            const v1::DeleteJobRequest* req,
                                            v1::DeleteJobResponse*) {
-  if (grpc::Status s = CallGuard::User(guard_, context); !s.ok()) return s;
-  return ToGrpcStatus(core_->DeleteJob(req->job_id()));
+  Principal who;
+  if (grpc::Status s = CallGuard::User(guard_, context, &who); !s.ok()) return s;
+  return ToGrpcStatus(core_->DeleteJob(req->job_id(), who));
 }
 
 grpc::Status CoordinatorService::CancelJob(grpc::ServerContext* context,
                                            const v1::CancelJobRequest* req,
                                            v1::Job* resp) {
-  if (grpc::Status s = CallGuard::User(guard_, context); !s.ok()) return s;
-  absl::StatusOr<v1::Job> job = core_->CancelJob(req->job_id(), req->reason());
+  Principal who;
+  if (grpc::Status s = CallGuard::User(guard_, context, &who); !s.ok()) return s;
+  absl::StatusOr<v1::Job> job = core_->CancelJob(req->job_id(), req->reason(), who);
   if (!job.ok()) return ToGrpcStatus(job.status());
   *resp = *job;
   return grpc::Status::OK;
@@ -66,8 +71,9 @@ grpc::Status CoordinatorService::CancelJob(grpc::ServerContext* context,
 grpc::Status CoordinatorService::CheckpointJob(grpc::ServerContext* context,
                                                const v1::CheckpointJobRequest* req,
                                                v1::Job* resp) {
-  if (grpc::Status s = CallGuard::User(guard_, context); !s.ok()) return s;
-  absl::StatusOr<v1::Job> job = core_->CheckpointJob(req->job_id());
+  Principal who;
+  if (grpc::Status s = CallGuard::User(guard_, context, &who); !s.ok()) return s;
+  absl::StatusOr<v1::Job> job = core_->CheckpointJob(req->job_id(), who);
   if (!job.ok()) return ToGrpcStatus(job.status());
   *resp = *job;
   return grpc::Status::OK;
@@ -75,8 +81,9 @@ grpc::Status CoordinatorService::CheckpointJob(grpc::ServerContext* context,
 
 grpc::Status CoordinatorService::SuspendJob(grpc::ServerContext* context,
                                             const v1::SuspendJobRequest* req, v1::Job* resp) {
-  if (grpc::Status s = CallGuard::User(guard_, context); !s.ok()) return s;
-  absl::StatusOr<v1::Job> job = core_->SuspendJob(req->job_id(), req->reason());
+  Principal who;
+  if (grpc::Status s = CallGuard::User(guard_, context, &who); !s.ok()) return s;
+  absl::StatusOr<v1::Job> job = core_->SuspendJob(req->job_id(), req->reason(), who);
   if (!job.ok()) return ToGrpcStatus(job.status());
   *resp = *job;
   return grpc::Status::OK;
@@ -84,8 +91,9 @@ grpc::Status CoordinatorService::SuspendJob(grpc::ServerContext* context,
 
 grpc::Status CoordinatorService::ResumeJob(grpc::ServerContext* context,
                                            const v1::ResumeJobRequest* req, v1::Job* resp) {
-  if (grpc::Status s = CallGuard::User(guard_, context); !s.ok()) return s;
-  absl::StatusOr<v1::Job> job = core_->ResumeJob(req->job_id());
+  Principal who;
+  if (grpc::Status s = CallGuard::User(guard_, context, &who); !s.ok()) return s;
+  absl::StatusOr<v1::Job> job = core_->ResumeJob(req->job_id(), who);
   if (!job.ok()) return ToGrpcStatus(job.status());
   *resp = *job;
   return grpc::Status::OK;

@@ -8,6 +8,7 @@
 #include "common/spec_limits.h"
 #include "common/status_macros.h"
 #include "server/coordinator.h"
+#include "server/job_access.h"
 #include "server/request_limits.h"
 
 namespace tessera {
@@ -30,26 +31,29 @@ absl::Status Coordinator::RequestBoundaryLocked(JobEntry& entry, bool suspend,
   return entry.runner->CheckpointNow();
 }
 
-absl::StatusOr<v1::Job> Coordinator::CheckpointJob(const std::string& job_id) {
+absl::StatusOr<v1::Job> Coordinator::CheckpointJob(const std::string& job_id,
+                                                   const Principal& by) {
   RETURN_IF_ERROR(CheckJobId(job_id));
   absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return NotFound(job_id);
-  RETURN_IF_ERROR(RequestBoundaryLocked(*it->second, /*suspend=*/false, ""));
-  return SnapshotLocked(*it->second);
+  ASSIGN_OR_RETURN(JobEntry* const entry, ChangeableEntryLocked(job_id, by, "checkpoint"));
+  RETURN_IF_ERROR(RequestBoundaryLocked(*entry, /*suspend=*/false, ""));
+  return SnapshotLocked(*entry);
 }
 
 absl::StatusOr<v1::Job> Coordinator::SuspendJob(const std::string& job_id,
-                                                const std::string& reason) {
+                                                const std::string& reason, const Principal& by) {
   RETURN_IF_ERROR(CheckJobId(job_id));
   RETURN_IF_ERROR(CheckStringLimit("reason", reason, kMaxReasonBytes));
   absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return NotFound(job_id);
-  JobEntry& entry = *it->second;
-  const std::string why = reason.empty() ? "suspended by user" : reason;
+  ASSIGN_OR_RETURN(JobEntry* const found, ChangeableEntryLocked(job_id, by, "suspend"));
+  JobEntry& entry = *found;
+  const std::string who = by.user.empty() ? "user" : by.user;
+  const std::string why =
+      reason.empty() ? absl::StrCat("suspended by ", who)
+                     : (by.user.empty() ? reason : absl::StrCat("suspended by ", who, ": ", reason));
   RETURN_IF_ERROR(RequestBoundaryLocked(entry, /*suspend=*/true, why));
   entry.explicit_suspend = true;  // stays SUSPENDED even if also being preempted
+  entry.pending_actor = ActorOf(by);
   // Shown until the attempt ends; the SUSPENDED event carries the outcome.
   entry.job.set_reason(absl::StrCat("suspending at the next step boundary (", why, ")"));
   PersistLocked(entry.job);
@@ -77,13 +81,12 @@ void Coordinator::SuspendForStoppingWorkerLocked(const std::string& worker_id,
   }
 }
 
-absl::StatusOr<v1::Job> Coordinator::ResumeJob(const std::string& job_id) {
+absl::StatusOr<v1::Job> Coordinator::ResumeJob(const std::string& job_id, const Principal& by) {
   RETURN_IF_ERROR(CheckJobId(job_id));
   absl::MutexLock lock(&mu_);
   if (shut_down_) return absl::UnavailableError("coordinator is shutting down");
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return NotFound(job_id);
-  JobEntry& entry = *it->second;
+  ASSIGN_OR_RETURN(JobEntry* const found, ChangeableEntryLocked(job_id, by, "resume"));
+  JobEntry& entry = *found;
   v1::Job& job = entry.job;
   if (job.state() != v1::SUSPENDED) {
     return absl::FailedPreconditionError(
@@ -95,7 +98,9 @@ absl::StatusOr<v1::Job> Coordinator::ResumeJob(const std::string& job_id) {
   entry.resume_known = true;
   entry.placement_retries = 0;
   SetStateLocked(entry, v1::PENDING,
-                 absl::StrCat("resumed; will continue from checkpoint step ", entry.resume_step));
+                 absl::StrCat(by.user.empty() ? "resumed" : absl::StrCat("resumed by ", by.user),
+                              "; will continue from checkpoint step ", entry.resume_step),
+                 ActorOf(by));
   scheduler_.Enqueue(job.id(), job.spec(), options_.now());
   RefreshPendingLocked();
   return SnapshotLocked(entry);

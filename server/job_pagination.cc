@@ -46,6 +46,14 @@ uint64_t FilterFingerprint(const std::vector<v1::JobState>& states) {
   return mask;
 }
 
+uint64_t FilterFingerprint(const std::vector<v1::JobState>& states, const std::string& owner) {
+  if (owner.empty()) return FilterFingerprint(states);
+  // FNV-1a of the owner in the bits above the state mask's (states < 16).
+  uint64_t hash = 14695981039346656037ull;
+  for (unsigned char c : owner) hash = (hash ^ c) * 1099511628211ull;
+  return FilterFingerprint(states) ^ (hash << 16) ^ (uint64_t{1} << 15);
+}
+
 std::string EncodePageToken(const JobListPosition& last, uint64_t filter_fingerprint) {
   return absl::WebSafeBase64Escape(
       absl::StrCat("v1:", filter_fingerprint, ":", last.create_time_unix_ms, ":", last.job_id));
@@ -71,7 +79,7 @@ absl::StatusOr<std::optional<JobListPosition>> DecodePageToken(const std::string
   }
   if (fingerprint != filter_fingerprint) {
     return BadToken(
-        "was returned for a different states filter; "
+        "was returned for a different states filter or owner; "
         "repeat the request that returned it with only page_token changed");
   }
   position.job_id = parts[3];

@@ -38,6 +38,8 @@ absl::StatusOr<int> ResolvePageSize(int requested);
 
 // The same for any order of `states`.
 uint64_t FilterFingerprint(const std::vector<v1::JobState>& states);
+// The same with an owner filter: equal to the above for an empty owner.
+uint64_t FilterFingerprint(const std::vector<v1::JobState>& states, const std::string& owner);
 
 std::string EncodePageToken(const JobListPosition& last, uint64_t filter_fingerprint);
 // nullopt for an empty token (the first page). INVALID_ARGUMENT naming

@@ -49,6 +49,18 @@ TEST(JobPagination, TokensRoundTripPerFilter) {
   EXPECT_NE(other_filter.status().message().find("different states filter"), std::string::npos);
 }
 
+TEST(JobPagination, TheOwnerFilterIsPartOfTheFingerprint) {
+  EXPECT_EQ(FilterFingerprint({v1::RUNNING}, ""), FilterFingerprint({v1::RUNNING}));
+  const uint64_t alice = FilterFingerprint({v1::RUNNING}, "alice");
+  EXPECT_NE(alice, FilterFingerprint({v1::RUNNING}));
+  EXPECT_NE(alice, FilterFingerprint({v1::RUNNING}, "bob"));
+  EXPECT_NE(alice, FilterFingerprint({}, "alice"));
+  const std::string token = EncodePageToken({1, "job-1"}, alice);
+  EXPECT_TRUE(DecodePageToken(token, alice).ok());
+  EXPECT_EQ(DecodePageToken(token, FilterFingerprint({v1::RUNNING}, "bob")).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(JobPagination, MalformedTokensAreInvalidArgument) {
   const uint64_t all = FilterFingerprint({});
   for (const std::string& token :
