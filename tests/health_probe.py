@@ -10,7 +10,10 @@ Usage:
       prints every service reflection lists, one a line
   health_probe.py STUB_DIR ADDRESS wait-not-serving [...TLS flags]
       polls the overall status until NOT_SERVING and prints NOT_SERVING;
-      exits 1 if the port closes (or 20 s pass) first
+      exits 1 if the port closes (or 60 s pass) first. Prints "polling"
+      once the first answer came back, so a caller can start it first and
+      only then tell the server to stop (its drain may be shorter than
+      this script's start-up on a loaded machine)
 """
 import argparse
 import os
@@ -81,7 +84,8 @@ def main():
             for service in response.list_services_response.service:
                 print(service.name)
         return 0
-    deadline = time.time() + 20
+    deadline = time.time() + 60
+    announced = False
     while time.time() < deadline:
         try:
             response = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=2)
@@ -89,10 +93,13 @@ def main():
             print("health check failed before NOT_SERVING: %s" % err.code())
             return 1
         if response.status == health_pb2.HealthCheckResponse.NOT_SERVING:
-            print("NOT_SERVING")
+            print("NOT_SERVING", flush=True)
             return 0
+        if not announced:
+            print("polling", flush=True)
+            announced = True
         time.sleep(0.05)
-    print("still SERVING after 20 s")
+    print("still SERVING after 60 s")
     return 1
 
 

@@ -38,7 +38,17 @@ probe "$worker_addr" check "" tessera.v1.WorkerService "${probe_tls[@]}" \
   --tls_cert "$certs/node.pem" --tls_key "$certs/node.key" | grep -q "WorkerService SERVING" \
   || fail "worker health"
 
+# The probe starts polling first, so that the drain's NOT_SERVING window
+# (--drain_grace_ms) does not race the probe's own start-up.
+probe "$addr" wait-not-serving "${probe_tls[@]}" >"$dir/not_serving.txt" 2>&1 &
+prober=$!
+for _ in $(seq 1 600); do
+  grep -q '^polling$' "$dir/not_serving.txt" && break
+  kill -0 "$prober" 2>/dev/null || break
+  sleep 0.1
+done
+grep -q '^polling$' "$dir/not_serving.txt" || fail "health probe never polled: $(cat "$dir/not_serving.txt")"
 kill -TERM "$coordinator"
-probe "$addr" wait-not-serving "${probe_tls[@]}" || fail "NOT_SERVING not seen before the port closed"
+wait "$prober" || fail "NOT_SERVING not seen before the port closed: $(cat "$dir/not_serving.txt")"
 wait "$coordinator" || fail "coordinator exit status $?"
 echo "secure python client test: OK"
