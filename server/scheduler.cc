@@ -40,7 +40,8 @@ int Scheduler::Position(const std::string& job_id) const {
   return 0;
 }
 
-Scheduler::Plan Scheduler::MakePlan(const WorkerRegistry& registry, absl::Time now) const {
+Scheduler::Plan Scheduler::MakePlan(const WorkerRegistry& registry, absl::Time now,
+                                    QuotaLedger quotas) const {
   Plan plan;
   std::map<v1::DeviceKind, std::vector<std::string>> free;  // oldest registration first
   std::map<v1::DeviceKind, std::string> held_by;            // kind -> the job holding it
@@ -51,6 +52,14 @@ Scheduler::Plan Scheduler::MakePlan(const WorkerRegistry& registry, absl::Time n
     const int registered = registry.CountWorkers(q.kind);
     const int healthy = registry.CountHealthyWorkers(q.kind);
 
+    // Over its owner's quota: never holds its kind, at most its owner's quota.
+    if (std::string over = quotas.Blocked(q.job_id, q.world_size); !over.empty()) {
+      if (q.restarting || now - q.enqueued >= starvation_timeout_) {
+        quotas.Reserve(q.job_id, q.world_size);
+      }
+      plan.reasons[q.job_id] = std::move(over);
+      continue;
+    }
     if (auto holder = held_by.find(q.kind); holder != held_by.end()) {
       plan.reasons[q.job_id] = absl::StrCat(
           "waiting behind ", holder->second, ", which has waited longer than ",
@@ -62,6 +71,7 @@ Scheduler::Plan Scheduler::MakePlan(const WorkerRegistry& registry, absl::Time n
       Placement placement{q.job_id, {}};
       placement.worker_ids.assign(available.begin(), available.begin() + q.world_size);
       available.erase(available.begin(), available.begin() + q.world_size);
+      quotas.Take(q.job_id, q.world_size);
       plan.reasons[q.job_id] = absl::StrCat("queued: ", q.world_size, " free ", kind,
                                             " workers are available; starting at the next "
                                             "scheduling round");
@@ -97,15 +107,17 @@ Scheduler::Plan Scheduler::MakePlan(const WorkerRegistry& registry, absl::Time n
   return plan;
 }
 
-std::vector<Placement> Scheduler::Schedule(const WorkerRegistry& registry, absl::Time now) {
-  Plan plan = MakePlan(registry, now);
+std::vector<Placement> Scheduler::Schedule(const WorkerRegistry& registry, absl::Time now,
+                                           const QuotaLedger& quotas) {
+  Plan plan = MakePlan(registry, now, quotas);
   for (const Placement& p : plan.placements) Remove(p.job_id);
   return std::move(plan.placements);
 }
 
 std::map<std::string, std::string> Scheduler::PendingReasons(const WorkerRegistry& registry,
-                                                             absl::Time now) const {
-  return MakePlan(registry, now).reasons;
+                                                             absl::Time now,
+                                                             const QuotaLedger& quotas) const {
+  return MakePlan(registry, now, quotas).reasons;
 }
 
 }  // namespace tessera

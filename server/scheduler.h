@@ -16,6 +16,14 @@
 // queue strictly FIFO among jobs that can run, while jobs that never can
 // are still passed over.
 //
+// Quotas (quota_ledger.h): a job whose start would take its owner over
+// their quota of workers is passed over first, with the quota as its
+// reason, before any of the rules above: it never holds its device kind,
+// so the jobs behind it start as if it were not queued. Backfill past it
+// is bounded the same way, per owner: once it has waited past
+// `starvation_timeout` (a restarting job at once), its owner's later jobs
+// wait until it has started.
+//
 // Restarts: a job that lost an attempt (RESTARTING) is queued ahead of every
 // job that has not started yet, behind earlier restarting jobs only, and
 // holds its device kind at once if the registered healthy workers could run
@@ -31,6 +39,7 @@
 
 #include "absl/time/time.h"
 #include "proto/tessera/v1/job.pb.h"
+#include "server/quota_ledger.h"
 #include "server/worker_registry.h"
 
 namespace tessera {
@@ -58,11 +67,14 @@ class Scheduler {
 
   // One scheduling round: the jobs to start now, in queue order, each with
   // its gang. They leave the queue; marking the workers assigned is the
-  // caller's job.
-  std::vector<Placement> Schedule(const WorkerRegistry& registry, absl::Time now);
+  // caller's job. `quotas` holds what each owner holds now and the owner of
+  // each queued job (default: no limits).
+  std::vector<Placement> Schedule(const WorkerRegistry& registry, absl::Time now,
+                                  const QuotaLedger& quotas = QuotaLedger());
   // Why each queued job is waiting, by job id, as of `now`.
-  std::map<std::string, std::string> PendingReasons(const WorkerRegistry& registry,
-                                                    absl::Time now) const;
+  std::map<std::string, std::string> PendingReasons(
+      const WorkerRegistry& registry, absl::Time now,
+      const QuotaLedger& quotas = QuotaLedger()) const;
 
  private:
   struct Queued {
@@ -77,7 +89,8 @@ class Scheduler {
     std::vector<Placement> placements;
     std::map<std::string, std::string> reasons;
   };
-  Plan MakePlan(const WorkerRegistry& registry, absl::Time now) const;
+  // `quotas` is a copy: the round adds the jobs it places.
+  Plan MakePlan(const WorkerRegistry& registry, absl::Time now, QuotaLedger quotas) const;
 
   absl::Duration starvation_timeout_;
   std::deque<Queued> queue_;
