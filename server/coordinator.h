@@ -38,6 +38,14 @@
 // too). The default Principal::Unchecked() is the caller of a coordinator
 // that checks no tokens.
 //
+// Quotas (coordinator_quotas.cc, quota_ledger.h): each scheduling round
+// counts the workers each user's jobs hold (a job holds its world_size
+// while an attempt is in flight: STARTING, RUNNING, and while being
+// cancelled or suspended until its workers are released), and a queued job
+// that would take its owner over their quota waits, its reason naming the
+// quota. SetQuotas replaces the quotas (the quota file reloaded on SIGHUP);
+// the next round applies them, and jobs already running stay running.
+//
 // Checkpoint now, suspend and resume (coordinator_suspend.cc): a RUNNING job
 // with a checkpoint.dir can be asked for a checkpoint at its next step
 // boundary (job_runner.h), and to suspend there: its attempt then ends
@@ -68,6 +76,7 @@
 #include "server/job_store.h"
 #include "server/rendezvous_table.h"
 #include "server/scheduler.h"
+#include "server/worker_quotas.h"
 #include "server/worker_registry.h"
 
 namespace tessera {
@@ -89,6 +98,9 @@ struct CoordinatorOptions {
   std::string data_root;
   // Opens a connection to a worker's WorkerService at `address`.
   std::function<std::unique_ptr<WorkerConnection>(const std::string& address)> connect;
+  // Per-user limits on workers held at once (worker_quotas.h); default:
+  // none. SetQuotas replaces them while running.
+  WorkerQuotas quotas;
   // The clock (tests inject one).
   std::function<absl::Time()> now = absl::Now;
   bool start_background_thread = true;
@@ -161,6 +173,11 @@ class Coordinator {
   // One scheduling round: sweep dead workers, start the jobs that fit.
   void Tick();
 
+  // Replaces the quotas; scheduling decisions from now on follow them, and
+  // pending reasons are brought up to date at once. Running jobs are left
+  // alone, even if their owner is now over quota.
+  void SetQuotas(WorkerQuotas quotas);
+
  private:
   struct JobEntry {
     v1::Job job;
@@ -202,6 +219,8 @@ class Coordinator {
   void SuspendForStoppingWorkerLocked(const std::string& worker_id, v1::HeartbeatResponse* resp)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RefreshPendingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The quotas with what each user holds now and who owns each queued job.
+  QuotaLedger QuotaLedgerLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StartJobLocked(JobEntry& entry, const Placement& placement)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // An attempt's runner returned: release its workers, then restart the job
@@ -231,6 +250,7 @@ class Coordinator {
   absl::Mutex mu_;
   WorkerRegistry registry_ ABSL_GUARDED_BY(mu_);
   Scheduler scheduler_ ABSL_GUARDED_BY(mu_);
+  WorkerQuotas quotas_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::unique_ptr<JobEntry>> jobs_ ABSL_GUARDED_BY(mu_);
   int next_job_number_ ABSL_GUARDED_BY(mu_) = 1;
   double overhead_sum_ ABSL_GUARDED_BY(mu_) = 0;
