@@ -2,8 +2,8 @@
 // Rendezvous) and runs the scheduler. Prints "tessera-coordinator listening
 // on ADDR" once serving; SIGINT/SIGTERM cancel running jobs (aborting their
 // workers) and shut down cleanly; SIGHUP rereads --quota_file (a bad file
-// keeps the quotas in force and says why). Security flags (TLS, tokens, --insecure,
-// --data_root) are described in README.md's operator section;
+// keeps the quotas in force and says why). Security flags (TLS, tokens,
+// --insecure, --data_root) are described in README.md's operator section;
 // grpc.health.v1.Health and server reflection are always on.
 #include <unistd.h>
 

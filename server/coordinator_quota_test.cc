@@ -156,8 +156,9 @@ TEST_F(CoordinatorQuotaTest, AJobLargerThanTheQuotaIsAcceptedAndWaitsForARaise) 
   Make(Quotas(1, /*others=*/1), 2);
   absl::StatusOr<v1::Job> big = core_->SubmitJob(TinyJobSpec(2, 1000000), kAlice);
   ASSERT_TRUE(big.ok()) << big.status();
-  EXPECT_TRUE(Has(big->reason(), "user alice may hold 1 worker and this job needs 2, more than "
-                                 "the quota; it waits until the quota is raised"))
+  EXPECT_TRUE(Has(big->reason(),
+                  "user alice may hold 1 worker and this job needs 2, more than "
+                  "the quota; it waits until the quota is raised"))
       << big->reason();
   // It holds nothing back: alice's own smaller job and bob's start.
   const std::string small = core_->SubmitJob(TinyJobSpec(1, 1000000), kAlice)->id();

@@ -36,8 +36,8 @@ std::string QuotaLedger::Blocked(const std::string& job_id, int world_size) cons
   if (!limit) return "";
   if (auto it = reserved_by_.find(owner); it != reserved_by_.end() && it->second != job_id) {
     return absl::StrCat("waiting for quota: ", it->second, ", queued earlier by user ", owner,
-                        ", has waited past the starvation bound for ", owner,
-                        "'s quota, so ", owner, "'s later jobs wait until it has started");
+                        ", has waited past the starvation bound for ", owner, "'s quota, so ",
+                        owner, "'s later jobs wait until it has started");
   }
   const int held = Held(owner);
   // Compared as a difference: held never exceeds the cluster's size, and
@@ -51,8 +51,8 @@ std::string QuotaLedger::Blocked(const std::string& job_id, int world_size) cons
                         "(the coordinator's quota file, reloaded on SIGHUP)");
   }
   return absl::StrCat("waiting for quota: user ", owner, " may hold ", Workers(*limit), which,
-                      ", holds ", held, ", this job needs ", world_size, "; it starts when ",
-                      owner, "'s other jobs release ", Workers(held + world_size - *limit),
+                      ", holds ", held, ", this job needs ", world_size, "; it starts when ", owner,
+                      "'s other jobs release ", Workers(held + world_size - *limit),
                       ", and jobs of other users start past it");
 }
 

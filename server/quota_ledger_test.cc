@@ -38,8 +38,9 @@ TEST(QuotaLedger, AJobStartsWhileItsOwnerStaysWithinTheQuota) {
   ledger.Hold("alice", 1);
   EXPECT_EQ(ledger.Blocked("job-1", 1), "");  // 1 + 1 <= 2
   const std::string reason = ledger.Blocked("job-1", 2);
-  EXPECT_TRUE(Has(reason, "waiting for quota: user alice may hold 2 workers, holds 1, this job "
-                          "needs 2; it starts when alice's other jobs release 1 worker"))
+  EXPECT_TRUE(Has(reason,
+                  "waiting for quota: user alice may hold 2 workers, holds 1, this job "
+                  "needs 2; it starts when alice's other jobs release 1 worker"))
       << reason;
   EXPECT_FALSE(Has(reason, "`*`")) << reason;  // alice has a line of her own
 }
@@ -58,8 +59,9 @@ TEST(QuotaLedger, PlacementsInOneRoundAddUp) {
   EXPECT_EQ(ledger.Blocked("job-3", 3), "");
   ledger.Take("job-3", 3);
   const std::string bob = ledger.Blocked("job-3", 1);
-  EXPECT_TRUE(Has(bob, "user bob may hold 3 workers (the quota file's `*` line), holds 3, this "
-                       "job needs 1"))
+  EXPECT_TRUE(Has(bob,
+                  "user bob may hold 3 workers (the quota file's `*` line), holds 3, this "
+                  "job needs 1"))
       << bob;
   EXPECT_EQ(ledger.Held("alice"), 2);
 }
@@ -68,8 +70,9 @@ TEST(QuotaLedger, AJobLargerThanTheQuotaWaitsForARaisedQuota) {
   QuotaLedger ledger(Quotas());
   ledger.SetOwner("job-1", "alice");
   const std::string reason = ledger.Blocked("job-1", 3);
-  EXPECT_TRUE(Has(reason, "waiting for quota: user alice may hold 2 workers and this job needs 3, "
-                          "more than the quota; it waits until the quota is raised"))
+  EXPECT_TRUE(Has(reason,
+                  "waiting for quota: user alice may hold 2 workers and this job needs 3, "
+                  "more than the quota; it waits until the quota is raised"))
       << reason;
   ledger.SetOwner("job-2", "zero");
   EXPECT_TRUE(Has(ledger.Blocked("job-2", 1), "user zero may hold 0 workers and this job needs 1"));
@@ -98,8 +101,9 @@ TEST(QuotaLedger, AReservationHoldsBackOnlyTheOwnersLaterJobs) {
   ledger.Reserve("job-1", 2);
   // job-2 would fit alice's quota, but job-1 reserved it.
   const std::string reason = ledger.Blocked("job-2", 1);
-  EXPECT_TRUE(Has(reason, "waiting for quota: job-1, queued earlier by user alice, has waited "
-                          "past the starvation bound"))
+  EXPECT_TRUE(Has(reason,
+                  "waiting for quota: job-1, queued earlier by user alice, has waited "
+                  "past the starvation bound"))
       << reason;
   // A later reservation does not take it from job-1.
   ledger.Reserve("job-3", 1);

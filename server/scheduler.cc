@@ -52,7 +52,8 @@ Scheduler::Plan Scheduler::MakePlan(const WorkerRegistry& registry, absl::Time n
     const int registered = registry.CountWorkers(q.kind);
     const int healthy = registry.CountHealthyWorkers(q.kind);
 
-    // Over its owner's quota: never holds its kind, at most its owner's quota.
+    // Over its owner's quota: waits without holding its kind; past the
+    // starvation bound it holds its owner's quota against their later jobs.
     if (std::string over = quotas.Blocked(q.job_id, q.world_size); !over.empty()) {
       if (q.restarting || now - q.enqueued >= starvation_timeout_) {
         quotas.Reserve(q.job_id, q.world_size);

@@ -44,8 +44,8 @@ class SchedulerQuotaTest : public ::testing::Test {
     }
   }
   // Queues `job_id` of `owner`.
-  void Submit(Scheduler& scheduler, const std::string& job_id, const std::string& owner,
-              int world, absl::Time at = kT0) {
+  void Submit(Scheduler& scheduler, const std::string& job_id, const std::string& owner, int world,
+              absl::Time at = kT0) {
     scheduler.Enqueue(job_id, Spec(world), at);
     owners_[job_id] = owner;
   }
@@ -87,8 +87,9 @@ TEST_F(SchedulerQuotaTest, AJobOverQuotaWaitsAndDoesNotHoldItsKindEvenUnderStric
   const QuotaLedger quotas = Ledger({{"alice", 2}});
 
   const std::string reason = scheduler.PendingReasons(registry_, later, quotas)["job-2"];
-  EXPECT_TRUE(Has(reason, "waiting for quota: user alice may hold 2 workers, holds 2, this job "
-                          "needs 2"))
+  EXPECT_TRUE(Has(reason,
+                  "waiting for quota: user alice may hold 2 workers, holds 2, this job "
+                  "needs 2"))
       << reason;
   // job-2 could run on the 3 free workers, but its quota holds it back, and
   // bob's job behind it takes them.
@@ -144,8 +145,7 @@ TEST_F(SchedulerQuotaTest, TheOwnersLaterJobsBackfillUntilTheBoundThenWaitBehind
       << reasons["big"];
   EXPECT_TRUE(Has(reasons["small"], "waiting for quota: big, queued earlier by user alice"))
       << reasons["small"];
-  EXPECT_EQ(Started(scheduler.Schedule(registry_, late, quotas)),
-            std::vector<std::string>{"bob"});
+  EXPECT_EQ(Started(scheduler.Schedule(registry_, late, quotas)), std::vector<std::string>{"bob"});
   // Once alice's running job ends, "big" starts first.
   holding_.clear();
   registry_.Release(workers_[0], "job-0", /*confirmed_idle=*/true);
@@ -161,8 +161,9 @@ TEST_F(SchedulerQuotaTest, AJobLargerThanTheQuotaWaitsForARaiseAndHoldsNothing) 
   const absl::Time later = kT0 + absl::Hours(1);
   std::map<std::string, std::string> reasons =
       scheduler.PendingReasons(registry_, later, Ledger({{"alice", 2}}));
-  EXPECT_TRUE(Has(reasons["huge"], "user alice may hold 2 workers and this job needs 3, more than "
-                                   "the quota; it waits until the quota is raised"))
+  EXPECT_TRUE(Has(reasons["huge"],
+                  "user alice may hold 2 workers and this job needs 3, more than "
+                  "the quota; it waits until the quota is raised"))
       << reasons["huge"];
   std::vector<Placement> placed = scheduler.Schedule(registry_, later, Ledger({{"alice", 2}}));
   ASSERT_EQ(Started(placed), std::vector<std::string>{"small"});

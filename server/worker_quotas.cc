@@ -22,14 +22,14 @@ constexpr char kUnlimited[] = "unlimited";
 // naming 0..kMaxQuotaWorkers.
 absl::StatusOr<std::optional<int>> ParseLimit(const std::string& field) {
   if (field == kUnlimited) return std::optional<int>();
-  const bool digits = !field.empty() && field.size() <= 9 &&
-                      std::all_of(field.begin(), field.end(),
-                                  [](char c) { return absl::ascii_isdigit(c); });
+  const bool digits =
+      !field.empty() && field.size() <= 9 &&
+      std::all_of(field.begin(), field.end(), [](char c) { return absl::ascii_isdigit(c); });
   int value = 0;
   if (!digits || !absl::SimpleAtoi(field, &value) || value > kMaxQuotaWorkers) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("MAX_WORKERS \"", field, "\" must be a whole number from 0 to ",
-                     kMaxQuotaWorkers, ", or `unlimited`"));
+    return absl::InvalidArgumentError(absl::StrCat("MAX_WORKERS \"", field,
+                                                   "\" must be a whole number from 0 to ",
+                                                   kMaxQuotaWorkers, ", or `unlimited`"));
   }
   return std::optional<int>(value);
 }
@@ -89,11 +89,12 @@ absl::StatusOr<WorkerQuotas> ParseWorkerQuotas(const std::string& path, const st
       }
     }
     absl::StatusOr<std::optional<int>> limit = ParseLimit(fields[1]);
-    if (!limit.ok()) return absl::InvalidArgumentError(absl::StrCat(where, limit.status().message()));
+    if (!limit.ok())
+      return absl::InvalidArgumentError(absl::StrCat(where, limit.status().message()));
     if (auto [it, added] = line_of.emplace(user, line_number); !added) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, user == kOthers ? std::string("`*`") : absl::StrCat("user ", user),
-          " already has a quota on line ", it->second, "; give each one line"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, user == kOthers ? std::string("`*`") : absl::StrCat("user ", user),
+                       " already has a quota on line ", it->second, "; give each one line"));
     }
     if (user == kOthers) {
       quotas.others = *limit;  // `* unlimited`: the same as no `*` line

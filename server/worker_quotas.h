@@ -17,6 +17,7 @@
 #ifndef TESSERA_SERVER_WORKER_QUOTAS_H_
 #define TESSERA_SERVER_WORKER_QUOTAS_H_
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>

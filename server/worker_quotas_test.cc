@@ -90,16 +90,14 @@ TEST_P(WorkerQuotasBadLineTest, IsRefusedNamingTheFileTheLineAndWhy) {
   ASSERT_FALSE(q.ok()) << GetParam().text;
   EXPECT_EQ(q.status().code(), absl::StatusCode::kInvalidArgument);
   const std::string message(q.status().message());
-  EXPECT_TRUE(Has(message, absl::StrCat("q.txt: line ", GetParam().line, ": ")))
-      << message;
+  EXPECT_TRUE(Has(message, absl::StrCat("q.txt: line ", GetParam().line, ": "))) << message;
   EXPECT_TRUE(Has(message, GetParam().error)) << message;
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Lines, WorkerQuotasBadLineTest,
     ::testing::Values(
-        BadLine{"alice\n", "expected `USER MAX_WORKERS` (USER: a user name or `*`), found 1",
-                1},
+        BadLine{"alice\n", "expected `USER MAX_WORKERS` (USER: a user name or `*`), found 1", 1},
         BadLine{"# ok\nalice 2 3\n", "found 3 fields", 2},
         BadLine{"Alice 2\n", "user name \"Alice\" must start with a-z or 0-9", 1},
         BadLine{"alIce 2\n", "user name \"alIce\" may hold only a-z", 1},
@@ -114,8 +112,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadLine{"alice Unlimited\n", "or `unlimited`", 1},
         BadLine{"alice 2\nbob 1\nalice 3\n", "user alice already has a quota on line 1", 3},
         BadLine{"* 2\n\n* 3\n", "`*` already has a quota on line 1", 3},
-        BadLine{"** 2\n", "user name \"**\"", 1},
-        BadLine{"alice 2\nbob\x01 2\n", "user name", 2}));
+        BadLine{"** 2\n", "user name \"**\"", 1}, BadLine{"alice 2\nbob\x01 2\n", "user name", 2}));
 
 TEST(WorkerQuotas, ReadsAFileAndRefusesOneItCannotRead) {
   const std::string path = TempPath("quotas.txt");

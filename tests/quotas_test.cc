@@ -65,8 +65,8 @@ class QuotasTest : public ::testing::Test {
     coordinator_ = *std::move(coordinator);
     ASSERT_TRUE(coordinator_->WaitForLine("listening on", absl::Seconds(30)).ok())
         << coordinator_->Log();
-    EXPECT_TRUE(absl::StrContains(coordinator_->Log(), "quotas from " + QuotaFile() +
-                                                           ": alice 1; others 2"))
+    EXPECT_TRUE(absl::StrContains(coordinator_->Log(),
+                                  "quotas from " + QuotaFile() + ": alice 1; others 2"))
         << coordinator_->Log();
     for (int i = 0; i < 3; ++i) {
       auto worker = ChildProcess::Start(
@@ -198,8 +198,8 @@ TEST(QuotaFileAtStartup, ABadFileStopsTheCoordinatorNamingTheLine) {
   const std::string dir = MakeTempDir("bad-quotas");
   const std::string quotas = dir + "/quotas";
   std::ofstream(quotas) << "alice 1\n# fine so far\nbob 1 2\n";
-  const std::vector<std::string> flags = {
-      absl::StrCat("--listen=127.0.0.1:", PickFreePort()), "--state_dir=" + dir + "/state"};
+  const std::vector<std::string> flags = {absl::StrCat("--listen=127.0.0.1:", PickFreePort()),
+                                          "--state_dir=" + dir + "/state"};
 
   std::vector<std::string> bad = flags;
   bad.push_back("--quota_file=" + quotas);
@@ -207,9 +207,9 @@ TEST(QuotaFileAtStartup, ABadFileStopsTheCoordinatorNamingTheLine) {
       ChildProcess::Start(BinaryPath("server/tessera-coordinator"), bad, dir + "/bad.log");
   ASSERT_TRUE(coordinator.ok()) << coordinator.status();
   EXPECT_EQ((*coordinator)->WaitExit(absl::Seconds(30)), 2) << (*coordinator)->Log();
-  EXPECT_TRUE(absl::StrContains((*coordinator)->Log(),
-                                "tessera-coordinator: --quota_file: " + quotas +
-                                    ": line 3: expected `USER MAX_WORKERS`"))
+  EXPECT_TRUE(absl::StrContains(
+      (*coordinator)->Log(),
+      "tessera-coordinator: --quota_file: " + quotas + ": line 3: expected `USER MAX_WORKERS`"))
       << (*coordinator)->Log();
 
   std::vector<std::string> missing = flags;
