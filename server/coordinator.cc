@@ -32,7 +32,8 @@ absl::Status Coordinator::NotFound(const std::string& job_id) {
 Coordinator::Coordinator(CoordinatorOptions options)
     : options_(std::move(options)),
       registry_(options_.worker_timeout),
-      scheduler_(options_.starvation_timeout) {}
+      scheduler_(options_.starvation_timeout),
+      quotas_(options_.quotas) {}
 
 Coordinator::~Coordinator() { Shutdown(); }
 
@@ -138,8 +139,10 @@ absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec, const Pr
   job.set_create_time_unix_ms(absl::ToUnixMillis(options_.now()));
   job.set_state(v1::PENDING);
   scheduler_.Enqueue(job.id(), job.spec(), options_.now());
-  job.set_reason(
-      scheduler_.PendingReasons(registry_, options_.now(), RunningJobsLocked())[job.id()]);
+  QuotaLedger quotas = QuotaLedgerLocked();
+  quotas.SetOwner(job.id(), job.owner());  // not in jobs_ yet
+  job.set_reason(scheduler_.PendingReasons(registry_, options_.now(), RunningJobsLocked(),
+                                           quotas)[job.id()]);
   v1::JobEvent event;
   event.mutable_state_change()->set_state(v1::PENDING);
   event.mutable_state_change()->set_reason(job.reason());
@@ -357,7 +360,8 @@ std::vector<v1::WorkerRecord> Coordinator::ListWorkers() {
 
 void Coordinator::RefreshPendingLocked() {
   for (auto& [id, reason] :
-       scheduler_.PendingReasons(registry_, options_.now(), RunningJobsLocked())) {
+       scheduler_.PendingReasons(registry_, options_.now(), RunningJobsLocked(),
+                                 QuotaLedgerLocked())) {
     auto it = jobs_.find(id);
     if (it == jobs_.end()) continue;
     JobEntry& entry = *it->second;
@@ -554,8 +558,9 @@ void Coordinator::Tick() {
     }
   }
   std::vector<PreemptionDecision> preemptions;
-  for (const Placement& placement :
-       scheduler_.Schedule(registry_, options_.now(), RunningJobsLocked(), &preemptions)) {
+  for (const Placement& placement : scheduler_.Schedule(registry_, options_.now(),
+                                                        RunningJobsLocked(), &preemptions,
+                                                        QuotaLedgerLocked())) {
     auto it = jobs_.find(placement.job_id);
     if (it != jobs_.end()) StartJobLocked(*it->second, placement);
   }

@@ -41,6 +41,14 @@
 // too). The default Principal::Unchecked() is the caller of a coordinator
 // that checks no tokens.
 //
+// Quotas (coordinator_quotas.cc, quota_ledger.h): each scheduling round
+// counts the workers each user's jobs hold (a job holds its world_size
+// while an attempt is in flight: STARTING, RUNNING, and while being
+// cancelled or suspended until its workers are released), and a queued job
+// that would take its owner over their quota waits, its reason naming the
+// quota. SetQuotas replaces the quotas (the quota file reloaded on SIGHUP);
+// the next round applies them, and jobs already running stay running.
+//
 // Checkpoint now, suspend and resume (coordinator_suspend.cc): a RUNNING job
 // with a checkpoint.dir can be asked for a checkpoint at its next step
 // boundary (job_runner.h), and to suspend there: its attempt then ends
@@ -79,6 +87,7 @@
 #include "server/rendezvous_table.h"
 #include "server/scheduler.h"
 #include "server/straggler_detector.h"
+#include "server/worker_quotas.h"
 #include "server/worker_registry.h"
 
 namespace tessera {
@@ -100,6 +109,9 @@ struct CoordinatorOptions {
   std::string data_root;
   // Opens a connection to a worker's WorkerService at `address`.
   std::function<std::unique_ptr<WorkerConnection>(const std::string& address)> connect;
+  // Per-user limits on workers held at once (worker_quotas.h); default:
+  // none. SetQuotas replaces them while running.
+  WorkerQuotas quotas;
   // The clock (tests inject one).
   std::function<absl::Time()> now = absl::Now;
   // When a running job's rank is named slow (straggler_detector.h): its
@@ -150,8 +162,10 @@ class Coordinator {
                          const Principal& by = Principal::Unchecked());
   // Dry-run placement (coordinator_preemption.cc): validates `spec` as
   // SubmitJob does and says where it would run now, whom it would preempt,
-  // or what it would wait for (placement_explanation.h). Creates nothing.
-  absl::StatusOr<v1::PlacementExplanation> ExplainPlacement(const v1::JobSpec& spec);
+  // or what it would wait for (placement_explanation.h), its owner's quota
+  // included when `by` names a user. Creates nothing.
+  absl::StatusOr<v1::PlacementExplanation> ExplainPlacement(
+      const v1::JobSpec& spec, const Principal& by = Principal::Unchecked());
   absl::StatusOr<std::shared_ptr<EventLog>> JobEvents(const std::string& job_id);
   // Where a job's log lines are: for each of `ranks` (empty: every rank) of
   // the job's latest placement, a connection to the worker that holds them.
@@ -178,6 +192,11 @@ class Coordinator {
 
   // One scheduling round: sweep dead workers, start the jobs that fit.
   void Tick();
+
+  // Replaces the quotas; scheduling decisions from now on follow them, and
+  // pending reasons are brought up to date at once. Running jobs are left
+  // alone, even if their owner is now over quota.
+  void SetQuotas(WorkerQuotas quotas);
 
  private:
   struct JobEntry {
@@ -243,6 +262,8 @@ class Coordinator {
   // reports the preemption's cost on both sides and, if it was suspended
   // for the preemption alone, queues it again.
   void EndPreemptionLocked(JobEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The quotas with what each user holds now and who owns each queued job.
+  QuotaLedger QuotaLedgerLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StartJobLocked(JobEntry& entry, const Placement& placement)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // An attempt's runner returned: release its workers, then restart the job
@@ -272,6 +293,7 @@ class Coordinator {
   absl::Mutex mu_;
   WorkerRegistry registry_ ABSL_GUARDED_BY(mu_);
   Scheduler scheduler_ ABSL_GUARDED_BY(mu_);
+  WorkerQuotas quotas_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::unique_ptr<JobEntry>> jobs_ ABSL_GUARDED_BY(mu_);
   int next_job_number_ ABSL_GUARDED_BY(mu_) = 1;
   double overhead_sum_ ABSL_GUARDED_BY(mu_) = 0;

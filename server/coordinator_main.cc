@@ -1,8 +1,9 @@
 // tessera-coordinator: serves the v1 API (Coordinator, WorkerRegistry,
 // Rendezvous) and runs the scheduler. Prints "tessera-coordinator listening
 // on ADDR" once serving; SIGINT/SIGTERM cancel running jobs (aborting their
-// workers) and shut down cleanly. Security flags (TLS, tokens, --insecure,
-// --data_root) are described in README.md's operator section;
+// workers) and shut down cleanly; SIGHUP rereads --quota_file (a bad file
+// keeps the quotas in force and says why). Security flags (TLS, tokens,
+// --insecure, --data_root) are described in README.md's operator section;
 // grpc.health.v1.Health and server reflection are always on.
 #include <unistd.h>
 
@@ -35,6 +36,7 @@
 #include "server/status_page.h"
 #include "server/straggler_detector.h"
 #include "server/worker_client.h"
+#include "server/worker_quotas.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "host:port to serve the API on");
 ABSL_FLAG(std::string, advertise_address, "",
@@ -54,6 +56,10 @@ ABSL_FLAG(int, starvation_timeout_s, 300,
           "a queued job the registered workers could run that has waited this long stops "
           "later jobs of its device kind from starting before it (0: strict FIFO among "
           "runnable jobs)");
+ABSL_FLAG(std::string, quota_file, "",
+          "file of per-user limits on workers held at once, one `USER MAX_WORKERS` a line "
+          "(`*` for users not listed, `unlimited`, # comments); reread on SIGHUP; a job over "
+          "its owner's quota waits (empty: no limits)");
 ABSL_FLAG(int, max_watch_streams, tessera::kDefaultMaxWatchStreams,
           "open WatchJob streams allowed at once (they hold no server thread); one more is "
           "RESOURCE_EXHAUSTED");
@@ -98,7 +104,7 @@ int main(int argc, char** argv) {
                                 {"server/coordinator_main.cc", "common/grpc_server_limits.cc"});
   absl::ParseCommandLine(argc, argv);
 
-  tessera::BlockShutdownSignals();  // before any thread starts
+  tessera::BlockShutdownAndReloadSignals();  // before any thread starts
   tessera::IgnoreBrokenPipeSignals();
 
   const std::string listen = absl::GetFlag(FLAGS_listen);
@@ -136,6 +142,24 @@ int main(int argc, char** argv) {
                  std::string(data_root.status().message()).c_str());
     return 2;
   }
+  const std::string quota_file = absl::GetFlag(FLAGS_quota_file);
+  tessera::WorkerQuotas quotas;
+  if (!quota_file.empty()) {
+    absl::StatusOr<tessera::WorkerQuotas> read = tessera::ReadWorkerQuotaFile(quota_file);
+    if (!read.ok()) {
+      std::fprintf(stderr, "tessera-coordinator: --quota_file: %s\n",
+                   std::string(read.status().message()).c_str());
+      return 2;
+    }
+    quotas = *std::move(read);
+    std::printf("tessera-coordinator: quotas from %s: %s\n", quota_file.c_str(),
+                quotas.Summary().c_str());
+    if (security_flags.user_tokens_file.empty()) {
+      std::fprintf(stderr,
+                   "tessera-coordinator: WARNING: --quota_file limits users, but without "
+                   "--user_tokens_file jobs have no owner, so no quota applies\n");
+    }
+  }
   absl::StatusOr<tessera::GrpcServerLimits> limits = tessera::GrpcServerLimitsFromFlags();
   if (!limits.ok()) {
     std::fprintf(stderr, "tessera-coordinator: %s\n", std::string(limits.status().message()).c_str());
@@ -171,6 +195,7 @@ int main(int argc, char** argv) {
   options.collective_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_collective_timeout_ms));
   options.starvation_timeout = absl::Seconds(std::max(0, absl::GetFlag(FLAGS_starvation_timeout_s)));
   options.slow_ranks = slow_ranks;
+  options.quotas = quotas;
   // Above the collective timeout (InitCollective waits in a rendezvous) and,
   // by default, above the step watchdog's default: the timeout hierarchy.
   const absl::Duration setup_timeout =
@@ -252,7 +277,24 @@ int main(int argc, char** argv) {
               security->secured ? " (TLS, tokens)" : "");
   std::fflush(stdout);
 
-  const int sig = tessera::WaitForShutdownSignal();
+  int sig = 0;
+  while ((sig = tessera::WaitForShutdownOrReloadSignal()) == SIGHUP) {
+    if (quota_file.empty()) {
+      std::printf("tessera-coordinator: SIGHUP: no --quota_file to reread\n");
+    } else if (absl::StatusOr<tessera::WorkerQuotas> read =
+                   tessera::ReadWorkerQuotaFile(quota_file);
+               !read.ok()) {
+      std::fprintf(stderr, "tessera-coordinator: SIGHUP: keeping the quotas in force: %s\n",
+                   std::string(read.status().message()).c_str());
+    } else {
+      const std::string summary = read->Summary();
+      core.SetQuotas(*std::move(read));
+      std::printf("tessera-coordinator: SIGHUP: quotas reloaded from %s: %s\n",
+                  quota_file.c_str(), summary.c_str());
+    }
+    std::fflush(stdout);
+    std::fflush(stderr);
+  }
   tessera::SetServing(server.get(), services, false);
   std::printf("tessera-coordinator: signal %d, shutting down\n", sig);
   std::fflush(stdout);

@@ -144,7 +144,8 @@ void Coordinator::EndPreemptionLocked(JobEntry& entry) {
   RefreshPendingLocked();
 }
 
-absl::StatusOr<v1::PlacementExplanation> Coordinator::ExplainPlacement(const v1::JobSpec& spec) {
+absl::StatusOr<v1::PlacementExplanation> Coordinator::ExplainPlacement(const v1::JobSpec& spec,
+                                                                       const Principal& by) {
   RETURN_IF_ERROR(ValidateJobSpec(spec));
   if (!spec.checkpoint().dir().empty()) {
     RETURN_IF_ERROR(
@@ -156,7 +157,9 @@ absl::StatusOr<v1::PlacementExplanation> Coordinator::ExplainPlacement(const v1:
   const std::vector<RunningJob> running = RunningJobsLocked();
   std::map<std::string, int> priorities;
   for (const RunningJob& r : running) priorities[r.job_id] = r.priority;
-  const DryRunPlacement dry_run = scheduler_.DryRun(full, registry_, running, options_.now());
+  // The caller's quota applies as it would to the job they submit.
+  const DryRunPlacement dry_run = scheduler_.DryRun(full, registry_, running, options_.now(),
+                                                    QuotaLedgerLocked(), by.user);
   return MakePlacementExplanation(full, dry_run, workers, priorities,
                                   CheckJobFitsRegisteredWorkers(full, workers));
 }

@@ -102,8 +102,9 @@ grpc::Status CoordinatorService::ResumeJob(grpc::ServerContext* context,
 grpc::Status CoordinatorService::ExplainPlacement(grpc::ServerContext* context,
                                                   const v1::ExplainPlacementRequest* req,
                                                   v1::PlacementExplanation* resp) {
-  if (grpc::Status s = CallGuard::User(guard_, context); !s.ok()) return s;
-  absl::StatusOr<v1::PlacementExplanation> explanation = core_->ExplainPlacement(req->spec());
+  Principal who;
+  if (grpc::Status s = CallGuard::User(guard_, context, &who); !s.ok()) return s;
+  absl::StatusOr<v1::PlacementExplanation> explanation = core_->ExplainPlacement(req->spec(), who);
   if (!explanation.ok()) return ToGrpcStatus(explanation.status());
   *resp = *std::move(explanation);
   return grpc::Status::OK;

@@ -80,7 +80,8 @@ int Scheduler::Position(const std::string& job_id) const {
 }
 
 Scheduler::Plan Scheduler::MakePlan(const WorkerRegistry& registry, absl::Time now,
-                                    const std::vector<RunningJob>& running) const {
+                                    const std::vector<RunningJob>& running,
+                                    QuotaLedger quotas) const {
   Plan plan;
   std::map<v1::DeviceKind, std::vector<std::string>> free;  // oldest registration first
   std::map<v1::DeviceKind, std::string> held_by;            // kind -> the job holding it
@@ -97,6 +98,15 @@ Scheduler::Plan Scheduler::MakePlan(const WorkerRegistry& registry, absl::Time n
     const int registered = registry.CountWorkers(q.kind);
     const int healthy = registry.CountHealthyWorkers(q.kind);
 
+    // Over its owner's quota: waits without holding its kind; past the
+    // starvation bound it holds its owner's quota against their later jobs.
+    if (std::string over = quotas.Blocked(q.job_id, q.world_size); !over.empty()) {
+      if (q.restarting || now - q.enqueued >= starvation_timeout_) {
+        quotas.Reserve(q.job_id, q.world_size);
+      }
+      plan.reasons[q.job_id] = std::move(over);
+      continue;
+    }
     if (auto holder = held_by.find(q.kind); holder != held_by.end()) {
       plan.reasons[q.job_id] = absl::StrCat(
           "waiting behind ", holder->second, ", which holds the ", kind,
@@ -107,6 +117,7 @@ Scheduler::Plan Scheduler::MakePlan(const WorkerRegistry& registry, absl::Time n
       Placement placement{q.job_id, {}};
       placement.worker_ids.assign(available.begin(), available.begin() + q.world_size);
       available.erase(available.begin(), available.begin() + q.world_size);
+      quotas.Take(q.job_id, q.world_size);
       plan.reasons[q.job_id] = absl::StrCat("queued: ", q.world_size, " free ", kind,
                                             " workers are available; starting at the next "
                                             "scheduling round");
@@ -178,23 +189,27 @@ Scheduler::Plan Scheduler::MakePlan(const WorkerRegistry& registry, absl::Time n
 
 std::vector<Placement> Scheduler::Schedule(const WorkerRegistry& registry, absl::Time now,
                                            const std::vector<RunningJob>& running,
-                                           std::vector<PreemptionDecision>* preemptions) {
-  Plan plan = MakePlan(registry, now, running);
+                                           std::vector<PreemptionDecision>* preemptions,
+                                           const QuotaLedger& quotas) {
+  Plan plan = MakePlan(registry, now, running, quotas);
   for (const Placement& p : plan.placements) Remove(p.job_id);
   if (preemptions != nullptr) *preemptions = std::move(plan.preemptions);
   return std::move(plan.placements);
 }
 
 std::map<std::string, std::string> Scheduler::PendingReasons(
-    const WorkerRegistry& registry, absl::Time now, const std::vector<RunningJob>& running) const {
-  return MakePlan(registry, now, running).reasons;
+    const WorkerRegistry& registry, absl::Time now, const std::vector<RunningJob>& running,
+    const QuotaLedger& quotas) const {
+  return MakePlan(registry, now, running, quotas).reasons;
 }
 
 DryRunPlacement Scheduler::DryRun(const v1::JobSpec& spec, const WorkerRegistry& registry,
-                                  const std::vector<RunningJob>& running, absl::Time now) const {
+                                  const std::vector<RunningJob>& running, absl::Time now,
+                                  QuotaLedger quotas, const std::string& owner) const {
   Scheduler with_it = *this;
   with_it.Enqueue(kDryRunJobId, spec, now);
-  const Plan plan = with_it.MakePlan(registry, now, running);
+  quotas.SetOwner(kDryRunJobId, owner);
+  const Plan plan = with_it.MakePlan(registry, now, running, std::move(quotas));
   DryRunPlacement result;
   result.queue_position = with_it.Position(kDryRunJobId);
   result.reason = plan.reasons.at(kDryRunJobId);

@@ -36,6 +36,14 @@
 // lower-priority one, and a low-priority job can wait for as long as
 // higher-priority work keeps arriving.
 //
+// Quotas (quota_ledger.h): a job whose start would take its owner over
+// their quota of workers is passed over first, with the quota as its
+// reason, before any of the rules above: it never holds its device kind,
+// so the jobs behind it start as if it were not queued. Backfill past it
+// is bounded the same way, per owner: once it has waited past
+// `starvation_timeout` (a restarting job at once), its owner's later jobs
+// wait until it has started.
+//
 // Restarts: a job that lost an attempt (RESTARTING) is queued ahead of every
 // job of its priority that has not started yet, behind earlier restarting
 // jobs only, and holds its device kind at once if the registered healthy
@@ -52,6 +60,7 @@
 #include "absl/time/time.h"
 #include "common/job_priority.h"
 #include "proto/tessera/v1/job.pb.h"
+#include "server/quota_ledger.h"
 #include "server/worker_registry.h"
 
 namespace tessera {
@@ -119,18 +128,24 @@ class Scheduler {
   // its gang. They leave the queue; marking the workers assigned is the
   // caller's job. `running`: the jobs holding workers; with `preemptions`,
   // the round's new preemption decisions (the caller suspends the victims
-  // and reports them back as RunningJob.preempted_for).
+  // and reports them back as RunningJob.preempted_for). `quotas` holds what
+  // each owner holds now and the owner of each queued job (default: no
+  // limits).
   std::vector<Placement> Schedule(const WorkerRegistry& registry, absl::Time now,
                                   const std::vector<RunningJob>& running = {},
-                                  std::vector<PreemptionDecision>* preemptions = nullptr);
+                                  std::vector<PreemptionDecision>* preemptions = nullptr,
+                                  const QuotaLedger& quotas = QuotaLedger());
   // Why each queued job is waiting, by job id, as of `now`.
   std::map<std::string, std::string> PendingReasons(
       const WorkerRegistry& registry, absl::Time now,
-      const std::vector<RunningJob>& running = {}) const;
-  // What a job with `spec` (defaults applied) would get if it were queued
-  // now. Changes nothing.
+      const std::vector<RunningJob>& running = {},
+      const QuotaLedger& quotas = QuotaLedger()) const;
+  // What a job with `spec` (defaults applied), submitted by `owner` (empty:
+  // no quota applies), would get if it were queued now. Changes nothing.
   DryRunPlacement DryRun(const v1::JobSpec& spec, const WorkerRegistry& registry,
-                         const std::vector<RunningJob>& running, absl::Time now) const;
+                         const std::vector<RunningJob>& running, absl::Time now,
+                         QuotaLedger quotas = QuotaLedger(),
+                         const std::string& owner = "") const;
 
  private:
   struct Queued {
@@ -153,8 +168,9 @@ class Scheduler {
     std::vector<PreemptionDecision> preemptions;
     std::map<std::string, std::string> reasons;
   };
+  // `quotas` is a copy: the round adds the jobs it places.
   Plan MakePlan(const WorkerRegistry& registry, absl::Time now,
-                const std::vector<RunningJob>& running) const;
+                const std::vector<RunningJob>& running, QuotaLedger quotas) const;
 
   absl::Duration starvation_timeout_;
   std::deque<Queued> queue_;
