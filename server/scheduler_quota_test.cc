@@ -86,14 +86,14 @@ TEST_F(SchedulerQuotaTest, AJobOverQuotaWaitsAndDoesNotHoldItsKindEvenUnderStric
   const absl::Time later = kT0 + absl::Hours(1);
   const QuotaLedger quotas = Ledger({{"alice", 2}});
 
-  const std::string reason = scheduler.PendingReasons(registry_, later, quotas)["job-2"];
+  const std::string reason = scheduler.PendingReasons(registry_, later, {}, quotas)["job-2"];
   EXPECT_TRUE(Has(reason,
                   "waiting for quota: user alice may hold 2 workers, holds 2, this job "
                   "needs 2"))
       << reason;
   // job-2 could run on the 3 free workers, but its quota holds it back, and
   // bob's job behind it takes them.
-  EXPECT_EQ(Started(scheduler.Schedule(registry_, later, quotas)),
+  EXPECT_EQ(Started(scheduler.Schedule(registry_, later, {}, nullptr, quotas)),
             std::vector<std::string>{"job-3"});
   EXPECT_EQ(scheduler.Position("job-2"), 1);
 
@@ -112,11 +112,11 @@ TEST_F(SchedulerQuotaTest, JobsPlacedInOneRoundAddUpAgainstTheQuota) {
   Submit(scheduler, "b-1", "bob", 2);
   Submit(scheduler, "a-3", "alice", 1);
   const QuotaLedger quotas = Ledger({{"alice", 3}, {"*", 2}});
-  std::map<std::string, std::string> reasons = scheduler.PendingReasons(registry_, kT0, quotas);
+  std::map<std::string, std::string> reasons = scheduler.PendingReasons(registry_, kT0, {}, quotas);
   EXPECT_TRUE(Has(reasons["a-2"], "user alice may hold 3 workers, holds 2, this job needs 2"))
       << reasons["a-2"];
   // a-3 fits what a-1 leaves of alice's quota, so it backfills past a-2.
-  EXPECT_EQ(Started(scheduler.Schedule(registry_, kT0, quotas)),
+  EXPECT_EQ(Started(scheduler.Schedule(registry_, kT0, {}, nullptr, quotas)),
             (std::vector<std::string>{"a-1", "b-1", "a-3"}));
   EXPECT_EQ(scheduler.Position("a-2"), 1);
 }
@@ -130,7 +130,7 @@ TEST_F(SchedulerQuotaTest, TheOwnersLaterJobsBackfillUntilTheBoundThenWaitBehind
     Submit(scheduler, "big", "alice", 3);
     Submit(scheduler, "small", "alice", 1, kT0 + absl::Seconds(1));
     EXPECT_EQ(
-        Started(scheduler.Schedule(registry_, kT0 + absl::Minutes(4), Ledger({{"alice", 3}}))),
+        Started(scheduler.Schedule(registry_, kT0 + absl::Minutes(4), {}, nullptr, Ledger({{"alice", 3}}))),
         std::vector<std::string>{"small"});
   }
   // Past it: "big" reserves alice's quota; her later job waits, bob's does not.
@@ -140,16 +140,16 @@ TEST_F(SchedulerQuotaTest, TheOwnersLaterJobsBackfillUntilTheBoundThenWaitBehind
   Submit(scheduler, "bob", "bob", 2, kT0 + absl::Seconds(2));
   const QuotaLedger quotas = Ledger({{"alice", 3}});
   const absl::Time late = kT0 + absl::Minutes(6);
-  std::map<std::string, std::string> reasons = scheduler.PendingReasons(registry_, late, quotas);
+  std::map<std::string, std::string> reasons = scheduler.PendingReasons(registry_, late, {}, quotas);
   EXPECT_TRUE(Has(reasons["big"], "user alice may hold 3 workers, holds 1, this job needs 3"))
       << reasons["big"];
   EXPECT_TRUE(Has(reasons["small"], "waiting for quota: big, queued earlier by user alice"))
       << reasons["small"];
-  EXPECT_EQ(Started(scheduler.Schedule(registry_, late, quotas)), std::vector<std::string>{"bob"});
+  EXPECT_EQ(Started(scheduler.Schedule(registry_, late, {}, nullptr, quotas)), std::vector<std::string>{"bob"});
   // Once alice's running job ends, "big" starts first.
   holding_.clear();
   registry_.Release(workers_[0], "job-0", /*confirmed_idle=*/true);
-  EXPECT_EQ(Started(scheduler.Schedule(registry_, late, Ledger({{"alice", 3}}))),
+  EXPECT_EQ(Started(scheduler.Schedule(registry_, late, {}, nullptr, Ledger({{"alice", 3}}))),
             std::vector<std::string>{"big"});
 }
 
@@ -160,22 +160,22 @@ TEST_F(SchedulerQuotaTest, AJobLargerThanTheQuotaWaitsForARaiseAndHoldsNothing) 
   Submit(scheduler, "small", "alice", 2);
   const absl::Time later = kT0 + absl::Hours(1);
   std::map<std::string, std::string> reasons =
-      scheduler.PendingReasons(registry_, later, Ledger({{"alice", 2}}));
+      scheduler.PendingReasons(registry_, later, {}, Ledger({{"alice", 2}}));
   EXPECT_TRUE(Has(reasons["huge"],
                   "user alice may hold 2 workers and this job needs 3, more than "
                   "the quota; it waits until the quota is raised"))
       << reasons["huge"];
-  std::vector<Placement> placed = scheduler.Schedule(registry_, later, Ledger({{"alice", 2}}));
+  std::vector<Placement> placed = scheduler.Schedule(registry_, later, {}, nullptr, Ledger({{"alice", 2}}));
   ASSERT_EQ(Started(placed), std::vector<std::string>{"small"});
   for (const std::string& w : placed[0].worker_ids) registry_.Assign(w, "small");
   holding_["alice"] = 2;
   // A quota reloaded at 5 lets it start once workers are free for it.
-  EXPECT_TRUE(Has(scheduler.PendingReasons(registry_, later, Ledger({{"alice", 5}}))["huge"],
+  EXPECT_TRUE(Has(scheduler.PendingReasons(registry_, later, {}, Ledger({{"alice", 5}}))["huge"],
                   "waiting for 3 free healthy CPU workers"));
   for (const std::string& w : placed[0].worker_ids) registry_.Release(w, "small", true);
   holding_.clear();
-  EXPECT_TRUE(scheduler.Schedule(registry_, later, Ledger({{"alice", 2}})).empty());
-  EXPECT_EQ(Started(scheduler.Schedule(registry_, later, Ledger({{"alice", 5}}))),
+  EXPECT_TRUE(scheduler.Schedule(registry_, later, {}, nullptr, Ledger({{"alice", 2}})).empty());
+  EXPECT_EQ(Started(scheduler.Schedule(registry_, later, {}, nullptr, Ledger({{"alice", 5}}))),
             std::vector<std::string>{"huge"});
 }
 
@@ -188,12 +188,12 @@ TEST_F(SchedulerQuotaTest, ARestartingJobOverQuotaHoldsOnlyItsOwnersQuota) {
   Submit(scheduler, "a-small", "alice", 1);
   Submit(scheduler, "bob", "bob", 2);
   const QuotaLedger quotas = Ledger({{"alice", 2}});
-  std::map<std::string, std::string> reasons = scheduler.PendingReasons(registry_, kT0, quotas);
+  std::map<std::string, std::string> reasons = scheduler.PendingReasons(registry_, kT0, {}, quotas);
   EXPECT_TRUE(Has(reasons["job-1"], "waiting for quota: user alice may hold 2 workers, holds 2"))
       << reasons["job-1"];
   EXPECT_TRUE(Has(reasons["a-small"], "waiting for quota: job-1, queued earlier"))
       << reasons["a-small"];
-  EXPECT_EQ(Started(scheduler.Schedule(registry_, kT0, quotas)), std::vector<std::string>{"bob"});
+  EXPECT_EQ(Started(scheduler.Schedule(registry_, kT0, {}, nullptr, quotas)), std::vector<std::string>{"bob"});
 }
 
 TEST_F(SchedulerQuotaTest, JobsWithoutAnOwnerOrOfUnlimitedUsersIgnoreQuotas) {
@@ -208,7 +208,7 @@ TEST_F(SchedulerQuotaTest, JobsWithoutAnOwnerOrOfUnlimitedUsersIgnoreQuotas) {
   ledger.SetOwner("anon", "");
   ledger.SetOwner("ops", "ops");
   ledger.Hold("ops", 50);
-  EXPECT_EQ(Started(scheduler.Schedule(registry_, kT0, ledger)),
+  EXPECT_EQ(Started(scheduler.Schedule(registry_, kT0, {}, nullptr, ledger)),
             (std::vector<std::string>{"anon", "ops"}));
 }
 
