@@ -365,6 +365,12 @@ void CheckSchema(const Json& json, const google::protobuf::Descriptor* message,
     problems->push_back({LineOf(lines, path), absl::StrCat(path, ": number out of range")});
     return;
   }
+  if (json.is_array() && message != nullptr) {  // a repeated message: each element
+    for (size_t i = 0; i < json.size(); ++i) {
+      CheckSchema(json[i], message, absl::StrCat(path, "[", i, "]"), lines, problems);
+    }
+    return;
+  }
   if (!json.is_object() || message == nullptr) return;
   for (const auto& [key, value] : json.items()) {
     const std::string key_path = Join(path, key);

@@ -155,6 +155,17 @@ TEST(JobFile, UnknownFieldNamesItsPathAndTheFieldMeant) {
   EXPECT_EQ(json.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(json.status().message(),
             "job.json: line 3: model.n_head: unknown field; did you mean n_heads?");
+  // Inside a list of sources, named by index and line.
+  auto listed = ParseJobSpec(
+      "data:\n  sources:\n    - {path: a.tok, weight: 1}\n    - path: b\n      wieght: 2\n",
+      "job.yaml");
+  EXPECT_EQ(listed.status().message(),
+            "job.yaml: line 5: data.sources[1].wieght: unknown field; did you mean weight?");
+  auto sources = ParseJobSpec("data:\n  sources:\n    - {path: a.tok, weight: 0.7}\n", "job.yaml");
+  ASSERT_TRUE(sources.ok()) << sources.status();
+  ASSERT_EQ(sources->data().sources_size(), 1);
+  EXPECT_EQ(sources->data().sources(0).path(), "a.tok");
+  EXPECT_EQ(sources->data().sources(0).weight(), 0.7);
   auto far = ParseJobSpec("data:\n  synthetic:\n    task: COPY\n    dropout: 0.1\n", "job.yaml");
   EXPECT_EQ(far.status().message(), "job.yaml: line 4: data.synthetic.dropout: unknown field");
   // The first problem in the file is the one reported.

@@ -73,6 +73,25 @@ std::string ValidationLine(const std::string& label, const v1::StepMetrics& m) {
                          FormatRate(static_cast<double>(m.validation().tokens())), m.step() + 1);
 }
 
+// One line per validation source: "  source  PATH  loss 1.2345 over 4.10k tokens\n".
+std::string SourceValidationLines(const v1::StepMetrics& m) {
+  std::string out;
+  for (const v1::SourceValidationLoss& source : m.validation().sources()) {
+    absl::StrAppend(&out, absl::StrFormat("  source  %s  loss %.4f over %s tokens\n", source.path(),
+                                          source.loss(),
+                                          FormatRate(static_cast<double>(source.tokens()))));
+  }
+  return out;
+}
+
+// The last component of a source path ("/data/web/" -> "web").
+std::string ShortSourceName(const std::string& path) {
+  std::string trimmed = path;
+  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
+  const size_t slash = trimmed.rfind('/');
+  return slash == std::string::npos ? trimmed : trimmed.substr(slash + 1);
+}
+
 }  // namespace
 
 std::string FormatJobsTable(const std::vector<v1::Job>& jobs) {
@@ -127,7 +146,7 @@ std::string FormatJob(const v1::Job& j) {
                                           m.loss(), m.grad_norm(), m.lr(),
                                           FormatRate(m.tokens_per_s())));
     if (m.has_validation()) {
-      absl::StrAppend(&out, ValidationLine("validation", m));
+      absl::StrAppend(&out, ValidationLine("validation", m), SourceValidationLines(m));
     }
     if (m.has_phases()) {
       const v1::StepPhases& p = m.phases();
@@ -187,7 +206,10 @@ void ProgressTracker::Add(const v1::StepMetrics& m, double now_s) {
   last_step_ = m.step();
   loss_ = m.loss();
   tokens_per_s_ = m.tokens_per_s();
-  if (m.has_validation()) validation_loss_ = m.validation().loss();
+  if (m.has_validation()) {
+    validation_loss_ = m.validation().loss();
+    validation_sources_.assign(m.validation().sources().begin(), m.validation().sources().end());
+  }
   recent_.emplace_back(m.step(), now_s);
   if (recent_.size() > 20) recent_.erase(recent_.begin());
 }
@@ -205,8 +227,14 @@ std::string ProgressTracker::Line(int bar_width) const {
   double frac = total_steps_ > 0 ? std::clamp(static_cast<double>(done) / total_steps_, 0.0, 1.0) : 0;
   int filled = static_cast<int>(frac * bar_width);
   std::string bar = std::string(filled, '#') + std::string(bar_width - filled, '.');
-  const std::string validation =
+  std::string validation =
       validation_loss_.has_value() ? absl::StrFormat("  val %.4f", *validation_loss_) : "";
+  for (size_t i = 0; i < validation_sources_.size(); ++i) {
+    absl::StrAppend(&validation, i == 0 ? " (" : ", ",
+                    ShortSourceName(validation_sources_[i].path()),
+                    absl::StrFormat(" %.4f", validation_sources_[i].loss()),
+                    i + 1 == validation_sources_.size() ? ")" : "");
+  }
   return absl::StrFormat("step %d/%d [%s] %3.0f%%  loss %.4f%s  tok/s %s  ETA %s", done,
                          total_steps_, bar, frac * 100, loss_, validation,
                          FormatRate(tokens_per_s_), FormatDuration(EtaSeconds()));
@@ -225,6 +253,9 @@ std::string FormatSummary(const v1::Job& j, double total_tokens, double total_st
       absl::StrAppend(&out, absl::StrFormat("  validation   %.4f (after step %d)\n",
                                             j.last_metrics().validation().loss(),
                                             j.last_metrics().step() + 1));
+      for (const v1::SourceValidationLoss& source : j.last_metrics().validation().sources()) {
+        absl::StrAppend(&out, absl::StrFormat("    %s  %.4f\n", source.path(), source.loss()));
+      }
     }
   }
   if (total_step_time_s > 0) {

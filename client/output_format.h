@@ -35,7 +35,8 @@ class ProgressTracker {
   void Add(const v1::StepMetrics& metrics, double now_s);
   // "step 120/300 [########............]  40%  loss 1.2345  tok/s 12.3k  ETA 0:45",
   // with "  val 1.3012" after the loss once a step carried a validation loss
-  // (the newest one).
+  // (the newest one), followed by each validation source's loss under its
+  // path's last component: "  val 1.3012 (web 1.2001, code.tok 1.4410)".
   std::string Line(int bar_width = 24) const;
   double EtaSeconds() const;  // -1 while unknown
   int last_step() const { return last_step_; }
@@ -45,6 +46,7 @@ class ProgressTracker {
   int last_step_ = -1;
   float loss_ = 0;
   std::optional<float> validation_loss_;
+  std::vector<v1::SourceValidationLoss> validation_sources_;
   double tokens_per_s_ = 0;
   std::vector<std::pair<int, double>> recent_;  // (step, arrival time), last 20
 };

@@ -73,6 +73,26 @@ TEST(OutputFormat, ValidationLossInStatusWatchSummaryAndJson) {
   const std::string json = ToJsonLine(job.last_metrics());
   EXPECT_NE(json.find("\"validation\":{\"loss\":1.625,\"tokens\":\"4096\"}"), std::string::npos)
       << json;
+
+  // Validation sources: one loss per source in status, the summary and watch.
+  v1::SourceValidationLoss* web = job.mutable_last_metrics()->mutable_validation()->add_sources();
+  web->set_path("/data/val/web/");
+  web->set_loss(1.5f);
+  web->set_tokens(2048);
+  v1::SourceValidationLoss* code = job.mutable_last_metrics()->mutable_validation()->add_sources();
+  code->set_path("/data/val/code.tok");
+  code->set_loss(1.75f);
+  code->set_tokens(2048);
+  EXPECT_NE(FormatJob(job).find("  source  /data/val/web/  loss 1.5000 over 2.0k tokens\n"
+                                "  source  /data/val/code.tok  loss 1.7500 over 2.0k tokens\n"),
+            std::string::npos)
+      << FormatJob(job);
+  EXPECT_NE(FormatSummary(job, 0, 0).find("    /data/val/code.tok  1.7500\n"), std::string::npos)
+      << FormatSummary(job, 0, 0);
+  ProgressTracker watched(10);
+  watched.Add(job.last_metrics(), 1.0);
+  EXPECT_NE(watched.Line(10).find("val 1.6250 (web 1.5000, code.tok 1.7500)"), std::string::npos)
+      << watched.Line(10);
 }
 
 TEST(OutputFormat, TablesSummaryAndJson) {

@@ -1,7 +1,10 @@
 // JobSpec upper bounds (see spec_limits.h).
 #include "common/spec_limits.h"
 
+#include <string>
+
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace tessera {
 namespace {
@@ -10,6 +13,19 @@ absl::Status AtMost(absl::string_view field, int64_t value, int64_t max) {
   if (value <= max) return absl::OkStatus();
   return absl::InvalidArgumentError(
       absl::StrCat(field, ": must be <= ", max, " (got ", value, ")"));
+}
+
+absl::Status CheckSourceLimits(const std::string& field,
+                               const google::protobuf::RepeatedPtrField<v1::DataSource>& sources) {
+  if (sources.size() > kMaxDataSources) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": at most ", kMaxDataSources,
+                                                   " sources (got ", sources.size(), ")"));
+  }
+  for (int i = 0; i < sources.size(); ++i) {
+    RETURN_IF_ERROR(CheckStringLimit(absl::StrCat(field, "[", i, "].path"), sources[i].path(),
+                                     kMaxPathBytes));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -46,6 +62,8 @@ absl::Status CheckSpecLimits(const v1::JobSpec& spec) {
   for (const absl::Status& s : checks) {
     if (!s.ok()) return s;
   }
+  RETURN_IF_ERROR(CheckSourceLimits("data.sources", d.sources()));
+  RETURN_IF_ERROR(CheckSourceLimits("data.validation.sources", d.validation().sources()));
   // Both factors are bounded above, so the product fits in int64.
   const int64_t tokens = int64_t{d.micro_batch_size()} * m.seq_len();
   if (tokens > kMaxTokensPerMicroBatch) {

@@ -20,6 +20,10 @@ namespace tessera {
 inline constexpr int64_t kMaxJobNameBytes = 256;
 inline constexpr int64_t kMaxPathBytes = 4096;  // data.token_file, checkpoint.dir
 
+// Sources of one mixture (data.sources, data.validation.sources); each
+// path is at most kMaxPathBytes.
+inline constexpr int64_t kMaxDataSources = 64;
+
 // Step counts: steps, optimizer.warmup_steps, checkpoint.interval_steps.
 inline constexpr int64_t kMaxSteps = 10'000'000;
 

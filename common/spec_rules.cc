@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint_layout.h"
+#include "common/data_mixture.h"
 #include "common/job_priority.h"
 #include "common/spec_limits.h"
 #include "common/status_macros.h"
@@ -52,11 +53,15 @@ absl::Status CheckNoUnknownFields(const google::protobuf::Message& message,
   std::vector<const google::protobuf::FieldDescriptor*> fields;
   reflection->ListFields(message, &fields);
   for (const google::protobuf::FieldDescriptor* field : fields) {
-    if (field->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE ||
-        field->is_repeated()) {
-      continue;  // JobSpec has no repeated messages
-    }
+    if (field->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) continue;
     const std::string child = path.empty() ? field->name() : absl::StrCat(path, ".", field->name());
+    if (field->is_repeated()) {
+      for (int i = 0; i < reflection->FieldSize(message, field); ++i) {
+        RETURN_IF_ERROR(CheckNoUnknownFields(reflection->GetRepeatedMessage(message, field, i),
+                                             absl::StrCat(child, "[", i, "]")));
+      }
+      continue;
+    }
     RETURN_IF_ERROR(CheckNoUnknownFields(reflection->GetMessage(message, field), child));
   }
   return absl::OkStatus();
@@ -109,13 +114,52 @@ absl::Status ValidateForDevice(const v1::ModelConfig& m, v1::DeviceKind kind) {
   return absl::OkStatus();
 }
 
+// A list of data sources: count and paths (lengths are spec_limits'), and,
+// for training, the weights by the rule the workers sample with.
+absl::Status ValidateSources(const std::string& field,
+                             const google::protobuf::RepeatedPtrField<v1::DataSource>& sources,
+                             bool weighted) {
+  if (sources.size() > kMaxDataSources) {
+    return Bad(field, absl::StrCat("at most ", kMaxDataSources, " sources (got ", sources.size(),
+                                   ")"));
+  }
+  std::vector<double> weights;
+  for (int i = 0; i < sources.size(); ++i) {
+    const std::string at = absl::StrCat(field, "[", i, "]");
+    if (sources[i].path().empty()) return Bad(at + ".path", "must be a non-empty path");
+    if (static_cast<int64_t>(sources[i].path().size()) > kMaxPathBytes) {
+      return Bad(at + ".path", absl::StrCat("must be at most ", kMaxPathBytes, " bytes (got ",
+                                            sources[i].path().size(), ")"));
+    }
+    for (int j = 0; j < i; ++j) {
+      if (sources[j].path() == sources[i].path()) {
+        return Bad(at + ".path", absl::StrCat("repeats ", field, "[", j,
+                                              "].path; give one source a larger weight instead"));
+      }
+    }
+    weights.push_back(sources[i].weight());
+  }
+  if (weighted) {
+    absl::StatusOr<std::vector<int64_t>> quotas = MixtureQuotas(weights, field);
+    if (!quotas.ok()) return quotas.status();
+  }
+  return absl::OkStatus();
+}
+
 // data.validation: held-out data scored every eval_interval_steps steps.
 absl::Status ValidateValidation(const v1::DataConfig& d) {
   if (!d.has_validation()) return absl::OkStatus();
   const v1::ValidationConfig& v = d.validation();
-  if (v.token_file().empty()) {
+  if (!v.sources().empty()) {
+    if (!v.token_file().empty()) {
+      return Bad("data.validation",
+                 "set either data.validation.token_file or data.validation.sources, not both");
+    }
+    RETURN_IF_ERROR(ValidateSources("data.validation.sources", v.sources(), /*weighted=*/false));
+  } else if (v.token_file().empty()) {
     return Bad("data.validation.token_file",
-               "must be a non-empty path when data.validation is set");
+               "must be a non-empty path when data.validation is set (or give "
+               "data.validation.sources)");
   }
   if (static_cast<int64_t>(v.token_file().size()) > kMaxPathBytes) {
     return Bad("data.validation.token_file",
@@ -135,6 +179,19 @@ absl::Status ValidateValidation(const v1::DataConfig& d) {
 }
 
 absl::Status ValidateData(const v1::DataConfig& d) {
+  if (!d.sources().empty()) {
+    if (d.source_case() != v1::DataConfig::SOURCE_NOT_SET) {
+      return Bad("data", absl::StrCat("set exactly one of data.token_file, data.synthetic and "
+                                      "data.sources (got data.sources and data.",
+                                      d.source_case() == v1::DataConfig::kTokenFile
+                                          ? "token_file"
+                                          : "synthetic",
+                                      ")"));
+    }
+    RETURN_IF_ERROR(ValidateSources("data.sources", d.sources(), /*weighted=*/true));
+    RETURN_IF_ERROR(AtLeast("data.micro_batch_size", d.micro_batch_size(), 1));
+    return ValidateValidation(d);
+  }
   switch (d.source_case()) {
     case v1::DataConfig::kTokenFile:
       if (d.token_file().empty()) return Bad("data.token_file", "must be a non-empty path");
@@ -151,7 +208,7 @@ absl::Status ValidateData(const v1::DataConfig& d) {
       }
       break;
     case v1::DataConfig::SOURCE_NOT_SET:
-      return Bad("data", "set either data.token_file or data.synthetic");
+      return Bad("data", "set one of data.token_file, data.synthetic and data.sources");
   }
   RETURN_IF_ERROR(AtLeast("data.micro_batch_size", d.micro_batch_size(), 1));
   return ValidateValidation(d);

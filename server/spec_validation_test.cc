@@ -9,6 +9,7 @@
 // steps, with a dir that has no ".." component).
 #include "server/spec_validation.h"
 
+#include <cmath>
 #include <functional>
 #include <string>
 #include <vector>
@@ -215,6 +216,90 @@ TEST(SpecValidation, UnknownFieldsAreRefusedWithTheirPath) {
   v1::JobSpec parsed;
   ASSERT_TRUE(parsed.ParseFromString(wire));
   EXPECT_EQ(ValidateJobSpec(parsed).code(), absl::StatusCode::kInvalidArgument);
+}
+
+v1::JobSpec MixtureSpec() {
+  v1::JobSpec spec = ValidSpec();
+  spec.mutable_data()->clear_synthetic();
+  for (auto [path, weight] : {std::pair<const char*, double>{"/data/web", 0.5},
+                              {"/data/code.tok", 0.3},
+                              {"/data/books", 0.2}}) {
+    v1::DataSource* source = spec.mutable_data()->add_sources();
+    source->set_path(path);
+    source->set_weight(weight);
+  }
+  return spec;
+}
+
+TEST(SpecValidation, MixturesPass) {
+  v1::JobSpec spec = MixtureSpec();
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  v1::ValidationConfig* v = spec.mutable_data()->mutable_validation();
+  v->add_sources()->set_path("/data/val-web");  // validation weights are not needed
+  v->add_sources()->set_path("/data/val-code.tok");
+  v->set_eval_interval_steps(5);
+  v->set_eval_batches(2);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+}
+
+TEST(SpecValidation, MixtureRulesNameTheirField) {
+  std::vector<Case> cases = {
+      {"data: set exactly one of data.token_file, data.synthetic and data.sources",
+       [](v1::JobSpec& s) { s.mutable_data()->set_token_file("/data/x.tok"); }},
+      {"data: set exactly one",
+       [](v1::JobSpec& s) { s.mutable_data()->mutable_synthetic()->set_task(v1::SyntheticData::COPY); }},
+      {"data.sources[2].weight: must be finite and > 0",
+       [](v1::JobSpec& s) { s.mutable_data()->mutable_sources(2)->set_weight(0); }},
+      {"data.sources[1].weight: must be finite and > 0",
+       [](v1::JobSpec& s) { s.mutable_data()->mutable_sources(1)->set_weight(-0.5); }},
+      {"data.sources[0].weight: must be finite and > 0",
+       [](v1::JobSpec& s) { s.mutable_data()->mutable_sources(0)->set_weight(std::nan("")); }},
+      {"data.sources[2].weight: 1e-07 is",
+       [](v1::JobSpec& s) { s.mutable_data()->mutable_sources(2)->set_weight(1e-7); }},
+      {"data.sources[1].path: must be a non-empty path",
+       [](v1::JobSpec& s) { s.mutable_data()->mutable_sources(1)->clear_path(); }},
+      {"data.sources[2].path: must be at most 4096 bytes",
+       [](v1::JobSpec& s) { s.mutable_data()->mutable_sources(2)->set_path(std::string(5000, 'a')); }},
+      {"data.sources[2].path: repeats data.sources[0].path",
+       [](v1::JobSpec& s) { s.mutable_data()->mutable_sources(2)->set_path("/data/web"); }},
+      {"data.sources: at most 64 sources (got 65)",
+       [](v1::JobSpec& s) {
+         for (int i = 3; i < 65; ++i) {
+           v1::DataSource* x = s.mutable_data()->add_sources();
+           x->set_path(absl::StrCat("/data/", i));
+           x->set_weight(1);
+         }
+       }},
+      {"data.validation: set either data.validation.token_file or data.validation.sources",
+       [](v1::JobSpec& s) {
+         v1::ValidationConfig* v = s.mutable_data()->mutable_validation();
+         v->set_token_file("/data/val.tok");
+         v->add_sources()->set_path("/data/val2.tok");
+         v->set_eval_interval_steps(1);
+         v->set_eval_batches(1);
+       }},
+      {"data.validation.sources[1].path: must be a non-empty path",
+       [](v1::JobSpec& s) {
+         v1::ValidationConfig* v = s.mutable_data()->mutable_validation();
+         v->add_sources()->set_path("/data/val.tok");
+         v->add_sources();
+         v->set_eval_interval_steps(1);
+         v->set_eval_batches(1);
+       }},
+  };
+  for (const Case& c : cases) {
+    v1::JobSpec spec = MixtureSpec();
+    c.mutate(spec);
+    absl::Status s = ValidateJobSpec(spec);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.field;
+    EXPECT_EQ(s.message().rfind(c.field, 0), 0u) << "want " << c.field << ", got " << s.message();
+  }
+  // An unknown field inside a source is named by its index.
+  v1::JobSpec spec = MixtureSpec();
+  v1::DataSource* source = spec.mutable_data()->mutable_sources(1);
+  source->GetReflection()->MutableUnknownFields(source)->AddVarint(7, 1);
+  absl::Status s = ValidateJobSpec(spec);
+  EXPECT_EQ(s.message().rfind("data.sources[1]: unknown field number 7", 0), 0u) << s.message();
 }
 
 TEST(SpecValidation, KvHeadsMustDivideTheQueryHeads) {

@@ -4,6 +4,11 @@
 // meet ids its embedding has no row for, so it is refused before it is
 // queued instead of failing on every worker.
 //
+// Only the headers are read. The token files of a job's sources
+// (data.sources and data.validation.sources) must also all come from one
+// tokenizer: a mixture of a byte-level and a SentencePiece source would
+// feed the model ids that mean different text.
+//
 // Only the header is read. A file the coordinator cannot open or parse, or
 // one that records no tokenizer (version 1 files), is left to the workers,
 // which open every token file at setup and fail the job with the reason:
@@ -16,8 +21,13 @@
 
 namespace tessera {
 
-// Checks data.token_file and data.validation.token_file. INVALID_ARGUMENT
-// naming model.vocab_size and the file when the vocabulary is too small.
+// Checks data.token_file, data.validation.token_file and every token file
+// of every source in data.sources and data.validation.sources (a
+// directory's shards as formats/token_shards.h lists them).
+// INVALID_ARGUMENT naming model.vocab_size, the field (e.g.
+// "data.sources[2]") and the file when the vocabulary is too small; naming
+// the field and both files when two source files record different
+// tokenizers.
 absl::Status CheckTokenFilesFitVocab(const v1::JobSpec& spec);
 
 }  // namespace tessera

@@ -101,6 +101,47 @@ TEST(TokenFileCheck, FilesWithoutARecordedTokenizerAreLeftToTheWorkers) {
   EXPECT_TRUE(CheckTokenFilesFitVocab(Spec(2, plain)).ok());
 }
 
+v1::JobSpec MixtureSpec(int vocab, const std::vector<std::string>& paths) {
+  v1::JobSpec spec = Spec(vocab, "");
+  spec.mutable_data()->clear_token_file();
+  for (const std::string& path : paths) {
+    v1::DataSource* source = spec.mutable_data()->add_sources();
+    source->set_path(path);
+    source->set_weight(1);
+  }
+  return spec;
+}
+
+TEST(TokenFileCheck, EveryShardOfEverySourceIsCheckedNamingTheSource) {
+  const std::string dir = TempPath("shards");
+  ASSERT_EQ(::mkdir(dir.c_str(), 0755), 0);
+  const std::string small = SentencePieceFile("shards/a.tok", 500);
+  SentencePieceFile("shards/b.tok", 500);
+  const std::string single = SentencePieceFile("single500.tok", 500);
+  EXPECT_TRUE(CheckTokenFilesFitVocab(MixtureSpec(500, {single, dir})).ok());
+  absl::Status s = CheckTokenFilesFitVocab(MixtureSpec(499, {single, dir}));
+  ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("data.sources[0] " + single), std::string::npos) << s;
+
+  // The directory's second shard from another tokenizer: named with its source.
+  SentencePieceFile("shards/c.tok", 640);
+  s = CheckTokenFilesFitVocab(MixtureSpec(1000, {single, dir}));
+  ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_EQ(s.message().rfind("data.sources[1]: " + dir + "/c.tok was made by", 0), 0u) << s;
+  EXPECT_NE(s.message().find("data.sources[0] " + single), std::string::npos) << s;
+
+  // Validation sources too.
+  v1::JobSpec spec = MixtureSpec(1000, {single});
+  v1::ValidationConfig* v = spec.mutable_data()->mutable_validation();
+  v->add_sources()->set_path(small);
+  v->add_sources()->set_path(SentencePieceFile("val-other.tok", 700));
+  v->set_eval_interval_steps(1);
+  v->set_eval_batches(1);
+  s = CheckTokenFilesFitVocab(spec);
+  ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_EQ(s.message().rfind("data.validation.sources[1]: ", 0), 0u) << s;
+}
+
 TEST(TokenFileCheck, TheCoordinatorRefusesAtSubmit) {
   CoordinatorOptions options;
   options.start_background_thread = false;

@@ -74,6 +74,11 @@ ABSL_FLAG(std::string, failpoints, "",
           "fault injection for recovery tests, NAME@step=N[,rank=R][,ms=M][,steps=K];... with NAME one of "
           "exit, hang, fail_collective, corrupt_checkpoint, slow (worker/daemon/failpoints.h); "
           "default: $TESSERA_FAILPOINTS; empty: none");
+ABSL_FLAG(std::string, data_trace_dir, "",
+          "a directory where each rank of a job with data.sources appends one line per "
+          "training sequence it reads (step, slot, source, epoch, sequence, file, offset) to "
+          "data-trace-rank-R.txt, for auditing the data order; also TESSERA_DATA_TRACE_DIR. "
+          "Empty: no trace");
 ABSL_FLAG(std::string, data_root, "",
           "existing directory this worker may write checkpoints in (empty: anywhere)");
 ABSL_FLAG(int32_t, suspend_grace_s, tessera::kDefaultSuspendGraceSeconds,
@@ -176,8 +181,14 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
 
-  tessera::WorkerCore core(
-      [device](const tessera::v1::JobSpec& spec) { return tessera::CreateTrainer(device, spec); });
+  std::string data_trace_dir = absl::GetFlag(FLAGS_data_trace_dir);
+  if (data_trace_dir.empty()) {
+    const char* env = std::getenv("TESSERA_DATA_TRACE_DIR");
+    if (env != nullptr) data_trace_dir = env;
+  }
+  tessera::WorkerCore core([device, data_trace_dir](const tessera::v1::JobSpec& spec) {
+    return tessera::CreateTrainer(device, spec, data_trace_dir);
+  });
   if (!failpoints.empty()) core.set_failpoints(&failpoints);
   tessera::JobLog job_log;  // each job's lines: stderr, and `tessera logs`
   core.set_job_log(&job_log);

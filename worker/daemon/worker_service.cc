@@ -79,6 +79,12 @@ grpc::Status WorkerServiceImpl::RunSteps(grpc::ServerContext* context,
         if (report.validation.has_value()) {
           result.mutable_validation()->set_loss(report.validation->loss);
           result.mutable_validation()->set_tokens(report.validation->tokens);
+          for (const ValidationReport::Source& source : report.validation->sources) {
+            v1::SourceValidationLoss* out = result.mutable_validation()->add_sources();
+            out->set_path(source.path);
+            out->set_loss(source.loss);
+            out->set_tokens(source.tokens);
+          }
         }
         // A caller that went away stops hearing; the steps still finish so
         // the ranks stay in step until the coordinator aborts the job.

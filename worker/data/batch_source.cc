@@ -1,6 +1,8 @@
 // Per-rank micro-batches from a token file or a synthetic task (see
-// batch_source.h).
+// batch_source.h); a mixture of sources is mixture_batch_source.h's.
 //
+// The single token file keeps the sampler it had before mixtures existed,
+// so old jobs, and their checkpoints, go on reading the same sequences:
 // Sequence j of rank r at step s has global index g = r * micro_batch + j
 // and starts at offset SplitMix-hash(seed, s, g) mod (tokens - seq_len). No
 // state carries between calls, so step k reads the same data whether or not
@@ -15,6 +17,7 @@
 #include "common/splitmix.h"
 #include "common/synthetic_task.h"
 #include "formats/token_file.h"
+#include "worker/data/mixture_batch_source.h"
 
 namespace tessera {
 namespace {
@@ -87,7 +90,8 @@ class TokenBatchSource : public BatchSource {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<BatchSource>> OpenBatchSource(const v1::JobSpec& spec, int rank,
-                                                             int world_size) {
+                                                             int world_size,
+                                                             const std::string& trace_path) {
   if (world_size < 1 || rank < 0 || rank >= world_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank, " does not lie in a world of ", world_size));
@@ -97,6 +101,9 @@ absl::StatusOr<std::unique_ptr<BatchSource>> OpenBatchSource(const v1::JobSpec& 
   }
   if (spec.data().micro_batch_size() < 1) {
     return absl::InvalidArgumentError("data.micro_batch_size: must be >= 1");
+  }
+  if (!spec.data().sources().empty()) {
+    return OpenMixtureBatchSource(spec, rank, world_size, trace_path);
   }
   std::unique_ptr<TokenFile> file;
   std::vector<uint32_t> memory;

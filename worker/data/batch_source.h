@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -27,11 +28,15 @@ class BatchSource {
                                  absl::Span<int32_t> targets) = 0;
 };
 
-// Opens the job's data source (token file or synthetic task) for one rank.
+// Opens the job's training data (token file, synthetic task or a mixture
+// of sources, worker/data/mixture_batch_source.h) for one rank.
 // INVALID_ARGUMENT if the data cannot serve the spec (file missing or
 // malformed, token id >= vocab_size, fewer tokens than one sequence).
+// `trace_path` (mixtures only; empty: none) names a file that gets one line
+// per sequence read, as OpenMixtureBatchSource describes.
 absl::StatusOr<std::unique_ptr<BatchSource>> OpenBatchSource(const v1::JobSpec& spec, int rank,
-                                                             int world_size);
+                                                             int world_size,
+                                                             const std::string& trace_path = "");
 
 }  // namespace tessera
 

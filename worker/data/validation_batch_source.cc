@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "formats/token_file.h"
+#include "worker/data/source_sequences.h"
 
 namespace tessera {
 namespace {
@@ -51,7 +52,75 @@ class ValidationBatchSource : public BatchSource {
   int64_t sequences_;
 };
 
+// A validation source: whole, non-overlapping sequences, front to back.
+class SourceValidationBatchSource : public BatchSource {
+ public:
+  SourceValidationBatchSource(const v1::JobSpec& spec, int rank, int world_size,
+                              std::unique_ptr<SourceSequences> source)
+      : seq_len_(spec.model().seq_len()),
+        micro_batch_(spec.data().micro_batch_size()),
+        rank_(rank),
+        world_(world_size),
+        source_(std::move(source)) {}
+
+  absl::Status ReadBatch(int64_t batch, absl::Span<int32_t> inputs,
+                         absl::Span<int32_t> targets) override {
+    const size_t want = static_cast<size_t>(micro_batch_) * seq_len_;
+    if (inputs.size() != want || targets.size() != want) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "batch buffers must hold micro_batch_size x seq_len = ", want, " tokens, got ",
+          inputs.size(), " inputs and ", targets.size(), " targets"));
+    }
+    if (batch < 0) return absl::InvalidArgumentError(absl::StrCat("batch: ", batch, " < 0"));
+    for (int j = 0; j < micro_batch_; ++j) {
+      const int64_t global = (batch * world_ + rank_) * micro_batch_ + j;
+      source_->Read(global % source_->count(),
+                    inputs.subspan(static_cast<size_t>(j) * seq_len_, seq_len_),
+                    targets.subspan(static_cast<size_t>(j) * seq_len_, seq_len_));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  int seq_len_;
+  int micro_batch_;
+  int rank_;
+  int world_;
+  std::unique_ptr<SourceSequences> source_;
+};
+
 }  // namespace
+
+absl::StatusOr<std::vector<ValidationSet>> OpenValidationSets(const v1::JobSpec& spec, int rank,
+                                                              int world_size) {
+  std::vector<ValidationSet> sets;
+  const v1::ValidationConfig& v = spec.data().validation();
+  if (v.sources().empty()) {
+    absl::StatusOr<std::unique_ptr<BatchSource>> single =
+        OpenValidationBatchSource(spec, rank, world_size);
+    if (!single.ok()) return single.status();
+    sets.push_back({"", std::move(*single)});
+    return sets;
+  }
+  if (world_size < 1 || rank < 0 || rank >= world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " does not lie in a world of ", world_size));
+  }
+  if (spec.model().seq_len() < 1 || spec.data().micro_batch_size() < 1) {
+    return absl::InvalidArgumentError(
+        "model.seq_len and data.micro_batch_size: must be >= 1 (validate the spec first)");
+  }
+  for (int i = 0; i < v.sources_size(); ++i) {
+    absl::StatusOr<std::unique_ptr<SourceSequences>> source = SourceSequences::Open(
+        absl::StrCat("data.validation.sources[", i, "]"), v.sources(i).path(),
+        spec.model().seq_len(), spec.model().vocab_size());
+    if (!source.ok()) return source.status();
+    sets.push_back({v.sources(i).path(),
+                    std::make_unique<SourceValidationBatchSource>(spec, rank, world_size,
+                                                                  std::move(*source))});
+  }
+  return sets;
+}
 
 absl::StatusOr<std::unique_ptr<BatchSource>> OpenValidationBatchSource(const v1::JobSpec& spec,
                                                                        int rank, int world_size) {

@@ -91,3 +91,65 @@ TEST(ValidationBatchSource, BadFilesAreRefusedNamingTheField) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// Validation sources: one set per source, in the spec's order, each read in
+// whole sequences of seq_len + 1 tokens that do not overlap, front to back
+// and wrapping; two ranks read what one rank with twice the micro-batch
+// reads.
+TEST(ValidationSetsTest, SourcesAreReadInWholeNonOverlappingSequences) {
+  // 5 whole sequences of 9 tokens and a 4-token tail: token i is i.
+  std::vector<uint32_t> tokens(5 * 9 + 4);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>(i);
+  const std::string first = TempPath("val-source-a.tok"), second = TempPath("val-source-b.tok");
+  ASSERT_TRUE(WriteTokenFile(first, tokens).ok());
+  ASSERT_TRUE(WriteTokenFile(second, std::vector<uint32_t>(20, 7)).ok());
+  v1::JobSpec spec = Spec("", 3);
+  spec.mutable_data()->mutable_validation()->clear_token_file();
+  spec.mutable_data()->mutable_validation()->add_sources()->set_path(first);
+  spec.mutable_data()->mutable_validation()->add_sources()->set_path(second);
+
+  absl::StatusOr<std::vector<ValidationSet>> one = OpenValidationSets(spec, 0, 1);
+  ASSERT_TRUE(one.ok()) << one.status();
+  ASSERT_EQ(one->size(), 2u);
+  EXPECT_EQ((*one)[0].source_path, first);
+  EXPECT_EQ((*one)[1].source_path, second);
+  std::vector<int32_t> inputs(3 * 8), targets(3 * 8);
+  // Batch 1 holds sequences 3, 4 and (wrapping) 0; the tail is never read.
+  ASSERT_TRUE((*one)[0].batches->ReadBatch(1, absl::MakeSpan(inputs), absl::MakeSpan(targets)).ok());
+  const int want_sequence[3] = {3, 4, 0};
+  for (int j = 0; j < 3; ++j) {
+    for (int t = 0; t < 8; ++t) {
+      EXPECT_EQ(inputs[j * 8 + t], want_sequence[j] * 9 + t);
+      EXPECT_EQ(targets[j * 8 + t], want_sequence[j] * 9 + t + 1);
+    }
+  }
+
+  // Two ranks of micro-batch 3 against one of 6.
+  v1::JobSpec wide = spec;
+  wide.mutable_data()->set_micro_batch_size(6);
+  absl::StatusOr<std::vector<ValidationSet>> whole = OpenValidationSets(wide, 0, 1);
+  absl::StatusOr<std::vector<ValidationSet>> r0 = OpenValidationSets(spec, 0, 2);
+  absl::StatusOr<std::vector<ValidationSet>> r1 = OpenValidationSets(spec, 1, 2);
+  ASSERT_TRUE(whole.ok() && r0.ok() && r1.ok());
+  std::vector<int32_t> all_in(6 * 8), all_tg(6 * 8);
+  ASSERT_TRUE((*whole)[0].batches->ReadBatch(2, absl::MakeSpan(all_in), absl::MakeSpan(all_tg)).ok());
+  ASSERT_TRUE((*r0)[0].batches->ReadBatch(2, absl::MakeSpan(inputs), absl::MakeSpan(targets)).ok());
+  EXPECT_EQ(std::vector<int32_t>(all_in.begin(), all_in.begin() + 24), inputs);
+  ASSERT_TRUE((*r1)[0].batches->ReadBatch(2, absl::MakeSpan(inputs), absl::MakeSpan(targets)).ok());
+  EXPECT_EQ(std::vector<int32_t>(all_in.begin() + 24, all_in.end()), inputs);
+
+  // A source with no whole sequence is named.
+  const std::string short_file = TempPath("val-short.tok");
+  ASSERT_TRUE(WriteTokenFile(short_file, std::vector<uint32_t>(8, 1)).ok());
+  spec.mutable_data()->mutable_validation()->mutable_sources(1)->set_path(short_file);
+  absl::StatusOr<std::vector<ValidationSet>> bad = OpenValidationSets(spec, 0, 1);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status().message().rfind("data.validation.sources[1]: ", 0), 0u) << bad.status();
+}
+
+}  // namespace
+}  // namespace tessera

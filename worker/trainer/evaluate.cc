@@ -40,9 +40,9 @@ absl::Status FsdpTrainer::SetupValidation() {
   ASSIGN_OR_RETURN(saved_fp8_meta_, Alloc(DType::kFloat32, Shape{meta_->packed().NumElements()}));
   if (!spec_.data().has_validation()) return absl::OkStatus();
   // Split over every rank of the job, as the training data is.
-  ASSIGN_OR_RETURN(validation_data_,
-                   OpenValidationBatchSource(spec_, global_rank_, global_world_));
-  ASSIGN_OR_RETURN(eval_scalars_, Alloc(DType::kFloat32, Shape{2}));
+  ASSIGN_OR_RETURN(validation_sets_, OpenValidationSets(spec_, global_rank_, global_world_));
+  ASSIGN_OR_RETURN(eval_scalars_,
+                   Alloc(DType::kFloat32, Shape{static_cast<int64_t>(validation_sets_.size()), 2}));
   return absl::OkStatus();
 }
 
@@ -121,49 +121,65 @@ absl::StatusOr<ValidationReport> FsdpTrainer::Evaluate() {
 }
 
 absl::StatusOr<ValidationReport> FsdpTrainer::Score() {
-  if (validation_data_ == nullptr) {
+  if (validation_sets_.empty()) {
     return absl::FailedPreconditionError("Evaluate: the job has no data.validation section");
   }
   if (!collective_ready_) return absl::FailedPreconditionError("Evaluate before InitCollective");
   RETURN_IF_ERROR(CheckAborted());
   PhaseRange range("evaluate");
   Ops& ops = *ops_;
-  float* sums = eval_scalars_.data<float>();
+  const int64_t sets = static_cast<int64_t>(validation_sets_.size());
+  float* sums = eval_scalars_.data<float>();  // [sets, 2]
   RETURN_IF_ERROR(BeginForwardPass());
-  RETURN_IF_ERROR(ops.Memset(sums, 0, 2 * sizeof(float), stream_));
+  RETURN_IF_ERROR(ops.Memset(sums, 0, sets * 2 * sizeof(float), stream_));
 
-  for (int64_t batch = 0; batch < spec_.data().validation().eval_batches(); ++batch) {
-    RETURN_IF_ERROR(CheckAborted());
-    RETURN_IF_ERROR(validation_data_->ReadBatch(batch, absl::MakeSpan(host_inputs_),
-                                                absl::MakeSpan(host_targets_)));
-    RETURN_IF_ERROR(ops.CopyToDevice(inputs_.desc.data, host_inputs_.data(), tokens_ * 4, stream_));
-    RETURN_IF_ERROR(
-        ops.CopyToDevice(targets_.desc.data, host_targets_.data(), tokens_ * 4, stream_));
-    RETURN_IF_ERROR(ForwardToFinalNorm());
-    RETURN_IF_ERROR(ops.FusedLinearCrossEntropy(
-        h_final_.desc, Full(gathered_lm_head_, lm_head_), targets_.desc, kIgnoreIndex,
-        spec_.loss_chunk_tokens(), sums + kLossSum, sums + kValidTokens,
-        /*grad_x=*/TensorDesc{}, /*grad_weight=*/TensorDesc{},  // loss only
-        /*accumulate_grad_weight=*/false, stream_));
+  for (int64_t set = 0; set < sets; ++set) {
+    float* set_sums = sums + 2 * set;
+    for (int64_t batch = 0; batch < spec_.data().validation().eval_batches(); ++batch) {
+      RETURN_IF_ERROR(CheckAborted());
+      RETURN_IF_ERROR(validation_sets_[set].batches->ReadBatch(
+          batch, absl::MakeSpan(host_inputs_), absl::MakeSpan(host_targets_)));
+      RETURN_IF_ERROR(
+          ops.CopyToDevice(inputs_.desc.data, host_inputs_.data(), tokens_ * 4, stream_));
+      RETURN_IF_ERROR(
+          ops.CopyToDevice(targets_.desc.data, host_targets_.data(), tokens_ * 4, stream_));
+      RETURN_IF_ERROR(ForwardToFinalNorm());
+      RETURN_IF_ERROR(ops.FusedLinearCrossEntropy(
+          h_final_.desc, Full(gathered_lm_head_, lm_head_), targets_.desc, kIgnoreIndex,
+          spec_.loss_chunk_tokens(), set_sums + kLossSum, set_sums + kValidTokens,
+          /*grad_x=*/TensorDesc{}, /*grad_weight=*/TensorDesc{},  // loss only
+          /*accumulate_grad_weight=*/false, stream_));
+    }
   }
 
   RETURN_IF_ERROR(CheckAborted());
-  RETURN_IF_ERROR(
-      comm_->AllReduce(MakeTensor(sums, DType::kFloat32, Shape{2}), ReduceOp::kSum, stream_));
+  const TensorDesc all_sums = MakeTensor(sums, DType::kFloat32, Shape{sets * 2});
+  RETURN_IF_ERROR(comm_->AllReduce(all_sums, ReduceOp::kSum, stream_));
   // Under hybrid sharding the other shard groups scored other sequences.
   if (replica_comm_ != nullptr) {
-    RETURN_IF_ERROR(replica_comm_->AllReduce(MakeTensor(sums, DType::kFloat32, Shape{2}),
-                                             ReduceOp::kSum, stream_));
+    RETURN_IF_ERROR(replica_comm_->AllReduce(all_sums, ReduceOp::kSum, stream_));
   }
   RETURN_IF_ERROR(EndForwardPass());
-  float host[2];
-  RETURN_IF_ERROR(ops.CopyToHost(host, sums, sizeof(host), stream_));
+  std::vector<float> host(static_cast<size_t>(sets * 2));
+  RETURN_IF_ERROR(ops.CopyToHost(host.data(), sums, host.size() * sizeof(float), stream_));
   RETURN_IF_ERROR(ops.Synchronize(stream_));
   RETURN_IF_ERROR(comm_->FirstFailure());
   if (replica_comm_ != nullptr) RETURN_IF_ERROR(replica_comm_->FirstFailure());
   ValidationReport report;
-  report.loss = host[kLossSum] / std::max(1.0f, host[kValidTokens]);
-  report.tokens = static_cast<int64_t>(host[kValidTokens]);
+  // The total over every set, summed in set order (one set: exactly its sums).
+  float loss_sum = 0.f, valid_tokens = 0.f;
+  for (int64_t set = 0; set < sets; ++set) {
+    const float set_loss = host[2 * set + kLossSum], set_tokens = host[2 * set + kValidTokens];
+    loss_sum += set_loss;
+    valid_tokens += set_tokens;
+    if (!validation_sets_[set].source_path.empty()) {
+      report.sources.push_back({validation_sets_[set].source_path,
+                                set_loss / std::max(1.0f, set_tokens),
+                                static_cast<int64_t>(set_tokens)});
+    }
+  }
+  report.loss = loss_sum / std::max(1.0f, valid_tokens);
+  report.tokens = static_cast<int64_t>(valid_tokens);
   return report;
 }
 

@@ -256,6 +256,63 @@ TEST(Evaluate, WritesNoGradientBuffer) {
   }
 }
 
+// Evaluate on one rank (no steps), for comparing validation setups.
+ValidationReport EvaluateOnce(const v1::JobSpec& spec) {
+  FsdpTrainer trainer(CreateCpuOps(), CreateGlooCommunicator);
+  absl::StatusOr<SetupReport> setup = trainer.Setup(spec, 0, 1);
+  EXPECT_TRUE(setup.ok()) << setup.status();
+  EXPECT_TRUE(trainer.InitCollective(nullptr, "127.0.0.1", absl::Seconds(5)).ok());
+  absl::StatusOr<ValidationReport> v = trainer.Evaluate();
+  EXPECT_TRUE(v.ok()) << v.status();
+  return v.ok() ? *v : ValidationReport{};
+}
+
+v1::JobSpec SourcesSpec(const std::vector<std::string>& paths) {
+  v1::JobSpec spec = Spec(2, 3);
+  v1::ValidationConfig* v = spec.mutable_data()->mutable_validation();
+  v->clear_token_file();
+  for (const std::string& path : paths) v->add_sources()->set_path(path);
+  return spec;
+}
+
+TEST(Evaluate, EachValidationSourceIsScoredOnItsOwn) {
+  const std::string first = AdditionTokenFile("val-first", 5, 4000);
+  const std::string second = AdditionTokenFile("val-second", 6, 4000);
+  const ValidationReport both = EvaluateOnce(SourcesSpec({first, second}));
+  ASSERT_EQ(both.sources.size(), 2u);
+  EXPECT_EQ(both.sources[0].path, first);
+  EXPECT_EQ(both.sources[1].path, second);
+  // A source scores the same alone as beside another.
+  const ValidationReport alone0 = EvaluateOnce(SourcesSpec({first}));
+  const ValidationReport alone1 = EvaluateOnce(SourcesSpec({second}));
+  ASSERT_EQ(alone0.sources.size(), 1u);
+  ASSERT_EQ(alone1.sources.size(), 1u);
+  EXPECT_EQ(both.sources[0].loss, alone0.sources[0].loss);
+  EXPECT_EQ(both.sources[1].loss, alone1.sources[0].loss);
+  EXPECT_NE(both.sources[0].loss, both.sources[1].loss);
+  // 3 micro-batches of 2 sequences of 16 tokens each, every target valid.
+  EXPECT_EQ(both.sources[0].tokens, 3 * 2 * 16);
+  EXPECT_EQ(both.tokens, both.sources[0].tokens + both.sources[1].tokens);
+  // The total is the mean over every token scored.
+  EXPECT_NEAR(both.loss,
+              (both.sources[0].loss * both.sources[0].tokens +
+               both.sources[1].loss * both.sources[1].tokens) / both.tokens,
+              1e-5);
+  // The single validation file reports no per-source entries.
+  EXPECT_TRUE(EvaluateOnce(Spec(2, 3)).sources.empty());
+}
+
+TEST(Evaluate, AnUnusableValidationSourceFailsSetupNamingIt) {
+  v1::JobSpec spec =
+      SourcesSpec({ValidationFile(), absl::StrCat(std::getenv("TEST_TMPDIR"), "/absent-dir")});
+  FsdpTrainer refused(CreateCpuOps(), CreateGlooCommunicator);
+  absl::StatusOr<SetupReport> setup = refused.Setup(spec, 0, 1);
+  ASSERT_FALSE(setup.ok());
+  EXPECT_EQ(setup.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(setup.status().message().rfind("data.validation.sources[1]: ", 0), 0u)
+      << setup.status();
+}
+
 TEST(Evaluate, RefusedWithoutValidationDataOrOutOfOrder) {
   v1::JobSpec spec = Spec(2, 1);
   FsdpTrainer early(CreateCpuOps(), CreateGlooCommunicator);

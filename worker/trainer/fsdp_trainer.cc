@@ -169,7 +169,11 @@ absl::StatusOr<SetupReport> FsdpTrainer::Setup(const v1::JobSpec& spec, int rank
   if (!m.init_from().empty()) {
     ASSIGN_OR_RETURN(init_from, HfLlamaSource::Open(m, m.init_from()));
   }
-  ASSIGN_OR_RETURN(data_, OpenBatchSource(spec, global_rank_, global_world_));
+  ASSIGN_OR_RETURN(data_, OpenBatchSource(spec, global_rank_, global_world_,
+                                           data_trace_dir_.empty()
+                                               ? std::string()
+                                               : absl::StrCat(data_trace_dir_, "/data-trace-rank-",
+                                                              global_rank_, ".txt")));
   ASSIGN_OR_RETURN(stream_, ops_->CreateStream());
   RETURN_IF_ERROR(AllocateState());
   RETURN_IF_ERROR(SetupValidation());

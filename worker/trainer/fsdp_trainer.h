@@ -42,6 +42,7 @@
 #include "worker/comm/prefixed_rendezvous_store.h"
 #include "worker/comm/single_rank_communicator.h"
 #include "worker/data/batch_source.h"
+#include "worker/data/validation_batch_source.h"
 #include "worker/fsdp/fp8_sharded_param.h"
 #include "worker/model/fp8_linear.h"
 #include "worker/model/fp8_meta.h"
@@ -61,6 +62,10 @@ class FsdpTrainer : public Trainer {
   // gradients are in use at once (common/block_buffer_ring.h); tests vary it.
   FsdpTrainer(std::unique_ptr<Ops> ops, CommunicatorFactory make_communicator,
               int buffer_ring_depth = BlockBufferRing::kDefaultDepth);
+  // A directory where each rank appends the training sequences it reads to
+  // data-trace-rank-R.txt (mixtures only; worker/data/mixture_batch_source.h).
+  // Empty (the default): no trace. Set before Setup.
+  void set_data_trace_dir(const std::string& dir) { data_trace_dir_ = dir; }
   ~FsdpTrainer() override;
 
   absl::StatusOr<SetupReport> Setup(const v1::JobSpec& spec, int rank, int world_size) override;
@@ -352,8 +357,9 @@ class FsdpTrainer : public Trainer {
   // inputs_ -> embedding -> every block (gathering each) -> final RMSNorm
   // into h_final_, for the gathered outer weights.
   absl::Status ForwardToFinalNorm();
-  std::unique_ptr<BatchSource> validation_data_;
-  DeviceTensor eval_scalars_;    // [loss_sum, valid_tokens] fp32
+  std::vector<ValidationSet> validation_sets_;
+  DeviceTensor eval_scalars_;    // [sets, 2] fp32: loss_sum, valid_tokens per validation set
+  std::string data_trace_dir_;
   DeviceTensor saved_fp8_meta_;  // the packed FP8 state as it was before an evaluation
 };
 

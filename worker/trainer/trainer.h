@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -62,6 +63,13 @@ struct StepPhaseTimes {
 struct ValidationReport {
   float loss = 0.f;     // global mean loss over the valid tokens scored (identical on every rank)
   int64_t tokens = 0;   // valid tokens scored, over all ranks
+  // With data.validation.sources: each source's share, in the spec's order.
+  struct Source {
+    std::string path;
+    float loss = 0.f;
+    int64_t tokens = 0;
+  };
+  std::vector<Source> sources;
 };
 
 struct StepReport {

@@ -54,20 +54,25 @@ CudaEngineOptions EngineOptionsFor(const v1::JobSpec& spec) {
 }
 
 absl::StatusOr<std::unique_ptr<Trainer>> CreateTrainer(const std::string& device,
-                                                       const v1::JobSpec& spec) {
+                                                       const v1::JobSpec& spec,
+                                                       const std::string& data_trace_dir) {
   if (device == "cpu") {
-    return std::unique_ptr<Trainer>(new FsdpTrainer(CreateCpuOps(), CreateGlooCommunicator));
+    auto trainer = std::make_unique<FsdpTrainer>(CreateCpuOps(), CreateGlooCommunicator);
+    trainer->set_data_trace_dir(data_trace_dir);
+    return std::unique_ptr<Trainer>(std::move(trainer));
   }
   absl::StatusOr<int> index = CudaIndex(device);
   if (!index.ok()) return index.status();
   absl::StatusOr<std::unique_ptr<Ops>> ops = CreateCudaOps(*index, EngineOptionsFor(spec));
   if (!ops.ok()) return ops.status();
   const int device_index = *index;
-  return std::unique_ptr<Trainer>(new FsdpTrainer(
+  auto trainer = std::make_unique<FsdpTrainer>(
       std::move(*ops), [device_index](RendezvousStore* store, int rank, int world,
                                       const std::string&, absl::Duration timeout) {
         return CreateNcclCommunicator(store, rank, world, device_index, timeout);
-      }));
+      });
+  trainer->set_data_trace_dir(data_trace_dir);
+  return std::unique_ptr<Trainer>(std::move(trainer));
 }
 
 }  // namespace tessera

@@ -29,8 +29,11 @@ CudaEngineOptions EngineOptionsFor(const v1::JobSpec& spec);
 // thread, which then runs every call of that trainer (so a CUDA trainer sets
 // its device once for that thread). The spec is read here only for
 // EngineOptionsFor; Trainer::Setup still receives it.
+// `data_trace_dir`: where each rank traces the training sequences it reads
+// (FsdpTrainer::set_data_trace_dir); empty for none.
 absl::StatusOr<std::unique_ptr<Trainer>> CreateTrainer(const std::string& device,
-                                                       const v1::JobSpec& spec);
+                                                       const v1::JobSpec& spec,
+                                                       const std::string& data_trace_dir = "");
 
 }  // namespace tessera
 
