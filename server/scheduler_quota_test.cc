@@ -104,6 +104,23 @@ TEST_F(SchedulerQuotaTest, AJobOverQuotaWaitsAndDoesNotHoldItsKindEvenUnderStric
   EXPECT_EQ(Started(unlimited.Schedule(registry_, later)), std::vector<std::string>{"job-2"});
 }
 
+// The dry run (submit --dry-run) applies the caller's quota as a submit
+// would: alice, at her limit, is told she would wait for it; bob, with
+// the same spec, would start now.
+TEST_F(SchedulerQuotaTest, ADryRunSaysTheCallerWouldWaitForTheirQuota) {
+  Scheduler scheduler;
+  AddWorkers(4);
+  Running("job-1", "alice", 2);
+  const QuotaLedger quotas = Ledger({{"alice", 2}});
+  const DryRunPlacement alice = scheduler.DryRun(Spec(2), registry_, {}, kT0, quotas, "alice");
+  EXPECT_EQ(alice.outcome, DryRunPlacement::Outcome::kWait);
+  EXPECT_TRUE(Has(alice.reason, "waiting for quota: user alice may hold 2 workers, holds 2"))
+      << alice.reason;
+  const DryRunPlacement bob = scheduler.DryRun(Spec(2), registry_, {}, kT0, quotas, "bob");
+  EXPECT_EQ(bob.outcome, DryRunPlacement::Outcome::kStartNow) << bob.reason;
+  EXPECT_EQ(bob.worker_ids.size(), 2u);
+}
+
 TEST_F(SchedulerQuotaTest, JobsPlacedInOneRoundAddUpAgainstTheQuota) {
   Scheduler scheduler;
   AddWorkers(6);
