@@ -22,6 +22,42 @@ v1::Job SubmitOrFail(v1::Coordinator::Stub& stub, const v1::JobSpec& spec) {
   return resp.job();
 }
 
+v1::Job GetJobOrFail(v1::Coordinator::Stub& stub, const std::string& job_id) {
+  v1::GetJobRequest req;
+  req.set_job_id(job_id);
+  v1::Job job;
+  const grpc::Status s = stub.GetJob(ContextWithDeadline().get(), req, &job);
+  EXPECT_TRUE(s.ok()) << "GetJob " << job_id << ": " << s.error_message();
+  return job;
+}
+
+v1::Job WaitForJobOrFail(v1::Coordinator::Stub& stub, const std::string& job_id,
+                         const std::function<bool(const v1::Job&)>& done, absl::Duration timeout,
+                         const std::function<std::string()>& context) {
+  const absl::Time deadline = absl::Now() + timeout;
+  v1::Job job;
+  while (absl::Now() < deadline) {
+    job = GetJobOrFail(stub, job_id);
+    if (done(job)) return job;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ADD_FAILURE() << "timed out; job " << job_id << " is " << v1::JobState_Name(job.state())
+                << ": " << job.reason() << "\n"
+                << context();
+  return job;
+}
+
+std::map<int, float> StepLossesOrFail(v1::Coordinator::Stub& stub, const std::string& job_id,
+                                      std::map<int, int>* records) {
+  std::map<int, float> losses;
+  for (const v1::JobEvent& e : JobEventsOrFail(stub, job_id)) {
+    if (!e.has_step()) continue;
+    ++(*records)[e.step().step()];
+    losses[e.step().step()] = e.step().loss();
+  }
+  return losses;
+}
+
 std::vector<v1::JobEvent> JobEventsOrFail(v1::Coordinator::Stub& stub, const std::string& job_id) {
   v1::WatchJobRequest req;
   req.set_job_id(job_id);

@@ -1,10 +1,13 @@
 // Test-only shorthands for calling the coordinator's v1 API from the
 // multi-process tests: a client context with a deadline, SubmitJob that
 // records a gtest failure (with gRPC's message) instead of returning a
-// status, and the small two-rank CPU job the recovery tests train.
+// status, polling a job until a condition holds, each step's loss from its
+// events, and the small two-rank CPU job the recovery tests train.
 #ifndef TESSERA_TESTS_COORDINATOR_CALLS_H_
 #define TESSERA_TESTS_COORDINATOR_CALLS_H_
 
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,6 +25,21 @@ std::unique_ptr<grpc::ClientContext> ContextWithDeadline(absl::Duration timeout 
 // Submits `spec`; on an error status adds a test failure and returns an
 // empty Job.
 v1::Job SubmitOrFail(v1::Coordinator::Stub& stub, const v1::JobSpec& spec);
+
+// GetJob; on an error status adds a test failure and returns an empty Job.
+v1::Job GetJobOrFail(v1::Coordinator::Stub& stub, const std::string& job_id);
+
+// Polls GetJob every 10 ms until `done(job)` holds, and returns that job;
+// after `timeout`, adds a test failure naming the job's state and reason,
+// then `context()` (e.g. the processes' logs), and returns the last job.
+v1::Job WaitForJobOrFail(v1::Coordinator::Stub& stub, const std::string& job_id,
+                         const std::function<bool(const v1::Job&)>& done, absl::Duration timeout,
+                         const std::function<std::string()>& context);
+
+// Each step's loss (the last record of the step) from the events of a job
+// that has ended, and in `records` how many records each step has.
+std::map<int, float> StepLossesOrFail(v1::Coordinator::Stub& stub, const std::string& job_id,
+                                      std::map<int, int>* records);
 
 // Every event of a job that has ended (WatchJob from the start, to its
 // terminal event); a stream error adds a test failure.

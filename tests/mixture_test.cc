@@ -21,6 +21,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -190,28 +191,11 @@ class MixtureTest : public ::testing::Test {
     return submitted.output.substr(at + 10, end - at - 10);
   }
 
-  v1::Job Get(const std::string& id) {
-    v1::GetJobRequest req;
-    req.set_job_id(id);
-    v1::Job job;
-    grpc::Status s = stub_->GetJob(testing::ContextWithDeadline().get(), req, &job);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    return job;
-  }
+  v1::Job Get(const std::string& id) { return testing::GetJobOrFail(*stub_, id); }
 
-  template <typename Pred>
-  v1::Job WaitFor(const std::string& id, Pred pred, absl::Duration timeout) {
-    const absl::Time deadline = absl::Now() + timeout;
-    v1::Job job;
-    while (absl::Now() < deadline) {
-      job = Get(id);
-      if (pred(job)) return job;
-      absl::SleepFor(absl::Milliseconds(10));
-    }
-    ADD_FAILURE() << "timed out; job " << id << " is " << v1::JobState_Name(job.state()) << ": "
-                  << job.reason() << "\n"
-                  << cluster_->Logs();
-    return job;
+  v1::Job WaitFor(const std::string& id, const std::function<bool(const v1::Job&)>& done,
+                  absl::Duration timeout) {
+    return testing::WaitForJobOrFail(*stub_, id, done, timeout, [&] { return cluster_->Logs(); });
   }
 
   v1::Job WaitEnded(const std::string& id) {

@@ -9,6 +9,7 @@
 // one included, bit-identical to an unpreempted run of the same job. The
 // preemption's cost (time from the decision to the workers being free, steps
 // redone) is reported in the events, and `tessera watch` prints it.
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -68,28 +69,11 @@ class PreemptionTest : public ::testing::Test {
     return spec;
   }
 
-  v1::Job Get(const std::string& id) {
-    v1::GetJobRequest req;
-    req.set_job_id(id);
-    v1::Job job;
-    grpc::Status s = stub_->GetJob(testing::ContextWithDeadline().get(), req, &job);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    return job;
-  }
+  v1::Job Get(const std::string& id) { return testing::GetJobOrFail(*stub_, id); }
 
-  template <typename Pred>
-  v1::Job WaitFor(const std::string& id, Pred pred, absl::Duration timeout = absl::Seconds(90)) {
-    const absl::Time deadline = absl::Now() + timeout;
-    v1::Job job;
-    while (absl::Now() < deadline) {
-      job = Get(id);
-      if (pred(job)) return job;
-      absl::SleepFor(absl::Milliseconds(10));
-    }
-    ADD_FAILURE() << "timed out; job " << id << " is " << v1::JobState_Name(job.state()) << ": "
-                  << job.reason() << "\n"
-                  << cluster_->Logs();
-    return job;
+  v1::Job WaitFor(const std::string& id, const std::function<bool(const v1::Job&)>& done,
+                  absl::Duration timeout = absl::Seconds(90)) {
+    return testing::WaitForJobOrFail(*stub_, id, done, timeout, [&] { return cluster_->Logs(); });
   }
 
   v1::Job WaitEnded(const std::string& id) {
@@ -98,13 +82,7 @@ class PreemptionTest : public ::testing::Test {
 
   // Loss per step (the last record of each step), and records per step.
   std::map<int, float> Losses(const std::string& id, std::map<int, int>* records) {
-    std::map<int, float> losses;
-    for (const v1::JobEvent& e : testing::JobEventsOrFail(*stub_, id)) {
-      if (!e.has_step()) continue;
-      ++(*records)[e.step().step()];
-      losses[e.step().step()] = e.step().loss();
-    }
-    return losses;
+    return testing::StepLossesOrFail(*stub_, id, records);
   }
 
   testing::CommandResult Cli(const std::vector<std::string>& args) {

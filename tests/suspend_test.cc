@@ -13,6 +13,7 @@
 //   at once as before and the job fails.
 #include <signal.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -59,28 +60,11 @@ class SuspendTest : public ::testing::Test {
 
   std::string Submit(const v1::JobSpec& spec) { return testing::SubmitOrFail(*stub_, spec).id(); }
 
-  v1::Job Get(const std::string& id) {
-    v1::GetJobRequest req;
-    req.set_job_id(id);
-    v1::Job job;
-    grpc::Status s = stub_->GetJob(testing::ContextWithDeadline().get(), req, &job);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    return job;
-  }
+  v1::Job Get(const std::string& id) { return testing::GetJobOrFail(*stub_, id); }
 
-  template <typename Pred>
-  v1::Job WaitFor(const std::string& id, Pred pred, absl::Duration timeout = absl::Seconds(60)) {
-    const absl::Time deadline = absl::Now() + timeout;
-    v1::Job job;
-    while (absl::Now() < deadline) {
-      job = Get(id);
-      if (pred(job)) return job;
-      absl::SleepFor(absl::Milliseconds(10));
-    }
-    ADD_FAILURE() << "timed out; job " << id << " is " << v1::JobState_Name(job.state()) << ": "
-                  << job.reason() << "\n"
-                  << cluster_->Logs();
-    return job;
+  v1::Job WaitFor(const std::string& id, const std::function<bool(const v1::Job&)>& done,
+                  absl::Duration timeout = absl::Seconds(60)) {
+    return testing::WaitForJobOrFail(*stub_, id, done, timeout, [&] { return cluster_->Logs(); });
   }
 
   v1::Job WaitEnded(const std::string& id) {
@@ -89,13 +73,7 @@ class SuspendTest : public ::testing::Test {
 
   // Loss per step, and how many records each step has.
   std::map<int, float> Losses(const std::string& id, std::map<int, int>* records) {
-    std::map<int, float> losses;
-    for (const v1::JobEvent& e : testing::JobEventsOrFail(*stub_, id)) {
-      if (!e.has_step()) continue;
-      ++(*records)[e.step().step()];
-      losses[e.step().step()] = e.step().loss();
-    }
-    return losses;
+    return testing::StepLossesOrFail(*stub_, id, records);
   }
 
   // Runs the unbroken reference job and returns its losses.
