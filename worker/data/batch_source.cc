@@ -15,11 +15,25 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/splitmix.h"
+#include "common/status_macros.h"
 #include "common/synthetic_task.h"
 #include "formats/token_file.h"
 #include "worker/data/mixture_batch_source.h"
 
 namespace tessera {
+
+absl::Status CheckReadBatchArgs(int micro_batch, int seq_len, absl::Span<const int32_t> inputs,
+                                absl::Span<const int32_t> targets, const char* index_name,
+                                int64_t index) {
+  const size_t want = static_cast<size_t>(micro_batch) * seq_len;
+  if (inputs.size() != want || targets.size() != want) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "batch buffers must hold micro_batch_size x seq_len = ", want, " tokens, got ",
+        inputs.size(), " inputs and ", targets.size(), " targets"));
+  }
+  if (index < 0) return absl::InvalidArgumentError(absl::StrCat(index_name, ": ", index, " < 0"));
+  return absl::OkStatus();
+}
 namespace {
 
 // Synthetic data is generated in memory. With num_tokens = 0 the task gets
@@ -57,13 +71,8 @@ class TokenBatchSource : public BatchSource {
 
   absl::Status ReadBatch(int64_t step, absl::Span<int32_t> inputs,
                          absl::Span<int32_t> targets) override {
-    const size_t want = static_cast<size_t>(micro_batch_) * seq_len_;
-    if (inputs.size() != want || targets.size() != want) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "batch buffers must hold micro_batch_size x seq_len = ", want, " tokens, got ",
-          inputs.size(), " inputs and ", targets.size(), " targets"));
-    }
-    if (step < 0) return absl::InvalidArgumentError(absl::StrCat("step: ", step, " < 0"));
+    RETURN_IF_ERROR(
+        CheckReadBatchArgs(micro_batch_, seq_len_, inputs, targets, "step", step));
     // Offsets are uniform in [0, size - seq_len - 1]: the last sequence's
     // final target is the last token.
     const uint64_t span = static_cast<uint64_t>(size() - seq_len_);

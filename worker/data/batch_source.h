@@ -28,6 +28,13 @@ class BatchSource {
                                  absl::Span<int32_t> targets) = 0;
 };
 
+// The checks every ReadBatch makes first: inputs and targets each hold
+// micro_batch x seq_len tokens, and `index` (named `index_name`: the step,
+// or a validation batch) is not negative. INVALID_ARGUMENT otherwise.
+absl::Status CheckReadBatchArgs(int micro_batch, int seq_len, absl::Span<const int32_t> inputs,
+                                absl::Span<const int32_t> targets, const char* index_name,
+                                int64_t index);
+
 // Opens the job's training data (token file, synthetic task or a mixture
 // of sources, worker/data/mixture_batch_source.h) for one rank.
 // INVALID_ARGUMENT if the data cannot serve the spec (file missing or

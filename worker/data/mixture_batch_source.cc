@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/data_mixture.h"
 #include "common/splitmix.h"
+#include "common/status_macros.h"
 #include "worker/data/sequence_permutation.h"
 #include "worker/data/source_sequences.h"
 
@@ -36,13 +37,8 @@ class MixtureBatchSource : public BatchSource {
 
   absl::Status ReadBatch(int64_t step, absl::Span<int32_t> inputs,
                          absl::Span<int32_t> targets) override {
-    const size_t want = static_cast<size_t>(micro_batch_) * seq_len_;
-    if (inputs.size() != want || targets.size() != want) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "batch buffers must hold micro_batch_size x seq_len = ", want, " tokens, got ",
-          inputs.size(), " inputs and ", targets.size(), " targets"));
-    }
-    if (step < 0) return absl::InvalidArgumentError(absl::StrCat("step: ", step, " < 0"));
+    RETURN_IF_ERROR(
+        CheckReadBatchArgs(micro_batch_, seq_len_, inputs, targets, "step", step));
     for (int j = 0; j < micro_batch_; ++j) {
       const int64_t slot = (step * world_ + rank_) * micro_batch_ + j;
       const MixtureSchedule::Draw draw = schedule_.At(slot);

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "formats/token_file.h"
 #include "worker/data/source_sequences.h"
 
@@ -25,13 +26,8 @@ class ValidationBatchSource : public BatchSource {
 
   absl::Status ReadBatch(int64_t batch, absl::Span<int32_t> inputs,
                          absl::Span<int32_t> targets) override {
-    const size_t want = static_cast<size_t>(micro_batch_) * seq_len_;
-    if (inputs.size() != want || targets.size() != want) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "batch buffers must hold micro_batch_size x seq_len = ", want, " tokens, got ",
-          inputs.size(), " inputs and ", targets.size(), " targets"));
-    }
-    if (batch < 0) return absl::InvalidArgumentError(absl::StrCat("batch: ", batch, " < 0"));
+    RETURN_IF_ERROR(
+        CheckReadBatchArgs(micro_batch_, seq_len_, inputs, targets, "batch", batch));
     for (int j = 0; j < micro_batch_; ++j) {
       const int64_t global = (batch * world_ + rank_) * micro_batch_ + j;
       const int64_t offset = (global % sequences_) * seq_len_;
@@ -65,13 +61,8 @@ class SourceValidationBatchSource : public BatchSource {
 
   absl::Status ReadBatch(int64_t batch, absl::Span<int32_t> inputs,
                          absl::Span<int32_t> targets) override {
-    const size_t want = static_cast<size_t>(micro_batch_) * seq_len_;
-    if (inputs.size() != want || targets.size() != want) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "batch buffers must hold micro_batch_size x seq_len = ", want, " tokens, got ",
-          inputs.size(), " inputs and ", targets.size(), " targets"));
-    }
-    if (batch < 0) return absl::InvalidArgumentError(absl::StrCat("batch: ", batch, " < 0"));
+    RETURN_IF_ERROR(
+        CheckReadBatchArgs(micro_batch_, seq_len_, inputs, targets, "batch", batch));
     for (int j = 0; j < micro_batch_; ++j) {
       const int64_t global = (batch * world_ + rank_) * micro_batch_ + j;
       source_->Read(global % source_->count(),
