@@ -26,9 +26,10 @@ std::string FormatBytesAsGiB(int64_t bytes) {
   return absl::StrFormat("%.2f GiB", static_cast<double>(bytes) / (int64_t{1} << 30));
 }
 
-int64_t RecomputedBlocks(int64_t layers, int every_n_blocks) {
-  const int64_t every = std::max(every_n_blocks, 1);
-  return layers > 0 ? (layers + every - 1) / every : 0;
+bool RecomputesBlock(const v1::MemoryConfig& memory, int64_t layer) {
+  const v1::MemoryConfig::Recompute policy = memory.recompute();
+  if (policy != v1::MemoryConfig::BLOCKS && policy != v1::MemoryConfig::SELECTIVE) return false;
+  return layer % std::max(memory.every_n_blocks(), 1) == 0;
 }
 
 std::string RankMemoryEstimate::ToString() const {
@@ -115,13 +116,11 @@ RankMemoryEstimate EstimateRankMemory(const v1::JobSpec& spec, int /*rank*/, int
   // Recomputation (MemoryConfig): a recomputed block keeps its input (and
   // under SELECTIVE the expensive outputs); the rest of it lives in one set
   // all recomputed blocks share.
-  const v1::MemoryConfig::Recompute policy = spec.memory().recompute();
-  const int64_t recomputed =
-      policy == v1::MemoryConfig::BLOCKS || policy == v1::MemoryConfig::SELECTIVE
-          ? RecomputedBlocks(layers, spec.memory().every_n_blocks())
-          : 0;
-  const int64_t kept =
-      policy == v1::MemoryConfig::SELECTIVE ? block_input + expensive : block_input;
+  int64_t recomputed = 0;
+  for (int64_t l = 0; l < layers; ++l) recomputed += RecomputesBlock(spec.memory(), l) ? 1 : 0;
+  const int64_t kept = spec.memory().recompute() == v1::MemoryConfig::SELECTIVE
+                           ? block_input + expensive
+                           : block_input;
   e.activations = (layers - recomputed) * per_layer + recomputed * kept +
                   (recomputed > 0 ? per_layer - kept : 0);
 

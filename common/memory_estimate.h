@@ -45,9 +45,11 @@ struct RankMemoryEstimate {
 // "12.34 GiB".
 std::string FormatBytesAsGiB(int64_t bytes);
 
-// How many of `layers` blocks recompute with memory.every_n_blocks
-// `every_n_blocks` (0 means 1): blocks 0, n, 2n, ...
-int64_t RecomputedBlocks(int64_t layers, int every_n_blocks);
+// Whether block `layer` recomputes under `memory` (job.proto's
+// MemoryConfig): blocks 0, n, 2n, ... for every_n_blocks n (0 means 1),
+// none when the policy is NONE or unset. The trainer and this estimate
+// both decide by it.
+bool RecomputesBlock(const v1::MemoryConfig& memory, int64_t layer);
 
 // Rank `rank` of a shard group of `shard_world` ranks (common/parallelism.h:
 // the whole world_size for plain FSDP), for a spec that passed validation

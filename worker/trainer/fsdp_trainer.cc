@@ -139,10 +139,6 @@ absl::StatusOr<SetupReport> FsdpTrainer::Setup(const v1::JobSpec& spec, int rank
   seq_ = m.seq_len();
   tokens_ = batch_ * seq_;
   fp8_ = !spec.fp8().disabled();
-  recompute_ = spec.memory().recompute() == v1::MemoryConfig::RECOMPUTE_UNSPECIFIED
-                   ? v1::MemoryConfig::NONE
-                   : spec.memory().recompute();
-  recompute_every_ = std::max(1, spec.memory().every_n_blocks());
   if (hidden_ <= 0 || heads_ <= 0 || hidden_ % heads_ != 0 || head_dim_ % 2 != 0 || layers_ < 1 ||
       kv_heads_ <= 0 || heads_ % kv_heads_ != 0) {
     return absl::InvalidArgumentError("model: shapes are inconsistent (validate the spec first)");
@@ -317,13 +313,13 @@ absl::Status FsdpTrainer::AllocateState() {
 }
 
 bool FsdpTrainer::Recomputes(int layer) const {
-  return recompute_ != v1::MemoryConfig::NONE && layer % recompute_every_ == 0;
+  return RecomputesBlock(spec_.memory(), layer);
 }
 
 absl::Status FsdpTrainer::AllocateBlockActivations(int l) {
   const int64_t t = tokens_, h = hidden_, f = ffn_;
   BlockActivations& a = acts_[l];
-  const bool selective = recompute_ == v1::MemoryConfig::SELECTIVE;
+  const bool selective = spec_.memory().recompute() == v1::MemoryConfig::SELECTIVE;
   // `keep`: whether a recomputed block keeps this tensor (its recomputation
   // would need a GEMM or attention); every other block keeps everything.
   auto place = [&](DeviceTensor BlockActivations::*field, DType dtype, Shape shape,

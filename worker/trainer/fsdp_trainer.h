@@ -285,10 +285,7 @@ class FsdpTrainer : public Trainer {
   std::vector<GatheredBlock> gathered_;
   DeviceTensor gathered_embedding_, gathered_final_norm_, gathered_lm_head_;
   std::vector<BlockActivations> acts_;
-  // memory.recompute and its every_n_blocks (NONE: no block recomputes),
-  // and the one set of activations the recomputed blocks share.
-  v1::MemoryConfig::Recompute recompute_ = v1::MemoryConfig::NONE;
-  int recompute_every_ = 1;
+  // The one set of activations the recomputed blocks share (Recomputes).
   BlockActivations recompute_shared_;
   // grad_ring_.sets() full gradient sets (each block's are reduce-scattered
   // while the next blocks' backward runs).

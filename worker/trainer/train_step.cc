@@ -391,7 +391,7 @@ absl::Status FsdpTrainer::BlockForward(int l, const GatheredBlock& w, BlockActiv
 // the scales the step's forward used, so every tensor the backward reads is
 // the same bits as without recomputation.
 absl::Status FsdpTrainer::RecomputeForward(int l, const GatheredBlock& w, BlockActivations& a) {
-  if (recompute_ == v1::MemoryConfig::BLOCKS) {
+  if (spec_.memory().recompute() == v1::MemoryConfig::BLOCKS) {
     return BlockForward(l, w, a, a.x_in.desc, /*x_out=*/TensorDesc{}, ForwardPass::kRecompute);
   }
   Ops& ops = *ops_;
