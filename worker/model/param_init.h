@@ -12,8 +12,13 @@ namespace tessera {
 // A standard normal variate for (seed, param_index, element).
 float InitNormal(uint64_t seed, uint64_t param_index, uint64_t element);
 
+// The most threads FillInit spreads one parameter over (fewer on hosts with
+// fewer cores, one below 4M elements): a node runs one worker per GPU.
+inline constexpr int64_t kMaxInitThreads = 16;
+
 // Fills out[0, count) with std * InitNormal(seed, param_index, first + i),
-// or with `constant` when std == 0.
+// or with `constant` when std == 0. Large fills run on several threads; the
+// result does not depend on how many.
 void FillInit(float* out, int64_t count, uint64_t seed, uint64_t param_index, int64_t first,
               float std, float constant);
 

@@ -45,6 +45,22 @@ TEST(ParamInit, ShardedFillsConcatenateToTheUnshardedTensor) {
   }
 }
 
+// A fill large enough to be split across threads gives, element for element,
+// the bits InitNormal gives for that index, also for an uneven element count
+// and a shard that starts mid-tensor.
+TEST(ParamInit, ThreadedFillsEqualTheElementwiseDraws) {
+  const uint64_t seed = (static_cast<uint64_t>(std::random_device()()) << 32) | 0x51u;
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  const int64_t count = 3 * (int64_t{1} << 22) + 12345, first = 777;
+  std::vector<float> out(count, -7.f);
+  FillInit(out.data(), count, seed, 9, first, 0.5f, 1.f);
+  for (int64_t i = 0; i < count; ++i) {
+    ASSERT_EQ(out[i], 0.5f * InitNormal(seed, 9, static_cast<uint64_t>(first + i))) << "i " << i;
+  }
+  FillInit(out.data(), count, seed, 9, first, 0.f, 3.f);
+  for (int64_t i = 0; i < count; ++i) ASSERT_EQ(out[i], 3.f) << "i " << i;
+}
+
 TEST(ParamInit, DrawsAreStandardNormalAndIndependentAcrossParams) {
   const int64_t n = 200000;
   std::vector<float> a = FillWhole(n, 1, 99, 0, 1.f);
