@@ -80,7 +80,9 @@ def main():
     device = f"cuda:{local}" if cuda else "cpu"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     torch.manual_seed(args.seed)
-    model = Decoder(cfg, device).to(device)
+    # Built on the device: an 8B model initialised on the host takes minutes.
+    with torch.device(device):
+        model = Decoder(cfg, device)
     n_params = sum(p.numel() for p in model.parameters())
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     if args.recompute == "blocks":
