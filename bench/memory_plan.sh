@@ -14,10 +14,12 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 # One dry-run: job file, world size, shard group (0: plain FSDP), policy,
-# every_n_blocks. Prints the total and the components in GiB.
+# every_n_blocks, and optionally sequences per rank (the job's when left
+# out). Prints the total and the components in GiB.
 estimate() {
-  local job=$1 world=$2 group=$3 policy=$4 every=$5 spec="$work/job.yaml"
+  local job=$1 world=$2 group=$3 policy=$4 every=$5 batch=${6:-} spec="$work/job.yaml"
   sed -e "s/^world_size: .*/world_size: $world/" "$job" > "$spec"
+  if [ -n "$batch" ]; then sed -i -e "s/^  micro_batch_size: .*/  micro_batch_size: $batch/" "$spec"; fi
   printf 'memory:\n  recompute: %s\n  every_n_blocks: %s\n' "$policy" "$every" >> "$spec"
   if [ "$group" != 0 ]; then printf 'parallelism:\n  shard_group_size: %s\n' "$group" >> "$spec"; fi
   "$tessera" submit "$spec" --dry-run | sed -n 's/^# memory per rank[^:]*: //p' |
@@ -46,6 +48,14 @@ header "recompute"
 for p in "NONE 1" "SELECTIVE 1" "BLOCKS 4" "BLOCKS 2" "BLOCKS 1"; do
   set -- $p
   row "$1$( [ "$1" = BLOCKS ] && echo ", every $2" )" bench/jobs/plan_8b.yaml 4 0 "$1" "$2"
+done
+echo
+echo "8B shape, 8 ranks, 2 sequences of 8192 per rank (not yet run), reshard_after_forward:"
+echo
+header "recompute"
+for p in "NONE 1" "SELECTIVE 1" "BLOCKS 2" "BLOCKS 1"; do
+  set -- $p
+  row "$1$( [ "$1" = BLOCKS ] && echo ", every $2" )" bench/jobs/plan_8b.yaml 8 0 "$1" "$2" 2
 done
 echo
 echo "70B-class shape, reshard_after_forward:"
