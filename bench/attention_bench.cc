@@ -26,10 +26,19 @@
 // before the first run; the timed loops only launch. Prints one JSON line
 // on stdout; any failing CUDA or Ops call prints its status on stderr and
 // the exit code is 1 (2 for bad usage).
+//
+// --documents=N (N >= 1 dividing S) adds document masking: each sequence is
+// read as N packed documents of S/N tokens. The masked run's outputs are
+// checked against the same attention run on the documents as separate
+// sequences (shape [B*N, S/N], the same qkv and grad_out memory read with
+// that shape), and both are timed: "documents" in the JSON line gives their
+// times and the largest relative L2 difference of out, lse and grad_qkv.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <fstream>
 #include <functional>
@@ -55,6 +64,8 @@ ABSL_FLAG(std::string, engine, "cuda", "cuda (timed with cudaEvents) or cpu (ref
 ABSL_FLAG(int, device, 0, "CUDA device index (engine cuda)");
 ABSL_FLAG(int, warmup, 5, "untimed repetitions before each timed series");
 ABSL_FLAG(int, reps, 20, "timed repetitions per series (0: only run once and write outputs)");
+ABSL_FLAG(int, documents, 0,
+          "also run with each sequence packed with this many equal documents (S a multiple)");
 
 namespace tessera {
 namespace {
@@ -98,6 +109,126 @@ absl::StatusOr<std::vector<uint8_t>> Download(Ops& ops, const TensorDesc& t, Str
   RETURN_IF_ERROR(ops.CopyToHost(host.data(), t.data, host.size(), stream));
   RETURN_IF_ERROR(ops.Synchronize(stream));
   return host;
+}
+
+double RelativeL2(const std::vector<double>& got, const std::vector<double>& want) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    diff += (got[i] - want[i]) * (got[i] - want[i]);
+    norm += want[i] * want[i];
+  }
+  return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+}
+
+std::vector<double> Bf16ToDoubles(const std::vector<uint8_t>& bytes) {
+  std::vector<double> v(bytes.size() / 2);
+  for (size_t i = 0; i < v.size(); ++i) {
+    const uint32_t bits = uint32_t{bytes[2 * i]} << 16 | uint32_t{bytes[2 * i + 1]} << 24;
+    float f;
+    std::memcpy(&f, &bits, sizeof(f));
+    v[i] = f;
+  }
+  return v;
+}
+
+// lse [B, nh, S] read as that of [B*N, nh, S/N]: element (b, h, n*L + i)
+// of the packed run is element (b*N + n, h, i) of the separate one.
+std::vector<double> LseAsSeparate(const std::vector<uint8_t>& bytes, const Dims& d, int n) {
+  const int64_t length = d.seq / n;
+  std::vector<float> packed(bytes.size() / 4);
+  std::memcpy(packed.data(), bytes.data(), bytes.size());
+  std::vector<double> out(packed.size());
+  for (int64_t b = 0; b < d.batch; ++b) {
+    for (int64_t h = 0; h < d.heads; ++h) {
+      for (int64_t t = 0; t < d.seq; ++t) {
+        const int64_t doc = t / length, i = t % length;
+        out[((b * n + doc) * d.heads + h) * length + i] = packed[(b * d.heads + h) * d.seq + t];
+      }
+    }
+  }
+  return out;
+}
+
+// The --documents run (see the file comment). Returns its JSON object.
+absl::StatusOr<nlohmann::json> RunDocuments(Ops& ops, bench::RepTimer& timer, Stream* s,
+                                            const Dims& d, int n, const TensorDesc& qkv,
+                                            const TensorDesc& grad_out, int warmup, int reps) {
+  if (d.seq % n != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--documents=", n, " must divide S = ", d.seq));
+  }
+  const int64_t length = d.seq / n;
+  const Dims separate{d.batch * n, length, d.heads, d.kv_heads, d.head_dim};
+  const int nkv = static_cast<int>(d.kv_heads);
+  std::vector<int32_t> starts(d.batch * d.seq);
+  for (int64_t i = 0; i < d.batch * d.seq; ++i) {
+    starts[i] = static_cast<int32_t>(i % d.seq / length * length);
+  }
+  ASSIGN_OR_RETURN(DeviceTensor doc_starts, AllocateTensor(ops, DType::kInt32, Shape{d.batch, d.seq}));
+  ASSIGN_OR_RETURN(DeviceTensor out, AllocateTensor(ops, DType::kBFloat16, d.Out()));
+  ASSIGN_OR_RETURN(DeviceTensor lse, AllocateTensor(ops, DType::kFloat32, d.Lse()));
+  ASSIGN_OR_RETURN(DeviceTensor grad_qkv, AllocateTensor(ops, DType::kBFloat16, d.Qkv()));
+  ASSIGN_OR_RETURN(DeviceTensor sep_out, AllocateTensor(ops, DType::kBFloat16, separate.Out()));
+  ASSIGN_OR_RETURN(DeviceTensor sep_lse, AllocateTensor(ops, DType::kFloat32, separate.Lse()));
+  ASSIGN_OR_RETURN(DeviceTensor sep_grad, AllocateTensor(ops, DType::kBFloat16, separate.Qkv()));
+  RETURN_IF_ERROR(ops.Synchronize(nullptr));
+  RETURN_IF_ERROR(ops.CopyToDevice(doc_starts.desc.data, starts.data(), starts.size() * 4, s));
+  for (const DeviceTensor* t : {&out, &lse, &grad_qkv, &sep_out, &sep_lse, &sep_grad}) {
+    RETURN_IF_ERROR(ops.Memset(t->desc.data, 0xFF, t->desc.Bytes(), s));
+  }
+  TensorDesc sep_qkv = qkv, sep_dout = grad_out;
+  sep_qkv.shape = separate.Qkv();
+  sep_dout.shape = separate.Out();
+
+  const auto packed_forward = [&]() -> absl::Status {
+    return ops.AttentionForward(qkv, nkv, doc_starts.desc, out.desc, lse.desc, s);
+  };
+  const auto packed_forward_backward = [&]() -> absl::Status {
+    RETURN_IF_ERROR(packed_forward());
+    return ops.AttentionBackward(grad_out, qkv, nkv, doc_starts.desc, out.desc, lse.desc,
+                                 grad_qkv.desc, s);
+  };
+  const auto separate_forward = [&]() -> absl::Status {
+    return ops.AttentionForward(sep_qkv, nkv, Ops::WholeSequences(), sep_out.desc, sep_lse.desc, s);
+  };
+  const auto separate_forward_backward = [&]() -> absl::Status {
+    RETURN_IF_ERROR(separate_forward());
+    return ops.AttentionBackward(sep_dout, sep_qkv, nkv, Ops::WholeSequences(), sep_out.desc,
+                                 sep_lse.desc, sep_grad.desc, s);
+  };
+  RETURN_IF_ERROR(packed_forward_backward());
+  RETURN_IF_ERROR(separate_forward_backward());
+  RETURN_IF_ERROR(ops.Synchronize(s));
+  ASSIGN_OR_RETURN(std::vector<uint8_t> o, Download(ops, out.desc, s));
+  ASSIGN_OR_RETURN(std::vector<uint8_t> so, Download(ops, sep_out.desc, s));
+  ASSIGN_OR_RETURN(std::vector<uint8_t> l, Download(ops, lse.desc, s));
+  ASSIGN_OR_RETURN(std::vector<uint8_t> sl, Download(ops, sep_lse.desc, s));
+  ASSIGN_OR_RETURN(std::vector<uint8_t> g, Download(ops, grad_qkv.desc, s));
+  ASSIGN_OR_RETURN(std::vector<uint8_t> sg, Download(ops, sep_grad.desc, s));
+  std::vector<float> sl_float(sl.size() / 4);
+  std::memcpy(sl_float.data(), sl.data(), sl.size());
+  nlohmann::json r = {
+      {"documents", n},
+      {"length", length},
+      {"bitwise_equal_to_separate", o == so && g == sg},
+      {"rel_l2_vs_separate",
+       {{"out", RelativeL2(Bf16ToDoubles(o), Bf16ToDoubles(so))},
+        {"lse", RelativeL2(LseAsSeparate(l, d, n), std::vector<double>(sl_float.begin(), sl_float.end()))},
+        {"grad_qkv", RelativeL2(Bf16ToDoubles(g), Bf16ToDoubles(sg))}}}};
+  if (reps > 0) {
+    ASSIGN_OR_RETURN(const bench::Series pf, bench::TimeSeries(timer, packed_forward, warmup, reps));
+    ASSIGN_OR_RETURN(const bench::Series pfb,
+                     bench::TimeSeries(timer, packed_forward_backward, warmup, reps));
+    ASSIGN_OR_RETURN(const bench::Series sf, bench::TimeSeries(timer, separate_forward, warmup, reps));
+    ASSIGN_OR_RETURN(const bench::Series sfb,
+                     bench::TimeSeries(timer, separate_forward_backward, warmup, reps));
+    RETURN_IF_ERROR(ops.Synchronize(s));
+    r["fwd_ms"] = pf.median_ms;
+    r["fwdbwd_ms"] = pfb.median_ms;
+    r["separate_fwd_ms"] = sf.median_ms;
+    r["separate_fwdbwd_ms"] = sfb.median_ms;
+  }
+  return r;
 }
 
 absl::Status Run() {
@@ -176,6 +307,11 @@ absl::Status Run() {
     ASSIGN_OR_RETURN(std::vector<uint8_t> grad_qkv_again, Download(*ops, grad_qkv.desc, s));
     result["repeat_bitwise_equal"] =
         out_again == out_host && lse_again == lse_host && grad_qkv_again == grad_qkv_host;
+  }
+  const int documents = absl::GetFlag(FLAGS_documents);
+  if (documents > 0) {
+    ASSIGN_OR_RETURN(result["documents"], RunDocuments(*ops, *e.timer, s, d, documents, qkv.desc,
+                                                       grad_out.desc, warmup, reps));
   }
   std::cout << result.dump() << std::endl;
   return absl::OkStatus();

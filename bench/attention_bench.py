@@ -157,6 +157,26 @@ def timing_record(shape, kernel, fwd_ms, fwdbwd_ms):
             "fwdbwd_ms": round(fwdbwd_ms, 4), "fwdbwd_tflops": round(fwdbwd_flops / fwdbwd_ms / 1e9, 1)}
 
 
+def document_record(shape, run):
+    """The binary's --documents result, with the FLOP rates: a sequence of N
+    equal documents has 1/N of the causal FLOPs, so the masked run's rate is
+    counted on those, and set against the whole-sequence run of the same call."""
+    doc = dict(run["documents"])
+    n = doc["documents"]
+    _, dense_fwdbwd = attention_flops(shape)
+    doc["shape"] = list(shape)
+    errors = doc["rel_l2_vs_separate"]
+    doc["agrees"] = (errors["out"] <= TOLERANCES["out"] and errors["lse"] <= TOLERANCES["lse"]
+                     and errors["grad_qkv"] <= TOLERANCES["dq"])
+    if "fwdbwd_ms" in doc:
+        masked_flops = dense_fwdbwd / n
+        doc["fwdbwd_tflops"] = round(masked_flops / doc["fwdbwd_ms"] / 1e9, 1)
+        doc["separate_fwdbwd_tflops"] = round(masked_flops / doc["separate_fwdbwd_ms"] / 1e9, 1)
+        doc["whole_sequence_fwdbwd_tflops"] = round(dense_fwdbwd / run["fwdbwd_ms"] / 1e9, 1)
+        doc["rate_over_whole_sequence"] = round(doc["fwdbwd_tflops"] / doc["whole_sequence_fwdbwd_tflops"], 3)
+    return doc
+
+
 def speed_ratios(tessera, other):
     """Tessera's speed over `other`'s (time ratio other/Tessera): >1 means Tessera is faster."""
     return {"fwd": round(other["fwd_ms"] / tessera["fwd_ms"], 3),
@@ -192,11 +212,12 @@ def errors_line(shape, kernel, errors):
 
 # ---- The binary --------------------------------------------------------------------------
 
-def run_binary(binary, directory, engine, warmup, reps, lib_path, log):
+def run_binary(binary, directory, engine, warmup, reps, lib_path, log, documents=0):
     env = dict(os.environ)
     if lib_path:
         env["LD_LIBRARY_PATH"] = lib_path + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
-    cmd = [binary, f"--dir={directory}", f"--engine={engine}", f"--warmup={warmup}", f"--reps={reps}"]
+    cmd = [binary, f"--dir={directory}", f"--engine={engine}", f"--warmup={warmup}", f"--reps={reps}",
+           f"--documents={documents}"]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     log.write(f"$ {' '.join(cmd)}\n{proc.stdout}{proc.stderr}\n")
     log.flush()
@@ -315,7 +336,8 @@ def run_shape_on_gpu(shape, args, work_dir, log):
                  tokens_first(torch_to_bits(dout)))
     try:
         engine = "cuda" if dev.startswith("cuda") else "cpu"
-        tessera_run = run_binary(args.binary, work_dir, engine, args.warmup, args.reps, args.lib_path, log)
+        tessera_run = run_binary(args.binary, work_dir, engine, args.warmup, args.reps, args.lib_path, log,
+                                 args.documents if t % max(1, args.documents) == 0 else 0)
         outputs = read_outputs(work_dir, shape)
     except (RuntimeError, subprocess.TimeoutExpired) as e:
         result.update(ok=False, failure=str(e))
@@ -371,6 +393,9 @@ def run_shape_on_gpu(shape, args, work_dir, log):
               f"({', '.join(f'{n} {errors[n]:.2e} > {TOLERANCES[n]:.0e}' for n in failed)})", flush=True)
         return result
 
+    if "documents" in tessera_run:
+        result["documents"] = document_record(shape, tessera_run)
+        print(json.dumps(result["documents"]), flush=True)
     result["repeat_bitwise_equal"] = tessera_run.get("repeat_bitwise_equal")
     result["device"] = tessera_run.get("device")
     result["timings"]["tessera"] = timing_record(shape, "tessera", tessera_run["fwd_ms"], tessera_run["fwdbwd_ms"])
@@ -463,6 +488,9 @@ def main():
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--documents", type=int, default=0,
+                   help="also time each shape whose T it divides as N packed equal documents "
+                        "(checked against the documents run as separate sequences)")
     p.add_argument("--json-out", help="write every result here")
     p.add_argument("--table-out", help="also write the Markdown table here")
     p.add_argument("--log", help="append the binary's output here")

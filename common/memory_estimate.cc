@@ -134,13 +134,14 @@ RankMemoryEstimate EstimateRankMemory(const v1::JobSpec& spec, int /*rank*/, int
                tokens * widest_out * 2 + tokens * widest_in * 2 + tokens * qkv * 2 + 8 * 4 + 3 * 4;
 
   // The engine: one chunk of logits (at most 4 bytes each), the attention
-  // backward's fp32 scratch, the embedding backward's sorted token ids and
+  // backward's scratch (fp32 D and lse per head and query, an int32 document
+  // start per query), the embedding backward's sorted token ids and
   // fp32 partial rows (two per 64 sorted tokens, worker/engine/cuda/
   // embedding.cu), fixed workspaces.
   const int64_t chunk = std::min<int64_t>(
       spec.loss_chunk_tokens() > 0 ? spec.loss_chunk_tokens() : tokens, tokens);
   const int64_t embedding_backward = 16 * tokens + (tokens + 63) / 64 * 2 * hidden * 4;
-  e.engine_workspace = chunk * vocab * 4 + 2 * batch * heads * seq * 4 + embedding_backward +
+  e.engine_workspace = chunk * vocab * 4 + (2 * heads + 1) * batch * seq * 4 + embedding_backward +
                        kEngineScratchBytes;
   return e;
 }

@@ -62,13 +62,12 @@ absl::StatusOr<AttentionShape> ReadAttentionBackwardShape(const TensorDesc& grad
   return shape;
 }
 
-absl::Status RefuseDocStarts(const TensorDesc& doc_starts, const AttentionShape& shape) {
+absl::StatusOr<const int32_t*> ReadDocStarts(const TensorDesc& doc_starts,
+                                             const AttentionShape& shape) {
   const AttentionDims dims{shape.batch, shape.seq, shape.heads, shape.kv_heads, shape.head_dim};
   ASSIGN_OR_RETURN(const bool documents, CheckDocStartsArgs(doc_starts, dims));
-  if (!documents) return absl::OkStatus();
-  return absl::UnimplementedError(
-      "doc_starts: the CUDA engine's attention kernels have no document mask yet; the CPU "
-      "engine has");
+  if (!documents || doc_starts.NumElements() == 0) return nullptr;
+  return doc_starts.As<const int32_t>();
 }
 
 absl::StatusOr<int> RopeRotatedHeads(const char* name, const TensorDesc& qkv, int n_kv_heads,

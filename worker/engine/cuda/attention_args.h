@@ -27,10 +27,13 @@ absl::StatusOr<AttentionShape> ReadAttentionBackwardShape(const TensorDesc& grad
                                                           const TensorDesc& lse,
                                                           const TensorDesc& grad_qkv);
 
-// Document starts (ops.h) checked like every engine's; the tensor-core
-// kernels have no document mask yet, so any are refused with UNIMPLEMENTED
-// (whole sequences, WholeSequences(), pass).
-absl::Status RefuseDocStarts(const TensorDesc& doc_starts, const AttentionShape& shape);
+// Document starts (ops.h) checked like every engine's (dtype, shape, data),
+// as the kernels take them: nullptr for whole sequences (WholeSequences())
+// or an empty batch. Their content is not read on the host: the kernels
+// clamp each start into [0, position], so no content can make them read
+// out of bounds, and the batch sources build them by rule.
+absl::StatusOr<const int32_t*> ReadDocStarts(const TensorDesc& doc_starts,
+                                             const AttentionShape& shape);
 
 // The number of leading heads RoPE rotates in qkv [B, S, nh + 2 nkv, hd]
 // bf16 (nh + nkv), after the ops API's RoPE checks.

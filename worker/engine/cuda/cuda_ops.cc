@@ -242,8 +242,8 @@ class CudaOps : public Ops {
     RETURN_IF_ERROR(ctx_->MakeCurrent());
     ASSIGN_OR_RETURN(cuda::AttentionShape shape,
                      cuda::ReadAttentionShape(qkv, n_kv_heads, out, lse));
-    RETURN_IF_ERROR(cuda::RefuseDocStarts(doc_starts, shape));
-    return cuda::LaunchFlashAttentionForward(shape, qkv.data, out.data, lse.As<float>(),
+    ASSIGN_OR_RETURN(const int32_t* starts, cuda::ReadDocStarts(doc_starts, shape));
+    return cuda::LaunchFlashAttentionForward(shape, qkv.data, starts, out.data, lse.As<float>(),
                                              S(stream));
   }
   absl::Status AttentionBackward(const TensorDesc& grad_out, const TensorDesc& qkv,
@@ -254,11 +254,12 @@ class CudaOps : public Ops {
     ASSIGN_OR_RETURN(cuda::AttentionShape shape,
                      cuda::ReadAttentionBackwardShape(grad_out, qkv, n_kv_heads, out, lse,
                                                       grad_qkv));
-    RETURN_IF_ERROR(cuda::RefuseDocStarts(doc_starts, shape));
-    // D and the log2-domain lse per query, padded to whole tiles.
+    ASSIGN_OR_RETURN(const int32_t* starts, cuda::ReadDocStarts(doc_starts, shape));
+    // D, the log2-domain lse and the document start per query, padded to
+    // whole tiles.
     const int64_t floats = std::max<int64_t>(1, cuda::FlashAttentionBackwardScratchFloats(shape));
     ASSIGN_OR_RETURN(void* scratch, attention_scratch_.Get(floats * sizeof(float)));
-    return cuda::LaunchFlashAttentionBackward(shape, grad_out.data, qkv.data, out.data,
+    return cuda::LaunchFlashAttentionBackward(shape, grad_out.data, qkv.data, starts, out.data,
                                               lse.As<float>(), grad_qkv.data,
                                               static_cast<float*>(scratch), S(stream));
   }

@@ -24,6 +24,16 @@
 //     determinism: adding dQ from the dK/dV blocks needs atomics
 //     (order-dependent sums), a T x T-sized buffer, or blocks that wait on
 //     each other.
+// Documents (packed sequences): a query's gradient flows only to keys of
+// its own document. Prepare also writes each query's document start, padded
+// like D and lse, so kernel 2 can copy a tile's starts with its lse and D.
+// Kernel 2 stops at the last query tile whose first query's document
+// starts at or before the block's last key (document starts never
+// decrease along a sequence, so every later tile is wholly masked), and
+// kernel 3 starts at the key tile holding its first query's document
+// start. Between those ends, keys before a query's document start get
+// P = 0 like future keys.
+//
 // Products are wgmma (wgmma.cuh); query/dO tiles (kernel 2) and K/V tiles
 // (kernel 3) are double-buffered with cp.async. Two blocks share an SM and
 // never wait for each other, so one's elementwise work overlaps the other's
@@ -54,13 +64,14 @@ constexpr int kQTile = 64;
 constexpr int kQBlock = 64;
 constexpr int kKeyTile = 64;
 
-// D and lse2 are padded to whole 128-row blocks, so no kernel reads past them.
+// D, lse2 and the document starts are padded to whole 128-row blocks, so
+// no kernel reads past them.
 int64_t PaddedSeq(int64_t seq) { return (seq + 127) / 128 * 128; }
 
 template <int kD>
 constexpr int KVSmemBytes() {
-  // K, V, Q[2], dO[2]; lse2[2], D[2]; 1024-byte alignment
-  return (2 * kKVBlock + 4 * kQTile) * kD * 2 + 4 * kQTile * 4 + 1024;
+  // K, V, Q[2], dO[2]; lse2[2], D[2], document starts[2]; 1024-byte alignment
+  return (2 * kKVBlock + 4 * kQTile) * kD * 2 + 6 * kQTile * 4 + 1024;
 }
 template <int kD>
 constexpr int QSmemBytes() {
@@ -70,12 +81,15 @@ constexpr int QSmemBytes() {
 // ---- kernels ---------------------------------------------------------------
 
 // delta[r] = dO_r . O_r and lse2[r] = lse_r * log2(e) for every padded row
-// r = (b * heads + h) * seq_pad + s; 8 lanes per row.
+// r = (b * heads + h) * seq_pad + s; 8 lanes per row. With documents, the
+// rows of head 0 also write first_keys[b * seq_pad + s] (padding rows take
+// the last row's, so the starts still never decrease).
 template <int kD>
 __global__ void AttentionBackwardPrepareKernel(AttentionParams p, int64_t batch,
                                                const __nv_bfloat16* dout,
                                                const __nv_bfloat16* out, const float* lse,
-                                               int64_t seq_pad, float* delta, float* lse2) {
+                                               int64_t seq_pad, float* delta, float* lse2,
+                                               int32_t* first_keys) {
   const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 3;
   const int sub = threadIdx.x & 7;
   const bool valid = row < batch * p.heads * seq_pad;
@@ -102,6 +116,10 @@ __global__ void AttentionBackwardPrepareKernel(AttentionParams p, int64_t batch,
   if (valid && sub == 0) {
     delta[row] = acc;
     lse2[row] = real ? lse[bh * p.seq + s] * flash::kLog2e : INFINITY;
+    if (p.doc_starts != nullptr && bh % p.heads == 0) {
+      const int b = static_cast<int>(bh / p.heads);
+      first_keys[int64_t(b) * seq_pad + s] = static_cast<int32_t>(flash::FirstKey(p, b, s));
+    }
   }
 }
 
@@ -111,7 +129,8 @@ template <int kD>
 // 1.206 -> 1.150 ms on an H100); at 128 it needs about 254.
 __global__ void __launch_bounds__(kThreads, kD == 64 ? 3 : 2)
     AttentionBackwardKVKernel(AttentionParams p, const __nv_bfloat16* dout, const float* delta,
-                              const float* lse2, int64_t seq_pad, __nv_bfloat16* dqkv) {
+                              const float* lse2, const int32_t* first_keys, int64_t seq_pad,
+                              __nv_bfloat16* dqkv) {
 #ifdef TESSERA_WGMMA
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = wgmma::AlignedSmem(smem_raw);
@@ -123,6 +142,7 @@ __global__ void __launch_bounds__(kThreads, kD == 64 ? 3 : 2)
   const uint32_t s_q = s_k + 2 * kKVBytes, s_do = s_q + 2 * kTileBytes;
   float* s_lse = reinterpret_cast<float*>(smem + 2 * kKVBytes + 4 * kTileBytes);  // [2][kQTile]
   float* s_delta = s_lse + 2 * kQTile;                                            // [2][kQTile]
+  int32_t* s_first_key = reinterpret_cast<int32_t*>(s_delta + 2 * kQTile);        // [2][kQTile]
 
   const int kv_block = blockIdx.x, kv_head = blockIdx.y, b = blockIdx.z;
   const int group_size = p.heads / p.kv_heads;
@@ -138,10 +158,23 @@ __global__ void __launch_bounds__(kThreads, kD == 64 ? 3 : 2)
   wgmma::LoadTileAsync<kKVBlock, kD, kThreads>(
       s_v, batch + k0 * ts + int64_t(p.heads + p.kv_heads + kv_head) * kD, ts, p.seq - k0, p.qkv);
 
-  // Query tiles from the one holding key k0 to the last, for every query
-  // head of the group.
+  // Query tiles from the one holding key k0 to the last (with documents, to
+  // the last whose first query's document starts at or before the block's
+  // last key), for every query head of the group.
+  const bool documents = p.doc_starts != nullptr;
   const int first_tile = static_cast<int>(k0 / kQTile);
-  const int per_head = static_cast<int>((p.seq + kQTile - 1) / kQTile) - first_tile;
+  int end_tile = static_cast<int>((p.seq + kQTile - 1) / kQTile);
+  if (documents) {
+    const int64_t last_key = min(k0 + kKVBlock, p.seq) - 1;
+    const int32_t* starts = first_keys + int64_t(b) * seq_pad;
+    int lo = first_tile, hi = end_tile - 1;  // starts[lo * kQTile] <= last_key holds
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (starts[int64_t(mid) * kQTile] <= last_key) lo = mid; else hi = mid - 1;
+    }
+    end_tile = lo + 1;
+  }
+  const int per_head = end_tile - first_tile;
   const int iterations = group_size * per_head;
   auto issue = [&](int it, int buf) {
     const int h = kv_head * group_size + it / per_head;
@@ -159,6 +192,10 @@ __global__ void __launch_bounds__(kThreads, kD == 64 ? 3 : 2)
       const float* src = (is_lse ? lse2 : delta) + stats + 4 * c;
       float* dst = (is_lse ? s_lse : s_delta) + buf * kQTile + 4 * c;
       CopyAsync16(SmemAddress(dst), src, 16);
+    } else if (documents && threadIdx.x < 3 * kQTile / 4) {  // 16 copy the document starts
+      const int c = threadIdx.x - 2 * kQTile / 4;
+      CopyAsync16(SmemAddress(s_first_key + buf * kQTile + 4 * c),
+                  first_keys + int64_t(b) * seq_pad + q0 + 4 * c, 16);
     }
   };
   issue(0, 0);
@@ -176,6 +213,9 @@ __global__ void __launch_bounds__(kThreads, kD == 64 ? 3 : 2)
     const bool diagonal = q0 < k0 + kKVBlock - 1;
     const float* tile_lse = s_lse + buf * kQTile;
     const float* tile_delta = s_delta + buf * kQTile;
+    const int32_t* tile_first_key = s_first_key + buf * kQTile;
+    // Some query of the tile starts its document after key k0.
+    const bool doc_edge = documents && tile_first_key[kQTile - 1] > k0;
     const uint32_t q_tile = s_q + buf * kTileBytes, do_tile = s_do + buf * kTileBytes;
 
     // S^T = K Q^T and dP^T = V dO^T for the block's 64 keys.
@@ -186,7 +226,8 @@ __global__ void __launch_bounds__(kThreads, kD == 64 ? 3 : 2)
     wgmma::MmaRowsTimesRowsT<kD, kKVBlock, kQTile>(dst, s_v, 0, do_tile);
     wgmma::Commit();
 
-    // P^T = exp2(S^T scale_log2 - lse2[q]), zero where the query precedes the key.
+    // P^T = exp2(S^T scale_log2 - lse2[q]), zero where the query precedes
+    // the key or its document starts after the key.
     wgmma::Wait<1>();
     wgmma::FenceOperands(pt);
 #pragma unroll
@@ -194,8 +235,10 @@ __global__ void __launch_bounds__(kThreads, kD == 64 ? 3 : 2)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int col = nt * 8 + 2 * t + (e & 1);
+        const int64_t key = key_lo + 8 * (e >> 1);
         float v = flash::FastExp2(pt[nt][e] * p.scale_log2 - tile_lse[col]);
-        if (diagonal && q0 + col < key_lo + 8 * (e >> 1)) v = 0.f;
+        if (diagonal && q0 + col < key) v = 0.f;
+        if (doc_edge && tile_first_key[col] > key) v = 0.f;
         pt[nt][e] = v;
       }
     }
@@ -268,10 +311,21 @@ __global__ void __launch_bounds__(kThreads, 2)
 
   wgmma::LoadTileAsync<kQBlock, kD, kThreads>(s_q, batch + q0 * ts + int64_t(h) * kD, ts,
                                               p.seq - q0, p.qkv);
+  // Key tiles [first_tile, end_tile): from the first query's document start
+  // (0 without documents) to the diagonal.
+  const int64_t last_row = min(q0 + kQBlock, p.seq) - 1;
+  const int first_tile = static_cast<int>(flash::FirstKey(p, b, q0) / kKeyTile);
+  const int end_tile = static_cast<int>(last_row / kKeyTile) + 1;
+  const int64_t last_first_key = flash::FirstKey(p, b, last_row);
+  const int64_t first_key[2] = {flash::FirstKey(p, b, row_lo), flash::FirstKey(p, b, row_lo + 8)};
+  const int64_t first_k0 = int64_t(first_tile) * kKeyTile;
+
   wgmma::LoadTileAsync<kQBlock, kD, kThreads>(
       s_do, dout + (int64_t(b) * p.seq + q0) * os + int64_t(h) * kD, os, p.seq - q0, dout);
-  wgmma::LoadTileAsync<kKeyTile, kD, kThreads>(s_k, k_src, ts, p.seq, p.qkv);
-  wgmma::LoadTileAsync<kKeyTile, kD, kThreads>(s_v, v_src, ts, p.seq, p.qkv);
+  wgmma::LoadTileAsync<kKeyTile, kD, kThreads>(s_k, k_src + first_k0 * ts, ts, p.seq - first_k0,
+                                               p.qkv);
+  wgmma::LoadTileAsync<kKeyTile, kD, kThreads>(s_v, v_src + first_k0 * ts, ts, p.seq - first_k0,
+                                               p.qkv);
   CommitAsyncCopies();
 
   const int64_t stats = (int64_t(b) * p.heads + h) * seq_pad + row_lo;
@@ -282,16 +336,15 @@ __global__ void __launch_bounds__(kThreads, 2)
     row_delta[half] = delta[stats + 8 * half];
   }
 
-  const int64_t last_row = min(q0 + kQBlock, p.seq) - 1;
-  const int tiles = static_cast<int>(last_row / kKeyTile) + 1;
   float dq[kD / 8][4] = {};
-  for (int j = 0; j < tiles; ++j) {
+  for (int j = first_tile; j < end_tile; ++j) {
+    const int it = j - first_tile;  // buffer it & 1 holds tile j
     WaitAsyncCopies();
     wgmma::ProxyFence();
     __syncthreads();  // tile j visible; every warp is done with tile j - 1
-    if (j + 1 < tiles) {
+    if (j + 1 < end_tile) {
       const int64_t k0 = int64_t(j + 1) * kKeyTile;
-      const int buf = (j + 1) & 1;
+      const int buf = (it + 1) & 1;
       wgmma::LoadTileAsync<kKeyTile, kD, kThreads>(s_k + buf * kTileBytes, k_src + k0 * ts, ts,
                                                    p.seq - k0, p.qkv);
       wgmma::LoadTileAsync<kKeyTile, kD, kThreads>(s_v + buf * kTileBytes, v_src + k0 * ts, ts,
@@ -300,7 +353,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     CommitAsyncCopies();
     const int64_t k0 = int64_t(j) * kKeyTile;
     const bool diagonal = k0 + kKeyTile - 1 > q0;
-    const uint32_t k_tile = s_k + (j & 1) * kTileBytes, v_tile = s_v + (j & 1) * kTileBytes;
+    const bool doc_edge = k0 < last_first_key;
+    const uint32_t k_tile = s_k + (it & 1) * kTileBytes, v_tile = s_v + (it & 1) * kTileBytes;
 
     // S = Q K^T and dP = dO V^T for the block's 64 queries.
     float ps[kKeyTile / 8][4], ds[kKeyTile / 8][4];
@@ -310,15 +364,18 @@ __global__ void __launch_bounds__(kThreads, 2)
     wgmma::MmaRowsTimesRowsT<kD, kQBlock, kKeyTile>(ds, s_do, 0, v_tile);
     wgmma::Commit();
 
-    // P = exp2(S scale_log2 - lse2), zero where the key follows the query.
+    // P = exp2(S scale_log2 - lse2), zero where the key follows the query
+    // or precedes its document.
     wgmma::Wait<1>();
     wgmma::FenceOperands(ps);
 #pragma unroll
     for (int nt = 0; nt < kKeyTile / 8; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
+        const int64_t key = k0 + nt * 8 + 2 * t + (e & 1);
         float v = flash::FastExp2(ps[nt][e] * p.scale_log2 - row_lse[e >> 1]);
-        if (diagonal && k0 + nt * 8 + 2 * t + (e & 1) > row_lo + 8 * (e >> 1)) v = 0.f;
+        if (diagonal && key > row_lo + 8 * (e >> 1)) v = 0.f;
+        if (doc_edge && key < first_key[e >> 1]) v = 0.f;
         ps[nt][e] = v;
       }
     }
@@ -361,10 +418,13 @@ absl::Status Launch(const AttentionParams& p, int64_t batch, const __nv_bfloat16
   const int64_t rows = batch * p.heads * seq_pad;
   float* delta = scratch;
   float* lse2 = scratch + rows;
+  int32_t* first_keys =
+      p.doc_starts != nullptr ? reinterpret_cast<int32_t*>(scratch + 2 * rows) : nullptr;
   constexpr int kPrepareThreads = 256;
   const int64_t prepare_blocks = (rows * 8 + kPrepareThreads - 1) / kPrepareThreads;
   AttentionBackwardPrepareKernel<kD><<<static_cast<unsigned>(prepare_blocks), kPrepareThreads, 0,
-                                       stream>>>(p, batch, dout, out, lse, seq_pad, delta, lse2);
+                                       stream>>>(p, batch, dout, out, lse, seq_pad, delta, lse2,
+                                                                first_keys);
   CUDA_RETURN_IF_LAUNCH_FAILED();
 
   static std::atomic<uint64_t> kv_smem_allowed{0}, q_smem_allowed{0};
@@ -375,7 +435,8 @@ absl::Status Launch(const AttentionParams& p, int64_t batch, const __nv_bfloat16
   const unsigned kv_blocks = static_cast<unsigned>((p.seq + kKVBlock - 1) / kKVBlock);
   AttentionBackwardKVKernel<kD>
       <<<dim3(kv_blocks, static_cast<unsigned>(p.kv_heads), static_cast<unsigned>(batch)),
-         kThreads, KVSmemBytes<kD>(), stream>>>(p, dout, delta, lse2, seq_pad, dqkv);
+         kThreads, KVSmemBytes<kD>(), stream>>>(p, dout, delta, lse2, first_keys, seq_pad,
+                                                dqkv);
   CUDA_RETURN_IF_LAUNCH_FAILED();
   const unsigned q_blocks = static_cast<unsigned>((p.seq + kQBlock - 1) / kQBlock);
   AttentionBackwardQKernel<kD>
@@ -390,14 +451,17 @@ absl::Status Launch(const AttentionParams& p, int64_t batch, const __nv_bfloat16
 // ---- launchers -------------------------------------------------------------
 
 int64_t FlashAttentionBackwardScratchFloats(const AttentionShape& shape) {
-  return 2 * shape.batch * shape.heads * PaddedSeq(shape.seq);
+  // D and lse2 per head and padded query; one int32 document start per
+  // padded query (used only with documents).
+  return (2 * shape.heads + 1) * shape.batch * PaddedSeq(shape.seq);
 }
 
 absl::Status LaunchFlashAttentionBackward(const AttentionShape& shape, const void* grad_out,
-                                          const void* qkv, const void* out, const float* lse,
-                                          void* grad_qkv, float* scratch, cudaStream_t stream) {
+                                          const void* qkv, const int32_t* doc_starts,
+                                          const void* out, const float* lse, void* grad_qkv,
+                                          float* scratch, cudaStream_t stream) {
   if (shape.batch == 0 || shape.seq == 0) return absl::OkStatus();
-  const AttentionParams p = flash::MakeAttentionParams(shape, qkv);
+  const AttentionParams p = flash::MakeAttentionParams(shape, qkv, doc_starts);
   auto* dout = static_cast<const __nv_bfloat16*>(grad_out);
   auto* o = static_cast<const __nv_bfloat16*>(out);
   auto* dqkv = static_cast<__nv_bfloat16*>(grad_qkv);

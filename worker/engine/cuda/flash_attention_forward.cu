@@ -21,6 +21,15 @@
 // qkv tensor. Blocks are issued heaviest (last query block, most tiles)
 // first.
 //
+// Documents (packed sequences): a query attends only to keys of its own
+// document. A block starts at the tile holding its first query's document
+// start, so tiles wholly before every one of its queries' documents are
+// never loaded; in the tiles between its first and last query's document
+// starts, keys before a row's document start are masked like future keys.
+// A row can then see a tile with no key of its own (its document starts
+// later), so its running maximum may still be -inf: the rescaling then
+// subtracts 0 instead, and the row's sum stays 0 until its own keys arrive.
+//
 // Determinism: each block owns its queries' outputs and walks the key tiles
 // in a fixed order, so nothing is combined across blocks and the bits are
 // the same every run. The launcher's static flag only records that the
@@ -82,26 +91,36 @@ __global__ void __launch_bounds__(kThreads, 2)
   const __nv_bfloat16* k_src = batch + int64_t(p.heads + kv_head) * kD;
   const __nv_bfloat16* v_src = batch + int64_t(p.heads + p.kv_heads + kv_head) * kD;
 
-  wgmma::LoadTileAsync<kBlockQ, kD, kThreads>(s_q, batch + q0 * ts + int64_t(h) * kD, ts,
-                                              p.seq - q0, p.qkv);
-  wgmma::LoadTileAsync<kBlockKV, kD, kThreads>(s_k, k_src, ts, p.seq, p.qkv);
-  wgmma::LoadTileAsync<kBlockKV, kD, kThreads>(s_v, v_src, ts, p.seq, p.qkv);
-  CommitAsyncCopies();
-
   const int64_t last_row = min(q0 + kBlockQ, p.seq) - 1;
-  const int tiles = static_cast<int>(last_row / kBlockKV) + 1;
+  // Key tiles [first_tile, end_tile): from the first query's document start
+  // (0 without documents) to the diagonal.
+  const int first_tile = static_cast<int>(flash::FirstKey(p, b, q0) / kBlockKV);
+  const int end_tile = static_cast<int>(last_row / kBlockKV) + 1;
+  // Keys before this are masked for some row of the block.
+  const int64_t last_first_key = flash::FirstKey(p, b, last_row);
   // This lane's two rows (0: row g, 1: row g + 8 of the warp's 16).
   const int64_t row_lo = q0 + 16 * warp + g;
+  const int64_t first_key[2] = {flash::FirstKey(p, b, row_lo), flash::FirstKey(p, b, row_lo + 8)};
+
+  const int64_t first_k0 = int64_t(first_tile) * kBlockKV;
+  wgmma::LoadTileAsync<kBlockQ, kD, kThreads>(s_q, batch + q0 * ts + int64_t(h) * kD, ts,
+                                              p.seq - q0, p.qkv);
+  wgmma::LoadTileAsync<kBlockKV, kD, kThreads>(s_k, k_src + first_k0 * ts, ts, p.seq - first_k0,
+                                               p.qkv);
+  wgmma::LoadTileAsync<kBlockKV, kD, kThreads>(s_v, v_src + first_k0 * ts, ts, p.seq - first_k0,
+                                               p.qkv);
+  CommitAsyncCopies();
 
   float o[kD / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-  for (int j = 0; j < tiles; ++j) {
+  for (int j = first_tile; j < end_tile; ++j) {
+    const int it = j - first_tile;  // buffer it & 1 holds tile j
     WaitAsyncCopies();
     wgmma::ProxyFence();
     __syncthreads();  // tile j visible; every warp is done with tile j - 1
-    if (j + 1 < tiles) {
+    if (j + 1 < end_tile) {
       const int64_t k0 = int64_t(j + 1) * kBlockKV;
-      const int buf = (j + 1) & 1;
+      const int buf = (it + 1) & 1;
       wgmma::LoadTileAsync<kBlockKV, kD, kThreads>(s_k + buf * kTileBytes, k_src + k0 * ts, ts,
                                                    p.seq - k0, p.qkv);
       wgmma::LoadTileAsync<kBlockKV, kD, kThreads>(s_v + buf * kTileBytes, v_src + k0 * ts, ts,
@@ -109,7 +128,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
     CommitAsyncCopies();
     const int64_t k0 = int64_t(j) * kBlockKV;
-    const uint32_t k_tile = s_k + (j & 1) * kTileBytes, v_tile = s_v + (j & 1) * kTileBytes;
+    const uint32_t k_tile = s_k + (it & 1) * kTileBytes, v_tile = s_v + (it & 1) * kTileBytes;
 
     // S = Q K^T for the block's 64 queries and the tile's keys.
     float s[kBlockKV / 8][4];
@@ -119,16 +138,20 @@ __global__ void __launch_bounds__(kThreads, 2)
     wgmma::Wait<0>();
     wgmma::FenceOperands(s);
 
-    // Scale into the log2 domain, mask the future, and update the row maxima.
-    // Every row sees at least key k0 (k0 <= q0), so the maxima are finite.
+    // Scale into the log2 domain, mask the future (and keys of earlier
+    // documents), and update the row maxima. Without documents every row
+    // sees at least key k0 (k0 <= q0), so the maxima are finite.
     const bool diagonal = k0 + kBlockKV - 1 > q0;
+    const bool doc_edge = k0 < last_first_key;
     float mx[2] = {m[0], m[1]};
 #pragma unroll
     for (int nt = 0; nt < kBlockKV / 8; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         float v = s[nt][e] * p.scale_log2;
-        if (diagonal && k0 + nt * 8 + 2 * t + (e & 1) > row_lo + (e >> 1) * 8) v = -INFINITY;
+        const int64_t key = k0 + nt * 8 + 2 * t + (e & 1);
+        if (diagonal && key > row_lo + (e >> 1) * 8) v = -INFINITY;
+        if (doc_edge && key < first_key[e >> 1]) v = -INFINITY;
         s[nt][e] = v;
         mx[e >> 1] = fmaxf(mx[e >> 1], v);
       }
@@ -138,8 +161,12 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int half = 0; half < 2; ++half) {
       mx[half] = fmaxf(mx[half], __shfl_xor_sync(0xffffffffu, mx[half], 1));
       mx[half] = fmaxf(mx[half], __shfl_xor_sync(0xffffffffu, mx[half], 2));
+      // A row with no key yet (documents only) keeps m = -inf but
+      // subtracts 0, so that exp2 gives 0 rather than NaN.
+      const float m_new = mx[half];
+      if (m_new == -INFINITY) mx[half] = 0.f;
       alpha[half] = flash::FastExp2(m[half] - mx[half]);
-      m[half] = mx[half];
+      m[half] = m_new;
     }
     float sum[2] = {0.f, 0.f};
 #pragma unroll
@@ -209,10 +236,11 @@ absl::Status Launch(const AttentionParams& p, int64_t batch, __nv_bfloat16* out,
 
 // ---- launchers -------------------------------------------------------------
 
-absl::Status LaunchFlashAttentionForward(const AttentionShape& shape, const void* qkv, void* out,
-                                         float* lse, cudaStream_t stream) {
+absl::Status LaunchFlashAttentionForward(const AttentionShape& shape, const void* qkv,
+                                         const int32_t* doc_starts, void* out, float* lse,
+                                         cudaStream_t stream) {
   if (shape.batch == 0 || shape.seq == 0) return absl::OkStatus();
-  AttentionParams p = flash::MakeAttentionParams(shape, qkv);
+  AttentionParams p = flash::MakeAttentionParams(shape, qkv, doc_starts);
   auto* o = static_cast<__nv_bfloat16*>(out);
   switch (shape.head_dim) {
     case 64:

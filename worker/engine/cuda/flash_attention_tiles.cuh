@@ -1,7 +1,7 @@
 // Pieces shared by the attention kernels (flash_attention_forward.cu,
 // flash_attention_backward.cu) besides the wgmma products (wgmma.cuh) and
 // the asynchronous copies (device_util.cuh): the shapes and pointers they
-// take, exp2, and the epilogue that writes a warp's 16 x kD fp32 accumulator rows
+// take, where each query's document starts, exp2, and the epilogue that writes a warp's 16 x kD fp32 accumulator rows
 // (the mma.sync / wgmma C layout: lane = 4 g + t holds row g, columns
 // 8 n + 2 t + {0, 1} in acc[n][0..1] and row g + 8 in acc[n][2..3]) as bf16.
 #ifndef TESSERA_WORKER_ENGINE_CUDA_FLASH_ATTENTION_TILES_CUH_
@@ -32,11 +32,16 @@ struct AttentionParams {
   int64_t qkv_token_stride;   // (nh + 2 nkv) * hd
   int64_t out_token_stride;   // nh * hd
   float scale_log2;           // log2(e) / sqrt(hd)
+  // [B, S]: where the document holding each query starts (Ops::AttentionForward);
+  // nullptr when every sequence is one document.
+  const int32_t* doc_starts;
 };
 
-inline AttentionParams MakeAttentionParams(const AttentionShape& shape, const void* qkv) {
+inline AttentionParams MakeAttentionParams(const AttentionShape& shape, const void* qkv,
+                                           const int32_t* doc_starts) {
   AttentionParams p;
   p.qkv = static_cast<const __nv_bfloat16*>(qkv);
+  p.doc_starts = doc_starts;
   p.seq = shape.seq;
   p.heads = shape.heads;
   p.kv_heads = shape.kv_heads;
@@ -44,6 +49,20 @@ inline AttentionParams MakeAttentionParams(const AttentionShape& shape, const vo
   p.out_token_stride = int64_t(shape.heads) * shape.head_dim;
   p.scale_log2 = kLog2e / std::sqrt(static_cast<float>(shape.head_dim));
   return p;
+}
+
+// The first key query `row` of sequence b may attend to: its document's
+// start, 0 without documents. Rows past the sequence (the padding of a
+// last, partial tile) take the last row's. The value is clamped into
+// [0, row], so that no content of doc_starts can make a kernel read outside
+// the sequence or leave a row without keys (its own key is never masked);
+// the engine does not otherwise check the content, which would cost a
+// host round trip (the CPU engine, the specification, does).
+__device__ __forceinline__ int64_t FirstKey(const AttentionParams& p, int b, int64_t row) {
+  if (p.doc_starts == nullptr) return 0;
+  const int64_t r = row < p.seq ? row : p.seq - 1;
+  const int64_t start = p.doc_starts[int64_t(b) * p.seq + r];
+  return start < 0 ? 0 : (start > r ? r : start);
 }
 
 // ---- PTX wrappers -----------------------------------------------------------

@@ -79,17 +79,22 @@ absl::StatusOr<bool> LaunchSwiGluBackwardQuantize(const TensorDesc& grad_out,
 // grouped-query attention on tensor cores. qkv [B, S, heads + 2 kv_heads,
 // head_dim] bf16, out and grad_out [B, S, heads, head_dim] bf16, lse
 // [B, heads, S] fp32 (see Ops::AttentionForward). head_dim is 64 or 128.
+// doc_starts: [B, S] int32 document starts (Ops::AttentionForward), or
+// nullptr when each sequence is one document.
 struct AttentionShape {
   int64_t batch = 0, seq = 0;
   int heads = 0, kv_heads = 0, head_dim = 0;
 };
-absl::Status LaunchFlashAttentionForward(const AttentionShape& shape, const void* qkv, void* out,
-                                         float* lse, cudaStream_t stream);
-// fp32 scratch the backward needs: FlashAttentionBackwardScratchFloats(shape).
+absl::Status LaunchFlashAttentionForward(const AttentionShape& shape, const void* qkv,
+                                         const int32_t* doc_starts, void* out, float* lse,
+                                         cudaStream_t stream);
+// fp32 scratch the backward needs: FlashAttentionBackwardScratchFloats(shape),
+// 16-byte aligned.
 int64_t FlashAttentionBackwardScratchFloats(const AttentionShape& shape);
 absl::Status LaunchFlashAttentionBackward(const AttentionShape& shape, const void* grad_out,
-                                          const void* qkv, const void* out, const float* lse,
-                                          void* grad_qkv, float* scratch, cudaStream_t stream);
+                                          const void* qkv, const int32_t* doc_starts,
+                                          const void* out, const float* lse, void* grad_qkv,
+                                          float* scratch, cudaStream_t stream);
 // fused_linear_cross_entropy.cu: the per-row softmax/loss/dlogits step on
 // bf16 logits; dlogits_bf16 may be logits_bf16 (written in place).
 // row_losses: [rows] fp32 scratch for the per-row losses, summed in a fixed
