@@ -123,7 +123,10 @@ __global__ void AttentionBackwardPrepareKernel(AttentionParams p, int64_t batch,
   }
 }
 
-template <int kD>
+// kDocuments (here and in the dQ kernel): built with the document mask or
+// without it, so that whole sequences run the code they ran before
+// documents existed (registers and occupancy included).
+template <int kD, bool kDocuments>
 // At head dim 64 the dK/dV kernel fits 168 registers without spilling, so
 // three blocks share an SM instead of two (fwd+bwd at B 8, H 16, T 2048:
 // 1.206 -> 1.150 ms on an H100); at 128 it needs about 254.
@@ -161,7 +164,7 @@ __global__ void __launch_bounds__(kThreads, kD == 64 ? 3 : 2)
   // Query tiles from the one holding key k0 to the last (with documents, to
   // the last whose first query's document starts at or before the block's
   // last key), for every query head of the group.
-  const bool documents = p.doc_starts != nullptr;
+  constexpr bool documents = kDocuments;
   const int first_tile = static_cast<int>(k0 / kQTile);
   int end_tile = static_cast<int>((p.seq + kQTile - 1) / kQTile);
   if (documents) {
@@ -285,7 +288,7 @@ __global__ void __launch_bounds__(kThreads, kD == 64 ? 3 : 2)
 #endif
 }
 
-template <int kD>
+template <int kD, bool kDocuments>
 __global__ void __launch_bounds__(kThreads, 2)
     AttentionBackwardQKernel(AttentionParams p, const __nv_bfloat16* dout, const float* delta,
                              const float* lse2, int64_t seq_pad, __nv_bfloat16* dqkv) {
@@ -314,10 +317,11 @@ __global__ void __launch_bounds__(kThreads, 2)
   // Key tiles [first_tile, end_tile): from the first query's document start
   // (0 without documents) to the diagonal.
   const int64_t last_row = min(q0 + kQBlock, p.seq) - 1;
-  const int first_tile = static_cast<int>(flash::FirstKey(p, b, q0) / kKeyTile);
+  const int first_tile = static_cast<int>(flash::FirstKey<kDocuments>(p, b, q0) / kKeyTile);
   const int end_tile = static_cast<int>(last_row / kKeyTile) + 1;
-  const int64_t last_first_key = flash::FirstKey(p, b, last_row);
-  const int64_t first_key[2] = {flash::FirstKey(p, b, row_lo), flash::FirstKey(p, b, row_lo + 8)};
+  const int64_t last_first_key = flash::FirstKey<kDocuments>(p, b, last_row);
+  const int64_t first_key[2] = {flash::FirstKey<kDocuments>(p, b, row_lo),
+                                flash::FirstKey<kDocuments>(p, b, row_lo + 8)};
   const int64_t first_k0 = int64_t(first_tile) * kKeyTile;
 
   wgmma::LoadTileAsync<kQBlock, kD, kThreads>(
@@ -353,7 +357,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     CommitAsyncCopies();
     const int64_t k0 = int64_t(j) * kKeyTile;
     const bool diagonal = k0 + kKeyTile - 1 > q0;
-    const bool doc_edge = k0 < last_first_key;
+    const bool doc_edge = kDocuments && k0 < last_first_key;
     const uint32_t k_tile = s_k + (it & 1) * kTileBytes, v_tile = s_v + (it & 1) * kTileBytes;
 
     // S = Q K^T and dP = dO V^T for the block's 64 queries.
@@ -410,6 +414,30 @@ __global__ void __launch_bounds__(kThreads, 2)
 #endif
 }
 
+// Kernels 2 and 3, built with or without the document mask.
+template <int kD, bool kDocuments>
+absl::Status LaunchGradients(const AttentionParams& p, int64_t batch, const __nv_bfloat16* dout,
+                             const float* delta, const float* lse2, const int32_t* first_keys,
+                             int64_t seq_pad, __nv_bfloat16* dqkv, cudaStream_t stream) {
+  static std::atomic<uint64_t> kv_smem_allowed{0}, q_smem_allowed{0};
+  CUDA_RETURN_IF_ERROR(AllowDynamicSmem(AttentionBackwardKVKernel<kD, kDocuments>,
+                                        KVSmemBytes<kD>(), kv_smem_allowed));
+  CUDA_RETURN_IF_ERROR(AllowDynamicSmem(AttentionBackwardQKernel<kD, kDocuments>,
+                                        QSmemBytes<kD>(), q_smem_allowed));
+  const unsigned kv_blocks = static_cast<unsigned>((p.seq + kKVBlock - 1) / kKVBlock);
+  AttentionBackwardKVKernel<kD, kDocuments>
+      <<<dim3(kv_blocks, static_cast<unsigned>(p.kv_heads), static_cast<unsigned>(batch)),
+         kThreads, KVSmemBytes<kD>(), stream>>>(p, dout, delta, lse2, first_keys, seq_pad,
+                                                dqkv);
+  CUDA_RETURN_IF_LAUNCH_FAILED();
+  const unsigned q_blocks = static_cast<unsigned>((p.seq + kQBlock - 1) / kQBlock);
+  AttentionBackwardQKernel<kD, kDocuments>
+      <<<dim3(q_blocks, static_cast<unsigned>(p.heads), static_cast<unsigned>(batch)), kThreads,
+         QSmemBytes<kD>(), stream>>>(p, dout, delta, lse2, seq_pad, dqkv);
+  CUDA_RETURN_IF_LAUNCH_FAILED();
+  return absl::OkStatus();
+}
+
 template <int kD>
 absl::Status Launch(const AttentionParams& p, int64_t batch, const __nv_bfloat16* dout,
                     const __nv_bfloat16* out, const float* lse, __nv_bfloat16* dqkv,
@@ -427,23 +455,11 @@ absl::Status Launch(const AttentionParams& p, int64_t batch, const __nv_bfloat16
                                                                 first_keys);
   CUDA_RETURN_IF_LAUNCH_FAILED();
 
-  static std::atomic<uint64_t> kv_smem_allowed{0}, q_smem_allowed{0};
-  CUDA_RETURN_IF_ERROR(AllowDynamicSmem(AttentionBackwardKVKernel<kD>, KVSmemBytes<kD>(),
-                                               kv_smem_allowed));
-  CUDA_RETURN_IF_ERROR(
-      AllowDynamicSmem(AttentionBackwardQKernel<kD>, QSmemBytes<kD>(), q_smem_allowed));
-  const unsigned kv_blocks = static_cast<unsigned>((p.seq + kKVBlock - 1) / kKVBlock);
-  AttentionBackwardKVKernel<kD>
-      <<<dim3(kv_blocks, static_cast<unsigned>(p.kv_heads), static_cast<unsigned>(batch)),
-         kThreads, KVSmemBytes<kD>(), stream>>>(p, dout, delta, lse2, first_keys, seq_pad,
-                                                dqkv);
-  CUDA_RETURN_IF_LAUNCH_FAILED();
-  const unsigned q_blocks = static_cast<unsigned>((p.seq + kQBlock - 1) / kQBlock);
-  AttentionBackwardQKernel<kD>
-      <<<dim3(q_blocks, static_cast<unsigned>(p.heads), static_cast<unsigned>(batch)), kThreads,
-         QSmemBytes<kD>(), stream>>>(p, dout, delta, lse2, seq_pad, dqkv);
-  CUDA_RETURN_IF_LAUNCH_FAILED();
-  return absl::OkStatus();
+  return p.doc_starts != nullptr
+             ? LaunchGradients<kD, true>(p, batch, dout, delta, lse2, first_keys, seq_pad, dqkv,
+                                         stream)
+             : LaunchGradients<kD, false>(p, batch, dout, delta, lse2, first_keys, seq_pad, dqkv,
+                                          stream);
 }
 
 }  // namespace

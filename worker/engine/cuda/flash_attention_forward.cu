@@ -68,7 +68,10 @@ constexpr int ForwardSmemBytes() {
 
 // ---- kernels ---------------------------------------------------------------
 
-template <int kD>
+// kDocuments: built with the document mask (doc_starts given) or without
+// it, so that whole sequences run exactly the code they ran before
+// documents existed (registers and occupancy included).
+template <int kD, bool kDocuments>
 __global__ void __launch_bounds__(kThreads, 2)
     FlashAttentionForwardKernel(AttentionParams p, __nv_bfloat16* out, float* lse) {
 #ifdef TESSERA_WGMMA
@@ -94,13 +97,14 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int64_t last_row = min(q0 + kBlockQ, p.seq) - 1;
   // Key tiles [first_tile, end_tile): from the first query's document start
   // (0 without documents) to the diagonal.
-  const int first_tile = static_cast<int>(flash::FirstKey(p, b, q0) / kBlockKV);
+  const int first_tile = static_cast<int>(flash::FirstKey<kDocuments>(p, b, q0) / kBlockKV);
   const int end_tile = static_cast<int>(last_row / kBlockKV) + 1;
   // Keys before this are masked for some row of the block.
-  const int64_t last_first_key = flash::FirstKey(p, b, last_row);
+  const int64_t last_first_key = flash::FirstKey<kDocuments>(p, b, last_row);
   // This lane's two rows (0: row g, 1: row g + 8 of the warp's 16).
   const int64_t row_lo = q0 + 16 * warp + g;
-  const int64_t first_key[2] = {flash::FirstKey(p, b, row_lo), flash::FirstKey(p, b, row_lo + 8)};
+  const int64_t first_key[2] = {flash::FirstKey<kDocuments>(p, b, row_lo),
+                                flash::FirstKey<kDocuments>(p, b, row_lo + 8)};
 
   const int64_t first_k0 = int64_t(first_tile) * kBlockKV;
   wgmma::LoadTileAsync<kBlockQ, kD, kThreads>(s_q, batch + q0 * ts + int64_t(h) * kD, ts,
@@ -142,7 +146,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     // documents), and update the row maxima. Without documents every row
     // sees at least key k0 (k0 <= q0), so the maxima are finite.
     const bool diagonal = k0 + kBlockKV - 1 > q0;
-    const bool doc_edge = k0 < last_first_key;
+    const bool doc_edge = kDocuments && k0 < last_first_key;
     float mx[2] = {m[0], m[1]};
 #pragma unroll
     for (int nt = 0; nt < kBlockKV / 8; ++nt) {
@@ -164,7 +168,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       // A row with no key yet (documents only) keeps m = -inf but
       // subtracts 0, so that exp2 gives 0 rather than NaN.
       const float m_new = mx[half];
-      if (m_new == -INFINITY) mx[half] = 0.f;
+      if (kDocuments && m_new == -INFINITY) mx[half] = 0.f;
       alpha[half] = flash::FastExp2(m[half] - mx[half]);
       m[half] = m_new;
     }
@@ -218,18 +222,25 @@ __global__ void __launch_bounds__(kThreads, 2)
 #endif
 }
 
-template <int kD>
-absl::Status Launch(const AttentionParams& p, int64_t batch, __nv_bfloat16* out, float* lse,
-                    cudaStream_t stream) {
+template <int kD, bool kDocuments>
+absl::Status LaunchKernel(const AttentionParams& p, int64_t batch, __nv_bfloat16* out, float* lse,
+                          cudaStream_t stream) {
   constexpr int kSmem = ForwardSmemBytes<kD>();
   static std::atomic<uint64_t> smem_allowed{0};
   CUDA_RETURN_IF_ERROR(
-      AllowDynamicSmem(FlashAttentionForwardKernel<kD>, kSmem, smem_allowed));
+      AllowDynamicSmem(FlashAttentionForwardKernel<kD, kDocuments>, kSmem, smem_allowed));
   const dim3 grid(static_cast<unsigned>((p.seq + kBlockQ - 1) / kBlockQ),
                   static_cast<unsigned>(p.heads), static_cast<unsigned>(batch));
-  FlashAttentionForwardKernel<kD><<<grid, kThreads, kSmem, stream>>>(p, out, lse);
+  FlashAttentionForwardKernel<kD, kDocuments><<<grid, kThreads, kSmem, stream>>>(p, out, lse);
   CUDA_RETURN_IF_LAUNCH_FAILED();
   return absl::OkStatus();
+}
+
+template <int kD>
+absl::Status Launch(const AttentionParams& p, int64_t batch, __nv_bfloat16* out, float* lse,
+                    cudaStream_t stream) {
+  return p.doc_starts != nullptr ? LaunchKernel<kD, true>(p, batch, out, lse, stream)
+                                 : LaunchKernel<kD, false>(p, batch, out, lse, stream);
 }
 
 }  // namespace

@@ -58,8 +58,11 @@ inline AttentionParams MakeAttentionParams(const AttentionShape& shape, const vo
 // the sequence or leave a row without keys (its own key is never masked);
 // the engine does not otherwise check the content, which would cost a
 // host round trip (the CPU engine, the specification, does).
+// kDocuments false (the kernels' whole-sequence build) gives 0 at compile
+// time, so those kernels carry none of the document code.
+template <bool kDocuments = true>
 __device__ __forceinline__ int64_t FirstKey(const AttentionParams& p, int b, int64_t row) {
-  if (p.doc_starts == nullptr) return 0;
+  if (!kDocuments || p.doc_starts == nullptr) return 0;
   const int64_t r = row < p.seq ? row : p.seq - 1;
   const int64_t start = p.doc_starts[int64_t(b) * p.seq + r];
   return start < 0 ? 0 : (start > r ? r : start);
