@@ -241,7 +241,7 @@ __global__ void __launch_bounds__(kThreads, kD == 64 ? 3 : 2)
         const int64_t key = key_lo + 8 * (e >> 1);
         float v = flash::FastExp2(pt[nt][e] * p.scale_log2 - tile_lse[col]);
         if (diagonal && q0 + col < key) v = 0.f;
-        if (doc_edge && tile_first_key[col] > key) v = 0.f;
+        if (doc_edge && tile_first_key[col] > static_cast<int32_t>(key)) v = 0.f;
         pt[nt][e] = v;
       }
     }
@@ -320,8 +320,10 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int first_tile = static_cast<int>(flash::FirstKey<kDocuments>(p, b, q0) / kKeyTile);
   const int end_tile = static_cast<int>(last_row / kKeyTile) + 1;
   const int64_t last_first_key = flash::FirstKey<kDocuments>(p, b, last_row);
-  const int64_t first_key[2] = {flash::FirstKey<kDocuments>(p, b, row_lo),
-                                flash::FirstKey<kDocuments>(p, b, row_lo + 8)};
+  // 32 bits: a sequence is far shorter than 2^31 tokens (the ops API's
+  // checks), and 64-bit masks cost the masked build registers.
+  const int32_t first_key[2] = {static_cast<int32_t>(flash::FirstKey<kDocuments>(p, b, row_lo)),
+                                static_cast<int32_t>(flash::FirstKey<kDocuments>(p, b, row_lo + 8))};
   const int64_t first_k0 = int64_t(first_tile) * kKeyTile;
 
   wgmma::LoadTileAsync<kQBlock, kD, kThreads>(
@@ -358,6 +360,9 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int64_t k0 = int64_t(j) * kKeyTile;
     const bool diagonal = k0 + kKeyTile - 1 > q0;
     const bool doc_edge = kDocuments && k0 < last_first_key;
+    // Columns of this tile before each of the lane's rows' document start.
+    const int32_t before[2] = {first_key[0] - static_cast<int32_t>(k0),
+                               first_key[1] - static_cast<int32_t>(k0)};
     const uint32_t k_tile = s_k + (it & 1) * kTileBytes, v_tile = s_v + (it & 1) * kTileBytes;
 
     // S = Q K^T and dP = dO V^T for the block's 64 queries.
@@ -376,10 +381,10 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int nt = 0; nt < kKeyTile / 8; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int64_t key = k0 + nt * 8 + 2 * t + (e & 1);
         float v = flash::FastExp2(ps[nt][e] * p.scale_log2 - row_lse[e >> 1]);
-        if (diagonal && key > row_lo + 8 * (e >> 1)) v = 0.f;
-        if (doc_edge && key < first_key[e >> 1]) v = 0.f;
+        if (diagonal && k0 + nt * 8 + 2 * t + (e & 1) > row_lo + 8 * (e >> 1)) v = 0.f;
+        const int col = nt * 8 + 2 * t + (e & 1);
+        if (doc_edge && col < before[e >> 1]) v = 0.f;
         ps[nt][e] = v;
       }
     }

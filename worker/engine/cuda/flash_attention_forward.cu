@@ -103,8 +103,10 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int64_t last_first_key = flash::FirstKey<kDocuments>(p, b, last_row);
   // This lane's two rows (0: row g, 1: row g + 8 of the warp's 16).
   const int64_t row_lo = q0 + 16 * warp + g;
-  const int64_t first_key[2] = {flash::FirstKey<kDocuments>(p, b, row_lo),
-                                flash::FirstKey<kDocuments>(p, b, row_lo + 8)};
+  // 32 bits: a sequence is far shorter than 2^31 tokens (the ops API's
+  // checks), and 64-bit masks cost the masked build registers.
+  const int32_t first_key[2] = {static_cast<int32_t>(flash::FirstKey<kDocuments>(p, b, row_lo)),
+                                static_cast<int32_t>(flash::FirstKey<kDocuments>(p, b, row_lo + 8))};
 
   const int64_t first_k0 = int64_t(first_tile) * kBlockKV;
   wgmma::LoadTileAsync<kBlockQ, kD, kThreads>(s_q, batch + q0 * ts + int64_t(h) * kD, ts,
@@ -147,15 +149,18 @@ __global__ void __launch_bounds__(kThreads, 2)
     // sees at least key k0 (k0 <= q0), so the maxima are finite.
     const bool diagonal = k0 + kBlockKV - 1 > q0;
     const bool doc_edge = kDocuments && k0 < last_first_key;
+    // Columns of this tile before each of the lane's rows' document start.
+    const int32_t before[2] = {first_key[0] - static_cast<int32_t>(k0),
+                               first_key[1] - static_cast<int32_t>(k0)};
     float mx[2] = {m[0], m[1]};
 #pragma unroll
     for (int nt = 0; nt < kBlockKV / 8; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         float v = s[nt][e] * p.scale_log2;
-        const int64_t key = k0 + nt * 8 + 2 * t + (e & 1);
-        if (diagonal && key > row_lo + (e >> 1) * 8) v = -INFINITY;
-        if (doc_edge && key < first_key[e >> 1]) v = -INFINITY;
+        if (diagonal && k0 + nt * 8 + 2 * t + (e & 1) > row_lo + (e >> 1) * 8) v = -INFINITY;
+        const int col = nt * 8 + 2 * t + (e & 1);
+        if (doc_edge && col < before[e >> 1]) v = -INFINITY;
         s[nt][e] = v;
         mx[e >> 1] = fmaxf(mx[e >> 1], v);
       }
