@@ -152,6 +152,19 @@ absl::Status CheckAmaxArgs(const TensorDesc& in, const float* amax) {
   return absl::OkStatus();
 }
 
+absl::Status CheckFp8StatsArgs(const TensorDesc& in, DType format, const float* scale,
+                               const int64_t* counts) {
+  RETURN_IF_ERROR(CheckDType("in", in, kFloatTypes));
+  RETURN_IF_ERROR(CheckData("in", in));
+  if (format != DType::kE4M3 && format != DType::kE5M2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("format: must be e4m3 or e5m2, got ", DTypeName(format)));
+  }
+  if (scale == nullptr) return absl::InvalidArgumentError("scale: must be set");
+  if (counts == nullptr) return absl::InvalidArgumentError("counts: must be set");
+  return absl::OkStatus();
+}
+
 absl::Status CheckUpdateFp8ScalesArgs(const float* amax, const float* history, const float* scale,
                                       const float* scale_inv, int scale_inv_stride, int n,
                                       int history_len) {

@@ -36,6 +36,8 @@ absl::Status CheckQuantizeTransposeArgs(const TensorDesc& in, const TensorDesc& 
                                         const TensorDesc& out_t);
 absl::Status CheckDequantizeArgs(const TensorDesc& in, const TensorDesc& out);
 absl::Status CheckAmaxArgs(const TensorDesc& in, const float* amax);
+absl::Status CheckFp8StatsArgs(const TensorDesc& in, DType format, const float* scale,
+                               const int64_t* counts);
 absl::Status CheckUpdateFp8ScalesArgs(const float* amax, const float* history, const float* scale,
                                       const float* scale_inv, int scale_inv_stride, int n,
                                       int history_len);

@@ -163,6 +163,15 @@ class Ops {
   virtual absl::Status Dequantize(const TensorDesc& in, const TensorDesc& out, Stream* stream) = 0;
   // *amax = max(*amax, max|in|); in is fp32 or bf16. amax: one fp32 in engine memory.
   virtual absl::Status Amax(const TensorDesc& in, float* amax, Stream* stream) = 0;
+  // How `in` (fp32 or bf16) fares when encoded as `format` (kE4M3 or kE5M2)
+  // with *scale, exactly as Quantize encodes it: counts[0] += the elements
+  // whose code is the format's largest magnitude (they saturate at its
+  // maximum: 448 for e4m3, 57344 for e5m2, infinities included), and
+  // counts[1] += the nonzero elements whose code is ±0 (they underflow).
+  // NaN counts as neither. scale: one fp32, counts: two int64, both in
+  // engine memory. The counts are exact and equal across engines.
+  virtual absl::Status Fp8Stats(const TensorDesc& in, DType format, const float* scale,
+                                int64_t* counts, Stream* stream) = 0;
   // Delayed/current scaling for n tensors at once.
   //   amax [n]: this step's amaxes (already all-reduced if shared); zeroed after use.
   //   history [history_len, n]: rolled by one row, newest amax in row 0.

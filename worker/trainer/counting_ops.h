@@ -75,6 +75,10 @@ class CountingOps : public Ops {
   absl::Status Amax(const TensorDesc& in, float* amax, Stream* s) override {
     return engine_->Amax(in, amax, s);
   }
+  absl::Status Fp8Stats(const TensorDesc& in, DType format, const float* scale, int64_t* counts,
+                        Stream* s) override {
+    return engine_->Fp8Stats(in, format, scale, counts, s);
+  }
   absl::Status UpdateFp8Scales(float* amax, float* history, float* scale, float* scale_inv,
                                int scale_inv_stride, int n, int history_len, float fp8_max,
                                int margin, AmaxAlgo algo, Stream* s) override {

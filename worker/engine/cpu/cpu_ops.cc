@@ -24,6 +24,7 @@
 #include "worker/engine/cpu/fused_adam.h"
 #include "worker/engine/cpu/fused_linear_cross_entropy.h"
 #include "worker/engine/cpu/gemm.h"
+#include "worker/engine/cpu/fp8_stats.h"
 #include "worker/engine/cpu/quantize.h"
 #include "worker/engine/cpu/rmsnorm.h"
 #include "worker/engine/cpu/rope.h"
@@ -142,6 +143,10 @@ class CpuOps : public Ops {
   }
   absl::Status Amax(const TensorDesc& in, float* amax, Stream*) override {
     return cpu::Amax(in, amax);
+  }
+  absl::Status Fp8Stats(const TensorDesc& in, DType format, const float* scale, int64_t* counts,
+                        Stream*) override {
+    return cpu::Fp8Stats(in, format, scale, counts);
   }
   absl::Status UpdateFp8Scales(float* amax, float* history, float* scale, float* scale_inv,
                                int scale_inv_stride, int n, int history_len, float fp8_max,

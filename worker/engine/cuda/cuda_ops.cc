@@ -133,6 +133,12 @@ class CudaOps : public Ops {
     RETURN_IF_ERROR(CheckAmaxArgs(in, amax));
     return cuda::LaunchAmax(in, amax, S(stream));
   }
+  absl::Status Fp8Stats(const TensorDesc& in, DType format, const float* scale, int64_t* counts,
+                        Stream* stream) override {
+    RETURN_IF_ERROR(ctx_->MakeCurrent());
+    RETURN_IF_ERROR(CheckFp8StatsArgs(in, format, scale, counts));
+    return cuda::LaunchFp8Stats(in, format, scale, counts, S(stream));
+  }
   absl::Status UpdateFp8Scales(float* amax, float* history, float* scale, float* scale_inv,
                                int scale_inv_stride, int n, int history_len, float fp8_max,
                                int margin, AmaxAlgo algo, Stream* stream) override {

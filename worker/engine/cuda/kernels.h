@@ -22,6 +22,9 @@ absl::Status LaunchQuantize(const TensorDesc& in, const TensorDesc& out, const T
                             cudaStream_t stream);
 absl::Status LaunchDequantize(const TensorDesc& in, const TensorDesc& out, cudaStream_t stream);
 absl::Status LaunchAmax(const TensorDesc& in, float* amax, cudaStream_t stream);
+// fp8_stats.cu: Ops::Fp8Stats (counts: two int64 in device memory).
+absl::Status LaunchFp8Stats(const TensorDesc& in, DType format, const float* scale,
+                            int64_t* counts, cudaStream_t stream);
 absl::Status LaunchTranspose(const TensorDesc& in, const TensorDesc& out, cudaStream_t stream);
 absl::Status LaunchUpdateFp8Scales(float* amax, float* history, float* scale, float* scale_inv,
                                    int scale_inv_stride, int n, int history_len, float fp8_max,

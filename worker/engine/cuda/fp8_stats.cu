@@ -1,0 +1,72 @@
+// Fp8Stats on the GPU (Ops::Fp8Stats): how many elements of an fp32 or
+// bf16 tensor saturate at, or underflow below, e4m3/e5m2 under a scale.
+// Each element is encoded with the converter Quantize uses
+// (fp8_device.cuh), so the counts describe the codes a quantized tensor
+// really holds and equal the CPU engine's (worker/engine/cpu/fp8_stats.cc)
+// exactly.
+//
+// A grid-stride pass: each thread counts its elements, each warp adds its
+// lanes' counts, and lane 0 adds the warp's to the two int64 totals with an
+// integer atomicAdd. Integer sums do not depend on their order, so the
+// counts are the same every run. The pass runs only on the steps that take
+// statistics, not inside the step's casts.
+#include <cuda_bf16.h>
+
+#include "worker/engine/cuda/cuda_check.h"
+#include "worker/engine/cuda/device_util.cuh"
+#include "worker/engine/cuda/fp8_device.cuh"
+#include "worker/engine/cuda/kernels.h"
+
+namespace tessera {
+namespace cuda {
+namespace {
+
+template <bool kE5M2>
+__global__ void Fp8StatsKernel(const void* in, int dtype, int64_t n, const float* scale,
+                               unsigned long long* counts) {
+  // The largest finite magnitude's code: S.1111.110 (e4m3), S.11110.11 (e5m2).
+  constexpr uint8_t kMaxCode = kE5M2 ? 0x7B : 0x7E;
+  const float s = *scale;
+  unsigned long long saturated = 0, underflowed = 0;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const float v = LoadF(in, dtype, i);
+    if (isnan(v)) continue;
+    const uint8_t magnitude = (kE5M2 ? EncodeE5M2(v * s) : EncodeE4M3(v * s)) & 0x7F;
+    saturated += magnitude == kMaxCode;
+    underflowed += magnitude == 0 && v != 0.f;
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    saturated += __shfl_xor_sync(0xffffffffu, saturated, offset);
+    underflowed += __shfl_xor_sync(0xffffffffu, underflowed, offset);
+  }
+  if ((threadIdx.x & 31) == 0) {
+    if (saturated != 0) atomicAdd(&counts[0], saturated);
+    if (underflowed != 0) atomicAdd(&counts[1], underflowed);
+  }
+}
+
+}  // namespace
+
+absl::Status LaunchFp8Stats(const TensorDesc& in, DType format, const float* scale,
+                            int64_t* counts, cudaStream_t stream) {
+  const int64_t n = in.NumElements();
+  if (n == 0) return absl::OkStatus();
+  static_assert(sizeof(int64_t) == sizeof(unsigned long long), "counts are 64-bit");
+  auto* totals = reinterpret_cast<unsigned long long*>(counts);
+  constexpr int kThreads = 256;
+  const int blocks = BlocksFor(n, kThreads);
+  if (format == DType::kE5M2) {
+    Fp8StatsKernel<true><<<blocks, kThreads, 0, stream>>>(in.data, static_cast<int>(in.dtype), n,
+                                                          scale, totals);
+  } else {
+    Fp8StatsKernel<false><<<blocks, kThreads, 0, stream>>>(in.data, static_cast<int>(in.dtype), n,
+                                                           scale, totals);
+  }
+  CUDA_RETURN_IF_LAUNCH_FAILED();
+  return absl::OkStatus();
+}
+
+}  // namespace cuda
+}  // namespace tessera
