@@ -17,10 +17,10 @@
 // separate by quantization noise that grows slowly over a few steps. Over
 // the 4 steps compared, every switched run here stayed within 0.05% of the
 // unbroken run (largest seen: 0.043%, on the first step after the switch);
-// the bound is 0.5%, ten times that, and still well under the 4% a single
-// step of this model moves the loss, so weights re-initialised (the loss of
-// a fresh model is 9% higher), moments lost or codes decoded with a stale
-// scale fail it. The bit-exact checks above catch the rest.
+// the bound is 0.5%, ten times that, and still under the 1.4 to 4% one step
+// of this model moves the loss here, so weights re-initialised (a fresh
+// model's loss is about 9% higher), moments lost or codes decoded with a
+// stale scale fail it. The bit-exact checks above catch the rest.
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
