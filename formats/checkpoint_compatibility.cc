@@ -101,9 +101,6 @@ absl::Status CheckCheckpointFitsJob(const RankManifest& manifest, const v1::JobS
                                     const std::string& what) {
   if (manifest.version < 2) {
     if (manifest.spec.hash == LegacyCheckpointSpecHash(spec)) return absl::OkStatus();
-    if (manifest.spec.hash == CheckpointSpecHash(spec)) {
-      return absl::DataLossError(absl::StrCat(what, ": a version 1 manifest with a version 2 hash"));
-    }
     return absl::FailedPreconditionError(absl::StrCat(
         what, ": the checkpoint was written by a job with a different model, optimizer, fp8 "
         "recipe, data or seed (spec hash ", manifest.spec.hash.substr(0, 12), "..., this job's ",
