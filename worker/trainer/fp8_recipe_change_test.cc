@@ -9,7 +9,10 @@
 //    ranks as at 1 (the scales are agreed across ranks), and training goes
 //    on close to the unbroken bf16 run;
 //  - delayed -> current scaling and a new amax history length resume too;
-//  - the restore note names the change, and an unchanged recipe has none.
+//  - the restore note names the change, and an unchanged recipe has none;
+//  - a checkpoint written before recipes were recorded (a version 1
+//    manifest) resumes bit-identically under its own recipe and is refused
+//    under another.
 //
 // Why the losses are compared with a tolerance: from the same masters the
 // FP8 and bf16 steps differ only in how the four block linears round their
@@ -32,6 +35,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint_layout.h"
+#include "common/sha256.h"
+#include "formats/spec_hash.h"
 #include "formats/checkpoint_io.h"
 #include "formats/checkpoint_state.h"
 #include "gtest/gtest.h"
@@ -371,6 +376,45 @@ TEST(Fp8RecipeChange, AnUnchangedRecipeLeavesNoNote) {
   const Trained unbroken = Train({spec, 1, "", 0, kSwitchAt + 2});
   ASSERT_EQ(resumed.losses.size(), 2u);
   EXPECT_EQ(std::memcmp(resumed.losses.data(), unbroken.losses.data() + kSwitchAt, 8), 0);
+}
+
+// Rewrites rank 0's manifest of `step` as one written before recipes were
+// recorded: version 1, the hash that covered fp8, no spec lines.
+void MakeVersionOneManifest(const std::string& root, int step, const v1::JobSpec& spec) {
+  absl::StatusOr<RankManifest> m = ReadRankManifest(root, step, 0);
+  ASSERT_TRUE(m.ok()) << m.status();
+  std::string body = absl::StrCat("tessera-rank-manifest 1\nstep ", step, "\nrank 0\nworld_size 1",
+                                  "\nspec_hash ", LegacyCheckpointSpecHash(spec), "\n");
+  for (const ManifestEntry& f : m->files) {
+    absl::StrAppend(&body, "file ", f.size, " ", f.sha256, " ", f.name, "\n");
+  }
+  std::ofstream(StepDir(root, step) + "/" + RankManifestName(0), std::ios::trunc)
+      << body << "sha256 " << Sha256Hex(body) << "\n";
+  absl::StatusOr<RankManifest> rewritten = ReadRankManifest(root, step, 0);
+  ASSERT_TRUE(rewritten.ok()) << rewritten.status();
+  ASSERT_EQ(rewritten->version, 1);
+}
+
+TEST(Fp8RecipeChange, AVersionOneCheckpointResumesOnlyUnderItsOwnRecipe) {
+  const v1::JobSpec spec = TinyCpuTestJobSpec(2);
+  const std::string root = FreshDir("v1");
+  Train({spec, 1, "", 0, kSwitchAt, root});
+  MakeVersionOneManifest(root, kSwitchAt, spec);
+  const Trained resumed = Train({spec, 1, root, kSwitchAt, kSwitchAt + 2});
+  EXPECT_EQ(resumed.note, "");
+  const Trained unbroken = Train({spec, 1, "", 0, kSwitchAt + 2});
+  ASSERT_EQ(resumed.losses.size(), 2u);
+  EXPECT_EQ(std::memcmp(resumed.losses.data(), unbroken.losses.data() + kSwitchAt, 8), 0);
+
+  v1::JobSpec bf16 = spec;
+  bf16.mutable_fp8()->set_disabled(true);
+  FsdpTrainer trainer(CreateCpuOps(), CreateGlooCommunicator);
+  ASSERT_TRUE(trainer.Setup(bf16, 0, 1).ok());
+  const absl::Status s = trainer.Restore(root, kSwitchAt);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("predates checkpoints that record their spec and FP8 recipe"),
+            absl::string_view::npos)
+      << s;
 }
 
 // Another model is still refused, naming the field, whatever the recipe.
