@@ -96,7 +96,7 @@ absl::StatusOr<HfExportReport> ExportHuggingFace(const v1::JobSpec& spec,
   const std::string& root = where.first;
   const int step = where.second;
   ASSIGN_OR_RETURN(const std::vector<FullParameter> params,
-                   ReadFullParameters(root, step, CheckpointSpecHash(spec)));
+                   ReadFullParameters(root, step, &spec));
 
   // The Hugging Face tensors, each a row range of one Tessera parameter,
   // every shape checked against the spec.

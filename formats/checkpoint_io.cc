@@ -14,7 +14,7 @@
 namespace tessera {
 namespace {
 
-constexpr char kManifestMagic[] = "tessera-rank-manifest 1";
+constexpr char kManifestMagicPrefix[] = "tessera-rank-manifest ";
 constexpr int64_t kMaxManifestBytes = int64_t{1} << 20;
 constexpr size_t kMaxManifestFiles = 4096;
 
@@ -33,6 +33,31 @@ bool Value(absl::string_view line, absl::string_view key, absl::string_view* val
   return true;
 }
 
+bool DecodeHex(absl::string_view hex, std::string* bytes) {
+  if (hex.size() % 2 != 0) return false;
+  bytes->clear();
+  for (size_t i = 0; i < hex.size(); i += 2) {
+    int v = 0;
+    for (char c : hex.substr(i, 2)) {
+      int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+      if (d < 0) return false;
+      v = v * 16 + d;
+    }
+    bytes->push_back(static_cast<char>(v));
+  }
+  return true;
+}
+
+std::string EncodeHex(absl::string_view bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string hex;
+  for (unsigned char c : bytes) {
+    hex.push_back(kDigits[c >> 4]);
+    hex.push_back(kDigits[c & 15]);
+  }
+  return hex;
+}
+
 std::string ManifestPath(const std::string& root, int64_t step, int rank) {
   return absl::StrCat(StepDir(root, step), "/", RankManifestName(rank));
 }
@@ -40,8 +65,10 @@ std::string ManifestPath(const std::string& root, int64_t step, int rank) {
 }  // namespace
 
 std::string EncodeManifest(const RankManifest& m) {
-  std::string text = absl::StrCat(kManifestMagic, "\nstep ", m.step, "\nrank ", m.rank,
-                                  "\nworld_size ", m.world_size, "\nspec_hash ", m.spec_hash, "\n");
+  std::string text = absl::StrCat(kManifestMagicPrefix, kManifestVersion, "\nstep ", m.step,
+                                  "\nrank ", m.rank, "\nworld_size ", m.world_size,
+                                  "\nspec_hash ", m.spec.hash, "\nspec ", EncodeHex(m.spec.fields),
+                                  "\nfp8_recipe ", EncodeHex(m.spec.fp8_recipe), "\n");
   for (const ManifestEntry& f : m.files) {
     absl::StrAppend(&text, "file ", f.size, " ", f.sha256, " ", f.name, "\n");
   }
@@ -64,21 +91,32 @@ absl::StatusOr<RankManifest> DecodeManifest(absl::string_view text, const std::s
     return corrupt("checksum mismatch (the manifest was altered or truncated)");
   }
   std::vector<absl::string_view> lines = absl::StrSplit(body.substr(0, body.size() - 1), '\n');
-  if (lines.size() < 5 || lines[0] != kManifestMagic) return corrupt("not a rank manifest");
   RankManifest m;
   absl::string_view v;
+  if (lines.size() < 5 || !Value(lines[0], "tessera-rank-manifest", &v) ||
+      !absl::SimpleAtoi(v, &m.version) || m.version < 1 || m.version > kManifestVersion) {
+    return corrupt("not a rank manifest");
+  }
   if (!Value(lines[1], "step", &v) || !absl::SimpleAtoi(v, &m.step) ||
       !Value(lines[2], "rank", &v) || !absl::SimpleAtoi(v, &m.rank) ||
       !Value(lines[3], "world_size", &v) || !absl::SimpleAtoi(v, &m.world_size) ||
       !Value(lines[4], "spec_hash", &v) || !IsHexDigest(v)) {
     return corrupt("malformed header");
   }
-  m.spec_hash = std::string(v);
+  m.spec.hash = std::string(v);
   if (m.world_size < 1 || m.rank < 0 || m.rank >= m.world_size || m.step < 0) {
     return corrupt("rank, world_size or step out of range");
   }
-  if (lines.size() - 5 > kMaxManifestFiles) return corrupt("too many files");
-  for (size_t i = 5; i < lines.size(); ++i) {
+  size_t first_file = 5;
+  if (m.version >= 2) {
+    if (lines.size() < 7 || !Value(lines[5], "spec", &v) || !DecodeHex(v, &m.spec.fields) ||
+        !Value(lines[6], "fp8_recipe", &v) || !DecodeHex(v, &m.spec.fp8_recipe)) {
+      return corrupt("malformed spec or fp8_recipe line");
+    }
+    first_file = 7;
+  }
+  if (lines.size() - first_file > kMaxManifestFiles) return corrupt("too many files");
+  for (size_t i = first_file; i < lines.size(); ++i) {
     absl::string_view rest;
     if (!Value(lines[i], "file", &rest)) return corrupt(absl::StrCat("line ", i + 1, ": not a file"));
     std::vector<absl::string_view> parts = absl::StrSplit(rest, absl::MaxSplits(' ', 2));
@@ -105,13 +143,13 @@ RankCheckpointWriter::RankCheckpointWriter(std::string root, std::string step_di
     : root_(std::move(root)), step_dir_(std::move(step_dir)), manifest_(std::move(manifest)) {}
 
 absl::StatusOr<std::unique_ptr<RankCheckpointWriter>> RankCheckpointWriter::Begin(
-    const std::string& root, int64_t step, int rank, int world_size, std::string spec_hash) {
+    const std::string& root, int64_t step, int rank, int world_size, ManifestSpec spec) {
   if (absl::Status s = CreateStepDir(root, step); !s.ok()) return s;
   RankManifest m;
   m.step = step;
   m.rank = rank;
   m.world_size = world_size;
-  m.spec_hash = std::move(spec_hash);
+  m.spec = std::move(spec);
   return std::unique_ptr<RankCheckpointWriter>(
       new RankCheckpointWriter(root, StepDir(root, step), std::move(m)));
 }
@@ -168,14 +206,8 @@ absl::StatusOr<RankManifest> ReadRankManifest(const std::string& root, int64_t s
   return m;
 }
 
-absl::Status CheckManifestFits(const RankManifest& m, const std::string& spec_hash,
-                               int world_size, const std::string& what) {
-  if (m.spec_hash != spec_hash) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        what, ": the checkpoint was written by a job with a different model, optimizer, fp8 "
-        "recipe, data or seed (spec hash ", m.spec_hash.substr(0, 12), "..., this job's ",
-        spec_hash.substr(0, 12), "...)"));
-  }
+absl::Status CheckManifestWorldSize(const RankManifest& m, int world_size,
+                                    const std::string& what) {
   if (m.world_size != world_size) {
     return absl::DataLossError(absl::StrCat(what, ": records world size ", m.world_size,
                                             ", but the step was committed with ", world_size));

@@ -1,8 +1,11 @@
 // Verified per-rank checkpoint files. A rank writes its files for step N into
 // <root>/step-N/ (common/checkpoint_layout.h), each durably (temp name,
 // fsync, rename, directory fsync), and then its manifest, rank-<R>.manifest,
-// which records the step, rank, world size, spec hash (spec_hash.h) and, for
-// every file, its size and SHA-256. The manifest is written last, so a rank
+// which records the step, rank, world size, spec hash (spec_hash.h), the
+// spec fields the hash covers and the FP8 recipe the state was written under
+// (so a job that cannot load the checkpoint is told which field differs, and
+// one that changes the recipe knows what it changes from:
+// checkpoint_compatibility.h) and, for every file, its size and SHA-256. The manifest is written last, so a rank
 // whose manifest exists finished writing; the manifest carries a SHA-256 of
 // its own text, so a damaged manifest is detected too.
 //
@@ -14,13 +17,18 @@
 // directory if no other rank has files in it.
 //
 // Manifest text, one field per line:
-//   tessera-rank-manifest 1
+//   tessera-rank-manifest 2
 //   step <N>
 //   rank <R>
 //   world_size <W>
 //   spec_hash <64 hex>
+//   spec <hex>        (the covered JobSpec fields, deterministic protobuf bytes)
+//   fp8_recipe <hex>  (the Fp8Recipe, likewise; empty hex for the default)
 //   file <size> <sha256 hex> <name>      (one line per file)
 //   sha256 <64 hex digest of every line above, newlines included>
+// Version 1 manifests have no spec and fp8_recipe lines, and their spec hash
+// covers the FP8 recipe too (spec_hash.h's LegacyCheckpointSpecHash); they
+// are still read.
 #ifndef TESSERA_FORMATS_CHECKPOINT_IO_H_
 #define TESSERA_FORMATS_CHECKPOINT_IO_H_
 
@@ -43,11 +51,21 @@ struct ManifestEntry {
   std::string sha256;  // 64 hex characters
 };
 
+// What a manifest records of the job that wrote it (formats/spec_hash.h).
+struct ManifestSpec {
+  std::string hash;        // 64 hex characters
+  std::string fields;      // serialized v1::JobSpec of the covered fields
+  std::string fp8_recipe;  // serialized v1::Fp8Recipe the state was written under
+};
+
+inline constexpr int kManifestVersion = 2;
+
 struct RankManifest {
+  int version = kManifestVersion;  // 1: spec.hash covers fp8; fields and fp8_recipe are empty
   int64_t step = 0;
   int rank = 0;
   int world_size = 1;
-  std::string spec_hash;
+  ManifestSpec spec;
   std::vector<ManifestEntry> files;
 };
 
@@ -61,7 +79,7 @@ class RankCheckpointWriter {
   static absl::StatusOr<std::unique_ptr<RankCheckpointWriter>> Begin(const std::string& root,
                                                                     int64_t step, int rank,
                                                                     int world_size,
-                                                                    std::string spec_hash);
+                                                                    ManifestSpec spec);
   // Removes what it wrote unless Finish succeeded (see above).
   ~RankCheckpointWriter();
   RankCheckpointWriter(const RankCheckpointWriter&) = delete;
@@ -86,12 +104,11 @@ class RankCheckpointWriter {
 // and that it records step N and rank R. DATA_LOSS when missing or damaged.
 absl::StatusOr<RankManifest> ReadRankManifest(const std::string& root, int64_t step, int rank);
 
-// FAILED_PRECONDITION when the manifest's spec hash is not `spec_hash` (the
-// checkpoint belongs to a job with another model, optimizer, FP8 recipe, data
-// or seed); DATA_LOSS when its world size is not `world_size` (ranks of the
-// step disagree).
-absl::Status CheckManifestFits(const RankManifest& manifest, const std::string& spec_hash,
-                               int world_size, const std::string& what);
+// DATA_LOSS when the manifest's world size is not `world_size` (ranks of
+// the step disagree). Whether the job may load the checkpoint at all is
+// checkpoint_compatibility.h's CheckCheckpointFitsJob.
+absl::Status CheckManifestWorldSize(const RankManifest& manifest, int world_size,
+                                    const std::string& what);
 
 // Reads the manifest's file `name` and verifies its size and checksum.
 absl::StatusOr<std::string> ReadVerifiedFile(const std::string& root, const RankManifest& manifest,

@@ -22,6 +22,8 @@ namespace tessera {
 namespace {
 
 const std::string kHash = Sha256Hex("spec");
+// Bytes that are not text, so the hex encoding in the manifest is exercised.
+const ManifestSpec kSpec{kHash, std::string("\x0a\x02\x08\x40\xff", 5), std::string("\x18\x01", 2)};
 
 std::string FreshRoot(const std::string& name) {
   return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
@@ -39,7 +41,7 @@ auto Bytes(const std::string& data) {
 // Writes rank 0 of 1 at step 3 with two files; returns the root.
 std::string WriteSample(const std::string& name) {
   const std::string root = FreshRoot(name);
-  auto writer = RankCheckpointWriter::Begin(root, 3, 0, 1, kHash);
+  auto writer = RankCheckpointWriter::Begin(root, 3, 0, 1, kSpec);
   EXPECT_TRUE(writer.ok()) << writer.status();
   EXPECT_TRUE((*writer)->AddFile("rank-0.state", Bytes(std::string(5000, 's'))).ok());
   EXPECT_TRUE((*writer)->AddFile("rank-0.extra", Bytes("extra")).ok());
@@ -61,10 +63,13 @@ TEST(CheckpointIo, RoundTripsAndVerifiesEveryFile) {
   auto m = ReadRankManifest(root, 3, 0);
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ(m->world_size, 1);
-  EXPECT_EQ(m->spec_hash, kHash);
+  EXPECT_EQ(m->version, kManifestVersion);
+  EXPECT_EQ(m->spec.hash, kHash);
+  EXPECT_EQ(m->spec.fields, kSpec.fields);
+  EXPECT_EQ(m->spec.fp8_recipe, kSpec.fp8_recipe);
   ASSERT_EQ(m->files.size(), 2u);
   EXPECT_EQ(m->files[0].size, 5000);
-  EXPECT_TRUE(CheckManifestFits(*m, kHash, 1, "m").ok());
+  EXPECT_TRUE(CheckManifestWorldSize(*m, 1, "m").ok());
   EXPECT_EQ(*ReadVerifiedFile(root, *m, "rank-0.state"), std::string(5000, 's'));
   EXPECT_EQ(*ReadVerifiedFile(root, *m, "rank-0.extra"), "extra");
   ExpectDataLossNaming(ReadVerifiedFile(root, *m, "rank-0.other"), "rank-0.other");
@@ -132,25 +137,53 @@ TEST(CheckpointIo, NamesAndRootsThatEscapeAreInvalidArguments) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ReadRankManifest(root + "/../escape", 3, 0).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(RankCheckpointWriter::Begin(root + "/..", 4, 0, 1, kHash).status().code(),
+  EXPECT_EQ(RankCheckpointWriter::Begin(root + "/..", 4, 0, 1, kSpec).status().code(),
             absl::StatusCode::kInvalidArgument);
-  auto writer = RankCheckpointWriter::Begin(root, 4, 0, 1, kHash);
+  auto writer = RankCheckpointWriter::Begin(root, 4, 0, 1, kSpec);
   ASSERT_TRUE(writer.ok());
   EXPECT_EQ((*writer)->AddFile("../x", Bytes("x")).code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(CheckpointIo, ForeignSpecIsFailedPreconditionAndOtherWorldIsDataLoss) {
+TEST(CheckpointIo, OtherWorldIsDataLoss) {
   const std::string root = WriteSample("foreign");
   RankManifest m = *ReadRankManifest(root, 3, 0);
-  EXPECT_EQ(CheckManifestFits(m, Sha256Hex("other spec"), 1, "m").code(),
-            absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(CheckManifestFits(m, kHash, 2, "m").code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(CheckManifestWorldSize(m, 2, "m").code(), absl::StatusCode::kDataLoss);
+}
+
+// A manifest written before the spec and FP8 recipe were recorded (version
+// 1) still reads, with only its hash; a version this reader does not know is
+// refused.
+TEST(CheckpointIo, ReadsVersionOneManifests) {
+  std::string body = absl::StrCat("tessera-rank-manifest 1\nstep 3\nrank 0\nworld_size 1\n",
+                                  "spec_hash ", kHash, "\nfile 5 ", Sha256Hex("state"),
+                                  " rank-0.state\n");
+  auto m = DecodeManifest(absl::StrCat(body, "sha256 ", Sha256Hex(body), "\n"), "v1");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->version, 1);
+  EXPECT_EQ(m->spec.hash, kHash);
+  EXPECT_TRUE(m->spec.fields.empty());
+  ASSERT_EQ(m->files.size(), 1u);
+  EXPECT_EQ(m->files[0].name, "rank-0.state");
+
+  std::string future = body;
+  future[std::string("tessera-rank-manifest ").size()] = '3';
+  EXPECT_EQ(DecodeManifest(absl::StrCat(future, "sha256 ", Sha256Hex(future), "\n"), "v3")
+                .status()
+                .code(),
+            absl::StatusCode::kDataLoss);
+  // Version 2 without its spec lines is malformed.
+  std::string short_v2 = body;
+  short_v2[std::string("tessera-rank-manifest ").size()] = '2';
+  EXPECT_EQ(DecodeManifest(absl::StrCat(short_v2, "sha256 ", Sha256Hex(short_v2), "\n"), "v2")
+                .status()
+                .code(),
+            absl::StatusCode::kDataLoss);
 }
 
 TEST(CheckpointIo, AFailedWriteLeavesNoTempFilesAndNoStepDirectory) {
   const std::string root = FreshRoot("failed");
   {
-    auto writer = RankCheckpointWriter::Begin(root, 5, 0, 2, kHash);
+    auto writer = RankCheckpointWriter::Begin(root, 5, 0, 2, kSpec);
     ASSERT_TRUE(writer.ok());
     ASSERT_TRUE((*writer)->AddFile("rank-0.state", Bytes("complete")).ok());
     absl::Status s = (*writer)->AddFile("rank-0.extra", [](DurableFileWriter& w) {
@@ -163,10 +196,10 @@ TEST(CheckpointIo, AFailedWriteLeavesNoTempFilesAndNoStepDirectory) {
 
   // Another rank's finished files stay; only this rank's go.
   {
-    auto other = RankCheckpointWriter::Begin(root, 6, 1, 2, kHash);
+    auto other = RankCheckpointWriter::Begin(root, 6, 1, 2, kSpec);
     ASSERT_TRUE((*other)->AddFile("rank-1.state", Bytes("one")).ok());
     ASSERT_TRUE((*other)->Finish().ok());
-    auto writer = RankCheckpointWriter::Begin(root, 6, 0, 2, kHash);
+    auto writer = RankCheckpointWriter::Begin(root, 6, 0, 2, kSpec);
     ASSERT_TRUE((*writer)->AddFile("rank-0.state", Bytes("zero")).ok());
   }
   EXPECT_EQ(Entries(StepDir(root, 6)),

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint_layout.h"
 #include "common/status_macros.h"
+#include "formats/checkpoint_compatibility.h"
 #include "formats/checkpoint_io.h"
 
 namespace tessera {
@@ -86,7 +87,7 @@ absl::Status ParseState(const std::string& what, SavedState& s) {
 }
 
 absl::StatusOr<std::vector<FullParameter>> ReadFullParameters(const std::string& dir, int step,
-                                                              const std::string& spec_hash) {
+                                                              const v1::JobSpec* spec) {
   ASSIGN_OR_RETURN(const CommitRecord commit, ReadCommitMarker(dir, step));
   const int world = commit.world_size;
   std::vector<FullParameter> full;
@@ -94,10 +95,9 @@ absl::StatusOr<std::vector<FullParameter>> ReadFullParameters(const std::string&
     SavedState state;
     ASSIGN_OR_RETURN(const RankManifest manifest, ReadRankManifest(dir, step, r));
     const std::string what = absl::StrCat(StepDir(dir, step), "/", StateFileName(r));
-    if (!spec_hash.empty()) {
-      RETURN_IF_ERROR(CheckManifestFits(manifest, spec_hash, world,
-                                        absl::StrCat(StepDir(dir, step), "/", RankManifestName(r))));
-    }
+    const std::string manifest_path = absl::StrCat(StepDir(dir, step), "/", RankManifestName(r));
+    if (spec != nullptr) RETURN_IF_ERROR(CheckCheckpointFitsJob(manifest, *spec, manifest_path));
+    RETURN_IF_ERROR(CheckManifestWorldSize(manifest, world, manifest_path));
     ASSIGN_OR_RETURN(state.bytes, ReadVerifiedFile(dir, manifest, StateFileName(r)));
     RETURN_IF_ERROR(ParseState(what, state));
     if (state.step != step || state.rank != r || state.world != world) {

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "proto/tessera/v1/job.pb.h"
 
 namespace tessera {
 
@@ -55,12 +56,14 @@ struct FullParameter {
 };
 
 // Every parameter of committed step `step` under checkpoint root `dir`, in
-// model order. `spec_hash` (spec_hash.h; empty: not checked) must match
-// every manifest's, so weights are never read under another model's names.
+// model order. The job `spec` (null: not checked) must be one that may load
+// the checkpoint (checkpoint_compatibility.h; its FP8 recipe may differ, the
+// masters do not depend on it), so weights are never read under another
+// model's names.
 // NOT_FOUND when the step is not committed; DATA_LOSS naming the file for a
 // damaged or inconsistent one.
 absl::StatusOr<std::vector<FullParameter>> ReadFullParameters(const std::string& dir, int step,
-                                                              const std::string& spec_hash);
+                                                              const v1::JobSpec* spec);
 
 }  // namespace tessera
 

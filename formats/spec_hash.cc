@@ -1,4 +1,4 @@
-// CheckpointSpecHash (see spec_hash.h).
+// CheckpointSpecHash and the shaping spec it digests (see spec_hash.h).
 #include "formats/spec_hash.h"
 
 #include "common/sha256.h"
@@ -6,23 +6,43 @@
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 
 namespace tessera {
+namespace {
 
-std::string CheckpointSpecHash(const v1::JobSpec& spec) {
-  v1::JobSpec shaping;
-  *shaping.mutable_model() = spec.model();
-  shaping.mutable_model()->clear_init_from();
-  *shaping.mutable_optimizer() = spec.optimizer();
-  *shaping.mutable_fp8() = spec.fp8();
-  *shaping.mutable_data() = spec.data();
-  shaping.set_seed(spec.seed());
+std::string HashOf(const v1::JobSpec& shaping) {
+  return Sha256Hex(DeterministicBytes(shaping));
+}
+
+}  // namespace
+
+std::string DeterministicBytes(const google::protobuf::MessageLite& message) {
   std::string bytes;
   {
     google::protobuf::io::StringOutputStream stream(&bytes);
     google::protobuf::io::CodedOutputStream coded(&stream);
     coded.SetSerializationDeterministic(true);
-    shaping.SerializeToCodedStream(&coded);
+    message.SerializeToCodedStream(&coded);
   }
-  return Sha256Hex(bytes);
+  return bytes;
+}
+
+v1::JobSpec CheckpointShapingSpec(const v1::JobSpec& spec) {
+  v1::JobSpec shaping;
+  *shaping.mutable_model() = spec.model();
+  shaping.mutable_model()->clear_init_from();
+  *shaping.mutable_optimizer() = spec.optimizer();
+  *shaping.mutable_data() = spec.data();
+  shaping.set_seed(spec.seed());
+  return shaping;
+}
+
+std::string CheckpointSpecHash(const v1::JobSpec& spec) {
+  return HashOf(CheckpointShapingSpec(spec));
+}
+
+std::string LegacyCheckpointSpecHash(const v1::JobSpec& spec) {
+  v1::JobSpec shaping = CheckpointShapingSpec(spec);
+  *shaping.mutable_fp8() = spec.fp8();
+  return HashOf(shaping);
 }
 
 }  // namespace tessera

@@ -11,6 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint_layout.h"
 #include "common/status_macros.h"
+#include "formats/checkpoint_compatibility.h"
+#include "formats/checkpoint_io.h"
 
 namespace tessera {
 
@@ -39,6 +41,16 @@ absl::StatusOr<int> ResolveResumeStep(const v1::CheckpointConfig& config, int st
   }
   RETURN_IF_ERROR(ReadCommitMarker(config.dir(), step).status());
   return step;
+}
+
+std::string DescribeResumeChange(const v1::JobSpec& spec, int step) {
+  const std::string& dir = spec.checkpoint().dir();
+  if (dir.empty() || step < 1) return std::string();
+  absl::StatusOr<RankManifest> manifest = ReadRankManifest(dir, step, 0);
+  if (!manifest.ok() || !CheckCheckpointFitsJob(*manifest, spec, "").ok()) return std::string();
+  absl::StatusOr<v1::Fp8Recipe> saved = SavedFp8Recipe(*manifest, spec, "");
+  if (!saved.ok()) return std::string();
+  return DescribeFp8RecipeChange(*saved, spec.fp8());
 }
 
 absl::Status PrepareStep(const std::string& root, int step) { return RemoveStepDir(root, step); }

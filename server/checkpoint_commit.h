@@ -34,6 +34,14 @@ namespace tessera {
 // INVALID_ARGUMENT for a resume_from that is neither.
 absl::StatusOr<int> ResolveResumeStep(const v1::CheckpointConfig& config, int steps);
 
+// What a job resuming from committed step `step` changes of the state it
+// was saved with, for the job's events: "FP8 recipe changed from delayed
+// scaling (amax history 16) to disabled (bf16)"
+// (formats/checkpoint_compatibility.h). Empty when nothing changes, and when
+// rank 0's manifest cannot be read here or the job may not load it: the
+// workers then fail the job saying why.
+std::string DescribeResumeChange(const v1::JobSpec& spec, int step);
+
 // Removes a leftover step-<step> (an earlier failed or overwritten attempt)
 // before the ranks write it.
 absl::Status PrepareStep(const std::string& root, int step);

@@ -1,7 +1,8 @@
 // The coordinator's checkpoint bookkeeping on a real directory: resume_from
 // resolution ("latest", a number, nothing committed, nothing left to run, a
 // corrupt marker), commit only when every rank's manifest is visible, and
-// pruning to keep_last (uncommitted older steps go, newer steps stay).
+// pruning to keep_last (uncommitted older steps go, newer steps stay), and
+// the change of FP8 recipe a resumed job's events record.
 #include "server/checkpoint_commit.h"
 
 #include <cstdlib>
@@ -10,6 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint_layout.h"
 #include "common/durable_file.h"
+#include "formats/checkpoint_compatibility.h"
+#include "formats/checkpoint_io.h"
 #include "gtest/gtest.h"
 
 namespace tessera {
@@ -88,6 +91,30 @@ TEST(CheckpointCommit, PrunesToKeepLastLeavingNewerSteps) {
   MakeStep(all, 3, 1, false);
   ASSERT_TRUE(CommitStep(all, 3, 1, 0).ok());
   EXPECT_EQ(*ListCommittedSteps(all), (std::vector<int64_t>{1, 2, 3}));
+}
+
+// The coordinator reads the recipe rank 0's manifest records; it says
+// nothing where the workers will refuse the checkpoint or it cannot tell.
+TEST(CheckpointCommit, DescribesTheChangeOfFp8RecipeOfAResume) {
+  const std::string root = FreshRoot("recipe");
+  v1::JobSpec written;
+  written.mutable_model()->set_d_model(32);
+  written.mutable_fp8()->mutable_delayed()->set_amax_history_len(16);
+  written.mutable_checkpoint()->set_dir(root);
+  {
+    auto writer = RankCheckpointWriter::Begin(root, 5, 0, 1, ManifestSpecOf(written));
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    ASSERT_TRUE((*writer)->Finish().ok());
+  }
+  EXPECT_EQ(DescribeResumeChange(written, 5), "");
+  v1::JobSpec bf16 = written;
+  bf16.mutable_fp8()->set_disabled(true);
+  EXPECT_EQ(DescribeResumeChange(bf16, 5),
+            "FP8 recipe changed from delayed scaling (amax history 16) to disabled (bf16)");
+  v1::JobSpec wider = bf16;
+  wider.mutable_model()->set_d_model(64);
+  EXPECT_EQ(DescribeResumeChange(wider, 5), "");
+  EXPECT_EQ(DescribeResumeChange(bf16, 6), "");
 }
 
 }  // namespace

@@ -557,6 +557,10 @@ JobOutcome JobRunner::Run() {
     std::string where;
     if (first_step > 0) {
       where = absl::StrCat(", resuming from step ", first_step);
+      // A declared change, such as another FP8 recipe, is part of the record.
+      if (const std::string change = DescribeResumeChange(spec_, first_step); !change.empty()) {
+        absl::StrAppend(&where, ": ", change);
+      }
     } else if (attempt_.number > 0) {
       where = ", starting again from step 0 (no checkpoint committed)";
     }

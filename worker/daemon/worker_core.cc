@@ -171,6 +171,8 @@ absl::StatusOr<v1::SetupJobResponse> WorkerCore::SetupJob(const v1::SetupJobRequ
             !s.ok()) {
           report = s;
           restore_failed = true;
+        } else if (const std::string note = trainer_->restore_note(); !note.empty()) {
+          Log(v1::INFO, request.job_id(), request.rank(), -1, note);
         }
       }
     } catch (const std::bad_alloc&) {

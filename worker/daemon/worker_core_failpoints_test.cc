@@ -158,7 +158,7 @@ TEST(WorkerCoreFailpoints, CorruptCheckpointDamagesTheRanksFileSoReadingItIsData
   constexpr int kStep = 4;
   {
     absl::StatusOr<std::unique_ptr<RankCheckpointWriter>> writer =
-        RankCheckpointWriter::Begin(root, kStep, 0, 2, std::string(64, 'a'));
+        RankCheckpointWriter::Begin(root, kStep, 0, 2, ManifestSpec{std::string(64, 'a')});
     ASSERT_TRUE(writer.ok()) << writer.status();
     ASSERT_TRUE((*writer)
                     ->AddFile("rank-0.state",

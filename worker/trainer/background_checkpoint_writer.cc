@@ -90,7 +90,7 @@ absl::StatusOr<CheckpointWritten> BackgroundCheckpointWriter::Write(
   };
   ASSIGN_OR_RETURN(std::unique_ptr<RankCheckpointWriter> writer,
                    RankCheckpointWriter::Begin(request.root, request.step, request.rank,
-                                               request.world_size, request.spec_hash));
+                                               request.world_size, request.spec));
   RETURN_IF_ERROR(writer->AddFile(request.file_name, [&](DurableFileWriter& out) -> absl::Status {
     for (size_t done = 0; done < request.size;) {
       if (cancelled()) {

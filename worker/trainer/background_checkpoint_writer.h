@@ -23,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "formats/checkpoint_io.h"
 #include "worker/trainer/trainer.h"
 
 namespace tessera {
@@ -34,7 +35,7 @@ struct CheckpointWriteRequest {
   int64_t step = 0;
   int rank = 0;
   int world_size = 1;
-  std::string spec_hash;
+  ManifestSpec spec;  // what the manifest records of the job
   std::string file_name;
   const char* data = nullptr;  // not owned; unchanged until the write ends
   size_t size = 0;

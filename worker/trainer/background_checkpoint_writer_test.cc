@@ -27,7 +27,7 @@ std::string RandomBytes(size_t n, uint32_t seed) {
 }
 
 CheckpointWriteRequest Request(const std::string& root, int64_t step, const std::string& data) {
-  return CheckpointWriteRequest{root, step, 0, 1, kSpecHash, "rank-0.state", data.data(),
+  return CheckpointWriteRequest{root, step, 0, 1, ManifestSpec{kSpecHash}, "rank-0.state", data.data(),
                                 data.size()};
 }
 
@@ -49,7 +49,7 @@ TEST(BackgroundCheckpointWriterTest, WritesVerifiedFilesAndReportsThem) {
   EXPECT_GE(written->write_s, 0.0);
   absl::StatusOr<RankManifest> manifest = ReadRankManifest(root, 7, 0);
   ASSERT_TRUE(manifest.ok()) << manifest.status();
-  EXPECT_EQ(manifest->spec_hash, kSpecHash);
+  EXPECT_EQ(manifest->spec.hash, kSpecHash);
   absl::StatusOr<std::string> back = ReadVerifiedFile(root, *manifest, "rank-0.state");
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_TRUE(*back == data);

@@ -35,6 +35,21 @@
 // rank copies the overlap of its own range with every saved rank's. The
 // quantizer block is identical on all ranks after a step's all-reduce; a
 // re-sliced job takes saved rank 0's.
+//
+// A change of FP8 recipe (the manifests record the recipe the state was
+// written under; formats/checkpoint_compatibility.h): the masters, Adam
+// moments, step and data position are what define the run, and load as
+// saved. The saved quantizer block belongs to the recipe being left (its
+// histories and scales, even its size, follow that recipe), so it is
+// dropped and the block Setup built stays: the entered recipe starts as a
+// fresh job's. The block linears' saved compute bytes were encoded for the
+// old recipe, so they are re-derived from the masters: a bf16 cast here
+// when FP8 is off; when FP8 is on, each weight's amax slot is set to its
+// restored master's (Setup recorded the initial weights' there) and
+// InitCollective agrees on the scales and quantizes, as for a fresh job.
+// The embedding, norms and LM head are bf16 under every recipe and load
+// as saved.
+#include <algorithm>
 #include <cstring>
 #include <map>
 
@@ -44,10 +59,10 @@
 #include "common/host_memory.h"
 #include "common/memory_estimate.h"
 #include "common/status_macros.h"
+#include "formats/checkpoint_compatibility.h"
 #include "formats/checkpoint_io.h"
 #include "formats/checkpoint_state.h"
 #include "worker/trainer/fsdp_trainer.h"
-#include "formats/spec_hash.h"
 
 namespace tessera {
 
@@ -208,7 +223,7 @@ absl::StatusOr<CheckpointStarted> FsdpTrainer::StartCheckpoint(int step, const s
   started.bytes = static_cast<int64_t>(sink.size());
   started.background = true;
   RETURN_IF_ERROR(writer_.Start(CheckpointWriteRequest{
-      dir, step, rank_, world_, CheckpointSpecHash(spec_), StateFileName(rank_),
+      dir, step, rank_, world_, ManifestSpecOf(spec_), StateFileName(rank_),
       static_cast<const char*>(snapshot_->data()), sink.size()}));
   return started;
 }
@@ -231,8 +246,7 @@ absl::StatusOr<CheckpointWritten> FsdpTrainer::AwaitCheckpoint(int step) {
 absl::StatusOr<CheckpointWritten> FsdpTrainer::WriteCheckpointNow(int step,
                                                                  const std::string& dir) {
   ASSIGN_OR_RETURN(std::unique_ptr<RankCheckpointWriter> writer,
-                   RankCheckpointWriter::Begin(dir, step, rank_, world_,
-                                               CheckpointSpecHash(spec_)));
+                   RankCheckpointWriter::Begin(dir, step, rank_, world_, ManifestSpecOf(spec_)));
   int64_t bytes = 0;
   RETURN_IF_ERROR(writer->AddFile(StateFileName(rank_), [&](DurableFileWriter& out) {
     FileSink sink(*ops_, out);
@@ -299,12 +313,24 @@ absl::Status FsdpTrainer::Restore(const std::string& dir, int step) {
       if (std::max(lo, their_lo) < std::min(hi, their_hi)) saved[s];
     }
   }
-  const std::string spec_hash = CheckpointSpecHash(spec_);
+  // Block linears: the parameters whose compute dtype follows the recipe.
+  std::vector<const Fp8ShardedParam*> block_linears;
+  for (Block& b : blocks_) {
+    for (const BlockLinear linear : kEveryBlockLinear) block_linears.push_back(&b.linear(linear));
+  }
+  auto is_block_linear = [&](const Fp8ShardedParam& p) {
+    return std::find(block_linears.begin(), block_linears.end(), &p) != block_linears.end();
+  };
+  v1::Fp8Recipe saved_recipe;
   for (auto& [s, state] : saved) {
     ASSIGN_OR_RETURN(const RankManifest manifest, ReadRankManifest(dir, step, s));
     const std::string what = absl::StrCat(StepDir(dir, step), "/", StateFileName(s));
-    RETURN_IF_ERROR(CheckManifestFits(manifest, spec_hash, saved_world,
-                                      absl::StrCat(StepDir(dir, step), "/", RankManifestName(s))));
+    const std::string manifest_path = absl::StrCat(StepDir(dir, step), "/", RankManifestName(s));
+    RETURN_IF_ERROR(CheckCheckpointFitsJob(manifest, spec_, manifest_path));
+    RETURN_IF_ERROR(CheckManifestWorldSize(manifest, saved_world, manifest_path));
+    if (s == meta_rank) {
+      ASSIGN_OR_RETURN(saved_recipe, SavedFp8Recipe(manifest, spec_, manifest_path));
+    }
     ASSIGN_OR_RETURN(state.bytes, ReadVerifiedFile(dir, manifest, StateFileName(s)));
     RETURN_IF_ERROR(ParseState(what, state));
     if (state.step != step || state.rank != s || state.world != saved_world ||
@@ -314,13 +340,20 @@ absl::Status FsdpTrainer::Restore(const std::string& dir, int step) {
           ", data position ", state.data_position, ", ", state.params.size(),
           " parameters) does not match its step, rank, world size and model"));
     }
+  }
+  const std::string recipe_change = DescribeFp8RecipeChange(saved_recipe, spec_.fp8());
+  const bool recipe_changed = !recipe_change.empty();
+  for (auto& [s, state] : saved) {
+    const std::string what = absl::StrCat(StepDir(dir, step), "/", StateFileName(s));
     for (size_t i = 0; i < params.size(); ++i) {
       const Fp8ShardedParam& p = *params[i];
       const SavedParam& q = state.params[i];
       const ShardLayout theirs{p.rows, p.cols, saved_world, s};
-      if (q.name != p.name || q.rows != p.rows || q.cols != p.cols ||
-          q.dtype != static_cast<int64_t>(p.compute_dtype) || q.first != theirs.first_elem() ||
-          q.n != theirs.shard_numel()) {
+      // A block linear saved under another recipe may hold other codes.
+      const bool dtype_fits = q.dtype == static_cast<int64_t>(p.compute_dtype) ||
+                              (recipe_changed && is_block_linear(p));
+      if (q.name != p.name || q.rows != p.rows || q.cols != p.cols || !dtype_fits ||
+          q.first != theirs.first_elem() || q.n != theirs.shard_numel()) {
         return absl::DataLossError(absl::StrCat(what, ": parameter ", i, " (", q.name,
                                                 ") does not match this model's ", p.name));
       }
@@ -331,6 +364,7 @@ absl::Status FsdpTrainer::Restore(const std::string& dir, int step) {
   std::vector<char> master, exp_avg, exp_avg_sq, compute;
   for (size_t i = 0; i < params.size(); ++i) {
     const Fp8ShardedParam& p = *params[i];
+    const bool rederive = recipe_changed && is_block_linear(p);
     const int64_t n = p.layout.shard_numel(), lo = p.layout.first_elem();
     const int64_t esize = static_cast<int64_t>(DTypeSize(p.compute_dtype));
     master.resize(n * 4);
@@ -346,7 +380,9 @@ absl::Status FsdpTrainer::Restore(const std::string& dir, int step) {
       std::memcpy(master.data() + dst * 4, q.master + src * 4, count * 4);
       std::memcpy(exp_avg.data() + dst * 4, q.exp_avg + src * 4, count * 4);
       std::memcpy(exp_avg_sq.data() + dst * 4, q.exp_avg_sq + src * 4, count * 4);
-      std::memcpy(compute.data() + dst * esize, q.compute + src * esize, count * esize);
+      if (!rederive) {
+        std::memcpy(compute.data() + dst * esize, q.compute + src * esize, count * esize);
+      }
       covered += count;
     }
     if (covered != n) {
@@ -354,21 +390,47 @@ absl::Status FsdpTrainer::Restore(const std::string& dir, int step) {
                                               p.name, " cover ", covered, " of this rank's ", n,
                                               " elements"));
     }
+    // Setup recorded the initial master's amax: the restored one replaces it
+    // (also on ranks with an empty shard, which record nothing).
+    if (rederive && p.is_fp8()) RETURN_IF_ERROR(ops_->Memset(p.amax, 0, sizeof(float), nullptr));
     if (n == 0) continue;
     RETURN_IF_ERROR(ops_->CopyToDevice(p.master.desc.data, master.data(), n * 4, nullptr));
     RETURN_IF_ERROR(ops_->CopyToDevice(p.exp_avg.desc.data, exp_avg.data(), n * 4, nullptr));
     RETURN_IF_ERROR(ops_->CopyToDevice(p.exp_avg_sq.desc.data, exp_avg_sq.data(), n * 4, nullptr));
-    RETURN_IF_ERROR(ops_->CopyToDevice(p.compute.desc.data, compute.data(), n * esize, nullptr));
+    if (!rederive) {
+      RETURN_IF_ERROR(ops_->CopyToDevice(p.compute.desc.data, compute.data(), n * esize, nullptr));
+    } else if (p.is_fp8()) {
+      RETURN_IF_ERROR(ops_->Amax(Reshaped(p.master.desc, Shape{n}), p.amax, nullptr));
+    } else {
+      RETURN_IF_ERROR(ops_->Cast(Reshaped(p.master.desc, Shape{n}),
+                                 Reshaped(p.compute.desc, Shape{n}), nullptr));
+    }
   }
   const SavedState& meta_state = saved[meta_rank];
-  if (meta_state.meta_count != meta_->checkpoint_floats()) {
-    return absl::DataLossError(absl::StrCat(
-        StepDir(dir, step), "/", StateFileName(meta_rank), ": quantizer block of ",
-        meta_state.meta_count, " floats, this model's has ", meta_->checkpoint_floats()));
+  if (!recipe_changed) {
+    if (meta_state.meta_count == meta_->checkpoint_floats()) {
+      RETURN_IF_ERROR(meta_->FromCheckpoint(*ops_, meta_state.meta));
+    } else if (fp8_) {
+      return absl::DataLossError(absl::StrCat(
+          StepDir(dir, step), "/", StateFileName(meta_rank), ": quantizer block of ",
+          meta_state.meta_count, " floats, this model's has ", meta_->checkpoint_floats()));
+    }
+    // Else bf16 before and after, under scaling parameters that differ but
+    // were never read: there is no FP8 state to keep.
   }
-  RETURN_IF_ERROR(meta_->FromCheckpoint(*ops_, meta_state.meta));
+  RETURN_IF_ERROR(ops_->Synchronize(nullptr));
   next_step_ = step;
   restored_ = true;
+  quantize_restored_masters_ = recipe_changed && fp8_;
+  restore_note_.clear();
+  if (recipe_changed) {
+    restore_note_ = absl::StrCat(
+        "resumed from step ", step, ": ", recipe_change,
+        "; master weights and Adam moments restored as saved, block linear weights ",
+        fp8_ ? "quantized from the masters with fresh scales agreed across ranks"
+             : "cast to bf16 from the masters",
+        ", FP8 amax histories and scales started fresh");
+  }
   return absl::OkStatus();
 }
 

@@ -428,8 +428,10 @@ absl::Status FsdpTrainer::InitCollective(RendezvousStore* store, const std::stri
   if (aborted_) Abort();
   // Agree on every FP8 weight's scale from the global amax of its master,
   // then encode the compute shards with it. A restored job already holds the
-  // scales and the encoded shards of the step it resumes.
-  if (!restored_) {
+  // scales and the encoded shards of the step it resumes, unless it changed
+  // the FP8 recipe: then its quantizer state is a fresh job's and its
+  // masters' amaxes are recorded (Restore), and it does what a fresh job does.
+  if (!restored_ || quantize_restored_masters_) {
     RETURN_IF_ERROR(comm_->AllReduce(meta_->amaxes(), ReduceOp::kMax, nullptr));
     if (replica_comm_ != nullptr) {
       RETURN_IF_ERROR(replica_comm_->AllReduce(meta_->amaxes(), ReduceOp::kMax, nullptr));

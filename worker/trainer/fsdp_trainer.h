@@ -82,8 +82,14 @@ class FsdpTrainer : public Trainer {
   absl::StatusOr<CheckpointWritten> AwaitCheckpoint(int step) override;
   // Loads master, Adam m and v, the compute shards (FP8 codes or bf16), the
   // packed quantizer block, the data position and the step counter
-  // (fsdp_checkpoint.cc); InitCollective then keeps them as they are.
+  // (fsdp_checkpoint.cc); InitCollective then keeps them as they are. When
+  // the job's FP8 recipe is not the checkpoint's, the masters, moments, step
+  // and data position load as saved, the quantizer state starts as a fresh
+  // job's, and the block linears' compute shards are re-derived from the
+  // masters: cast to bf16 here, or quantized by InitCollective with scales
+  // agreed from the masters' global amax, as a fresh job's are.
   absl::Status Restore(const std::string& dir, int step) override;
+  std::string restore_note() const override { return restore_note_; }
   void Abort() override;
 
   // For tests: engine allocations and host reads so far, counted at the ops
@@ -250,6 +256,10 @@ class FsdpTrainer : public Trainer {
   std::atomic<bool> aborted_{false};
   bool collective_ready_ = false;
   bool restored_ = false;  // Restore loaded a checkpoint: InitCollective keeps its state
+  // ...except the FP8 compute shards when the checkpoint's recipe was not FP8
+  // with this job's scaling: InitCollective quantizes them from the masters.
+  bool quantize_restored_masters_ = false;
+  std::string restore_note_;  // see Trainer::restore_note
   int next_step_ = 0;
 
   v1::JobSpec spec_;

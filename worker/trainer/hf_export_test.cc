@@ -79,7 +79,7 @@ TEST(HfExport, WritesLlamaNamesWithTheMasterWeightsAndAPythonReaderAgrees) {
   const v1::ModelConfig& m = spec.model();
   const std::string root = TestDir("ckpt");
   TrainAndCheckpoint(spec, root);
-  absl::StatusOr<std::vector<FullParameter>> masters = ReadFullParameters(root, 2, "");
+  absl::StatusOr<std::vector<FullParameter>> masters = ReadFullParameters(root, 2, nullptr);
   ASSERT_TRUE(masters.ok()) << masters.status();
   std::map<std::string, const FullParameter*> by_name;
   for (const FullParameter& p : *masters) by_name[p.name] = &p;

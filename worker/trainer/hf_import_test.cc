@@ -153,10 +153,10 @@ TEST(HfImport, AnExportImportedAtAnotherWorldSizeGivesBitIdenticalWeightsAndLoss
   const std::string one = TestDir("imported-one");
   ImportAndCheckpoint(imported, 1, one);
 
-  absl::StatusOr<std::vector<FullParameter>> want = ReadFullParameters(trained, 3, "");
+  absl::StatusOr<std::vector<FullParameter>> want = ReadFullParameters(trained, 3, nullptr);
   ASSERT_TRUE(want.ok()) << want.status();
   for (const std::string& root : {two, one}) {
-    absl::StatusOr<std::vector<FullParameter>> got = ReadFullParameters(root, 0, "");
+    absl::StatusOr<std::vector<FullParameter>> got = ReadFullParameters(root, 0, nullptr);
     ASSERT_TRUE(got.ok()) << got.status();
     ASSERT_EQ(got->size(), want->size());
     for (size_t i = 0; i < want->size(); ++i) {

@@ -131,8 +131,14 @@ class Trainer {
   // another world size; the next RunStep is then `step`. Call after Setup
   // and before InitCollective. NOT_FOUND: no committed checkpoint of that
   // step; DATA_LOSS: a file is missing or damaged; FAILED_PRECONDITION: it
-  // was written by a job whose state-shaping spec fields differ.
+  // was written by a job whose state-shaping spec fields differ (the FP8
+  // recipe may differ: formats/checkpoint_compatibility.h).
   virtual absl::Status Restore(const std::string& dir, int step) = 0;
+  // After a Restore that had to adapt the saved state to this job, what the
+  // job's log should say about it, e.g. "resumed from step 40: FP8 recipe
+  // changed from delayed scaling (amax history 16) to disabled (bf16); ...".
+  // Empty when the state was loaded as saved (and before any Restore).
+  virtual std::string restore_note() const { return std::string(); }
   // Scores the validation data with the current weights: each rank its own
   // eval_batches micro-batches, the loss all-reduced. Touches no optimizer
   // or FP8 scaling state, so the next RunStep computes exactly what it would
