@@ -100,8 +100,9 @@ const std::vector<CommandSpec>& Commands() {
        0, 0, {{"service", true, "one service's status, e.g. tessera.v1.Coordinator (default: "
                                 "the server as a whole)"}}},
       {"data",
-       "data text [--tokenizer MODEL] --out FILE INPUT... | data synthetic --task addition|copy "
-       "--tokens N [--seed S] --out FILE | data tokenizer train --vocab_size N --out MODEL "
+       "data text [--tokenizer MODEL] [--documents files|blank-lines] --out FILE INPUT... | "
+       "data synthetic --task addition|copy --tokens N [--seed S] [--mean-document-tokens N] "
+       "--out FILE | data tokenizer train --vocab_size N --out MODEL "
        "CORPUS...",
        "make token files locally (no coordinator): from text files (byte-level, or with a\n"
        "      SentencePiece BPE model), or a synthetic task; or train such a BPE model",
@@ -112,7 +113,11 @@ const std::vector<CommandSpec>& Commands() {
         {"task", true, "synthetic task: addition or copy"},
         {"tokens", true, "number of tokens to generate (synthetic)"},
         {"seed", true, "generator seed (synthetic, default 0)"},
-        {"max-digits", true, "largest operand / string length (synthetic, default per task)"}}},
+        {"max-digits", true, "largest operand / string length (synthetic, default per task)"},
+        {"documents", true,
+         "text: where documents begin: files (one per input, default) or blank-lines"},
+        {"mean-document-tokens", true,
+         "synthetic: record documents of random length averaging N tokens (default: none)"}}},
   };
   return *commands;
 }

@@ -3,6 +3,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "client/text_to_tokens.h"
 #include "client/tokenizer_helper.h"
 #include "common/synthetic_task.h"
@@ -67,12 +68,23 @@ int RunDataCommand(const ParsedArgs& args, std::ostream& out, std::ostream& err)
       err << "tessera data text: give at least one input text file\n";
       return kExitUsage;
     }
+    TextDocuments documents = TextDocuments::kFiles;
+    if (args.Has("documents")) {
+      absl::StatusOr<TextDocuments> parsed = ParseTextDocuments(args.Get("documents"));
+      if (!parsed.ok()) {
+        err << "tessera data text: " << parsed.status().message() << "\n";
+        return kExitUsage;
+      }
+      documents = *parsed;
+    }
     if (args.Has("tokenizer")) {
-      std::vector<std::string> helper_args = {"encode", args.Get("tokenizer"), out_path};
+      std::vector<std::string> helper_args = {
+          "encode", absl::StrCat("--documents=", TextDocumentsName(documents)),
+          args.Get("tokenizer"), out_path};
       helper_args.insert(helper_args.end(), inputs.begin(), inputs.end());
       return RunHelper("tessera data text", helper_args, out, err);
     }
-    absl::Status s = BuildByteTokenFileFromText(inputs, out_path);
+    absl::Status s = BuildByteTokenFileFromText(inputs, out_path, documents);
     if (!s.ok()) {
       err << "tessera data text: " << s.message() << "\n";
       return kExitFailed;
@@ -108,8 +120,15 @@ int RunDataCommand(const ParsedArgs& args, std::ostream& out, std::ostream& err)
       err << "tessera data synthetic: --max-digits must be a number\n";
       return kExitUsage;
     }
+    int64_t mean_document_tokens = 0;
+    if (args.Has("mean-document-tokens") &&
+        (!absl::SimpleAtoi(args.Get("mean-document-tokens"), &mean_document_tokens) ||
+         mean_document_tokens < 1)) {
+      err << "tessera data synthetic: --mean-document-tokens must be a number >= 1\n";
+      return kExitUsage;
+    }
     task.set_max_digits(max_digits);
-    absl::Status s = WriteSyntheticTokenFile(task, seed, tokens, out_path);
+    absl::Status s = WriteSyntheticTokenFile(task, seed, tokens, out_path, mean_document_tokens);
     if (!s.ok()) {
       err << "tessera data synthetic: " << s.message() << "\n";
       return kExitFailed;

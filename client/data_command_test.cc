@@ -48,6 +48,55 @@ TEST(DataCommand, TextBecomesByteTokens) {
   }
 }
 
+TEST(DataCommand, TextRecordsDocumentsPerFileOrPerBlankLineRecord) {
+  std::ofstream(TempPath("d1.txt"), std::ios::binary) << "one\n\ntwo\n";
+  std::ofstream(TempPath("d2.txt"), std::ios::binary) << "three";
+  const std::string files = TempPath("files.tok"), records = TempPath("records.tok");
+  ASSERT_EQ(RunData({"data", "text", "--out", files, TempPath("d1.txt"), TempPath("d2.txt")}),
+            kExitOk);
+  ASSERT_EQ(RunData({"data", "text", "--documents", "blank-lines", "--out", records,
+                     TempPath("d1.txt"), TempPath("d2.txt")}),
+            kExitOk);
+  auto by_file = TokenFile::Open(files);
+  auto by_record = TokenFile::Open(records);
+  ASSERT_TRUE(by_file.ok() && by_record.ok());
+  EXPECT_EQ(std::vector<uint64_t>((*by_file)->document_starts().begin(),
+                                  (*by_file)->document_starts().end()),
+            (std::vector<uint64_t>{0, 9}));
+  EXPECT_EQ(std::vector<uint64_t>((*by_record)->document_starts().begin(),
+                                  (*by_record)->document_starts().end()),
+            (std::vector<uint64_t>{0, 5, 9}));
+  std::string err;
+  EXPECT_EQ(RunData({"data", "text", "--documents", "paragraphs", "--out", records,
+                     TempPath("d1.txt")},
+                    &err),
+            kExitUsage);
+  EXPECT_NE(err.find("--documents must be files or blank-lines"), std::string::npos) << err;
+}
+
+TEST(DataCommand, SyntheticRecordsDocumentsOfTheRequestedMeanLength) {
+  const std::string out = TempPath("docs.tok");
+  ASSERT_EQ(RunData({"data", "synthetic", "--task", "copy", "--tokens", "200000", "--seed", "3",
+                     "--mean-document-tokens", "256", "--out", out}),
+            kExitOk);
+  auto file = TokenFile::Open(out);
+  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_TRUE((*file)->has_document_index());
+  const double mean = 200000.0 / (*file)->document_starts().size();
+  EXPECT_NEAR(mean, 256.0, 256.0 * 0.05);  // about 780 documents: well within 5%
+  // The tokens do not depend on the documents.
+  ASSERT_EQ(RunData({"data", "synthetic", "--task", "copy", "--tokens", "200000", "--seed", "3",
+                     "--out", TempPath("nodocs.tok")}),
+            kExitOk);
+  auto plain = TokenFile::Open(TempPath("nodocs.tok"));
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE((*plain)->has_document_index());
+  for (int64_t i = 0; i < 200000; i += 997) EXPECT_EQ((*plain)->Token(i), (*file)->Token(i));
+  EXPECT_EQ(RunData({"data", "synthetic", "--task", "copy", "--tokens", "100",
+                     "--mean-document-tokens", "0", "--out", out}),
+            kExitUsage);
+}
+
 TEST(DataCommand, SyntheticWritesTheRequestedTokens) {
   const int64_t tokens = 1000 + std::random_device{}() % 5000;
   for (const char* task : {"addition", "COPY"}) {
@@ -82,6 +131,19 @@ TEST(DataCommand, TrainsATokenizerAndEncodesTextWithIt) {
   EXPECT_EQ((*file)->tokenizer().vocab_size, 400u);
   EXPECT_EQ((*file)->tokenizer().model_sha256.size(), 64u);
   EXPECT_LT((*file)->max_token(), 400u);
+  // The helper records documents too: one per file by default, more with
+  // blank-lines (the corpus has blank-line-separated paragraphs or not;
+  // either way the index starts at 0).
+  EXPECT_EQ((*file)->document_starts().size(), 1u);
+  ASSERT_EQ(RunData({"data", "text", "--tokenizer", model, "--documents", "blank-lines", "--out",
+                     TempPath("records.tok"), corpus, corpus},
+                    &err, &out),
+            kExitOk)
+      << err;
+  auto records = TokenFile::Open(TempPath("records.tok"));
+  ASSERT_TRUE(records.ok()) << records.status();
+  EXPECT_GE((*records)->document_starts().size(), 2u);
+  EXPECT_EQ((*records)->document_starts()[0], 0u);
   // Byte-level stays the default, and says so.
   ASSERT_EQ(RunData({"data", "text", "--out", TempPath("bytes.tok"), corpus}), kExitOk);
   auto bytes = TokenFile::Open(TempPath("bytes.tok"));

@@ -15,14 +15,16 @@ namespace tessera {
 
 absl::StatusOr<int64_t> BuildSentencePieceTokenFileFromText(
     const std::vector<std::string>& text_paths, const std::string& model_path,
-    const std::string& out_path) {
+    const std::string& out_path, TextDocuments documents) {
   absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> tokenizer =
       SentencePieceTokenizer::Load(model_path);
   if (!tokenizer.ok()) return tokenizer.status();
   std::vector<uint32_t> tokens;
+  DocumentStartRecorder starts(documents);
   for (const std::string& path : text_paths) {
     std::ifstream in(path, std::ios::binary);
     if (!in) return absl::NotFoundError(absl::StrCat("cannot read text file ", path));
+    starts.BeginFile();
     std::string line;
     for (int64_t number = 1; std::getline(in, line); ++number) {
       if (!in.eof()) line.push_back('\n');  // the last line may have none
@@ -37,11 +39,13 @@ absl::StatusOr<int64_t> BuildSentencePieceTokenFileFromText(
             path, ":", number, ": this line does not survive encoding and decoding unchanged "
             "(is the file valid UTF-8?)"));
       }
+      starts.AddLine(line, tokens.size(), ids->size());
       tokens.insert(tokens.end(), ids->begin(), ids->end());
     }
     if (in.bad()) return absl::DataLossError(absl::StrCat("reading text file ", path, " failed"));
   }
-  if (absl::Status s = WriteTokenFile(out_path, tokens, (*tokenizer)->info()); !s.ok()) return s;
+  if (absl::Status s = WriteTokenFile(out_path, tokens, (*tokenizer)->info(),
+                                      absl::MakeConstSpan(starts.starts())); !s.ok()) return s;
   return static_cast<int64_t>(tokens.size());
 }
 

@@ -1,6 +1,6 @@
 // Text files to a token file with a SentencePiece BPE model, concatenated in
 // the order given; the token file records the model (kind, vocabulary size,
-// SHA-256). Only the tessera-sentencepiece helper and tests link this: see
+// SHA-256) and where each document begins (client/text_documents.h). Only the tessera-sentencepiece helper and tests link this: see
 // client/tessera_sentencepiece_main.cc for why.
 #ifndef TESSERA_CLIENT_SENTENCEPIECE_TEXT_H_
 #define TESSERA_CLIENT_SENTENCEPIECE_TEXT_H_
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "client/text_documents.h"
 
 namespace tessera {
 
@@ -21,7 +22,7 @@ namespace tessera {
 // differs from its text.
 absl::StatusOr<int64_t> BuildSentencePieceTokenFileFromText(
     const std::vector<std::string>& text_paths, const std::string& model_path,
-    const std::string& out_path);
+    const std::string& out_path, TextDocuments documents = TextDocuments::kFiles);
 
 }  // namespace tessera
 

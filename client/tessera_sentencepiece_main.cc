@@ -7,13 +7,14 @@
 // loads both fails protobuf's version check. This binary links no protobuf.
 //
 //   tessera-sentencepiece train VOCAB_SIZE OUT_MODEL CORPUS...
-//   tessera-sentencepiece encode MODEL OUT_TOKENS TEXT...
+//   tessera-sentencepiece encode [--documents=files|blank-lines] MODEL OUT_TOKENS TEXT...
 // Prints one result line; errors go to stderr. Exit codes as the CLI's:
 // 0 done, 1 failed, 2 bad usage.
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "client/sentencepiece_text.h"
 #include "client/sentencepiece_tokenizer.h"
@@ -51,13 +52,27 @@ int Train(const std::vector<std::string>& args) {
   return kOk;
 }
 
-int Encode(const std::vector<std::string>& args) {
+int Encode(std::vector<std::string> args) {
+  TextDocuments documents = TextDocuments::kFiles;
+  constexpr absl::string_view kDocumentsFlag = "--documents=";
+  if (!args.empty() && absl::StartsWith(args[0], kDocumentsFlag)) {
+    absl::StatusOr<TextDocuments> parsed =
+        ParseTextDocuments(absl::string_view(args[0]).substr(kDocumentsFlag.size()));
+    if (!parsed.ok()) {
+      std::cerr << parsed.status().message() << "\n";
+      return kUsage;
+    }
+    documents = *parsed;
+    args.erase(args.begin());
+  }
   if (args.size() < 3) {
-    std::cerr << "usage: tessera-sentencepiece encode MODEL OUT_TOKENS TEXT...\n";
+    std::cerr << "usage: tessera-sentencepiece encode [--documents=files|blank-lines] MODEL "
+                 "OUT_TOKENS TEXT...\n";
     return kUsage;
   }
   const std::vector<std::string> texts(args.begin() + 2, args.end());
-  absl::StatusOr<int64_t> tokens = BuildSentencePieceTokenFileFromText(texts, args[0], args[1]);
+  absl::StatusOr<int64_t> tokens =
+      BuildSentencePieceTokenFileFromText(texts, args[0], args[1], documents);
   if (!tokens.ok()) {
     std::cerr << tokens.status().message() << "\n";
     return kFailed;

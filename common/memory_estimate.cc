@@ -124,7 +124,8 @@ RankMemoryEstimate EstimateRankMemory(const v1::JobSpec& spec, int /*rank*/, int
   e.activations = (layers - recomputed) * per_layer + recomputed * kept +
                   (recomputed > 0 ? per_layer - kept : 0);
 
-  // Per-step buffers: FP8 operand scratch, then token ids and targets, the
+  // Per-step buffers: FP8 operand scratch, then token ids and targets (and
+  // under document masking their document starts), the
   // final hidden state and its norm, the gradient buffers, the widest
   // input and output buffers, the step's scalars and its Adam step values.
   const int64_t widest_in = std::max(hidden, ffn), widest_out = std::max(qkv, 2 * ffn);
@@ -132,6 +133,7 @@ RankMemoryEstimate EstimateRankMemory(const v1::JobSpec& spec, int /*rank*/, int
   e.scratch += 2 * tokens * 4 + tokens * hidden * 4 + tokens * 4 + tokens * hidden * 2 +
                tokens * hidden * 2 + tokens * hidden * 4 +
                tokens * widest_out * 2 + tokens * widest_in * 2 + tokens * qkv * 2 + 8 * 4 + 3 * 4;
+  if (spec.data().document_masking()) e.scratch += tokens * 4;  // attention's doc_starts
 
   // The engine: one chunk of logits (at most 4 bytes each), the attention
   // backward's scratch (fp32 D and lse per head and query, an int32 document

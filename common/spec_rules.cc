@@ -179,6 +179,11 @@ absl::Status ValidateValidation(const v1::DataConfig& d) {
 }
 
 absl::Status ValidateData(const v1::DataConfig& d) {
+  if (d.document_masking() && d.source_case() == v1::DataConfig::kSynthetic) {
+    return Bad("data.document_masking",
+               "needs token-file data with document starts (data.token_file or data.sources); "
+               "data.synthetic has no documents");
+  }
   if (!d.sources().empty()) {
     if (d.source_case() != v1::DataConfig::SOURCE_NOT_SET) {
       return Bad("data", absl::StrCat("set exactly one of data.token_file, data.synthetic and "

@@ -65,11 +65,30 @@ absl::StatusOr<std::vector<uint32_t>> GenerateSyntheticTokens(const v1::Syntheti
   return tokens;
 }
 
+std::vector<uint64_t> SyntheticDocumentStarts(uint64_t seed, int64_t num_tokens,
+                                              int64_t mean_document_tokens) {
+  // Its own stream of the seed, so the tokens do not change with documents.
+  SplitMixRng rng(HashWords(seed, 0xd0c5a7a5));
+  std::vector<uint64_t> starts;
+  const uint64_t lengths = 2 * static_cast<uint64_t>(mean_document_tokens) - 1;
+  for (uint64_t at = 0; at < static_cast<uint64_t>(num_tokens); at += 1 + rng.Below(lengths)) {
+    starts.push_back(at);
+  }
+  return starts;
+}
+
 absl::Status WriteSyntheticTokenFile(const v1::SyntheticData& task, uint64_t seed,
-                                     int64_t num_tokens, const std::string& out_path) {
+                                     int64_t num_tokens, const std::string& out_path,
+                                     int64_t mean_document_tokens) {
   absl::StatusOr<std::vector<uint32_t>> tokens = GenerateSyntheticTokens(task, seed, num_tokens);
   if (!tokens.ok()) return tokens.status();
-  return WriteTokenFile(out_path, *tokens, TokenizerInfo::Byte());
+  if (mean_document_tokens < 0) {
+    return absl::InvalidArgumentError("mean_document_tokens: must be >= 0");
+  }
+  if (mean_document_tokens == 0) return WriteTokenFile(out_path, *tokens, TokenizerInfo::Byte());
+  const std::vector<uint64_t> starts =
+      SyntheticDocumentStarts(seed, num_tokens, mean_document_tokens);
+  return WriteTokenFile(out_path, *tokens, TokenizerInfo::Byte(), absl::MakeConstSpan(starts));
 }
 
 }  // namespace tessera

@@ -71,9 +71,9 @@ absl::StatusOr<TokenFileHeader> ParseHeader(const uint8_t* p, size_t available,
   std::memcpy(&dtype, p + 12, 4);
   std::memcpy(&h.count, p + 16, 8);
   std::memcpy(&h.vocab_hint, p + 24, 4);
-  if (h.version != 1 && h.version != kTokenFileVersion) {
+  if (h.version < 1 || h.version > kTokenFileVersion) {
     return Malformed(path, absl::StrCat("unsupported version ", h.version,
-                                        " (this build reads versions 1 and ",
+                                        " (this build reads versions 1 to ",
                                         kTokenFileVersion, ")"));
   }
   if (dtype != 1 && dtype != 2) return Malformed(path, absl::StrCat("unknown token dtype ", dtype));
@@ -84,7 +84,8 @@ absl::StatusOr<TokenFileHeader> ParseHeader(const uint8_t* p, size_t available,
   }
   h.header_bytes = kTokenFileHeaderBytes;
   if (available < kTokenFileHeaderBytes) {
-    return Malformed(path, "not a Tessera token file (shorter than its version 2 header)");
+    return Malformed(path, absl::StrCat("not a Tessera token file (shorter than its version ",
+                                        h.version, " header)"));
   }
   uint32_t kind;
   std::memcpy(&kind, p + 28, 4);
@@ -97,7 +98,45 @@ absl::StatusOr<TokenFileHeader> ParseHeader(const uint8_t* p, size_t available,
   if (h.tokenizer.recorded() && h.tokenizer.vocab_size == 0) {
     return Malformed(path, "records a tokenizer with an empty vocabulary");
   }
+  if (h.version < 3) return h;  // bytes 36..39 and 72..79 reserved: no index
+  uint32_t flags;
+  std::memcpy(&flags, p + 36, 4);
+  std::memcpy(&h.document_count, p + 72, 8);
+  if ((flags & ~kTokenFileHasDocumentIndex) != 0) {
+    return Malformed(path, absl::StrCat("unknown flags 0x", absl::Hex(flags)));
+  }
+  h.has_document_index = (flags & kTokenFileHasDocumentIndex) != 0;
+  if (!h.has_document_index && h.document_count != 0) {
+    return Malformed(path, absl::StrCat("records ", h.document_count,
+                                        " documents but no document index flag"));
+  }
+  if (h.has_document_index && (h.document_count == 0) != (h.count == 0)) {
+    return Malformed(path, absl::StrCat("document index: ", h.document_count, " documents for ",
+                                        h.count, " tokens (every token lies in a document)"));
+  }
   return h;
+}
+
+// Bytes of `count` tokens of `width` bytes padded to a multiple of 8, where
+// a version 3 document index begins.
+uint64_t PaddedTokenBytes(uint64_t count, size_t width) { return (count * width + 7) / 8 * 8; }
+
+// Document starts must begin at 0, strictly increase and stay below the
+// token count. The reason, or empty when they are valid.
+std::string DocumentStartsProblem(absl::Span<const uint64_t> starts, uint64_t count) {
+  for (size_t i = 0; i < starts.size(); ++i) {
+    if (i == 0 && starts[0] != 0) return absl::StrCat("document start [0] is ", starts[0], ", not 0");
+    if (i > 0 && starts[i] <= starts[i - 1]) {
+      return absl::StrCat("document starts are not strictly increasing: [", i - 1, "] = ",
+                          starts[i - 1], ", [", i, "] = ", starts[i]);
+    }
+    if (starts[i] >= count) {
+      return absl::StrCat("document start [", i, "] = ", starts[i], " is out of range (",
+                          count, " tokens)");
+    }
+  }
+  if (starts.empty() && count > 0) return absl::StrCat("no document starts for ", count, " tokens");
+  return "";
 }
 
 }  // namespace
@@ -116,7 +155,8 @@ std::string TokenizerInfo::ToString() const {
 }
 
 absl::Status WriteTokenFile(const std::string& path, absl::Span<const uint32_t> tokens,
-                            const TokenizerInfo& tokenizer) {
+                            const TokenizerInfo& tokenizer,
+                            std::optional<absl::Span<const uint64_t>> document_starts) {
   uint32_t max_token = 0;
   for (uint32_t t : tokens) max_token = std::max(max_token, t);
   if (max_token == UINT32_MAX) {
@@ -137,10 +177,16 @@ absl::Status WriteTokenFile(const std::string& path, absl::Span<const uint32_t> 
           "tokenizer.model_sha256: must be 64 lowercase hex characters");
     }
   }
+  if (document_starts.has_value()) {
+    const std::string problem = DocumentStartsProblem(*document_starts, tokens.size());
+    if (!problem.empty()) return absl::InvalidArgumentError(absl::StrCat("document_starts: ", problem));
+  }
   const bool wide = max_token > 0xffff;
   uint8_t header[kTokenFileHeaderBytes] = {0};
   std::memcpy(header, kTokenFileMagic, 8);
-  const uint32_t version = kTokenFileVersion, dtype = wide ? 2 : 1, vocab_hint = max_token + 1;
+  const uint32_t version =
+      document_starts.has_value() ? kTokenFileVersion : kTokenFileVersionNoDocuments;
+  const uint32_t dtype = wide ? 2 : 1, vocab_hint = max_token + 1;
   const uint32_t kind = static_cast<uint32_t>(tokenizer.kind);
   const uint32_t tokenizer_vocab = tokenizer.recorded() ? tokenizer.vocab_size : 0;
   const uint64_t count = tokens.size();
@@ -151,6 +197,12 @@ absl::Status WriteTokenFile(const std::string& path, absl::Span<const uint32_t> 
   std::memcpy(header + 28, &kind, 4);
   std::memcpy(header + 32, &tokenizer_vocab, 4);
   std::memcpy(header + 40, hash, kHashBytes);
+  if (document_starts.has_value()) {
+    const uint32_t flags = kTokenFileHasDocumentIndex;
+    const uint64_t documents = document_starts->size();
+    std::memcpy(header + 36, &flags, 4);
+    std::memcpy(header + 72, &documents, 8);
+  }
 
   std::string tmp = absl::StrCat(path, ".tmp.", getpid());
   FILE* f = std::fopen(tmp.c_str(), "wb");
@@ -161,6 +213,14 @@ absl::Status WriteTokenFile(const std::string& path, absl::Span<const uint32_t> 
   } else {
     std::vector<uint16_t> narrow(tokens.begin(), tokens.end());
     ok = ok && std::fwrite(narrow.data(), 2, narrow.size(), f) == narrow.size();
+  }
+  if (document_starts.has_value()) {
+    const size_t width = wide ? 4 : 2;
+    const size_t padding = PaddedTokenBytes(count, width) - count * width;
+    const uint8_t zeros[8] = {0};
+    ok = ok && std::fwrite(zeros, 1, padding, f) == padding;
+    ok = ok && std::fwrite(document_starts->data(), 8, document_starts->size(), f) ==
+                   document_starts->size();
   }
   ok = (std::fclose(f) == 0) && ok;
   if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
@@ -225,7 +285,35 @@ absl::StatusOr<std::unique_ptr<TokenFile>> TokenFile::Open(const std::string& pa
   file->tokenizer_ = header->tokenizer;
   const uint64_t count = header->count;
   const size_t width = file->wide_ ? 4 : 2;
-  const size_t payload = bytes - header->header_bytes;
+  // Version 3 with an index: the index follows the padded tokens and ends
+  // the file. Its size is checked here and its contents after the tokens.
+  size_t payload = bytes - header->header_bytes;
+  if (header->has_document_index) {
+    const uint64_t documents = header->document_count;
+    if (count > payload / width || documents > payload / 8) {
+      return Malformed(path, absl::StrCat("truncated: header says ", count, " tokens and ",
+                                          documents, " document starts but the file holds ",
+                                          payload, " bytes after its header"));
+    }
+    const uint64_t token_bytes = PaddedTokenBytes(count, width);
+    const uint64_t want = token_bytes + documents * 8;
+    if (payload < want) {
+      return Malformed(path, absl::StrCat("document index truncated: header says ", count,
+                                          " tokens and ", documents, " document starts (",
+                                          want, " bytes) but the file holds ", payload,
+                                          " bytes after its header"));
+    }
+    if (payload > want) {
+      return Malformed(path, absl::StrCat("trailing data: ", payload - want,
+                                          " bytes after the document index"));
+    }
+    file->has_document_index_ = true;
+    file->document_starts_ = absl::MakeConstSpan(
+        reinterpret_cast<const uint64_t*>(p + header->header_bytes + token_bytes), documents);
+    const std::string problem = DocumentStartsProblem(file->document_starts_, count);
+    if (!problem.empty()) return Malformed(path, absl::StrCat("document index: ", problem));
+    payload = count * width;
+  }
   const size_t held = payload / width;
   if (held < count) {
     return Malformed(path, absl::StrCat("truncated: header says ", count,
@@ -254,6 +342,13 @@ absl::StatusOr<std::unique_ptr<TokenFile>> TokenFile::Open(const std::string& pa
                                         file->tokenizer_.ToString(), ", has no such id (corrupt file)"));
   }
   return file;
+}
+
+int64_t TokenFile::DocumentStartAt(int64_t token) const {
+  if (document_starts_.empty()) return 0;
+  const auto after = std::upper_bound(document_starts_.begin(), document_starts_.end(),
+                                      static_cast<uint64_t>(token));
+  return static_cast<int64_t>(*(after - 1));
 }
 
 TokenFile::~TokenFile() {

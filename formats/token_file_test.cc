@@ -1,7 +1,8 @@
 // Token files round-trip random tokens in both widths (the writer picks
-// uint16 when every id fits) and the tokenizer that made them; version 1
-// files stay readable; malformed files are rejected with INVALID_ARGUMENT
-// naming the reason.
+// uint16 when every id fits), the tokenizer that made them and, in version
+// 3, their document starts; version 1 and 2 files stay readable (without
+// boundaries); malformed files and document indexes are rejected with
+// INVALID_ARGUMENT naming the file and the reason.
 #include "formats/token_file.h"
 
 #include <sys/stat.h>
@@ -167,9 +168,9 @@ TEST(TokenFile, MalformedFilesAreRejectedWithTheReason) {
   expect_reason(WriteRaw("trunc.tok", bytes.substr(0, bytes.size() - 2)),
                 "truncated: header says 4 tokens but the file holds 3");
   expect_reason(WriteRaw("long.tok", bytes + "xy"), "trailing data");
-  std::string v3 = bytes;
-  v3[8] = 3;
-  expect_reason(WriteRaw("v3.tok", v3), "unsupported version 3");
+  std::string v4 = bytes;
+  v4[8] = 4;
+  expect_reason(WriteRaw("v4.tok", v4), "unsupported version 4");
   std::string kind9 = bytes;
   kind9[28] = 9;
   expect_reason(WriteRaw("kind.tok", kind9), "unknown tokenizer kind 9");
@@ -189,6 +190,148 @@ TEST(TokenFile, MalformedFilesAreRejectedWithTheReason) {
   EXPECT_EQ(ReadTokenFileHeader(fifo).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(WriteTokenFile(TempPath("max.tok"), std::vector<uint32_t>{UINT32_MAX}).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Writes `tokens` with document starts `starts` and returns the bytes.
+std::string WriteWithDocuments(const std::string& name, const std::vector<uint32_t>& tokens,
+                               const std::vector<uint64_t>& starts) {
+  const absl::Status written =
+      WriteTokenFile(TempPath(name), tokens, {}, absl::MakeConstSpan(starts));
+  EXPECT_TRUE(written.ok()) << written;
+  return ReadAll(TempPath(name));
+}
+
+TEST(TokenFileDocuments, RoundTripRandomDocumentsInBothWidthsWithPadding) {
+  std::mt19937 rng(std::random_device{}());
+  for (uint32_t limit : {1000u, 100000u}) {
+    for (int trial = 0; trial < 8; ++trial) {
+      // Odd counts too, so the uint16 tokens end off an 8-byte boundary.
+      std::vector<uint32_t> tokens(1 + rng() % 300);
+      for (uint32_t& t : tokens) t = static_cast<uint32_t>(rng() % limit);
+      std::vector<uint64_t> starts = {0};
+      for (uint64_t i = 1; i < tokens.size(); ++i) {
+        if (rng() % 7 == 0) starts.push_back(i);
+      }
+      const std::string name = absl::StrCat("docs", limit, "_", trial, ".tok");
+      const std::string bytes = WriteWithDocuments(name, tokens, starts);
+      const size_t width = limit > 65536 ? 4 : 2;
+      const size_t padded = (tokens.size() * width + 7) / 8 * 8;
+      ASSERT_EQ(bytes.size(), 80 + padded + 8 * starts.size());
+      auto file = TokenFile::Open(TempPath(name));
+      ASSERT_TRUE(file.ok()) << file.status();
+      ASSERT_TRUE((*file)->has_document_index());
+      ASSERT_EQ((*file)->document_starts().size(), starts.size());
+      for (size_t i = 0; i < starts.size(); ++i) EXPECT_EQ((*file)->document_starts()[i], starts[i]);
+      for (size_t i = 0; i < tokens.size(); ++i) ASSERT_EQ((*file)->Token(i), tokens[i]) << i;
+      // DocumentStartAt against a linear scan.
+      for (int64_t t = 0; t < (*file)->size(); ++t) {
+        int64_t want = 0;
+        for (uint64_t s : starts) {
+          if (static_cast<int64_t>(s) <= t) want = static_cast<int64_t>(s);
+        }
+        ASSERT_EQ((*file)->DocumentStartAt(t), want) << t;
+      }
+      auto header = ReadTokenFileHeader(TempPath(name));
+      ASSERT_TRUE(header.ok()) << header.status();
+      EXPECT_EQ(header->version, 3u);
+      EXPECT_TRUE(header->has_document_index);
+      EXPECT_EQ(header->document_count, starts.size());
+    }
+  }
+}
+
+TEST(TokenFileDocuments, HeaderLayoutIsAsDocumented) {
+  const std::string bytes = WriteWithDocuments("doclayout.tok", {5, 6, 7}, {0, 2});
+  ASSERT_EQ(bytes.size(), 80u + 8 + 16);  // 3 uint16 tokens padded to 8 bytes, 2 starts
+  uint32_t version, flags;
+  uint64_t documents, second_start;
+  std::memcpy(&version, bytes.data() + 8, 4);
+  std::memcpy(&flags, bytes.data() + 36, 4);
+  std::memcpy(&documents, bytes.data() + 72, 8);
+  std::memcpy(&second_start, bytes.data() + 80 + 8 + 8, 8);
+  EXPECT_EQ(version, 3u);
+  EXPECT_EQ(flags, 1u);
+  EXPECT_EQ(documents, 2u);
+  EXPECT_EQ(second_start, 2u);
+  EXPECT_EQ(bytes.substr(86, 2), std::string(2, '\0'));  // padding
+}
+
+TEST(TokenFileDocuments, FilesWithoutStartsStayVersionTwoAndHaveNoIndex) {
+  const std::string path = TempPath("nodocs.tok");
+  ASSERT_TRUE(WriteTokenFile(path, std::vector<uint32_t>{1, 2, 3}).ok());
+  auto header = ReadTokenFileHeader(path);
+  ASSERT_TRUE(header.ok()) << header.status();
+  EXPECT_EQ(header->version, 2u);
+  EXPECT_FALSE(header->has_document_index);
+  auto file = TokenFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_FALSE((*file)->has_document_index());
+  EXPECT_TRUE((*file)->document_starts().empty());
+  EXPECT_EQ((*file)->DocumentStartAt(2), 0);
+  // An empty file with an (empty) index is version 3 with no documents.
+  ASSERT_TRUE(WriteTokenFile(TempPath("emptydocs.tok"), {}, {}, absl::Span<const uint64_t>()).ok());
+  auto empty = TokenFile::Open(TempPath("emptydocs.tok"));
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_TRUE((*empty)->has_document_index());
+  EXPECT_EQ((*empty)->size(), 0);
+}
+
+TEST(TokenFileDocuments, TheWriterRefusesMalformedStarts) {
+  const std::vector<uint32_t> tokens = {1, 2, 3, 4};
+  struct Case {
+    std::vector<uint64_t> starts;
+    std::string reason;
+  };
+  for (const Case& c : {Case{{1, 2}, "document start [0] is 1, not 0"},
+                        Case{{0, 2, 2}, "not strictly increasing"},
+                        Case{{0, 3, 1}, "not strictly increasing"},
+                        Case{{0, 4}, "document start [1] = 4 is out of range (4 tokens)"},
+                        Case{{}, "no document starts for 4 tokens"}}) {
+    const absl::Status s =
+        WriteTokenFile(TempPath("badstarts.tok"), tokens, {}, absl::MakeConstSpan(c.starts));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find(c.reason), std::string::npos) << s;
+  }
+}
+
+TEST(TokenFileDocuments, MalformedIndexesAreRejectedNamingTheFileAndReason) {
+  // Tokens 1..4 (8 bytes, no padding), starts {0, 2}: the index is the last 16 bytes.
+  const std::string bytes = WriteWithDocuments("docok.tok", {1, 2, 3, 4}, {0, 2});
+  ASSERT_EQ(bytes.size(), 80u + 8 + 16);
+  auto with_start = [&](int index, uint64_t value) {
+    std::string b = bytes;
+    std::memcpy(b.data() + 88 + 8 * index, &value, 8);
+    return b;
+  };
+  auto expect_reason = [](const std::string& name, const std::string& content,
+                          const std::string& reason) {
+    const std::string path = WriteRaw(name, content);
+    auto opened = TokenFile::Open(path);
+    ASSERT_FALSE(opened.ok()) << name;
+    EXPECT_EQ(opened.status().code(), absl::StatusCode::kInvalidArgument) << opened.status();
+    EXPECT_NE(opened.status().message().find(path), std::string::npos) << opened.status();
+    EXPECT_NE(opened.status().message().find(reason), std::string::npos) << opened.status();
+  };
+  expect_reason("firstnotzero.tok", with_start(0, 1), "document start [0] is 1, not 0");
+  expect_reason("notincreasing.tok", with_start(1, 0), "not strictly increasing");
+  expect_reason("outofrange.tok", with_start(1, 4), "out of range (4 tokens)");
+  expect_reason("hugestart.tok", with_start(1, ~uint64_t{0}), "out of range");
+  expect_reason("indextrunc.tok", bytes.substr(0, bytes.size() - 3), "document index truncated");
+  expect_reason("indexlong.tok", bytes + "12345678", "trailing data: 8 bytes after the document index");
+  std::string huge_count = bytes;
+  const uint64_t huge = uint64_t{1} << 61;
+  std::memcpy(huge_count.data() + 72, &huge, 8);
+  expect_reason("hugecount.tok", huge_count, "truncated");
+  std::string zero_docs = bytes.substr(0, 88);
+  const uint64_t zero = 0;
+  std::memcpy(zero_docs.data() + 72, &zero, 8);
+  expect_reason("zerodocs.tok", zero_docs, "0 documents for 4 tokens");
+  std::string flags = bytes;
+  flags[36] = 3;
+  expect_reason("flags.tok", flags, "unknown flags 0x3");
+  std::string no_flag = bytes;
+  no_flag[36] = 0;
+  expect_reason("noflag.tok", no_flag, "no document index flag");
 }
 
 }  // namespace

@@ -109,6 +109,7 @@ TEST(SpecValidation, EachRuleNamesItsField) {
          v->set_eval_batches(100'001);
        }},
       {"data.synthetic.task", [](v1::JobSpec& s) { s.mutable_data()->mutable_synthetic()->set_task(v1::SyntheticData::TASK_UNSPECIFIED); }},
+      {"data.document_masking: needs token-file data", [](v1::JobSpec& s) { s.mutable_data()->set_document_masking(true); }},
       {"data.micro_batch_size", [](v1::JobSpec& s) { s.mutable_data()->set_micro_batch_size(0); }},
       {"optimizer", [](v1::JobSpec& s) { s.clear_optimizer(); }},
       {"optimizer.lr", [](v1::JobSpec& s) { s.mutable_optimizer()->set_lr(0); }},

@@ -22,14 +22,22 @@ struct FirstTokenizer {
 
 class TokenizerChecker {
  public:
-  explicit TokenizerChecker(int64_t vocab_size) : vocab_size_(vocab_size) {}
+  TokenizerChecker(int64_t vocab_size, bool document_masking)
+      : vocab_size_(vocab_size), document_masking_(document_masking) {}
 
   // `field` names the spec field ("data.sources[2]"), `path` the file.
   // `same_tokenizer`: the file must match the first source file's
   // tokenizer (sources only; single token files keep their older rule).
   absl::Status CheckFile(const std::string& field, const std::string& path, bool same_tokenizer) {
     absl::StatusOr<TokenFileHeader> header = ReadTokenFileHeader(path);
-    if (!header.ok() || !header->tokenizer.recorded()) return absl::OkStatus();  // the workers decide
+    if (!header.ok()) return absl::OkStatus();  // the workers decide
+    if (document_masking_ && !header->has_document_index) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data.document_masking: ", field, " ", path, " records no document starts (token file "
+          "version ", header->version, "; version 3 files from `tessera data text` have them), "
+          "so its documents cannot be masked"));
+    }
+    if (!header->tokenizer.recorded()) return absl::OkStatus();
     const TokenizerInfo& tokenizer = header->tokenizer;
     if (vocab_size_ < static_cast<int64_t>(tokenizer.vocab_size)) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -65,13 +73,14 @@ class TokenizerChecker {
 
  private:
   int64_t vocab_size_;
+  bool document_masking_;
   std::optional<FirstTokenizer> first_;
 };
 
 }  // namespace
 
 absl::Status CheckTokenFilesFitVocab(const v1::JobSpec& spec) {
-  TokenizerChecker checker(spec.model().vocab_size());
+  TokenizerChecker checker(spec.model().vocab_size(), spec.data().document_masking());
   const v1::DataConfig& data = spec.data();
   if (data.source_case() == v1::DataConfig::kTokenFile && !data.token_file().empty()) {
     RETURN_IF_ERROR(checker.CheckFile("data.token_file", data.token_file(), /*same_tokenizer=*/false));

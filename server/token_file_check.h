@@ -9,6 +9,9 @@
 // tokenizer: a mixture of a byte-level and a SentencePiece source would
 // feed the model ids that mean different text.
 //
+// With data.document_masking every one of those files must record its
+// document starts (version 3 with a document index).
+//
 // Only the header is read. A file the coordinator cannot open or parse, or
 // one that records no tokenizer (version 1 files), is left to the workers,
 // which open every token file at setup and fail the job with the reason:
@@ -27,7 +30,8 @@ namespace tessera {
 // INVALID_ARGUMENT naming model.vocab_size, the field (e.g.
 // "data.sources[2]") and the file when the vocabulary is too small; naming
 // the field and both files when two source files record different
-// tokenizers.
+// tokenizers; naming data.document_masking, the field and the file when
+// masking is asked for and the file has no document index.
 absl::Status CheckTokenFilesFitVocab(const v1::JobSpec& spec);
 
 }  // namespace tessera

@@ -158,5 +158,38 @@ TEST(TokenFileCheck, TheCoordinatorRefusesAtSubmit) {
   ASSERT_TRUE(admitted.ok()) << admitted.status();
 }
 
+TEST(TokenFileCheck, DocumentMaskingNeedsADocumentIndexInEveryFile) {
+  const std::vector<uint32_t> tokens(100, 7);
+  const std::vector<uint64_t> starts = {0, 40};
+  const std::string indexed = TempPath("indexed.tok"), plain = TempPath("plain_docs.tok");
+  ASSERT_TRUE(WriteTokenFile(indexed, tokens, TokenizerInfo::Byte(), absl::MakeConstSpan(starts)).ok());
+  ASSERT_TRUE(WriteTokenFile(plain, tokens, TokenizerInfo::Byte()).ok());
+  v1::JobSpec spec = Spec(256, indexed);
+  spec.mutable_data()->set_document_masking(true);
+  EXPECT_TRUE(CheckTokenFilesFitVocab(spec).ok());
+  // A validation file without an index is refused, naming its field and path.
+  v1::ValidationConfig* v = spec.mutable_data()->mutable_validation();
+  v->set_token_file(plain);
+  v->set_eval_interval_steps(1);
+  v->set_eval_batches(1);
+  absl::Status s = CheckTokenFilesFitVocab(spec);
+  ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("data.document_masking: data.validation.token_file " + plain),
+            std::string::npos) << s;
+  EXPECT_NE(s.message().find("records no document starts (token file version 2"), std::string::npos)
+      << s;
+  // Without masking the same files are fine; a source shard is checked too.
+  spec.mutable_data()->set_document_masking(false);
+  EXPECT_TRUE(CheckTokenFilesFitVocab(spec).ok());
+  spec.mutable_data()->clear_validation();
+  spec.mutable_data()->clear_token_file();
+  spec.mutable_data()->add_sources()->set_path(indexed);
+  spec.mutable_data()->add_sources()->set_path(plain);
+  spec.mutable_data()->set_document_masking(true);
+  s = CheckTokenFilesFitVocab(spec);
+  ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("data.sources[1] " + plain), std::string::npos) << s;
+}
+
 }  // namespace
 }  // namespace tessera

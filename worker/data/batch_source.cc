@@ -18,18 +18,22 @@
 #include "common/status_macros.h"
 #include "common/synthetic_task.h"
 #include "formats/token_file.h"
+#include "worker/data/document_window.h"
 #include "worker/data/mixture_batch_source.h"
 
 namespace tessera {
 
 absl::Status CheckReadBatchArgs(int micro_batch, int seq_len, absl::Span<const int32_t> inputs,
-                                absl::Span<const int32_t> targets, const char* index_name,
+                                absl::Span<const int32_t> targets,
+                                absl::Span<const int32_t> doc_starts, const char* index_name,
                                 int64_t index) {
   const size_t want = static_cast<size_t>(micro_batch) * seq_len;
-  if (inputs.size() != want || targets.size() != want) {
+  if (inputs.size() != want || targets.size() != want ||
+      (!doc_starts.empty() && doc_starts.size() != want)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "batch buffers must hold micro_batch_size x seq_len = ", want, " tokens, got ",
-        inputs.size(), " inputs and ", targets.size(), " targets"));
+        inputs.size(), " inputs, ", targets.size(), " targets and ", doc_starts.size(),
+        " document starts"));
   }
   if (index < 0) return absl::InvalidArgumentError(absl::StrCat(index_name, ": ", index, " < 0"));
   return absl::OkStatus();
@@ -63,16 +67,19 @@ class TokenBatchSource : public BatchSource {
         seq_len_(spec.model().seq_len()),
         micro_batch_(spec.data().micro_batch_size()),
         rank_(rank),
+        document_masking_(spec.data().document_masking()),
         file_(std::move(file)),
         memory_(std::move(memory)) {}
 
   int64_t size() const { return file_ ? file_->size() : static_cast<int64_t>(memory_.size()); }
   uint32_t At(int64_t i) const { return file_ ? file_->Token(i) : memory_[i]; }
 
-  absl::Status ReadBatch(int64_t step, absl::Span<int32_t> inputs,
-                         absl::Span<int32_t> targets) override {
-    RETURN_IF_ERROR(
-        CheckReadBatchArgs(micro_batch_, seq_len_, inputs, targets, "step", step));
+  absl::Status ReadBatch(int64_t step, absl::Span<int32_t> inputs, absl::Span<int32_t> targets,
+                         absl::Span<int32_t> doc_starts) override {
+    RETURN_IF_ERROR(CheckReadBatchArgs(micro_batch_, seq_len_, inputs, targets, doc_starts,
+                                       "step", step));
+    // Without masking every sequence is one document.
+    if (!document_masking_) std::fill(doc_starts.begin(), doc_starts.end(), 0);
     // Offsets are uniform in [0, size - seq_len - 1]: the last sequence's
     // final target is the last token.
     const uint64_t span = static_cast<uint64_t>(size() - seq_len_);
@@ -83,6 +90,11 @@ class TokenBatchSource : public BatchSource {
         inputs[j * seq_len_ + t] = static_cast<int32_t>(At(offset + t));
         targets[j * seq_len_ + t] = static_cast<int32_t>(At(offset + t + 1));
       }
+      if (document_masking_) {  // the file has an index: checked at open
+        const size_t row = static_cast<size_t>(j) * seq_len_;
+        MarkDocuments(*file_, offset, targets.subspan(row, seq_len_),
+                      doc_starts.empty() ? doc_starts : doc_starts.subspan(row, seq_len_));
+      }
     }
     return absl::OkStatus();
   }
@@ -92,6 +104,7 @@ class TokenBatchSource : public BatchSource {
   int seq_len_;
   int micro_batch_;
   int rank_;
+  bool document_masking_;
   std::unique_ptr<TokenFile> file_;
   std::vector<uint32_t> memory_;
 };
@@ -119,6 +132,11 @@ absl::StatusOr<std::unique_ptr<BatchSource>> OpenBatchSource(const v1::JobSpec& 
   uint32_t max_token = 0;
   int64_t count = 0;
   if (spec.data().has_synthetic()) {
+    if (spec.data().document_masking()) {
+      return absl::InvalidArgumentError(
+          "data.document_masking: needs token-file data with document starts; data.synthetic "
+          "has no documents");
+    }
     int64_t n = spec.data().synthetic().num_tokens();
     if (n == 0) n = DefaultSyntheticTokens(spec, world_size);
     absl::StatusOr<std::vector<uint32_t>> tokens =
@@ -136,6 +154,11 @@ absl::StatusOr<std::unique_ptr<BatchSource>> OpenBatchSource(const v1::JobSpec& 
       return absl::InvalidArgumentError(absl::StrCat("data.token_file: ", opened.status().message()));
     }
     file = std::move(*opened);
+    if (spec.data().document_masking() && !file->has_document_index()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data.document_masking: data.token_file ", spec.data().token_file(),
+          " records no document starts (write it with `tessera data text`, version 3)"));
+    }
     max_token = file->max_token();
     count = file->size();
   } else {

@@ -35,10 +35,10 @@ class MixtureBatchSource : public BatchSource {
     if (trace_ != nullptr) std::fclose(trace_);
   }
 
-  absl::Status ReadBatch(int64_t step, absl::Span<int32_t> inputs,
-                         absl::Span<int32_t> targets) override {
-    RETURN_IF_ERROR(
-        CheckReadBatchArgs(micro_batch_, seq_len_, inputs, targets, "step", step));
+  absl::Status ReadBatch(int64_t step, absl::Span<int32_t> inputs, absl::Span<int32_t> targets,
+                         absl::Span<int32_t> doc_starts) override {
+    RETURN_IF_ERROR(CheckReadBatchArgs(micro_batch_, seq_len_, inputs, targets, doc_starts,
+                                       "step", step));
     for (int j = 0; j < micro_batch_; ++j) {
       const int64_t slot = (step * world_ + rank_) * micro_batch_ + j;
       const MixtureSchedule::Draw draw = schedule_.At(slot);
@@ -50,8 +50,9 @@ class MixtureBatchSource : public BatchSource {
           static_cast<uint64_t>(source.count()));
       const int64_t sequence =
           static_cast<int64_t>(order.At(static_cast<uint64_t>(draw.ordinal % source.count())));
-      source.Read(sequence, inputs.subspan(static_cast<size_t>(j) * seq_len_, seq_len_),
-                  targets.subspan(static_cast<size_t>(j) * seq_len_, seq_len_));
+      const size_t row = static_cast<size_t>(j) * seq_len_;
+      source.Read(sequence, inputs.subspan(row, seq_len_), targets.subspan(row, seq_len_),
+                  doc_starts.empty() ? doc_starts : doc_starts.subspan(row, seq_len_));
       if (trace_ != nullptr) {
         const SourceSequences::Location at = source.Locate(sequence);
         std::fprintf(trace_, "step %lld rank %d slot %lld source %d epoch %lld sequence %lld file %s offset %lld\n",
@@ -87,7 +88,8 @@ absl::StatusOr<std::unique_ptr<BatchSource>> OpenMixtureBatchSource(const v1::Jo
     weights.push_back(data.sources(i).weight());
     absl::StatusOr<std::unique_ptr<SourceSequences>> source =
         SourceSequences::Open(absl::StrCat("data.sources[", i, "]"), data.sources(i).path(),
-                              spec.model().seq_len(), spec.model().vocab_size());
+                              spec.model().seq_len(), spec.model().vocab_size(),
+                              data.document_masking());
     if (!source.ok()) return source.status();
     sources.push_back(std::move(*source));
   }

@@ -5,19 +5,22 @@
 
 #include "absl/strings/str_cat.h"
 #include "formats/token_shards.h"
+#include "worker/data/document_window.h"
 
 namespace tessera {
 
 absl::StatusOr<std::unique_ptr<SourceSequences>> SourceSequences::Open(const std::string& field,
                                                                        const std::string& path,
                                                                        int seq_len,
-                                                                       int64_t vocab_size) {
+                                                                       int64_t vocab_size,
+                                                                       bool document_masking) {
   absl::StatusOr<std::vector<std::string>> paths = ListTokenShards(path);
   if (!paths.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(field, ": ", paths.status().message()));
   }
   std::unique_ptr<SourceSequences> source(new SourceSequences());
   source->seq_len_ = seq_len;
+  source->document_masking_ = document_masking;
   source->paths_ = std::move(*paths);
   source->first_sequence_.push_back(0);
   const int64_t span = int64_t{seq_len} + 1;
@@ -30,6 +33,11 @@ absl::StatusOr<std::unique_ptr<SourceSequences>> SourceSequences::Open(const std
       return absl::InvalidArgumentError(absl::StrCat(
           field, ": ", file_path, " holds token id ", (*file)->max_token(),
           ", which does not fit model.vocab_size ", vocab_size));
+    }
+    if (document_masking && !(*file)->has_document_index()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data.document_masking: ", field, ": ", file_path,
+          " records no document starts (write it with `tessera data text`, version 3)"));
     }
     source->first_sequence_.push_back(source->first_sequence_.back() + (*file)->size() / span);
     source->files_.push_back(std::move(*file));
@@ -55,12 +63,18 @@ SourceSequences::Location SourceSequences::Locate(int64_t sequence) const {
 }
 
 void SourceSequences::Read(int64_t sequence, absl::Span<int32_t> inputs,
-                           absl::Span<int32_t> targets) const {
+                           absl::Span<int32_t> targets, absl::Span<int32_t> doc_starts) const {
   const Location at = Locate(sequence);
   const TokenFile& file = *files_[at.file];
   for (int t = 0; t < seq_len_; ++t) {
     inputs[t] = static_cast<int32_t>(file.Token(at.offset + t));
     targets[t] = static_cast<int32_t>(file.Token(at.offset + t + 1));
+  }
+  if (document_masking_) {
+    MarkDocuments(file, at.offset, targets.subspan(0, seq_len_),
+                  doc_starts.empty() ? doc_starts : doc_starts.subspan(0, seq_len_));
+  } else {
+    std::fill(doc_starts.begin(), doc_starts.end(), 0);
   }
 }
 

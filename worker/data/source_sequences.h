@@ -4,7 +4,8 @@
 // first token, so no two overlap and none spans two files; a file's last
 // tokens % (seq_len + 1) tokens are never read. A sequence's first seq_len
 // tokens are the inputs and its last seq_len the targets. Sequences are
-// numbered through the files in the listed order.
+// numbered through the files in the listed order. With document masking
+// each sequence also gets its documents (worker/data/document_window.h).
 #ifndef TESSERA_WORKER_DATA_SOURCE_SEQUENCES_H_
 #define TESSERA_WORKER_DATA_SOURCE_SEQUENCES_H_
 
@@ -24,10 +25,13 @@ class SourceSequences {
   // Lists and memory-maps the source's files. INVALID_ARGUMENT starting
   // with `field` (e.g. "data.sources[1]") and naming the path or file: a
   // missing or empty directory, a file that is not a token file, a token id
-  // >= vocab_size, or no whole sequence in the whole source.
+  // >= vocab_size, or no whole sequence in the whole source; starting with
+  // data.document_masking when `document_masking` and a file has no
+  // document index.
   static absl::StatusOr<std::unique_ptr<SourceSequences>> Open(const std::string& field,
                                                                const std::string& path,
-                                                               int seq_len, int64_t vocab_size);
+                                                               int seq_len, int64_t vocab_size,
+                                                               bool document_masking = false);
 
   int64_t count() const { return count_; }
 
@@ -38,12 +42,16 @@ class SourceSequences {
   Location Locate(int64_t sequence) const;  // sequence in [0, count())
   const std::vector<std::string>& files() const { return paths_; }
 
-  // Sequence `sequence`'s inputs and targets, seq_len each.
-  void Read(int64_t sequence, absl::Span<int32_t> inputs, absl::Span<int32_t> targets) const;
+  // Sequence `sequence`'s inputs and targets, seq_len each, and its
+  // attention document starts unless doc_starts is empty (all zeros
+  // without document masking).
+  void Read(int64_t sequence, absl::Span<int32_t> inputs, absl::Span<int32_t> targets,
+            absl::Span<int32_t> doc_starts) const;
 
  private:
   SourceSequences() = default;
   int seq_len_ = 0;
+  bool document_masking_ = false;
   int64_t count_ = 0;
   std::vector<std::string> paths_;
   std::vector<std::unique_ptr<TokenFile>> files_;

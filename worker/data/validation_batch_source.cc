@@ -2,11 +2,13 @@
 // validation_batch_source.h).
 #include "worker/data/validation_batch_source.h"
 
+#include <algorithm>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "formats/token_file.h"
+#include "worker/data/document_window.h"
 #include "worker/data/source_sequences.h"
 
 namespace tessera {
@@ -16,7 +18,8 @@ class ValidationBatchSource : public BatchSource {
  public:
   ValidationBatchSource(const v1::JobSpec& spec, int rank, int world_size,
                         std::unique_ptr<TokenFile> file)
-      : seq_len_(spec.model().seq_len()),
+      : document_masking_(spec.data().document_masking()),
+        seq_len_(spec.model().seq_len()),
         micro_batch_(spec.data().micro_batch_size()),
         rank_(rank),
         world_(world_size),
@@ -24,10 +27,11 @@ class ValidationBatchSource : public BatchSource {
         // Each sequence needs one token past its end for its last target.
         sequences_((file_->size() - 1) / seq_len_) {}
 
-  absl::Status ReadBatch(int64_t batch, absl::Span<int32_t> inputs,
-                         absl::Span<int32_t> targets) override {
-    RETURN_IF_ERROR(
-        CheckReadBatchArgs(micro_batch_, seq_len_, inputs, targets, "batch", batch));
+  absl::Status ReadBatch(int64_t batch, absl::Span<int32_t> inputs, absl::Span<int32_t> targets,
+                         absl::Span<int32_t> doc_starts) override {
+    RETURN_IF_ERROR(CheckReadBatchArgs(micro_batch_, seq_len_, inputs, targets, doc_starts,
+                                       "batch", batch));
+    if (!document_masking_) std::fill(doc_starts.begin(), doc_starts.end(), 0);
     for (int j = 0; j < micro_batch_; ++j) {
       const int64_t global = (batch * world_ + rank_) * micro_batch_ + j;
       const int64_t offset = (global % sequences_) * seq_len_;
@@ -35,11 +39,17 @@ class ValidationBatchSource : public BatchSource {
         inputs[j * seq_len_ + t] = static_cast<int32_t>(file_->Token(offset + t));
         targets[j * seq_len_ + t] = static_cast<int32_t>(file_->Token(offset + t + 1));
       }
+      if (document_masking_) {  // the file has an index: checked at open
+        const size_t row = static_cast<size_t>(j) * seq_len_;
+        MarkDocuments(*file_, offset, targets.subspan(row, seq_len_),
+                      doc_starts.empty() ? doc_starts : doc_starts.subspan(row, seq_len_));
+      }
     }
     return absl::OkStatus();
   }
 
  private:
+  bool document_masking_;
   int seq_len_;
   int micro_batch_;
   int rank_;
@@ -59,15 +69,16 @@ class SourceValidationBatchSource : public BatchSource {
         world_(world_size),
         source_(std::move(source)) {}
 
-  absl::Status ReadBatch(int64_t batch, absl::Span<int32_t> inputs,
-                         absl::Span<int32_t> targets) override {
-    RETURN_IF_ERROR(
-        CheckReadBatchArgs(micro_batch_, seq_len_, inputs, targets, "batch", batch));
+  absl::Status ReadBatch(int64_t batch, absl::Span<int32_t> inputs, absl::Span<int32_t> targets,
+                         absl::Span<int32_t> doc_starts) override {
+    RETURN_IF_ERROR(CheckReadBatchArgs(micro_batch_, seq_len_, inputs, targets, doc_starts,
+                                       "batch", batch));
     for (int j = 0; j < micro_batch_; ++j) {
       const int64_t global = (batch * world_ + rank_) * micro_batch_ + j;
-      source_->Read(global % source_->count(),
-                    inputs.subspan(static_cast<size_t>(j) * seq_len_, seq_len_),
-                    targets.subspan(static_cast<size_t>(j) * seq_len_, seq_len_));
+      const size_t row = static_cast<size_t>(j) * seq_len_;
+      source_->Read(global % source_->count(), inputs.subspan(row, seq_len_),
+                    targets.subspan(row, seq_len_),
+                    doc_starts.empty() ? doc_starts : doc_starts.subspan(row, seq_len_));
     }
     return absl::OkStatus();
   }
@@ -104,7 +115,7 @@ absl::StatusOr<std::vector<ValidationSet>> OpenValidationSets(const v1::JobSpec&
   for (int i = 0; i < v.sources_size(); ++i) {
     absl::StatusOr<std::unique_ptr<SourceSequences>> source = SourceSequences::Open(
         absl::StrCat("data.validation.sources[", i, "]"), v.sources(i).path(),
-        spec.model().seq_len(), spec.model().vocab_size());
+        spec.model().seq_len(), spec.model().vocab_size(), spec.data().document_masking());
     if (!source.ok()) return source.status();
     sets.push_back({v.sources(i).path(),
                     std::make_unique<SourceValidationBatchSource>(spec, rank, world_size,
@@ -131,6 +142,11 @@ absl::StatusOr<std::unique_ptr<BatchSource>> OpenValidationBatchSource(const v1:
   if (!file.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("data.validation.token_file: ", file.status().message()));
+  }
+  if (spec.data().document_masking() && !(*file)->has_document_index()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.document_masking: data.validation.token_file ", path,
+        " records no document starts (write it with `tessera data text`, version 3)"));
   }
   if (static_cast<int64_t>((*file)->max_token()) >= spec.model().vocab_size()) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -98,6 +98,9 @@ absl::StatusOr<std::vector<float>> FsdpTrainer::ForwardLogits(const std::vector<
   std::fill(host_inputs_.begin(), host_inputs_.end(), 0);
   std::copy(tokens.begin(), tokens.end(), host_inputs_.begin());
   RETURN_IF_ERROR(ops.CopyToDevice(inputs_.desc.data, host_inputs_.data(), tokens_ * 4, stream_));
+  // Under document masking the tokens are one document.
+  std::fill(host_doc_starts_.begin(), host_doc_starts_.end(), 0);
+  RETURN_IF_ERROR(CopyDocStartsToDevice());
   RETURN_IF_ERROR(ForwardToFinalNorm());
   ASSIGN_OR_RETURN(DeviceTensor logits, Alloc(DType::kFloat32, Shape{n, vocab_}));
   TensorDesc hidden = h_final_.desc;
@@ -138,7 +141,9 @@ absl::StatusOr<ValidationReport> FsdpTrainer::Score() {
     for (int64_t batch = 0; batch < spec_.data().validation().eval_batches(); ++batch) {
       RETURN_IF_ERROR(CheckAborted());
       RETURN_IF_ERROR(validation_sets_[set].batches->ReadBatch(
-          batch, absl::MakeSpan(host_inputs_), absl::MakeSpan(host_targets_)));
+          batch, absl::MakeSpan(host_inputs_), absl::MakeSpan(host_targets_),
+          absl::MakeSpan(host_doc_starts_)));
+      RETURN_IF_ERROR(CopyDocStartsToDevice());
       RETURN_IF_ERROR(
           ops.CopyToDevice(inputs_.desc.data, host_inputs_.data(), tokens_ * 4, stream_));
       RETURN_IF_ERROR(

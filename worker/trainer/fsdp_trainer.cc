@@ -309,6 +309,10 @@ absl::Status FsdpTrainer::AllocateState() {
   ASSIGN_OR_RETURN(adam_step_values_, Alloc(DType::kFloat32, Shape{3}));
   host_inputs_.resize(t);
   host_targets_.resize(t);
+  if (spec_.data().document_masking()) {
+    ASSIGN_OR_RETURN(doc_starts_, Alloc(DType::kInt32, Shape{batch_, seq_}));
+    host_doc_starts_.resize(t);
+  }
   return absl::OkStatus();
 }
 

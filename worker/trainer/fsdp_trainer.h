@@ -231,6 +231,11 @@ class FsdpTrainer : public Trainer {
   absl::Status AllocateBlockActivations(int layer);
   absl::Status BlockBackward(int layer, const GatheredBlock& w, BlockActivations& a,
                              const TensorDesc& grad_residual);
+  // What attention keeps to, forward, recomputed and backward: doc_starts_
+  // under data.document_masking, else whole sequences.
+  TensorDesc AttentionDocuments() const;
+  // Copies host_doc_starts_ into doc_starts_ (no-op without masking).
+  absl::Status CopyDocStartsToDevice();
   absl::Status CheckAborted() const;
   std::vector<Fp8ShardedParam*> AllParams();
   LinearSpec Spec(int layer, BlockLinear linear) const;
@@ -322,6 +327,9 @@ class FsdpTrainer : public Trainer {
   LinearScratch scratch_;
 
   DeviceTensor inputs_, targets_;        // [T] int32
+  // [B, S] int32: attention's document starts of the micro-batch, with
+  // data.document_masking only (worker/data/document_window.h).
+  DeviceTensor doc_starts_;
   DeviceTensor x_final_, rstd_final_;    // [T, H] fp32, [T]
   DeviceTensor h_final_;                 // [T, H] bf16
   DeviceTensor grad_h_;                  // [T, H] bf16 gradient of a norm output
@@ -332,6 +340,7 @@ class FsdpTrainer : public Trainer {
   DeviceTensor scalars_;  // [loss_sum, valid_tokens, grad_sum_sq, grad_norm, grad_scale]
   DeviceTensor adam_step_values_;  // [3] fp32: AdamStepValues of the step being run
   std::vector<int32_t> host_inputs_, host_targets_;
+  std::vector<int32_t> host_doc_starts_;  // [B * S] with data.document_masking, else empty
 
   // ---- Validation (evaluate.cc) -------------------------------------------
   // Forward passes over data.validation with the training step's weights

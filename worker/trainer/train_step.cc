@@ -75,11 +75,16 @@ absl::StatusOr<StepReport> FsdpTrainer::Step(int step) {
 
   // ---- Batch: this rank's micro-batch for `step`, onto the engine --------
   PhaseRange step_range("step");
-  RETURN_IF_ERROR(data_->ReadBatch(step, absl::MakeSpan(host_inputs_), absl::MakeSpan(host_targets_)));
+  // Under data.document_masking the batch also brings attention's document
+  // starts, and the targets that begin a document come back ignored, so
+  // the valid-token count below leaves them out.
+  RETURN_IF_ERROR(data_->ReadBatch(step, absl::MakeSpan(host_inputs_), absl::MakeSpan(host_targets_),
+                                   absl::MakeSpan(host_doc_starts_)));
   int64_t local_tokens = 0;
   for (int32_t target : host_targets_) local_tokens += target != kIgnoreIndex ? 1 : 0;
   RETURN_IF_ERROR(ops.CopyToDevice(inputs_.desc.data, host_inputs_.data(), t * 4, stream_));
   RETURN_IF_ERROR(ops.CopyToDevice(targets_.desc.data, host_targets_.data(), t * 4, stream_));
+  RETURN_IF_ERROR(CopyDocStartsToDevice());
   // ---- This step's learning rate and bias corrections, which FusedAdam
   // reads from engine memory (a replayed step cannot take new arguments) --
   const AdamHyper hyper = HyperFor(spec_.optimizer(), step, spec_.steps());
@@ -345,6 +350,16 @@ absl::Status FsdpTrainer::NormThenLinear(int l, BlockLinear linear, const Tensor
                        /*residual=*/nullptr, scaling);
 }
 
+TensorDesc FsdpTrainer::AttentionDocuments() const {
+  return spec_.data().document_masking() ? doc_starts_.desc : Ops::WholeSequences();
+}
+
+absl::Status FsdpTrainer::CopyDocStartsToDevice() {
+  if (!spec_.data().document_masking()) return absl::OkStatus();
+  return ops_->CopyToDevice(doc_starts_.desc.data, host_doc_starts_.data(),
+                            host_doc_starts_.size() * sizeof(int32_t), stream_);
+}
+
 absl::Status FsdpTrainer::BlockForward(int l, const GatheredBlock& w, BlockActivations& a,
                                        const TensorDesc& x_in, const TensorDesc& x_out,
                                        ForwardPass pass) {
@@ -362,7 +377,7 @@ absl::Status FsdpTrainer::BlockForward(int l, const GatheredBlock& w, BlockActiv
                                  scaling));
   RETURN_IF_ERROR(ops.RopeForward(a.qkv.desc, kv_heads_, spec_.model().rope_theta(), stream_));
   RETURN_IF_ERROR(ops.AttentionForward(
-      a.qkv.desc, kv_heads_, Ops::WholeSequences(), Reshaped(a.attn.desc, Shape{batch_, seq_, heads_, head_dim_}),
+      a.qkv.desc, kv_heads_, AttentionDocuments(), Reshaped(a.attn.desc, Shape{batch_, seq_, heads_, head_dim_}),
       a.lse.desc, stream_));
   RETURN_IF_ERROR(LinearForward(ops, *meta_, Spec(l, BlockLinear::kOutProj), Full(w.out_proj, b.out_proj), a.attn.desc,
                                 a.x_mid.desc, scratch_, a.saved[BlockLinear::kOutProj], stream_, &x_in,
@@ -483,7 +498,7 @@ absl::Status FsdpTrainer::BlockBackward(int l, const GatheredBlock& w, BlockActi
                                  scratch_, a.saved[BlockLinear::kOutProj], stream_));
   RETURN_IF_ERROR(ops.AttentionBackward(
       Reshaped(d_bf16_th, Shape{batch_, seq_, heads_, head_dim_}), a.qkv.desc, kv_heads_,
-      Ops::WholeSequences(), Reshaped(a.attn.desc, Shape{batch_, seq_, heads_, head_dim_}), a.lse.desc, grad_qkv_.desc,
+      AttentionDocuments(), Reshaped(a.attn.desc, Shape{batch_, seq_, heads_, head_dim_}), a.lse.desc, grad_qkv_.desc,
       stream_));
   RETURN_IF_ERROR(ops.RopeBackward(grad_qkv_.desc, kv_heads_, spec_.model().rope_theta(), stream_));
   RETURN_IF_ERROR(LinearBackward(ops, *meta_, Spec(l, BlockLinear::kQkv), Full(w.qkv, b.qkv), a.h1.desc,
