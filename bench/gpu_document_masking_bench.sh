@@ -11,10 +11,6 @@
 # lowers by about one per document boundary, and the run's state; then the
 # masked run's step time against the unmasked one's.
 #
-# Until the CUDA engine has document-masked attention kernels, the masked
-# run on a GPU fails at its first step (UNIMPLEMENTED) and the table says
-# so; the CPU engine masks today.
-#
 #   bench/gpu_document_masking_bench.sh BUNDLE_DIR OUT_DIR
 # Environment: JOB (bench/jobs/step_221m_documents.yaml), STEPS (30), SKIP
 # (5), TOKENS (4194304 tokens in the file), MEAN_DOCUMENT_TOKENS (256),

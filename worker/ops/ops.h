@@ -293,7 +293,8 @@ class Ops {
   // for a captured step. WholeSequences() (no data) is causal attention over
   // each whole sequence. The CPU engine refuses entries that break the rule
   // (INVALID_ARGUMENT naming the first); the CUDA engine does not read them
-  // back to check.
+  // back to check, but clamps each into [0, i], so that no content makes it
+  // read outside the sequence.
   static TensorDesc WholeSequences() { return TensorDesc{}; }
   virtual absl::Status AttentionForward(const TensorDesc& qkv, int n_kv_heads,
                                         const TensorDesc& doc_starts, const TensorDesc& out,
