@@ -292,12 +292,9 @@ TEST_F(MixtureTest, SharesFollowTheWeightsEachEpochOnceAndAKilledJobResumesTheEx
       WaitFor(id, [](const v1::Job& j) { return j.steps_done() >= 12; }, absl::Seconds(60));
   ASSERT_EQ(running.state(), v1::RUNNING);
   ASSERT_EQ(running.worker_ids_size(), 2);
-  for (int i = 0; i < cluster_->num_workers(); ++i) {
-    if (absl::StrContains(cluster_->worker(i).Log(),
-                          absl::StrCat("tessera-worker ", running.worker_ids(1), " serving on"))) {
-      cluster_->worker(i).Kill();
-    }
-  }
+  const absl::StatusOr<int> victim = cluster_->WorkerProcess(running.worker_ids(1));
+  ASSERT_TRUE(victim.ok()) << victim.status();
+  cluster_->worker(*victim).Kill();
   absl::StatusOr<int> replacement = cluster_->AddWorker();
   ASSERT_TRUE(replacement.ok()) << replacement.status();
   const v1::Job done = WaitEnded(id);

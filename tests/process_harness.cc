@@ -227,6 +227,14 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   return cluster;
 }
 
+absl::StatusOr<int> LocalCluster::WorkerProcess(const std::string& worker_id) {
+  const std::string line = absl::StrCat("tessera-worker ", worker_id, " serving on");
+  for (int i = 0; i < num_workers(); ++i) {
+    if (workers_[i]->Log().find(line) != std::string::npos) return i;
+  }
+  return absl::NotFoundError(absl::StrCat("no worker process registered as ", worker_id));
+}
+
 absl::StatusOr<int> LocalCluster::AddWorker() {
   const int index = static_cast<int>(workers_.size());
   auto worker = ChildProcess::Start(

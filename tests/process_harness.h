@@ -102,6 +102,9 @@ class LocalCluster {
   // it has registered.
   absl::StatusOr<int> AddWorker();
   int num_workers() const { return static_cast<int>(workers_.size()); }
+  // The index of the worker process that registered as `worker_id` (its
+  // log's "serving on" line names it); NOT_FOUND when none did.
+  absl::StatusOr<int> WorkerProcess(const std::string& worker_id);
   std::string dir() const { return dir_; }
   // Dumps every process log (for failure messages).
   std::string Logs() const;

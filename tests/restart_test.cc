@@ -131,13 +131,9 @@ class RestartTest : public ::testing::Test {
 
   // The harness index of the worker process that registered as `worker_id`.
   int ProcessOf(const std::string& worker_id) {
-    for (int i = 0; i < cluster_->num_workers(); ++i) {
-      if (absl::StrContains(cluster_->worker(i).Log(),
-                            absl::StrCat("tessera-worker ", worker_id, " serving on"))) {
-        return i;
-      }
-    }
-    ADD_FAILURE() << "no process registered as " << worker_id << "\n" << cluster_->Logs();
+    const absl::StatusOr<int> process = cluster_->WorkerProcess(worker_id);
+    if (process.ok()) return *process;
+    ADD_FAILURE() << process.status() << "\n" << cluster_->Logs();
     return 0;
   }
 
