@@ -7,6 +7,10 @@
 namespace tessera {
 namespace testing {
 
+bool IsTerminal(v1::JobState state) {
+  return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED;
+}
+
 std::unique_ptr<grpc::ClientContext> ContextWithDeadline(absl::Duration timeout) {
   auto ctx = std::make_unique<grpc::ClientContext>();
   ctx->set_deadline(absl::ToChronoTime(absl::Now() + timeout));

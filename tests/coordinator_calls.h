@@ -26,6 +26,9 @@ std::unique_ptr<grpc::ClientContext> ContextWithDeadline(absl::Duration timeout 
 // empty Job.
 v1::Job SubmitOrFail(v1::Coordinator::Stub& stub, const v1::JobSpec& spec);
 
+// Whether a job in `state` has ended: SUCCEEDED, FAILED or CANCELLED.
+bool IsTerminal(v1::JobState state);
+
 // GetJob; on an error status adds a test failure and returns an empty Job.
 v1::Job GetJobOrFail(v1::Coordinator::Stub& stub, const std::string& job_id);
 

@@ -133,13 +133,8 @@ class DocumentMaskingTest : public ::testing::Test {
   }
 
   v1::Job WaitEnded(const std::string& id) {
-    return WaitFor(
-        id,
-        [](const v1::Job& j) {
-          return j.state() == v1::SUCCEEDED || j.state() == v1::FAILED ||
-                 j.state() == v1::CANCELLED;
-        },
-        absl::Seconds(120));
+    return WaitFor(id, [](const v1::Job& j) { return testing::IsTerminal(j.state()); },
+                   absl::Seconds(120));
   }
 
   // Per step, the latest attempt's metrics.

@@ -28,6 +28,7 @@
 namespace tessera {
 namespace {
 
+using testing::IsTerminal;
 using testing::LocalCluster;
 
 // A model small enough to run a step in a few milliseconds on one core.
@@ -113,10 +114,6 @@ class JobLifecycleTest : public ::testing::Test {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
 };
-
-bool IsTerminal(v1::JobState s) {
-  return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED;
-}
 
 TEST_F(JobLifecycleTest, SubmitAndWatchToCompletionThenReplay) {
   StartCluster(2);

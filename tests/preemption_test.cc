@@ -28,15 +28,12 @@ namespace tessera {
 namespace {
 
 using testing::BinaryPath;
+using testing::IsTerminal;
 using testing::LocalCluster;
 using testing::RunCommand;
 
 // Long enough that the urgent job arrives mid-run.
 constexpr int kSteps = 80;
-
-bool IsTerminal(v1::JobState s) {
-  return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED;
-}
 
 // The urgent job as a job file: the same small model, priority 8, no
 // checkpoints.

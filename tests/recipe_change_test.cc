@@ -26,15 +26,12 @@
 namespace tessera {
 namespace {
 
+using testing::IsTerminal;
 using testing::LocalCluster;
 
 constexpr int kFirstSteps = 6, kTotalSteps = 10;
 constexpr char kChange[] =
     "FP8 recipe changed from delayed scaling (amax history 16) to disabled (bf16)";
-
-bool IsTerminal(v1::JobState s) {
-  return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED;
-}
 
 class RecipeChangeTest : public ::testing::Test {
  protected:

@@ -40,6 +40,7 @@
 namespace tessera {
 namespace {
 
+using testing::IsTerminal;
 using testing::LocalCluster;
 
 // Fast liveness so each failure is noticed within a few seconds.
@@ -50,10 +51,6 @@ const std::vector<std::string> kFastFailureFlags = {
 // milliseconds) that a kill lands mid-run.
 v1::JobSpec SmallJob(int steps, const std::string& checkpoint_dir) {
   return testing::SmallCpuJob("restart", steps, /*seed=*/11, checkpoint_dir);
-}
-
-bool IsTerminal(v1::JobState s) {
-  return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED;
 }
 
 class RestartTest : public ::testing::Test {

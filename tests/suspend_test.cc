@@ -32,15 +32,12 @@ namespace tessera {
 namespace {
 
 using testing::BinaryPath;
+using testing::IsTerminal;
 using testing::LocalCluster;
 using testing::RunCommand;
 
 // Long enough that a request made after a few steps lands mid-run.
 constexpr int kSteps = 50;
-
-bool IsTerminal(v1::JobState s) {
-  return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED;
-}
 
 class SuspendTest : public ::testing::Test {
  protected:
