@@ -56,6 +56,7 @@
 #include "bench/bench_engine.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "worker/engine/cpu/bf16.h"
 #include "worker/ops/device_tensor.h"
 #include "worker/ops/ops.h"
 
@@ -123,10 +124,9 @@ double RelativeL2(const std::vector<double>& got, const std::vector<double>& wan
 std::vector<double> Bf16ToDoubles(const std::vector<uint8_t>& bytes) {
   std::vector<double> v(bytes.size() / 2);
   for (size_t i = 0; i < v.size(); ++i) {
-    const uint32_t bits = uint32_t{bytes[2 * i]} << 16 | uint32_t{bytes[2 * i + 1]} << 24;
-    float f;
-    std::memcpy(&f, &bits, sizeof(f));
-    v[i] = f;
+    uint16_t bits;
+    std::memcpy(&bits, bytes.data() + 2 * i, sizeof(bits));
+    v[i] = cpu::Bf16ToFloat(bits);
   }
   return v;
 }
