@@ -33,6 +33,9 @@ std::string CheckpointLine(const v1::CheckpointCommitted& commit) {
                                      commit.write_s());
   if (slowest_gb_per_s > 0) absl::StrAppendFormat(&line, " (%.2f GB/s)", slowest_gb_per_s);
   absl::StrAppendFormat(&line, ", training stalled %.2f s", commit.stall_s());
+  if (commit.prune_s() >= 0.05) {
+    absl::StrAppendFormat(&line, "; older steps removed in %.1f s", commit.prune_s());
+  }
   if (!commit.warning().empty()) absl::StrAppend(&line, "\n[checkpoint] WARNING: ", commit.warning());
   return line;
 }

@@ -229,6 +229,10 @@ TEST(OutputFormat, CheckpointCommitLineAndStatus) {
   c.set_warning("training waited 4.16 s");
   EXPECT_EQ(CheckpointLine(c), "[checkpoint] step 120 committed: 3.00 GiB in 15.14 s (0.46 GB/s), "
                                "training stalled 0.14 s\n[checkpoint] WARNING: training waited 4.16 s");
+  c.set_prune_s(35.24);
+  EXPECT_EQ(CheckpointLine(c), "[checkpoint] step 120 committed: 3.00 GiB in 15.14 s (0.46 GB/s), "
+                               "training stalled 0.14 s; older steps removed in 35.2 s\n"
+                               "[checkpoint] WARNING: training waited 4.16 s");
 
   v1::Job j;
   j.set_id("job-1");

@@ -399,10 +399,35 @@ JobRunner::CheckpointStart JobRunner::StartCheckpoint(int step, double waited_s,
   wait += waited_s;
   record.set_stall_s(wait + snapshot);
   if (wait >= kWaitWorthAWarningS) {
-    record.set_warning(absl::StrFormat(
-        "training waited %.2f s for the previous checkpoint's write: checkpoint.interval_steps "
-        "(%d) is shorter than a write takes; raise it, or expect this stall at every checkpoint",
-        wait, spec_.checkpoint().interval_steps()));
+    int previous = 0;
+    double prune_s = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      previous = committed_step_;
+      prune_s = last_prune_s_;
+    }
+    const std::string pruning =
+        prune_s >= kWaitWorthAWarningS
+            ? absl::StrFormat(" and the removal of older steps under checkpoint.keep_last "
+                              "(%.1f s)",
+                              prune_s)
+            : std::string();
+    const int interval = spec_.checkpoint().interval_steps();
+    if (interval > 0 && step % interval == 0 && step < spec_.steps()) {
+      record.set_warning(absl::StrFormat(
+          "training waited %.2f s for the previous checkpoint's write%s: "
+          "checkpoint.interval_steps (%d) is shorter than a write takes; raise it, or expect "
+          "this stall at every checkpoint",
+          wait, pruning, interval));
+    } else {
+      // The final checkpoint, or one asked for: the interval is not to blame.
+      record.set_warning(absl::StrFormat(
+          "this checkpoint came %d step%s after the previous one (step %d) and waited %.2f s "
+          "for its write%s%s",
+          step - previous, step - previous == 1 ? "" : "s", previous, wait, pruning,
+          step == spec_.steps() ? "; training had ended, the job completes once it is written"
+                                : ""));
+    }
   }
   {
     absl::MutexLock lock(&mu_);
@@ -459,9 +484,7 @@ bool JobRunner::Commit(v1::CheckpointCommitted record, absl::Time started) {
     absl::MutexLock lock(&mu_);
     pending_commit_step_ = -1;
   }
-  if (absl::Status c =
-          CommitStep(root, step, CheckpointRanks(spec_), spec_.checkpoint().keep_last());
-      !c.ok()) {
+  if (absl::Status c = CommitStep(root, step, CheckpointRanks(spec_)); !c.ok()) {
     DiscardStep(root, step).IgnoreError();
     FailCheckpoint(step, c);
     return false;
@@ -474,8 +497,27 @@ bool JobRunner::Commit(v1::CheckpointCommitted record, absl::Time started) {
     absl::MutexLock lock(&mu_);
     committed_step_ = step;
   }
+  PruneAfterCommit(step, record);
   if (callbacks_.on_commit) callbacks_.on_commit(record);
   return true;
+}
+
+void JobRunner::PruneAfterCommit(int step, v1::CheckpointCommitted& record) {
+  const absl::Time started = absl::Now();
+  const absl::Status s = PruneSteps(spec_.checkpoint().dir(), step, spec_.checkpoint().keep_last());
+  record.set_prune_s(absl::ToDoubleSeconds(absl::Now() - started));
+  {
+    absl::MutexLock lock(&mu_);
+    last_prune_s_ = record.prune_s();
+  }
+  if (!s.ok()) {
+    std::string warning = record.warning();
+    if (!warning.empty()) warning += "; ";
+    absl::StrAppend(&warning, "removing the steps checkpoint.keep_last no longer keeps failed (",
+                    StatusCodeName(s.code()), ": ", s.message(),
+                    "): they stay on disk; the commit of step ", step, " stands");
+    record.set_warning(warning);
+  }
 }
 
 void JobRunner::SalvagePendingCheckpoint() {
@@ -491,7 +533,7 @@ void JobRunner::SalvagePendingCheckpoint() {
   // complete and CommitStep commits it, so a restart resumes from it.
   // Otherwise the partial step goes.
   const std::string& root = spec_.checkpoint().dir();
-  if (CommitStep(root, step, CheckpointRanks(spec_), spec_.checkpoint().keep_last()).ok()) {
+  if (CommitStep(root, step, CheckpointRanks(spec_)).ok()) {
     absl::MutexLock lock(&mu_);
     committed_step_ = step;
   } else {
@@ -500,6 +542,7 @@ void JobRunner::SalvagePendingCheckpoint() {
   }
   v1::CheckpointCommitted record;
   record.set_step(step);
+  PruneAfterCommit(step, record);
   if (callbacks_.on_commit) callbacks_.on_commit(record);
 }
 
