@@ -213,6 +213,8 @@ int RunCommand(const ParsedArgs& args, std::ostream& out, std::ostream& err, boo
             "# checkpoint size: %s (%d ranks' files, %.1f bytes per parameter)\n",
             FormatBytesAsGiB(size.total_bytes), size.writing_ranks,
             size.parameters > 0 ? static_cast<double>(size.state_bytes) / size.parameters : 0.0);
+        (json ? err : out) << CheckpointIntervalLine(size.total_bytes,
+                                                     full.checkpoint().interval_steps());
       }
       // Where it would run now, from the coordinator's scheduler; only when
       // a coordinator is named, and without one the dry run is complete.

@@ -20,6 +20,15 @@ std::string ToJsonLine(const google::protobuf::Message& message) {
   return out;
 }
 
+std::string CheckpointIntervalLine(int64_t bytes, int interval_steps) {
+  if (interval_steps <= 0) return std::string();
+  const double write_s = static_cast<double>(bytes) / 1e9;
+  return absl::StrFormat(
+      "# checkpoint write: about %.1f s at 1 GB/s; every %d steps, training waits for the "
+      "previous write unless a step takes %.3f s or more\n",
+      write_s, interval_steps, write_s / interval_steps);
+}
+
 std::string CheckpointLine(const v1::CheckpointCommitted& commit) {
   double slowest_gb_per_s = 0;
   bool first = true;

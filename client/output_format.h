@@ -18,6 +18,13 @@ std::string FormatJobsTable(const std::vector<v1::Job>& jobs);
 std::string FormatJob(const v1::Job& job);
 std::string FormatWorkersTable(const std::vector<v1::WorkerRecord>& workers);
 
+// For the dry run, as a comment: how long a checkpoint of `bytes` takes to
+// write at 1 GB/s (what the disks we measured write with fsync), and the
+// step time under which checkpoint.interval_steps makes training wait for
+// the previous write. Empty when interval_steps is 0 (a final checkpoint
+// only, which nothing waits for).
+std::string CheckpointIntervalLine(int64_t bytes, int interval_steps);
+
 // "[checkpoint] step 500 committed: 24.75 GiB in 19.3 s (1.37 GB/s),
 // training stalled 0.81 s": the bytes over all ranks, from the snapshot to
 // the commit, the slowest rank's write speed, and what training waited for.

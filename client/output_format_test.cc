@@ -209,6 +209,13 @@ TEST(OutputFormat, StatusNamesEachSlowRankWithItsWorkerAddressAndWindow) {
       << ToJsonLine(job);
 }
 
+TEST(OutputFormat, CheckpointIntervalLineSaysWhenTrainingWouldWait) {
+  EXPECT_EQ(CheckpointIntervalLine(int64_t{105'444'504'600}, 125),
+            "# checkpoint write: about 105.4 s at 1 GB/s; every 125 steps, training waits for the "
+            "previous write unless a step takes 0.844 s or more\n");
+  EXPECT_EQ(CheckpointIntervalLine(int64_t{105'444'504'600}, 0), "");
+}
+
 // A commit line: bytes over all ranks, commit time, the slowest writing
 // rank's speed (a replica that wrote nothing is not it), the stall, and
 // the warning when training waited for the previous write. Status shows
