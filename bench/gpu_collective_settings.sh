@@ -14,8 +14,9 @@
 #   bench/gpu_collective_settings.sh BUNDLE_DIR OUT_DIR
 # Environment: MODEL (221m), WORLD (4), SETTINGS ("default
 # NCCL_MAX_NCHANNELS=16 NCCL_MAX_NCHANNELS=8 NCCL_MAX_NCHANNELS=4"),
-# TESSERA_STEPS (25). Output: OUT_DIR/settings.md (printed) and one
-# run_scaling_benchmarks.sh output folder per setting.
+# TESSERA_STEPS (25). A setting may be listed twice, to see the noise.
+# Output: OUT_DIR/settings.md (printed) and one run_scaling_benchmarks.sh
+# output folder per setting, numbered in the order they ran.
 set -uo pipefail
 if [[ $# -ne 2 ]]; then
   echo "usage: $0 BUNDLE_DIR OUT_DIR" >&2
@@ -32,8 +33,10 @@ common=(MODELS="$model" VARIANTS=fp8 FSDP2=0 TESSERA_STEPS="${TESSERA_STEPS:-25}
 
 env "${common[@]}" WORLDS=1 "$here/run_scaling_benchmarks.sh" "$bundle" "$out/one-gpu" \
   >"$out/one-gpu.txt" 2>&1 || echo "the 1-GPU run failed: $out/one-gpu.txt"
+i=0
 for setting in "${settings[@]}"; do
-  name="${setting//[=,]/-}"
+  i=$((i + 1))
+  name="$i-${setting//[=,]/-}"  # numbered: a setting may run twice (noise)
   extra=()
   [[ "$setting" != default ]] && IFS=, read -r -a extra <<<"$setting"
   echo "== $setting ($(date -u +%H:%M:%S))"
@@ -60,8 +63,8 @@ def line(name, r):
           f"{ph.get('collective', '-')} | {ph.get('forward', '-')} | {ph.get('backward', '-')} |")
 if one:
     line("1 GPU", one[0])
-for s in settings:
-    r = [x for x in rows(s.replace("=", "-").replace(",", "-")) if x["world"] == world]
+for i, s in enumerate(settings, 1):
+    r = [x for x in rows(f"{i}-" + s.replace("=", "-").replace(",", "-")) if x["world"] == world]
     if r:
         line(s, r[0])
     else:
