@@ -30,7 +30,7 @@ std::string FormatRate(double per_second);
 
 // The bf16 shadow loss of a step that carries one (StepMetrics.shadow):
 // "shadow: fp8 3.2101 bf16 3.2034 gap +0.0067 after step 100 (held-out
-// batch, 4.10k tokens, 12.3 ms)\n", then "WARNING: ...\n" when the
+// batch, 4.1k tokens, 12.3 ms)\n", then "WARNING: ...\n" when the
 // coordinator flagged the gap. Empty for other steps.
 std::string ShadowLines(const v1::StepMetrics& metrics);
 
