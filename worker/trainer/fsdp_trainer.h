@@ -21,7 +21,9 @@
 // randomly or from a Hugging Face directory (model.init_from, hf_import.h);
 // RunStep (train_step.cc, one file that reads top to bottom) allocates
 // nothing; checkpoints (a snapshot to host memory, written in the
-// background) and Restore are in fsdp_checkpoint.cc.
+// background) and Restore are in fsdp_checkpoint.cc; the forward passes
+// outside the step in evaluate.cc, and the bf16 shadow loss
+// (fp8.shadow_interval_steps) in shadow_loss.cc.
 #ifndef TESSERA_WORKER_TRAINER_FSDP_TRAINER_H_
 #define TESSERA_WORKER_TRAINER_FSDP_TRAINER_H_
 
