@@ -8,7 +8,8 @@
 //   same job without the shadow.
 // - With a generous fp8.shadow_gap_warn no step warns; with a tiny one each
 //   shadow step's record carries the warning, and `tessera watch` prints
-//   the shadow line and the WARNING under the step.
+//   the shadow line and the WARNING under the step; rank 0's log carries
+//   the shadow line (INFO) or the warning (WARNING).
 // - A job asking for the shadow with fp8.disabled is refused at submit,
 //   naming fp8.shadow_interval_steps.
 #include <fstream>
@@ -101,8 +102,9 @@ class ShadowLossTest : public ::testing::Test {
 TEST_F(ShadowLossTest, StepsCarryTheGapTrainingIsUnchangedAndATinyThresholdWarns) {
   const std::map<int, v1::StepMetrics> plain = Run(Job("plain", 0, 0.f), "plain");
   ASSERT_EQ(plain.size(), static_cast<size_t>(kSteps));
+  std::string quiet_id;
   const std::map<int, v1::StepMetrics> quiet =
-      Run(Job("quiet", kInterval, /*gap_warn=*/50.f), "quiet");
+      Run(Job("quiet", kInterval, /*gap_warn=*/50.f), "quiet", &quiet_id);
   ASSERT_EQ(quiet.size(), static_cast<size_t>(kSteps));
   for (const auto& [step, m] : quiet) {
     SCOPED_TRACE(absl::StrCat("step ", step));
@@ -143,6 +145,15 @@ TEST_F(ShadowLossTest, StepsCarryTheGapTrainingIsUnchangedAndATinyThresholdWarns
   }
   EXPECT_TRUE(absl::StrContains(watched.output, "shadow: fp8 ")) << watched.output;
   EXPECT_TRUE(absl::StrContains(watched.output, "WARNING: FP8 loss")) << watched.output;
+  // Rank 0's log says it too, as a warning; the quiet job's as information.
+  const testing::CommandResult logs = Cli({"logs", id});
+  EXPECT_EQ(logs.exit_code, 0) << logs.output;
+  EXPECT_TRUE(absl::StrContains(logs.output, "WARNING job=" + id + " rank=0 step=3 FP8 loss"))
+      << logs.output;
+  const testing::CommandResult quiet_logs = Cli({"logs", quiet_id});
+  EXPECT_TRUE(absl::StrContains(quiet_logs.output,
+                                "INFO job=" + quiet_id + " rank=0 step=3 shadow loss: fp8 "))
+      << quiet_logs.output;
 
   // No FP8, nothing to shadow: refused at submit, naming the field.
   v1::JobSpec bf16 = Job("bf16", kInterval, 0.f);
