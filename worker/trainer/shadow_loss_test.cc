@@ -5,7 +5,8 @@
 //    saved state (masters, Adam moments, FP8 codes, scales and amax
 //    histories), under delayed and current FP8 scaling, with recomputation
 //    and with document masking; and so do two sharded ranks, with and
-//    without resharding after forward, whose shadow losses agree;
+//    without resharding after forward, and four ranks in two hybrid shard
+//    groups, whose shadow losses agree;
 //  - a shadow step allocates nothing, and Setup allocates the memory
 //    estimate (common/memory_estimate.h) with the shadow on;
 //  - the shadow's bf16 loss is, bit for bit, the validation loss a bf16 job
@@ -232,14 +233,14 @@ TEST(ShadowLoss, LossesAreTheFp8AndTheBf16ModelsEvaluationOfTheBatch) {
   }
 }
 
-// ---- Two sharded ranks, in forked processes over Gloo ----------------------
+// ---- Sharded ranks, in forked processes over Gloo --------------------------
 
 // Writes each step's loss and gradient norm, the shadow losses where they
 // ran, and every block linear's gathered compute weight after the last step.
-int TrainRank(const v1::JobSpec& spec, int rank, const std::string& rdzv, const std::string& out,
-              const std::string& shadow_out) {
+int TrainRank(const v1::JobSpec& spec, int rank, int world, const std::string& rdzv,
+              const std::string& out, const std::string& shadow_out) {
   FsdpTrainer trainer(CreateCpuOps(), CreateGlooCommunicator);
-  if (!trainer.Setup(spec, rank, 2).ok()) return 2;
+  if (!trainer.Setup(spec, rank, world).ok()) return 2;
   FileRendezvousStore store(rdzv);
   if (!trainer.InitCollective(&store, "127.0.0.1", absl::Seconds(30)).ok()) return 3;
   const int64_t allocations = trainer.allocation_count();
@@ -266,23 +267,26 @@ int TrainRank(const v1::JobSpec& spec, int rank, const std::string& rdzv, const 
   return 0;
 }
 
-struct TwoRanks {
-  std::string training[2], shadows[2];
+// Per rank, what TrainRank wrote.
+struct Ranks {
+  std::vector<std::string> training, shadows;
 };
 
-TwoRanks TrainTwoRanks(const v1::JobSpec& spec) {
+Ranks TrainRanks(const v1::JobSpec& spec, int world) {
   const std::string dir = TestDir("ranks");
   std::vector<pid_t> pids;
-  for (int r = 0; r < 2; ++r) {
+  for (int r = 0; r < world; ++r) {
     const pid_t pid = fork();
     if (pid == 0) {
-      _exit(TrainRank(spec, r, dir, absl::StrCat(dir, "/out-", r),
+      _exit(TrainRank(spec, r, world, dir, absl::StrCat(dir, "/out-", r),
                       absl::StrCat(dir, "/shadow-", r)));
     }
     pids.push_back(pid);
   }
-  TwoRanks out;
-  for (int r = 0; r < 2; ++r) {
+  Ranks out;
+  out.training.resize(world);
+  out.shadows.resize(world);
+  for (int r = 0; r < world; ++r) {
     int status = 0;
     waitpid(pids[r], &status, 0);
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
@@ -300,8 +304,8 @@ TEST(ShadowLoss, ShardedRanksTrainTheSameBitsAndAgreeOnTheShadow) {
       v1::JobSpec spec = BaseSpec(recipe);
       spec.mutable_data()->set_micro_batch_size(1);
       spec.set_reshard_after_forward(reshard);
-      const TwoRanks without = TrainTwoRanks(spec);
-      const TwoRanks with = TrainTwoRanks(WithShadow(spec, kInterval));
+      const Ranks without = TrainRanks(spec, 2);
+      const Ranks with = TrainRanks(WithShadow(spec, kInterval), 2);
       for (int r = 0; r < 2; ++r) {
         ASSERT_FALSE(without.training[r].empty());
         EXPECT_EQ(with.training[r], without.training[r]) << "rank " << r;
@@ -313,6 +317,23 @@ TEST(ShadowLoss, ShardedRanksTrainTheSameBitsAndAgreeOnTheShadow) {
       const float* losses = reinterpret_cast<const float*>(with.shadows[0].data());
       for (int i = 0; i < 3; ++i) EXPECT_NE(losses[2 * i], losses[2 * i + 1]) << i;
     }
+  }
+}
+
+// Hybrid sharding: two shard groups of two ranks, each group holding the
+// whole model; the held-out batch is split over all four ranks and the
+// sums are all-reduced within and then across the groups.
+TEST(ShadowLoss, HybridShardedRanksTrainTheSameBitsAndAgreeOnTheShadow) {
+  v1::JobSpec spec = BaseSpec(Recipe::kDelayedFp8);
+  spec.mutable_data()->set_micro_batch_size(1);
+  spec.mutable_parallelism()->set_shard_group_size(2);
+  const Ranks without = TrainRanks(spec, 4);
+  const Ranks with = TrainRanks(WithShadow(spec, kInterval), 4);
+  ASSERT_EQ(with.shadows[0].size(), 3 * 2 * sizeof(float));
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_FALSE(without.training[r].empty());
+    EXPECT_EQ(with.training[r], without.training[r]) << "rank " << r;
+    EXPECT_EQ(with.shadows[r], with.shadows[0]) << "rank " << r;
   }
 }
 
