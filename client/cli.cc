@@ -97,6 +97,12 @@ int Watch(CoordinatorClient& client, const std::string& job_id, int from_step, b
       } else if (done == 1 || done % every == 0 || done == job->spec().steps()) {
         out << progress.Line() << "\n" << std::flush;  // at most ~50 lines
       }
+      // Every shadow step gets its lines, under the progress line.
+      if (const std::string shadow = ShadowLines(e.step()); !shadow.empty()) {
+        if (progress_shown) out << "\n";
+        progress_shown = false;
+        out << shadow << std::flush;
+      }
     } else if (e.has_state_change()) {
       if (progress_shown) out << "\n";
       progress_shown = false;

@@ -106,6 +106,17 @@ std::string ShortSourceName(const std::string& path) {
 
 }  // namespace
 
+std::string ShadowLines(const v1::StepMetrics& m) {
+  if (!m.has_shadow()) return std::string();
+  const v1::ShadowLoss& s = m.shadow();
+  std::string out = absl::StrFormat(
+      "shadow: fp8 %.4f bf16 %.4f gap %+.4f after step %d (held-out batch, %s tokens, %.1f ms)\n",
+      s.fp8_loss(), s.bf16_loss(), s.gap(), m.step() + 1,
+      FormatRate(static_cast<double>(s.tokens())), s.time_s() * 1e3);
+  if (!s.warning().empty()) absl::StrAppend(&out, "WARNING: ", s.warning(), "\n");
+  return out;
+}
+
 std::string FormatJobsTable(const std::vector<v1::Job>& jobs) {
   std::string out = absl::StrFormat("%-10s %-20s %-12s %-10s %11s %10s  %s\n", "ID", "NAME",
                                     "OWNER", "STATE", "STEPS", "LOSS", "REASON");
@@ -160,6 +171,7 @@ std::string FormatJob(const v1::Job& j) {
     if (m.has_validation()) {
       absl::StrAppend(&out, ValidationLine("validation", m), SourceValidationLines(m));
     }
+    absl::StrAppend(&out, ShadowLines(m));
     if (m.has_phases()) {
       const v1::StepPhases& p = m.phases();
       const std::string recompute =

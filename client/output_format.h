@@ -35,6 +35,12 @@ std::string FormatDuration(double seconds);
 // "12.3k", "4.56M".
 std::string FormatRate(double per_second);
 
+// The bf16 shadow loss of a step that carries one (StepMetrics.shadow):
+// "shadow: fp8 3.2101 bf16 3.2034 gap +0.0067 after step 100 (held-out
+// batch, 4.1k tokens, 12.3 ms)\n", then "WARNING: ...\n" when the
+// coordinator flagged the gap. Empty for other steps.
+std::string ShadowLines(const v1::StepMetrics& metrics);
+
 // Tracks recent steps to estimate the ETA, and renders progress lines.
 class ProgressTracker {
  public:

@@ -95,6 +95,29 @@ TEST(OutputFormat, ValidationLossInStatusWatchSummaryAndJson) {
       << watched.Line(10);
 }
 
+TEST(OutputFormat, ShadowLinesOnShadowStepsWithTheWarningWhenFlagged) {
+  v1::StepMetrics m;
+  m.set_step(99);
+  EXPECT_EQ(ShadowLines(m), "");
+  v1::ShadowLoss* shadow = m.mutable_shadow();
+  shadow->set_fp8_loss(3.2101f);
+  shadow->set_bf16_loss(3.2034f);
+  shadow->set_gap(3.2101f - 3.2034f);
+  shadow->set_tokens(4096);
+  shadow->set_time_s(0.0123);
+  EXPECT_EQ(ShadowLines(m),
+            "shadow: fp8 3.2101 bf16 3.2034 gap +0.0067 after step 100 (held-out batch, "
+            "4.1k tokens, 12.3 ms)\n");
+  shadow->set_warning("FP8 loss 3.2101 is +0.0067 from its bf16 shadow");
+  EXPECT_EQ(ShadowLines(m),
+            "shadow: fp8 3.2101 bf16 3.2034 gap +0.0067 after step 100 (held-out batch, "
+            "4.1k tokens, 12.3 ms)\nWARNING: FP8 loss 3.2101 is +0.0067 from its bf16 shadow\n");
+  v1::Job job;
+  job.set_steps_done(100);
+  *job.mutable_last_metrics() = m;
+  EXPECT_NE(FormatJob(job).find("shadow: fp8 3.2101"), std::string::npos) << FormatJob(job);
+}
+
 TEST(OutputFormat, TablesSummaryAndJson) {
   v1::Job job;
   job.set_id("job-4");

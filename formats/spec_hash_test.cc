@@ -56,6 +56,9 @@ TEST(SpecHash, CoversStateShapingFieldsOnly) {
   // The recipe is recorded beside the hash and may change on resume.
   EXPECT_FALSE(changed([](v1::JobSpec& s) { s.mutable_fp8()->set_disabled(true); }));
   EXPECT_FALSE(changed([](v1::JobSpec& s) { s.mutable_fp8()->mutable_current(); }));
+  // The shadow loss reads the state and writes none of it.
+  EXPECT_FALSE(changed([](v1::JobSpec& s) { s.mutable_fp8()->set_shadow_interval_steps(100); }));
+  EXPECT_FALSE(changed([](v1::JobSpec& s) { s.mutable_fp8()->set_shadow_gap_warn(0.5f); }));
   // Recomputation changes what a step keeps in memory, never a saved bit.
   EXPECT_FALSE(changed([](v1::JobSpec& s) {
     s.mutable_memory()->set_recompute(v1::MemoryConfig::BLOCKS);
@@ -73,6 +76,10 @@ TEST(SpecHash, LegacyHashCoversTheFp8Recipe) {
   v1::JobSpec named = base;
   named.set_name("other");
   EXPECT_EQ(LegacyCheckpointSpecHash(base), LegacyCheckpointSpecHash(named));
+  v1::JobSpec shadowed = base;
+  shadowed.mutable_fp8()->set_shadow_interval_steps(100);
+  shadowed.mutable_fp8()->set_shadow_gap_warn(0.5f);
+  EXPECT_EQ(LegacyCheckpointSpecHash(base), LegacyCheckpointSpecHash(shadowed));
 }
 
 // A checkpoint written with GEMM tuning on resumes with it off and the

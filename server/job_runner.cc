@@ -13,6 +13,7 @@
 #include "common/status_macros.h"
 #include "common/checkpoint_size.h"
 #include "common/memory_estimate.h"
+#include "common/shadow_gap.h"
 #include "server/checkpoint_commit.h"
 #include "server/checkpoint_space.h"
 #include "server/spec_validation.h"
@@ -163,6 +164,15 @@ void JobRunner::OnStepResult(const v1::StepResult& result) {
     if (result.has_validation() && (!m.has_validation() || result.rank() == 0)) {
       *m.mutable_validation() = result.validation();
     }
+    // The shadow losses are global too; its time is the slowest rank's, and
+    // the warning is the coordinator's, from the job's threshold.
+    if (result.has_shadow()) {
+      const double slowest = std::max(m.shadow().time_s(), result.shadow().time_s());
+      if (!m.has_shadow() || result.rank() == 0) *m.mutable_shadow() = result.shadow();
+      m.mutable_shadow()->set_time_s(slowest);
+      m.mutable_shadow()->set_warning(
+          ShadowGapWarning(spec_.fp8(), m.shadow().fp8_loss(), m.shadow().bf16_loss()));
+    }
     // Memory: the fullest rank's.
     if (p.ranks == 0 || result.peak_memory_bytes() > m.peak_memory_bytes()) {
       m.set_peak_memory_bytes(result.peak_memory_bytes());
@@ -185,7 +195,9 @@ void JobRunner::OnStepResult(const v1::StepResult& result) {
       checkpoint_s = checkpoint_phases_.wait_s + checkpoint_phases_.snapshot_s;
       checkpoint_phases_ = {};
     }
-    m.set_control_overhead_s(std::max(0.0, interval - m.step_time_s() - checkpoint_s));
+    // The shadow loss's forwards are the workers' time, not the coordinator's.
+    m.set_control_overhead_s(
+        std::max(0.0, interval - m.step_time_s() - checkpoint_s - m.shadow().time_s()));
     if (m.step_time_s() > 0) m.set_tokens_per_s(static_cast<double>(m.tokens()) / m.step_time_s());
     m.set_attempt(attempt_.number);
     done = m;
