@@ -46,3 +46,29 @@ absl::StatusOr<int64_t> BuildSentencePieceTokenFileFromText(
 }
 
 }  // namespace tessera
+
+namespace tessera {
+
+absl::StatusOr<std::unique_ptr<SentencePieceLineEncoder>> SentencePieceLineEncoder::Load(
+    const std::string& model_path) {
+  absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> tokenizer =
+      SentencePieceTokenizer::Load(model_path);
+  if (!tokenizer.ok()) return tokenizer.status();
+  return std::unique_ptr<SentencePieceLineEncoder>(
+      new SentencePieceLineEncoder(*std::move(tokenizer)));
+}
+
+absl::Status SentencePieceLineEncoder::EncodeLine(absl::string_view line,
+                                                  std::vector<uint32_t>* ids) const {
+  absl::StatusOr<std::vector<uint32_t>> encoded = tokenizer_->Encode(line);
+  if (!encoded.ok()) return absl::InvalidArgumentError(encoded.status().message());
+  absl::StatusOr<std::string> back = tokenizer_->Decode(*encoded);
+  if (!back.ok() || *back != line) {
+    return absl::InvalidArgumentError(
+        "this line does not survive encoding and decoding unchanged (is the file valid UTF-8?)");
+  }
+  ids->insert(ids->end(), encoded->begin(), encoded->end());
+  return absl::OkStatus();
+}
+
+}  // namespace tessera

@@ -6,10 +6,13 @@
 #define TESSERA_CLIENT_SENTENCEPIECE_TEXT_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "client/corpus_tokenizer.h"
+#include "client/sentencepiece_tokenizer.h"
 
 namespace tessera {
 
@@ -19,6 +22,25 @@ namespace tessera {
 // names the file and line of text that would not decode back to the same
 // bytes (text that is not valid UTF-8), so a token file never silently
 // differs from its text.
+// Encodes lines with a loaded model for TokenizeCorpus, from any number of
+// threads (the library's encoder is safe to share once loaded). A line must
+// decode back to the same bytes, else INVALID_ARGUMENT: text that is not
+// valid UTF-8 (or that holds the library's own whitespace mark, U+2581)
+// would otherwise change silently.
+class SentencePieceLineEncoder : public LineEncoder {
+ public:
+  // NOT_FOUND if the model cannot be read; INVALID_ARGUMENT if it is not one.
+  static absl::StatusOr<std::unique_ptr<SentencePieceLineEncoder>> Load(
+      const std::string& model_path);
+  const TokenizerInfo& info() const override { return tokenizer_->info(); }
+  absl::Status EncodeLine(absl::string_view line, std::vector<uint32_t>* ids) const override;
+
+ private:
+  explicit SentencePieceLineEncoder(std::unique_ptr<SentencePieceTokenizer> tokenizer)
+      : tokenizer_(std::move(tokenizer)) {}
+  std::unique_ptr<SentencePieceTokenizer> tokenizer_;
+};
+
 absl::StatusOr<int64_t> BuildSentencePieceTokenFileFromText(
     const std::vector<std::string>& text_paths, const std::string& model_path,
     const std::string& out_path);
