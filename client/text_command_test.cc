@@ -320,6 +320,59 @@ TEST_F(TextCommandTest, TextTheModelCannotKeepIsRefusedNamingFileAndLine) {
   EXPECT_NE(s.message().find(dir + "/bad.txt:3:"), std::string::npos) << s;
 }
 
+// The encoder decodes again only lines that could change; this holds the
+// model to keeping every other line: random valid UTF-8 from every plane,
+// with spaces, tabs, carriage returns and control characters.
+TEST_F(TextCommandTest, ValidUtf8SurvivesEncodingWithoutTheCheck) {
+  std::mt19937 rng(std::random_device{}());
+  auto tokenizer = SentencePieceTokenizer::Load(*model_path_);
+  ASSERT_TRUE(tokenizer.ok());
+  auto append = [](uint32_t code, std::string* out) {
+    if (code < 0x80) {
+      out->push_back(static_cast<char>(code));
+    } else if (code < 0x800) {
+      out->push_back(static_cast<char>(0xc0 | code >> 6));
+      out->push_back(static_cast<char>(0x80 | (code & 0x3f)));
+    } else if (code < 0x10000) {
+      out->push_back(static_cast<char>(0xe0 | code >> 12));
+      out->push_back(static_cast<char>(0x80 | (code >> 6 & 0x3f)));
+      out->push_back(static_cast<char>(0x80 | (code & 0x3f)));
+    } else {
+      out->push_back(static_cast<char>(0xf0 | code >> 18));
+      out->push_back(static_cast<char>(0x80 | (code >> 12 & 0x3f)));
+      out->push_back(static_cast<char>(0x80 | (code >> 6 & 0x3f)));
+      out->push_back(static_cast<char>(0x80 | (code & 0x3f)));
+    }
+  };
+  const uint32_t limits[] = {0x80, 0x800, 0x10000, 0x110000};
+  for (int line = 0; line < 2000; ++line) {
+    std::string text;
+    const int length = rng() % 40;
+    for (int i = 0; i < length; ++i) {
+      uint32_t code = 1 + rng() % (limits[rng() % 4] - 1);
+      if ((code >= 0xd800 && code <= 0xdfff) || code == 0x2581) code = ' ';
+      if (rng() % 4 == 0) code = " \t\r\x01" "e"[rng() % 5];
+      append(code, &text);
+    }
+    text += "\n";
+    ASSERT_FALSE(SentencePieceLineEncoder::MayChangeInEncoding(text)) << text;
+    auto ids = (*tokenizer)->Encode(text);
+    ASSERT_TRUE(ids.ok());
+    auto back = (*tokenizer)->Decode(*ids);
+    ASSERT_TRUE(back.ok());
+    ASSERT_TRUE(*back == text) << text;
+  }
+  for (const char* suspect : {"caf\xe9\n", "a\xe2\x96\x81" "b\n", "\xc0\xaf\n", "\xed\xa0\x80\n",
+                              "\xf4\x90\x80\x80\n", "\xe2\x82\n", "\x80\n"}) {
+    EXPECT_TRUE(SentencePieceLineEncoder::MayChangeInEncoding(suspect)) << suspect;
+  }
+  EXPECT_TRUE(SentencePieceLineEncoder::MayChangeInEncoding(std::string("a\0b\n", 4)));
+  // And what could change is refused, not written.
+  const std::unique_ptr<SentencePieceLineEncoder> encoder = LoadModel();
+  std::vector<uint32_t> ids;
+  EXPECT_FALSE(encoder->EncodeLine("a \xe2\x96\x81 b\n", &ids).ok());
+}
+
 TEST(TextCommandOptions, ParsesOutputKindsAndRefusesBadValues) {
   auto parse = [](std::vector<std::string> argv) {
     argv.insert(argv.begin(), {"data", "text"});
