@@ -102,6 +102,6 @@ echo "| encoder | threads | MB/s | MB/s per core |"
 echo "| --- | ---: | ---: | ---: |"
 echo "| tessera data text | 1 | $one | $one |"
 if [ "$cores" -gt 1 ]; then
-  echo "| tessera data text | $cores | $all | $(echo "scale=2; $all / $cores" | bc) |"
+  echo "| tessera data text | $cores | $all | $(awk -v a="$all" -v c="$cores" 'BEGIN { printf "%.2f", a / c }') |"
 fi
 if [ -n "$py" ]; then echo "| python3-sentencepiece encode | 1 | $py | $py |"; fi
