@@ -50,3 +50,68 @@ absl::StatusOr<int64_t> BuildSentencePieceTokenFileFromText(
 }
 
 }  // namespace tessera
+
+namespace tessera {
+
+absl::StatusOr<std::unique_ptr<SentencePieceLineEncoder>> SentencePieceLineEncoder::Load(
+    const std::string& model_path) {
+  absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> tokenizer =
+      SentencePieceTokenizer::Load(model_path);
+  if (!tokenizer.ok()) return tokenizer.status();
+  return std::unique_ptr<SentencePieceLineEncoder>(
+      new SentencePieceLineEncoder(*std::move(tokenizer)));
+}
+
+bool SentencePieceLineEncoder::MayChangeInEncoding(absl::string_view line) {
+  const auto* p = reinterpret_cast<const unsigned char*>(line.data());
+  const auto* end = p + line.size();
+  while (p < end) {
+    if (*p < 0x80) {  // ASCII: only NUL is suspect
+      if (*p == 0) return true;
+      ++p;
+      continue;
+    }
+    int length = 0;
+    uint32_t code = 0;
+    if ((*p & 0xe0) == 0xc0) {
+      length = 2, code = *p & 0x1f;
+    } else if ((*p & 0xf0) == 0xe0) {
+      length = 3, code = *p & 0x0f;
+    } else if ((*p & 0xf8) == 0xf0) {
+      length = 4, code = *p & 0x07;
+    } else {
+      return true;  // a continuation byte, or 0xf8 and above
+    }
+    if (end - p < length) return true;
+    for (int i = 1; i < length; ++i) {
+      if ((p[i] & 0xc0) != 0x80) return true;
+      code = (code << 6) | (p[i] & 0x3f);
+    }
+    static constexpr uint32_t kSmallest[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (code < kSmallest[length] || code > 0x10ffff || (code >= 0xd800 && code <= 0xdfff)) {
+      return true;  // overlong, beyond Unicode, or a surrogate
+    }
+    if (code == 0x2581) return true;  // the library's own whitespace mark
+    p += length;
+  }
+  return false;
+}
+
+absl::Status SentencePieceLineEncoder::EncodeLine(absl::string_view line,
+                                                  std::vector<uint32_t>* ids) const {
+  absl::StatusOr<std::vector<uint32_t>> encoded = tokenizer_->Encode(line);
+  if (!encoded.ok()) return absl::InvalidArgumentError(encoded.status().message());
+  if (!MayChangeInEncoding(line)) {
+    ids->insert(ids->end(), encoded->begin(), encoded->end());
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::string> back = tokenizer_->Decode(*encoded);
+  if (!back.ok() || *back != line) {
+    return absl::InvalidArgumentError(
+        "this line does not survive encoding and decoding unchanged (is the file valid UTF-8?)");
+  }
+  ids->insert(ids->end(), encoded->begin(), encoded->end());
+  return absl::OkStatus();
+}
+
+}  // namespace tessera
