@@ -4,11 +4,13 @@
 // cannot reproduce (invalid UTF-8) stops the run instead of being altered.
 #include "client/sentencepiece_text.h"
 
+#include <atomic>
 #include <fstream>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "client/sentencepiece_tokenizer.h"
+#include "client/space_segments.h"
 #include "formats/token_file.h"
 
 namespace tessera {
@@ -62,6 +64,36 @@ absl::StatusOr<std::unique_ptr<SentencePieceLineEncoder>> SentencePieceLineEncod
       new SentencePieceLineEncoder(*std::move(tokenizer)));
 }
 
+SentencePieceLineEncoder::SentencePieceLineEncoder(
+    std::unique_ptr<SentencePieceTokenizer> tokenizer)
+    : tokenizer_(std::move(tokenizer)) {
+  static std::atomic<uint64_t> encoders{0};
+  cache_owner_ = ++encoders;
+  by_segment_ = PiecesStayWithinSpaceSegments(tokenizer_->Pieces());
+}
+
+absl::Status SentencePieceLineEncoder::EncodeWhole(absl::string_view text,
+                                                   std::vector<uint32_t>* ids) const {
+  absl::StatusOr<std::vector<uint32_t>> encoded = tokenizer_->Encode(text);
+  if (!encoded.ok()) return absl::InvalidArgumentError(encoded.status().message());
+  ids->insert(ids->end(), encoded->begin(), encoded->end());
+  return absl::OkStatus();
+}
+
+absl::Status SentencePieceLineEncoder::EncodeBySegment(absl::string_view line,
+                                                       std::vector<uint32_t>* ids) const {
+  thread_local SegmentIdCache cache;
+  if (cache.owner() != cache_owner_) cache.Reset(cache_owner_);
+  absl::Status status;
+  ForEachSpaceSegment(line, [&](absl::string_view segment) {
+    if (!status.ok() || cache.Append(segment, ids)) return;
+    const size_t first = ids->size();
+    status = EncodeWhole(segment, ids);
+    if (status.ok()) cache.Keep(segment, *ids, first);
+  });
+  return status;
+}
+
 bool SentencePieceLineEncoder::MayChangeInEncoding(absl::string_view line) {
   const auto* p = reinterpret_cast<const unsigned char*>(line.data());
   const auto* end = p + line.size();
@@ -99,18 +131,17 @@ bool SentencePieceLineEncoder::MayChangeInEncoding(absl::string_view line) {
 
 absl::Status SentencePieceLineEncoder::EncodeLine(absl::string_view line,
                                                   std::vector<uint32_t>* ids) const {
-  absl::StatusOr<std::vector<uint32_t>> encoded = tokenizer_->Encode(line);
-  if (!encoded.ok()) return absl::InvalidArgumentError(encoded.status().message());
-  if (!MayChangeInEncoding(line)) {
-    ids->insert(ids->end(), encoded->begin(), encoded->end());
-    return absl::OkStatus();
-  }
-  absl::StatusOr<std::string> back = tokenizer_->Decode(*encoded);
+  const size_t first = ids->size();
+  absl::Status encoded = by_segment_ ? EncodeBySegment(line, ids) : EncodeWhole(line, ids);
+  if (!encoded.ok()) return encoded;
+  if (!MayChangeInEncoding(line)) return absl::OkStatus();
+  absl::StatusOr<std::string> back =
+      tokenizer_->Decode(absl::MakeConstSpan(ids->data() + first, ids->size() - first));
   if (!back.ok() || *back != line) {
+    ids->resize(first);
     return absl::InvalidArgumentError(
         "this line does not survive encoding and decoding unchanged (is the file valid UTF-8?)");
   }
-  ids->insert(ids->end(), encoded->begin(), encoded->end());
   return absl::OkStatus();
 }
 

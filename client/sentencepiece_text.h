@@ -37,11 +37,20 @@ class SentencePieceLineEncoder : public LineEncoder {
   // Whether a line holds anything that may not survive encoding: invalid
   // UTF-8 (overlong forms and surrogates included), NUL or U+2581.
   static bool MayChangeInEncoding(absl::string_view line);
+  // Whether lines are encoded one space segment at a time through a
+  // per-thread cache (client/space_segments.h): true for every model whose
+  // pieces allow it, which includes all that `data tokenizer train` makes.
+  bool encodes_by_segment() const { return by_segment_; }
 
  private:
-  explicit SentencePieceLineEncoder(std::unique_ptr<SentencePieceTokenizer> tokenizer)
-      : tokenizer_(std::move(tokenizer)) {}
+  explicit SentencePieceLineEncoder(std::unique_ptr<SentencePieceTokenizer> tokenizer);
+  // The ids of `text` appended to *ids, straight from the library.
+  absl::Status EncodeWhole(absl::string_view text, std::vector<uint32_t>* ids) const;
+  absl::Status EncodeBySegment(absl::string_view line, std::vector<uint32_t>* ids) const;
+
   std::unique_ptr<SentencePieceTokenizer> tokenizer_;
+  bool by_segment_ = false;
+  uint64_t cache_owner_ = 0;  // tells this encoder's cached segments from another's
 };
 
 // Encodes the text files with the model at model_path, line by line (each
