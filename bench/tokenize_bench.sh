@@ -33,14 +33,14 @@
 #     and every thread count must write the same files.
 # Prints a markdown table; the logs are in WORK_DIR/logs.
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
+bench_dir=$(cd "$(dirname "$0")" && pwd)  # (a bundle's env.sh sets $here)
 work=${1:-/tmp/tessera-tokenize-bench}
 if [ -n "${BUNDLE:-}" ]; then
   # shellcheck disable=SC1091
   source "$BUNDLE/env.sh"
   tessera=${TESSERA:-$BUNDLE/bin/tessera}
 else
-  cd "$here/.."
+  cd "$bench_dir/.."
   tessera=${TESSERA:-bazel-bin/client/tessera}
   if [ ! -x "$tessera" ]; then bazel build //client:tessera //client:tessera-sentencepiece; fi
 fi
@@ -52,7 +52,7 @@ cores=$(nproc)
 threads_list=${THREADS_LIST:-"1 $cores"}
 mkdir -p "$work/logs"
 logs=$work/logs
-helper_py=$here/tokenize_bench.py
+helper_py=$bench_dir/tokenize_bench.py
 
 # (a) corpus
 if [ ! -f "$work/corpus.done" ]; then
@@ -68,8 +68,10 @@ corpus_bytes=$(find -L "$work/corpus" -type f -name 'part-*.txt' -printf '%s\n' 
 model=$work/bpe-$vocab.model
 if [ ! -f "$model" ]; then
   head -c 16000000 "$work/corpus/base/part-000.txt" > "$work/train.txt"
-  /usr/bin/time -f 'training took %e s' "$tessera" data tokenizer train --vocab_size "$vocab" \
-    --out "$model" "$work/train.txt" 2>&1 | tee "$logs/train.log"
+  TIMEFORMAT='training took %R s'
+  { time "$tessera" data tokenizer train --vocab_size "$vocab" --out "$model" \
+      "$work/train.txt"; } > "$logs/train.log" 2>&1
+  cat "$logs/train.log"
 fi
 
 # (c) tessera on each thread count; the directory is rewritten each time.
