@@ -232,11 +232,12 @@ absl::Status TokenOutputWriter::Add(const EncodedChunk& chunk) {
     const int64_t line_tokens = token_end - line_start_tokens;
     const DocumentLineState before = documents_.state();
     const bool begins = documents_.LineBeginsDocument(chunk.line_blank[line], line_tokens);
-    // A full shard closes where a document begins, or inside a document
-    // that alone has filled it (token_output.h).
     // Where this line starts, in its own input even when the reader could
     // not yet tell that the input before had ended.
     position_ = {chunk.input, chunk.start_offset + line_start_bytes};
+    // A full shard closes where a document begins, or inside a document
+    // that alone has filled it (token_output.h). The next shard resumes
+    // from this line with the document state from before it.
     if (options_.directory && static_cast<int64_t>(current_.size()) >= limit) {
       const int64_t open_document =
           static_cast<int64_t>(current_.size()) -
