@@ -105,8 +105,10 @@ int RunDataCommand(const ParsedArgs& args, std::ostream& out, std::ostream& err)
     for (const char* text_only :
          {"tokenizer", "threads", "documents", "shard-tokens", "resume", "restart"}) {
       if (args.Has(text_only)) {
-        err << "tessera data synthetic: --" << text_only
-            << " is a flag of data text; synthetic documents come from --mean-document-tokens\n";
+        err << "tessera data synthetic: --" << text_only << " is a flag of data text"
+            << (std::string(text_only) == "documents"
+                    ? "; synthetic documents come from --mean-document-tokens\n"
+                    : "\n");
         return kExitUsage;
       }
     }
