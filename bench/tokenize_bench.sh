@@ -62,7 +62,8 @@ if [ ! -f "$work/corpus.done" ]; then
   touch "$work/corpus.done"
 fi
 find "$work/corpus" \( -type f -o -type l \) -name 'part-*.txt' | sort > "$work/files.list"
-corpus_bytes=$(find -L "$work/corpus" -type f -name 'part-*.txt' -printf '%s\n' | paste -sd+ | bc)
+corpus_bytes=$(find -L "$work/corpus" -type f -name 'part-*.txt' -printf '%s\n' |
+  awk '{ s += $1 } END { printf "%d", s }')
 
 # (b) model
 model=$work/bpe-$vocab.model
@@ -118,7 +119,7 @@ done
 # The table. MB/s from wall time; MB per CPU-second (user + system) is the
 # per-core figure that stays fair when other work shares the machine.
 rate() { sed -n 's/.* \([0-9.]*\) MB\/s.*/\1/p' "$1" | tail -1; }
-mb=$(echo "scale=1; $corpus_bytes / 1000000" | bc)
+mb=$(awk -v b="$corpus_bytes" 'BEGIN { printf "%.1f", b / 1e6 }')
 py=$(rate "$logs/python.log")
 py_cpu=$(sed -n 's/.* \([0-9.]*\) MB per CPU-second.*/\1/p' "$logs/python.log" | tail -1)
 one=""
