@@ -6,14 +6,16 @@ PlacementExplanation) or the dataclasses of events.py and metrics.py, and
 raising the exceptions of errors.py.
 
 Retries cover connecting only, as the CLI's SubmitJob and DeleteJob do
-(client/client.h): a call waits until the channel is connected (gRPC
-reconnects with backoff meanwhile), then sends its request exactly once, so
-a job is never submitted twice by a retry. A call that fails after it was
-sent raises; the caller decides. watch is the exception by design: a
+(client/client.h): every call is made wait_for_ready, so gRPC holds the
+request until the channel is connected (reconnecting with backoff
+meanwhile, up to connect_timeout_s) and then sends it exactly once; a job
+is never submitted twice by a retry. A call that fails after it was sent
+raises; the caller decides. watch is the exception by design: a
 dropped stream is re-subscribed after the last event delivered
 (WatchJobRequest.after_sequence), which repeats and misses nothing.
 """
 import os
+import threading
 import time
 from typing import Iterable, Iterator, List, Optional, Sequence, Union
 
@@ -64,8 +66,17 @@ class Client:
                    ("grpc.keepalive_timeout_ms", 10000)]
         self._channel = credentials_lib.open_channel(self.address, creds, options)
         self._stub = coordinator_pb2_grpc.CoordinatorStub(self._channel)
+        # The channel's latest connectivity, to tell "never connected" from
+        # "connected, but the call failed". Watching it never asks the
+        # channel to connect; calls do.
+        self._connectivity = grpc.ChannelConnectivity.IDLE
+        self._channel.subscribe(self._track_connectivity, try_to_connect=False)
+
+    def _track_connectivity(self, connectivity: grpc.ChannelConnectivity) -> None:
+        self._connectivity = connectivity
 
     def close(self) -> None:
+        self._channel.unsubscribe(self._track_connectivity)
         self._channel.close()
 
     def __enter__(self) -> "Client":
@@ -87,14 +98,9 @@ class Client:
             return self._call(self._stub.ExplainPlacement,
                               coordinator_pb2.ExplainPlacementRequest(spec=job_spec),
                               about_spec=True)
-        try:
-            return self._call(self._stub.SubmitJob,
-                              coordinator_pb2.SubmitJobRequest(spec=job_spec),
-                              about_spec=True).job
-        except CoordinatorUnavailable as err:
-            raise CoordinatorUnavailable(
-                "%s; the request was sent, so the job may exist: list jobs before submitting "
-                "again" % err.details.split("; retry in")[0], err.retry_after_s) from None
+        return self._call(self._stub.SubmitJob, coordinator_pb2.SubmitJobRequest(spec=job_spec),
+                          about_spec=True,
+                          if_lost="the job may exist: list jobs before submitting again").job
 
     def get(self, job_id: str) -> job_pb2.Job:
         return self._call(self._stub.GetJob, coordinator_pb2.GetJobRequest(job_id=job_id))
@@ -150,16 +156,17 @@ class Client:
              follow: bool = False) -> Iterator[worker_pb2.LogLine]:
         """The job's log lines (of `ranks`; empty: all) in time order; with
         follow, then new lines until the job ends."""
-        self._connect(self._connect_timeout_s)
         call = self._stub.StreamJobLogs(
             coordinator_pb2.StreamJobLogsRequest(job_id=job_id, ranks=list(ranks), follow=follow),
-            timeout=None if follow else 300.0)
+            timeout=None if follow else 300.0, wait_for_ready=True)
+        guard = _ConnectionGuard(self, call, self._connect_timeout_s)
         try:
             for line in call:
                 yield line
         except grpc.RpcError as err:
-            raise from_rpc_error(err, self.address) from None
+            raise guard.explain(err) from None
         finally:
+            guard.disarm()
             call.cancel()
 
     def watch(self, job_id: str, from_step: int = 0,
@@ -211,21 +218,30 @@ class Client:
 
     # Plumbing.
 
-    def _connect(self, timeout_s: float) -> None:
-        """Waits until the channel is connected (the only retried part)."""
-        try:
-            grpc.channel_ready_future(self._channel).result(timeout=timeout_s)
-        except grpc.FutureTimeoutError:
-            raise CoordinatorUnavailable(
-                "cannot reach coordinator at %s (no connection within %g s)"
-                % (self.address, timeout_s), DEFAULT_RETRY_AFTER_S) from None
+    def _unreachable(self, within_s: float) -> CoordinatorUnavailable:
+        return CoordinatorUnavailable(
+            "cannot reach coordinator at %s (no connection within %g s)"
+            % (self.address, within_s), DEFAULT_RETRY_AFTER_S)
 
-    def _call(self, method, request, about_spec: bool = False):
-        self._connect(self._connect_timeout_s)
+    def _call(self, method, request, about_spec: bool = False, if_lost: str = ""):
+        """Sends `request` once, after waiting up to connect_timeout_s for
+        a connection; call_timeout_s bounds the answer. `if_lost` is what
+        a caller should know when the answer was lost after the request
+        went out."""
         try:
-            return method(request, timeout=self._call_timeout_s)
+            return method(request, timeout=self._connect_timeout_s + self._call_timeout_s,
+                          wait_for_ready=True)
         except grpc.RpcError as err:
-            raise from_rpc_error(err, self.address, about_spec) from None
+            if (err.code() in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE)
+                    and self._connectivity != grpc.ChannelConnectivity.READY):
+                raise self._unreachable(self._connect_timeout_s) from None
+            error = from_rpc_error(err, self.address, about_spec)
+            if if_lost and err.code() in (grpc.StatusCode.DEADLINE_EXCEEDED,
+                                          grpc.StatusCode.UNAVAILABLE):
+                error = CoordinatorUnavailable("%s: sent, but no answer came (%s); %s" % (
+                    self.address, err.details() or err.code().name, if_lost),
+                    DEFAULT_RETRY_AFTER_S)
+            raise error from None
 
     def _events(self, job_id: str, from_step: int, after_sequence: int,
                 deadline: Optional[float]) -> Iterator[events_lib.JobEvent]:
@@ -238,12 +254,10 @@ class Client:
             connect_s = self._connect_timeout_s
             if dropped_at is not None:
                 connect_s = max(0.1, dropped_at + self._reconnect_timeout_s - time.monotonic())
-            if remaining is not None:
-                connect_s = min(connect_s, remaining)
-            self._connect(connect_s)
             request = coordinator_pb2.WatchJobRequest(job_id=job_id, from_step=from_step,
                                                       after_sequence=last)
-            call = self._stub.WatchJob(request, timeout=remaining)
+            call = self._stub.WatchJob(request, timeout=remaining, wait_for_ready=True)
+            guard = _ConnectionGuard(self, call, connect_s)
             try:
                 for message in call:
                     dropped_at = None
@@ -259,8 +273,9 @@ class Client:
                 if code == grpc.StatusCode.DEADLINE_EXCEEDED and deadline is not None:
                     raise WaitTimeout("job %s did not end in time" % job_id) from None
                 if code != grpc.StatusCode.UNAVAILABLE:
-                    raise from_rpc_error(err, self.address) from None
+                    raise guard.explain(err) from None
             finally:
+                guard.disarm()
                 call.cancel()
             # The stream broke (or closed before the job ended): resubscribe.
             if dropped_at is None:
@@ -270,6 +285,33 @@ class Client:
                     "lost the event stream of job %s at %s and could not get it back within "
                     "%g s" % (job_id, self.address, self._reconnect_timeout_s),
                     DEFAULT_RETRY_AFTER_S)
+
+
+class _ConnectionGuard:
+    """Bounds how long a stream waits for a connection: a wait_for_ready
+    stream has no deadline (jobs run for hours), so if the channel is not
+    connected `within_s` after the call starts, the call is cancelled and
+    explain() reports the coordinator unreachable."""
+
+    def __init__(self, client: Client, call, within_s: float):
+        self._client, self._call, self._within_s = client, call, within_s
+        self._gave_up = False
+        self._timer = threading.Timer(within_s, self._check)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _check(self) -> None:
+        if self._client._connectivity != grpc.ChannelConnectivity.READY:
+            self._gave_up = True
+            self._call.cancel()
+
+    def disarm(self) -> None:
+        self._timer.cancel()
+
+    def explain(self, err: grpc.RpcError) -> TesseraError:
+        if self._gave_up:
+            return self._client._unreachable(self._within_s)
+        return from_rpc_error(err, self._client.address)
 
 
 def _state(state: JobStateLike) -> int:
