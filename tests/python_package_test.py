@@ -11,6 +11,7 @@ and state directory in the middle of a watched job.
 Usage: python_package_test.py --root RUNFILES_ROOT --dir SCRATCH [unittest args]
 """
 import argparse
+import json
 import os
 import signal
 import socket
@@ -305,6 +306,28 @@ class PythonPackageTest(unittest.TestCase):
             events.close()
         finally:
             self.end(job.id)
+
+    def test_the_examples_run(self):
+        job_file = os.path.join(ARGS.dir, "tiny_job.json")
+        with open(job_file, "w") as f:
+            json.dump(tiny_job("example", 4), f)
+        examples = os.path.join(ARGS.root, "client", "python", "examples")
+        credentials = ["--coordinator", STACK.address, "--tls_ca", STACK.ca,
+                       "--token_file", STACK.token_files["alice"]]
+
+        def run(script, *args):
+            result = subprocess.run([sys.executable, os.path.join(examples, script)] +
+                                    list(args) + credentials, capture_output=True, text=True,
+                                    timeout=300, cwd=ARGS.dir)
+            self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+            return result.stdout
+
+        sweep = run("lr_sweep.py", job_file, "--lr", "0.001", "0.003", "0.01", "--steps", "3")
+        self.assertEqual(sweep.count("SUCCEEDED"), 3, sweep)
+        self.assertIn("lowest loss over the last tenth of the steps: lr", sweep)
+        watched = run("watch_loss.py", job_file, "--png", os.path.join(ARGS.dir, "loss.png"))
+        self.assertEqual(watched.count("step "), 4, watched)
+        self.assertIn("-> SUCCEEDED", watched)
 
     def test_watch_resumes_across_a_coordinator_restart(self):
         steps = 80
