@@ -56,7 +56,7 @@ def resolve(tls_ca: Optional[str], tls_cert: Optional[str], tls_key: Optional[st
 
 def read_secret_file(source: str, path: str) -> bytes:
     try:
-        with open(path, "rb") as f:
+        with open(os.path.expanduser(path), "rb") as f:
             data = f.read(MAX_SECRET_FILE_BYTES + 1)
     except OSError as err:
         raise ValueError("%s: cannot read %s: %s" % (source, path, err.strerror)) from None
