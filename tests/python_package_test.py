@@ -297,6 +297,10 @@ class PythonPackageTest(unittest.TestCase):
             committed = self.run_until(events, lambda e: isinstance(e, tessera_client.OtherEvent)
                                        and e.kind == "checkpoint")
             self.assertGreater(committed.message.step, 0)
+            # A running job's records so far: each step once, from 0.
+            so_far = [r.step for r in self.alice.job_metrics(job.id)]
+            self.assertEqual(so_far, list(range(len(so_far))))
+            self.assertGreaterEqual(len(so_far), committed.message.step)
             self.alice.suspend(job.id, reason="make room")
             self.run_until(events, lambda e: isinstance(e, tessera_client.StateChanged)
                            and e.state == "SUSPENDED")

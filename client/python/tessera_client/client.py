@@ -199,17 +199,17 @@ class Client:
         history = StepHistory()
         ended = job.state in events_lib.TERMINAL_STATES
         if ended or job.HasField("last_metrics"):
-            last = job.last_metrics
-            stream = self._events(job_id, 0, 0, deadline=None)
+            stream = self._job_events(job_id, 0, 0, deadline=None)
             try:
-                for event in stream:
-                    if not isinstance(event, events_lib.StepReported):
+                for message in stream:
+                    if message.WhichOneof("event") != "step":
                         continue
-                    history.add(event.record)
-                    # A running job's stream never ends: stop at the step
-                    # GetJob reported as its latest.
-                    if (not ended and event.record.step == last.step
-                            and event.record.attempt == last.attempt):
+                    history.add(StepRecord.from_proto(message.step, message.time_unix_ms))
+                    # A running job's stream never ends: stop at the record
+                    # GetJob reported as its latest (the whole record, since
+                    # a job resumed after a coordinator restart reports its
+                    # step numbers again under the same attempt).
+                    if not ended and message.step == job.last_metrics:
                         break
             finally:
                 stream.close()
@@ -245,6 +245,17 @@ class Client:
 
     def _events(self, job_id: str, from_step: int, after_sequence: int,
                 deadline: Optional[float]) -> Iterator[events_lib.JobEvent]:
+        messages = self._job_events(job_id, from_step, after_sequence, deadline)
+        try:
+            for message in messages:
+                yield events_lib.from_proto(message)
+        finally:
+            messages.close()  # ends the stream when the caller stops early
+
+    def _job_events(self, job_id: str, from_step: int, after_sequence: int,
+                    deadline: Optional[float]) -> Iterator[coordinator_pb2.JobEvent]:
+        """JobEvent messages, each once, until the terminal state change;
+        re-subscribes after a dropped stream (see watch)."""
         last = after_sequence
         dropped_at = None  # when the stream last broke with nothing since
         while True:
@@ -264,9 +275,9 @@ class Client:
                     if message.sequence <= last:
                         continue  # replayed after a re-subscription
                     last = message.sequence
-                    event = events_lib.from_proto(message)
-                    yield event
-                    if isinstance(event, events_lib.StateChanged) and event.terminal:
+                    yield message
+                    if (message.WhichOneof("event") == "state_change"
+                            and message.state_change.state in events_lib.TERMINAL_STATES):
                         return
             except grpc.RpcError as err:
                 code = err.code()
