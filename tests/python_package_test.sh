@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The tessera_client package as a user gets it: installed offline with pip
 # from a copy of client/python and proto/ (Debian's setuptools, wheel,
-# grpcio and grpc-tools; nothing downloaded), then driven by
+# grpcio and grpc-tools; --no-index: nothing downloaded), then driven by
 # python_package_test.py against a TLS coordinator with user tokens and two
 # CPU workers that it starts, restarts and stops itself.
 set -euo pipefail
@@ -12,7 +12,7 @@ src="$dir/checkout"
 mkdir -p "$src/client"
 cp -rL "$root/proto" "$src/proto"
 cp -rL "$root/client/python" "$src/client/python"
-if ! /usr/bin/python3 -m pip install --no-build-isolation --no-deps --no-index --no-cache-dir \
+if ! /usr/bin/python3 -m pip install --no-deps --no-index --no-cache-dir \
     --target "$dir/site" "$src/client/python" >"$dir/pip.log" 2>&1; then
   echo "FAIL: pip install"; cat "$dir/pip.log"; exit 1
 fi

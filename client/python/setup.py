@@ -3,8 +3,12 @@ repository's proto/ while building (tessera_client/proto_stubs.py), so that
 the stubs always match the protos and are never checked in.
 
 Offline, with Debian's packages only (python3-grpcio, python3-grpc-tools,
-python3-protobuf, python3-yaml, python3-setuptools, python3-wheel):
-    pip install --no-build-isolation --no-deps ./client/python
+python3-protobuf, python3-yaml, python3-setuptools, python3-wheel), in a
+virtual environment made with --system-site-packages:
+    pip install ./client/python
+There is deliberately no pyproject.toml: pip would then build in an
+isolated environment and download setuptools, which cannot work offline.
+Into a plain directory: pip install --no-deps --no-index --target DIR ./client/python.
 The protos are found at ../../proto from this file (a checkout), or where
 $TESSERA_PROTO_ROOT points (the directory that holds proto/).
 """
