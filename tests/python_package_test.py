@@ -269,9 +269,14 @@ class PythonPackageTest(unittest.TestCase):
         with tessera_client.Client("127.0.0.1:%d" % free_port(), tls_ca=STACK.ca,
                                    token_file=STACK.token_files["alice"],
                                    connect_timeout_s=1) as nowhere:
+            started = time.monotonic()
             with self.assertRaises(tessera_client.CoordinatorUnavailable) as caught:
                 nowhere.submit(tiny_job("nowhere", 6))
             self.assertGreater(caught.exception.retry_after_s, 0)
+            self.assertIn("no connection within 1 s", caught.exception.details)
+            self.assertLess(time.monotonic() - started, 8)  # connect_timeout_s, not the call's
+            with self.assertRaises(tessera_client.CoordinatorUnavailable):
+                list(nowhere.watch("any"))
 
         job = self.alice.submit(tiny_job("alices", 100000))
         try:
@@ -348,7 +353,8 @@ class PythonPackageTest(unittest.TestCase):
                 states.append(event.state)
             if isinstance(event, tessera_client.StepReported):
                 seen_steps.append(event.record.step)
-                if event.record.step >= 12 and not restarted:
+                # Checkpoints every 5 steps: 20 has one committed behind it.
+                if event.record.step >= 20 and not restarted:
                     STACK.kill_and_restart_coordinator()
                     restarted = True
                     events_before_restart = len(sequences)

@@ -87,7 +87,8 @@ class Client:
 
     # Jobs.
 
-    def submit(self, spec: SpecLike, dry_run: bool = False):
+    def submit(self, spec: SpecLike, dry_run: bool = False
+               ) -> Union[job_pb2.Job, coordinator_pb2.PlacementExplanation]:
         """Submits a job: `spec` is a JobSpec, a dict of its fields or a
         YAML/JSON job file path. Returns the new Job. With dry_run, creates
         nothing and returns the PlacementExplanation: where it would run
@@ -228,9 +229,13 @@ class Client:
         a connection; call_timeout_s bounds the answer. `if_lost` is what
         a caller should know when the answer was lost after the request
         went out."""
+        future = method.future(request, timeout=self._connect_timeout_s + self._call_timeout_s,
+                               wait_for_ready=True)
+        guard = _ConnectionGuard(self, future, self._connect_timeout_s)
         try:
-            return method(request, timeout=self._connect_timeout_s + self._call_timeout_s,
-                          wait_for_ready=True)
+            return future.result()
+        except grpc.FutureCancelledError:
+            raise guard.explain(None) from None
         except grpc.RpcError as err:
             if (err.code() in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE)
                     and self._connectivity != grpc.ChannelConnectivity.READY):
@@ -242,6 +247,8 @@ class Client:
                     self.address, err.details() or err.code().name, if_lost),
                     DEFAULT_RETRY_AFTER_S)
             raise error from None
+        finally:
+            guard.disarm()
 
     def _events(self, job_id: str, from_step: int, after_sequence: int,
                 deadline: Optional[float]) -> Iterator[events_lib.JobEvent]:
@@ -299,10 +306,10 @@ class Client:
 
 
 class _ConnectionGuard:
-    """Bounds how long a stream waits for a connection: a wait_for_ready
-    stream has no deadline (jobs run for hours), so if the channel is not
-    connected `within_s` after the call starts, the call is cancelled and
-    explain() reports the coordinator unreachable."""
+    """Bounds how long a wait_for_ready call waits for a connection (a
+    stream has no deadline at all: jobs run for hours): if the channel is
+    not connected `within_s` after the call starts, the call is cancelled
+    and explain() reports the coordinator unreachable."""
 
     def __init__(self, client: Client, call, within_s: float):
         self._client, self._call, self._within_s = client, call, within_s
@@ -319,8 +326,8 @@ class _ConnectionGuard:
     def disarm(self) -> None:
         self._timer.cancel()
 
-    def explain(self, err: grpc.RpcError) -> TesseraError:
-        if self._gave_up:
+    def explain(self, err: Optional[grpc.RpcError]) -> TesseraError:
+        if self._gave_up or err is None:
             return self._client._unreachable(self._within_s)
         return from_rpc_error(err, self._client.address)
 
