@@ -261,6 +261,10 @@ class PythonPackageTest(unittest.TestCase):
             self.alice.get("x" * 200)  # job_id is at most 128 bytes
         with self.assertRaises(tessera_client.NotFound):
             self.alice.get("no-such-job")
+        with self.assertRaises(tessera_client.NotFound):
+            list(self.alice.watch("no-such-job"))
+        with self.assertRaises(tessera_client.NotFound):
+            list(self.alice.logs("no-such-job"))
 
         with tessera_client.Client(STACK.address, tls_ca=STACK.ca) as anonymous:
             with self.assertRaises(tessera_client.Unauthenticated):

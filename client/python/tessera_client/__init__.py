@@ -25,7 +25,7 @@ from tessera_client.events import (JobEvent, OtherEvent, StateChanged, StepRepor
                                    WorkerFailed)
 from tessera_client.job_spec import job_spec_to_dict, load_job_spec  # noqa: E402
 from tessera_client.metrics import StepHistory, StepRecord, records_to_frame  # noqa: E402
-from tessera_client.v1 import job_pb2  # noqa: E402
+from tessera_client.v1 import coordinator_pb2, job_pb2  # noqa: E402
 
 __all__ = [
     "Client", "DEFAULT_ADDRESS",
@@ -34,5 +34,5 @@ __all__ = [
     "WaitTimeout",
     "JobEvent", "StateChanged", "StepReported", "WorkerFailed", "OtherEvent",
     "load_job_spec", "job_spec_to_dict", "StepHistory", "StepRecord", "records_to_frame",
-    "job_pb2",
+    "job_pb2", "coordinator_pb2",
 ]
