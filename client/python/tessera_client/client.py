@@ -184,9 +184,13 @@ class Client:
         raises JobFailed (FAILED or CANCELLED, with the reason) or
         WaitTimeout after `timeout` seconds."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        for event in self._events(job_id, _NO_STEPS, 0, deadline):
-            if isinstance(event, events_lib.StateChanged) and event.terminal:
-                break
+        events = self._events(job_id, _NO_STEPS, 0, deadline)
+        try:
+            for event in events:
+                if isinstance(event, events_lib.StateChanged) and event.terminal:
+                    break
+        finally:
+            events.close()
         job = self.get(job_id)
         if job.state != job_pb2.SUCCEEDED:
             raise JobFailed(job)
