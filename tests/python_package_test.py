@@ -381,6 +381,9 @@ def main():
     parser.add_argument("--root", required=True)
     parser.add_argument("--dir", required=True)
     ARGS, rest = parser.parse_known_args()
+    # The pip-installed copy, with its generated stubs, not the sources.
+    assert os.path.realpath(tessera_client.__file__).startswith(
+        os.path.realpath(ARGS.dir)), tessera_client.__file__
     unittest.main(argv=[sys.argv[0]] + rest)
 
 

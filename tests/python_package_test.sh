@@ -21,5 +21,7 @@ test -f "$dir/site/tessera_client/v1/coordinator_pb2_grpc.py"
 
 bash "$root/tests/make_test_certs.sh" "$dir/certs"
 cd "$dir"
-PYTHONPATH="$dir/site" PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 \
-  "$root/tests/python_package_test.py" --root "$root" --dir "$dir" -v
+if ! PYTHONPATH="$dir/site" PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 \
+    "$root/tests/python_package_test.py" --root "$root" --dir "$dir" -v; then
+  echo "--- logs ---"; tail -n 30 "$dir"/*.log; exit 1
+fi
