@@ -19,6 +19,8 @@ PACKAGES=(
   libsqlite3-dev
   nlohmann-json3-dev
   python3-grpcio python3-grpc-tools
+  python3-pip python3-venv  # tests/python_package_test installs client/python with pip, offline
+  python3-sentencepiece     # bench/tokenize_bench.sh: the one-core anchor
   openssl grpc-proto
   prometheus-cpp-dev libcpp-httplib-dev python3-prometheus-client python3-yaml
   libsentencepiece-dev
