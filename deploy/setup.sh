@@ -20,6 +20,7 @@ PACKAGES=(
   nlohmann-json3-dev
   python3-grpcio python3-grpc-tools
   python3-pip python3-venv  # tests/python_package_test installs client/python with pip, offline
+  python3-pandas            # tessera_client.records_to_frame, tested
   python3-sentencepiece     # bench/tokenize_bench.sh: the one-core anchor
   openssl grpc-proto
   prometheus-cpp-dev libcpp-httplib-dev python3-prometheus-client python3-yaml
