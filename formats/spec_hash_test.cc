@@ -56,6 +56,10 @@ TEST(SpecHash, CoversStateShapingFieldsOnly) {
   // The recipe is recorded beside the hash and may change on resume.
   EXPECT_FALSE(changed([](v1::JobSpec& s) { s.mutable_fp8()->set_disabled(true); }));
   EXPECT_FALSE(changed([](v1::JobSpec& s) { s.mutable_fp8()->mutable_current(); }));
+  // Statistics measure the state; they change none of it.
+  EXPECT_FALSE(changed([](v1::JobSpec& s) { s.mutable_fp8()->set_stats_interval_steps(10); }));
+  EXPECT_FALSE(changed([](v1::JobSpec& s) { s.mutable_fp8()->set_saturation_warn_fraction(0.5); }));
+  EXPECT_FALSE(changed([](v1::JobSpec& s) { s.mutable_fp8()->set_underflow_warn_fraction(0.5); }));
   // Recomputation changes what a step keeps in memory, never a saved bit.
   EXPECT_FALSE(changed([](v1::JobSpec& s) {
     s.mutable_memory()->set_recompute(v1::MemoryConfig::BLOCKS);
@@ -73,6 +77,9 @@ TEST(SpecHash, LegacyHashCoversTheFp8Recipe) {
   v1::JobSpec named = base;
   named.set_name("other");
   EXPECT_EQ(LegacyCheckpointSpecHash(base), LegacyCheckpointSpecHash(named));
+  v1::JobSpec watched = base;
+  watched.mutable_fp8()->set_stats_interval_steps(10);
+  EXPECT_EQ(LegacyCheckpointSpecHash(base), LegacyCheckpointSpecHash(watched));
 }
 
 // A checkpoint written with GEMM tuning on resumes with it off and the
