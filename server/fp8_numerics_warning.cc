@@ -37,8 +37,13 @@ std::vector<v1::Fp8NumericsWarning> Fp8NumericsWarnings(const v1::Fp8Numerics& r
   std::vector<v1::Fp8NumericsWarning> warnings;
   int passed = 0;
   // Worst first: saturation (the large values lost) before underflow.
+  // Step 0 under delayed scaling: only the weights had a measured scale.
+  const bool weights_only = record.step() == 0 && !recipe.has_current();
+  const auto judged = [weights_only](const v1::Fp8TensorStats& t) {
+    return !weights_only || t.role() == v1::Fp8TensorStats::WEIGHT;
+  };
   for (const v1::Fp8TensorStats& t : WorstFp8Tensors(record, 0)) {
-    if (t.saturated_fraction() > saturation) {
+    if (judged(t) && t.saturated_fraction() > saturation) {
       ++passed;
       if (warnings.size() < kMaxFp8Warnings) {
         warnings.push_back(
@@ -52,7 +57,7 @@ std::vector<v1::Fp8NumericsWarning> Fp8NumericsWarnings(const v1::Fp8Numerics& r
                      return a.underflow_fraction() > b.underflow_fraction();
                    });
   for (const v1::Fp8TensorStats& t : by_underflow) {
-    if (t.underflow_fraction() > underflow) {
+    if (judged(t) && t.underflow_fraction() > underflow) {
       ++passed;
       if (warnings.size() < kMaxFp8Warnings) {
         warnings.push_back(

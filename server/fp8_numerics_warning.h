@@ -6,6 +6,11 @@
 // whose every tensor is past a threshold would otherwise bury the log, so
 // at most kMaxFp8Warnings come from one record; the last one says how many
 // more tensors passed.
+//
+// Under delayed scaling, step 0's activations and gradients are encoded
+// with the initial scale 1, before any amax was recorded: many of their
+// values underflow in every job, which says nothing about the job, so
+// step 0 warns about weights only. Its record still shows every tensor.
 #ifndef TESSERA_SERVER_FP8_NUMERICS_WARNING_H_
 #define TESSERA_SERVER_FP8_NUMERICS_WARNING_H_
 

@@ -51,8 +51,28 @@ TEST(Fp8NumericsWarning, NamesTheTensorTheFractionAndTheThreshold) {
   EXPECT_TRUE(Fp8NumericsWarnings(record, recipe).empty());
 }
 
+TEST(Fp8NumericsWarning, StepZeroOfDelayedScalingJudgesOnlyTheWeights) {
+  v1::Fp8Numerics record;
+  record.set_step(0);
+  *record.add_tensors() = Tensor(0, "down", 0.0, 0.2);  // an input, at scale 1
+  v1::Fp8TensorStats weight = Tensor(1, "qkv", 0.3, 0.0);
+  weight.set_role(v1::Fp8TensorStats::WEIGHT);
+  *record.add_tensors() = weight;
+  const std::vector<v1::Fp8NumericsWarning> w = Fp8NumericsWarnings(record, v1::Fp8Recipe());
+  ASSERT_EQ(w.size(), 1);
+  EXPECT_EQ(w[0].tensor().linear(), "qkv");
+  // Current scaling measures every tensor before its cast: all count.
+  v1::Fp8Recipe current;
+  current.mutable_current();
+  EXPECT_EQ(Fp8NumericsWarnings(record, current).size(), 2);
+  // So does every later step.
+  record.set_step(1);
+  EXPECT_EQ(Fp8NumericsWarnings(record, v1::Fp8Recipe()).size(), 2);
+}
+
 TEST(Fp8NumericsWarning, AtMostAFewPerRecord) {
   v1::Fp8Numerics record;
+  record.set_step(5);
   for (int b = 0; b < 12; ++b) *record.add_tensors() = Tensor(b, "qkv", 0.01 * (b + 1), 0.0);
   const std::vector<v1::Fp8NumericsWarning> w = Fp8NumericsWarnings(record, v1::Fp8Recipe());
   ASSERT_EQ(w.size(), kMaxFp8Warnings);
