@@ -19,7 +19,10 @@
 # left), MODELS ("221m 1b": bench/jobs/step_NAME.yaml; an entry ending in
 # .yaml is that job file), WORLDS (1 2 4 8, capped at the GPU count),
 # TESSERA_TIMEOUT_S (180), TORCH_TIMEOUT_S (240), TORCH_WARMUP (5),
-# TORCH_STEPS (15). Output: OUT_DIR/scaling.jsonl and OUT_DIR/summary.md
+# TORCH_STEPS (15), TESSERA_STEPS (25), VARIANTS ("fp8 bf16": Tessera's
+# recipes to run), FSDP2 (1; 0 leaves PyTorch out, for comparing Tessera
+# against itself under settings such as NCCL_MAX_NCHANNELS, which the
+# workers inherit from this script's environment). Output: OUT_DIR/scaling.jsonl and OUT_DIR/summary.md
 # (printed last); logs per run under OUT_DIR.
 #
 # A dry run without a GPU (it checks the plumbing, not speed): CPU workers,
@@ -68,7 +71,8 @@ trap stop_all EXIT
 run_tessera() {
   local job="$1" world="$2" variant="$3" dir="$4"
   mkdir -p "$dir"
-  sed -e "s/^world_size: .*/world_size: $world/" -e "s/^steps: .*/steps: 25/" "$job" >"$dir/job.yaml"
+  sed -e "s/^world_size: .*/world_size: $world/" -e "s/^steps: .*/steps: ${TESSERA_STEPS:-25}/" \
+    "$job" >"$dir/job.yaml"
   echo "reshard_after_forward: true" >>"$dir/job.yaml"
   if [[ "$variant" == bf16 ]]; then
     sed -i -e '/^fp8:/,/^[a-z]/{/^fp8:/d;/^  /d}' "$dir/job.yaml"
@@ -138,7 +142,7 @@ for model in ${MODELS:-221m 1b}; do
     continue
   fi
   for world in "${worlds[@]}"; do
-    for variant in fp8 bf16; do
+    for variant in ${VARIANTS:-fp8 bf16}; do
       dir="$out/$model/tessera-$variant-w$world"
       echo "== $model Tessera $variant, $world GPU(s) ($(date -u +%H:%M:%S))"
       if run_tessera "$job" "$world" "$variant" "$dir"; then
@@ -160,6 +164,7 @@ PY
         failed=1
       fi
     done
+    [[ "${FSDP2:-1}" == 0 ]] && continue
     dir="$out/$model/fsdp2-w$world"
     mkdir -p "$dir"
     echo "== $model PyTorch FSDP2 bf16, $world GPU(s) ($(date -u +%H:%M:%S))"

@@ -15,6 +15,9 @@ including the coordinator. tokens_per_s counts every token of the batch
 (micro_batch_size * seq_len * world_size) per median step, as the PyTorch
 baseline does. gpu_used_mib is the peak of nvidia-smi's memory.used samples
 (MEM, one MiB value per line) minus the value before the worker started.
+With fp8.shadow_interval_steps, "shadow" gives the shadow steps, the median
+time of one, their total time as a percentage of the steps' (cost_percent),
+the last gap and how many steps warned.
 Exits 1 (after printing a JSON line with "ok": false) unless the job
 SUCCEEDED with at least one step after the warm-up.
 
@@ -94,6 +97,15 @@ def tessera_stats(events_path, spec_path, mem_path, mem_baseline, skip):
                                for name in phase_names}
     if any("mfu" in s for s in timed):
         result["mfu"] = round(median(float(s.get("mfu", 0)) for s in timed), 4)
+    # The bf16 shadow loss (fp8.shadow_interval_steps): its forwards are not
+    # in step_time_s, so its cost is its total time spread over every step.
+    shadows = [s["shadow"] for s in by_index if isinstance(s.get("shadow"), dict)]
+    if shadows:
+        shadow_s = [float(x.get("time_s", 0)) for x in shadows]
+        result["shadow"] = {"steps": len(shadows), "ms_median": round(median(shadow_s) * 1e3, 3),
+                            "cost_percent": round(100 * sum(shadow_s) / len(steps) / step_s, 3),
+                            "gap_last": round(float(shadows[-1].get("gap", 0)), 5),
+                            "warnings": sum(1 for x in shadows if x.get("warning"))}
     if mem_path and os.path.exists(mem_path):  # absent without nvidia-smi
         with open(mem_path) as f:
             samples = [float(x) for x in f.read().split() if x.replace(".", "", 1).isdigit()]

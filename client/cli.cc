@@ -98,6 +98,12 @@ int Watch(CoordinatorClient& client, const std::string& job_id, int from_step, b
       } else if (done == 1 || done % every == 0 || done == job->spec().steps()) {
         out << progress.Line() << "\n" << std::flush;  // at most ~50 lines
       }
+      // Every shadow step gets its lines, under the progress line.
+      if (const std::string shadow = ShadowLines(e.step()); !shadow.empty()) {
+        if (progress_shown) out << "\n";
+        progress_shown = false;
+        out << shadow << std::flush;
+      }
     } else if (e.has_state_change()) {
       if (progress_shown) out << "\n";
       progress_shown = false;
@@ -222,6 +228,8 @@ int RunCommand(const ParsedArgs& args, std::ostream& out, std::ostream& err, boo
             "# checkpoint size: %s (%d ranks' files, %.1f bytes per parameter)\n",
             FormatBytesAsGiB(size.total_bytes), size.writing_ranks,
             size.parameters > 0 ? static_cast<double>(size.state_bytes) / size.parameters : 0.0);
+        (json ? err : out) << CheckpointIntervalLine(size.total_bytes,
+                                                     full.checkpoint().interval_steps());
       }
       // Where it would run now, from the coordinator's scheduler; only when
       // a coordinator is named, and without one the dry run is complete.

@@ -104,15 +104,25 @@ const std::vector<CommandSpec>& Commands() {
        0, 0, {{"service", true, "one service's status, e.g. tessera.v1.Coordinator (default: "
                                 "the server as a whole)"}}},
       {"data",
-       "data text [--tokenizer MODEL] [--documents files|blank-lines] --out FILE INPUT... | "
-       "data synthetic --task addition|copy --tokens N [--seed S] [--mean-document-tokens N] "
-       "--out FILE | data tokenizer train --vocab_size N --out MODEL "
+       "data text [--tokenizer MODEL] [--threads N] [--documents files|blank-lines] "
+       "--out FILE|DIR [--shard-tokens N] [--resume|--restart] INPUT... | data synthetic "
+       "--task addition|copy --tokens N [--seed S] [--mean-document-tokens N] --out FILE | "
+       "data tokenizer train --vocab_size N --out MODEL "
        "CORPUS...",
-       "make token files locally (no coordinator): from text files (byte-level, or with a\n"
-       "      SentencePiece BPE model), or a synthetic task; or train such a BPE model",
+       "make token files locally (no coordinator): from text (files, directories, globs, - for\n"
+       "      stdin; plain or gzip; byte-level, or with a SentencePiece BPE model, on every core),\n"
+       "      or a synthetic task; or train such a BPE model",
        1, -1,
        {{"out", true, "output token file (or model file, for tokenizer train)"},
         {"tokenizer", true, "text: a SentencePiece model from `data tokenizer train` (default: bytes)"},
+        {"threads", true, "text: encoding threads (default: every core)"},
+        {"shard-tokens", true,
+         "text: write a directory of shards of about N tokens each (default 2^28 when --out "
+         "is a directory or ends in /); a shard closes where a document begins, or splits a "
+         "document that alone fills N tokens of it (the rest then starts the next shard as a "
+         "document of its own)"},
+        {"resume", false, "text: continue the unfinished output in the --out directory"},
+        {"restart", false, "text: delete earlier output in the --out directory and start again"},
         {"vocab_size", true, "tokenizer train: pieces in the model, at least 260"},
         {"task", true, "synthetic task: addition or copy"},
         {"tokens", true, "number of tokens to generate (synthetic)"},

@@ -16,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "client/fake_coordinator.h"
 #include "client/job_file.h"
+#include "client/output_format.h"
 #include "common/build_info.h"
 #include "common/checkpoint_size.h"
 #include "common/memory_estimate.h"
@@ -168,7 +169,7 @@ TEST(CliNoServerTest, DryRunPrintsTheCheckpointSize) {
   v1::JobSpec with_dir = *spec;
   with_dir.mutable_checkpoint()->set_dir("/tmp/ck");
   const CheckpointSize size = EstimateCheckpointSize(WithDefaults(with_dir));
-  const std::string line =
+  std::string line =
       absl::StrFormat("# checkpoint size: %s (%d ranks' files, %.1f bytes per parameter)\n",
                       FormatBytesAsGiB(size.total_bytes), size.writing_ranks,
                       static_cast<double>(size.state_bytes) / size.parameters);
@@ -188,6 +189,8 @@ TEST(CliNoServerTest, DryRunPrintsTheCheckpointSize) {
                     FormatBytesAsGiB(e.activations), ")",
                     policy == v1::MemoryConfig::BLOCKS ? "\n" : ",");
   }
+  line += CheckpointIntervalLine(size.total_bytes, 50);
+  ASSERT_TRUE(absl::StrContains(line, "every 50 steps")) << line;
   Result yaml = RunTessera({"submit", path, "--dry-run"});
   ASSERT_EQ(yaml.code, kExitOk) << yaml.err;
   EXPECT_TRUE(absl::EndsWith(yaml.out, memory + recompute + line)) << yaml.out;

@@ -1,10 +1,15 @@
 // `tessera data text|synthetic|tokenizer train` (see data_command.h).
 #include "client/data_command.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "client/text_to_tokens.h"
+#include "client/text_command.h"
 #include "client/tokenizer_helper.h"
 #include "common/synthetic_task.h"
 
@@ -52,6 +57,39 @@ int RunTokenizerCommand(const ParsedArgs& args, const std::string& out_path, std
   return RunHelper("tessera data tokenizer train", helper_args, out, err);
 }
 
+// `tessera data text`: byte-level here, SentencePiece in the helper (which
+// shows its own progress and errors on our standard error).
+int RunTextMode(const ParsedArgs& args, std::ostream& out, std::ostream& err) {
+  absl::StatusOr<TextCommandOptions> options = ParseTextCommandOptions(args);
+  if (!options.ok()) {
+    err << "tessera data text: " << options.status().message() << "\n";
+    return kExitUsage;
+  }
+  if (!options->tokenizer_model.empty()) {
+    if (access(options->tokenizer_model.c_str(), R_OK) != 0) {
+      err << "tessera data text: cannot read the tokenizer model " << options->tokenizer_model
+          << ": " << std::strerror(errno) << "\n";
+      return kExitFailed;
+    }
+    absl::StatusOr<HelperResult> result =
+        RunTokenizerHelper(TextCommandHelperArgs(args), HelperStderr::kPassThrough);
+    if (!result.ok()) {
+      err << "tessera data text: " << result.status().message() << "\n";
+      return kExitFailed;
+    }
+    out << result->output;
+    if (result->exit_code == kExitOk) return kExitOk;
+    return result->exit_code == kExitUsage ? kExitUsage : kExitFailed;
+  }
+  const ByteLineEncoder bytes;
+  absl::Status s = RunTextCommand(*options, bytes, out, err, isatty(STDERR_FILENO));
+  if (!s.ok()) {
+    err << "tessera data text: " << s.message() << "\n";
+    return kExitFailed;
+  }
+  return kExitOk;
+}
+
 }  // namespace
 
 int RunDataCommand(const ParsedArgs& args, std::ostream& out, std::ostream& err) {
@@ -62,37 +100,18 @@ int RunDataCommand(const ParsedArgs& args, std::ostream& out, std::ostream& err)
     return kExitUsage;
   }
   if (mode == "tokenizer") return RunTokenizerCommand(args, out_path, out, err);
-  if (mode == "text") {
-    std::vector<std::string> inputs(args.positional.begin() + 1, args.positional.end());
-    if (inputs.empty()) {
-      err << "tessera data text: give at least one input text file\n";
-      return kExitUsage;
-    }
-    TextDocuments documents = TextDocuments::kFiles;
-    if (args.Has("documents")) {
-      absl::StatusOr<TextDocuments> parsed = ParseTextDocuments(args.Get("documents"));
-      if (!parsed.ok()) {
-        err << "tessera data text: " << parsed.status().message() << "\n";
+  if (mode == "text") return RunTextMode(args, out, err);
+  if (mode == "synthetic") {
+    for (const char* text_only :
+         {"tokenizer", "threads", "documents", "shard-tokens", "resume", "restart"}) {
+      if (args.Has(text_only)) {
+        err << "tessera data synthetic: --" << text_only << " is a flag of data text"
+            << (std::string(text_only) == "documents"
+                    ? "; synthetic documents come from --mean-document-tokens\n"
+                    : "\n");
         return kExitUsage;
       }
-      documents = *parsed;
     }
-    if (args.Has("tokenizer")) {
-      std::vector<std::string> helper_args = {
-          "encode", absl::StrCat("--documents=", TextDocumentsName(documents)),
-          args.Get("tokenizer"), out_path};
-      helper_args.insert(helper_args.end(), inputs.begin(), inputs.end());
-      return RunHelper("tessera data text", helper_args, out, err);
-    }
-    absl::Status s = BuildByteTokenFileFromText(inputs, out_path, documents);
-    if (!s.ok()) {
-      err << "tessera data text: " << s.message() << "\n";
-      return kExitFailed;
-    }
-    out << "wrote " << out_path << "\n";
-    return kExitOk;
-  }
-  if (mode == "synthetic") {
     v1::SyntheticData task;
     std::string name = absl::AsciiStrToUpper(args.Get("task"));
     v1::SyntheticData::Task t;

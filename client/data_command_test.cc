@@ -4,6 +4,7 @@
 // arguments are usage errors.
 #include "client/data_command.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <random>
@@ -72,6 +73,20 @@ TEST(DataCommand, TextRecordsDocumentsPerFileOrPerBlankLineRecord) {
                     &err),
             kExitUsage);
   EXPECT_NE(err.find("--documents must be files or blank-lines"), std::string::npos) << err;
+  // Each mode's document flag is refused by the other, by name.
+  err.clear();
+  EXPECT_EQ(RunData({"data", "text", "--mean-document-tokens", "64", "--out", records,
+                     TempPath("d1.txt")},
+                    &err),
+            kExitUsage);
+  EXPECT_NE(err.find("--mean-document-tokens is not a flag of data text"), std::string::npos)
+      << err;
+  err.clear();
+  EXPECT_EQ(RunData({"data", "synthetic", "--task", "copy", "--tokens", "100", "--documents",
+                     "blank-lines", "--out", records},
+                    &err),
+            kExitUsage);
+  EXPECT_NE(err.find("--documents is a flag of data text"), std::string::npos) << err;
 }
 
 TEST(DataCommand, SyntheticRecordsDocumentsOfTheRequestedMeanLength) {
@@ -165,6 +180,51 @@ TEST(DataCommand, TrainsATokenizerAndEncodesTextWithIt) {
   EXPECT_NE(err.find("none.model"), std::string::npos) << err;
 }
 
+// Through the helper: a shard directory, the same ids on 1 thread as on 3,
+// and a second run into the same directory refused with what to do.
+TEST(DataCommand, EncodesIntoShardsWithTheHelperOnAnyThreadCount) {
+  const std::string corpus = "client/testdata/tokenizer_corpus.txt";
+  const std::string model = TempPath("shards.model");
+  std::string out, err;
+  ASSERT_EQ(RunData({"data", "tokenizer", "train", "--vocab_size", "420", "--out", model, corpus},
+                    &err),
+            kExitOk)
+      << err;
+  ASSERT_EQ(RunData({"data", "text", "--tokenizer", model, "--threads", "1", "--out",
+                     TempPath("one.tok"), corpus},
+                    &err),
+            kExitOk)
+      << err;
+  ASSERT_EQ(RunData({"data", "text", "--tokenizer", model, "--threads=3", "--shard-tokens",
+                     "400", "--out", TempPath("shards"), corpus},
+                    &err, &out),
+            kExitOk)
+      << err;
+  EXPECT_NE(out.find("shards"), std::string::npos) << out;
+  EXPECT_NE(out.find("3 threads"), std::string::npos) << out;
+  auto one = TokenFile::Open(TempPath("one.tok"));
+  ASSERT_TRUE(one.ok()) << one.status();
+  std::vector<uint32_t> sharded;
+  for (int i = 0;; ++i) {
+    char name[32];
+    std::snprintf(name, sizeof(name), "shards/shard-%06d.tok", i);
+    auto shard = TokenFile::Open(TempPath(name));
+    if (!shard.ok()) break;
+    for (int64_t j = 0; j < (*shard)->size(); ++j) sharded.push_back((*shard)->Token(j));
+  }
+  ASSERT_EQ(static_cast<int64_t>(sharded.size()), (*one)->size());
+  for (size_t i = 0; i < sharded.size(); ++i) ASSERT_EQ(sharded[i], (*one)->Token(i)) << i;
+  EXPECT_EQ(RunData({"data", "text", "--tokenizer", model, "--shard-tokens", "400", "--out",
+                     TempPath("shards"), corpus}),
+            kExitFailed);
+  EXPECT_EQ(RunData({"data", "text", "--tokenizer", model, "--shard-tokens", "400", "--resume",
+                     "--out", TempPath("shards"), corpus},
+                    &err, &out),
+            kExitOk)
+      << err;
+  EXPECT_NE(out.find("already complete"), std::string::npos) << out;
+}
+
 TEST(DataCommand, BadArgumentsAreUsageErrors) {
   std::string err;
   EXPECT_EQ(RunData({"data", "synthetic", "--task", "sorting", "--tokens", "10", "--out", "x"}, &err),
@@ -180,7 +240,12 @@ TEST(DataCommand, BadArgumentsAreUsageErrors) {
   EXPECT_NE(err.find("--tokens must be at most"), std::string::npos) << err;
   EXPECT_EQ(RunData({"data", "text", "--out", "x"}), kExitUsage);
   EXPECT_EQ(RunData({"data", "zip", "--out", "x"}), kExitUsage);
-  EXPECT_EQ(RunData({"data", "text", "--out", TempPath("n.tok"), "/nonexistent.txt"}), kExitFailed);
+  EXPECT_EQ(RunData({"data", "text", "--out", TempPath("n.tok"), "/nonexistent.txt"}, &err),
+            kExitFailed);
+  EXPECT_NE(err.find("/nonexistent.txt: no such file"), std::string::npos) << err;
+  EXPECT_EQ(RunData({"data", "text", "--out", TempPath("n.tok"), "--threads", "zero", "x"}, &err),
+            kExitUsage);
+  EXPECT_NE(err.find("--threads"), std::string::npos) << err;
 }
 
 }  // namespace

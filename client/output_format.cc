@@ -20,6 +20,15 @@ std::string ToJsonLine(const google::protobuf::Message& message) {
   return out;
 }
 
+std::string CheckpointIntervalLine(int64_t bytes, int interval_steps) {
+  if (interval_steps <= 0) return std::string();
+  const double write_s = static_cast<double>(bytes) / 1e9;
+  return absl::StrFormat(
+      "# checkpoint write: about %.1f s at 1 GB/s; every %d steps, training waits for the "
+      "previous write unless a step takes %.3f s or more\n",
+      write_s, interval_steps, write_s / interval_steps);
+}
+
 std::string CheckpointLine(const v1::CheckpointCommitted& commit) {
   double slowest_gb_per_s = 0;
   bool first = true;
@@ -33,6 +42,9 @@ std::string CheckpointLine(const v1::CheckpointCommitted& commit) {
                                      commit.write_s());
   if (slowest_gb_per_s > 0) absl::StrAppendFormat(&line, " (%.2f GB/s)", slowest_gb_per_s);
   absl::StrAppendFormat(&line, ", training stalled %.2f s", commit.stall_s());
+  if (commit.prune_s() >= 0.05) {
+    absl::StrAppendFormat(&line, "; older steps removed in %.1f s", commit.prune_s());
+  }
   if (!commit.warning().empty()) absl::StrAppend(&line, "\n[checkpoint] WARNING: ", commit.warning());
   return line;
 }
@@ -94,6 +106,17 @@ std::string ShortSourceName(const std::string& path) {
 
 }  // namespace
 
+std::string ShadowLines(const v1::StepMetrics& m) {
+  if (!m.has_shadow()) return std::string();
+  const v1::ShadowLoss& s = m.shadow();
+  std::string out = absl::StrFormat(
+      "shadow: fp8 %.4f bf16 %.4f gap %+.4f after step %d (held-out batch, %s tokens, %.1f ms)\n",
+      s.fp8_loss(), s.bf16_loss(), s.gap(), m.step() + 1,
+      FormatRate(static_cast<double>(s.tokens())), s.time_s() * 1e3);
+  if (!s.warning().empty()) absl::StrAppend(&out, "WARNING: ", s.warning(), "\n");
+  return out;
+}
+
 std::string FormatJobsTable(const std::vector<v1::Job>& jobs) {
   std::string out = absl::StrFormat("%-10s %-20s %-12s %-10s %11s %10s  %s\n", "ID", "NAME",
                                     "OWNER", "STATE", "STEPS", "LOSS", "REASON");
@@ -148,6 +171,7 @@ std::string FormatJob(const v1::Job& j) {
     if (m.has_validation()) {
       absl::StrAppend(&out, ValidationLine("validation", m), SourceValidationLines(m));
     }
+    absl::StrAppend(&out, ShadowLines(m));
     if (m.has_phases()) {
       const v1::StepPhases& p = m.phases();
       const std::string recompute =

@@ -18,6 +18,13 @@ std::string FormatJobsTable(const std::vector<v1::Job>& jobs);
 std::string FormatJob(const v1::Job& job);
 std::string FormatWorkersTable(const std::vector<v1::WorkerRecord>& workers);
 
+// For the dry run, as a comment: how long a checkpoint of `bytes` takes to
+// write at 1 GB/s (what the disks we measured write with fsync), and the
+// step time under which checkpoint.interval_steps makes training wait for
+// the previous write. Empty when interval_steps is 0 (a final checkpoint
+// only, which nothing waits for).
+std::string CheckpointIntervalLine(int64_t bytes, int interval_steps);
+
 // "[checkpoint] step 500 committed: 24.75 GiB in 19.3 s (1.37 GB/s),
 // training stalled 0.81 s": the bytes over all ranks, from the snapshot to
 // the commit, the slowest rank's write speed, and what training waited for.
@@ -27,6 +34,12 @@ std::string CheckpointLine(const v1::CheckpointCommitted& commit);
 std::string FormatDuration(double seconds);
 // "12.3k", "4.56M".
 std::string FormatRate(double per_second);
+
+// The bf16 shadow loss of a step that carries one (StepMetrics.shadow):
+// "shadow: fp8 3.2101 bf16 3.2034 gap +0.0067 after step 100 (held-out
+// batch, 4.1k tokens, 12.3 ms)\n", then "WARNING: ...\n" when the
+// coordinator flagged the gap. Empty for other steps.
+std::string ShadowLines(const v1::StepMetrics& metrics);
 
 // Tracks recent steps to estimate the ETA, and renders progress lines.
 class ProgressTracker {

@@ -95,6 +95,29 @@ TEST(OutputFormat, ValidationLossInStatusWatchSummaryAndJson) {
       << watched.Line(10);
 }
 
+TEST(OutputFormat, ShadowLinesOnShadowStepsWithTheWarningWhenFlagged) {
+  v1::StepMetrics m;
+  m.set_step(99);
+  EXPECT_EQ(ShadowLines(m), "");
+  v1::ShadowLoss* shadow = m.mutable_shadow();
+  shadow->set_fp8_loss(3.2101f);
+  shadow->set_bf16_loss(3.2034f);
+  shadow->set_gap(3.2101f - 3.2034f);
+  shadow->set_tokens(4096);
+  shadow->set_time_s(0.0123);
+  EXPECT_EQ(ShadowLines(m),
+            "shadow: fp8 3.2101 bf16 3.2034 gap +0.0067 after step 100 (held-out batch, "
+            "4.1k tokens, 12.3 ms)\n");
+  shadow->set_warning("FP8 loss 3.2101 is +0.0067 from its bf16 shadow");
+  EXPECT_EQ(ShadowLines(m),
+            "shadow: fp8 3.2101 bf16 3.2034 gap +0.0067 after step 100 (held-out batch, "
+            "4.1k tokens, 12.3 ms)\nWARNING: FP8 loss 3.2101 is +0.0067 from its bf16 shadow\n");
+  v1::Job job;
+  job.set_steps_done(100);
+  *job.mutable_last_metrics() = m;
+  EXPECT_NE(FormatJob(job).find("shadow: fp8 3.2101"), std::string::npos) << FormatJob(job);
+}
+
 TEST(OutputFormat, TablesSummaryAndJson) {
   v1::Job job;
   job.set_id("job-4");
@@ -209,6 +232,13 @@ TEST(OutputFormat, StatusNamesEachSlowRankWithItsWorkerAddressAndWindow) {
       << ToJsonLine(job);
 }
 
+TEST(OutputFormat, CheckpointIntervalLineSaysWhenTrainingWouldWait) {
+  EXPECT_EQ(CheckpointIntervalLine(int64_t{105'444'504'600}, 125),
+            "# checkpoint write: about 105.4 s at 1 GB/s; every 125 steps, training waits for the "
+            "previous write unless a step takes 0.844 s or more\n");
+  EXPECT_EQ(CheckpointIntervalLine(int64_t{105'444'504'600}, 0), "");
+}
+
 // A commit line: bytes over all ranks, commit time, the slowest writing
 // rank's speed (a replica that wrote nothing is not it), the stall, and
 // the warning when training waited for the previous write. Status shows
@@ -229,6 +259,10 @@ TEST(OutputFormat, CheckpointCommitLineAndStatus) {
   c.set_warning("training waited 4.16 s");
   EXPECT_EQ(CheckpointLine(c), "[checkpoint] step 120 committed: 3.00 GiB in 15.14 s (0.46 GB/s), "
                                "training stalled 0.14 s\n[checkpoint] WARNING: training waited 4.16 s");
+  c.set_prune_s(35.24);
+  EXPECT_EQ(CheckpointLine(c), "[checkpoint] step 120 committed: 3.00 GiB in 15.14 s (0.46 GB/s), "
+                               "training stalled 0.14 s; older steps removed in 35.2 s\n"
+                               "[checkpoint] WARNING: training waited 4.16 s");
 
   v1::Job j;
   j.set_id("job-1");

@@ -61,6 +61,8 @@ std::unique_ptr<Model> Model::FromSerialized(const std::string& serialized, std:
 
 int Model::vocab_size() const { return impl_->processor.GetPieceSize(); }
 
+std::string Model::IdToPiece(int id) const { return impl_->processor.IdToPiece(id); }
+
 std::string Model::Encode(const std::string& text, std::vector<int>* ids) const {
   const sentencepiece::util::Status status = impl_->processor.Encode(text, ids);
   return status.ok() ? std::string() : std::string(status.message());

@@ -34,6 +34,8 @@ class Model {
   Model& operator=(const Model&) = delete;
 
   int vocab_size() const;
+  // The piece of an id in [0, vocab_size()), spaces spelled as U+2581.
+  std::string IdToPiece(int id) const;
   // Each returns an error message, empty on success.
   std::string Encode(const std::string& text, std::vector<int>* ids) const;
   std::string Decode(const std::vector<int>& ids, std::string* text) const;

@@ -97,6 +97,12 @@ absl::StatusOr<std::vector<uint32_t>> SentencePieceTokenizer::Encode(absl::strin
   return std::vector<uint32_t>(ids.begin(), ids.end());
 }
 
+std::vector<std::string> SentencePieceTokenizer::Pieces() const {
+  std::vector<std::string> pieces(model_->vocab_size());
+  for (int id = 0; id < model_->vocab_size(); ++id) pieces[id] = model_->IdToPiece(id);
+  return pieces;
+}
+
 absl::StatusOr<std::string> SentencePieceTokenizer::Decode(absl::Span<const uint32_t> ids) const {
   std::vector<int> signed_ids;
   signed_ids.reserve(ids.size());

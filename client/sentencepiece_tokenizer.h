@@ -55,6 +55,8 @@ class SentencePieceTokenizer {
   // Kind, vocabulary size and the model file's SHA-256, for token files.
   const TokenizerInfo& info() const { return info_; }
   absl::StatusOr<std::vector<uint32_t>> Encode(absl::string_view text) const;
+  // Every piece of the vocabulary, by id (spaces spelled as U+2581).
+  std::vector<std::string> Pieces() const;
   // INVALID_ARGUMENT for an id outside the vocabulary.
   absl::StatusOr<std::string> Decode(absl::Span<const uint32_t> ids) const;
 

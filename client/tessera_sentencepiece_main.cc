@@ -8,14 +8,21 @@
 //
 //   tessera-sentencepiece train VOCAB_SIZE OUT_MODEL CORPUS...
 //   tessera-sentencepiece encode [--documents=files|blank-lines] MODEL OUT_TOKENS TEXT...
+//     (one thread, one file: the reference the parallel path is tested against)
+//   tessera-sentencepiece text --tokenizer=MODEL --out=PATH [FLAGS] INPUT...
+//     (`tessera data text` with a model: the same flags, passed on by the CLI)
 // Prints one result line; errors go to stderr. Exit codes as the CLI's:
 // 0 done, 1 failed, 2 bad usage.
+#include <unistd.h>
+
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "client/cli_args.h"
+#include "client/text_command.h"
 #include "client/sentencepiece_text.h"
 #include "client/sentencepiece_tokenizer.h"
 #include "formats/token_file.h"
@@ -85,6 +92,30 @@ int Encode(std::vector<std::string> args) {
   return kOk;
 }
 
+// `tessera data text --tokenizer MODEL ...`, parsed as the CLI parses it.
+int Text(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {"data", "text"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  absl::StatusOr<ParsedArgs> parsed = ParseArgs(argv);
+  absl::StatusOr<TextCommandOptions> options =
+      parsed.ok() ? ParseTextCommandOptions(*parsed) : parsed.status();
+  if (!options.ok()) {
+    std::cerr << "tessera data text: " << options.status().message() << "\n";
+    return kUsage;
+  }
+  absl::StatusOr<std::unique_ptr<SentencePieceLineEncoder>> encoder =
+      SentencePieceLineEncoder::Load(options->tokenizer_model);
+  absl::Status status = encoder.status();
+  if (status.ok()) {
+    status = RunTextCommand(*options, **encoder, std::cout, std::cerr, isatty(STDERR_FILENO));
+  }
+  if (!status.ok()) {
+    std::cerr << "tessera data text: " << status.message() << "\n";
+    return kFailed;
+  }
+  return kOk;
+}
+
 }  // namespace
 }  // namespace tessera
 
@@ -96,6 +127,9 @@ int main(int argc, char** argv) {
   if (!args.empty() && args[0] == "encode") {
     return tessera::Encode(std::vector<std::string>(args.begin() + 1, args.end()));
   }
-  std::cerr << "usage: tessera-sentencepiece train|encode ...\n";
+  if (!args.empty() && args[0] == "text") {
+    return tessera::Text(std::vector<std::string>(args.begin() + 1, args.end()));
+  }
+  std::cerr << "usage: tessera-sentencepiece train|encode|text ...\n";
   return tessera::kUsage;
 }

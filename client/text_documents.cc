@@ -17,24 +17,25 @@ const char* TextDocumentsName(TextDocuments documents) {
   return documents == TextDocuments::kFiles ? "files" : "blank-lines";
 }
 
-void DocumentStartRecorder::AddLine(absl::string_view line, uint64_t tokens_so_far,
-                                    uint64_t line_tokens) {
-  const bool blank = absl::StripAsciiWhitespace(line).empty();
+bool IsBlankLine(absl::string_view line) { return absl::StripAsciiWhitespace(line).empty(); }
+
+bool DocumentStartRecorder::LineBeginsDocument(bool blank, uint64_t line_tokens) {
   if (documents_ == TextDocuments::kBlankLines) {
     // Blank lines before a file's first text stay with that text.
     if (blank) {
-      after_blank_ = has_text_;
+      state_.after_blank = state_.has_text;
     } else {
-      if (after_blank_) starts_document_ = true;
-      after_blank_ = false;
-      has_text_ = true;
+      if (state_.after_blank) state_.starts_document = true;
+      state_.after_blank = false;
+      state_.has_text = true;
     }
   }
   // A line without tokens (an empty file's) leaves the start pending.
-  if (starts_document_ && line_tokens > 0) {
-    starts_.push_back(tokens_so_far);
-    starts_document_ = false;
+  if (state_.starts_document && line_tokens > 0) {
+    state_.starts_document = false;
+    return true;
   }
+  return false;
 }
 
 }  // namespace tessera

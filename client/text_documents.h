@@ -24,6 +24,18 @@ enum class TextDocuments {
 absl::StatusOr<TextDocuments> ParseTextDocuments(absl::string_view value);
 const char* TextDocumentsName(TextDocuments documents);
 
+// A line is blank when it is empty or holds only ASCII whitespace.
+bool IsBlankLine(absl::string_view line);
+
+// What decides whether the next line begins a document, between lines. A
+// sharded `data text` output saves it with each shard, so that a resumed
+// run continues inside a file exactly as an uninterrupted one would.
+struct DocumentLineState {
+  bool starts_document = true;  // the next token begins a document
+  bool after_blank = false;     // the last line was blank, after text
+  bool has_text = false;        // this file has had a non-blank line
+};
+
 // Collects document starts while text is tokenized line by line: call
 // BeginFile() before each file's lines and AddLine() for each line (with
 // its newline) before appending its tokens. A document starts at the first
@@ -34,21 +46,24 @@ const char* TextDocumentsName(TextDocuments documents);
 class DocumentStartRecorder {
  public:
   explicit DocumentStartRecorder(TextDocuments documents) : documents_(documents) {}
-  void BeginFile() {
-    starts_document_ = true;
-    after_blank_ = false;
-    has_text_ = false;
-  }
+  void BeginFile() { state_ = DocumentLineState(); }
   // `tokens_so_far`: tokens written before this line; `line_tokens`: how
   // many the line adds.
-  void AddLine(absl::string_view line, uint64_t tokens_so_far, uint64_t line_tokens);
+  void AddLine(absl::string_view line, uint64_t tokens_so_far, uint64_t line_tokens) {
+    if (LineBeginsDocument(IsBlankLine(line), line_tokens)) starts_.push_back(tokens_so_far);
+  }
+  // The same decision for a line already known to be blank or not: whether
+  // its first token begins a document (never for a line without tokens,
+  // which leaves the start pending). For callers that keep their own starts.
+  bool LineBeginsDocument(bool blank, uint64_t line_tokens);
   const std::vector<uint64_t>& starts() const { return starts_; }
+
+  const DocumentLineState& state() const { return state_; }
+  void Restore(const DocumentLineState& state) { state_ = state; }
 
  private:
   TextDocuments documents_;
-  bool starts_document_ = true;  // the next token begins a document
-  bool after_blank_ = false;
-  bool has_text_ = false;  // this file has had a non-blank line
+  DocumentLineState state_;
   std::vector<uint64_t> starts_;
 };
 

@@ -1,6 +1,7 @@
 // Starting tessera-sentencepiece and collecting its output (see
-// tokenizer_helper.h). posix_spawn with both output streams on one pipe:
-// the helper prints a line or two, so one reader cannot deadlock.
+// tokenizer_helper.h). posix_spawn with its output on one pipe (both
+// streams, unless standard error passes through): the helper prints a line
+// or two there, so one reader cannot deadlock.
 #include "client/tokenizer_helper.h"
 
 #include <spawn.h>
@@ -29,7 +30,8 @@ std::string ProgramDir() {
 
 }  // namespace
 
-absl::StatusOr<HelperResult> RunTokenizerHelper(const std::vector<std::string>& args) {
+absl::StatusOr<HelperResult> RunTokenizerHelper(const std::vector<std::string>& args,
+                                                HelperStderr stderr_mode) {
   std::string program = kTokenizerHelperName;
   if (const std::string dir = ProgramDir(); !dir.empty()) {
     const std::string beside = absl::StrCat(dir, "/", kTokenizerHelperName);
@@ -47,7 +49,9 @@ absl::StatusOr<HelperResult> RunTokenizerHelper(const std::vector<std::string>& 
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addclose(&actions, fds[0]);
   posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], STDERR_FILENO);
+  if (stderr_mode == HelperStderr::kCollect) {
+    posix_spawn_file_actions_adddup2(&actions, fds[1], STDERR_FILENO);
+  }
   posix_spawn_file_actions_addclose(&actions, fds[1]);
   pid_t pid = 0;
   // posix_spawnp: a bare name is looked up on PATH.

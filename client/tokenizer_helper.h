@@ -20,9 +20,15 @@ struct HelperResult {
   std::string output;  // its stdout and stderr, interleaved as written
 };
 
+// Where the helper's standard error goes: into HelperResult::output with its
+// standard output, or straight to ours (for a progress bar that must see the
+// terminal, and messages that must appear while it runs).
+enum class HelperStderr { kCollect, kPassThrough };
+
 // NOT_FOUND if the helper cannot be started; otherwise its exit code and
-// output, whatever the exit code.
-absl::StatusOr<HelperResult> RunTokenizerHelper(const std::vector<std::string>& args);
+// output, whatever the exit code. Standard input is passed to it.
+absl::StatusOr<HelperResult> RunTokenizerHelper(const std::vector<std::string>& args,
+                                                HelperStderr stderr_mode = HelperStderr::kCollect);
 
 }  // namespace tessera
 

@@ -141,6 +141,16 @@ RankMemoryEstimate EstimateRankMemory(const v1::JobSpec& spec, int /*rank*/, int
                tokens * hidden * 2 + tokens * hidden * 4 +
                tokens * widest_out * 2 + tokens * widest_in * 2 + tokens * qkv * 2 + 8 * 4 + 3 * 4;
   if (spec.data().document_masking()) e.scratch += tokens * 4;  // attention's doc_starts
+  // The bf16 shadow loss (worker/trainer/shadow_loss.cc): one block's four
+  // linears in bf16, full size, and at world size > 1 this rank's bf16
+  // shards of them; its four sums.
+  if (fp8 && spec.fp8().shadow_interval_steps() > 0) {
+    for (const int i : {1, 2, 4, 5}) {
+      const int64_t chunk = PaddedChunk(rows[i], cols[i], world);
+      e.gathered += chunk * world * 2 + (world > 1 ? chunk * 2 : 0);
+    }
+    e.scratch += 4 * 4;
+  }
 
   // The engine: one chunk of logits (at most 4 bytes each), the attention
   // backward's scratch (fp32 D and lse per head and query, an int32 document

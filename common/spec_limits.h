@@ -45,6 +45,14 @@ inline constexpr int64_t kMaxStepTimeoutSeconds = 7 * 24 * 3600;
 // Automatic restarts of one job (max_restarts).
 inline constexpr int64_t kMaxRestarts = 1000;
 
+// fp8.shadow_gap_warn when the spec leaves it 0: the |FP8 - bf16| loss gap,
+// in nats, on the held-out batch above which a shadow step warns. A
+// healthy FP8 run tracks its bf16 shadow within a few hundredths of a nat
+// (the recipes' published loss curves, and our own CPU and GPU runs); 0.1
+// is several times that, so it flags a real divergence, not noise.
+inline constexpr float kDefaultShadowGapWarn = 0.1f;
+inline constexpr float kMaxShadowGapWarn = 100.f;
+
 // Synthetic tokens a worker generates in memory (256 MiB as uint32).
 inline constexpr int64_t kMaxSyntheticTokens = int64_t{1} << 26;
 

@@ -278,6 +278,26 @@ absl::Status ValidateFp8(const v1::Fp8Recipe& f) {
   if (f.has_current() && (f.current().margin() < 0 || f.current().margin() > 32)) {
     return Bad("fp8.current.margin", "must be in [0, 32]");
   }
+  if (f.shadow_interval_steps() < 0 || f.shadow_interval_steps() > kMaxSteps) {
+    return Bad("fp8.shadow_interval_steps",
+               absl::StrCat("must be in [0, ", kMaxSteps, "] (0 turns the shadow loss off), got ",
+                            f.shadow_interval_steps()));
+  }
+  if (f.shadow_interval_steps() > 0 && f.disabled()) {
+    return Bad("fp8.shadow_interval_steps",
+               "needs FP8: with fp8.disabled the job already runs in bf16, so there is no FP8 "
+               "loss to compare with its bf16 shadow");
+  }
+  if (!Finite(f.shadow_gap_warn()) || f.shadow_gap_warn() < 0 ||
+      f.shadow_gap_warn() > kMaxShadowGapWarn) {
+    return Bad("fp8.shadow_gap_warn",
+               absl::StrCat("must be in [0, ", kMaxShadowGapWarn, "] nats (0 means ",
+                            kDefaultShadowGapWarn, "), got ", f.shadow_gap_warn()));
+  }
+  if (f.shadow_gap_warn() > 0 && f.shadow_interval_steps() == 0) {
+    return Bad("fp8.shadow_gap_warn", "is set but fp8.shadow_interval_steps is 0 (the shadow "
+               "loss is off, so nothing would be compared with it)");
+  }
   return ValidateFp8Stats(f);
 }
 

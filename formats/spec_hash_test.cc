@@ -60,6 +60,9 @@ TEST(SpecHash, CoversStateShapingFieldsOnly) {
   EXPECT_FALSE(changed([](v1::JobSpec& s) { s.mutable_fp8()->set_stats_interval_steps(10); }));
   EXPECT_FALSE(changed([](v1::JobSpec& s) { s.mutable_fp8()->set_saturation_warn_fraction(0.5); }));
   EXPECT_FALSE(changed([](v1::JobSpec& s) { s.mutable_fp8()->set_underflow_warn_fraction(0.5); }));
+  // The shadow loss reads the state and writes none of it.
+  EXPECT_FALSE(changed([](v1::JobSpec& s) { s.mutable_fp8()->set_shadow_interval_steps(100); }));
+  EXPECT_FALSE(changed([](v1::JobSpec& s) { s.mutable_fp8()->set_shadow_gap_warn(0.5f); }));
   // Recomputation changes what a step keeps in memory, never a saved bit.
   EXPECT_FALSE(changed([](v1::JobSpec& s) {
     s.mutable_memory()->set_recompute(v1::MemoryConfig::BLOCKS);
@@ -80,6 +83,10 @@ TEST(SpecHash, LegacyHashCoversTheFp8Recipe) {
   v1::JobSpec watched = base;
   watched.mutable_fp8()->set_stats_interval_steps(10);
   EXPECT_EQ(LegacyCheckpointSpecHash(base), LegacyCheckpointSpecHash(watched));
+  v1::JobSpec shadowed = base;
+  shadowed.mutable_fp8()->set_shadow_interval_steps(100);
+  shadowed.mutable_fp8()->set_shadow_gap_warn(0.5f);
+  EXPECT_EQ(LegacyCheckpointSpecHash(base), LegacyCheckpointSpecHash(shadowed));
 }
 
 // A checkpoint written with GEMM tuning on resumes with it off and the

@@ -55,7 +55,7 @@ std::string DescribeResumeChange(const v1::JobSpec& spec, int step) {
 
 absl::Status PrepareStep(const std::string& root, int step) { return RemoveStepDir(root, step); }
 
-absl::Status CommitStep(const std::string& root, int step, int world_size, int keep_last) {
+absl::Status CommitStep(const std::string& root, int step, int world_size) {
   for (int rank = 0; rank < world_size; ++rank) {
     const std::string manifest = absl::StrCat(StepDir(root, step), "/", RankManifestName(rank));
     if (::access(manifest.c_str(), F_OK) != 0) {
@@ -65,8 +65,7 @@ absl::Status CommitStep(const std::string& root, int step, int world_size, int k
           "coordinator and every worker"));
     }
   }
-  RETURN_IF_ERROR(WriteCommitMarker(root, {step, world_size}));
-  return PruneSteps(root, step, keep_last);
+  return WriteCommitMarker(root, {step, world_size});
 }
 
 absl::Status DiscardStep(const std::string& root, int step) { return RemoveStepDir(root, step); }

@@ -47,8 +47,11 @@ std::string DescribeResumeChange(const v1::JobSpec& spec, int step);
 absl::Status PrepareStep(const std::string& root, int step);
 
 // Once every rank's Checkpoint succeeded: checks that each rank's manifest is
-// visible here, writes COMMITTED, then prunes (PruneSteps).
-absl::Status CommitStep(const std::string& root, int step, int world_size, int keep_last);
+// visible here and writes COMMITTED. From then on the step is the one a
+// restart resumes from; pruning older steps (PruneSteps) is the caller's
+// next, separate act, so a prune that fails or takes long (removing a 100 GB
+// step can take half a minute) never undoes or delays the commit.
+absl::Status CommitStep(const std::string& root, int step, int world_size);
 
 // After a failed Checkpoint: removes the step's partial directory.
 absl::Status DiscardStep(const std::string& root, int step);

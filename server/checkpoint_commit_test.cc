@@ -65,12 +65,12 @@ TEST(CheckpointCommit, ResolvesResumeFromToACommittedStep) {
 TEST(CheckpointCommit, CommitsOnlyWhenEveryRankManifestIsVisible) {
   const std::string root = FreshRoot("commit");
   MakeStep(root, 5, 1, false);  // rank 1 of 2 wrote nowhere this coordinator sees
-  absl::Status s = CommitStep(root, 5, 2, 0);
+  absl::Status s = CommitStep(root, 5, 2);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(s.message().find("shared"), absl::string_view::npos) << s;
   EXPECT_EQ(ReadCommitMarker(root, 5).status().code(), absl::StatusCode::kNotFound);
   ASSERT_TRUE(WriteFileDurably(StepDir(root, 5), RankManifestName(1), "m").ok());
-  ASSERT_TRUE(CommitStep(root, 5, 2, 0).ok());
+  ASSERT_TRUE(CommitStep(root, 5, 2).ok());
   EXPECT_EQ(ReadCommitMarker(root, 5)->world_size, 2);
   ASSERT_TRUE(DiscardStep(root, 5).ok());
   EXPECT_TRUE(ListStepDirs(root)->empty());
@@ -82,14 +82,18 @@ TEST(CheckpointCommit, PrunesToKeepLastLeavingNewerSteps) {
   MakeStep(root, 5, 1, false);   // failed earlier: goes
   MakeStep(root, 12, 1, true);   // newer, from an earlier run: stays
   MakeStep(root, 8, 1, false);
-  ASSERT_TRUE(CommitStep(root, 8, 1, 2).ok());
+  ASSERT_TRUE(CommitStep(root, 8, 1).ok());
+  // Committing prunes nothing by itself.
+  EXPECT_EQ(*ListStepDirs(root), (std::vector<int64_t>{2, 4, 5, 6, 8, 12}));
+  ASSERT_TRUE(PruneSteps(root, 8, 2).ok());
   EXPECT_EQ(*ListStepDirs(root), (std::vector<int64_t>{6, 8, 12}));
   EXPECT_EQ(*ListCommittedSteps(root), (std::vector<int64_t>{6, 8, 12}));
 
   const std::string all = FreshRoot("keep-all");
   for (int step : {1, 2}) MakeStep(all, step, 1, true);
   MakeStep(all, 3, 1, false);
-  ASSERT_TRUE(CommitStep(all, 3, 1, 0).ok());
+  ASSERT_TRUE(CommitStep(all, 3, 1).ok());
+  ASSERT_TRUE(PruneSteps(all, 3, 0).ok());
   EXPECT_EQ(*ListCommittedSteps(all), (std::vector<int64_t>{1, 2, 3}));
 }
 

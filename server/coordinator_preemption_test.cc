@@ -276,7 +276,7 @@ TEST_F(CoordinatorPreemptionTest, AQueuedAgainJobResumesFromItsCheckpointAfterAC
     request.set_dir(spec.checkpoint().dir());
     request.set_step(6);
     ASSERT_TRUE(writer.Checkpoint(request).ok());
-    ASSERT_TRUE(CommitStep(spec.checkpoint().dir(), 6, 1, 0).ok());
+    ASSERT_TRUE(CommitStep(spec.checkpoint().dir(), 6, 1).ok());
   }
   {
     auto store = JobStore::Open(state_dir + "/coordinator.db");

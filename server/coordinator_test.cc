@@ -733,7 +733,7 @@ TEST_F(CoordinatorTest, AJobRunningWhenTheCoordinatorDiedResumesFromItsCheckpoin
     request.set_dir(spec.checkpoint().dir());
     request.set_step(5);
     ASSERT_TRUE(writer.Checkpoint(request).ok());
-    ASSERT_TRUE(CommitStep(spec.checkpoint().dir(), 5, 1, 0).ok());
+    ASSERT_TRUE(CommitStep(spec.checkpoint().dir(), 5, 1).ok());
   }
   mkdir(dir.c_str(), 0755);
   LeaveARunningJob(dir, spec, 5);

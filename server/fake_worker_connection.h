@@ -9,7 +9,10 @@
 // write is awaited, as a worker's would (a write can be made slow, held
 // until a test releases it, or failed),
 // and after the steps the spec's data.validation names it reports a
-// validation loss (3.5 - 0.01 * step over 40 tokens), as a worker's would.
+// validation loss (3.5 - 0.01 * step over 40 tokens), as a worker's would,
+// and after every fp8.shadow_interval_steps-th step a shadow loss (FP8
+// 3.02 - 0.01 * step, bf16 3.0 - 0.01 * step over 50 tokens, taking
+// 1 ms * (rank + 1)).
 // Records the commands it saw.
 #ifndef TESSERA_SERVER_FAKE_WORKER_CONNECTION_H_
 #define TESSERA_SERVER_FAKE_WORKER_CONNECTION_H_
@@ -130,6 +133,15 @@ class FakeWorkerConnection : public WorkerConnection {
       if (evaluated) {
         result.mutable_validation()->set_loss(3.5f - 0.01f * s);
         result.mutable_validation()->set_tokens(40);
+      }
+      const int shadow_interval = spec_.fp8().shadow_interval_steps();
+      if (shadow_interval > 0 && (s + 1) % shadow_interval == 0) {
+        v1::ShadowLoss* shadow = result.mutable_shadow();
+        shadow->set_fp8_loss(3.02f - 0.01f * s);
+        shadow->set_bf16_loss(3.0f - 0.01f * s);
+        shadow->set_gap(shadow->fp8_loss() - shadow->bf16_loss());
+        shadow->set_tokens(50);
+        shadow->set_time_s(0.001 * (1 + rank_));
       }
       on_step(result);
       if (behavior_.duplicate_results) on_step(result);

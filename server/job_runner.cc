@@ -14,6 +14,7 @@
 #include "common/checkpoint_size.h"
 #include "common/fp8_numerics.h"
 #include "common/memory_estimate.h"
+#include "common/shadow_gap.h"
 #include "server/checkpoint_commit.h"
 #include "server/checkpoint_space.h"
 #include "server/spec_validation.h"
@@ -166,6 +167,15 @@ void JobRunner::OnStepResult(const v1::StepResult& result) {
     if (result.has_validation() && (!m.has_validation() || result.rank() == 0)) {
       *m.mutable_validation() = result.validation();
     }
+    // The shadow losses are global too; its time is the slowest rank's, and
+    // the warning is the coordinator's, from the job's threshold.
+    if (result.has_shadow()) {
+      const double slowest = std::max(m.shadow().time_s(), result.shadow().time_s());
+      if (!m.has_shadow() || result.rank() == 0) *m.mutable_shadow() = result.shadow();
+      m.mutable_shadow()->set_time_s(slowest);
+      m.mutable_shadow()->set_warning(
+          ShadowGapWarning(spec_.fp8(), m.shadow().fp8_loss(), m.shadow().bf16_loss()));
+    }
     // Memory: the fullest rank's.
     if (p.ranks == 0 || result.peak_memory_bytes() > m.peak_memory_bytes()) {
       m.set_peak_memory_bytes(result.peak_memory_bytes());
@@ -188,7 +198,9 @@ void JobRunner::OnStepResult(const v1::StepResult& result) {
       checkpoint_s = checkpoint_phases_.wait_s + checkpoint_phases_.snapshot_s;
       checkpoint_phases_ = {};
     }
-    m.set_control_overhead_s(std::max(0.0, interval - m.step_time_s() - checkpoint_s));
+    // The shadow loss's forwards are the workers' time, not the coordinator's.
+    m.set_control_overhead_s(
+        std::max(0.0, interval - m.step_time_s() - checkpoint_s - m.shadow().time_s()));
     if (m.step_time_s() > 0) m.set_tokens_per_s(static_cast<double>(m.tokens()) / m.step_time_s());
     m.set_attempt(attempt_.number);
     done = m;
@@ -409,10 +421,35 @@ JobRunner::CheckpointStart JobRunner::StartCheckpoint(int step, double waited_s,
   wait += waited_s;
   record.set_stall_s(wait + snapshot);
   if (wait >= kWaitWorthAWarningS) {
-    record.set_warning(absl::StrFormat(
-        "training waited %.2f s for the previous checkpoint's write: checkpoint.interval_steps "
-        "(%d) is shorter than a write takes; raise it, or expect this stall at every checkpoint",
-        wait, spec_.checkpoint().interval_steps()));
+    int previous = 0;
+    double prune_s = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      previous = committed_step_;
+      prune_s = last_prune_s_;
+    }
+    const std::string pruning =
+        prune_s >= kWaitWorthAWarningS
+            ? absl::StrFormat(" and the removal of older steps under checkpoint.keep_last "
+                              "(%.1f s)",
+                              prune_s)
+            : std::string();
+    const int interval = spec_.checkpoint().interval_steps();
+    if (interval > 0 && step % interval == 0 && step < spec_.steps()) {
+      record.set_warning(absl::StrFormat(
+          "training waited %.2f s for the previous checkpoint's write%s: "
+          "checkpoint.interval_steps (%d) is shorter than a write takes; raise it, or expect "
+          "this stall at every checkpoint",
+          wait, pruning, interval));
+    } else {
+      // The final checkpoint, or one asked for: the interval is not to blame.
+      record.set_warning(absl::StrFormat(
+          "this checkpoint came %d step%s after the previous one (step %d) and waited %.2f s "
+          "for its write%s%s",
+          step - previous, step - previous == 1 ? "" : "s", previous, wait, pruning,
+          step == spec_.steps() ? "; training had ended, the job completes once it is written"
+                                : ""));
+    }
   }
   {
     absl::MutexLock lock(&mu_);
@@ -469,9 +506,7 @@ bool JobRunner::Commit(v1::CheckpointCommitted record, absl::Time started) {
     absl::MutexLock lock(&mu_);
     pending_commit_step_ = -1;
   }
-  if (absl::Status c =
-          CommitStep(root, step, CheckpointRanks(spec_), spec_.checkpoint().keep_last());
-      !c.ok()) {
+  if (absl::Status c = CommitStep(root, step, CheckpointRanks(spec_)); !c.ok()) {
     DiscardStep(root, step).IgnoreError();
     FailCheckpoint(step, c);
     return false;
@@ -484,8 +519,27 @@ bool JobRunner::Commit(v1::CheckpointCommitted record, absl::Time started) {
     absl::MutexLock lock(&mu_);
     committed_step_ = step;
   }
+  PruneAfterCommit(step, record);
   if (callbacks_.on_commit) callbacks_.on_commit(record);
   return true;
+}
+
+void JobRunner::PruneAfterCommit(int step, v1::CheckpointCommitted& record) {
+  const absl::Time started = absl::Now();
+  const absl::Status s = PruneSteps(spec_.checkpoint().dir(), step, spec_.checkpoint().keep_last());
+  record.set_prune_s(absl::ToDoubleSeconds(absl::Now() - started));
+  {
+    absl::MutexLock lock(&mu_);
+    last_prune_s_ = record.prune_s();
+  }
+  if (!s.ok()) {
+    std::string warning = record.warning();
+    if (!warning.empty()) warning += "; ";
+    absl::StrAppend(&warning, "removing the steps checkpoint.keep_last no longer keeps failed (",
+                    StatusCodeName(s.code()), ": ", s.message(),
+                    "): they stay on disk; the commit of step ", step, " stands");
+    record.set_warning(warning);
+  }
 }
 
 void JobRunner::SalvagePendingCheckpoint() {
@@ -501,7 +555,7 @@ void JobRunner::SalvagePendingCheckpoint() {
   // complete and CommitStep commits it, so a restart resumes from it.
   // Otherwise the partial step goes.
   const std::string& root = spec_.checkpoint().dir();
-  if (CommitStep(root, step, CheckpointRanks(spec_), spec_.checkpoint().keep_last()).ok()) {
+  if (CommitStep(root, step, CheckpointRanks(spec_)).ok()) {
     absl::MutexLock lock(&mu_);
     committed_step_ = step;
   } else {
@@ -510,6 +564,7 @@ void JobRunner::SalvagePendingCheckpoint() {
   }
   v1::CheckpointCommitted record;
   record.set_step(step);
+  PruneAfterCommit(step, record);
   if (callbacks_.on_commit) callbacks_.on_commit(record);
 }
 

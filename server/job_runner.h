@@ -187,9 +187,14 @@ class JobRunner {
   // except that a full disk (RESOURCE_EXHAUSTED) skips a checkpoint that is
   // not the last.
   void FinishCheckpoint(v1::CheckpointCommitted record, absl::Time started);
-  // Commits record.step() once every rank wrote it (server/checkpoint_commit.h)
-  // and reports it; false (the job stopped) if the commit failed.
+  // Commits record.step() once every rank wrote it (server/checkpoint_commit.h),
+  // then prunes to keep_last (PruneAfterCommit) and reports both; false (the
+  // job stopped) if the commit failed.
   bool Commit(v1::CheckpointCommitted record, absl::Time started);
+  // Removes the steps checkpoint.keep_last no longer keeps, now that `step`
+  // is committed, timing it into record.prune_s. A failure leaves them on
+  // disk and says so in record.warning; the commit stands either way.
+  void PruneAfterCommit(int step, v1::CheckpointCommitted& record);
   // When the job stops with a checkpoint's writes in flight: commits it if
   // every rank's manifest is there (the writes finished), else removes it.
   void SalvagePendingCheckpoint();
@@ -219,6 +224,7 @@ class JobRunner {
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   int committed_step_ ABSL_GUARDED_BY(mu_) = 0;
   int pending_commit_step_ ABSL_GUARDED_BY(mu_) = -1;  // started, not yet committed
+  double last_prune_s_ ABSL_GUARDED_BY(mu_) = 0;       // the latest commit's pruning
   // The last checkpoint's wait and snapshot, shown as phases of the first
   // step after it (step -1: none pending).
   struct CheckpointPhases {

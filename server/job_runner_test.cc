@@ -9,8 +9,11 @@
 // restart logic (the cause, which workers acknowledged the Abort or were
 // unreachable, the committed step, the attempt number on every record), and
 // checkpoint now and suspend: a chunk ended early at a step every rank
-// stops at, committed, then continued or ended SUSPENDED.
+// stops at, committed, then continued or ended SUSPENDED. Also what a
+// checkpoint that had to wait says, and a prune that fails after a commit.
 #include "server/job_runner.h"
+
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -262,6 +265,47 @@ TEST(JobRunner, ACommitRecordsEveryRanksBytesTimesAndTheStall) {
   EXPECT_DOUBLE_EQ(h.metrics[3].phases().checkpoint_snapshot_s(), 0.001);
   EXPECT_DOUBLE_EQ(h.metrics[3].phases().checkpoint_wait_s(), 0.0);
   EXPECT_DOUBLE_EQ(h.metrics[4].phases().checkpoint_snapshot_s(), 0.0);
+}
+
+// A regular checkpoint that waits blames the interval; the final one, close
+// after the previous, says how close instead.
+TEST(JobRunner, AWaitingCheckpointSaysWhyItWaited) {
+  const std::string root = FreshRoot("waiting-checkpoint");
+  FakeWorkerBehavior slow_write;
+  slow_write.checkpoint_write_time = absl::Milliseconds(1500);
+  Harness h(CheckpointingSpec(7, 3, root), {slow_write, slow_write});
+  ASSERT_EQ(h.runner->Run().state, v1::SUCCEEDED);
+  ASSERT_EQ(h.commit_records.size(), 3u);
+  EXPECT_EQ(h.commit_records[0].warning(), "");
+  EXPECT_NE(h.commit_records[1].warning().find("checkpoint.interval_steps (3) is shorter"),
+            std::string::npos)
+      << h.commit_records[1].warning();
+  const std::string& last = h.commit_records[2].warning();
+  EXPECT_NE(last.find("came 1 step after the previous one (step 6)"), std::string::npos) << last;
+  EXPECT_NE(last.find("training had ended"), std::string::npos) << last;
+  EXPECT_EQ(last.find("interval_steps"), std::string::npos) << last;
+}
+
+// Removing an old step that cannot be removed used to discard the step just
+// committed and fail the job; the commit now stands and the record says why
+// the old step is still there.
+TEST(JobRunner, APruneThatFailsKeepsTheCommitAndSaysSo) {
+  const std::string root = FreshRoot("prune-fails");
+  ASSERT_TRUE(CreateCheckpointRoot(root).ok());
+  ASSERT_TRUE(CreateStepDir(root, 2).ok());
+  ASSERT_TRUE(WriteCommitMarker(root, {2, 2}).ok());
+  ASSERT_EQ(::mkdir((StepDir(root, 2) + "/not-a-file").c_str(), 0755), 0);
+  v1::JobSpec spec = CheckpointingSpec(8, 4, root);
+  spec.mutable_checkpoint()->set_keep_last(1);
+  Harness h(spec, {{}, {}});
+  JobOutcome outcome = h.runner->Run();
+  ASSERT_EQ(outcome.state, v1::SUCCEEDED) << outcome.reason;
+  EXPECT_EQ(h.commits, (std::vector<int>{4, 8}));
+  EXPECT_EQ(ListCommittedSteps(root)->back(), 8);
+  const std::string& warning = h.commit_records[0].warning();
+  EXPECT_NE(warning.find("they stay on disk; the commit of step 4 stands"), std::string::npos)
+      << warning;
+  EXPECT_GE(h.commit_records[0].prune_s(), 0.0);
 }
 
 TEST(JobRunner, AFailedBackgroundWriteFailsTheJobAndCommitsNothing) {

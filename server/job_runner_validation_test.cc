@@ -1,7 +1,9 @@
 // The coordinator's step records carry the validation loss the workers
 // report, on exactly the steps after which they evaluated (every
 // eval_interval_steps steps and the last), and on no others; a job without
-// data.validation carries none.
+// data.validation carries none. Likewise the bf16 shadow loss
+// (fp8.shadow_interval_steps), with the coordinator's warning on the steps
+// whose gap is past fp8.shadow_gap_warn.
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -58,6 +60,35 @@ TEST(JobRunnerValidation, NoValidationSectionNoValidationLoss) {
   v1::JobSpec spec;
   spec.set_steps(4);
   for (const v1::StepMetrics& m : RunJobOn(spec, 2)) EXPECT_FALSE(m.has_validation()) << m.step();
+}
+
+TEST(JobRunnerValidation, ShadowStepsCarryTheLossesAndWarnOnlyPastTheThreshold) {
+  for (const float warn : {0.05f, 0.01f}) {
+    SCOPED_TRACE(warn);
+    v1::JobSpec spec;
+    spec.set_steps(6);
+    spec.mutable_fp8()->set_shadow_interval_steps(3);
+    spec.mutable_fp8()->set_shadow_gap_warn(warn);
+    std::vector<int> shadowed;
+    for (const v1::StepMetrics& m : RunJobOn(spec, 2)) {
+      if (!m.has_shadow()) continue;
+      shadowed.push_back(m.step());
+      EXPECT_FLOAT_EQ(m.shadow().fp8_loss(), 3.02f - 0.01f * m.step());
+      EXPECT_FLOAT_EQ(m.shadow().bf16_loss(), 3.0f - 0.01f * m.step());
+      EXPECT_NEAR(m.shadow().gap(), 0.02f, 1e-6f);
+      EXPECT_EQ(m.shadow().tokens(), 50);         // global already
+      EXPECT_DOUBLE_EQ(m.shadow().time_s(), 0.002);  // the slowest rank's
+      // The gap 0.02 is within 0.05 and past 0.01.
+      EXPECT_EQ(m.shadow().warning().empty(), warn == 0.05f) << m.shadow().warning();
+    }
+    EXPECT_EQ(shadowed, (std::vector<int>{2, 5}));
+  }
+}
+
+TEST(JobRunnerValidation, NoShadowIntervalNoShadowLoss) {
+  v1::JobSpec spec;
+  spec.set_steps(4);
+  for (const v1::StepMetrics& m : RunJobOn(spec, 2)) EXPECT_FALSE(m.has_shadow()) << m.step();
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -128,6 +129,13 @@ TEST(SpecValidation, EachRuleNamesItsField) {
       {"fp8.saturation_warn_fraction", [](v1::JobSpec& s) { s.mutable_fp8()->set_saturation_warn_fraction(1.5); }},
       {"fp8.underflow_warn_fraction", [](v1::JobSpec& s) { s.mutable_fp8()->set_underflow_warn_fraction(2); }},
       {"fp8.underflow_warn_fraction", [](v1::JobSpec& s) { s.mutable_fp8()->set_underflow_warn_fraction(std::nan("")); }},
+      {"fp8.shadow_interval_steps: must be in [0,", [](v1::JobSpec& s) { s.mutable_fp8()->set_shadow_interval_steps(-1); }},
+      {"fp8.shadow_interval_steps: must be in [0,", [](v1::JobSpec& s) { s.mutable_fp8()->set_shadow_interval_steps(kMaxSteps + 1); }},
+      {"fp8.shadow_interval_steps: needs FP8", [](v1::JobSpec& s) { s.mutable_fp8()->set_disabled(true); s.mutable_fp8()->set_shadow_interval_steps(10); }},
+      {"fp8.shadow_gap_warn: must be in [0,", [](v1::JobSpec& s) { s.mutable_fp8()->set_shadow_interval_steps(10); s.mutable_fp8()->set_shadow_gap_warn(-0.5f); }},
+      {"fp8.shadow_gap_warn: must be in [0,", [](v1::JobSpec& s) { s.mutable_fp8()->set_shadow_interval_steps(10); s.mutable_fp8()->set_shadow_gap_warn(std::numeric_limits<float>::quiet_NaN()); }},
+      {"fp8.shadow_gap_warn: must be in [0,", [](v1::JobSpec& s) { s.mutable_fp8()->set_shadow_interval_steps(10); s.mutable_fp8()->set_shadow_gap_warn(1000.f); }},
+      {"fp8.shadow_gap_warn: is set but fp8.shadow_interval_steps is 0", [](v1::JobSpec& s) { s.mutable_fp8()->set_shadow_gap_warn(0.2f); }},
       {"world_size", [](v1::JobSpec& s) { s.set_world_size(0); }},
       {"world_size", [](v1::JobSpec& s) { s.set_world_size(kMaxWorldSize + 1); }},
       {"parallelism.shard_group_size", [](v1::JobSpec& s) { s.mutable_parallelism()->set_shard_group_size(-1); }},
@@ -168,6 +176,21 @@ TEST(SpecValidation, EachRuleNamesItsField) {
     absl::Status s = ValidateJobSpec(spec);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.field;
     EXPECT_NE(s.message().find(c.field), std::string::npos) << c.field << " -> " << s.message();
+  }
+}
+
+TEST(SpecValidation, ShadowLossSettingsInRangePass) {
+  for (const int interval : {0, 1, 100, static_cast<int>(kMaxSteps)}) {
+    v1::JobSpec spec = ValidSpec();
+    spec.mutable_fp8()->set_shadow_interval_steps(interval);
+    EXPECT_TRUE(ValidateJobSpec(spec).ok()) << interval;
+    if (interval == 0) continue;
+    for (const float warn : {0.f, 1e-6f, 0.1f, kMaxShadowGapWarn}) {
+      spec.mutable_fp8()->set_shadow_gap_warn(warn);
+      EXPECT_TRUE(ValidateJobSpec(spec).ok()) << interval << " warn " << warn;
+    }
+    spec.mutable_fp8()->mutable_current();  // both scalings
+    EXPECT_TRUE(ValidateJobSpec(spec).ok()) << interval;
   }
 }
 

@@ -17,6 +17,7 @@
 #include "common/evaluation_schedule.h"
 #include "common/memory_estimate.h"
 #include "common/parallelism.h"
+#include "common/shadow_gap.h"
 #include "common/spec_limits.h"
 #include "formats/checkpoint_io.h"
 
@@ -327,6 +328,19 @@ absl::Status WorkerCore::RunSteps(const std::string& job_id, int first_step, int
       Log(v1::INFO, job_id, rank, step,
           absl::StrFormat("validation loss %.4f over %d tokens", validation->loss,
                           validation->tokens));
+    }
+    // The bf16 shadow loss ran inside the step; rank 0 logs it (the losses
+    // are global), as a warning when the gap is past the job's threshold.
+    if (report->shadow.has_value() && rank == 0) {
+      const ShadowReport& shadow = *report->shadow;
+      const std::string warning =
+          ShadowGapWarning(spec.fp8(), shadow.fp8_loss, shadow.bf16_loss);
+      Log(warning.empty() ? v1::INFO : v1::WARNING, job_id, rank, step,
+          warning.empty()
+              ? absl::StrFormat("shadow loss: fp8 %.4f bf16 %.4f gap %+.4f over %d tokens",
+                                shadow.fp8_loss, shadow.bf16_loss,
+                                shadow.fp8_loss - shadow.bf16_loss, shadow.tokens)
+              : warning);
     }
     // Once per job, after its first step: the memory SetupJob expected
     // against what the step really holds.

@@ -115,6 +115,14 @@ grpc::Status WorkerServiceImpl::RunSteps(grpc::ServerContext* context,
         for (const Fp8TensorReport& tensor : report.fp8_stats) {
           *result.add_fp8_stats() = ToFp8TensorStats(tensor);
         }
+        if (report.shadow.has_value()) {
+          v1::ShadowLoss* shadow = result.mutable_shadow();
+          shadow->set_fp8_loss(report.shadow->fp8_loss);
+          shadow->set_bf16_loss(report.shadow->bf16_loss);
+          shadow->set_gap(report.shadow->fp8_loss - report.shadow->bf16_loss);
+          shadow->set_tokens(report.shadow->tokens);
+          shadow->set_time_s(report.shadow->time_s);
+        }
         // A caller that went away stops hearing; the steps still finish so
         // the ranks stay in step until the coordinator aborts the job.
         if (!context->IsCancelled()) writer->Write(result);

@@ -173,6 +173,7 @@ absl::StatusOr<SetupReport> FsdpTrainer::Setup(const v1::JobSpec& spec, int rank
   ASSIGN_OR_RETURN(stream_, ops_->CreateStream());
   RETURN_IF_ERROR(AllocateState());
   RETURN_IF_ERROR(SetupValidation());
+  RETURN_IF_ERROR(SetupShadowLoss());
   RETURN_IF_ERROR(InitParams(init_from.get()));
   RETURN_IF_ERROR(SetupCheckpointSnapshot());
 

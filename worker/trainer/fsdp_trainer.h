@@ -21,7 +21,9 @@
 // randomly or from a Hugging Face directory (model.init_from, hf_import.h);
 // RunStep (train_step.cc, one file that reads top to bottom) allocates
 // nothing; checkpoints (a snapshot to host memory, written in the
-// background) and Restore are in fsdp_checkpoint.cc.
+// background) and Restore are in fsdp_checkpoint.cc; the forward passes
+// outside the step in evaluate.cc, and the bf16 shadow loss
+// (fp8.shadow_interval_steps) in shadow_loss.cc.
 #ifndef TESSERA_WORKER_TRAINER_FSDP_TRAINER_H_
 #define TESSERA_WORKER_TRAINER_FSDP_TRAINER_H_
 
@@ -398,6 +400,28 @@ class FsdpTrainer : public Trainer {
   DeviceTensor eval_scalars_;    // [sets, 2] fp32: loss_sum, valid_tokens per validation set
   std::string data_trace_dir_;
   DeviceTensor saved_fp8_meta_;  // the packed FP8 state as it was before an evaluation
+
+  // ---- The bf16 shadow loss (shadow_loss.cc) -------------------------------
+  // After every fp8.shadow_interval_steps-th step, the FP8 and the bf16
+  // forward of the step's weights on a fixed held-out batch. Nothing here
+  // is allocated unless the job asks for it.
+  bool ShadowLossAfterStep(int step) const;
+  // Called by Setup (after SetupValidation): allocates the bf16 block
+  // weights and sums, and reads the held-out batch onto the host.
+  absl::Status SetupShadowLoss();
+  absl::StatusOr<ShadowReport> RunShadowLoss();
+  // Casts block `layer`'s linear masters to bf16 into shadow_weights_
+  // (gathered across the shard group with the block's norms).
+  absl::Status GatherShadowBlock(int layer);
+  absl::Status ShadowBlockForward(int layer, BlockActivations& a, const TensorDesc& x_in,
+                                  const TensorDesc& x_out);
+  // The four block linears of one block in bf16: [gathered_numel] each,
+  // shared by every block; at world size > 1 also this rank's bf16 shard of
+  // each ([padded_numel]), the all-gather's source.
+  PerBlockLinear<DeviceTensor> shadow_weights_, shadow_shards_;
+  DeviceTensor shadow_scalars_;  // [4] fp32: FP8 loss sum, tokens; bf16 loss sum, tokens
+  // [B * S] int32: the held-out batch (doc starts only with document masking).
+  std::vector<int32_t> host_shadow_inputs_, host_shadow_targets_, host_shadow_doc_starts_;
 };
 
 }  // namespace tessera

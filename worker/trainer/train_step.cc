@@ -12,7 +12,9 @@
 // bias corrections, into engine memory; QueueStep() queues the rest on the
 // trainer's stream. A one-rank CUDA job captures QueueStep once (its second
 // step: the first allocates scratch and tunes GEMM plans) and from then on
-// replays the capture, so the host issues one launch per step.
+// replays the capture, so the host issues one launch per step. Every
+// fp8.shadow_interval_steps steps the bf16 shadow loss runs after the step,
+// eagerly, outside the capture (shadow_loss.cc).
 //
 // Every fp8.stats_interval_steps steps (steps 0, N, 2N, ...) the step also
 // measures its FP8 tensors beside their casts (fp8_step_stats.h). Such a
@@ -148,6 +150,11 @@ absl::StatusOr<StepReport> FsdpTrainer::Step(int step) {
   peak_memory_bytes_ = std::max(peak_memory_bytes_, in_use);
   report.peak_memory_bytes = peak_memory_bytes_;
   if (measure_fp8) report.fp8_stats = fp8_stats_->Read();
+  // ---- The bf16 shadow loss, every fp8.shadow_interval_steps steps: after
+  // the step and outside its captured graph (shadow_loss.cc) ---------------
+  if (ShadowLossAfterStep(step)) {
+    ASSIGN_OR_RETURN(report.shadow, RunShadowLoss());
+  }
   next_step_ = step + 1;
   return report;
 }

@@ -87,6 +87,15 @@ struct Fp8TensorReport {
   int64_t elements = 0;     // values this rank measured
 };
 
+// The bf16 shadow loss (Fp8Recipe.shadow_interval_steps): the FP8 and the
+// bf16 forward of the same weights on the job's fixed held-out batch.
+struct ShadowReport {
+  float fp8_loss = 0.f;   // global mean loss of the FP8 forward
+  float bf16_loss = 0.f;  // the same with bf16 block linears cast from the fp32 masters
+  int64_t tokens = 0;     // valid tokens scored, over all ranks
+  double time_s = 0.0;    // this rank's wall time for both forwards, not in compute_time_s
+};
+
 struct StepReport {
   int step = 0;
   float loss = 0.f;       // global mean loss (identical on every rank)
@@ -100,6 +109,8 @@ struct StepReport {
   int64_t peak_memory_bytes = 0;
   // Set by the daemon when an evaluation ran after this step.
   std::optional<ValidationReport> validation;
+  // Set on the steps after which the bf16 shadow loss ran.
+  std::optional<ShadowReport> shadow;
   // Set on the step that changed how later steps run, for the job's log:
   // that it was captured in a CUDA graph, or why it could not be (then a
   // warning: the job runs, but slower than it could). Empty on other steps.
