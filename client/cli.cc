@@ -15,6 +15,7 @@
 #include "client/cli_credentials.h"
 #include "client/client.h"
 #include "client/job_file.h"
+#include "client/numerics_format.h"
 #include "client/output_format.h"
 #include "client/placement_format.h"
 #include "common/build_info.h"
@@ -124,6 +125,14 @@ int Watch(CoordinatorClient& client, const std::string& job_id, int from_step, b
       if (progress_shown) out << "\n";
       progress_shown = false;
       out << PreemptionLine(e.preemption(), job_id) << "\n" << std::flush;
+    } else if (e.has_numerics()) {
+      if (progress_shown) out << "\n";
+      progress_shown = false;
+      out << NumericsLine(e.numerics()) << "\n" << std::flush;
+    } else if (e.has_numerics_warning()) {
+      if (progress_shown) out << "\n";
+      progress_shown = false;
+      out << "[numerics] WARNING: " << e.numerics_warning().message() << "\n" << std::flush;
     } else if (e.has_slow_rank()) {
       if (progress_shown) out << "\n";
       progress_shown = false;
@@ -288,6 +297,19 @@ int RunCommand(const ParsedArgs& args, std::ostream& out, std::ostream& err, boo
       return kExitUsage;
     }
     return Watch(client, args.positional[0], from_step, json, is_tty, out, err);
+  }
+  if (args.command == "numerics") {
+    int top = 10;
+    if (args.Has("top") && (!absl::SimpleAtoi(args.Get("top"), &top) || top < 0)) {
+      err << "tessera: --top: expected a number of tensors (an integer >= 0), got '"
+          << args.Get("top") << "'\n";
+      return kExitUsage;
+    }
+    absl::StatusOr<v1::Fp8Numerics> numerics = client.GetFp8Numerics(args.positional[0]);
+    if (!numerics.ok()) return Fail(numerics.status(), err);
+    out << (json ? ToJsonLine(WorstOnly(*numerics, top)) + "\n"
+                 : FormatNumericsTable(*numerics, top));
+    return kExitOk;
   }
   if (args.command == "cancel") {
     absl::StatusOr<v1::Job> job = client.CancelJob(args.positional[0], args.Get("reason"));

@@ -57,6 +57,10 @@ const std::vector<CommandSpec>& Commands() {
        "      one line per step (at most ~50) otherwise, then a summary; --json prints every\n"
        "      event as one JSON object per line. Exits 0 only if the job SUCCEEDED", 1, 1,
        {{"from-step", true, "replay step metrics from this step (default 0)"}}},
+      {"numerics", "numerics ID [--top N]",
+       "show the job's newest FP8 statistics (fp8.stats_interval_steps): its worst tensors by\n"
+       "      saturated, then underflowed fraction, with amax and scale (README \"Watching FP8\")",
+       1, 1, {{"top", true, "show at most N tensors (default 10; 0: all)"}}},
       {"cancel", "cancel ID [--reason TEXT]", "cancel a job in any non-terminal state", 1, 1,
        {{"reason", true, "recorded in the job's terminal reason"}}},
       {"checkpoint", "checkpoint ID [--wait]",

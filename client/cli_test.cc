@@ -413,6 +413,91 @@ TEST_F(CliTest, WatchPrintsSlowRankWarningsAndClearances) {
       << r.out;
 }
 
+v1::Fp8TensorStats NumericsTensor(int block, const char* linear, double saturated,
+                                   double underflow) {
+  v1::Fp8TensorStats t;
+  t.set_block(block);
+  t.set_linear(linear);
+  t.set_role(v1::Fp8TensorStats::INPUT);
+  t.set_format("e4m3");
+  t.set_amax(3.5f);
+  t.set_scale(128.f);
+  t.set_elements(1000);
+  t.set_saturated_fraction(saturated);
+  t.set_underflow_fraction(underflow);
+  return t;
+}
+
+TEST_F(CliTest, WatchPrintsNumericsCompactlyAndTheirWarnings) {
+  v1::Job job;
+  job.set_id("job-1");
+  job.mutable_spec()->set_steps(10);
+  job.set_state(v1::SUCCEEDED);
+  std::vector<v1::JobEvent> events(3);
+  v1::Fp8Numerics* numerics = events[0].mutable_numerics();
+  numerics->set_step(4);
+  *numerics->add_tensors() = NumericsTensor(0, "qkv", 0.0, 0.021);
+  *numerics->add_tensors() = NumericsTensor(3, "down", 0.0012, 0.0);
+  events[1].mutable_numerics_warning()->set_severity(v1::WARNING);
+  events[1].mutable_numerics_warning()->set_message(
+      "step 4: block 3 down input (e4m3): 0.12% of values saturate at the format's maximum");
+  events[2].mutable_state_change()->set_state(v1::SUCCEEDED);
+  server_.AddJob(job, events);
+  Result r = RunTessera({"watch", "job-1", "--coordinator", server_.address()});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_TRUE(absl::StrContains(
+      r.out,
+      "[numerics] step 4: worst saturation 0.12% (block 3 down input), worst underflow 2.10% "
+      "(block 0 qkv input), 2 tensors\n"
+      "[numerics] WARNING: step 4: block 3 down input (e4m3): 0.12% of values saturate"))
+      << r.out;
+}
+
+TEST_F(CliTest, NumericsShowsTheWorstTensorsOrSaysHowToTurnThemOn) {
+  v1::Job job;
+  job.set_id("job-1");
+  job.mutable_spec()->set_steps(10);
+  job.set_state(v1::RUNNING);
+  job.mutable_last_numerics()->set_step(8);
+  for (int b = 0; b < 4; ++b) {
+    *job.mutable_last_numerics()->add_tensors() = NumericsTensor(b, "gate_up", 0.0, 0.01 * b);
+  }
+  *job.mutable_last_numerics()->add_tensors() = NumericsTensor(1, "down", 0.002, 0.0);
+  server_.AddJob(job, {});
+  Result r = RunTessera({"numerics", "job-1", "--top", "2", "--coordinator", server_.address()});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  std::vector<std::string> lines = absl::StrSplit(r.out, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 4u) << r.out;
+  EXPECT_EQ(lines[0], "FP8 statistics at step 8 (5 tensors; worst 2 first)");
+  EXPECT_TRUE(absl::StartsWith(lines[2], "block 1 down input")) << r.out;  // saturation first
+  EXPECT_TRUE(absl::StrContains(lines[2], "0.2000%")) << r.out;
+  EXPECT_TRUE(absl::StartsWith(lines[3], "block 3 gate_up input")) << r.out;
+
+  r = RunTessera({"numerics", "job-1", "--top", "1", "--json", "--coordinator",
+                  server_.address()});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.out, "\"step\":8")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "\"linear\":\"down\"")) << r.out;
+  EXPECT_FALSE(absl::StrContains(r.out, "gate_up")) << r.out;
+
+  v1::Job plain;
+  plain.set_id("job-2");
+  plain.mutable_spec()->set_steps(10);
+  plain.set_state(v1::RUNNING);
+  server_.AddJob(plain, {});
+  r = RunTessera({"numerics", "job-2", "--coordinator", server_.address()});
+  EXPECT_EQ(r.code, kExitFailed);
+  EXPECT_TRUE(absl::StrContains(r.err, "FAILED_PRECONDITION")) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "set fp8.stats_interval_steps")) << r.err;
+
+  r = RunTessera({"numerics", "job-404", "--coordinator", server_.address()});
+  EXPECT_EQ(r.code, kExitFailed);
+  EXPECT_TRUE(absl::StrContains(r.err, "NOT_FOUND")) << r.err;
+
+  r = RunTessera({"numerics", "job-1", "--top", "x", "--coordinator", server_.address()});
+  EXPECT_EQ(r.code, kExitUsage);
+}
+
 TEST_F(CliTest, WatchJsonIsOneEventPerLine) {
   AddFinishedJob("job-1", 7, v1::SUCCEEDED);
   Result r = RunTessera({"watch", "job-1", "--json", "--from-step", "0", "--coordinator",

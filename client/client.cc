@@ -213,6 +213,20 @@ absl::StatusOr<v1::Job> CoordinatorClient::GetJob(const std::string& job_id) {
   return job;
 }
 
+absl::StatusOr<v1::Fp8Numerics> CoordinatorClient::GetFp8Numerics(const std::string& job_id) {
+  absl::StatusOr<v1::Job> job = GetJob(job_id);
+  if (!job.ok()) return job.status();
+  if (job->has_last_numerics()) return job->last_numerics();
+  if (job->spec().fp8().stats_interval_steps() <= 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job_id, " takes no FP8 statistics: set fp8.stats_interval_steps (e.g. 100) in ",
+        "its job file; they can also be turned on when resuming from a checkpoint"));
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("job ", job_id, " has no FP8 statistics yet: they are taken at step 0 and "
+                   "every ", job->spec().fp8().stats_interval_steps(), " steps after"));
+}
+
 absl::StatusOr<v1::ListJobsResponse> CoordinatorClient::ListJobsPage(
     const std::vector<v1::JobState>& states, int page_size, const std::string& page_token) {
   JobFilter filter;

@@ -70,6 +70,11 @@ class CoordinatorClient {
   absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec);
   // NOT_FOUND for an unknown id.
   absl::StatusOr<v1::Job> GetJob(const std::string& job_id);
+  // The job's newest FP8 statistics record (Job.last_numerics). NOT_FOUND
+  // for an unknown job; FAILED_PRECONDITION when the job takes no
+  // statistics (saying how to turn them on) or has not reached its first
+  // statistics step.
+  absl::StatusOr<v1::Fp8Numerics> GetFp8Numerics(const std::string& job_id);
   // Which jobs ListJobs returns (ListJobsRequest in coordinator.proto).
   struct JobFilter {
     std::vector<v1::JobState> states;  // empty: every state

@@ -102,6 +102,13 @@ RankMemoryEstimate EstimateRankMemory(const v1::JobSpec& spec, int /*rank*/, int
   // directly (FP8 with delayed scaling), the norms' bf16 outputs and the
   // SwiGLU's; with FP8, each linear's transposed e4m3 input.
   const bool fused_fp8_casts = fp8 && !current_scaling;
+  // FP8 statistics (fp8.stats_interval_steps; worker/trainer/fp8_step_stats.h):
+  // two int64 counts and two floats per FP8 tensor (3 per block linear),
+  // and with fused casts the bf16 [T, max(H, 2F)] they are measured from.
+  if (fp8 && spec.fp8().stats_interval_steps() > 0) {
+    e.scratch += layers * 4 * 3 * (2 * 8 + 2 * 4);
+    if (fused_fp8_casts) e.scratch += tokens * std::max(hidden, 2 * ffn) * 2;
+  }
   // What a block's backward reads that is the output of a GEMM or of
   // attention (QKV, attention output and statistics, the residual after
   // attention, gate+up), the block's input, and the cheap rest.

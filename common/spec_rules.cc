@@ -241,6 +241,31 @@ absl::Status ValidateOptimizer(const v1::OptimizerConfig& o) {
   return absl::OkStatus();
 }
 
+// The FP8 statistics settings (README "Watching FP8").
+absl::Status ValidateFp8Stats(const v1::Fp8Recipe& f) {
+  constexpr int kMaxStatsInterval = 1000000;
+  if (f.stats_interval_steps() < 0 || f.stats_interval_steps() > kMaxStatsInterval) {
+    return Bad("fp8.stats_interval_steps",
+               absl::StrCat("must be in [0, ", kMaxStatsInterval, "] (0 turns statistics off), got ",
+                            f.stats_interval_steps()));
+  }
+  if (f.stats_interval_steps() > 0 && f.disabled()) {
+    return Bad("fp8.stats_interval_steps",
+               "must be 0 when fp8.disabled is true: there are no FP8 tensors to measure");
+  }
+  const std::pair<const char*, double> fractions[] = {
+      {"fp8.saturation_warn_fraction", f.saturation_warn_fraction()},
+      {"fp8.underflow_warn_fraction", f.underflow_warn_fraction()}};
+  for (const auto& [field, fraction] : fractions) {
+    // Written so that NaN fails too.
+    if (!(fraction >= 0.0 && fraction <= 1.0)) {
+      return Bad(field, absl::StrCat("must be a fraction in [0, 1] (0 means the default), got ",
+                                     fraction));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateFp8(const v1::Fp8Recipe& f) {
   if (f.has_delayed()) {
     if (f.delayed().amax_history_len() < 0 || f.delayed().amax_history_len() > 1024) {
@@ -273,7 +298,7 @@ absl::Status ValidateFp8(const v1::Fp8Recipe& f) {
     return Bad("fp8.shadow_gap_warn", "is set but fp8.shadow_interval_steps is 0 (the shadow "
                "loss is off, so nothing would be compared with it)");
   }
-  return absl::OkStatus();
+  return ValidateFp8Stats(f);
 }
 
 // keep_last and resume_from; interval_steps is checked with the steps.

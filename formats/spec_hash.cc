@@ -42,6 +42,10 @@ std::string CheckpointSpecHash(const v1::JobSpec& spec) {
 std::string LegacyCheckpointSpecHash(const v1::JobSpec& spec) {
   v1::JobSpec shaping = CheckpointShapingSpec(spec);
   *shaping.mutable_fp8() = spec.fp8();
+  // Fields added after version 1, which change no state.
+  shaping.mutable_fp8()->clear_stats_interval_steps();
+  shaping.mutable_fp8()->clear_saturation_warn_fraction();
+  shaping.mutable_fp8()->clear_underflow_warn_fraction();
   // The shadow loss came later and shapes no state: version 1 hashes never
   // covered it.
   shaping.mutable_fp8()->clear_shadow_interval_steps();

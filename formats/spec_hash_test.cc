@@ -56,6 +56,10 @@ TEST(SpecHash, CoversStateShapingFieldsOnly) {
   // The recipe is recorded beside the hash and may change on resume.
   EXPECT_FALSE(changed([](v1::JobSpec& s) { s.mutable_fp8()->set_disabled(true); }));
   EXPECT_FALSE(changed([](v1::JobSpec& s) { s.mutable_fp8()->mutable_current(); }));
+  // Statistics measure the state; they change none of it.
+  EXPECT_FALSE(changed([](v1::JobSpec& s) { s.mutable_fp8()->set_stats_interval_steps(10); }));
+  EXPECT_FALSE(changed([](v1::JobSpec& s) { s.mutable_fp8()->set_saturation_warn_fraction(0.5); }));
+  EXPECT_FALSE(changed([](v1::JobSpec& s) { s.mutable_fp8()->set_underflow_warn_fraction(0.5); }));
   // The shadow loss reads the state and writes none of it.
   EXPECT_FALSE(changed([](v1::JobSpec& s) { s.mutable_fp8()->set_shadow_interval_steps(100); }));
   EXPECT_FALSE(changed([](v1::JobSpec& s) { s.mutable_fp8()->set_shadow_gap_warn(0.5f); }));
@@ -76,6 +80,9 @@ TEST(SpecHash, LegacyHashCoversTheFp8Recipe) {
   v1::JobSpec named = base;
   named.set_name("other");
   EXPECT_EQ(LegacyCheckpointSpecHash(base), LegacyCheckpointSpecHash(named));
+  v1::JobSpec watched = base;
+  watched.mutable_fp8()->set_stats_interval_steps(10);
+  EXPECT_EQ(LegacyCheckpointSpecHash(base), LegacyCheckpointSpecHash(watched));
   v1::JobSpec shadowed = base;
   shadowed.mutable_fp8()->set_shadow_interval_steps(100);
   shadowed.mutable_fp8()->set_shadow_gap_warn(0.5f);

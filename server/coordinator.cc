@@ -16,6 +16,7 @@
 #include "server/memory_admission.h"
 #include "server/model_flops.h"
 #include "server/request_limits.h"
+#include "server/fp8_numerics_warning.h"
 #include "server/slow_rank_event.h"
 #include "server/spec_validation.h"
 
@@ -469,6 +470,20 @@ void Coordinator::StartJobLocked(JobEntry& entry, const Placement& placement) {
         MakeSlowRankChange(change, worker, record != nullptr ? record->address() : "");
     ApplySlowRankChange(event.slow_rank(), e.job);
     AppendEventLocked(e, event, false, /*with_record=*/true);
+  };
+  callbacks.on_numerics = [this, id, recipe = job.spec().fp8()](const v1::Fp8Numerics& numerics) {
+    const std::vector<v1::Fp8NumericsWarning> warnings = Fp8NumericsWarnings(numerics, recipe);
+    absl::MutexLock lock(&mu_);
+    JobEntry& e = *jobs_[id];
+    *e.job.mutable_last_numerics() = numerics;
+    v1::JobEvent event;
+    *event.mutable_numerics() = numerics;
+    AppendEventLocked(e, event, false, /*with_record=*/true);
+    for (const v1::Fp8NumericsWarning& warning : warnings) {
+      v1::JobEvent warning_event;
+      *warning_event.mutable_numerics_warning() = warning;
+      AppendEventLocked(e, warning_event, false, /*with_record=*/false);
+    }
   };
   entry.runner = std::make_shared<JobRunner>(id, job.spec(), placement.worker_ids,
                                              std::move(connections), options_.rendezvous_address,

@@ -222,7 +222,7 @@ void Coordinator::PersistLocked(const v1::Job& job) {
 
 void Coordinator::AppendEventLocked(JobEntry& entry, v1::JobEvent event, bool closes,
                                     bool with_record) {
-  const bool step = event.has_step();
+  const bool step = IsStepRecord(event);
   const v1::JobEvent stamped = entry.events->Append(std::move(event), closes);
   if (store_ == nullptr || stamped.sequence() == 0) return;
   if (with_record) {

@@ -28,7 +28,7 @@ v1::JobEvent EventLog::Append(v1::JobEvent event, bool closes) {
     event.set_sequence(++last_sequence_);
     event.set_time_unix_ms(absl::ToUnixMillis(absl::Now()));
     stamped = event;
-    if (event.has_step()) {
+    if (IsStepRecord(event)) {
       step_events_.push_back(std::move(event));
       while (static_cast<int64_t>(step_events_.size()) > max_step_events_) {
         step_events_.pop_front();
@@ -64,7 +64,7 @@ void EventLog::Restore(std::vector<v1::JobEvent> events, bool closed) {
   for (v1::JobEvent& event : events) {
     if (event.sequence() <= last_sequence_) continue;  // a duplicate
     last_sequence_ = event.sequence();
-    if (event.has_step()) {
+    if (IsStepRecord(event)) {
       step_events_.push_back(std::move(event));
       while (static_cast<int64_t>(step_events_.size()) > max_step_events_) step_events_.pop_front();
     } else {
@@ -90,7 +90,7 @@ EventLog::Batch EventLog::Read(int64_t cursor, int from_step, absl::Duration wai
       batch.events.push_back(*other++);
       continue;
     }
-    if (step->step().step() >= from_step) batch.events.push_back(*step);
+    if (RecordStep(*step) >= from_step) batch.events.push_back(*step);
     ++step;
   }
   batch.next_cursor = std::max(cursor, last_sequence_);

@@ -29,6 +29,17 @@ namespace tessera {
 
 inline constexpr int64_t kDefaultMaxStepEvents = 100'000;
 
+// The events kept and replayed as step records: step metrics, and the FP8
+// statistics record of a statistics step (large, one per interval), so
+// neither grows a job's memory with its step count. RecordStep: the step
+// such an event is about.
+inline bool IsStepRecord(const v1::JobEvent& event) {
+  return event.has_step() || event.has_numerics();
+}
+inline int RecordStep(const v1::JobEvent& event) {
+  return event.has_step() ? event.step().step() : event.numerics().step();
+}
+
 class EventLog {
  public:
   explicit EventLog(int64_t max_step_events = kDefaultMaxStepEvents)

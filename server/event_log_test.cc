@@ -86,6 +86,26 @@ TEST(EventLog, KeepsOnlyTheMostRecentStepsButEveryOtherEvent) {
   EXPECT_EQ(rest.events[1].step().step(), 9);
 }
 
+// FP8 statistics records are kept, trimmed and replayed like the step
+// records they follow: a long job's memory does not grow with them.
+TEST(EventLog, Fp8RecordsAreKeptAsStepRecords) {
+  EventLog log(/*max_step_events=*/4);
+  for (int i = 0; i < 6; ++i) {
+    log.Append(Step(i), false);
+    v1::JobEvent numerics;
+    numerics.mutable_numerics()->set_step(i);
+    log.Append(numerics, false);
+  }
+  EventLog::Batch all = log.Read(0, 0, absl::ZeroDuration());
+  ASSERT_EQ(all.events.size(), 4u);
+  EXPECT_EQ(all.events[0].step().step(), 4);
+  EXPECT_EQ(all.events[1].numerics().step(), 4);
+  EXPECT_EQ(all.events[3].numerics().step(), 5);
+  EventLog::Batch from5 = log.Read(0, /*from_step=*/5, absl::ZeroDuration());
+  ASSERT_EQ(from5.events.size(), 2u);
+  EXPECT_EQ(from5.events[1].numerics().step(), 5);
+}
+
 TEST(EventLog, ARestoredHistoryKeepsItsSequencesAndLaterEventsFollowIt) {
   EventLog original;
   std::vector<v1::JobEvent> persisted;

@@ -117,6 +117,19 @@ class FakeWorkerConnection : public WorkerConnection {
         absl::MutexLock lock(&mu_);
         evaluated = EvaluatesAfterStep(spec_, s);
       }
+      // FP8 statistics steps: one tensor whose figures name the rank.
+      if (spec_.fp8().stats_interval_steps() > 0 && s % spec_.fp8().stats_interval_steps() == 0) {
+        v1::Fp8TensorStats* t = result.add_fp8_stats();
+        t->set_block(0);
+        t->set_linear("qkv");
+        t->set_role(v1::Fp8TensorStats::INPUT);
+        t->set_format("e4m3");
+        t->set_amax(1.0f + rank_);
+        t->set_scale(448.0f / (1.0f + rank_));
+        t->set_saturated(1 + rank_);
+        t->set_underflowed(10 * rank_);
+        t->set_elements(1000);
+      }
       if (evaluated) {
         result.mutable_validation()->set_loss(3.5f - 0.01f * s);
         result.mutable_validation()->set_tokens(40);

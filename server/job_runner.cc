@@ -12,6 +12,7 @@
 #include "common/parallelism.h"
 #include "common/status_macros.h"
 #include "common/checkpoint_size.h"
+#include "common/fp8_numerics.h"
 #include "common/memory_estimate.h"
 #include "common/shadow_gap.h"
 #include "server/checkpoint_commit.h"
@@ -135,6 +136,7 @@ void JobRunner::SkipCheckpoint(int step, int64_t needed, int64_t available,
 
 void JobRunner::OnStepResult(const v1::StepResult& result) {
   v1::StepMetrics done;
+  v1::Fp8Numerics numerics;
   std::vector<StragglerChange> slow_rank_changes;
   {
     absl::MutexLock lock(&mu_);
@@ -160,6 +162,7 @@ void JobRunner::OnStepResult(const v1::StepResult& result) {
     }
     m.set_step(result.step());
     m.set_tokens(m.tokens() + result.tokens());
+    if (result.fp8_stats_size() > 0) AddRankNumerics(result.fp8_stats(), p.numerics);
     // Already all-reduced by the workers: every rank reports the same value.
     if (result.has_validation() && (!m.has_validation() || result.rank() == 0)) {
       *m.mutable_validation() = result.validation();
@@ -201,12 +204,19 @@ void JobRunner::OnStepResult(const v1::StepResult& result) {
     if (m.step_time_s() > 0) m.set_tokens_per_s(static_cast<double>(m.tokens()) / m.step_time_s());
     m.set_attempt(attempt_.number);
     done = m;
+    if (p.numerics.tensors_size() > 0) {
+      numerics = std::move(p.numerics);
+      numerics.set_step(result.step());
+      numerics.set_attempt(attempt_.number);
+      SetFractions(numerics);
+    }
     slow_rank_changes = straggler_.AddStep(result.step(), p.compute_s);
     partial_.erase(it);
     first_unfinished_step_ = std::max(first_unfinished_step_, result.step() + 1);
     ++steps_done_;
   }
   if (callbacks_.on_step) callbacks_.on_step(done);
+  if (numerics.tensors_size() > 0 && callbacks_.on_numerics) callbacks_.on_numerics(numerics);
   if (callbacks_.on_slow_rank) {
     for (const StragglerChange& change : slow_rank_changes) callbacks_.on_slow_rank(change);
   }

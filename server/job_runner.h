@@ -23,7 +23,9 @@
 // slowest rank's compute time: what the coordinator adds on top of compute.
 // Each rank's compute time per step (its step time less its waits on
 // collectives) also goes to a StragglerDetector (straggler_detector.h),
-// one per attempt; the ranks it names or clears go to on_slow_rank.
+// one per attempt; the ranks it names or clears go to on_slow_rank. On a
+// statistics step the ranks' FP8 statistics add up into one record for
+// on_numerics.
 //
 // Stop() may be called from any thread (cancel, lost worker, shutdown): the
 // first call wins, every worker gets Abort and in-flight calls are cancelled,
@@ -91,6 +93,9 @@ struct JobRunnerCallbacks {
   // A rank named slow or cleared (straggler_detector.h), after the step's
   // on_step.
   std::function<void(const StragglerChange& change)> on_slow_rank;
+  // A statistics step's FP8 record (fp8.stats_interval_steps), every rank's
+  // parts added up (common/fp8_numerics.h), after the step's on_step.
+  std::function<void(const v1::Fp8Numerics& numerics)> on_numerics;
 };
 
 struct JobOutcome {
@@ -234,6 +239,7 @@ class JobRunner {
     std::vector<double> compute_s;  // by rank: step time less collective waits
     int ranks = 0;               // how many have
     v1::StepMetrics metrics;
+    v1::Fp8Numerics numerics;  // statistics steps: the ranks' parts so far
   };
   // Steps some but not all ranks have reported, by step. At most the steps
   // of one RunSteps chunk are in flight, and a step leaves once complete, so

@@ -46,6 +46,7 @@ struct Harness {
   std::vector<std::string> events;
   std::function<void(const v1::StepMetrics&)> after_step;  // runs after each step's record
   std::vector<v1::CheckpointSkipped> skipped;
+  std::vector<v1::Fp8Numerics> numerics;
   // Free bytes under the checkpoint directory; unset: the real disk's.
   std::function<absl::StatusOr<int64_t>(const std::string&)> free_bytes;
 
@@ -85,6 +86,11 @@ struct Harness {
     cb.on_checkpoint_skipped = [this](const v1::CheckpointSkipped& e) {
       absl::MutexLock l(&mu);
       skipped.push_back(e);
+    };
+    cb.on_numerics = [this](const v1::Fp8Numerics& n) {
+      absl::MutexLock l(&mu);
+      numerics.push_back(n);
+      events.push_back(absl::StrCat("numerics ", n.step()));
     };
     cb.checkpoint_free_bytes = [this](const std::string& path) -> absl::StatusOr<int64_t> {
       if (free_bytes) return free_bytes(path);
@@ -152,6 +158,32 @@ TEST(JobRunner, RunsToSuccessAggregatingOneRecordPerStep) {
   EXPECT_EQ(c, (std::vector<std::string>{"SetupJob", "InitCollective", "RunSteps", "Checkpoint@4",
                                          "RunSteps", "Checkpoint@8", "RunSteps", "Checkpoint@10",
                                          "Abort"}));
+}
+
+// FP8 statistics steps: the ranks' parts add up into one record per
+// interval, reported after the step's own record.
+TEST(JobRunner, AddsUpTheRanksFp8StatisticsOncePerInterval) {
+  v1::JobSpec spec = Spec(5);
+  spec.mutable_fp8()->set_stats_interval_steps(2);
+  Harness h(spec, {{}, {}});
+  JobOutcome outcome = h.runner->Run();
+  EXPECT_EQ(outcome.state, v1::SUCCEEDED) << outcome.reason;
+  ASSERT_EQ(h.numerics.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    const v1::Fp8Numerics& n = h.numerics[i];
+    EXPECT_EQ(n.step(), 2 * i);
+    ASSERT_EQ(n.tensors_size(), 1);
+    EXPECT_EQ(n.tensors(0).saturated(), 3);      // 1 + 2
+    EXPECT_EQ(n.tensors(0).underflowed(), 10);   // 0 + 10
+    EXPECT_EQ(n.tensors(0).elements(), 2000);
+    EXPECT_EQ(n.tensors(0).amax(), 2.0f);        // the largest
+    EXPECT_DOUBLE_EQ(n.tensors(0).saturated_fraction(), 0.0015);
+    EXPECT_DOUBLE_EQ(n.tensors(0).underflow_fraction(), 0.005);
+  }
+  const auto at = [&](const std::string& e) {
+    return std::find(h.events.begin(), h.events.end(), e) - h.events.begin();
+  };
+  EXPECT_EQ(at("numerics 2"), at("step 2") + 1);
 }
 
 TEST(JobRunner, CommitsEachCheckpointOnceAllRanksWroteItAndKeepsTheLast) {

@@ -103,7 +103,8 @@ absl::Status PutEventRow(sqlite3* db, const std::string& job_id, const v1::JobEv
                    "VALUES(?, ?, ?, ?)")
       .Text(1, job_id)
       .Int(2, event.sequence())
-      .Int(3, event.has_step() ? 1 : 0)
+      // Trimmed as the event log keeps them (event_log.h's IsStepRecord).
+      .Int(3, event.has_step() || event.has_numerics() ? 1 : 0)
       .Blob(4, event.SerializeAsString())
       .Run();
 }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "common/fp8_numerics.h"
 #include "common/status_macros.h"
 #include "proto/tessera/v1/job.pb.h"
 
@@ -82,6 +83,9 @@ MetricsTracker::Snapshot MetricsTracker::Sync() {
       out.slow_rank_slowdown[{job.id(), slow.worker_id()}] = slow.slowdown();
     }
     cursor.counters.restarts = job.restarts();
+    cursor.counters.has_fp8_numerics = job.has_last_numerics();
+    cursor.counters.fp8_worst_saturation = WorstSaturation(job.last_numerics());
+    cursor.counters.fp8_worst_underflow = WorstUnderflow(job.last_numerics());
     out.jobs[job.id()] = cursor.counters;
     kept[job.id()] = cursor;
   }

@@ -22,6 +22,8 @@
 // workers being free and the steps it will run again (the victim's
 // Preemption WORKERS_FREE event; the preemptor's copy is not counted).
 // Slow ranks: each job's ranks named slow now, read from the job record.
+// FP8: each job's worst saturated and underflow fractions in its newest
+// statistics record, read from the job record.
 // Thread-compatible: the exporter serialises calls.
 #ifndef TESSERA_SERVER_METRICS_TRACKER_H_
 #define TESSERA_SERVER_METRICS_TRACKER_H_
@@ -61,6 +63,11 @@ class MetricsTracker {
     int64_t repeated_steps = 0;  // reports of a step already counted
     int64_t restarts = 0;        // automatic restarts so far
     int64_t peak_memory_bytes = 0;  // the most any step record reported (its fullest rank)
+    // The job's newest FP8 statistics record (Job.last_numerics): its worst
+    // tensor's saturated and underflow fractions. Unset while it has none.
+    bool has_fp8_numerics = false;
+    double fp8_worst_saturation = 0;
+    double fp8_worst_underflow = 0;
   };
   struct Snapshot {
     std::map<std::string, int64_t> jobs_by_state;  // every JobState name, zeros included

@@ -81,6 +81,30 @@ TEST(MetricsTrackerTest, SlowRanksNamedNowByJobAndWorker) {
   EXPECT_TRUE(tracker.Sync().slow_rank_slowdown.empty());
 }
 
+TEST(MetricsTrackerTest, Fp8WorstFractionsOfTheNewestRecord) {
+  std::vector<v1::Job> jobs(2);
+  jobs[0].set_id("job-1");
+  jobs[0].set_state(v1::RUNNING);
+  v1::Fp8Numerics* numerics = jobs[0].mutable_last_numerics();
+  for (double saturated : {0.002, 0.0}) {
+    v1::Fp8TensorStats* t = numerics->add_tensors();
+    t->set_saturated_fraction(saturated);
+    t->set_underflow_fraction(saturated > 0 ? 0.0 : 0.03);
+  }
+  jobs[1].set_id("job-2");  // takes no statistics
+  jobs[1].set_state(v1::RUNNING);
+  auto log = std::make_shared<EventLog>();
+  MetricsTracker tracker(MetricsSource{
+      [&]() -> absl::StatusOr<std::vector<v1::Job>> { return jobs; },
+      [] { return std::vector<v1::WorkerRecord>(); },
+      [&](const std::string&) -> absl::StatusOr<std::shared_ptr<EventLog>> { return log; }});
+  MetricsTracker::Snapshot snapshot = tracker.Sync();
+  EXPECT_TRUE(snapshot.jobs["job-1"].has_fp8_numerics);
+  EXPECT_DOUBLE_EQ(snapshot.jobs["job-1"].fp8_worst_saturation, 0.002);
+  EXPECT_DOUBLE_EQ(snapshot.jobs["job-1"].fp8_worst_underflow, 0.03);
+  EXPECT_FALSE(snapshot.jobs["job-2"].has_fp8_numerics);
+}
+
 // Steps re-run after an automatic restart used to count again: a job that
 // failed once after step 5 and resumed from its step-3 checkpoint showed
 // more steps than it has. They now count once, and the re-runs separately.

@@ -73,6 +73,18 @@ class CoordinatorCollectable {
                          .Help("Peak device memory of a job's fullest rank so far (in use after "
                                "a step), per job.")
                          .Register(*registry_)),
+        fp8_saturation_(prometheus::BuildGauge()
+                            .Name("tessera_job_fp8_worst_saturation_ratio")
+                            .Help("Per job taking FP8 statistics (fp8.stats_interval_steps): the "
+                                  "largest fraction of an FP8 tensor's values that saturated at "
+                                  "the format's maximum, in the newest statistics record.")
+                            .Register(*registry_)),
+        fp8_underflow_(prometheus::BuildGauge()
+                           .Name("tessera_job_fp8_worst_underflow_ratio")
+                           .Help("Per job taking FP8 statistics: the largest fraction of an FP8 "
+                                 "tensor's values that underflowed to zero, in the newest "
+                                 "statistics record.")
+                           .Register(*registry_)),
         slow_rank_slowdown_(prometheus::BuildGauge()
                                 .Name("tessera_slow_rank_slowdown_ratio")
                                 .Help("Ranks named slow now, per job and worker: how much "
@@ -157,6 +169,10 @@ class CoordinatorCollectable {
         repeated_steps_.Remove(it->second.repeated_steps);
         restarts_.Remove(it->second.restarts);
         peak_memory_.Remove(it->second.peak_memory);
+        if (it->second.fp8_saturation != nullptr) {
+          fp8_saturation_.Remove(it->second.fp8_saturation);
+          fp8_underflow_.Remove(it->second.fp8_underflow);
+        }
         it = per_job_.erase(it);
       } else {
         ++it;
@@ -172,6 +188,14 @@ class CoordinatorCollectable {
         series.peak_memory = &peak_memory_.Add({{"job", job}});
       }
       series.peak_memory->Set(static_cast<double>(counters.peak_memory_bytes));
+      if (counters.has_fp8_numerics) {  // only jobs that take FP8 statistics
+        if (series.fp8_saturation == nullptr) {
+          series.fp8_saturation = &fp8_saturation_.Add({{"job", job}});
+          series.fp8_underflow = &fp8_underflow_.Add({{"job", job}});
+        }
+        series.fp8_saturation->Set(counters.fp8_worst_saturation);
+        series.fp8_underflow->Set(counters.fp8_worst_underflow);
+      }
       series.steps->Increment(static_cast<double>(counters.steps) - series.steps->Value());
       series.tokens->Increment(static_cast<double>(counters.tokens) - series.tokens->Value());
       series.repeated_steps->Increment(static_cast<double>(counters.repeated_steps) -
@@ -228,6 +252,8 @@ class CoordinatorCollectable {
     prometheus::Counter* repeated_steps = nullptr;
     prometheus::Counter* restarts = nullptr;
     prometheus::Gauge* peak_memory = nullptr;
+    prometheus::Gauge* fp8_saturation = nullptr;  // set once the job has FP8 statistics
+    prometheus::Gauge* fp8_underflow = nullptr;
   };
   absl::Mutex mu_;
   MetricsTracker tracker_ ABSL_GUARDED_BY(mu_);
@@ -239,6 +265,8 @@ class CoordinatorCollectable {
   prometheus::Family<prometheus::Counter>& repeated_steps_;
   prometheus::Family<prometheus::Counter>& restarts_;
   prometheus::Family<prometheus::Gauge>& peak_memory_;
+  prometheus::Family<prometheus::Gauge>& fp8_saturation_;
+  prometheus::Family<prometheus::Gauge>& fp8_underflow_;
   prometheus::Family<prometheus::Gauge>& slow_rank_slowdown_;
   prometheus::Family<prometheus::Gauge>& heartbeat_age_;
   prometheus::Counter& worker_losses_;

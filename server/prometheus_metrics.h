@@ -13,6 +13,8 @@
 //   tessera_preemption_seconds               decision to a preempted job's workers free (histogram)
 //   tessera_preemption_steps_redone_total    steps preempted jobs run again
 //   tessera_slow_rank_slowdown_ratio{job,worker}  a rank named slow: how much slower (gauge)
+//   tessera_job_fp8_worst_saturation_ratio{job}   newest FP8 statistics: worst tensor (gauge)
+//   tessera_job_fp8_worst_underflow_ratio{job}    likewise for underflow (gauge)
 //   tessera_build_info{version,commit,api}   always 1 (common/build_info.h)
 // The endpoint carries ids and counts only, no job specs or credentials.
 #ifndef TESSERA_SERVER_PROMETHEUS_METRICS_H_

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/fp8_numerics.h"
 #include "common/status_macros.h"
 #include "common/step_history.h"
 #include "nlohmann/json.hpp"
@@ -117,6 +118,22 @@ std::string StatusPageStepsJson(const v1::Job& job, const std::vector<v1::JobEve
     if (i % stride == 0 || i == count - 1) train.push_back({step, Number(m.loss())});
     ++i;
   }
+  // The newest FP8 statistics record's worst tensors (null without one).
+  Json numerics = nullptr;
+  if (job.has_last_numerics()) {
+    Json tensors = Json::array();
+    for (const v1::Fp8TensorStats& t : WorstFp8Tensors(job.last_numerics(), kMaxNumericsRows)) {
+      tensors.push_back({{"name", Fp8TensorName(t)},
+                         {"format", t.format()},
+                         {"amax", Number(t.amax())},
+                         {"scale", Number(t.scale())},
+                         {"saturated", Number(t.saturated_fraction())},
+                         {"underflow", Number(t.underflow_fraction())}});
+    }
+    numerics = {{"step", job.last_numerics().step()},
+                {"count", job.last_numerics().tensors_size()},
+                {"tensors", std::move(tensors)}};
+  }
   Json out = {{"id", job.id()},
               {"name", job.spec().name()},
               {"state", v1::JobState_Name(job.state())},
@@ -124,7 +141,8 @@ std::string StatusPageStepsJson(const v1::Job& job, const std::vector<v1::JobEve
               {"steps_done", job.steps_done()},
               {"stride", stride},
               {"train", std::move(train)},
-              {"validation", std::move(validation)}};
+              {"validation", std::move(validation)},
+              {"numerics", std::move(numerics)}};
   return out.dump();
 }
 

@@ -16,8 +16,13 @@
 //                            (a restarted job's steps counted once, the
 //                            latest attempt's; common/step_history.h), at
 //                            most kMaxChartPoints (beyond, every stride-th
-//                            step and always the last); 404 for an unknown
-//                            job, 400 for a malformed id
+//                            step and always the last), "numerics": the
+//                            newest FP8 statistics record's kMaxNumericsRows
+//                            worst tensors ({"step", "count", "tensors":
+//                            [{"name", "format", "amax", "scale",
+//                            "saturated", "underflow"}]}; null without
+//                            one); 404 for an unknown job, 400 for a
+//                            malformed id
 //
 // The page shows job names, states, losses and worker addresses, never job
 // specs, paths or credentials. It has no authentication: like /metrics,
@@ -38,6 +43,8 @@ namespace tessera {
 
 inline constexpr int kMaxListedJobs = 500;
 inline constexpr int kMaxChartPoints = 5000;
+// Rows of the FP8 numerics panel: the worst tensors of the newest record.
+inline constexpr int kMaxNumericsRows = 8;
 
 // The JSON bodies, for tests and the routes below.
 std::string StatusPageJobsJson(const std::vector<v1::Job>& jobs,

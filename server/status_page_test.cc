@@ -60,6 +60,32 @@ TEST(StatusPage, OnePointPerStepTheLatestAttemptsWithValidation) {
   EXPECT_FLOAT_EQ(out["validation"][1][1].get<float>(), 3.6f);
 }
 
+// The numerics panel: the newest FP8 record's worst tensors, at most
+// kMaxNumericsRows, worst first; null for a job without one.
+TEST(StatusPage, NumericsAreTheNewestRecordsWorstTensors) {
+  v1::Job job = JobWithSteps(10);
+  EXPECT_TRUE(nlohmann::json::parse(StatusPageStepsJson(job, {}))["numerics"].is_null());
+  v1::Fp8Numerics* n = job.mutable_last_numerics();
+  n->set_step(6);
+  for (int b = 0; b < kMaxNumericsRows + 4; ++b) {
+    v1::Fp8TensorStats* t = n->add_tensors();
+    t->set_block(b);
+    t->set_linear("down");
+    t->set_role(v1::Fp8TensorStats::INPUT);
+    t->set_format("e4m3");
+    t->set_amax(2.f);
+    t->set_scale(224.f);
+    t->set_saturated_fraction(0.001 * b);
+  }
+  const nlohmann::json out = nlohmann::json::parse(StatusPageStepsJson(job, {}));
+  EXPECT_EQ(out["numerics"]["step"], 6);
+  EXPECT_EQ(out["numerics"]["count"], kMaxNumericsRows + 4);
+  ASSERT_EQ(out["numerics"]["tensors"].size(), static_cast<size_t>(kMaxNumericsRows));
+  EXPECT_EQ(out["numerics"]["tensors"][0]["name"], "block 11 down input");
+  EXPECT_FLOAT_EQ(out["numerics"]["tensors"][0]["saturated"].get<float>(), 0.011f);
+  EXPECT_EQ(out["numerics"]["tensors"][0]["format"], "e4m3");
+}
+
 TEST(StatusPage, LongJobsAreThinnedToTheChartsLimitKeepingTheLastStep) {
   const int steps = 3 * kMaxChartPoints + 7;
   std::vector<v1::JobEvent> events;

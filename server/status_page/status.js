@@ -171,6 +171,29 @@ function renderChart(data) {
   drawChart(data);
 }
 
+// The selected job's newest FP8 statistics record (README "Watching FP8"),
+// worst tensors first; hidden for a job without one.
+function renderNumerics(data) {
+  const panel = document.getElementById("numerics-panel");
+  const numerics = data ? data.numerics : null;
+  panel.hidden = !numerics;
+  if (!numerics) return;
+  document.getElementById("numerics-summary").textContent =
+      "step " + numerics.step + ", worst " + numerics.tensors.length + " of " + numerics.count + " tensors";
+  const body = document.getElementById("numerics");
+  body.replaceChildren();
+  for (const t of numerics.tensors) {
+    const row = document.createElement("tr");
+    cell(row, t.name);
+    cell(row, t.format);
+    cell(row, formatNumber(t.amax, 4), "num");
+    cell(row, formatNumber(t.scale, 2), "num");
+    cell(row, formatNumber(100 * t.saturated, 3) + "%", "num");
+    cell(row, formatNumber(100 * t.underflow, 3) + "%", "num");
+    body.appendChild(row);
+  }
+}
+
 async function getJson(path) {
   const response = await fetch(path, { cache: "no-store" });
   if (!response.ok) throw new Error(path + ": HTTP " + response.status);
@@ -187,6 +210,7 @@ async function refresh() {
     renderWorkers(status.workers);
     lastSteps = selectedJob ? await getJson("/api/jobs/" + encodeURIComponent(selectedJob) + "/steps") : null;
     renderChart(lastSteps);
+    renderNumerics(lastSteps);
     document.getElementById("updated").textContent =
         "updated " + new Date(status.time_unix_ms).toLocaleTimeString();
     document.getElementById("error").textContent = "";

@@ -12,6 +12,32 @@ namespace {
 // When the coordinator leaves InitCollectiveRequest.timeout_ms unset.
 constexpr absl::Duration kDefaultCollectiveTimeout = absl::Seconds(60);
 
+// A rank's part of one FP8 tensor; the fractions are the coordinator's to
+// compute once it has summed the ranks.
+v1::Fp8TensorStats ToFp8TensorStats(const Fp8TensorReport& tensor) {
+  v1::Fp8TensorStats out;
+  out.set_block(tensor.block);
+  out.set_linear(tensor.linear);
+  switch (tensor.role) {
+    case Fp8TensorReport::Role::kWeight:
+      out.set_role(v1::Fp8TensorStats::WEIGHT);
+      break;
+    case Fp8TensorReport::Role::kInput:
+      out.set_role(v1::Fp8TensorStats::INPUT);
+      break;
+    case Fp8TensorReport::Role::kGradient:
+      out.set_role(v1::Fp8TensorStats::GRADIENT);
+      break;
+  }
+  out.set_format(tensor.e5m2 ? "e5m2" : "e4m3");
+  out.set_amax(tensor.amax);
+  out.set_scale(tensor.scale);
+  out.set_saturated(tensor.saturated);
+  out.set_underflowed(tensor.underflowed);
+  out.set_elements(tensor.elements);
+  return out;
+}
+
 }  // namespace
 
 grpc::Status WorkerServiceImpl::SetupJob(grpc::ServerContext* context,
@@ -85,6 +111,9 @@ grpc::Status WorkerServiceImpl::RunSteps(grpc::ServerContext* context,
             out->set_loss(source.loss);
             out->set_tokens(source.tokens);
           }
+        }
+        for (const Fp8TensorReport& tensor : report.fp8_stats) {
+          *result.add_fp8_stats() = ToFp8TensorStats(tensor);
         }
         if (report.shadow.has_value()) {
           v1::ShadowLoss* shadow = result.mutable_shadow();

@@ -1,7 +1,8 @@
 // An Ops decorator that forwards every call to the real engine and counts
 // the calls that matter for a steady-state step: engine allocations
 // (Allocate, CreateAdamPlan, and the bytes Allocate was asked for) and host
-// reads (CopyToHost). The trainer runs its engine through it, so "a step
+// reads (CopyToHost), and Fp8Stats calls (only statistics steps make
+// them; fp8_step_stats.h). The trainer runs its engine through it, so "a step
 // allocates nothing and reads back one block of scalars" is measured at the
 // ops boundary, whoever allocates (the trainer, the model's helpers or the
 // FSDP sharding code), rather than being bookkept by hand. The cost is one extra virtual call per op.
@@ -23,6 +24,7 @@ class CountingOps : public Ops {
   int64_t allocations() const { return allocations_; }
   int64_t allocated_bytes() const { return allocated_bytes_; }  // requested through Allocate
   int64_t host_reads() const { return host_reads_; }
+  int64_t fp8_stats_calls() const { return fp8_stats_calls_; }
 
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) override {
     ++allocations_;
@@ -77,6 +79,7 @@ class CountingOps : public Ops {
   }
   absl::Status Fp8Stats(const TensorDesc& in, DType format, const float* scale, int64_t* counts,
                         Stream* s) override {
+    ++fp8_stats_calls_;
     return engine_->Fp8Stats(in, format, scale, counts, s);
   }
   absl::Status UpdateFp8Scales(float* amax, float* history, float* scale, float* scale_inv,
@@ -200,6 +203,7 @@ class CountingOps : public Ops {
   std::atomic<int64_t> allocations_{0};
   std::atomic<int64_t> allocated_bytes_{0};
   std::atomic<int64_t> host_reads_{0};
+  std::atomic<int64_t> fp8_stats_calls_{0};
 };
 
 }  // namespace tessera

@@ -294,6 +294,12 @@ absl::Status FsdpTrainer::AllocateState() {
   ASSIGN_OR_RETURN(scratch_.dy_fp8, Alloc(DType::kE5M2, Shape{t * max_out}));
   ASSIGN_OR_RETURN(scratch_.dy_fp8_t, Alloc(DType::kE5M2, Shape{t * max_out}));
   ASSIGN_OR_RETURN(scratch_.w_t, Alloc(DType::kE4M3, Shape{max_in * max_out}));
+  if (fp8_ && spec_.fp8().stats_interval_steps() > 0) {
+    ASSIGN_OR_RETURN(fp8_stats_, Fp8StepStats::Create(*ops_, layers_));
+    if (fuse_fp8_casts_) {
+      ASSIGN_OR_RETURN(fp8_stats_scratch_, Alloc(DType::kBFloat16, Shape{t * std::max(h, 2 * f)}));
+    }
+  }
 
   ASSIGN_OR_RETURN(inputs_, Alloc(DType::kInt32, Shape{t}));
   ASSIGN_OR_RETURN(targets_, Alloc(DType::kInt32, Shape{t}));

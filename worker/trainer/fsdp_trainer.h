@@ -49,6 +49,7 @@
 #include "worker/model/fp8_linear.h"
 #include "worker/model/fp8_meta.h"
 #include "worker/trainer/counting_ops.h"
+#include "worker/trainer/fp8_step_stats.h"
 #include "formats/hf_import.h"
 #include "worker/trainer/background_checkpoint_writer.h"
 #include "worker/trainer/step_clock.h"
@@ -100,6 +101,7 @@ class FsdpTrainer : public Trainer {
   int64_t allocation_count() const { return ops_->allocations(); }
   int64_t allocated_bytes() const { return ops_->allocated_bytes(); }
   int64_t host_read_count() const { return ops_->host_reads(); }
+  int64_t fp8_stats_call_count() const { return ops_->fp8_stats_calls(); }
   absl::StatusOr<std::vector<uint8_t>> GatheredWeightBytes(int layer, BlockLinear linear);
   // Every gradient buffer's bytes, concatenated: each parameter's gradient
   // shard, then the full-size gradients the step reduce-scatters from
@@ -233,6 +235,18 @@ class FsdpTrainer : public Trainer {
   absl::Status AllocateBlockActivations(int layer);
   absl::Status BlockBackward(int layer, const GatheredBlock& w, BlockActivations& a,
                              const TensorDesc& grad_residual);
+  // FP8 statistics (fp8_step_stats.h), on a statistics step only
+  // (measuring_fp8_); elsewhere they queue nothing. MeasureFp8 measures block
+  // l's `linear`'s input (e4m3, only in the step's own forward pass) or
+  // output gradient (e5m2) with the scale its cast used; call it after the
+  // linear, whose current-scaling cast sets that scale. MeasureFp8Weights
+  // measures every block linear's fp32 master shard with the scale its FP8
+  // bytes were just encoded with. StatsScratch: a bf16 `shape` view of
+  // fp8_stats_scratch_, for the tensors a fused FP8 cast never stores.
+  absl::Status MeasureFp8(int layer, BlockLinear linear, Fp8TensorReport::Role role,
+                          const TensorDesc& in, InputScaling scaling = InputScaling::kMeasure);
+  absl::Status MeasureFp8Weights();
+  TensorDesc StatsScratch(Shape shape) const;
   // What attention keeps to, forward, recomputed and backward: doc_starts_
   // under data.document_masking, else whole sequences.
   TensorDesc AttentionDocuments() const;
@@ -327,6 +341,13 @@ class FsdpTrainer : public Trainer {
   CollectiveTicket outer_replicas_reduced_;
   DeviceTensor grad_embedding_, grad_final_norm_, grad_lm_head_;
   LinearScratch scratch_;
+  // fp8.stats_interval_steps > 0 with FP8 on: the statistics' buffers, and
+  // with fused FP8 casts a bf16 [T * max(H, 2F)] that a statistics step
+  // writes the normalised, SwiGLU and SwiGLU-gradient tensors into, which
+  // the fused casts never store. Null and empty otherwise.
+  std::unique_ptr<Fp8StepStats> fp8_stats_;
+  DeviceTensor fp8_stats_scratch_;
+  bool measuring_fp8_ = false;  // set by Step() around a statistics step's QueueStep
 
   DeviceTensor inputs_, targets_;        // [T] int32
   // [B, S] int32: attention's document starts of the micro-batch, with

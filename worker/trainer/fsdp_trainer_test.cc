@@ -391,7 +391,13 @@ TEST(FsdpTrainer, MemoryEstimateIsWhatSetupAllocates) {
   bf16.mutable_fp8()->set_disabled(true);
   v1::JobSpec history = TestJobSpec(2);
   history.mutable_fp8()->mutable_delayed()->set_amax_history_len(7);
+  v1::JobSpec watched = TestJobSpec(2);
+  watched.mutable_fp8()->set_stats_interval_steps(10);
+  v1::JobSpec watched_current = current;
+  watched_current.mutable_fp8()->set_stats_interval_steps(10);
   const Case cases[] = {{"amax history 7, rank 1 of 2", history, 1, 2},
+                        {"FP8 statistics", watched, 1, 2},
+                        {"FP8 statistics, current scaling", watched_current, 0, 1},
                         {"one rank", TestJobSpec(2), 0, 1},
                         {"rank 1 of 3", TestJobSpec(2), 1, 3},
                         {"resharded, rank 2 of 3", reshard, 2, 3},

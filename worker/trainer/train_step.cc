@@ -15,6 +15,11 @@
 // replays the capture, so the host issues one launch per step. Every
 // fp8.shadow_interval_steps steps the bf16 shadow loss runs after the step,
 // eagerly, outside the capture (shadow_loss.cc).
+//
+// Every fp8.stats_interval_steps steps (steps 0, N, 2N, ...) the step also
+// measures its FP8 tensors beside their casts (fp8_step_stats.h). Such a
+// step runs eagerly, never replayed or captured: the captured graph holds
+// none of the measurements, so the steps between pay nothing for them.
 #include <algorithm>
 #include <chrono>
 #include <optional>
@@ -27,6 +32,8 @@
 
 namespace tessera {
 namespace {
+
+using Role = Fp8TensorReport::Role;
 
 // Slots of FsdpTrainer::scalars_.
 constexpr int kLossSum = 0, kValidTokens = 1, kGradSumSq = 2, kGradNorm = 3, kGradScale = 4;
@@ -93,12 +100,14 @@ absl::StatusOr<StepReport> FsdpTrainer::Step(int step) {
   const AdamStepValues step_values = StepValuesFor(hyper);
   RETURN_IF_ERROR(ops.CopyToDevice(adam_step_values_.desc.data, &step_values,
                                    sizeof(step_values), stream_));
+  const bool measure_fp8 =
+      fp8_stats_ != nullptr && step % spec_.fp8().stats_interval_steps() == 0;
 
   // ---- The step's work: queued as it runs until one step has run, then
   // captured once (where CapturesSteps) and replayed with one launch --------
   StepReport report;
   if (step_graph_ == nullptr && eager_steps_ >= 1 && step_graph_status_.ok() &&
-      CapturesSteps()) {
+      CapturesSteps() && !measure_fp8) {
     step_graph_status_ = CaptureStep();  // if it fails, the steps stay eager
     if (step_graph_status_.ok()) {
       report.engine_note = "step captured in a CUDA graph; later steps replay it with one launch";
@@ -108,13 +117,17 @@ absl::StatusOr<StepReport> FsdpTrainer::Step(int step) {
       report.engine_note_is_warning = true;
     }
   }
-  if (step_graph_ != nullptr) {
+  if (step_graph_ != nullptr && !measure_fp8) {
     RETURN_IF_ERROR(clock_.Reopen());
     RETURN_IF_ERROR(ops.Replay(*step_graph_, stream_));
   } else {
-    RETURN_IF_ERROR(QueueStep());
+    measuring_fp8_ = measure_fp8;
+    const absl::Status queued = QueueStep();
+    measuring_fp8_ = false;
+    RETURN_IF_ERROR(queued);
     ++eager_steps_;
   }
+  if (measure_fp8) RETURN_IF_ERROR(fp8_stats_->CopyToHost(ops, stream_));
 
   // ---- Report --------------------------------------------------------------
   float host_scalars[5];
@@ -136,6 +149,7 @@ absl::StatusOr<StepReport> FsdpTrainer::Step(int step) {
   ASSIGN_OR_RETURN(const int64_t in_use, ops.MemoryInUseBytes());
   peak_memory_bytes_ = std::max(peak_memory_bytes_, in_use);
   report.peak_memory_bytes = peak_memory_bytes_;
+  if (measure_fp8) report.fp8_stats = fp8_stats_->Read();
   // ---- The bf16 shadow loss, every fp8.shadow_interval_steps steps: after
   // the step and outside its captured graph (shadow_loss.cc) ---------------
   if (ShadowLossAfterStep(step)) {
@@ -167,6 +181,7 @@ absl::Status FsdpTrainer::QueueStep() {
   const float eps = spec_.model().norm_eps();
   const int64_t h = hidden_;
   RETURN_IF_ERROR(ops.Memset(scalars, 0, 3 * sizeof(float), stream_));
+  if (measuring_fp8_) RETURN_IF_ERROR(fp8_stats_->Begin(ops, stream_));
   // Each phase below ends with a lap of the step clock, which charges the
   // time since the previous lap to that phase (collectives to kCollective).
   RETURN_IF_ERROR(clock_.Start(stream_));
@@ -321,6 +336,9 @@ absl::Status FsdpTrainer::QueueStep() {
   // The FP8 shards now hold bytes encoded with the weights' current scales;
   // record that 1/scale on every rank before the scales move on.
   RETURN_IF_ERROR(meta_->RecordWeightEncodeScales(ops, stream_));
+  // Delayed scaling: the weights as FusedAdam just encoded them, before the
+  // scales move on (current scaling encodes them again below).
+  if (!meta_->current_scaling()) RETURN_IF_ERROR(MeasureFp8Weights());
 
   // ---- FP8 scaling: every amax in one all-reduce, then new scales --------
   RETURN_IF_ERROR(clock_.Lap(StepPhase::kOptimizer, stream_));
@@ -330,8 +348,40 @@ absl::Status FsdpTrainer::QueueStep() {
   }
   RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, stream_));
   RETURN_IF_ERROR(meta_->UpdateScales(ops, stream_));
-  if (meta_->current_scaling()) RETURN_IF_ERROR(QuantizeWeightsFromMaster(stream_));
+  if (meta_->current_scaling()) {
+    RETURN_IF_ERROR(QuantizeWeightsFromMaster(stream_));
+    RETURN_IF_ERROR(MeasureFp8Weights());
+  }
   return clock_.Lap(StepPhase::kOptimizer, stream_);
+}
+
+absl::Status FsdpTrainer::MeasureFp8(int l, BlockLinear linear, Role role, const TensorDesc& in,
+                                     InputScaling scaling) {
+  if (!measuring_fp8_ || scaling != InputScaling::kMeasure) return absl::OkStatus();
+  const LinearId id{l, linear};
+  if (role == Role::kGradient) {
+    return fp8_stats_->Measure(*ops_, id, role, in, DType::kE5M2,
+                               meta_->scale(meta_->layout().GradSlot(id)), stream_);
+  }
+  return fp8_stats_->Measure(*ops_, id, role, in, DType::kE4M3,
+                             meta_->scale(meta_->layout().InputSlot(id)), stream_);
+}
+
+absl::Status FsdpTrainer::MeasureFp8Weights() {
+  if (!measuring_fp8_) return absl::OkStatus();
+  for (int l = 0; l < layers_; ++l) {
+    for (const BlockLinear linear : kEveryBlockLinear) {
+      const Fp8ShardedParam& p = blocks_[l].linear(linear);
+      const TensorDesc master = Reshaped(p.master.desc, Shape{p.layout.shard_numel()});
+      RETURN_IF_ERROR(fp8_stats_->Measure(*ops_, LinearId{l, linear}, Role::kWeight, master,
+                                          DType::kE4M3, p.scale, stream_));
+    }
+  }
+  return absl::OkStatus();
+}
+
+TensorDesc FsdpTrainer::StatsScratch(Shape shape) const {
+  return View(fp8_stats_scratch_, DType::kBFloat16, shape);
 }
 
 // y = linear(RMSNorm(x)) for a block's qkv or gate/up projection; rstd is saved for backward. With fused FP8 casts the norm
@@ -350,11 +400,18 @@ absl::Status FsdpTrainer::NormThenLinear(int l, BlockLinear linear, const Tensor
     const Fp8Operand x8 = Fp8Input(*meta_, spec, scratch_, saved);
     RETURN_IF_ERROR(
         ops.RmsNormForwardQuantize(x, norm_weight, eps, x8.codes, x8.codes_t, rstd, stream_));
-    return LinearForwardFromFp8(ops, *meta_, spec, weight, x8, y, stream_);
+    RETURN_IF_ERROR(LinearForwardFromFp8(ops, *meta_, spec, weight, x8, y, stream_));
+    if (!measuring_fp8_ || scaling != InputScaling::kMeasure) return absl::OkStatus();
+    // The bf16 input the fused cast encoded, written again for the
+    // statistics: the same bits (and rstd) as the fused op's (ops.h).
+    const TensorDesc normed_again = StatsScratch(Shape{tokens_, hidden_});
+    RETURN_IF_ERROR(ops.RmsNormForward(x, norm_weight, eps, normed_again, rstd, stream_));
+    return MeasureFp8(l, linear, Role::kInput, normed_again);
   }
   RETURN_IF_ERROR(ops.RmsNormForward(x, norm_weight, eps, normed, rstd, stream_));
-  return LinearForward(ops, *meta_, spec, weight, normed, y, scratch_, saved, stream_,
-                       /*residual=*/nullptr, scaling);
+  RETURN_IF_ERROR(LinearForward(ops, *meta_, spec, weight, normed, y, scratch_, saved, stream_,
+                                /*residual=*/nullptr, scaling));
+  return MeasureFp8(l, linear, Role::kInput, normed, scaling);
 }
 
 TensorDesc FsdpTrainer::AttentionDocuments() const {
@@ -389,6 +446,7 @@ absl::Status FsdpTrainer::BlockForward(int l, const GatheredBlock& w, BlockActiv
   RETURN_IF_ERROR(LinearForward(ops, *meta_, Spec(l, BlockLinear::kOutProj), Full(w.out_proj, b.out_proj), a.attn.desc,
                                 a.x_mid.desc, scratch_, a.saved[BlockLinear::kOutProj], stream_, &x_in,
                                 scaling));
+  RETURN_IF_ERROR(MeasureFp8(l, BlockLinear::kOutProj, Role::kInput, a.attn.desc, scaling));
   // MLP: x_out = x_mid + down(swiglu(gate_up(norm(x_mid)))).
   RETURN_IF_ERROR(NormThenLinear(l, BlockLinear::kGateUp, a.x_mid.desc, Full(w.mlp_norm, b.mlp_norm), a.rstd2.desc,
                                  a.h2.desc, Full(w.gate_up, b.gate_up), a.gate_up.desc,
@@ -397,13 +455,20 @@ absl::Status FsdpTrainer::BlockForward(int l, const GatheredBlock& w, BlockActiv
   if (fuse_fp8_casts_) {  // SwiGLU straight into the down projection's FP8 input
     const Fp8Operand x8 = Fp8Input(*meta_, Spec(l, BlockLinear::kDown), scratch_, a.saved[BlockLinear::kDown]);
     RETURN_IF_ERROR(ops.SwiGluForwardQuantize(a.gate_up.desc, x8.codes, x8.codes_t, stream_));
-    return LinearForwardFromFp8(ops, *meta_, Spec(l, BlockLinear::kDown), Full(w.down, b.down), x8, x_out,
-                                stream_, &a.x_mid.desc);
+    RETURN_IF_ERROR(LinearForwardFromFp8(ops, *meta_, Spec(l, BlockLinear::kDown), Full(w.down, b.down), x8, x_out,
+                                         stream_, &a.x_mid.desc));
+    if (!measuring_fp8_) return absl::OkStatus();
+    // The bf16 SwiGLU the fused cast encoded, the same bits (ops.h).
+    const TensorDesc swiglu_again = StatsScratch(Shape{t, f});
+    RETURN_IF_ERROR(ops.SwiGluForward(a.gate_up.desc, swiglu_again, stream_));
+    return MeasureFp8(l, BlockLinear::kDown, Role::kInput, swiglu_again);
   }
   RETURN_IF_ERROR(ops.SwiGluForward(a.gate_up.desc, a.swiglu.desc, stream_));
-  return LinearForward(ops, *meta_, Spec(l, BlockLinear::kDown), Full(w.down, b.down),
-                       Reshaped(a.swiglu.desc, Shape{t, f}), x_out, scratch_, a.saved[BlockLinear::kDown], stream_,
-                       &a.x_mid.desc);
+  const TensorDesc swiglu = Reshaped(a.swiglu.desc, Shape{t, f});
+  RETURN_IF_ERROR(LinearForward(ops, *meta_, Spec(l, BlockLinear::kDown), Full(w.down, b.down),
+                                swiglu, x_out, scratch_, a.saved[BlockLinear::kDown], stream_,
+                                &a.x_mid.desc));
+  return MeasureFp8(l, BlockLinear::kDown, Role::kInput, swiglu);
 }
 
 // Activation recomputation (job.proto's MemoryConfig). BLOCKS runs the
@@ -480,10 +545,16 @@ absl::Status FsdpTrainer::BlockBackward(int l, const GatheredBlock& w, BlockActi
   RETURN_IF_ERROR(LinearBackward(ops, *meta_, Spec(l, BlockLinear::kDown), Full(w.down, b.down), a.swiglu.desc,
                                  dy_down, d_swiglu, grads.down.desc, scratch_, a.saved[BlockLinear::kDown],
                                  stream_));
+  RETURN_IF_ERROR(MeasureFp8(l, BlockLinear::kDown, Role::kGradient, dy_down));
   if (fuse_fp8_casts_) {  // SwiGLU's gradient straight into the gate/up FP8 gradient
     const Fp8Operand dy8 = Fp8Grad(*meta_, Spec(l, BlockLinear::kGateUp), scratch_);
     RETURN_IF_ERROR(
         ops.SwiGluBackwardQuantize(d_swiglu, a.gate_up.desc, dy8.codes, dy8.codes_t, stream_));
+    if (measuring_fp8_) {  // the bf16 gradient the fused cast encoded, the same bits (ops.h)
+      const TensorDesc d_gate_up_again = StatsScratch(Shape{t, 2 * f});
+      RETURN_IF_ERROR(ops.SwiGluBackward(d_swiglu, a.gate_up.desc, d_gate_up_again, stream_));
+      RETURN_IF_ERROR(MeasureFp8(l, BlockLinear::kGateUp, Role::kGradient, d_gate_up_again));
+    }
     RETURN_IF_ERROR(LinearBackwardFromFp8(ops, *meta_, Spec(l, BlockLinear::kGateUp), Full(w.gate_up, b.gate_up),
                                           dy8, grad_h_.desc, grads.gate_up.desc, scratch_,
                                           a.saved[BlockLinear::kGateUp], stream_));
@@ -493,6 +564,7 @@ absl::Status FsdpTrainer::BlockBackward(int l, const GatheredBlock& w, BlockActi
     RETURN_IF_ERROR(LinearBackward(ops, *meta_, Spec(l, BlockLinear::kGateUp), Full(w.gate_up, b.gate_up),
                                    a.h2.desc, d_gate_up, grad_h_.desc, grads.gate_up.desc,
                                    scratch_, a.saved[BlockLinear::kGateUp], stream_));
+    RETURN_IF_ERROR(MeasureFp8(l, BlockLinear::kGateUp, Role::kGradient, d_gate_up));
   }
   // grad_residual becomes d loss / d x_mid.
   RETURN_IF_ERROR(ops.RmsNormBackward(grad_h_.desc, a.x_mid.desc, Full(w.mlp_norm, b.mlp_norm),
@@ -503,6 +575,7 @@ absl::Status FsdpTrainer::BlockBackward(int l, const GatheredBlock& w, BlockActi
   RETURN_IF_ERROR(LinearBackward(ops, *meta_, Spec(l, BlockLinear::kOutProj), Full(w.out_proj, b.out_proj),
                                  a.attn.desc, dy_out_proj, d_bf16_th, grads.out_proj.desc,
                                  scratch_, a.saved[BlockLinear::kOutProj], stream_));
+  RETURN_IF_ERROR(MeasureFp8(l, BlockLinear::kOutProj, Role::kGradient, dy_out_proj));
   RETURN_IF_ERROR(ops.AttentionBackward(
       Reshaped(d_bf16_th, Shape{batch_, seq_, heads_, head_dim_}), a.qkv.desc, kv_heads_,
       AttentionDocuments(), Reshaped(a.attn.desc, Shape{batch_, seq_, heads_, head_dim_}), a.lse.desc, grad_qkv_.desc,
@@ -511,6 +584,8 @@ absl::Status FsdpTrainer::BlockBackward(int l, const GatheredBlock& w, BlockActi
   RETURN_IF_ERROR(LinearBackward(ops, *meta_, Spec(l, BlockLinear::kQkv), Full(w.qkv, b.qkv), a.h1.desc,
                                  Reshaped(grad_qkv_.desc, Shape{t, qkv_width_}), grad_h_.desc,
                                  grads.qkv.desc, scratch_, a.saved[BlockLinear::kQkv], stream_));
+  RETURN_IF_ERROR(MeasureFp8(l, BlockLinear::kQkv, Role::kGradient,
+                             Reshaped(grad_qkv_.desc, Shape{t, qkv_width_})));
   // grad_residual becomes d loss / d x_in.
   return ops.RmsNormBackward(grad_h_.desc, a.x_in.desc, Full(w.attn_norm, b.attn_norm),
                              a.rstd1.desc, grad_residual, /*accumulate_grad_x=*/true,

@@ -72,6 +72,21 @@ struct ValidationReport {
   std::vector<Source> sources;
 };
 
+// One FP8 tensor of a block at a statistics step (job.proto's
+// Fp8TensorStats; worker/trainer/fp8_step_stats.h): this rank's part.
+struct Fp8TensorReport {
+  enum class Role { kWeight = 0, kInput = 1, kGradient = 2 };
+  int block = 0;
+  const char* linear = "";  // BlockLinearName: "qkv", "out_proj", "gate_up", "down"
+  Role role = Role::kWeight;
+  bool e5m2 = false;        // the format: e5m2 (gradients) or e4m3
+  float amax = 0.f;         // this rank's max |value|
+  float scale = 0.f;        // the scale the values were encoded with
+  int64_t saturated = 0;    // values encoded at the format's largest magnitude
+  int64_t underflowed = 0;  // nonzero values encoded as zero
+  int64_t elements = 0;     // values this rank measured
+};
+
 // The bf16 shadow loss (Fp8Recipe.shadow_interval_steps): the FP8 and the
 // bf16 forward of the same weights on the job's fixed held-out batch.
 struct ShadowReport {
@@ -101,6 +116,9 @@ struct StepReport {
   // warning: the job runs, but slower than it could). Empty on other steps.
   std::string engine_note;
   bool engine_note_is_warning = false;
+  // On a statistics step (fp8.stats_interval_steps): every FP8 tensor of
+  // the blocks, this rank's part. Empty on other steps.
+  std::vector<Fp8TensorReport> fp8_stats;
 };
 
 class Trainer {
