@@ -9,7 +9,9 @@
 # spread over the timed steps, against the median step time without the
 # shadow; the median step times of the two runs are reported too (they
 # should agree: the shadow changes no step). A median alone cannot see a
-# cost paid once every INTERVAL steps, hence the sum.
+# cost paid once every INTERVAL steps, hence the sum. The wall columns
+# count everything the job paid, whatever EXTRA_FP8 adds too (statistics
+# steps run eagerly): wall time per timed step, with against without.
 #
 #   bench/gpu_shadow_bench.sh BUNDLE_DIR OUT_DIR
 # Environment: JOBS ("bench/jobs/step_221m.yaml bench/jobs/step_1b.yaml"),
@@ -84,6 +86,7 @@ def read(run):
             continue
         e = json.loads(line)
         if isinstance(e.get("step"), dict):
+            e["step"]["_time_ms"] = int(e.get("time_unix_ms", 0))
             steps.append(e["step"])
         elif "state_change" in e:
             state = e["state_change"].get("state")
@@ -108,27 +111,37 @@ for job in jobs:
             "shadow_total_s": sum(float(s.get("time_s", 0)) for s in shadows),
             "gaps": [round(float(s.get("gap", 0)), 5) for s in shadows],
             "warnings": [s["warning"] for s in shadows if s.get("warning")],
+            # What the job paid, everything included (shadows, statistics
+            # steps run eagerly, the coordinator): wall time per step from
+            # the step record before the first timed step to the last.
+            "wall_ms_per_step": round((timed[-1]["_time_ms"] - steps[skip - 1]["_time_ms"])
+                                      / len(timed), 3) if len(timed) > 1 and skip >= 1 else None,
         }
     off, on = runs["off"], runs["on"]
     cost = None
     if off["median_step_ms"] and on["timed_steps"]:
         per_step_ms = on["shadow_total_s"] * 1e3 / max(1, on["steps"])
         cost = round(100 * per_step_ms / off["median_step_ms"], 3)
-    report.append({"job": base, "off": off, "on": on, "shadow_cost_percent": cost})
+    wall_cost = None
+    if off["wall_ms_per_step"] and on["wall_ms_per_step"]:
+        wall_cost = round(100 * (on["wall_ms_per_step"] / off["wall_ms_per_step"] - 1), 3)
+    report.append({"job": base, "off": off, "on": on, "shadow_cost_percent": cost,
+                   "wall_cost_percent": wall_cost})
 json.dump(report, sys.stdout, indent=1)
 print()
 PY
 
 python3 - "$out/shadow_report.json" >"$out/table.md" <<'PY'
 import json, sys
-print("| job | state off / on | median step ms off | on | shadow steps | ms per shadow step | cost % of step time | gaps |")
-print("| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |")
+print("| job | state off / on | median step ms off | on | shadow steps | ms per shadow step | shadow cost % of step time | wall ms per step off | on | wall cost % | gaps |")
+print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
 for r in json.load(open(sys.argv[1])):
     off, on = r["off"], r["on"]
     per = round(sum(on["shadow_ms"]) / len(on["shadow_ms"]), 2) if on["shadow_ms"] else "-"
     print(f"| {r['job']} | {off['state']} / {on['state']} {(off['reason'] + on['reason'])[:80]} | "
           f"{off['median_step_ms']} | {on['median_step_ms']} | {on['shadow_steps']} | {per} | "
-          f"{r['shadow_cost_percent']} | {' '.join(f'{g:+.4f}' for g in on['gaps'])} |")
+          f"{r['shadow_cost_percent']} | {off['wall_ms_per_step']} | {on['wall_ms_per_step']} | "
+          f"{r['wall_cost_percent']} | {' '.join(f'{g:+.4f}' for g in on['gaps'])} |")
 PY
 cat "$out/table.md"
 exit "$rc"
