@@ -17,6 +17,8 @@
 // to run. The scaling update is one small kernel with a fixed loop order.
 #include <cuda_bf16.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "worker/engine/cuda/cuda_check.h"
 #include "worker/engine/cuda/device_util.cuh"
@@ -277,7 +279,12 @@ absl::Status LaunchDequantize(const TensorDesc& in, const TensorDesc& out, cudaS
 absl::Status LaunchAmax(const TensorDesc& in, float* amax, cudaStream_t stream) {
   const int64_t n = in.NumElements();
   if (n == 0) return absl::OkStatus();
-  AmaxKernel<<<BlocksFor(n, 256), 256, 0, stream>>>(in.data, static_cast<int>(in.dtype), n, amax);
+  // A grid-stride loop over at most 2048 blocks (16 per SM of 132): one
+  // atomic per block, so a large tensor does not queue half a million on
+  // one address. A maximum does not depend on the order it is taken in.
+  constexpr int kMaxAmaxBlocks = 2048;
+  AmaxKernel<<<std::min(BlocksFor(n, 256), kMaxAmaxBlocks), 256, 0, stream>>>(
+      in.data, static_cast<int>(in.dtype), n, amax);
   CUDA_RETURN_IF_LAUNCH_FAILED();
   return absl::OkStatus();
 }
