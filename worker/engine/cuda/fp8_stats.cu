@@ -5,8 +5,8 @@
 // really holds and equal the CPU engine's (worker/engine/cpu/fp8_stats.cc)
 // exactly.
 //
-// A grid-stride pass over at most kMaxStatsBlocks blocks: each thread counts
-// its elements, each warp adds its lanes' counts, the block adds its warps'
+// A grid-stride pass over at most kMaxStatsBlocks blocks, with 16-byte
+// loads (ForEachElementVectorized): each thread counts its elements, each warp adds its lanes' counts, the block adds its warps'
 // in shared memory, and thread 0 adds the block's to the two int64 totals
 // with an integer atomicAdd: at most two atomics per block. (One atomic per
 // warp over a grid sized one element per thread serialised millions of
@@ -39,14 +39,12 @@ __global__ void Fp8StatsKernel(const void* in, int dtype, int64_t n, const float
   constexpr uint8_t kMaxCode = kE5M2 ? 0x7B : 0x7E;
   const float s = *scale;
   unsigned long long saturated = 0, underflowed = 0;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const float v = LoadF(in, dtype, i);
-    if (isnan(v)) continue;
+  ForEachElementVectorized(in, dtype, n, [&](const float v) {
+    if (isnan(v)) return;
     const uint8_t magnitude = (kE5M2 ? EncodeE5M2(v * s) : EncodeE4M3(v * s)) & 0x7F;
     saturated += magnitude == kMaxCode;
     underflowed += magnitude == 0 && v != 0.f;
-  }
+  });
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) {
     saturated += __shfl_xor_sync(0xffffffffu, saturated, offset);

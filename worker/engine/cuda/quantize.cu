@@ -127,11 +127,9 @@ __global__ void DequantizeKernel(const uint8_t* in, int e5m2, const float* scale
 __global__ void AmaxKernel(const void* in, int dtype, int64_t n, float* amax) {
   __shared__ float scratch[32];
   float local = 0.f;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const float v = LoadF(in, dtype, i);
+  ForEachElementVectorized(in, dtype, n, [&](const float v) {
     if (!isnan(v)) local = fmaxf(local, fabsf(v));
-  }
+  });
   local = BlockMax(local, scratch);
   if (threadIdx.x == 0) AtomicMaxNonNegative(amax, local);
 }
