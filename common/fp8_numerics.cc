@@ -33,7 +33,7 @@ double SaturationWarnFraction(const v1::Fp8Recipe& recipe) {
 }
 
 double UnderflowWarnFraction(const v1::Fp8Recipe& recipe) {
-  return recipe.underflow_warn_fraction() > 0 ? recipe.underflow_warn_fraction() : 0.01;
+  return recipe.underflow_warn_fraction() > 0 ? recipe.underflow_warn_fraction() : 0.5;
 }
 
 void AddRankNumerics(const google::protobuf::RepeatedPtrField<v1::Fp8TensorStats>& rank,

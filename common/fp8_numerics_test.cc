@@ -72,7 +72,7 @@ TEST(Fp8Numerics, WorstFirstBySaturationThenUnderflow) {
 TEST(Fp8Numerics, ThresholdsDefaultWhenZero) {
   v1::Fp8Recipe recipe;
   EXPECT_DOUBLE_EQ(SaturationWarnFraction(recipe), 0.001);
-  EXPECT_DOUBLE_EQ(UnderflowWarnFraction(recipe), 0.01);
+  EXPECT_DOUBLE_EQ(UnderflowWarnFraction(recipe), 0.5);
   recipe.set_saturation_warn_fraction(0.2);
   recipe.set_underflow_warn_fraction(0.3);
   EXPECT_DOUBLE_EQ(SaturationWarnFraction(recipe), 0.2);

@@ -28,8 +28,9 @@ TEST(Fp8NumericsWarning, NamesTheTensorTheFractionAndTheThreshold) {
   record.set_step(40);
   *record.add_tensors() = Tensor(0, "qkv", 0.0001, 0.001);   // within both
   *record.add_tensors() = Tensor(3, "down", 0.0231, 0.0);    // saturates
-  *record.add_tensors() = Tensor(2, "gate_up", 0.0, 0.5);    // underflows
-  v1::Fp8Recipe recipe;  // default thresholds: 0.1% and 1%
+  *record.add_tensors() = Tensor(2, "gate_up", 0.0, 0.62);   // underflows
+  *record.add_tensors() = Tensor(1, "qkv", 0.0, 0.2);        // as healthy gradients do
+  v1::Fp8Recipe recipe;  // default thresholds: 0.1% and 50%
   const std::vector<v1::Fp8NumericsWarning> w = Fp8NumericsWarnings(record, recipe);
   ASSERT_EQ(w.size(), 2);
   EXPECT_EQ(w[0].severity(), v1::WARNING);
@@ -41,20 +42,20 @@ TEST(Fp8NumericsWarning, NamesTheTensorTheFractionAndTheThreshold) {
             "step 40: block 3 down input (e4m3): 2.31% of values saturate at the format's "
             "maximum (threshold 0.10%; amax 812, scale 0.55)");
   EXPECT_EQ(w[1].kind(), v1::Fp8NumericsWarning::UNDERFLOW);
-  EXPECT_NE(w[1].message().find("block 2 gate_up input (e4m3): 50.00% of values underflow to zero "
-                                "(threshold 1.00%"),
+  EXPECT_NE(w[1].message().find("block 2 gate_up input (e4m3): 62.00% of values underflow to zero "
+                                "(threshold 50.00%"),
             std::string::npos)
       << w[1].message();
 
   recipe.set_saturation_warn_fraction(0.05);
-  recipe.set_underflow_warn_fraction(0.6);
+  recipe.set_underflow_warn_fraction(0.7);
   EXPECT_TRUE(Fp8NumericsWarnings(record, recipe).empty());
 }
 
 TEST(Fp8NumericsWarning, StepZeroOfDelayedScalingJudgesOnlyTheWeights) {
   v1::Fp8Numerics record;
   record.set_step(0);
-  *record.add_tensors() = Tensor(0, "down", 0.0, 0.2);  // an input, at scale 1
+  *record.add_tensors() = Tensor(0, "down", 0.0, 0.8);  // an input, at scale 1
   v1::Fp8TensorStats weight = Tensor(1, "qkv", 0.3, 0.0);
   weight.set_role(v1::Fp8TensorStats::WEIGHT);
   *record.add_tensors() = weight;
