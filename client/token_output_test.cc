@@ -129,7 +129,7 @@ class TokenOutputDocumentsTest : public ::testing::Test {
 
   static std::string* model_path_;
   std::unique_ptr<SentencePieceLineEncoder> sentencepiece_;
-  const ByteLineEncoder bytes_;
+  ByteLineEncoder bytes_;
   std::mt19937 rng_{std::random_device{}()};
 };
 std::string* TokenOutputDocumentsTest::model_path_ = nullptr;
