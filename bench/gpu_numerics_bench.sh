@@ -42,17 +42,11 @@ for job in $jobs; do
   for mode in off on; do
     run="$out/${base}_$mode"
     mkdir -p "$run"
-    sed -e "s/^steps: .*/steps: $steps/" -e "s/^name: .*/name: numerics-$base-$mode/" \
-      -e "s/^world_size: .*/world_size: 1/" "$job" >"$run/job.yaml"
-    [[ "$device" == cpu ]] && sed -i -e "s/^device_kind: .*/device_kind: CPU/" "$run/job.yaml"
-    if [[ "$mode" == on ]]; then
-      # Into the job's fp8 section (every bench job has one).
-      sed -i -e "s/^fp8:$/fp8:\n  stats_interval_steps: $interval/" "$run/job.yaml"
-      grep -q "stats_interval_steps: $interval" "$run/job.yaml" ||
-        printf 'fp8:\n  stats_interval_steps: %s\n' "$interval" >>"$run/job.yaml"
-    fi
-    timeout "${TIMEOUT_S:-1200}" "${in_bundle[@]}" tessera submit "$run/job.yaml" --watch --json \
-      --coordinator="$cluster_addr" >"$run/events.jsonl" 2>"$run/submit.err" || rc=1
+    lines=""
+    [[ "$mode" == on ]] && lines="stats_interval_steps: $interval"
+    cluster_job_variant "$job" "$run/job.yaml" "numerics-$base-$mode" "$steps" "$lines"
+    sed -i -e "s/^world_size: .*/world_size: 1/" "$run/job.yaml"
+    cluster_train "$run/job.yaml" "$run" "${TIMEOUT_S:-1200}" || rc=1
     echo "== $base statistics $mode: $(tail -c 300 "$run/submit.err")"
   done
 done

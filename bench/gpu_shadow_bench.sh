@@ -40,11 +40,9 @@ rc=0
 
 source "$here/local_cluster.sh"
 
-# The fp8 lines the shadowed run adds, indented under `fp8:`.
-shadow_lines="  shadow_interval_steps: $interval"
-while IFS= read -r line; do
-  [[ -n "$line" ]] && shadow_lines+=$'\n'"  $line"
-done <<<"${EXTRA_FP8:-}"
+# The fp8 lines the shadowed run adds.
+shadow_lines="shadow_interval_steps: $interval"
+[[ -n "${EXTRA_FP8:-}" ]] && shadow_lines+=$'\n'"$EXTRA_FP8"
 
 cluster_start "$bundle" "$out" 1 "$device" || exit 1
 for job in $jobs; do
@@ -52,23 +50,10 @@ for job in $jobs; do
   for mode in off on; do
     run="$out/${base}_$mode"
     mkdir -p "$run"
-    sed -e "s/^steps: .*/steps: $steps/" -e "s/^name: .*/name: shadow-$base-$mode/" \
-      "$job" >"$run/job.yaml"
-    [[ "$device" == cpu ]] && sed -i -e "s/^device_kind: .*/device_kind: CPU/" "$run/job.yaml"
-    if [[ "$mode" == on ]]; then
-      if grep -q '^fp8:' "$run/job.yaml"; then
-        python3 - "$run/job.yaml" "$shadow_lines" <<'PY'
-import sys
-path, lines = sys.argv[1], sys.argv[2]
-text = open(path).read().replace("\nfp8:\n", "\nfp8:\n" + lines + "\n", 1)
-open(path, "w").write(text)
-PY
-      else
-        printf 'fp8:\n%s\n' "$shadow_lines" >>"$run/job.yaml"
-      fi
-    fi
-    timeout "${TIMEOUT_S:-900}" "${in_bundle[@]}" tessera submit "$run/job.yaml" --watch --json \
-      --coordinator="$cluster_addr" >"$run/events.jsonl" 2>"$run/submit.err" || rc=1
+    lines=""
+    [[ "$mode" == on ]] && lines="$shadow_lines"
+    cluster_job_variant "$job" "$run/job.yaml" "shadow-$base-$mode" "$steps" "$lines"
+    cluster_train "$run/job.yaml" "$run" "${TIMEOUT_S:-900}" || rc=1
     echo "== $base shadow $mode: $(tail -c 300 "$run/submit.err")"
   done
 done

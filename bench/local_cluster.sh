@@ -14,6 +14,14 @@
 #   cluster_start_worker G    starts (again) the worker of device index G
 #   cluster_wait_workers N    waits for N healthy registered workers
 #   cluster_stop
+#   cluster_job_variant SRC DEST NAME STEPS [FP8_LINES]
+#       writes DEST: the job file SRC with its name and steps replaced,
+#       device_kind CPU when the cluster runs CPU workers, and FP8_LINES
+#       (newline-separated `key: value` lines, may be empty) added to its
+#       fp8 section (made when SRC has none)
+#   cluster_train JOB_YAML RUN_DIR TIMEOUT_S
+#       submits the job and follows it to its end: RUN_DIR/events.jsonl
+#       (`tessera submit --watch --json`) and RUN_DIR/submit.err
 cluster_pids=()
 cluster_worker_pid=()
 cluster_stop() {
@@ -57,4 +65,27 @@ cluster_start() {
   cluster_pids+=($!)
   for ((g = 0; g < workers; ++g)); do cluster_start_worker "$g"; done
   cluster_wait_workers "$workers"
+}
+
+cluster_job_variant() {
+  local src="$1" dest="$2" name="$3" steps="$4" fp8_lines="${5:-}"
+  sed -e "s/^steps: .*/steps: $steps/" -e "s/^name: .*/name: $name/" "$src" >"$dest"
+  [[ "$cluster_device" == cpu ]] && sed -i -e "s/^device_kind: .*/device_kind: CPU/" "$dest"
+  [[ -z "$fp8_lines" ]] && return 0
+  python3 - "$dest" "$fp8_lines" <<'PY'
+import sys
+path, lines = sys.argv[1], sys.argv[2]
+indented = "\n".join("  " + l.strip() for l in lines.splitlines() if l.strip())
+text = open(path).read()
+if "\nfp8:\n" in "\n" + text:
+    text = ("\n" + text).replace("\nfp8:\n", "\nfp8:\n" + indented + "\n", 1)[1:]
+else:
+    text = text.rstrip("\n") + "\nfp8:\n" + indented + "\n"
+open(path, "w").write(text)
+PY
+}
+
+cluster_train() {
+  timeout "$3" "${in_bundle[@]}" tessera submit "$1" --watch --json \
+    --coordinator="$cluster_addr" >"$2/events.jsonl" 2>"$2/submit.err"
 }
