@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/engine/cpu/cpu_ops.h"
 #include "worker/engine/cuda/cuda_ops.h"
@@ -93,13 +94,24 @@ absl::Status CreateBenchEngine(const std::string& engine, int device, BenchEngin
   if (e.cuda()) {
     // TESSERA_BENCH_CUBLASLT_WORKSPACE_MIB: another cuBLASLt workspace size
     // for this run (GEMM plans choose among the algorithms it admits).
+    CudaEngineOptions options;
     if (const char* mib = std::getenv("TESSERA_BENCH_CUBLASLT_WORKSPACE_MIB"); mib != nullptr) {
-      CudaEngineOptions options;
       options.cublaslt_workspace_bytes = size_t(std::atol(mib)) << 20;
-      ASSIGN_OR_RETURN(e.ops, CreateCudaOps(device, options));
-    } else {
-      ASSIGN_OR_RETURN(e.ops, CreateCudaOps(device));
     }
+    // TESSERA_BENCH_ATTENTION: tessera (default), cudnn or cudnn_atomic
+    // (CudaEngineOptions::attention).
+    if (const char* a = std::getenv("TESSERA_BENCH_ATTENTION"); a != nullptr) {
+      const std::string choice = a;
+      if (choice == "cudnn") {
+        options.attention = CudaEngineOptions::Attention::kCudnn;
+      } else if (choice == "cudnn_atomic") {
+        options.attention = CudaEngineOptions::Attention::kCudnnAtomicBackward;
+      } else if (choice != "tessera") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "TESSERA_BENCH_ATTENTION: '", choice, "' is not tessera, cudnn or cudnn_atomic"));
+      }
+    }
+    ASSIGN_OR_RETURN(e.ops, CreateCudaOps(device, options));
     BENCH_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
     cudaDeviceProp prop;
     BENCH_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device));

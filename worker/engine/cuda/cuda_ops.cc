@@ -13,6 +13,7 @@
 
 #include "common/status_macros.h"
 #include "worker/engine/cuda/attention_args.h"
+#include "worker/engine/cuda/cudnn_attention.h"
 #include "worker/engine/cuda/captured_work.h"
 #include "worker/engine/cuda/cuda_check.h"
 #include "worker/engine/cuda/device_context.h"
@@ -32,11 +33,16 @@ cudaStream_t S(Stream* stream) { return reinterpret_cast<cudaStream_t>(stream); 
 
 class CudaOps : public Ops {
  public:
-  CudaOps(std::unique_ptr<cuda::DeviceContext> ctx, cuda::GemmAlgoSelection gemm_selection)
-      : ctx_(std::move(ctx)), gemm_(ctx_.get(), gemm_selection) {}
+  CudaOps(std::unique_ptr<cuda::DeviceContext> ctx, cuda::GemmAlgoSelection gemm_selection,
+          CudaEngineOptions::Attention attention)
+      : ctx_(std::move(ctx)), gemm_(ctx_.get(), gemm_selection), attention_choice_(attention) {}
 
   absl::Status Init() {
     RETURN_IF_ERROR(gemm_.Init());
+    if (attention_choice_ != CudaEngineOptions::Attention::kTessera) {
+      RETURN_IF_ERROR(ctx_->MakeCurrent());  // the cuDNN handle binds the current device
+      ASSIGN_OR_RETURN(cudnn_attention_, cuda::CudnnAttention::Create());
+    }
     return time_marks_.Init(kTimeMarks);
   }
 
@@ -249,6 +255,12 @@ class CudaOps : public Ops {
     ASSIGN_OR_RETURN(cuda::AttentionShape shape,
                      cuda::ReadAttentionShape(qkv, n_kv_heads, out, lse));
     ASSIGN_OR_RETURN(const int32_t* starts, cuda::ReadDocStarts(doc_starts, shape));
+    if (starts == nullptr && cudnn_attention_ != nullptr && shape.batch > 0) {
+      ASSIGN_OR_RETURN(const size_t bytes, cudnn_attention_->ForwardWorkspaceBytes(shape));
+      ASSIGN_OR_RETURN(void* workspace, cudnn_workspace_.Get(std::max<size_t>(bytes, 256)));
+      return cudnn_attention_->Forward(shape, qkv.data, out.data, lse.As<float>(), workspace,
+                                       S(stream));
+    }
     return cuda::LaunchFlashAttentionForward(shape, qkv.data, starts, out.data, lse.As<float>(),
                                              S(stream));
   }
@@ -261,6 +273,14 @@ class CudaOps : public Ops {
                      cuda::ReadAttentionBackwardShape(grad_out, qkv, n_kv_heads, out, lse,
                                                       grad_qkv));
     ASSIGN_OR_RETURN(const int32_t* starts, cuda::ReadDocStarts(doc_starts, shape));
+    if (starts == nullptr && cudnn_attention_ != nullptr && shape.batch > 0) {
+      const bool deterministic = attention_choice_ == CudaEngineOptions::Attention::kCudnn;
+      ASSIGN_OR_RETURN(const size_t bytes,
+                       cudnn_attention_->BackwardWorkspaceBytes(shape, deterministic));
+      ASSIGN_OR_RETURN(void* workspace, cudnn_workspace_.Get(std::max<size_t>(bytes, 256)));
+      return cudnn_attention_->Backward(shape, deterministic, grad_out.data, qkv.data, out.data,
+                                        lse.As<float>(), grad_qkv.data, workspace, S(stream));
+    }
     // D, the log2-domain lse and the document start per query, padded to
     // whole tiles.
     const int64_t floats = std::max<int64_t>(1, cuda::FlashAttentionBackwardScratchFloats(shape));
@@ -386,6 +406,10 @@ class CudaOps : public Ops {
   cuda::DeviceScratchAllocator scratch_allocator_;
   cuda::CaptureRecord capture_record_;
   cuda::ScratchBuffer attention_scratch_{&scratch_allocator_, &capture_record_};
+  // cuDNN's attention (CudaEngineOptions::attention) and its workspace.
+  CudaEngineOptions::Attention attention_choice_;
+  std::unique_ptr<cuda::CudnnAttention> cudnn_attention_;
+  cuda::ScratchBuffer cudnn_workspace_{&scratch_allocator_, &capture_record_};
   // The embedding backward's sort and chunk partials (embedding.cu).
   cuda::ScratchBuffer embedding_scratch_{&scratch_allocator_, &capture_record_};
   cuda::ScratchBuffer rmsnorm_scratch_{&scratch_allocator_, &capture_record_};
@@ -406,9 +430,11 @@ absl::StatusOr<std::unique_ptr<Ops>> CreateCudaOps(int device_index,
                                      : cuda::DeviceContext::kDefaultWorkspaceBytes;
   ASSIGN_OR_RETURN(std::unique_ptr<cuda::DeviceContext> ctx,
                    cuda::DeviceContext::Create(device_index, workspace_bytes));
-  auto ops = std::make_unique<CudaOps>(std::move(ctx), options.time_gemm_algorithms
-                                                           ? cuda::GemmAlgoSelection::kTimed
-                                                           : cuda::GemmAlgoSelection::kDeterministic);
+  auto ops = std::make_unique<CudaOps>(std::move(ctx),
+                                       options.time_gemm_algorithms
+                                           ? cuda::GemmAlgoSelection::kTimed
+                                           : cuda::GemmAlgoSelection::kDeterministic,
+                                       options.attention);
   RETURN_IF_ERROR(ops->Init());
   return std::unique_ptr<Ops>(std::move(ops));
 }

@@ -44,6 +44,15 @@ struct CudaEngineOptions {
   // fastest is kept, which may differ run to run
   // (JobSpec.nondeterministic_gemm_tuning).
   bool time_gemm_algorithms = false;
+  // Which implementation runs causal attention over whole sequences
+  // (document-masked attention always runs Tessera's kernels).
+  //  * kTessera: flash_attention_*.cu.
+  //  * kCudnn: cuDNN's fused attention (cudnn_attention.h), the backward in
+  //    its deterministic form; an error if cuDNN cannot plan a shape.
+  //  * kCudnnAtomicBackward: as kCudnn, but the backward adds dQ with fp32
+  //    atomics (faster, and its bits vary between runs).
+  enum class Attention { kTessera, kCudnn, kCudnnAtomicBackward };
+  Attention attention = Attention::kTessera;
 };
 
 // The engine for GPU `device_index`; NOT_FOUND if there is no such GPU.

@@ -1,0 +1,638 @@
+// cuDNN's fused attention for causal grouped-query attention, built through
+// the backend graph API (see cudnn_attention.h for the contract).
+//
+// cuDNN has no single "attention" operation on Hopper in the releases we
+// run (9.14 on the GPU hosts): its fused flash-attention engines are chosen
+// when an operation graph has the shape of attention. So the graphs below
+// spell attention out as cuDNN expects it, op by op:
+//   forward:  S = Q K^T; S *= scale; causal select; m = rowmax S;
+//             E = exp(S - m); l = rowsum E; lse = m + log l; P = E / l;
+//             O = P V
+//   backward: D = rowsum(dO * O) * 1; S = Q K^T * scale - lse; causal
+//             select; P = exp S; dV = P^T dO; dS = (dO V^T - D) * P * scale;
+//             dK = dS^T Q; dQ = dS K
+// With grouped-query heads, dK and dV are formed per query head and summed
+// over each group by a reduction over the head dimension.
+//
+// Layouts are expressed by strides, so Q, K and V are read from the packed
+// qkv tensor and dQ, dK and dV written into grad_qkv without copies: a token
+// row holds (heads + 2 kv_heads) * hd values.
+//
+// Every failure carries cuDNN's own message (cudnnGetLastErrorString). A
+// shape cuDNN cannot plan returns UNIMPLEMENTED, and the caller keeps our
+// kernels for it.
+#include "worker/engine/cuda/cudnn_attention.h"
+
+#include <cudnn.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace tessera {
+namespace cuda {
+namespace {
+
+std::string CudnnMessage(cudnnStatus_t status, const char* what) {
+  char detail[1024] = {0};
+  cudnnGetLastErrorString(detail, sizeof(detail));
+  return absl::StrCat("cuDNN attention: ", what, ": ", cudnnGetErrorString(status),
+                      detail[0] ? absl::StrCat(" (", detail, ")") : std::string());
+}
+
+absl::Status CudnnStatus(cudnnStatus_t status, const char* what) {
+  if (status == CUDNN_STATUS_SUCCESS) return absl::OkStatus();
+  const std::string msg = CudnnMessage(status, what);
+  if (status == CUDNN_STATUS_ALLOC_FAILED) return absl::ResourceExhaustedError(msg);
+  if (status == CUDNN_STATUS_NOT_SUPPORTED || status == CUDNN_STATUS_BAD_PARAM ||
+      (status / 1000) * 1000 == CUDNN_STATUS_NOT_SUPPORTED ||
+      (status / 1000) * 1000 == CUDNN_STATUS_BAD_PARAM) {
+    return absl::UnimplementedError(msg);
+  }
+  return absl::InternalError(msg);
+}
+
+#define CUDNN_RETURN_IF_ERROR(expr)                                       \
+  do {                                                                     \
+    const cudnnStatus_t cudnn_status_ = (expr);                            \
+    if (cudnn_status_ != CUDNN_STATUS_SUCCESS) return CudnnStatus(cudnn_status_, #expr); \
+  } while (0)
+
+// Owns one backend descriptor.
+class Descriptor {
+ public:
+  Descriptor() = default;
+  explicit Descriptor(cudnnBackendDescriptor_t d) : d_(d) {}
+  Descriptor(Descriptor&& o) noexcept : d_(std::exchange(o.d_, nullptr)) {}
+  Descriptor& operator=(Descriptor&& o) noexcept {
+    std::swap(d_, o.d_);
+    return *this;
+  }
+  ~Descriptor() {
+    if (d_ != nullptr) cudnnBackendDestroyDescriptor(d_);
+  }
+  cudnnBackendDescriptor_t get() const { return d_; }
+
+ private:
+  cudnnBackendDescriptor_t d_ = nullptr;
+};
+
+// One tensor of a graph: its descriptor and id (and, for by-value scalars,
+// the slot of its host value).
+struct GraphTensor {
+  cudnnBackendDescriptor_t desc = nullptr;
+  int64_t uid = 0;
+  std::vector<int64_t> dims, strides;
+};
+
+using Dims = std::vector<int64_t>;
+
+// Builds one operation graph. Each call records the first error and
+// returns an empty tensor afterwards, so a graph reads as a list of ops
+// with one status check at the end.
+class GraphBuilder {
+ public:
+  explicit GraphBuilder(std::vector<Descriptor>* owned) : owned_(owned) {}
+
+  const absl::Status& status() const { return status_; }
+  const std::vector<cudnnBackendDescriptor_t>& ops() const { return ops_; }
+
+  GraphTensor Real(const Dims& dims, const Dims& strides, cudnnDataType_t type) {
+    return MakeTensor(dims, strides, type, /*is_virtual=*/false, /*by_value=*/false);
+  }
+  GraphTensor Virtual(const Dims& dims, const Dims& strides, cudnnDataType_t type) {
+    return MakeTensor(dims, strides, type, /*is_virtual=*/true, /*by_value=*/false);
+  }
+  // A float passed by value at execution (its host address goes in the
+  // variant pack).
+  GraphTensor Scalar() {
+    return MakeTensor({1, 1, 1, 1}, {1, 1, 1, 1}, CUDNN_DATA_FLOAT, false, /*by_value=*/true);
+  }
+
+  // y = op(x [, b] [, t]); y virtual fp32 with x's layout unless given.
+  GraphTensor Pointwise(cudnnPointwiseMode_t mode, const GraphTensor& x, const GraphTensor* b,
+                        const GraphTensor* t = nullptr, const GraphTensor* y_given = nullptr,
+                        cudnnDataType_t y_type = CUDNN_DATA_FLOAT,
+                        cudnnDataType_t compute = CUDNN_DATA_FLOAT, int64_t axis = -1) {
+    if (!status_.ok()) return {};
+    GraphTensor y = y_given != nullptr ? *y_given : Virtual(x.dims, x.strides, y_type);
+    if (!status_.ok()) return {};
+    cudnnBackendDescriptor_t pw = Create(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+    Set(pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode);
+    Set(pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &compute);
+    if (axis >= 0) Set(pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis);
+    Finalize(pw, "pointwise descriptor");
+    cudnnBackendDescriptor_t op = Create(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+    Set(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pw);
+    Set(op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x.desc);
+    if (b != nullptr) {
+      Set(op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b->desc);
+    }
+    if (t != nullptr) {
+      Set(op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t->desc);
+    }
+    Set(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y.desc);
+    Finalize(op, "pointwise operation");
+    ops_.push_back(op);
+    return y;
+  }
+
+  // c = a b over the last two dims, batched over the first two.
+  void Matmul(const GraphTensor& a, const GraphTensor& b, const GraphTensor& c) {
+    if (!status_.ok()) return;
+    cudnnBackendDescriptor_t mm = Create(CUDNN_BACKEND_MATMUL_DESCRIPTOR);
+    const cudnnDataType_t compute = CUDNN_DATA_FLOAT;
+    Set(mm, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &compute);
+    Finalize(mm, "matmul descriptor");
+    cudnnBackendDescriptor_t op = Create(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
+    Set(op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a.desc);
+    Set(op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b.desc);
+    Set(op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c.desc);
+    Set(op, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &mm);
+    Finalize(op, "matmul operation");
+    ops_.push_back(op);
+  }
+
+  void Reduction(cudnnReduceTensorOp_t reduce, const GraphTensor& x, const GraphTensor& y) {
+    if (!status_.ok()) return;
+    cudnnBackendDescriptor_t red = Create(CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
+    const cudnnDataType_t compute = CUDNN_DATA_FLOAT;
+    Set(red, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &reduce);
+    Set(red, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &compute);
+    Finalize(red, "reduction descriptor");
+    cudnnBackendDescriptor_t op = Create(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
+    Set(op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x.desc);
+    Set(op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y.desc);
+    Set(op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &red);
+    Finalize(op, "reduction operation");
+    ops_.push_back(op);
+  }
+
+  // y: the same values as x seen through other dims and strides (a
+  // transpose of the last two dims here).
+  void Reshape(const GraphTensor& x, const GraphTensor& y) {
+    if (!status_.ok()) return;
+    cudnnBackendDescriptor_t op = Create(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
+    Set(op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x.desc);
+    Set(op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y.desc);
+    Finalize(op, "reshape operation");
+    ops_.push_back(op);
+  }
+
+  cudnnBackendDescriptor_t Create(cudnnBackendDescriptorType_t type) {
+    cudnnBackendDescriptor_t d = nullptr;
+    if (!status_.ok()) return nullptr;
+    const cudnnStatus_t s = cudnnBackendCreateDescriptor(type, &d);
+    if (s != CUDNN_STATUS_SUCCESS) {
+      status_ = CudnnStatus(s, "create descriptor");
+      return nullptr;
+    }
+    owned_->emplace_back(d);
+    return d;
+  }
+  void Set(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name,
+           cudnnBackendAttributeType_t type, int64_t count, const void* value) {
+    if (!status_.ok()) return;
+    const cudnnStatus_t s = cudnnBackendSetAttribute(d, name, type, count, value);
+    if (s != CUDNN_STATUS_SUCCESS) {
+      status_ = CudnnStatus(s, absl::StrCat("set attribute ", static_cast<int>(name)).c_str());
+    }
+  }
+  void Finalize(cudnnBackendDescriptor_t d, const char* what) {
+    if (!status_.ok()) return;
+    const cudnnStatus_t s = cudnnBackendFinalize(d);
+    if (s != CUDNN_STATUS_SUCCESS) status_ = CudnnStatus(s, what);
+  }
+
+ private:
+  GraphTensor MakeTensor(const Dims& dims, const Dims& strides, cudnnDataType_t type,
+                         bool is_virtual, bool by_value) {
+    GraphTensor t;
+    t.uid = next_uid_++;
+    t.dims = dims;
+    t.strides = strides;
+    t.desc = Create(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+    const int64_t alignment = 16;
+    Set(t.desc, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type);
+    Set(t.desc, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, static_cast<int64_t>(dims.size()),
+        dims.data());
+    Set(t.desc, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, static_cast<int64_t>(strides.size()),
+        strides.data());
+    Set(t.desc, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &t.uid);
+    Set(t.desc, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment);
+    const bool v = is_virtual;
+    Set(t.desc, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &v);
+    if (by_value) {
+      const bool bv = true;
+      Set(t.desc, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &bv);
+    }
+    Finalize(t.desc, "tensor");
+    return t;
+  }
+
+  std::vector<Descriptor>* owned_;
+  std::vector<cudnnBackendDescriptor_t> ops_;
+  int64_t next_uid_ = 1;
+  absl::Status status_;
+};
+
+constexpr int kForward = 0, kBackwardDeterministic = 1, kBackwardAtomic = 2;
+
+size_t AlignUp(size_t n) { return (n + 255) / 256 * 256; }
+
+// The packed layouts as [b, h, s, d] views.
+struct Layout {
+  int64_t b, s, h, kv, d, ts, os;
+  explicit Layout(const AttentionShape& shape)
+      : b(shape.batch),
+        s(shape.seq),
+        h(shape.heads),
+        kv(shape.kv_heads),
+        d(shape.head_dim),
+        ts((shape.heads + 2 * shape.kv_heads) * shape.head_dim),
+        os(shape.heads * shape.head_dim) {}
+  Dims PackedStrides() const { return {s * ts, d, ts, 1}; }           // a head of qkv
+  Dims PackedStridesT() const { return {s * ts, d, 1, ts}; }          // its transpose
+  Dims OutStrides() const { return {s * os, d, os, 1}; }              // a head of out
+  Dims Scores() const { return {b, h, s, s}; }
+  Dims ScoreStrides() const { return {h * s * s, s * s, s, 1}; }
+  Dims ScoresT() const { return {b, h, s, s}; }
+  Dims ScoreStridesT() const { return {h * s * s, s * s, 1, s}; }
+  Dims Rows() const { return {b, h, s, 1}; }
+  Dims RowStrides() const { return {h * s, s, 1, 1}; }
+  // Offsets of the query, key and value heads in a token row of qkv.
+  int64_t KOffset() const { return h * d; }
+  int64_t VOffset() const { return (h + kv) * d; }
+};
+
+}  // namespace
+
+struct CudnnAttention::Plan {
+  std::vector<Descriptor> descriptors;
+  cudnnBackendDescriptor_t plan = nullptr;
+  size_t cudnn_workspace = 0;  // bytes cuDNN asked for
+  size_t extra_offset = 0;     // our buffers (D, dQ accumulator) after it
+  size_t dq_accum_offset = 0;
+  size_t total_workspace = 0;
+  // Tensor ids.
+  int64_t q = 0, k = 0, v = 0, o = 0, stats = 0, d_o = 0, d_q = 0, d_k = 0, d_v = 0;
+  int64_t softmax_sum = 0, dq_accum = 0;
+  int64_t scale = 0, neg_inf = 0, one = 0;
+  // Host values of the by-value scalars (their addresses go in the pack).
+  float scale_value = 0.f, neg_inf_value = -std::numeric_limits<float>::infinity(),
+        one_value = 1.f;
+};
+
+namespace {
+
+// The causal select: keep x where row >= column, else -inf.
+GraphTensor CausalMask(GraphBuilder& g, const GraphTensor& x, const GraphTensor& neg_inf) {
+  GraphTensor row = g.Pointwise(CUDNN_POINTWISE_GEN_INDEX, x, nullptr, nullptr, nullptr,
+                                CUDNN_DATA_INT32, CUDNN_DATA_FLOAT, /*axis=*/2);
+  GraphTensor col = g.Pointwise(CUDNN_POINTWISE_GEN_INDEX, x, nullptr, nullptr, nullptr,
+                                CUDNN_DATA_INT32, CUDNN_DATA_FLOAT, /*axis=*/3);
+  GraphTensor keep = g.Pointwise(CUDNN_POINTWISE_CMP_GE, row, &col, nullptr, nullptr,
+                                 CUDNN_DATA_BOOLEAN, CUDNN_DATA_BOOLEAN);
+  return g.Pointwise(CUDNN_POINTWISE_BINARY_SELECT, x, &neg_inf, &keep);
+}
+
+void BuildForward(GraphBuilder& g, const Layout& L, CudnnAttention::Plan& p) {
+  GraphTensor q = g.Real({L.b, L.h, L.s, L.d}, L.PackedStrides(), CUDNN_DATA_BFLOAT16);
+  GraphTensor kt = g.Real({L.b, L.kv, L.d, L.s}, L.PackedStridesT(), CUDNN_DATA_BFLOAT16);
+  GraphTensor v = g.Real({L.b, L.kv, L.s, L.d}, L.PackedStrides(), CUDNN_DATA_BFLOAT16);
+  GraphTensor o = g.Real({L.b, L.h, L.s, L.d}, L.OutStrides(), CUDNN_DATA_BFLOAT16);
+  GraphTensor stats = g.Real(L.Rows(), L.RowStrides(), CUDNN_DATA_FLOAT);
+  GraphTensor scale = g.Scalar();
+  GraphTensor neg_inf = g.Scalar();
+  p.q = q.uid, p.k = kt.uid, p.v = v.uid, p.o = o.uid, p.stats = stats.uid;
+  p.scale = scale.uid, p.neg_inf = neg_inf.uid;
+
+  GraphTensor s = g.Virtual(L.Scores(), L.ScoreStrides(), CUDNN_DATA_FLOAT);
+  g.Matmul(q, kt, s);
+  GraphTensor scaled = g.Pointwise(CUDNN_POINTWISE_MUL, s, &scale);
+  GraphTensor masked = CausalMask(g, scaled, neg_inf);
+  GraphTensor row_max = g.Virtual(L.Rows(), L.RowStrides(), CUDNN_DATA_FLOAT);
+  g.Reduction(CUDNN_REDUCE_TENSOR_MAX, masked, row_max);
+  GraphTensor shifted = g.Pointwise(CUDNN_POINTWISE_SUB, masked, &row_max);
+  GraphTensor e = g.Pointwise(CUDNN_POINTWISE_EXP, shifted, nullptr);
+  GraphTensor row_sum = g.Virtual(L.Rows(), L.RowStrides(), CUDNN_DATA_FLOAT);
+  g.Reduction(CUDNN_REDUCE_TENSOR_ADD, e, row_sum);
+  GraphTensor log_sum = g.Pointwise(CUDNN_POINTWISE_LOG, row_sum, nullptr);
+  g.Pointwise(CUDNN_POINTWISE_ADD, row_max, &log_sum, nullptr, &stats);
+  GraphTensor probs = g.Pointwise(CUDNN_POINTWISE_DIV, e, &row_sum, nullptr, nullptr,
+                                  CUDNN_DATA_BFLOAT16);
+  g.Matmul(probs, v, o);
+}
+
+void BuildBackward(GraphBuilder& g, const Layout& L, bool deterministic,
+                   CudnnAttention::Plan& p) {
+  const Dims heads = {L.b, L.h, L.s, L.d};
+  const Dims full_strides = {L.h * L.s * L.d, L.s * L.d, L.d, 1};
+  GraphTensor q = g.Real(heads, L.PackedStrides(), CUDNN_DATA_BFLOAT16);
+  GraphTensor kt = g.Real({L.b, L.kv, L.d, L.s}, L.PackedStridesT(), CUDNN_DATA_BFLOAT16);
+  GraphTensor vt = g.Real({L.b, L.kv, L.d, L.s}, L.PackedStridesT(), CUDNN_DATA_BFLOAT16);
+  GraphTensor o = g.Real(heads, L.OutStrides(), CUDNN_DATA_BFLOAT16);
+  GraphTensor d_o = g.Real(heads, L.OutStrides(), CUDNN_DATA_BFLOAT16);
+  GraphTensor stats = g.Real(L.Rows(), L.RowStrides(), CUDNN_DATA_FLOAT);
+  GraphTensor d_q = g.Real(heads, L.PackedStrides(), CUDNN_DATA_BFLOAT16);
+  GraphTensor d_k = g.Real({L.b, L.kv, L.s, L.d}, L.PackedStrides(), CUDNN_DATA_BFLOAT16);
+  GraphTensor d_v = g.Real({L.b, L.kv, L.s, L.d}, L.PackedStrides(), CUDNN_DATA_BFLOAT16);
+  GraphTensor softmax_sum = g.Real(L.Rows(), L.RowStrides(), CUDNN_DATA_FLOAT);
+  GraphTensor scale = g.Scalar();
+  GraphTensor neg_inf = g.Scalar();
+  GraphTensor one = g.Scalar();
+  p.q = q.uid, p.k = kt.uid, p.v = vt.uid, p.o = o.uid, p.d_o = d_o.uid, p.stats = stats.uid;
+  p.d_q = d_q.uid, p.d_k = d_k.uid, p.d_v = d_v.uid, p.softmax_sum = softmax_sum.uid;
+  p.scale = scale.uid, p.neg_inf = neg_inf.uid, p.one = one.uid;
+
+  // D = rowsum(dO * O), the softmax backward's per-row term.
+  GraphTensor do_o = g.Virtual(heads, {L.h * L.s * L.d, L.s * L.d, L.h * L.d, 1},
+                               CUDNN_DATA_FLOAT);
+  g.Pointwise(CUDNN_POINTWISE_MUL, d_o, &o, nullptr, &do_o);
+  GraphTensor row_dot = g.Virtual(L.Rows(), L.RowStrides(), CUDNN_DATA_FLOAT);
+  g.Reduction(CUDNN_REDUCE_TENSOR_ADD, do_o, row_dot);
+  g.Pointwise(CUDNN_POINTWISE_MUL, row_dot, &one, nullptr, &softmax_sum);
+
+  // P, recomputed from the saved log-sum-exp.
+  GraphTensor s = g.Virtual(L.Scores(), L.ScoreStrides(), CUDNN_DATA_FLOAT);
+  g.Matmul(q, kt, s);
+  GraphTensor scaled = g.Pointwise(CUDNN_POINTWISE_MUL, s, &scale);
+  GraphTensor shifted = g.Pointwise(CUDNN_POINTWISE_SUB, scaled, &stats);
+  GraphTensor masked = CausalMask(g, shifted, neg_inf);
+  GraphTensor probs = g.Pointwise(CUDNN_POINTWISE_EXP, masked, nullptr);
+
+  // dV = P^T dO (per query head, then summed over each group).
+  GraphTensor probs_t = g.Virtual(L.ScoresT(), L.ScoreStridesT(), CUDNN_DATA_BFLOAT16);
+  g.Reshape(probs, probs_t);
+  const bool grouped = L.h != L.kv;
+  if (!grouped) {
+    g.Matmul(probs_t, d_o, d_v);
+  } else {
+    GraphTensor d_v_full = g.Virtual(heads, full_strides, CUDNN_DATA_BFLOAT16);
+    g.Matmul(probs_t, d_o, d_v_full);
+    g.Reduction(CUDNN_REDUCE_TENSOR_ADD, d_v_full, d_v);
+  }
+
+  // dS = (dO V^T - D) * P * scale.
+  GraphTensor dp = g.Virtual(L.Scores(), L.ScoreStrides(), CUDNN_DATA_FLOAT);
+  g.Matmul(d_o, vt, dp);
+  GraphTensor centred = g.Pointwise(CUDNN_POINTWISE_SUB, dp, &softmax_sum);
+  GraphTensor weighted = g.Pointwise(CUDNN_POINTWISE_MUL, centred, &probs);
+  GraphTensor ds = g.Pointwise(CUDNN_POINTWISE_MUL, weighted, &scale);
+
+  // dK = dS^T Q.
+  GraphTensor ds_t = g.Virtual(L.ScoresT(), L.ScoreStridesT(), CUDNN_DATA_BFLOAT16);
+  g.Reshape(ds, ds_t);
+  if (!grouped) {
+    g.Matmul(ds_t, q, d_k);
+  } else {
+    GraphTensor d_k_full = g.Virtual(heads, full_strides, CUDNN_DATA_BFLOAT16);
+    g.Matmul(ds_t, q, d_k_full);
+    g.Reduction(CUDNN_REDUCE_TENSOR_ADD, d_k_full, d_k);
+  }
+
+  // dQ = dS K: straight into dQ (cuDNN keeps dS in its workspace; fixed
+  // order), or through an fp32 accumulator that blocks add into.
+  GraphTensor k = g.Virtual({L.b, L.kv, L.s, L.d}, L.PackedStrides(), CUDNN_DATA_BFLOAT16);
+  g.Reshape(kt, k);
+  if (deterministic) {
+    g.Matmul(ds, k, d_q);
+  } else {
+    GraphTensor accum = g.Real(heads, full_strides, CUDNN_DATA_FLOAT);
+    p.dq_accum = accum.uid;
+    g.Matmul(ds, k, accum);
+    g.Pointwise(CUDNN_POINTWISE_IDENTITY, accum, nullptr, nullptr, &d_q);
+  }
+}
+
+// Plans the graph with the first engine configuration cuDNN's heuristics
+// offer that finalizes.
+absl::Status MakePlan(cudnnHandle_t handle, GraphBuilder& g, std::vector<Descriptor>& owned,
+                      CudnnAttention::Plan& p) {
+  if (!g.status().ok()) return g.status();
+  cudnnBackendDescriptor_t graph = g.Create(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  const std::vector<cudnnBackendDescriptor_t>& ops = g.ops();
+  g.Set(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+        static_cast<int64_t>(ops.size()), ops.data());
+  g.Set(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+  g.Finalize(graph, "operation graph");
+  if (!g.status().ok()) return g.status();
+
+  absl::Status last = absl::UnimplementedError("cuDNN attention: no engine configuration");
+  for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+    std::vector<Descriptor> local;
+    GraphBuilder h(&local);
+    cudnnBackendDescriptor_t heur = h.Create(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+    h.Set(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph);
+    h.Set(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+    h.Finalize(heur, "engine heuristics");
+    if (!h.status().ok()) {
+      last = h.status();
+      continue;
+    }
+    int64_t count = 0;
+    CUDNN_RETURN_IF_ERROR(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
+                                                   nullptr));
+    if (count == 0) continue;
+    std::vector<cudnnBackendDescriptor_t> configs;
+    for (int64_t i = 0; i < count; ++i) configs.push_back(h.Create(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
+    if (!h.status().ok()) return h.status();
+    int64_t returned = 0;
+    CUDNN_RETURN_IF_ERROR(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, count,
+                                                   &returned, configs.data()));
+    for (int64_t i = 0; i < returned; ++i) {
+      cudnnBackendDescriptor_t plan = nullptr;
+      CUDNN_RETURN_IF_ERROR(
+          cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan));
+      Descriptor owned_plan(plan);
+      cudnnStatus_t s = cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE,
+                                                 CUDNN_TYPE_HANDLE, 1, &handle);
+      if (s == CUDNN_STATUS_SUCCESS) {
+        s = cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
+                                     CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &configs[i]);
+      }
+      if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(plan);
+      if (s != CUDNN_STATUS_SUCCESS) {
+        last = CudnnStatus(s, "execution plan");
+        continue;
+      }
+      int64_t workspace = 0;
+      int64_t got = 0;
+      CUDNN_RETURN_IF_ERROR(cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                                     CUDNN_TYPE_INT64, 1, &got, &workspace));
+      p.plan = plan;
+      p.cudnn_workspace = static_cast<size_t>(workspace);
+      for (Descriptor& d : local) owned.push_back(std::move(d));
+      owned.push_back(std::move(owned_plan));
+      return absl::OkStatus();
+    }
+  }
+  return last;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CudnnAttention>> CudnnAttention::Create() {
+  if (Version() < 90000) {
+    return absl::UnavailableError(
+        absl::StrCat("cuDNN attention needs cuDNN 9 or later; found ", Version()));
+  }
+  cudnnHandle_t handle = nullptr;
+  const cudnnStatus_t s = cudnnCreate(&handle);
+  if (s != CUDNN_STATUS_SUCCESS) {
+    return absl::UnavailableError(CudnnMessage(s, "cudnnCreate"));
+  }
+  return std::unique_ptr<CudnnAttention>(new CudnnAttention(handle));
+}
+
+CudnnAttention::CudnnAttention(void* handle) : handle_(handle) {}
+
+CudnnAttention::~CudnnAttention() {
+  plans_.clear();  // plans before the handle they were made with
+  if (handle_ != nullptr) cudnnDestroy(static_cast<cudnnHandle_t>(handle_));
+}
+
+int64_t CudnnAttention::Version() { return static_cast<int64_t>(cudnnGetVersion()); }
+
+absl::StatusOr<CudnnAttention::Plan*> CudnnAttention::GetPlan(const AttentionShape& shape,
+                                                              int kind) {
+  const Key key{kind, shape.batch, shape.seq, shape.heads, shape.kv_heads, shape.head_dim};
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return it->second.get();
+  if (shape.batch <= 0 || shape.seq <= 0 || shape.heads <= 0 || shape.kv_heads <= 0 ||
+      shape.heads % shape.kv_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuDNN attention: batch ", shape.batch, ", seq ", shape.seq, ", heads ", shape.heads,
+        ", kv_heads ", shape.kv_heads, " is not a shape it plans"));
+  }
+  auto plan = std::make_unique<Plan>();
+  plan->scale_value = 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
+  const Layout layout(shape);
+  GraphBuilder g(&plan->descriptors);
+  if (kind == kForward) {
+    BuildForward(g, layout, *plan);
+  } else {
+    BuildBackward(g, layout, kind == kBackwardDeterministic, *plan);
+  }
+  const absl::Status made =
+      MakePlan(static_cast<cudnnHandle_t>(handle_), g, plan->descriptors, *plan);
+  if (!made.ok()) {
+    return absl::Status(made.code(),
+                        absl::StrCat(kind == kForward ? "forward" : "backward", " graph for B ",
+                                     shape.batch, " S ", shape.seq, " H ", shape.heads, " KV ",
+                                     shape.kv_heads, " hd ", shape.head_dim, ": ",
+                                     made.message()));
+  }
+  // Our buffers after cuDNN's workspace: D (softmax_sum, fp32 per row) and,
+  // for the atomic backward, the fp32 dQ accumulator.
+  plan->extra_offset = AlignUp(plan->cudnn_workspace);
+  size_t end = plan->extra_offset;
+  if (kind != kForward) {
+    end += AlignUp(static_cast<size_t>(layout.b * layout.h * layout.s) * sizeof(float));
+    plan->dq_accum_offset = end;
+    if (kind == kBackwardAtomic) {
+      end += AlignUp(static_cast<size_t>(layout.b * layout.h * layout.s * layout.d) *
+                     sizeof(float));
+    }
+  }
+  plan->total_workspace = end;
+  Plan* raw = plan.get();
+  plans_.emplace(key, std::move(plan));
+  return raw;
+}
+
+absl::StatusOr<size_t> CudnnAttention::ForwardWorkspaceBytes(const AttentionShape& shape) {
+  absl::StatusOr<Plan*> plan = GetPlan(shape, kForward);
+  if (!plan.ok()) return plan.status();
+  return (*plan)->total_workspace;
+}
+
+absl::StatusOr<size_t> CudnnAttention::BackwardWorkspaceBytes(const AttentionShape& shape,
+                                                              bool deterministic) {
+  absl::StatusOr<Plan*> plan =
+      GetPlan(shape, deterministic ? kBackwardDeterministic : kBackwardAtomic);
+  if (!plan.ok()) return plan.status();
+  return (*plan)->total_workspace;
+}
+
+namespace {
+
+absl::Status Execute(cudnnHandle_t handle, const CudnnAttention::Plan& plan,
+                     const std::vector<int64_t>& uids, const std::vector<void*>& pointers,
+                     void* workspace, cudaStream_t stream) {
+  CUDNN_RETURN_IF_ERROR(cudnnSetStream(handle, stream));
+  cudnnBackendDescriptor_t pack = nullptr;
+  CUDNN_RETURN_IF_ERROR(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack));
+  Descriptor owned(pack);
+  CUDNN_RETURN_IF_ERROR(cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS,
+                                                 CUDNN_TYPE_INT64,
+                                                 static_cast<int64_t>(uids.size()), uids.data()));
+  CUDNN_RETURN_IF_ERROR(cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
+                                                 CUDNN_TYPE_VOID_PTR,
+                                                 static_cast<int64_t>(pointers.size()),
+                                                 pointers.data()));
+  CUDNN_RETURN_IF_ERROR(cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE,
+                                                 CUDNN_TYPE_VOID_PTR, 1, &workspace));
+  CUDNN_RETURN_IF_ERROR(cudnnBackendFinalize(pack));
+  CUDNN_RETURN_IF_ERROR(cudnnBackendExecute(handle, plan.plan, pack));
+  return absl::OkStatus();
+}
+
+void* At(const void* base, int64_t elements, int bytes_per_element) {
+  return const_cast<char*>(static_cast<const char*>(base)) + elements * bytes_per_element;
+}
+
+}  // namespace
+
+absl::Status CudnnAttention::Forward(const AttentionShape& shape, const void* qkv, void* out,
+                                     float* lse, void* workspace, cudaStream_t stream) {
+  absl::StatusOr<Plan*> got = GetPlan(shape, kForward);
+  if (!got.ok()) return got.status();
+  Plan& p = **got;
+  const Layout L(shape);
+  const std::vector<int64_t> uids = {p.q, p.k, p.v, p.o, p.stats, p.scale, p.neg_inf};
+  const std::vector<void*> pointers = {
+      const_cast<void*>(qkv), At(qkv, L.KOffset(), 2), At(qkv, L.VOffset(), 2), out, lse,
+      &p.scale_value, &p.neg_inf_value};
+  return Execute(static_cast<cudnnHandle_t>(handle_), p, uids, pointers, workspace, stream);
+}
+
+absl::Status CudnnAttention::Backward(const AttentionShape& shape, bool deterministic,
+                                      const void* grad_out, const void* qkv, const void* out,
+                                      const float* lse, void* grad_qkv, void* workspace,
+                                      cudaStream_t stream) {
+  absl::StatusOr<Plan*> got =
+      GetPlan(shape, deterministic ? kBackwardDeterministic : kBackwardAtomic);
+  if (!got.ok()) return got.status();
+  Plan& p = **got;
+  const Layout L(shape);
+  std::vector<int64_t> uids = {p.q,   p.k,   p.v,   p.o,           p.d_o,   p.stats, p.d_q,
+                               p.d_k, p.d_v, p.softmax_sum, p.scale, p.neg_inf, p.one};
+  std::vector<void*> pointers = {const_cast<void*>(qkv),
+                                 At(qkv, L.KOffset(), 2),
+                                 At(qkv, L.VOffset(), 2),
+                                 const_cast<void*>(out),
+                                 const_cast<void*>(grad_out),
+                                 const_cast<float*>(lse),
+                                 grad_qkv,
+                                 At(grad_qkv, L.KOffset(), 2),
+                                 At(grad_qkv, L.VOffset(), 2),
+                                 At(workspace, static_cast<int64_t>(p.extra_offset), 1),
+                                 &p.scale_value,
+                                 &p.neg_inf_value,
+                                 &p.one_value};
+  if (!deterministic) {
+    uids.push_back(p.dq_accum);
+    pointers.push_back(At(workspace, static_cast<int64_t>(p.dq_accum_offset), 1));
+  }
+  return Execute(static_cast<cudnnHandle_t>(handle_), p, uids, pointers, workspace, stream);
+}
+
+}  // namespace cuda
+}  // namespace tessera

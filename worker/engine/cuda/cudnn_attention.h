@@ -1,0 +1,80 @@
+// Causal grouped-query attention through cuDNN's fused flash-attention
+// engines, as a second implementation beside our own kernels
+// (flash_attention_forward.cu, flash_attention_backward.cu) with the same
+// contract: qkv [B, S, heads + 2 kv_heads, hd] bf16 read in place, out
+// [B, S, heads, hd] bf16, lse [B, heads, S] fp32 natural-log log-sum-exp of
+// the scaled scores, grad_qkv written whole (not accumulated).
+//
+// cuDNN is reached through its backend graph API: the forward and the
+// backward are each one operation graph (matmuls, pointwise ops and
+// reductions in the pattern cuDNN's attention engines recognise), built
+// and planned once per shape and cached. Plans are built on first use, so
+// the first call of a shape takes longer (the engine may compile kernels);
+// a captured step must therefore run each shape once eagerly first, which
+// the trainer's first eager step already does.
+//
+// Determinism: the forward has no cross-block reduction. The backward has
+// two forms. The deterministic one lets cuDNN keep dS in its workspace
+// (b * heads * S^2 * 2 bytes, planned here) and computes dQ with a plain
+// product. The other accumulates dQ with fp32 atomics (bits vary in the last
+// places between runs) and needs only b * heads * S * hd * 4 bytes.
+//
+// This header uses only standard and CUDA runtime types; cudnn.h stays in
+// the .cc.
+#ifndef TESSERA_WORKER_ENGINE_CUDA_CUDNN_ATTENTION_H_
+#define TESSERA_WORKER_ENGINE_CUDA_CUDNN_ATTENTION_H_
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/engine/cuda/kernels.h"
+
+namespace tessera {
+namespace cuda {
+
+class CudnnAttention {
+ public:
+  // A cuDNN handle on the current device. UNAVAILABLE when cuDNN cannot
+  // start (no library, no device, a cuDNN too old for the graph API).
+  static absl::StatusOr<std::unique_ptr<CudnnAttention>> Create();
+  ~CudnnAttention();
+  CudnnAttention(const CudnnAttention&) = delete;
+  CudnnAttention& operator=(const CudnnAttention&) = delete;
+
+  // cuDNN's version as an integer (9.14.0 -> 91400).
+  static int64_t Version();
+
+  // Device workspace each call needs, 256-byte aligned; builds the plan on
+  // first use. Errors (INVALID_ARGUMENT or UNIMPLEMENTED) mean cuDNN has no
+  // engine for this shape: use our kernels.
+  absl::StatusOr<size_t> ForwardWorkspaceBytes(const AttentionShape& shape);
+  absl::StatusOr<size_t> BackwardWorkspaceBytes(const AttentionShape& shape, bool deterministic);
+
+  absl::Status Forward(const AttentionShape& shape, const void* qkv, void* out, float* lse,
+                       void* workspace, cudaStream_t stream);
+  absl::Status Backward(const AttentionShape& shape, bool deterministic, const void* grad_out,
+                        const void* qkv, const void* out, const float* lse, void* grad_qkv,
+                        void* workspace, cudaStream_t stream);
+
+  struct Plan;  // defined in the .cc
+
+ private:
+  explicit CudnnAttention(void* handle);
+  using Key = std::tuple<int, int64_t, int64_t, int, int, int>;  // kind, B, S, H, KV, hd
+  absl::StatusOr<Plan*> GetPlan(const AttentionShape& shape, int kind);
+
+  void* handle_;  // cudnnHandle_t
+  std::map<Key, std::unique_ptr<Plan>> plans_;
+};
+
+}  // namespace cuda
+}  // namespace tessera
+
+#endif  // TESSERA_WORKER_ENGINE_CUDA_CUDNN_ATTENTION_H_
