@@ -98,17 +98,18 @@ absl::Status CreateBenchEngine(const std::string& engine, int device, BenchEngin
     if (const char* mib = std::getenv("TESSERA_BENCH_CUBLASLT_WORKSPACE_MIB"); mib != nullptr) {
       options.cublaslt_workspace_bytes = size_t(std::atol(mib)) << 20;
     }
-    // TESSERA_BENCH_ATTENTION: tessera (default), cudnn or cudnn_atomic
-    // (CudaEngineOptions::attention).
+    // TESSERA_BENCH_ATTENTION: tessera (default), cudnn, cudnn_atomic or
+    // auto (CudaEngineOptions::attention and attention_atomic_backward).
     if (const char* a = std::getenv("TESSERA_BENCH_ATTENTION"); a != nullptr) {
       const std::string choice = a;
-      if (choice == "cudnn") {
+      if (choice == "cudnn" || choice == "cudnn_atomic") {
         options.attention = CudaEngineOptions::Attention::kCudnn;
-      } else if (choice == "cudnn_atomic") {
-        options.attention = CudaEngineOptions::Attention::kCudnnAtomicBackward;
+        options.attention_atomic_backward = choice == "cudnn_atomic";
+      } else if (choice == "auto") {
+        options.attention = CudaEngineOptions::Attention::kAuto;
       } else if (choice != "tessera") {
         return absl::InvalidArgumentError(absl::StrCat(
-            "TESSERA_BENCH_ATTENTION: '", choice, "' is not tessera, cudnn or cudnn_atomic"));
+            "TESSERA_BENCH_ATTENTION: '", choice, "' is not tessera, cudnn, cudnn_atomic or auto"));
       }
     }
     ASSIGN_OR_RETURN(e.ops, CreateCudaOps(device, options));

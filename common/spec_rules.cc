@@ -350,6 +350,20 @@ absl::Status ValidateMemory(const v1::MemoryConfig& m, int n_layers) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateAttentionKernels(const v1::JobSpec& spec) {
+  if (!v1::AttentionKernels_IsValid(spec.attention_kernels())) {
+    return Bad("attention_kernels", absl::StrCat("unknown kernels ", spec.attention_kernels(),
+                                                 " (ATTENTION_KERNELS_AUTO, _TESSERA or _CUDNN)"));
+  }
+  if (spec.nondeterministic_attention_backward() &&
+      spec.attention_kernels() == v1::ATTENTION_KERNELS_TESSERA) {
+    return Bad("nondeterministic_attention_backward",
+               "applies to cuDNN's attention backward only; attention_kernels is "
+               "ATTENTION_KERNELS_TESSERA, whose backward is always deterministic");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateJobSpecFields(const v1::JobSpec& spec) {
@@ -388,6 +402,7 @@ absl::Status ValidateJobSpecFields(const v1::JobSpec& spec) {
   RETURN_IF_ERROR(AtLeast("step_timeout_s", spec.step_timeout_s(), 0));
   RETURN_IF_ERROR(AtLeast("max_restarts", spec.max_restarts(), 0));
   RETURN_IF_ERROR(ValidateMemory(spec.memory(), spec.model().n_layers()));
+  RETURN_IF_ERROR(ValidateAttentionKernels(spec));
   RETURN_IF_ERROR(CheckJobPriority(spec));
   return AtLeast("loss_chunk_tokens", spec.loss_chunk_tokens(), 0);
 }

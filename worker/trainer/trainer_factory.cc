@@ -50,6 +50,18 @@ absl::StatusOr<v1::DeviceInfo> DescribeDevice(const std::string& device) {
 CudaEngineOptions EngineOptionsFor(const v1::JobSpec& spec) {
   CudaEngineOptions options;
   options.time_gemm_algorithms = spec.nondeterministic_gemm_tuning();
+  switch (spec.attention_kernels()) {
+    case v1::ATTENTION_KERNELS_TESSERA:
+      options.attention = CudaEngineOptions::Attention::kTessera;
+      break;
+    case v1::ATTENTION_KERNELS_CUDNN:
+      options.attention = CudaEngineOptions::Attention::kCudnn;
+      break;
+    default:
+      options.attention = CudaEngineOptions::Attention::kAuto;
+      break;
+  }
+  options.attention_atomic_backward = spec.nondeterministic_attention_backward();
   return options;
 }
 

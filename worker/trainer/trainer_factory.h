@@ -21,7 +21,11 @@ namespace tessera {
 absl::StatusOr<v1::DeviceInfo> DescribeDevice(const std::string& device);
 
 // The CUDA engine options a job asks for: GEMM algorithms timed only when
-// spec.nondeterministic_gemm_tuning is set; everything else at its default.
+// spec.nondeterministic_gemm_tuning is set; attention kernels from
+// spec.attention_kernels (AUTO, the default: cuDNN where it plans the shape)
+// with cuDNN's atomic backward only when
+// spec.nondeterministic_attention_backward is set; everything else at its
+// default.
 CudaEngineOptions EngineOptionsFor(const v1::JobSpec& spec);
 
 // A fresh trainer for the job `spec` on `device` (one engine per job, so

@@ -63,6 +63,20 @@ TEST(TrainerFactory, EngineOptionsFollowTheJob) {
   EXPECT_TRUE(EngineOptionsFor(spec).time_gemm_algorithms);
 }
 
+// Attention: cuDNN where it plans (AUTO) unless the job names the kernels;
+// its backward deterministic unless the job opts out.
+TEST(TrainerFactory, AttentionKernelsFollowTheJob) {
+  v1::JobSpec spec;
+  EXPECT_EQ(EngineOptionsFor(spec).attention, CudaEngineOptions::Attention::kAuto);
+  EXPECT_FALSE(EngineOptionsFor(spec).attention_atomic_backward);
+  spec.set_attention_kernels(v1::ATTENTION_KERNELS_TESSERA);
+  EXPECT_EQ(EngineOptionsFor(spec).attention, CudaEngineOptions::Attention::kTessera);
+  spec.set_attention_kernels(v1::ATTENTION_KERNELS_CUDNN);
+  EXPECT_EQ(EngineOptionsFor(spec).attention, CudaEngineOptions::Attention::kCudnn);
+  spec.set_nondeterministic_attention_backward(true);
+  EXPECT_TRUE(EngineOptionsFor(spec).attention_atomic_backward);
+}
+
 // The CPU engine has one GEMM: the opt-out changes nothing there.
 TEST(TrainerFactory, CpuTrainerIgnoresGemmTuning) {
   std::vector<float> losses[2];

@@ -34,14 +34,23 @@ cudaStream_t S(Stream* stream) { return reinterpret_cast<cudaStream_t>(stream); 
 class CudaOps : public Ops {
  public:
   CudaOps(std::unique_ptr<cuda::DeviceContext> ctx, cuda::GemmAlgoSelection gemm_selection,
-          CudaEngineOptions::Attention attention)
-      : ctx_(std::move(ctx)), gemm_(ctx_.get(), gemm_selection), attention_choice_(attention) {}
+          const CudaEngineOptions& options)
+      : ctx_(std::move(ctx)),
+        gemm_(ctx_.get(), gemm_selection),
+        attention_choice_(options.attention),
+        attention_atomic_backward_(options.attention_atomic_backward) {}
 
   absl::Status Init() {
     RETURN_IF_ERROR(gemm_.Init());
     if (attention_choice_ != CudaEngineOptions::Attention::kTessera) {
       RETURN_IF_ERROR(ctx_->MakeCurrent());  // the cuDNN handle binds the current device
-      ASSIGN_OR_RETURN(cudnn_attention_, cuda::CudnnAttention::Create());
+      absl::StatusOr<std::unique_ptr<cuda::CudnnAttention>> cudnn =
+          cuda::CudnnAttention::Create();
+      if (cudnn.ok()) {
+        cudnn_attention_ = *std::move(cudnn);
+      } else if (attention_choice_ == CudaEngineOptions::Attention::kCudnn) {
+        return cudnn.status();
+      }  // kAuto without a working cuDNN: Tessera's kernels throughout
     }
     return time_marks_.Init(kTimeMarks);
   }
@@ -256,10 +265,13 @@ class CudaOps : public Ops {
                      cuda::ReadAttentionShape(qkv, n_kv_heads, out, lse));
     ASSIGN_OR_RETURN(const int32_t* starts, cuda::ReadDocStarts(doc_starts, shape));
     if (starts == nullptr && cudnn_attention_ != nullptr && shape.batch > 0) {
-      ASSIGN_OR_RETURN(const size_t bytes, cudnn_attention_->ForwardWorkspaceBytes(shape));
-      ASSIGN_OR_RETURN(void* workspace, cudnn_workspace_.Get(std::max<size_t>(bytes, 256)));
-      return cudnn_attention_->Forward(shape, qkv.data, out.data, lse.As<float>(), workspace,
-                                       S(stream));
+      absl::StatusOr<size_t> bytes = cudnn_attention_->ForwardWorkspaceBytes(shape);
+      if (bytes.ok()) {
+        ASSIGN_OR_RETURN(void* workspace, cudnn_workspace_.Get(std::max<size_t>(*bytes, 256)));
+        return cudnn_attention_->Forward(shape, qkv.data, out.data, lse.As<float>(), workspace,
+                                         S(stream));
+      }
+      if (!CudnnMayFallBack(bytes.status())) return bytes.status();
     }
     return cuda::LaunchFlashAttentionForward(shape, qkv.data, starts, out.data, lse.As<float>(),
                                              S(stream));
@@ -274,12 +286,15 @@ class CudaOps : public Ops {
                                                       grad_qkv));
     ASSIGN_OR_RETURN(const int32_t* starts, cuda::ReadDocStarts(doc_starts, shape));
     if (starts == nullptr && cudnn_attention_ != nullptr && shape.batch > 0) {
-      const bool deterministic = attention_choice_ == CudaEngineOptions::Attention::kCudnn;
-      ASSIGN_OR_RETURN(const size_t bytes,
-                       cudnn_attention_->BackwardWorkspaceBytes(shape, deterministic));
-      ASSIGN_OR_RETURN(void* workspace, cudnn_workspace_.Get(std::max<size_t>(bytes, 256)));
-      return cudnn_attention_->Backward(shape, deterministic, grad_out.data, qkv.data, out.data,
-                                        lse.As<float>(), grad_qkv.data, workspace, S(stream));
+      const bool deterministic = !attention_atomic_backward_;
+      absl::StatusOr<size_t> bytes = cudnn_attention_->BackwardWorkspaceBytes(shape, deterministic);
+      if (bytes.ok()) {
+        ASSIGN_OR_RETURN(void* workspace, cudnn_workspace_.Get(std::max<size_t>(*bytes, 256)));
+        return cudnn_attention_->Backward(shape, deterministic, grad_out.data, qkv.data,
+                                          out.data, lse.As<float>(), grad_qkv.data, workspace,
+                                          S(stream));
+      }
+      if (!CudnnMayFallBack(bytes.status())) return bytes.status();
     }
     // D, the log2-domain lse and the document start per query, padded to
     // whole tiles.
@@ -405,9 +420,19 @@ class CudaOps : public Ops {
   // captured graph may still point at it; scratch_buffer.h).
   cuda::DeviceScratchAllocator scratch_allocator_;
   cuda::CaptureRecord capture_record_;
+  // Under kAuto, a shape cuDNN has no plan for (UNIMPLEMENTED, or a shape
+  // it refuses) runs Tessera's kernels; anything else is an error. The
+  // choice depends on the shape and the library only, so every rank and
+  // every run makes the same one.
+  bool CudnnMayFallBack(const absl::Status& status) const {
+    return attention_choice_ == CudaEngineOptions::Attention::kAuto &&
+           (absl::IsUnimplemented(status) || absl::IsInvalidArgument(status));
+  }
+
   cuda::ScratchBuffer attention_scratch_{&scratch_allocator_, &capture_record_};
   // cuDNN's attention (CudaEngineOptions::attention) and its workspace.
   CudaEngineOptions::Attention attention_choice_;
+  bool attention_atomic_backward_;
   std::unique_ptr<cuda::CudnnAttention> cudnn_attention_;
   cuda::ScratchBuffer cudnn_workspace_{&scratch_allocator_, &capture_record_};
   // The embedding backward's sort and chunk partials (embedding.cu).
@@ -434,7 +459,7 @@ absl::StatusOr<std::unique_ptr<Ops>> CreateCudaOps(int device_index,
                                        options.time_gemm_algorithms
                                            ? cuda::GemmAlgoSelection::kTimed
                                            : cuda::GemmAlgoSelection::kDeterministic,
-                                       options.attention);
+                                       options);
   RETURN_IF_ERROR(ops->Init());
   return std::unique_ptr<Ops>(std::move(ops));
 }

@@ -45,14 +45,19 @@ struct CudaEngineOptions {
   // (JobSpec.nondeterministic_gemm_tuning).
   bool time_gemm_algorithms = false;
   // Which implementation runs causal attention over whole sequences
-  // (document-masked attention always runs Tessera's kernels).
+  // (document-masked attention always runs Tessera's kernels;
+  // JobSpec.attention_kernels).
   //  * kTessera: flash_attention_*.cu.
-  //  * kCudnn: cuDNN's fused attention (cudnn_attention.h), the backward in
-  //    its deterministic form; an error if cuDNN cannot plan a shape.
-  //  * kCudnnAtomicBackward: as kCudnn, but the backward adds dQ with fp32
-  //    atomics (faster, and its bits vary between runs).
-  enum class Attention { kTessera, kCudnn, kCudnnAtomicBackward };
+  //  * kCudnn: cuDNN's fused attention (cudnn_attention.h); a shape cuDNN
+  //    cannot plan is an error.
+  //  * kAuto: cuDNN's where it plans the shape (and cuDNN starts at all),
+  //    else Tessera's kernels.
+  enum class Attention { kTessera, kCudnn, kAuto };
   Attention attention = Attention::kTessera;
+  // cuDNN's backward adds dQ with fp32 atomics: faster, and its bits vary
+  // between runs (JobSpec.nondeterministic_attention_backward). false: the
+  // deterministic form, with dS kept in cuDNN's workspace.
+  bool attention_atomic_backward = false;
 };
 
 // The engine for GPU `device_index`; NOT_FOUND if there is no such GPU.

@@ -505,6 +505,7 @@ absl::StatusOr<CudnnAttention::Plan*> CudnnAttention::GetPlan(const AttentionSha
   const Key key{kind, shape.batch, shape.seq, shape.heads, shape.kv_heads, shape.head_dim};
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second.get();
+  if (auto failed = unplannable_.find(key); failed != unplannable_.end()) return failed->second;
   if (shape.batch <= 0 || shape.seq <= 0 || shape.heads <= 0 || shape.kv_heads <= 0 ||
       shape.heads % shape.kv_heads != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -523,6 +524,9 @@ absl::StatusOr<CudnnAttention::Plan*> CudnnAttention::GetPlan(const AttentionSha
   const absl::Status made =
       MakePlan(static_cast<cudnnHandle_t>(handle_), g, plan->descriptors, *plan);
   if (!made.ok()) {
+    if (absl::IsUnimplemented(made)) {
+      unplannable_[key] = absl::Status(made.code(), made.message());
+    }
     return absl::Status(made.code(),
                         absl::StrCat(kind == kForward ? "forward" : "backward", " graph for B ",
                                      shape.batch, " S ", shape.seq, " H ", shape.heads, " KV ",

@@ -72,6 +72,7 @@ class CudnnAttention {
 
   void* handle_;  // cudnnHandle_t
   std::map<Key, std::unique_ptr<Plan>> plans_;
+  std::map<Key, absl::Status> unplannable_;  // asked once, kept: the answer does not change
 };
 
 }  // namespace cuda

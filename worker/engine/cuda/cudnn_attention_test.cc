@@ -1,5 +1,5 @@
-// cuDNN's fused attention (CudaEngineOptions::attention kCudnn and
-// kCudnnAtomicBackward, cudnn_attention.h) against the CPU reference on
+// cuDNN's fused attention (CudaEngineOptions::attention kCudnn, both
+// backward forms, cudnn_attention.h) against the CPU reference on
 // fresh random inputs, outputs poisoned before the run (needs a GPU, tag
 // "gpu"). Tolerances (relative L2), as for our kernels (attention_test.cc):
 //  * lse 1e-4: fp32 softmax statistics, another summation order.
@@ -42,13 +42,15 @@ Body ForwardBackward(int nkv) {
   };
 }
 
-// One engine per attention choice, created once per binary.
-Ops* CudnnOps(CudaEngineOptions::Attention choice) {
-  static Ops* engines[3] = {nullptr, nullptr, nullptr};
-  const int i = static_cast<int>(choice);
+// One engine with cuDNN attention per backward form, created once per
+// binary.
+Ops* CudnnOps(bool deterministic) {
+  static Ops* engines[2] = {nullptr, nullptr};
+  const int i = deterministic ? 1 : 0;
   if (engines[i] == nullptr) {
     CudaEngineOptions options;
-    options.attention = choice;
+    options.attention = CudaEngineOptions::Attention::kCudnn;
+    options.attention_atomic_backward = !deterministic;
     auto created = CreateCudaOps(0, options);
     if (!created.ok()) {
       ADD_FAILURE() << "CreateCudaOps with cuDNN attention: " << created.status();
@@ -65,8 +67,7 @@ class CudnnAttentionTest : public CpuVsCudaTest,
 TEST_P(CudnnAttentionTest, ForwardAndBackwardMatchCpu) {
   const auto [shape, deterministic] = GetParam();
   const auto [b, s, nh, nkv, hd] = shape;
-  Ops* cudnn = CudnnOps(deterministic ? CudaEngineOptions::Attention::kCudnn
-                                      : CudaEngineOptions::Attention::kCudnnAtomicBackward);
+  Ops* cudnn = CudnnOps(deterministic);
   ASSERT_NE(cudnn, nullptr);
   const uint32_t seed = static_cast<uint32_t>(s * 131 + nh * 7 + nkv + hd);
   const std::vector<HostTensor> t = AttentionTensors(b, s, nh, nkv, hd, seed);
@@ -88,7 +89,7 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Bool()));
 
 TEST_F(CpuVsCudaTest, CudnnDeterministicBackwardIsBitIdenticalRunToRun) {
-  Ops* cudnn = CudnnOps(CudaEngineOptions::Attention::kCudnn);
+  Ops* cudnn = CudnnOps(/*deterministic=*/true);
   ASSERT_NE(cudnn, nullptr);
   const std::vector<HostTensor> t = AttentionTensors(2, 700, 8, 2, 128, 99);
   auto first = RunOn(*cudnn, t, ForwardBackward(2));
@@ -101,7 +102,7 @@ TEST_F(CpuVsCudaTest, CudnnDeterministicBackwardIsBitIdenticalRunToRun) {
 }
 
 TEST_F(CpuVsCudaTest, CudnnAndTesseraKernelsAgree) {
-  Ops* cudnn = CudnnOps(CudaEngineOptions::Attention::kCudnn);
+  Ops* cudnn = CudnnOps(/*deterministic=*/true);
   ASSERT_NE(cudnn, nullptr);
   const std::vector<HostTensor> t = AttentionTensors(1, 1024, 8, 2, 128, 7);
   auto ours = RunOn(gpu(), t, ForwardBackward(2));
@@ -116,7 +117,7 @@ TEST_F(CpuVsCudaTest, CudnnAndTesseraKernelsAgree) {
 // Document starts are not something the cuDNN graphs take: such calls run
 // Tessera's kernels, bit for bit what the default engine gives.
 TEST_F(CpuVsCudaTest, DocumentMaskedCallsRunTesseraKernels) {
-  Ops* cudnn = CudnnOps(CudaEngineOptions::Attention::kCudnn);
+  Ops* cudnn = CudnnOps(/*deterministic=*/true);
   ASSERT_NE(cudnn, nullptr);
   const int b = 1, s = 300, nh = 4, nkv = 2, hd = 128;
   std::vector<HostTensor> t = AttentionTensors(b, s, nh, nkv, hd, 5);
