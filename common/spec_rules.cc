@@ -266,7 +266,9 @@ absl::Status ValidateFp8Stats(const v1::Fp8Recipe& f) {
   return absl::OkStatus();
 }
 
-absl::Status ValidateFp8(const v1::Fp8Recipe& f) {
+// micro_batch_size: data.micro_batch_size, the most sequences the shadow
+// can take from a rank's held-out micro-batch.
+absl::Status ValidateFp8(const v1::Fp8Recipe& f, int micro_batch_size) {
   if (f.has_delayed()) {
     if (f.delayed().amax_history_len() < 0 || f.delayed().amax_history_len() > 1024) {
       return Bad("fp8.delayed.amax_history_len", "must be in [0, 1024] (0 means 16)");
@@ -297,6 +299,17 @@ absl::Status ValidateFp8(const v1::Fp8Recipe& f) {
   if (f.shadow_gap_warn() > 0 && f.shadow_interval_steps() == 0) {
     return Bad("fp8.shadow_gap_warn", "is set but fp8.shadow_interval_steps is 0 (the shadow "
                "loss is off, so nothing would be compared with it)");
+  }
+  if (f.shadow_batch_sequences() < 0 || f.shadow_batch_sequences() > micro_batch_size) {
+    return Bad("fp8.shadow_batch_sequences",
+               absl::StrCat("must be in [0, data.micro_batch_size ", micro_batch_size,
+                            "] (the shadow runs that many sequences of each rank's held-out "
+                            "micro-batch; 0 means ", kDefaultShadowBatchSequences, "), got ",
+                            f.shadow_batch_sequences()));
+  }
+  if (f.shadow_batch_sequences() > 0 && f.shadow_interval_steps() == 0) {
+    return Bad("fp8.shadow_batch_sequences", "is set but fp8.shadow_interval_steps is 0 (the "
+               "shadow loss is off, so no sequence would be run)");
   }
   return ValidateFp8Stats(f);
 }
@@ -380,7 +393,7 @@ absl::Status ValidateJobSpecFields(const v1::JobSpec& spec) {
   RETURN_IF_ERROR(ValidateData(spec.data()));
   if (!spec.has_optimizer()) return Bad("optimizer", "is required (at least optimizer.lr)");
   RETURN_IF_ERROR(ValidateOptimizer(spec.optimizer()));
-  RETURN_IF_ERROR(ValidateFp8(spec.fp8()));
+  RETURN_IF_ERROR(ValidateFp8(spec.fp8(), spec.data().micro_batch_size()));
   if (spec.world_size() < 1 || spec.world_size() > kMaxWorldSize) {
     return Bad("world_size", absl::StrCat("must be in [1, ", kMaxWorldSize, "] (got ",
                                           spec.world_size(), ")"));

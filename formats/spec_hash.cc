@@ -50,6 +50,7 @@ std::string LegacyCheckpointSpecHash(const v1::JobSpec& spec) {
   // covered it.
   shaping.mutable_fp8()->clear_shadow_interval_steps();
   shaping.mutable_fp8()->clear_shadow_gap_warn();
+  shaping.mutable_fp8()->clear_shadow_batch_sequences();
   return HashOf(shaping);
 }
 

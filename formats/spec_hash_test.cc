@@ -63,6 +63,7 @@ TEST(SpecHash, CoversStateShapingFieldsOnly) {
   // The shadow loss reads the state and writes none of it.
   EXPECT_FALSE(changed([](v1::JobSpec& s) { s.mutable_fp8()->set_shadow_interval_steps(100); }));
   EXPECT_FALSE(changed([](v1::JobSpec& s) { s.mutable_fp8()->set_shadow_gap_warn(0.5f); }));
+  EXPECT_FALSE(changed([](v1::JobSpec& s) { s.mutable_fp8()->set_shadow_batch_sequences(1); }));
   // Recomputation changes what a step keeps in memory, never a saved bit.
   EXPECT_FALSE(changed([](v1::JobSpec& s) {
     s.mutable_memory()->set_recompute(v1::MemoryConfig::BLOCKS);
@@ -86,6 +87,7 @@ TEST(SpecHash, LegacyHashCoversTheFp8Recipe) {
   v1::JobSpec shadowed = base;
   shadowed.mutable_fp8()->set_shadow_interval_steps(100);
   shadowed.mutable_fp8()->set_shadow_gap_warn(0.5f);
+  shadowed.mutable_fp8()->set_shadow_batch_sequences(1);
   EXPECT_EQ(LegacyCheckpointSpecHash(base), LegacyCheckpointSpecHash(shadowed));
 }
 

@@ -136,6 +136,11 @@ TEST(SpecValidation, EachRuleNamesItsField) {
       {"fp8.shadow_gap_warn: must be in [0,", [](v1::JobSpec& s) { s.mutable_fp8()->set_shadow_interval_steps(10); s.mutable_fp8()->set_shadow_gap_warn(std::numeric_limits<float>::quiet_NaN()); }},
       {"fp8.shadow_gap_warn: must be in [0,", [](v1::JobSpec& s) { s.mutable_fp8()->set_shadow_interval_steps(10); s.mutable_fp8()->set_shadow_gap_warn(1000.f); }},
       {"fp8.shadow_gap_warn: is set but fp8.shadow_interval_steps is 0", [](v1::JobSpec& s) { s.mutable_fp8()->set_shadow_gap_warn(0.2f); }},
+      // ValidSpec's micro-batch is 4 sequences: the shadow can take at most those.
+      {"fp8.shadow_batch_sequences: must be in [0, data.micro_batch_size 4]", [](v1::JobSpec& s) { s.mutable_fp8()->set_shadow_interval_steps(10); s.mutable_fp8()->set_shadow_batch_sequences(-1); }},
+      {"fp8.shadow_batch_sequences: must be in [0, data.micro_batch_size 4]", [](v1::JobSpec& s) { s.mutable_fp8()->set_shadow_interval_steps(10); s.mutable_fp8()->set_shadow_batch_sequences(5); }},
+      {"fp8.shadow_batch_sequences: must be in [0, data.micro_batch_size 2]", [](v1::JobSpec& s) { s.mutable_data()->set_micro_batch_size(2); s.mutable_fp8()->set_shadow_interval_steps(10); s.mutable_fp8()->set_shadow_batch_sequences(3); }},
+      {"fp8.shadow_batch_sequences: is set but fp8.shadow_interval_steps is 0", [](v1::JobSpec& s) { s.mutable_fp8()->set_shadow_batch_sequences(2); }},
       {"world_size", [](v1::JobSpec& s) { s.set_world_size(0); }},
       {"world_size", [](v1::JobSpec& s) { s.set_world_size(kMaxWorldSize + 1); }},
       {"parallelism.shard_group_size", [](v1::JobSpec& s) { s.mutable_parallelism()->set_shard_group_size(-1); }},
@@ -193,7 +198,21 @@ TEST(SpecValidation, ShadowLossSettingsInRangePass) {
     }
     spec.mutable_fp8()->mutable_current();  // both scalings
     EXPECT_TRUE(ValidateJobSpec(spec).ok()) << interval;
+    // 0 (the default) up to the whole micro-batch of 4 sequences.
+    for (const int sequences : {0, 1, 2, 4}) {
+      spec.mutable_fp8()->set_shadow_batch_sequences(sequences);
+      EXPECT_TRUE(ValidateJobSpec(spec).ok()) << interval << " sequences " << sequences;
+    }
   }
+}
+
+TEST(SpecValidation, ShadowBatchSequencesDefaultIsTwoOrTheWholeMicroBatch) {
+  EXPECT_EQ(ShadowBatchSequences(0, 8), kDefaultShadowBatchSequences);
+  EXPECT_EQ(kDefaultShadowBatchSequences, 2);
+  EXPECT_EQ(ShadowBatchSequences(0, 2), 2);
+  EXPECT_EQ(ShadowBatchSequences(0, 1), 1);
+  EXPECT_EQ(ShadowBatchSequences(3, 8), 3);
+  EXPECT_EQ(ShadowBatchSequences(8, 8), 8);
 }
 
 TEST(SpecValidation, RecomputePoliciesAndBlockStridesInRangePass) {

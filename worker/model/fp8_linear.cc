@@ -29,7 +29,9 @@ Fp8Operand Fp8Input(const Fp8Meta& meta, const LinearSpec& spec, const LinearScr
   x8.codes.scale = meta.scale(slot);
   x8.codes.scale_inv = meta.scale_inv(slot);
   x8.codes.amax = meta.amax(slot);
-  x8.codes_t = saved.x_t.desc;
+  // [in, tokens]: the transpose of the batch passed, a prefix of x_t when
+  // that batch is smaller than the micro-batch x_t was allocated for.
+  x8.codes_t = View(saved.x_t, DType::kE4M3, Shape{spec.in, spec.tokens});
   return x8;
 }
 

@@ -28,6 +28,8 @@ struct LinearScratch {
 };
 
 struct LinearSpec {
+  // tokens: the rows of the batch passed, at most the tokens the scratch
+  // and saved tensors were allocated for (a smaller batch uses a prefix).
   int64_t in = 0, out = 0, tokens = 0;
   LinearId linear;  // which linear of the model: its FP8 slots in Fp8Meta
   bool fp8 = true;

@@ -41,6 +41,17 @@ inline TensorDesc Reshaped(const TensorDesc& t, Shape shape) {
   return v;
 }
 
+// A view of the first `rows` entries of `t`'s leading dimension (the first
+// sequences of a [B, ...] tensor, the first tokens of a [T, ...] one): a
+// prefix of its memory, every other dimension kept. For running a smaller
+// batch through buffers sized for the full one. A tensor without
+// dimensions (an unset TensorDesc) comes back as it is.
+inline TensorDesc LeadingRows(const TensorDesc& t, int64_t rows) {
+  TensorDesc v = t;
+  if (v.shape.rank > 0) v.shape.dims[0] = rows;
+  return v;
+}
+
 }  // namespace tessera
 
 #endif  // TESSERA_WORKER_OPS_DEVICE_TENSOR_H_

@@ -63,17 +63,20 @@ absl::Status FsdpTrainer::EndForwardPass() {
                                   stream_);
 }
 
-absl::Status FsdpTrainer::ForwardToFinalNorm() {
+absl::Status FsdpTrainer::ForwardToFinalNorm(int64_t batch) {
   Ops& ops = *ops_;
-  RETURN_IF_ERROR(ops.EmbeddingForward(inputs_.desc, Full(gathered_embedding_, embedding_),
-                                       acts_[0].x_in.desc, stream_));
+  const int64_t t = batch * seq_;
+  const auto tokens = [&](const DeviceTensor& d) { return LeadingRows(d.desc, t); };
+  RETURN_IF_ERROR(ops.EmbeddingForward(tokens(inputs_), Full(gathered_embedding_, embedding_),
+                                       tokens(acts_[0].x_in), stream_));
   for (int l = 0; l < layers_; ++l) {
     RETURN_IF_ERROR(GatherBlock(l, GatheredFor(l)));
-    const TensorDesc& x_out = l + 1 < layers_ ? acts_[l + 1].x_in.desc : x_final_.desc;
-    RETURN_IF_ERROR(BlockForward(l, GatheredFor(l), acts_[l], acts_[l].x_in.desc, x_out));
+    const TensorDesc x_out = tokens(l + 1 < layers_ ? acts_[l + 1].x_in : x_final_);
+    RETURN_IF_ERROR(BlockForward(l, GatheredFor(l), acts_[l], tokens(acts_[l].x_in), x_out));
   }
-  return ops.RmsNormForward(x_final_.desc, Full(gathered_final_norm_, final_norm_),
-                            spec_.model().norm_eps(), h_final_.desc, rstd_final_.desc, stream_);
+  return ops.RmsNormForward(tokens(x_final_), Full(gathered_final_norm_, final_norm_),
+                            spec_.model().norm_eps(), tokens(h_final_), tokens(rstd_final_),
+                            stream_);
 }
 
 absl::StatusOr<std::vector<float>> FsdpTrainer::ForwardLogits(const std::vector<int32_t>& tokens) {
@@ -101,7 +104,7 @@ absl::StatusOr<std::vector<float>> FsdpTrainer::ForwardLogits(const std::vector<
   // Under document masking the tokens are one document.
   std::fill(host_doc_starts_.begin(), host_doc_starts_.end(), 0);
   RETURN_IF_ERROR(CopyDocStartsToDevice());
-  RETURN_IF_ERROR(ForwardToFinalNorm());
+  RETURN_IF_ERROR(ForwardToFinalNorm(batch_));
   ASSIGN_OR_RETURN(DeviceTensor logits, Alloc(DType::kFloat32, Shape{n, vocab_}));
   TensorDesc hidden = h_final_.desc;
   hidden.shape = Shape{n, hidden_};
@@ -148,7 +151,7 @@ absl::StatusOr<ValidationReport> FsdpTrainer::Score() {
           ops.CopyToDevice(inputs_.desc.data, host_inputs_.data(), tokens_ * 4, stream_));
       RETURN_IF_ERROR(
           ops.CopyToDevice(targets_.desc.data, host_targets_.data(), tokens_ * 4, stream_));
-      RETURN_IF_ERROR(ForwardToFinalNorm());
+      RETURN_IF_ERROR(ForwardToFinalNorm(batch_));
       RETURN_IF_ERROR(ops.FusedLinearCrossEntropy(
           h_final_.desc, Full(gathered_lm_head_, lm_head_), targets_.desc, kIgnoreIndex,
           spec_.loss_chunk_tokens(), set_sums + kLossSum, set_sums + kValidTokens,

@@ -61,9 +61,9 @@ absl::StatusOr<DeviceTensor> FsdpTrainer::Alloc(DType dtype, Shape shape) {
   return AllocateTensor(*ops_, dtype, shape);
 }
 
-LinearSpec FsdpTrainer::Spec(int layer, BlockLinear linear) const {
+LinearSpec FsdpTrainer::Spec(int layer, BlockLinear linear, int64_t tokens) const {
   LinearSpec s;
-  s.tokens = tokens_;
+  s.tokens = tokens;
   s.linear = LinearId{layer, linear};
   s.fp8 = fp8_;
   s.in = linear == BlockLinear::kDown ? ffn_ : hidden_;

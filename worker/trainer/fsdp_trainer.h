@@ -216,6 +216,8 @@ class FsdpTrainer : public Trainer {
   // scales the step's set (InputScaling::kReuse) and stops before the down
   // projection's GEMM (the backward does not read the block's output).
   enum class ForwardPass { kStep, kRecompute };
+  // Runs on the sequences x_in holds ([t, H], t a multiple of S and at
+  // most the micro-batch's tokens), using the prefix of each activation.
   absl::Status BlockForward(int layer, const GatheredBlock& w, BlockActivations& a,
                             const TensorDesc& x_in, const TensorDesc& x_out,
                             ForwardPass pass = ForwardPass::kStep);
@@ -247,14 +249,18 @@ class FsdpTrainer : public Trainer {
                           const TensorDesc& in, InputScaling scaling = InputScaling::kMeasure);
   absl::Status MeasureFp8Weights();
   TensorDesc StatsScratch(Shape shape) const;
-  // What attention keeps to, forward, recomputed and backward: doc_starts_
-  // under data.document_masking, else whole sequences.
-  TensorDesc AttentionDocuments() const;
+  // What attention keeps to, forward, recomputed and backward, for the
+  // first `batch` sequences: that prefix of doc_starts_ under
+  // data.document_masking, else whole sequences.
+  TensorDesc AttentionDocuments(int64_t batch) const;
   // Copies host_doc_starts_ into doc_starts_ (no-op without masking).
   absl::Status CopyDocStartsToDevice();
   absl::Status CheckAborted() const;
   std::vector<Fp8ShardedParam*> AllParams();
-  LinearSpec Spec(int layer, BlockLinear linear) const;
+  // A block linear over `tokens` rows: the micro-batch's (the first form),
+  // or the fewer of the shadow loss's first sequences.
+  LinearSpec Spec(int layer, BlockLinear linear) const { return Spec(layer, linear, tokens_); }
+  LinearSpec Spec(int layer, BlockLinear linear, int64_t tokens) const;
   GatheredBlock& GatheredFor(int layer);
   BlockGrads& GradsFor(int layer);
 
@@ -394,8 +400,10 @@ class FsdpTrainer : public Trainer {
   absl::Status BeginForwardPass();
   absl::Status EndForwardPass();
   // inputs_ -> embedding -> every block (gathering each) -> final RMSNorm
-  // into h_final_, for the gathered outer weights.
-  absl::Status ForwardToFinalNorm();
+  // into h_final_, for the gathered outer weights, over the first `batch`
+  // sequences of the micro-batch's buffers (batch_ for all of them): every
+  // op reads and writes only the leading batch * S tokens.
+  absl::Status ForwardToFinalNorm(int64_t batch);
   std::vector<ValidationSet> validation_sets_;
   DeviceTensor eval_scalars_;    // [sets, 2] fp32: loss_sum, valid_tokens per validation set
   std::string data_trace_dir_;
@@ -420,6 +428,9 @@ class FsdpTrainer : public Trainer {
   // each ([padded_numel]), the all-gather's source.
   PerBlockLinear<DeviceTensor> shadow_weights_, shadow_shards_;
   DeviceTensor shadow_scalars_;  // [4] fp32: FP8 loss sum, tokens; bf16 loss sum, tokens
+  // How many of the held-out batch's sequences both forwards run, from the
+  // first (fp8.shadow_batch_sequences, or its default).
+  int64_t shadow_sequences_ = 0;
   // [B * S] int32: the held-out batch (doc starts only with document masking).
   std::vector<int32_t> host_shadow_inputs_, host_shadow_targets_, host_shadow_doc_starts_;
 };

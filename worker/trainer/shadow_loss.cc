@@ -5,6 +5,12 @@
 // what FP8 costs this model now; a gap that grows is FP8 diverging from the
 // run bf16 would have made.
 //
+// Both forwards run only the first fp8.shadow_batch_sequences sequences of
+// the held-out micro-batch (by default 2), through the leading rows of the
+// step's activation buffers (BlockForward and ForwardToFinalNorm take their
+// sizes from the batch passed), so a shadow costs a fraction of a step's
+// forward. The gap is then measured on fewer tokens.
+//
 // The held-out batch is read once, at Setup, and kept on the host: this
 // rank's share of the first validation batch when the job has
 // data.validation (so the FP8 loss is the one Evaluate reports with
@@ -35,6 +41,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "common/spec_limits.h"
 #include "common/status_macros.h"
 #include "worker/trainer/fsdp_trainer.h"
 #include "worker/trainer/phase_range.h"
@@ -71,6 +78,13 @@ bool FsdpTrainer::ShadowLossAfterStep(int step) const {
 
 absl::Status FsdpTrainer::SetupShadowLoss() {
   if (spec_.fp8().shadow_interval_steps() <= 0 || !fp8_) return absl::OkStatus();
+  const int requested = spec_.fp8().shadow_batch_sequences();
+  if (requested < 0 || requested > batch_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("fp8.shadow_batch_sequences: must be in [0, data.micro_batch_size ", batch_,
+                     "], got ", requested));
+  }
+  shadow_sequences_ = ShadowBatchSequences(requested, static_cast<int>(batch_));
   for (const BlockLinear linear : kEveryBlockLinear) {
     const Fp8ShardedParam& p = blocks_[0].linear(linear);
     ASSIGN_OR_RETURN(shadow_weights_[linear],
@@ -141,9 +155,13 @@ absl::Status FsdpTrainer::ShadowBlockForward(int l, BlockActivations& a, const T
   Block& b = blocks_[l];
   const GatheredBlock& w = GatheredFor(l);
   const float eps = spec_.model().norm_eps();
-  const int64_t t = tokens_;
+  // The sequences x_in holds, through the leading rows of each buffer.
+  const int64_t t = x_in.shape[0], batch = t / seq_;
+  const auto tokens = [&](const DeviceTensor& d) { return LeadingRows(d.desc, t); };
+  const TensorDesc qkv = LeadingRows(a.qkv.desc, batch), attn = tokens(a.attn);
+  const TensorDesc x_mid = tokens(a.x_mid), gate_up = tokens(a.gate_up);
   const auto bf16 = [&](BlockLinear linear) {
-    LinearSpec s = Spec(l, linear);
+    LinearSpec s = Spec(l, linear, t);
     s.fp8 = false;
     return s;
   };
@@ -159,26 +177,26 @@ absl::Status FsdpTrainer::ShadowBlockForward(int l, BlockActivations& a, const T
   swiglu.shape = Shape{t, ffn_};
   // Attention: x_mid = x_in + out_proj(attention(rope(qkv(norm(x_in))))).
   RETURN_IF_ERROR(ops.RmsNormForward(x_in, Full(w.attn_norm, b.attn_norm), eps, normed,
-                                     a.rstd1.desc, stream_));
+                                     tokens(a.rstd1), stream_));
   RETURN_IF_ERROR(LinearForward(ops, *meta_, bf16(BlockLinear::kQkv), weight(BlockLinear::kQkv),
-                                normed, Reshaped(a.qkv.desc, Shape{t, qkv_width_}), scratch_,
+                                normed, Reshaped(qkv, Shape{t, qkv_width_}), scratch_,
                                 a.saved[BlockLinear::kQkv], stream_));
-  RETURN_IF_ERROR(ops.RopeForward(a.qkv.desc, kv_heads_, spec_.model().rope_theta(), stream_));
-  RETURN_IF_ERROR(ops.AttentionForward(
-      a.qkv.desc, kv_heads_, AttentionDocuments(),
-      Reshaped(a.attn.desc, Shape{batch_, seq_, heads_, head_dim_}), a.lse.desc, stream_));
+  RETURN_IF_ERROR(ops.RopeForward(qkv, kv_heads_, spec_.model().rope_theta(), stream_));
+  RETURN_IF_ERROR(ops.AttentionForward(qkv, kv_heads_, AttentionDocuments(batch),
+                                       Reshaped(attn, Shape{batch, seq_, heads_, head_dim_}),
+                                       LeadingRows(a.lse.desc, batch), stream_));
   RETURN_IF_ERROR(LinearForward(ops, *meta_, bf16(BlockLinear::kOutProj),
-                                weight(BlockLinear::kOutProj), a.attn.desc, a.x_mid.desc,
-                                scratch_, a.saved[BlockLinear::kOutProj], stream_, &x_in));
+                                weight(BlockLinear::kOutProj), attn, x_mid, scratch_,
+                                a.saved[BlockLinear::kOutProj], stream_, &x_in));
   // MLP: x_out = x_mid + down(swiglu(gate_up(norm(x_mid)))).
-  RETURN_IF_ERROR(ops.RmsNormForward(a.x_mid.desc, Full(w.mlp_norm, b.mlp_norm), eps, normed,
-                                     a.rstd2.desc, stream_));
+  RETURN_IF_ERROR(ops.RmsNormForward(x_mid, Full(w.mlp_norm, b.mlp_norm), eps, normed,
+                                     tokens(a.rstd2), stream_));
   RETURN_IF_ERROR(LinearForward(ops, *meta_, bf16(BlockLinear::kGateUp),
-                                weight(BlockLinear::kGateUp), normed, a.gate_up.desc, scratch_,
+                                weight(BlockLinear::kGateUp), normed, gate_up, scratch_,
                                 a.saved[BlockLinear::kGateUp], stream_));
-  RETURN_IF_ERROR(ops.SwiGluForward(a.gate_up.desc, swiglu, stream_));
+  RETURN_IF_ERROR(ops.SwiGluForward(gate_up, swiglu, stream_));
   return LinearForward(ops, *meta_, bf16(BlockLinear::kDown), weight(BlockLinear::kDown), swiglu,
-                       x_out, scratch_, a.saved[BlockLinear::kDown], stream_, &a.x_mid.desc);
+                       x_out, scratch_, a.saved[BlockLinear::kDown], stream_, &x_mid);
 }
 
 absl::StatusOr<ShadowReport> FsdpTrainer::RunShadowLoss() {
@@ -186,7 +204,10 @@ absl::StatusOr<ShadowReport> FsdpTrainer::RunShadowLoss() {
   PhaseRange range("shadow-loss");
   Ops& ops = *ops_;
   float* sums = shadow_scalars_.data<float>();
-  const int64_t t = tokens_;
+  // The first shadow_sequences_ sequences of the held-out batch, in the
+  // leading rows of every buffer the forwards use.
+  const int64_t t = shadow_sequences_ * seq_;
+  const auto tokens = [&](const DeviceTensor& d) { return LeadingRows(d.desc, t); };
   RETURN_IF_ERROR(ops.Memset(sums, 0, 4 * sizeof(float), stream_));
   RETURN_IF_ERROR(BeginForwardPass());
   // The held-out batch, read by both forwards.
@@ -199,28 +220,28 @@ absl::StatusOr<ShadowReport> FsdpTrainer::RunShadowLoss() {
   }
   const auto loss_into = [&](int loss_slot, int tokens_slot) {
     return ops.FusedLinearCrossEntropy(
-        h_final_.desc, Full(gathered_lm_head_, lm_head_), targets_.desc, kIgnoreIndex,
+        tokens(h_final_), Full(gathered_lm_head_, lm_head_), tokens(targets_), kIgnoreIndex,
         spec_.loss_chunk_tokens(), sums + loss_slot, sums + tokens_slot,
         /*grad_x=*/TensorDesc{}, /*grad_weight=*/TensorDesc{},  // loss only
         /*accumulate_grad_weight=*/false, stream_);
   };
 
   // ---- The model as it trains: FP8 block linears ---------------------------
-  RETURN_IF_ERROR(ForwardToFinalNorm());
+  RETURN_IF_ERROR(ForwardToFinalNorm(shadow_sequences_));
   RETURN_IF_ERROR(loss_into(kFp8LossSum, kFp8Tokens));
 
   // ---- The shadow: bf16 block linears from the fp32 masters -----------------
   RETURN_IF_ERROR(CheckAborted());
-  RETURN_IF_ERROR(ops.EmbeddingForward(inputs_.desc, Full(gathered_embedding_, embedding_),
-                                       acts_[0].x_in.desc, stream_));
+  RETURN_IF_ERROR(ops.EmbeddingForward(tokens(inputs_), Full(gathered_embedding_, embedding_),
+                                       tokens(acts_[0].x_in), stream_));
   for (int l = 0; l < layers_; ++l) {
     RETURN_IF_ERROR(GatherShadowBlock(l));
-    const TensorDesc& x_out = l + 1 < layers_ ? acts_[l + 1].x_in.desc : x_final_.desc;
-    RETURN_IF_ERROR(ShadowBlockForward(l, acts_[l], acts_[l].x_in.desc, x_out));
+    const TensorDesc x_out = tokens(l + 1 < layers_ ? acts_[l + 1].x_in : x_final_);
+    RETURN_IF_ERROR(ShadowBlockForward(l, acts_[l], tokens(acts_[l].x_in), x_out));
   }
-  RETURN_IF_ERROR(ops.RmsNormForward(x_final_.desc, Full(gathered_final_norm_, final_norm_),
-                                     spec_.model().norm_eps(), h_final_.desc, rstd_final_.desc,
-                                     stream_));
+  RETURN_IF_ERROR(ops.RmsNormForward(tokens(x_final_), Full(gathered_final_norm_, final_norm_),
+                                     spec_.model().norm_eps(), tokens(h_final_),
+                                     tokens(rstd_final_), stream_));
   RETURN_IF_ERROR(loss_into(kBf16LossSum, kBf16Tokens));
 
   // ---- Global sums: one all-reduce (and across replicas under HSDP) --------

@@ -10,7 +10,12 @@
 //    loss: the engines differ only in summation order and atomics (the
 //    bf16 GEMMs and attention accumulate in fp32 in another order, the
 //    FP8 GEMMs too) and in that one step's update. The gaps agree within
-//    1e-2, which is what the gap's user reads.
+//    1e-2, which is what the gap's user reads. So they do over one
+//    sequence, the default two and the whole micro-batch of four
+//    (fp8.shadow_batch_sequences), whose token counts are the CPU's and
+//    grow with the sequences: the CUDA ops take their sizes from the
+//    leading rows they are passed, attention and the fused loss included.
+//    The captured-steps test runs the default two of four.
 // Needs a GPU.
 #include <cmath>
 #include <cstdio>
@@ -18,6 +23,7 @@
 #include <optional>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/engine/cpu/cpu_ops.h"
@@ -63,10 +69,11 @@ RunRecord Train(FsdpTrainer& trainer, const v1::JobSpec& spec, int steps) {
   return record;
 }
 
-v1::JobSpec Spec(bool current_scaling, int shadow_interval) {
+v1::JobSpec Spec(bool current_scaling, int shadow_interval, int shadow_sequences = 0) {
   v1::JobSpec spec = TestJobSpec(4);
   if (current_scaling) spec.mutable_fp8()->mutable_current();
   spec.mutable_fp8()->set_shadow_interval_steps(shadow_interval);
+  if (shadow_interval > 0) spec.mutable_fp8()->set_shadow_batch_sequences(shadow_sequences);
   return spec;
 }
 
@@ -105,26 +112,33 @@ TEST(ShadowLossGpu, CapturedStepsAfterAShadowStepKeepTheirBits) {
 
 TEST(ShadowLossGpu, MatchesTheCpuEngine) {
   for (const bool current : {false, true}) {
-    SCOPED_TRACE(current ? "current scaling" : "delayed scaling");
-    const v1::JobSpec spec = Spec(current, 1);
-    std::unique_ptr<FsdpTrainer> gpu = GpuTrainerForTest();
-    ASSERT_NE(gpu, nullptr);
-    FsdpTrainer cpu(CreateCpuOps(), CreateGlooCommunicator);
-    const RunRecord on_gpu = Train(*gpu, spec, 1);
-    const RunRecord on_cpu = Train(cpu, spec, 1);
-    ASSERT_EQ(on_gpu.reports.size(), 1u);
-    ASSERT_EQ(on_cpu.reports.size(), 1u);
-    ASSERT_TRUE(on_gpu.reports[0].shadow.has_value());
-    ASSERT_TRUE(on_cpu.reports[0].shadow.has_value());
-    const ShadowReport& g = *on_gpu.reports[0].shadow;
-    const ShadowReport& c = *on_cpu.reports[0].shadow;
-    printf("gpu fp8 %.6f bf16 %.6f gap %+.6f; cpu fp8 %.6f bf16 %.6f gap %+.6f\n", g.fp8_loss,
-           g.bf16_loss, g.fp8_loss - g.bf16_loss, c.fp8_loss, c.bf16_loss,
-           c.fp8_loss - c.bf16_loss);
-    EXPECT_NEAR(g.bf16_loss, c.bf16_loss, 5e-3 * c.bf16_loss);
-    EXPECT_NEAR(g.fp8_loss, c.fp8_loss, 5e-3 * c.fp8_loss);
-    EXPECT_NEAR(g.fp8_loss - g.bf16_loss, c.fp8_loss - c.bf16_loss, 1e-2);
-    EXPECT_EQ(g.tokens, c.tokens);
+    int64_t previous_tokens = 0;
+    for (const int sequences : {1, 0, 4}) {  // 0: the default, 2 of the 4
+      SCOPED_TRACE(absl::StrCat(current ? "current" : "delayed", " scaling, shadow_batch_sequences ",
+                                sequences));
+      const v1::JobSpec spec = Spec(current, 1, sequences);
+      std::unique_ptr<FsdpTrainer> gpu = GpuTrainerForTest();
+      ASSERT_NE(gpu, nullptr);
+      FsdpTrainer cpu(CreateCpuOps(), CreateGlooCommunicator);
+      const RunRecord on_gpu = Train(*gpu, spec, 1);
+      const RunRecord on_cpu = Train(cpu, spec, 1);
+      ASSERT_EQ(on_gpu.reports.size(), 1u);
+      ASSERT_EQ(on_cpu.reports.size(), 1u);
+      ASSERT_TRUE(on_gpu.reports[0].shadow.has_value());
+      ASSERT_TRUE(on_cpu.reports[0].shadow.has_value());
+      const ShadowReport& g = *on_gpu.reports[0].shadow;
+      const ShadowReport& c = *on_cpu.reports[0].shadow;
+      printf("sequences %d: gpu fp8 %.6f bf16 %.6f gap %+.6f; cpu fp8 %.6f bf16 %.6f gap %+.6f "
+             "(%lld tokens)\n",
+             sequences, g.fp8_loss, g.bf16_loss, g.fp8_loss - g.bf16_loss, c.fp8_loss,
+             c.bf16_loss, c.fp8_loss - c.bf16_loss, static_cast<long long>(c.tokens));
+      EXPECT_NEAR(g.bf16_loss, c.bf16_loss, 5e-3 * c.bf16_loss);
+      EXPECT_NEAR(g.fp8_loss, c.fp8_loss, 5e-3 * c.fp8_loss);
+      EXPECT_NEAR(g.fp8_loss - g.bf16_loss, c.fp8_loss - c.bf16_loss, 1e-2);
+      EXPECT_EQ(g.tokens, c.tokens);
+      EXPECT_GT(c.tokens, previous_tokens);
+      previous_tokens = c.tokens;
+    }
   }
 }
 

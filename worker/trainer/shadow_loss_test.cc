@@ -14,10 +14,15 @@
 //    batch: the same ops on the same bf16 weights, cast from the same
 //    masters by the same Cast. Its FP8 loss is, bit for bit, the FP8 job's
 //    own Evaluate of that batch;
-//  - it runs after steps N-1, 2N-1, ... only.
+//  - it runs after steps N-1, 2N-1, ... only;
+//  - with fp8.shadow_batch_sequences K (or its default, 2) it runs only the
+//    first K sequences of the held-out micro-batch: its two losses are the
+//    FP8 and the bf16 model's losses over exactly those sequences, and
+//    training keeps its bits (with documents too).
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <optional>
@@ -26,11 +31,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint_layout.h"
+#include "common/spec_limits.h"
 #include "common/memory_estimate.h"
 #include "common/synthetic_task.h"
 #include "gtest/gtest.h"
 #include "worker/comm/file_rendezvous_store_for_test.h"
 #include "worker/comm/gloo_communicator.h"
+#include "worker/data/ignore_index.h"
+#include "worker/data/validation_batch_source.h"
 #include "worker/engine/cpu/cpu_ops.h"
 #include "worker/trainer/fsdp_trainer.h"
 #include "worker/trainer/test_files.h"
@@ -145,6 +153,19 @@ const Variant kVariants[] = {
        s.mutable_memory()->set_every_n_blocks(2);
      }},
     {"document masking", DocumentMasked},
+    // The shadow runs fewer sequences than the step: the leading rows of
+    // the activations, of the held-out inputs and of the document starts.
+    {"micro-batch 4, shadow over its first sequence",
+     [](v1::JobSpec& s) {
+       s.mutable_data()->set_micro_batch_size(4);
+       s.mutable_fp8()->set_shadow_batch_sequences(1);
+     }},
+    {"document masking, micro-batch 4, shadow over 3 sequences",
+     [](v1::JobSpec& s) {
+       DocumentMasked(s);
+       s.mutable_data()->set_micro_batch_size(4);
+       s.mutable_fp8()->set_shadow_batch_sequences(3);
+     }},
 };
 
 TEST(ShadowLoss, TrainingIsBitIdenticalWithAndWithoutTheShadow) {
@@ -231,6 +252,123 @@ TEST(ShadowLoss, LossesAreTheFp8AndTheBf16ModelsEvaluationOfTheBatch) {
     EXPECT_EQ(shadow->bf16_loss, bf16_eval->loss);
     EXPECT_NE(shadow->fp8_loss, shadow->bf16_loss);
   }
+}
+
+// ---- Fewer sequences than the micro-batch (fp8.shadow_batch_sequences) -----
+
+// A loss sum and the valid tokens it is over.
+struct LossSum {
+  double sum = 0;
+  int64_t tokens = 0;
+  double mean() const { return sum / static_cast<double>(tokens); }
+};
+
+// The next-token loss of `trainer`'s model over the first `sequences`
+// sequences of a [B * S] batch, one sequence at a time through
+// ForwardLogits, with the softmax taken here in double precision.
+LossSum LossOfFirstSequences(FsdpTrainer& trainer, const std::vector<int32_t>& inputs,
+                             const std::vector<int32_t>& targets, int64_t seq, int64_t vocab,
+                             int sequences) {
+  LossSum loss;
+  for (int b = 0; b < sequences; ++b) {
+    const std::vector<int32_t> ids(inputs.begin() + b * seq, inputs.begin() + (b + 1) * seq);
+    absl::StatusOr<std::vector<float>> logits = trainer.ForwardLogits(ids);
+    EXPECT_TRUE(logits.ok()) << logits.status();
+    if (!logits.ok()) return loss;
+    for (int64_t i = 0; i < seq; ++i) {
+      const int32_t target = targets[b * seq + i];
+      if (target == kIgnoreIndex) continue;
+      const float* row = logits->data() + i * vocab;
+      double max = row[0], total = 0;
+      for (int64_t v = 1; v < vocab; ++v) max = std::max<double>(max, row[v]);
+      for (int64_t v = 0; v < vocab; ++v) total += std::exp(row[v] - max);
+      loss.sum += max + std::log(total) - row[target];
+      ++loss.tokens;
+    }
+  }
+  return loss;
+}
+
+// With a micro-batch of 4 and K = 1, 3 or the default (0: 2 sequences),
+// the shadow's FP8 and bf16 losses are those models' losses over the first
+// K sequences of the held-out batch, scored here one sequence at a time.
+// Delayed scaling: every FP8 cast uses its recorded scale, so a sequence's
+// logits do not depend on the rows beside it (current scaling would take
+// the amax of whatever batch ForwardLogits runs). The sums differ only in
+// order and precision, hence the tolerance; the loss over all four
+// sequences is kept several tolerances away, so the check tells K
+// sequences from the whole batch.
+TEST(ShadowLoss, ShadowOverFewerSequencesIsTheLossOfThoseSequences) {
+  constexpr int kMicroBatch = 4;
+  constexpr double kTolerance = 1e-4;
+  for (const int requested : {1, 3, 0}) {
+    const int sequences = ShadowBatchSequences(requested, kMicroBatch);
+    SCOPED_TRACE(absl::StrCat("shadow_batch_sequences ", requested, ": ", sequences));
+    v1::JobSpec spec = WithShadow(BaseSpec(Recipe::kDelayedFp8), 3);
+    spec.mutable_data()->set_micro_batch_size(kMicroBatch);
+    spec.mutable_fp8()->set_shadow_batch_sequences(requested);
+    v1::ValidationConfig* v = spec.mutable_data()->mutable_validation();
+    v->set_token_file(ValidationFile());
+    v->set_eval_interval_steps(100);
+    v->set_eval_batches(1);
+    const int64_t seq = spec.model().seq_len(), vocab = spec.model().vocab_size();
+    FsdpTrainer fp8(CreateCpuOps(), CreateGlooCommunicator);
+    ASSERT_TRUE(fp8.Setup(spec, 0, 1).ok());
+    ASSERT_TRUE(fp8.InitCollective(nullptr, "127.0.0.1", absl::Seconds(5)).ok());
+    std::optional<ShadowReport> shadow;
+    for (int s = 0; s < 3; ++s) {
+      absl::StatusOr<StepReport> report = fp8.RunStep(s);
+      ASSERT_TRUE(report.ok()) << report.status();
+      shadow = report->shadow;
+    }
+    ASSERT_TRUE(shadow.has_value());
+
+    // The held-out batch: this rank's first validation batch.
+    absl::StatusOr<std::vector<ValidationSet>> sets = OpenValidationSets(spec, 0, 1);
+    ASSERT_TRUE(sets.ok()) << sets.status();
+    std::vector<int32_t> inputs(kMicroBatch * seq), targets(kMicroBatch * seq);
+    ASSERT_TRUE((*sets)[0]
+                    .batches->ReadBatch(0, absl::MakeSpan(inputs), absl::MakeSpan(targets))
+                    .ok());
+
+    const LossSum fp8_first = LossOfFirstSequences(fp8, inputs, targets, seq, vocab, sequences);
+    const LossSum fp8_all = LossOfFirstSequences(fp8, inputs, targets, seq, vocab, kMicroBatch);
+    ASSERT_GT(fp8_first.tokens, 0);
+    ASSERT_GT(fp8_all.tokens, fp8_first.tokens);
+    EXPECT_EQ(shadow->tokens, fp8_first.tokens);
+    EXPECT_NEAR(shadow->fp8_loss, fp8_first.mean(), kTolerance);
+    EXPECT_GT(std::fabs(fp8_all.mean() - fp8_first.mean()), 5 * kTolerance);
+
+    // The bf16 model with the same masters, as in the test above.
+    const std::string root = TestDir(absl::StrCat("fewer-sequences-", requested));
+    ASSERT_TRUE(fp8.Checkpoint(3, root).ok());
+    ASSERT_TRUE(WriteCommitMarker(root, {3, 1}).ok());
+    v1::JobSpec bf16_spec = spec;
+    bf16_spec.mutable_fp8()->set_disabled(true);
+    bf16_spec.mutable_fp8()->clear_shadow_interval_steps();
+    bf16_spec.mutable_fp8()->clear_shadow_batch_sequences();
+    FsdpTrainer bf16(CreateCpuOps(), CreateGlooCommunicator);
+    ASSERT_TRUE(bf16.Setup(bf16_spec, 0, 1).ok());
+    ASSERT_TRUE(bf16.Restore(root, 3).ok());
+    ASSERT_TRUE(bf16.InitCollective(nullptr, "127.0.0.1", absl::Seconds(5)).ok());
+    const LossSum bf16_first = LossOfFirstSequences(bf16, inputs, targets, seq, vocab, sequences);
+    const LossSum bf16_all = LossOfFirstSequences(bf16, inputs, targets, seq, vocab, kMicroBatch);
+    EXPECT_NEAR(shadow->bf16_loss, bf16_first.mean(), kTolerance);
+    EXPECT_GT(std::fabs(bf16_all.mean() - bf16_first.mean()), 5 * kTolerance);
+    EXPECT_NE(shadow->fp8_loss, shadow->bf16_loss);
+  }
+}
+
+// A shadow over more sequences than the micro-batch holds is refused at
+// Setup, naming the field (the coordinator refuses such a spec first).
+TEST(ShadowLoss, SetupRefusesMoreSequencesThanTheMicroBatch) {
+  v1::JobSpec spec = WithShadow(BaseSpec(Recipe::kDelayedFp8), kInterval);
+  spec.mutable_fp8()->set_shadow_batch_sequences(spec.data().micro_batch_size() + 1);
+  FsdpTrainer trainer(CreateCpuOps(), CreateGlooCommunicator);
+  const absl::StatusOr<SetupReport> setup = trainer.Setup(spec, 0, 1);
+  EXPECT_EQ(setup.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(setup.status().message().find("fp8.shadow_batch_sequences"), std::string::npos)
+      << setup.status();
 }
 
 // ---- Sharded ranks, in forked processes over Gloo --------------------------

@@ -395,7 +395,8 @@ absl::Status FsdpTrainer::NormThenLinear(int l, BlockLinear linear, const Tensor
                                          InputScaling scaling) {
   Ops& ops = *ops_;
   const float eps = spec_.model().norm_eps();
-  const LinearSpec spec = Spec(l, linear);
+  const int64_t t = x.shape[0];  // the tokens of the batch passed
+  const LinearSpec spec = Spec(l, linear, t);
   if (fuse_fp8_casts_) {
     const Fp8Operand x8 = Fp8Input(*meta_, spec, scratch_, saved);
     RETURN_IF_ERROR(
@@ -404,7 +405,7 @@ absl::Status FsdpTrainer::NormThenLinear(int l, BlockLinear linear, const Tensor
     if (!measuring_fp8_ || scaling != InputScaling::kMeasure) return absl::OkStatus();
     // The bf16 input the fused cast encoded, written again for the
     // statistics: the same bits (and rstd) as the fused op's (ops.h).
-    const TensorDesc normed_again = StatsScratch(Shape{tokens_, hidden_});
+    const TensorDesc normed_again = StatsScratch(Shape{t, hidden_});
     RETURN_IF_ERROR(ops.RmsNormForward(x, norm_weight, eps, normed_again, rstd, stream_));
     return MeasureFp8(l, linear, Role::kInput, normed_again);
   }
@@ -414,8 +415,9 @@ absl::Status FsdpTrainer::NormThenLinear(int l, BlockLinear linear, const Tensor
   return MeasureFp8(l, linear, Role::kInput, normed, scaling);
 }
 
-TensorDesc FsdpTrainer::AttentionDocuments() const {
-  return spec_.data().document_masking() ? doc_starts_.desc : Ops::WholeSequences();
+TensorDesc FsdpTrainer::AttentionDocuments(int64_t batch) const {
+  return spec_.data().document_masking() ? LeadingRows(doc_starts_.desc, batch)
+                                         : Ops::WholeSequences();
 }
 
 absl::Status FsdpTrainer::CopyDocStartsToDevice() {
@@ -424,50 +426,58 @@ absl::Status FsdpTrainer::CopyDocStartsToDevice() {
                             host_doc_starts_.size() * sizeof(int32_t), stream_);
 }
 
+// The batch is x_in's: its rows are the tokens of the first t / S
+// sequences, the whole micro-batch in the step and its recomputation, fewer
+// in the shadow loss. Every activation is the prefix of its buffer that
+// holds those sequences, so a smaller batch runs the same code on fewer
+// rows.
 absl::Status FsdpTrainer::BlockForward(int l, const GatheredBlock& w, BlockActivations& a,
                                        const TensorDesc& x_in, const TensorDesc& x_out,
                                        ForwardPass pass) {
   Ops& ops = *ops_;
   const Block& b = blocks_[l];
-  const int64_t t = tokens_, f = ffn_;
+  const int64_t t = x_in.shape[0], batch = t / seq_, f = ffn_;
+  const auto tokens = [&](const DeviceTensor& d) { return LeadingRows(d.desc, t); };
+  const TensorDesc qkv = LeadingRows(a.qkv.desc, batch);  // [batch, S, nh + 2*nkv, hd]
+  const TensorDesc attn = tokens(a.attn), x_mid = tokens(a.x_mid), gate_up = tokens(a.gate_up);
   const InputScaling scaling =
       pass == ForwardPass::kStep ? InputScaling::kMeasure : InputScaling::kReuse;
   // Attention: x_mid = x_in + out_proj(attention(rope(qkv(norm(x_in))))),
-  // qkv's [T, qkv width] output viewed as [B, S, nh + 2*nkv, hd]. The
+  // qkv's [t, qkv width] output viewed as [batch, S, nh + 2*nkv, hd]. The
   // out_proj and down GEMMs add the residual stream as they write it.
-  RETURN_IF_ERROR(NormThenLinear(l, BlockLinear::kQkv, x_in, Full(w.attn_norm, b.attn_norm), a.rstd1.desc,
-                                 a.h1.desc, Full(w.qkv, b.qkv),
-                                 Reshaped(a.qkv.desc, Shape{t, qkv_width_}), a.saved[BlockLinear::kQkv],
+  RETURN_IF_ERROR(NormThenLinear(l, BlockLinear::kQkv, x_in, Full(w.attn_norm, b.attn_norm),
+                                 tokens(a.rstd1), tokens(a.h1), Full(w.qkv, b.qkv),
+                                 Reshaped(qkv, Shape{t, qkv_width_}), a.saved[BlockLinear::kQkv],
                                  scaling));
-  RETURN_IF_ERROR(ops.RopeForward(a.qkv.desc, kv_heads_, spec_.model().rope_theta(), stream_));
-  RETURN_IF_ERROR(ops.AttentionForward(
-      a.qkv.desc, kv_heads_, AttentionDocuments(), Reshaped(a.attn.desc, Shape{batch_, seq_, heads_, head_dim_}),
-      a.lse.desc, stream_));
-  RETURN_IF_ERROR(LinearForward(ops, *meta_, Spec(l, BlockLinear::kOutProj), Full(w.out_proj, b.out_proj), a.attn.desc,
-                                a.x_mid.desc, scratch_, a.saved[BlockLinear::kOutProj], stream_, &x_in,
-                                scaling));
-  RETURN_IF_ERROR(MeasureFp8(l, BlockLinear::kOutProj, Role::kInput, a.attn.desc, scaling));
+  RETURN_IF_ERROR(ops.RopeForward(qkv, kv_heads_, spec_.model().rope_theta(), stream_));
+  RETURN_IF_ERROR(ops.AttentionForward(qkv, kv_heads_, AttentionDocuments(batch),
+                                       Reshaped(attn, Shape{batch, seq_, heads_, head_dim_}),
+                                       LeadingRows(a.lse.desc, batch), stream_));
+  RETURN_IF_ERROR(LinearForward(ops, *meta_, Spec(l, BlockLinear::kOutProj, t),
+                                Full(w.out_proj, b.out_proj), attn, x_mid, scratch_,
+                                a.saved[BlockLinear::kOutProj], stream_, &x_in, scaling));
+  RETURN_IF_ERROR(MeasureFp8(l, BlockLinear::kOutProj, Role::kInput, attn, scaling));
   // MLP: x_out = x_mid + down(swiglu(gate_up(norm(x_mid)))).
-  RETURN_IF_ERROR(NormThenLinear(l, BlockLinear::kGateUp, a.x_mid.desc, Full(w.mlp_norm, b.mlp_norm), a.rstd2.desc,
-                                 a.h2.desc, Full(w.gate_up, b.gate_up), a.gate_up.desc,
-                                 a.saved[BlockLinear::kGateUp], scaling));
+  RETURN_IF_ERROR(NormThenLinear(l, BlockLinear::kGateUp, x_mid, Full(w.mlp_norm, b.mlp_norm),
+                                 tokens(a.rstd2), tokens(a.h2), Full(w.gate_up, b.gate_up),
+                                 gate_up, a.saved[BlockLinear::kGateUp], scaling));
   if (pass == ForwardPass::kRecompute) return RecomputeSwiGlu(l, a);
+  const LinearSpec down = Spec(l, BlockLinear::kDown, t);
   if (fuse_fp8_casts_) {  // SwiGLU straight into the down projection's FP8 input
-    const Fp8Operand x8 = Fp8Input(*meta_, Spec(l, BlockLinear::kDown), scratch_, a.saved[BlockLinear::kDown]);
-    RETURN_IF_ERROR(ops.SwiGluForwardQuantize(a.gate_up.desc, x8.codes, x8.codes_t, stream_));
-    RETURN_IF_ERROR(LinearForwardFromFp8(ops, *meta_, Spec(l, BlockLinear::kDown), Full(w.down, b.down), x8, x_out,
-                                         stream_, &a.x_mid.desc));
+    const Fp8Operand x8 = Fp8Input(*meta_, down, scratch_, a.saved[BlockLinear::kDown]);
+    RETURN_IF_ERROR(ops.SwiGluForwardQuantize(gate_up, x8.codes, x8.codes_t, stream_));
+    RETURN_IF_ERROR(LinearForwardFromFp8(ops, *meta_, down, Full(w.down, b.down), x8, x_out,
+                                         stream_, &x_mid));
     if (!measuring_fp8_) return absl::OkStatus();
     // The bf16 SwiGLU the fused cast encoded, the same bits (ops.h).
     const TensorDesc swiglu_again = StatsScratch(Shape{t, f});
-    RETURN_IF_ERROR(ops.SwiGluForward(a.gate_up.desc, swiglu_again, stream_));
+    RETURN_IF_ERROR(ops.SwiGluForward(gate_up, swiglu_again, stream_));
     return MeasureFp8(l, BlockLinear::kDown, Role::kInput, swiglu_again);
   }
-  RETURN_IF_ERROR(ops.SwiGluForward(a.gate_up.desc, a.swiglu.desc, stream_));
-  const TensorDesc swiglu = Reshaped(a.swiglu.desc, Shape{t, f});
-  RETURN_IF_ERROR(LinearForward(ops, *meta_, Spec(l, BlockLinear::kDown), Full(w.down, b.down),
-                                swiglu, x_out, scratch_, a.saved[BlockLinear::kDown], stream_,
-                                &a.x_mid.desc));
+  const TensorDesc swiglu = Reshaped(tokens(a.swiglu), Shape{t, f});
+  RETURN_IF_ERROR(ops.SwiGluForward(gate_up, swiglu, stream_));
+  RETURN_IF_ERROR(LinearForward(ops, *meta_, down, Full(w.down, b.down), swiglu, x_out, scratch_,
+                                a.saved[BlockLinear::kDown], stream_, &x_mid));
   return MeasureFp8(l, BlockLinear::kDown, Role::kInput, swiglu);
 }
 
@@ -578,7 +588,7 @@ absl::Status FsdpTrainer::BlockBackward(int l, const GatheredBlock& w, BlockActi
   RETURN_IF_ERROR(MeasureFp8(l, BlockLinear::kOutProj, Role::kGradient, dy_out_proj));
   RETURN_IF_ERROR(ops.AttentionBackward(
       Reshaped(d_bf16_th, Shape{batch_, seq_, heads_, head_dim_}), a.qkv.desc, kv_heads_,
-      AttentionDocuments(), Reshaped(a.attn.desc, Shape{batch_, seq_, heads_, head_dim_}), a.lse.desc, grad_qkv_.desc,
+      AttentionDocuments(batch_), Reshaped(a.attn.desc, Shape{batch_, seq_, heads_, head_dim_}), a.lse.desc, grad_qkv_.desc,
       stream_));
   RETURN_IF_ERROR(ops.RopeBackward(grad_qkv_.desc, kv_heads_, spec_.model().rope_theta(), stream_));
   RETURN_IF_ERROR(LinearBackward(ops, *meta_, Spec(l, BlockLinear::kQkv), Full(w.qkv, b.qkv), a.h1.desc,
