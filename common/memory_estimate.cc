@@ -162,7 +162,22 @@ RankMemoryEstimate EstimateRankMemory(const v1::JobSpec& spec, int /*rank*/, int
   const int64_t embedding_backward = 16 * tokens + (tokens + 63) / 64 * 2 * hidden * 4;
   e.engine_workspace = chunk * vocab * 4 + (2 * heads + 1) * batch * seq * 4 + embedding_backward +
                        kEngineScratchBytes;
+  // cuDNN's attention on the CUDA engine (JobSpec.attention_kernels AUTO or
+  // CUDNN) for whole sequences; document masking runs Tessera's kernels.
+  if (spec.device_kind() == v1::CUDA && spec.attention_kernels() != v1::ATTENTION_KERNELS_TESSERA &&
+      !spec.data().document_masking()) {
+    e.engine_workspace += CudnnAttentionWorkspaceBound(
+        batch, heads, seq, head_dim, !spec.nondeterministic_attention_backward());
+  }
   return e;
+}
+
+int64_t CudnnAttentionWorkspaceBound(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim,
+                                     bool deterministic) {
+  const int64_t padded = (seq + 63) / 64 * 64;
+  const int64_t kept = deterministic ? batch * heads * padded * padded * 2
+                                     : batch * heads * seq * head_dim * 4;
+  return kept + batch * heads * seq * 4 + (int64_t{64} << 20);
 }
 
 }  // namespace tessera

@@ -10,11 +10,14 @@
 // the benchmarks time. Also: the deterministic backward repeats its bits,
 // cuDNN's and our kernels agree with each other as closely as each agrees
 // with the reference, and document-masked calls still run our kernels.
+#include <cstdio>
 #include <memory>
 #include <tuple>
 #include <vector>
 
+#include "common/memory_estimate.h"
 #include "gtest/gtest.h"
+#include "worker/engine/cuda/cudnn_attention.h"
 #include "worker/engine/cuda/engine_harness_for_test.h"
 
 namespace tessera {
@@ -135,6 +138,33 @@ TEST_F(CpuVsCudaTest, DocumentMaskedCallsRunTesseraKernels) {
   ASSERT_TRUE(other.ok()) << other.status();
   EXPECT_EQ(BitDifferences((*other)[1], (*ours)[1]), 0) << "out";
   EXPECT_EQ(BitDifferences((*other)[4], (*ours)[4]), 0) << "grad_qkv";
+}
+
+// The memory estimate's bound (common/memory_estimate.h) against what cuDNN
+// asks for, at the shapes the benchmarks time and the models train.
+TEST(CudnnAttentionWorkspace, StaysWithinTheMemoryEstimatesBound) {
+  auto cudnn = cuda::CudnnAttention::Create();
+  ASSERT_TRUE(cudnn.ok()) << cudnn.status();
+  printf("cuDNN %lld\n", static_cast<long long>(cuda::CudnnAttention::Version()));
+  const cuda::AttentionShape shapes[] = {
+      {8, 2048, 16, 16, 64}, {4, 4096, 16, 16, 128}, {1, 8192, 32, 8, 128}, {1, 8192, 16, 4, 128},
+      {1, 16384, 32, 8, 128}, {2, 1000, 4, 4, 128}};
+  for (const cuda::AttentionShape& s : shapes) {
+    auto forward = (*cudnn)->ForwardWorkspaceBytes(s);
+    ASSERT_TRUE(forward.ok()) << forward.status();
+    for (const bool deterministic : {true, false}) {
+      auto backward = (*cudnn)->BackwardWorkspaceBytes(s, deterministic);
+      ASSERT_TRUE(backward.ok()) << backward.status();
+      const int64_t bound =
+          CudnnAttentionWorkspaceBound(s.batch, s.heads, s.seq, s.head_dim, deterministic);
+      printf("B %lld S %lld H %d KV %d hd %d: forward %zu bytes, %s backward %zu bytes, bound %lld\n",
+             static_cast<long long>(s.batch), static_cast<long long>(s.seq), s.heads, s.kv_heads,
+             s.head_dim, *forward, deterministic ? "deterministic" : "atomic", *backward,
+             static_cast<long long>(bound));
+      EXPECT_LE(static_cast<int64_t>(*forward), bound);
+      EXPECT_LE(static_cast<int64_t>(*backward), bound);
+    }
+  }
 }
 
 }  // namespace
