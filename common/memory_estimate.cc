@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/block_buffer_ring.h"
+#include "common/cudnn_attention_workspace.h"
 #include "common/fp8_meta_layout.h"
 
 namespace tessera {
@@ -164,20 +165,16 @@ RankMemoryEstimate EstimateRankMemory(const v1::JobSpec& spec, int /*rank*/, int
                        kEngineScratchBytes;
   // cuDNN's attention on the CUDA engine (JobSpec.attention_kernels AUTO or
   // CUDNN) for whole sequences; document masking runs Tessera's kernels.
-  if (spec.device_kind() == v1::CUDA && spec.attention_kernels() != v1::ATTENTION_KERNELS_TESSERA &&
-      !spec.data().document_masking()) {
-    e.engine_workspace += CudnnAttentionWorkspaceBound(
-        batch, heads, seq, head_dim, !spec.nondeterministic_attention_backward());
+  if (spec.device_kind() == v1::CUDA && !spec.data().document_masking()) {
+    const CudnnAttentionShape shape{batch, heads, kv_heads, seq, head_dim};
+    const bool deterministic = !spec.nondeterministic_attention_backward();
+    const bool cudnn =
+        spec.attention_kernels() == v1::ATTENTION_KERNELS_CUDNN ||
+        (spec.attention_kernels() == v1::ATTENTION_KERNELS_AUTO &&
+         AutoAttentionPicksCudnn(shape, deterministic));
+    if (cudnn) e.engine_workspace += CudnnAttentionWorkspaceBound(shape, deterministic);
   }
   return e;
-}
-
-int64_t CudnnAttentionWorkspaceBound(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim,
-                                     bool deterministic) {
-  const int64_t padded = (seq + 63) / 64 * 64;
-  const int64_t kept = deterministic ? batch * heads * padded * padded * 2
-                                     : batch * heads * seq * head_dim * 4;
-  return kept + batch * heads * seq * 4 + (int64_t{64} << 20);
 }
 
 }  // namespace tessera

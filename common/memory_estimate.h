@@ -51,16 +51,6 @@ std::string FormatBytesAsGiB(int64_t bytes);
 // both decide by it.
 bool RecomputesBlock(const v1::MemoryConfig& memory, int64_t layer);
 
-// An upper bound of the device workspace cuDNN's attention takes for one
-// call (worker/engine/cuda/cudnn_attention.h), forward or backward, for
-// `batch` sequences of `seq` tokens, `heads` query heads of `head_dim`:
-// the deterministic backward keeps dS, batch x heads x seq^2 bf16 (seq
-// rounded up to 64); the atomic backward keeps an fp32 dQ accumulator; both
-// keep an fp32 value per head and query; plus 64 MiB for cuDNN's own use.
-// cudnn_attention_test holds it to the workspace cuDNN asks for.
-int64_t CudnnAttentionWorkspaceBound(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim,
-                                     bool deterministic);
-
 // Rank `rank` of a shard group of `shard_world` ranks (common/parallelism.h:
 // the whole world_size for plain FSDP), for a spec that passed validation
 // and carries the coordinator's defaults. `ring_depth` is the trainer's

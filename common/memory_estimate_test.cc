@@ -5,6 +5,7 @@
 // held to the worker's own estimate by server/memory_admission_test.
 #include "common/memory_estimate.h"
 
+#include "common/cudnn_attention_workspace.h"
 #include "gtest/gtest.h"
 
 namespace tessera {
@@ -44,6 +45,42 @@ TEST(MemoryEstimate, TwoRanksHoldPaddedHalvesAndGatherBuffers) {
   EXPECT_EQ(rank0.parameter_shards, padded * (16 + 2));
   EXPECT_EQ(rank1.parameter_shards, rank0.parameter_shards);  // padding makes them equal
   EXPECT_GT(rank0.gathered, 0);
+}
+
+// cuDNN's attention workspace is counted where the engine will take it:
+// CUDA jobs on whole sequences under AUTO (within its limit) or CUDNN.
+TEST(MemoryEstimate, CountsCudnnAttentionWorkspaceWhereTheEngineTakesIt) {
+  v1::JobSpec spec = Small();
+  spec.set_device_kind(v1::CUDA);
+  spec.mutable_model()->set_seq_len(4096);
+  const CudnnAttentionShape shape{2, 2, 2, 4096, 2};
+  const int64_t tessera = [&] {
+    v1::JobSpec s = spec;
+    s.set_attention_kernels(v1::ATTENTION_KERNELS_TESSERA);
+    return EstimateRankMemory(s, 0, 1).engine_workspace;
+  }();
+  EXPECT_EQ(EstimateRankMemory(spec, 0, 1).engine_workspace,
+            tessera + CudnnAttentionWorkspaceBound(shape, /*deterministic=*/true));
+  spec.set_nondeterministic_attention_backward(true);
+  EXPECT_EQ(EstimateRankMemory(spec, 0, 1).engine_workspace,
+            tessera + CudnnAttentionWorkspaceBound(shape, /*deterministic=*/false));
+  spec.set_nondeterministic_attention_backward(false);
+  v1::JobSpec documents = spec;
+  documents.mutable_data()->set_document_masking(true);
+  EXPECT_LT(EstimateRankMemory(documents, 0, 1).engine_workspace,
+            EstimateRankMemory(spec, 0, 1).engine_workspace);
+  v1::JobSpec cpu = spec;
+  cpu.set_device_kind(v1::CPU);
+  EXPECT_EQ(EstimateRankMemory(cpu, 0, 1).engine_workspace, tessera);
+  // Past AUTO's limit the engine runs Tessera's kernels, and nothing is
+  // added; CUDNN takes cuDNN's whatever the size.
+  spec.mutable_model()->set_seq_len(65536);
+  spec.set_attention_kernels(v1::ATTENTION_KERNELS_TESSERA);
+  const int64_t long_tessera = EstimateRankMemory(spec, 0, 1).engine_workspace;
+  spec.set_attention_kernels(v1::ATTENTION_KERNELS_AUTO);
+  EXPECT_EQ(EstimateRankMemory(spec, 0, 1).engine_workspace, long_tessera);
+  spec.set_attention_kernels(v1::ATTENTION_KERNELS_CUDNN);
+  EXPECT_GT(EstimateRankMemory(spec, 0, 1).engine_workspace, long_tessera + (int64_t{8} << 30));
 }
 
 TEST(MemoryEstimate, FormatsGiB) {

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "common/cudnn_attention_workspace.h"
 #include "common/status_macros.h"
 #include "worker/engine/cuda/attention_args.h"
 #include "worker/engine/cuda/cudnn_attention.h"
@@ -264,7 +265,7 @@ class CudaOps : public Ops {
     ASSIGN_OR_RETURN(cuda::AttentionShape shape,
                      cuda::ReadAttentionShape(qkv, n_kv_heads, out, lse));
     ASSIGN_OR_RETURN(const int32_t* starts, cuda::ReadDocStarts(doc_starts, shape));
-    if (starts == nullptr && cudnn_attention_ != nullptr && shape.batch > 0) {
+    if (starts == nullptr && UsesCudnnAttention(shape)) {
       absl::StatusOr<size_t> bytes = cudnn_attention_->ForwardWorkspaceBytes(shape);
       if (bytes.ok()) {
         ASSIGN_OR_RETURN(void* workspace, cudnn_workspace_.Get(std::max<size_t>(*bytes, 256)));
@@ -285,7 +286,7 @@ class CudaOps : public Ops {
                      cuda::ReadAttentionBackwardShape(grad_out, qkv, n_kv_heads, out, lse,
                                                       grad_qkv));
     ASSIGN_OR_RETURN(const int32_t* starts, cuda::ReadDocStarts(doc_starts, shape));
-    if (starts == nullptr && cudnn_attention_ != nullptr && shape.batch > 0) {
+    if (starts == nullptr && UsesCudnnAttention(shape)) {
       const bool deterministic = !attention_atomic_backward_;
       absl::StatusOr<size_t> bytes = cudnn_attention_->BackwardWorkspaceBytes(shape, deterministic);
       if (bytes.ok()) {
@@ -420,6 +421,18 @@ class CudaOps : public Ops {
   // captured graph may still point at it; scratch_buffer.h).
   cuda::DeviceScratchAllocator scratch_allocator_;
   cuda::CaptureRecord capture_record_;
+  // Whether whole-sequence attention of `shape` goes to cuDNN: always under
+  // kCudnn; under kAuto by the rule the memory estimate counts by
+  // (common/cudnn_attention_workspace.h), so the forward and the backward of
+  // a shape choose alike.
+  bool UsesCudnnAttention(const cuda::AttentionShape& shape) const {
+    if (cudnn_attention_ == nullptr || shape.batch == 0) return false;
+    if (attention_choice_ == CudaEngineOptions::Attention::kCudnn) return true;
+    return AutoAttentionPicksCudnn(
+        {shape.batch, shape.heads, shape.kv_heads, shape.seq, shape.head_dim},
+        !attention_atomic_backward_);
+  }
+
   // Under kAuto, a shape cuDNN has no plan for (UNIMPLEMENTED, or a shape
   // it refuses) runs Tessera's kernels; anything else is an error. The
   // choice depends on the shape and the library only, so every rank and

@@ -1,0 +1,44 @@
+// How much device memory cuDNN's fused attention takes beside its inputs
+// and outputs (worker/engine/cuda/cudnn_attention.h), and the rule by which
+// JobSpec.attention_kernels AUTO chooses it. Both live here because two
+// sides must agree on them: the CUDA engine decides by the rule, and the
+// memory estimate (common/memory_estimate.h) counts the workspace of the
+// choice the engine will make, so that a job is admitted on what it will
+// really allocate. cudnn_attention_test holds the bound to the workspace
+// cuDNN asks for.
+#ifndef TESSERA_COMMON_CUDNN_ATTENTION_WORKSPACE_H_
+#define TESSERA_COMMON_CUDNN_ATTENTION_WORKSPACE_H_
+
+#include <cstdint>
+
+namespace tessera {
+
+// One attention call: `batch` sequences of `seq` tokens, `heads` query
+// heads sharing `kv_heads` key/value heads of `head_dim`.
+struct CudnnAttentionShape {
+  int64_t batch = 0, heads = 0, kv_heads = 0, seq = 0, head_dim = 0;
+};
+
+// An upper bound of one call's workspace, forward or backward (the
+// backward's is the larger). Measured on H100 with cuDNN 9.14:
+//  * the deterministic backward keeps dS, batch x heads x seq^2 bf16 (seq
+//    rounded up to 64);
+//  * the atomic backward keeps an fp32 dQ accumulator instead;
+//  * both keep D, an fp32 value per head and query;
+//  * with grouped-query heads, dK and dV per query head before they are
+//    summed over each group: batch x heads x seq x head_dim x 2 x bf16;
+// plus 16 MiB of slack for cuDNN's own use (it asked for 256 bytes).
+int64_t CudnnAttentionWorkspaceBound(const CudnnAttentionShape& shape, bool deterministic);
+
+// AUTO's rule: cuDNN's attention for a shape unless its deterministic
+// backward would need more than kAutoCudnnWorkspaceLimitBytes (dS grows with
+// the square of the sequence: 4.4 GB for 32 heads at 8192 tokens, 17 GB at
+// 16384), in which case that shape runs Tessera's kernels, forward and
+// backward. The atomic backward's workspace grows linearly and always
+// qualifies.
+inline constexpr int64_t kAutoCudnnWorkspaceLimitBytes = int64_t{8} << 30;
+bool AutoAttentionPicksCudnn(const CudnnAttentionShape& shape, bool deterministic);
+
+}  // namespace tessera
+
+#endif  // TESSERA_COMMON_CUDNN_ATTENTION_WORKSPACE_H_

@@ -1,0 +1,46 @@
+// The workspace bound and AUTO's rule against the workspaces cuDNN 9.14
+// asked for on an H100 (cudnn_attention_test prints them; bench/RESULTS.md
+// records them), so a change to the formula that no longer covers them
+// fails here, without a GPU.
+#include "common/cudnn_attention_workspace.h"
+
+#include "gtest/gtest.h"
+
+namespace tessera {
+namespace {
+
+struct Seen {
+  CudnnAttentionShape shape;
+  bool deterministic;
+  int64_t bytes;  // cuDNN's workspace plus D (and the atomic form's dQ accumulator)
+};
+
+TEST(CudnnAttentionWorkspace, BoundCoversWhatCudnnAskedFor) {
+  const Seen seen[] = {
+      {{8, 16, 16, 2048, 64}, true, 1074790656},   {{8, 16, 16, 2048, 64}, false, 68157696},
+      {{4, 16, 16, 4096, 128}, true, 2148532480},  {{4, 16, 16, 4096, 128}, false, 135266560},
+      {{1, 32, 8, 8192, 128}, true, 4430233856},   {{1, 32, 8, 8192, 128}, false, 269484288},
+      {{1, 16, 4, 8192, 128}, true, 2215117056},   {{1, 16, 4, 8192, 128}, false, 134742272},
+      {{1, 32, 8, 16384, 128}, true, 17450402048}, {{1, 32, 8, 16384, 128}, false, 538968320},
+      {{2, 4, 4, 1000, 128}, true, 16809472},      {{2, 4, 4, 1000, 128}, false, 4128256},
+  };
+  for (const Seen& s : seen) {
+    const int64_t bound = CudnnAttentionWorkspaceBound(s.shape, s.deterministic);
+    EXPECT_GE(bound, s.bytes) << s.shape.heads << "x" << s.shape.seq;
+    // Tight: no more than the slack over what was asked for.
+    EXPECT_LE(bound - s.bytes, int64_t{16} << 20) << s.shape.heads << "x" << s.shape.seq;
+  }
+}
+
+TEST(CudnnAttentionWorkspace, AutoKeepsCudnnUntilDsOutgrowsTheLimit) {
+  // The Llama-3-8B shape at 8192 tokens: 4.4 GB, cuDNN.
+  EXPECT_TRUE(AutoAttentionPicksCudnn({1, 32, 8, 8192, 128}, true));
+  // At 16384 tokens dS alone is 17 GB: Tessera's kernels.
+  EXPECT_FALSE(AutoAttentionPicksCudnn({1, 32, 8, 16384, 128}, true));
+  // The atomic backward's workspace grows with the sequence, not its square.
+  EXPECT_TRUE(AutoAttentionPicksCudnn({1, 32, 8, 16384, 128}, false));
+  EXPECT_TRUE(AutoAttentionPicksCudnn({1, 64, 8, 131072, 128}, false));
+}
+
+}  // namespace
+}  // namespace tessera
