@@ -20,7 +20,9 @@
 // kernel or tile choice depends on shapes, pointer alignment (fixed by the
 // allocation order) and the device, never on timing; GEMM algorithms are
 // chosen by a fixed rule (gemm_algo_choice.h). Each kernel file says how.
-// CudaEngineOptions::time_gemm_algorithms trades that for GEMM speed.
+// cuDNN's attention, when chosen, runs its deterministic backward.
+// CudaEngineOptions::time_gemm_algorithms trades that for GEMM speed, and
+// attention_atomic_backward for attention speed.
 #ifndef TESSERA_WORKER_ENGINE_CUDA_CUDA_OPS_H_
 #define TESSERA_WORKER_ENGINE_CUDA_CUDA_OPS_H_
 

@@ -285,6 +285,10 @@ struct CudnnAttention::Plan {
   // Host values of the by-value scalars (their addresses go in the pack).
   float scale_value = 0.f, neg_inf_value = -std::numeric_limits<float>::infinity(),
         one_value = 1.f;
+  // Variant packs already built, by their data pointers and workspace: a
+  // step calls each layer's attention with the same buffers every time, so
+  // after the first step no call builds a pack (host allocations).
+  std::map<std::vector<void*>, Descriptor> packs;
 };
 
 namespace {
@@ -567,13 +571,17 @@ absl::StatusOr<size_t> CudnnAttention::BackwardWorkspaceBytes(const AttentionSha
 
 namespace {
 
-absl::Status Execute(cudnnHandle_t handle, const CudnnAttention::Plan& plan,
-                     const std::vector<int64_t>& uids, const std::vector<void*>& pointers,
-                     void* workspace, cudaStream_t stream) {
-  CUDNN_RETURN_IF_ERROR(cudnnSetStream(handle, stream));
+// At most this many variant packs are kept per plan (more distinct buffer
+// sets than a step has layers means buffers are not being reused; those
+// calls build a pack each time).
+constexpr size_t kMaxCachedPacks = 4096;
+
+absl::StatusOr<cudnnBackendDescriptor_t> MakeVariantPack(const std::vector<int64_t>& uids,
+                                                         const std::vector<void*>& pointers,
+                                                         void* workspace, Descriptor& owned) {
   cudnnBackendDescriptor_t pack = nullptr;
   CUDNN_RETURN_IF_ERROR(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack));
-  Descriptor owned(pack);
+  owned = Descriptor(pack);
   CUDNN_RETURN_IF_ERROR(cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS,
                                                  CUDNN_TYPE_INT64,
                                                  static_cast<int64_t>(uids.size()), uids.data()));
@@ -584,6 +592,26 @@ absl::Status Execute(cudnnHandle_t handle, const CudnnAttention::Plan& plan,
   CUDNN_RETURN_IF_ERROR(cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE,
                                                  CUDNN_TYPE_VOID_PTR, 1, &workspace));
   CUDNN_RETURN_IF_ERROR(cudnnBackendFinalize(pack));
+  return pack;
+}
+
+absl::Status Execute(cudnnHandle_t handle, CudnnAttention::Plan& plan,
+                     const std::vector<int64_t>& uids, std::vector<void*> pointers,
+                     void* workspace, cudaStream_t stream) {
+  CUDNN_RETURN_IF_ERROR(cudnnSetStream(handle, stream));
+  std::vector<void*> key = pointers;
+  key.push_back(workspace);
+  cudnnBackendDescriptor_t pack = nullptr;
+  Descriptor transient;
+  if (auto it = plan.packs.find(key); it != plan.packs.end()) {
+    pack = it->second.get();
+  } else {
+    absl::StatusOr<cudnnBackendDescriptor_t> made =
+        MakeVariantPack(uids, pointers, workspace, transient);
+    if (!made.ok()) return made.status();
+    pack = *made;
+    if (plan.packs.size() < kMaxCachedPacks) plan.packs.emplace(std::move(key), std::move(transient));
+  }
   CUDNN_RETURN_IF_ERROR(cudnnBackendExecute(handle, plan.plan, pack));
   return absl::OkStatus();
 }
