@@ -222,6 +222,7 @@ int RunCommand(const ParsedArgs& args, std::ostream& out, std::ostream& err, boo
           "# memory per rank (%d ranks, sharded over %d): %s\n", full.world_size(), shard_world,
           memory.ToString());
       (json ? err : out) << RecomputeAlternatives(full, shard_world);
+      (json ? err : out) << AttentionLine(full);
       if (!spec->checkpoint().dir().empty()) {
         const CheckpointSize size = EstimateCheckpointSize(full);
         (json ? err : out) << absl::StrFormat(

@@ -25,6 +25,14 @@ std::string FormatWorkersTable(const std::vector<v1::WorkerRecord>& workers);
 // only, which nothing waits for).
 std::string CheckpointIntervalLine(int64_t bytes, int interval_steps);
 
+// For the dry run of a CUDA job, as a comment: which attention
+// implementation the job will run (JobSpec.attention_kernels, by the rule
+// the engine and the memory estimate share) and the workspace it takes, e.g.
+// "# attention: cuDNN (AUTO), deterministic backward, workspace 4.13 GiB per
+// rank (counted above); ATTENTION_KERNELS_TESSERA takes none,
+// nondeterministic_attention_backward 0.38 GiB\n". Empty for other jobs.
+std::string AttentionLine(const v1::JobSpec& spec);
+
 // "[checkpoint] step 500 committed: 24.75 GiB in 19.3 s (1.37 GB/s),
 // training stalled 0.81 s": the bytes over all ranks, from the snapshot to
 // the commit, the slowest rank's write speed, and what training waited for.

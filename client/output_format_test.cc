@@ -239,6 +239,44 @@ TEST(OutputFormat, CheckpointIntervalLineSaysWhenTrainingWouldWait) {
   EXPECT_EQ(CheckpointIntervalLine(int64_t{105'444'504'600}, 0), "");
 }
 
+// The dry run's attention line follows the engine's rule: cuDNN under AUTO
+// within its workspace limit (the 8B shape: 4.13 GiB), Tessera's kernels
+// past it, with document masking, or when named; nothing for CPU jobs.
+TEST(OutputFormat, AttentionLineSaysWhichKernelsAndTheirWorkspace) {
+  v1::JobSpec spec;
+  spec.set_device_kind(v1::CUDA);
+  v1::ModelConfig* m = spec.mutable_model();
+  m->set_d_model(4096);
+  m->set_n_heads(32);
+  m->set_n_kv_heads(8);
+  m->set_seq_len(8192);
+  spec.mutable_data()->set_micro_batch_size(1);
+  EXPECT_EQ(AttentionLine(spec),
+            "# attention: cuDNN (AUTO), deterministic backward, workspace 4.14 GiB per rank "
+            "(counted above); ATTENTION_KERNELS_TESSERA takes none, "
+            "nondeterministic_attention_backward 0.27 GiB\n");
+  spec.set_nondeterministic_attention_backward(true);
+  EXPECT_EQ(AttentionLine(spec),
+            "# attention: cuDNN (AUTO), atomic (nondeterministic) backward, workspace 0.27 GiB "
+            "per rank (counted above); ATTENTION_KERNELS_TESSERA takes none\n");
+  spec.set_nondeterministic_attention_backward(false);
+  m->set_seq_len(16384);
+  EXPECT_EQ(AttentionLine(spec),
+            "# attention: Tessera's kernels (AUTO: cuDNN's deterministic backward would need "
+            "16.27 GiB of workspace, above 8.00 GiB; nondeterministic_attention_backward would "
+            "take 0.52 GiB)\n");
+  spec.set_attention_kernels(v1::ATTENTION_KERNELS_CUDNN);
+  EXPECT_NE(AttentionLine(spec).find("cuDNN (CUDNN), deterministic backward, workspace 16.27 GiB"),
+            std::string::npos);
+  spec.set_attention_kernels(v1::ATTENTION_KERNELS_TESSERA);
+  EXPECT_EQ(AttentionLine(spec), "# attention: Tessera's kernels (ATTENTION_KERNELS_TESSERA), no workspace\n");
+  spec.set_attention_kernels(v1::ATTENTION_KERNELS_AUTO);
+  spec.mutable_data()->set_document_masking(true);
+  EXPECT_NE(AttentionLine(spec).find("Tessera's kernels (document masking"), std::string::npos);
+  spec.set_device_kind(v1::CPU);
+  EXPECT_EQ(AttentionLine(spec), "");
+}
+
 // A commit line: bytes over all ranks, commit time, the slowest writing
 // rank's speed (a replica that wrote nothing is not it), the stall, and
 // the warning when training waited for the previous write. Status shows
