@@ -18,6 +18,7 @@
 #include "common/cudnn_attention_workspace.h"
 #include "gtest/gtest.h"
 #include "worker/engine/cuda/cudnn_attention.h"
+#include "worker/engine/cuda/attention_test_inputs.h"
 #include "worker/engine/cuda/engine_harness_for_test.h"
 
 namespace tessera {
@@ -25,25 +26,6 @@ namespace testing {
 namespace {
 
 using Param = std::tuple<int, int, int, int, int>;  // B, S, nh, nkv, hd
-
-std::vector<HostTensor> AttentionTensors(int b, int s, int nh, int nkv, int hd, uint32_t seed) {
-  return {RandomTensor(DType::kBFloat16, Shape{b, s, nh + 2 * nkv, hd}, seed, 2.f),
-          Poisoned(DType::kBFloat16, Shape{b, s, nh, hd}),
-          Poisoned(DType::kFloat32, Shape{b, nh, s}),
-          RandomTensor(DType::kBFloat16, Shape{b, s, nh, hd}, seed + 1),
-          Poisoned(DType::kBFloat16, Shape{b, s, nh + 2 * nkv, hd})};
-}
-
-Body ForwardBackward(int nkv) {
-  return [nkv](Ops& ops, std::vector<TensorDesc>& d) {
-    absl::Status st = ops.AttentionForward(d[0], nkv, Ops::WholeSequences(), d[1], d[2], nullptr);
-    if (st.ok()) {
-      st = ops.AttentionBackward(d[3], d[0], nkv, Ops::WholeSequences(), d[1], d[2], d[4],
-                                 nullptr);
-    }
-    return st;
-  };
-}
 
 // One engine with cuDNN attention per backward form, created once per
 // binary.
