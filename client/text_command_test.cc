@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/sentencepiece_text.h"
 #include "client/sentencepiece_tokenizer.h"
+#include "client/text_command_test_util.h"
 #include "formats/token_file.h"
 #include "formats/token_shards.h"
 #include "gtest/gtest.h"
@@ -26,19 +27,12 @@
 namespace tessera {
 namespace {
 
-constexpr char kCorpus[] = "client/testdata/tokenizer_corpus.txt";
-
-std::string TempDir() {
-  static int counter = 0;
-  const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/run", ++counter);
-  mkdir(dir.c_str(), 0755);
-  return dir;
-}
-
-std::string ReadBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+using testing::kTokenizerCorpus;
+using testing::LoadTrainedBpeModel;
+using testing::NewTestDir;
+using testing::ReadFileBytes;
+using testing::RunTextCommandQuietly;
+using testing::TrainedBpeModelPath;
 
 void WriteGzip(const std::string& path, const std::string& content) {
   gzFile gz = gzopen(path.c_str(), "wb");
@@ -51,7 +45,7 @@ void WriteGzip(const std::string& path, const std::string& content) {
 std::string MakeCorpus() {
   std::mt19937 rng(std::random_device{}());
   std::vector<std::string> lines;
-  std::istringstream corpus(ReadBytes(kCorpus));
+  std::istringstream corpus(ReadFileBytes(kTokenizerCorpus));
   for (std::string line; std::getline(corpus, line);) lines.push_back(line);
   auto text = [&](int n) {
     std::string t;
@@ -61,7 +55,7 @@ std::string MakeCorpus() {
     }
     return t;
   };
-  const std::string dir = TempDir() + "/corpus";
+  const std::string dir = NewTestDir("run") + "/corpus";
   mkdir(dir.c_str(), 0755);
   std::ofstream(dir + "/a.txt", std::ios::binary) << text(150);
   WriteGzip(dir + "/b.txt.gz", text(200));
@@ -121,25 +115,10 @@ TextCommandOptions Options(const std::string& corpus, const std::string& out, in
   return options;
 }
 
-absl::Status Tokenize(const TextCommandOptions& options, const LineEncoder& encoder) {
-  std::ostringstream out, progress;
-  return RunTextCommand(options, encoder, out, progress, /*terminal=*/false);
-}
-
 class TextCommandTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    model_path_ = new std::string(absl::StrCat(std::getenv("TEST_TMPDIR"), "/bpe.model"));
-    ASSERT_TRUE(TrainBpeTokenizer({kCorpus}, 400, *model_path_).ok());
-  }
-  std::unique_ptr<SentencePieceLineEncoder> LoadModel() {
-    auto encoder = SentencePieceLineEncoder::Load(*model_path_);
-    EXPECT_TRUE(encoder.ok()) << encoder.status();
-    return std::move(*encoder);
-  }
-  static std::string* model_path_;
+  std::unique_ptr<SentencePieceLineEncoder> LoadModel() { return LoadTrainedBpeModel(); }
 };
-std::string* TextCommandTest::model_path_ = nullptr;
 
 TEST_F(TextCommandTest, IdsDoNotDependOnThreadsOrChunkSize) {
   const std::string corpus = MakeCorpus();
@@ -161,10 +140,10 @@ TEST_F(TextCommandTest, IdsDoNotDependOnThreadsOrChunkSize) {
     }
   }
   // The same ids as the one-process, one-line-at-a-time encoder.
-  const std::string single = TempDir() + "/single.tok";
+  const std::string single = NewTestDir("run") + "/single.tok";
   std::vector<std::string> paths;
   for (const TextInput& input : *inputs) paths.push_back(input.path);
-  const std::string plain = TempDir() + "/b.txt";  // that encoder reads no gzip
+  const std::string plain = NewTestDir("run") + "/b.txt";  // that encoder reads no gzip
   {
     gzFile gz = gzopen((corpus + "/b.txt.gz").c_str(), "rb");
     std::string text(1 << 20, '\0');
@@ -173,9 +152,9 @@ TEST_F(TextCommandTest, IdsDoNotDependOnThreadsOrChunkSize) {
     std::ofstream(plain, std::ios::binary) << text;
   }
   paths[1] = plain;
-  ASSERT_TRUE(BuildSentencePieceTokenFileFromText(paths, *model_path_, single).ok());
-  const std::string file = TempDir() + "/parallel.tok";
-  ASSERT_TRUE(Tokenize(Options(corpus, file, 3, 0), *sentencepiece).ok());
+  ASSERT_TRUE(BuildSentencePieceTokenFileFromText(paths, TrainedBpeModelPath(), single).ok());
+  const std::string file = NewTestDir("run") + "/parallel.tok";
+  ASSERT_TRUE(RunTextCommandQuietly(Options(corpus, file, 3, 0), *sentencepiece).ok());
   EXPECT_TRUE(TokensOf(file) == TokensOf(single));
 }
 
@@ -184,24 +163,24 @@ TEST_F(TextCommandTest, ShardsBeginAtDocumentsAndMatchTheSingleFile) {
   const std::unique_ptr<SentencePieceLineEncoder> encoder = LoadModel();
   for (TextDocuments documents : {TextDocuments::kFiles, TextDocuments::kBlankLines}) {
     SCOPED_TRACE(TextDocumentsName(documents));
-    const std::string file = TempDir() + "/all.tok";
+    const std::string file = NewTestDir("run") + "/all.tok";
     TextCommandOptions single = Options(corpus, file, 2, 0);
     single.output.documents = documents;
-    ASSERT_TRUE(Tokenize(single, *encoder).ok());
+    ASSERT_TRUE(RunTextCommandQuietly(single, *encoder).ok());
     const std::vector<uint32_t> all = TokensOf(file);
     const std::vector<uint64_t> all_starts = DocumentStartsOf(file);
     const int64_t shard_tokens = 700;
-    const std::string dir = TempDir() + "/shards";
+    const std::string dir = NewTestDir("run") + "/shards";
     TextCommandOptions sharded = Options(corpus, dir, 2, shard_tokens);
     sharded.output.documents = documents;
-    ASSERT_TRUE(Tokenize(sharded, *encoder).ok());
+    ASSERT_TRUE(RunTextCommandQuietly(sharded, *encoder).ok());
     EXPECT_TRUE(TokensOfShards(dir) == all);
 
     auto shards = ListTokenShards(dir);
     ASSERT_TRUE(shards.ok());
     ASSERT_GT(shards->size(), 3u);
     const nlohmann::json manifest =
-        nlohmann::json::parse(ReadBytes(absl::StrCat(dir, "/", kShardManifestName)));
+        nlohmann::json::parse(ReadFileBytes(absl::StrCat(dir, "/", kShardManifestName)));
     EXPECT_TRUE(manifest["complete"].get<bool>());
     EXPECT_EQ(manifest["shard_tokens"].get<int64_t>(), shard_tokens);
     EXPECT_EQ(manifest["documents"].get<std::string>(), TextDocumentsName(documents));
@@ -229,7 +208,7 @@ TEST_F(TextCommandTest, ShardsBeginAtDocumentsAndMatchTheSingleFile) {
         corpus_starts.push_back(base + starts[d]);
       }
       text_bytes += entry["text_bytes"].get<int64_t>();
-      auto decoded = SentencePieceTokenizer::Load(*model_path_);
+      auto decoded = SentencePieceTokenizer::Load(TrainedBpeModelPath());
       ASSERT_TRUE(decoded.ok());
       auto text = (*decoded)->Decode(ids);
       ASSERT_TRUE(text.ok());
@@ -253,7 +232,7 @@ TEST_F(TextCommandTest, ShardsBeginAtDocumentsAndMatchTheSingleFile) {
       EXPECT_GT(splits, 0);  // files of ~5000 tokens
     }
     int64_t corpus_bytes = 0;
-    for (const char* name : {"/a.txt", "/d.txt"}) corpus_bytes += ReadBytes(corpus + name).size();
+    for (const char* name : {"/a.txt", "/d.txt"}) corpus_bytes += ReadFileBytes(corpus + name).size();
     EXPECT_GT(text_bytes, corpus_bytes);  // b.txt.gz counts decompressed
   }
 }
@@ -264,17 +243,17 @@ TEST_F(TextCommandTest, AnInterruptedRunResumesToTheSameFiles) {
   const std::unique_ptr<SentencePieceLineEncoder> sentencepiece = LoadModel();
   for (const LineEncoder* encoder : {static_cast<const LineEncoder*>(sentencepiece.get()),
                                      static_cast<const LineEncoder*>(&bytes)}) {
-    const std::string whole = TempDir() + "/whole";
-    ASSERT_TRUE(Tokenize(Options(corpus, whole, 2, 1500), *encoder).ok());
+    const std::string whole = NewTestDir("run") + "/whole";
+    ASSERT_TRUE(RunTextCommandQuietly(Options(corpus, whole, 2, 1500), *encoder).ok());
     auto expected = ListTokenShards(whole);
     ASSERT_TRUE(expected.ok());
     ASSERT_GT(expected->size(), 4u);
 
     for (int stop_after : {1, 3}) {
-      const std::string dir = TempDir() + "/interrupted";
+      const std::string dir = NewTestDir("run") + "/interrupted";
       TextCommandOptions options = Options(corpus, dir, 2, 1500);
       options.output.stop_after_shards = stop_after;
-      absl::Status stopped = Tokenize(options, *encoder);
+      absl::Status stopped = RunTextCommandQuietly(options, *encoder);
       ASSERT_EQ(stopped.code(), absl::StatusCode::kAborted) << stopped;
       // What a crash can also leave: a half-written shard under its
       // temporary name, and a finished shard the manifest does not list yet.
@@ -283,28 +262,28 @@ TEST_F(TextCommandTest, AnInterruptedRunResumesToTheSameFiles) {
           << "renamed, not yet in the manifest";
 
       options.output.stop_after_shards = 0;
-      absl::Status refused = Tokenize(options, *encoder);
+      absl::Status refused = RunTextCommandQuietly(options, *encoder);
       EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
       EXPECT_NE(refused.message().find("unfinished"), std::string::npos) << refused;
       EXPECT_NE(refused.message().find("--resume"), std::string::npos) << refused;
 
       options.output.resume = true;
-      ASSERT_TRUE(Tokenize(options, *encoder).ok());
+      ASSERT_TRUE(RunTextCommandQuietly(options, *encoder).ok());
       auto resumed = ListTokenShards(dir);
       ASSERT_TRUE(resumed.ok());
       ASSERT_EQ(resumed->size(), expected->size());
       for (size_t i = 0; i < expected->size(); ++i) {
-        EXPECT_TRUE(ReadBytes((*resumed)[i]) == ReadBytes((*expected)[i])) << i;
+        EXPECT_TRUE(ReadFileBytes((*resumed)[i]) == ReadFileBytes((*expected)[i])) << i;
       }
       const nlohmann::json got =
-          nlohmann::json::parse(ReadBytes(absl::StrCat(dir, "/", kShardManifestName)));
+          nlohmann::json::parse(ReadFileBytes(absl::StrCat(dir, "/", kShardManifestName)));
       const nlohmann::json want =
-          nlohmann::json::parse(ReadBytes(absl::StrCat(whole, "/", kShardManifestName)));
+          nlohmann::json::parse(ReadFileBytes(absl::StrCat(whole, "/", kShardManifestName)));
       EXPECT_EQ(got["shards"], want["shards"]);
       EXPECT_EQ(got["tokens"], want["tokens"]);
       EXPECT_TRUE(got["complete"].get<bool>());
       // Resuming finished output changes nothing.
-      ASSERT_TRUE(Tokenize(options, *encoder).ok());
+      ASSERT_TRUE(RunTextCommandQuietly(options, *encoder).ok());
       EXPECT_EQ(ListTokenShards(dir)->size(), expected->size());
     }
   }
@@ -313,12 +292,12 @@ TEST_F(TextCommandTest, AnInterruptedRunResumesToTheSameFiles) {
 TEST_F(TextCommandTest, EarlierOutputIsRefusedUnlessResumedOrRestarted) {
   const std::string corpus = MakeCorpus();
   const ByteLineEncoder bytes;
-  const std::string dir = TempDir() + "/out";
+  const std::string dir = NewTestDir("run") + "/out";
   TextCommandOptions options = Options(corpus, dir, 2, 3000);
-  ASSERT_TRUE(Tokenize(options, bytes).ok());
+  ASSERT_TRUE(RunTextCommandQuietly(options, bytes).ok());
   const std::vector<uint32_t> first = TokensOfShards(dir);
 
-  absl::Status again = Tokenize(options, bytes);
+  absl::Status again = RunTextCommandQuietly(options, bytes);
   EXPECT_EQ(again.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(again.message().find("already holds finished"), std::string::npos) << again;
 
@@ -326,34 +305,34 @@ TEST_F(TextCommandTest, EarlierOutputIsRefusedUnlessResumedOrRestarted) {
   TextCommandOptions other = options;
   other.output.resume = true;
   other.output.shard_tokens = 2999;
-  absl::Status mismatch = Tokenize(other, bytes);
+  absl::Status mismatch = RunTextCommandQuietly(other, bytes);
   EXPECT_EQ(mismatch.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(mismatch.message().find("--shard-tokens 3000"), std::string::npos) << mismatch;
   other = options;
   other.output.resume = true;
   other.input_names = {corpus + "/a.txt"};
-  EXPECT_EQ(Tokenize(other, bytes).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(RunTextCommandQuietly(other, bytes).code(), absl::StatusCode::kFailedPrecondition);
 
   // --restart deletes the old shards and writes anew.
   other = options;
   other.output.restart = true;
   other.output.shard_tokens = 1000;
-  ASSERT_TRUE(Tokenize(other, bytes).ok());
+  ASSERT_TRUE(RunTextCommandQuietly(other, bytes).ok());
   EXPECT_TRUE(TokensOfShards(dir) == first);
   EXPECT_GT(ListTokenShards(dir)->size(), 3u);
 
   // A file that is not ours stops even --restart.
   std::ofstream(dir + "/notes.txt") << "mine";
-  absl::Status foreign = Tokenize(other, bytes);
+  absl::Status foreign = RunTextCommandQuietly(other, bytes);
   EXPECT_EQ(foreign.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(foreign.message().find("notes.txt"), std::string::npos) << foreign;
 }
 
 TEST_F(TextCommandTest, TextTheModelCannotKeepIsRefusedNamingFileAndLine) {
-  const std::string dir = TempDir();
+  const std::string dir = NewTestDir("run");
   std::ofstream(dir + "/bad.txt", std::ios::binary) << "fine\nalso fine\nna\xefve caf\xe9\n";
   const std::unique_ptr<SentencePieceLineEncoder> encoder = LoadModel();
-  absl::Status s = Tokenize(Options(dir + "/bad.txt", dir + "/bad.tok", 2, 0), *encoder);
+  absl::Status s = RunTextCommandQuietly(Options(dir + "/bad.txt", dir + "/bad.tok", 2, 0), *encoder);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find(dir + "/bad.txt:3:"), std::string::npos) << s;
 }
@@ -363,7 +342,7 @@ TEST_F(TextCommandTest, TextTheModelCannotKeepIsRefusedNamingFileAndLine) {
 // with spaces, tabs, carriage returns and control characters.
 TEST_F(TextCommandTest, ValidUtf8SurvivesEncodingWithoutTheCheck) {
   std::mt19937 rng(std::random_device{}());
-  auto tokenizer = SentencePieceTokenizer::Load(*model_path_);
+  auto tokenizer = SentencePieceTokenizer::Load(TrainedBpeModelPath());
   ASSERT_TRUE(tokenizer.ok());
   auto append = [](uint32_t code, std::string* out) {
     if (code < 0x80) {

@@ -19,6 +19,7 @@
 #include "client/sentencepiece_text.h"
 #include "client/sentencepiece_tokenizer.h"
 #include "client/text_command.h"
+#include "client/text_command_test_util.h"
 #include "formats/token_file.h"
 #include "formats/token_shards.h"
 #include "gtest/gtest.h"
@@ -27,26 +28,19 @@
 namespace tessera {
 namespace {
 
-constexpr char kCorpus[] = "client/testdata/tokenizer_corpus.txt";
-
-std::string TempDir() {
-  static int counter = 0;
-  const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/docs", ++counter);
-  mkdir(dir.c_str(), 0755);
-  return dir;
-}
-
-std::string ReadBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+using testing::kTokenizerCorpus;
+using testing::LoadTrainedBpeModel;
+using testing::NewTestDir;
+using testing::ReadFileBytes;
+using testing::RunTextCommandQuietly;
+using testing::TrainedBpeModelPath;
 
 // Inputs of records: runs of prose lines separated by one to three blank
 // lines (some of spaces and tabs). Files may open with blank lines, end
 // with one or without a newline; one is empty.
 std::vector<std::string> MakeRecordCorpus(std::mt19937* rng) {
   std::vector<std::string> prose;
-  std::istringstream corpus(ReadBytes(kCorpus));
+  std::istringstream corpus(ReadFileBytes(kTokenizerCorpus));
   for (std::string line; std::getline(corpus, line);) {
     if (!line.empty()) prose.push_back(line);
   }
@@ -60,7 +54,7 @@ std::vector<std::string> MakeRecordCorpus(std::mt19937* rng) {
     }
     return t;
   };
-  const std::string dir = TempDir();
+  const std::string dir = NewTestDir("docs");
   std::vector<std::string> paths;
   auto add = [&](const std::string& name, const std::string& text) {
     paths.push_back(dir + "/" + name);
@@ -91,9 +85,9 @@ std::map<std::string, std::string> FilesOf(const std::string& dir) {
   auto shards = ListTokenShards(dir);
   EXPECT_TRUE(shards.ok()) << shards.status();
   for (const std::string& shard : shards.ok() ? *shards : std::vector<std::string>{}) {
-    files[shard.substr(dir.size())] = ReadBytes(shard);
+    files[shard.substr(dir.size())] = ReadFileBytes(shard);
   }
-  files[kShardManifestName] = ReadBytes(absl::StrCat(dir, "/", kShardManifestName));
+  files[kShardManifestName] = ReadFileBytes(absl::StrCat(dir, "/", kShardManifestName));
   return files;
 }
 
@@ -109,57 +103,45 @@ TextCommandOptions Options(const std::vector<std::string>& inputs, const std::st
   return options;
 }
 
-absl::Status Tokenize(const TextCommandOptions& options, const LineEncoder& encoder) {
-  std::ostringstream out, progress;
-  return RunTextCommand(options, encoder, out, progress, /*terminal=*/false);
-}
-
 class TokenOutputDocumentsTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    model_path_ = new std::string(absl::StrCat(std::getenv("TEST_TMPDIR"), "/bpe.model"));
-    ASSERT_TRUE(TrainBpeTokenizer({kCorpus}, 400, *model_path_).ok());
-  }
   void SetUp() override {
-    auto encoder = SentencePieceLineEncoder::Load(*model_path_);
-    ASSERT_TRUE(encoder.ok()) << encoder.status();
-    sentencepiece_ = std::move(*encoder);
+    sentencepiece_ = LoadTrainedBpeModel();
+    ASSERT_NE(sentencepiece_, nullptr);
   }
   std::vector<const LineEncoder*> Encoders() const { return {sentencepiece_.get(), &bytes_}; }
 
-  static std::string* model_path_;
   std::unique_ptr<SentencePieceLineEncoder> sentencepiece_;
   ByteLineEncoder bytes_;
   std::mt19937 rng_{std::random_device{}()};
 };
-std::string* TokenOutputDocumentsTest::model_path_ = nullptr;
 
 TEST_F(TokenOutputDocumentsTest, SameBytesOnEveryThreadCountAndAsTheReferenceEncoder) {
   const std::vector<std::string> inputs = MakeRecordCorpus(&rng_);
   for (TextDocuments documents : {TextDocuments::kFiles, TextDocuments::kBlankLines}) {
     // The one-thread, one-line-at-a-time encoder with the same documents.
-    const std::string reference = TempDir() + "/reference.tok";
+    const std::string reference = NewTestDir("docs") + "/reference.tok";
     ASSERT_TRUE(
-        BuildSentencePieceTokenFileFromText(inputs, *model_path_, reference, documents).ok());
+        BuildSentencePieceTokenFileFromText(inputs, TrainedBpeModelPath(), reference, documents).ok());
     for (const LineEncoder* encoder : Encoders()) {
       SCOPED_TRACE(absl::StrCat(TextDocumentsName(documents), " ", encoder->info().ToString()));
-      const std::string one_file = TempDir() + "/one.tok", one_dir = TempDir() + "/one";
-      ASSERT_TRUE(Tokenize(Options(inputs, one_file, documents, 0), *encoder).ok());
-      ASSERT_TRUE(Tokenize(Options(inputs, one_dir, documents, 900), *encoder).ok());
+      const std::string one_file = NewTestDir("docs") + "/one.tok", one_dir = NewTestDir("docs") + "/one";
+      ASSERT_TRUE(RunTextCommandQuietly(Options(inputs, one_file, documents, 0), *encoder).ok());
+      ASSERT_TRUE(RunTextCommandQuietly(Options(inputs, one_dir, documents, 900), *encoder).ok());
       if (encoder == sentencepiece_.get()) {
-        EXPECT_TRUE(ReadBytes(one_file) == ReadBytes(reference));
+        EXPECT_TRUE(ReadFileBytes(one_file) == ReadFileBytes(reference));
       }
       const std::vector<uint64_t> starts = StartsOf(one_file);
       EXPECT_GT(starts.size(), documents == TextDocuments::kFiles ? 3u : 15u);
       for (int threads : {2, 8}) {
         for (int64_t chunk_bytes : {1, 333, 1 << 20}) {
-          TextCommandOptions file = Options(inputs, TempDir() + "/n.tok", documents, 0);
-          TextCommandOptions dir = Options(inputs, TempDir() + "/n", documents, 900);
+          TextCommandOptions file = Options(inputs, NewTestDir("docs") + "/n.tok", documents, 0);
+          TextCommandOptions dir = Options(inputs, NewTestDir("docs") + "/n", documents, 900);
           file.threads = dir.threads = threads;
           file.chunk_bytes = dir.chunk_bytes = chunk_bytes;
-          ASSERT_TRUE(Tokenize(file, *encoder).ok());
-          ASSERT_TRUE(Tokenize(dir, *encoder).ok());
-          EXPECT_TRUE(ReadBytes(file.output.path) == ReadBytes(one_file))
+          ASSERT_TRUE(RunTextCommandQuietly(file, *encoder).ok());
+          ASSERT_TRUE(RunTextCommandQuietly(dir, *encoder).ok());
+          EXPECT_TRUE(ReadFileBytes(file.output.path) == ReadFileBytes(one_file))
               << threads << " threads, chunks of " << chunk_bytes;
           EXPECT_TRUE(FilesOf(dir.output.path) == FilesOf(one_dir))
               << threads << " threads, chunks of " << chunk_bytes;
@@ -172,7 +154,7 @@ TEST_F(TokenOutputDocumentsTest, SameBytesOnEveryThreadCountAndAsTheReferenceEnc
 // Byte-level, so token positions are byte positions and the expected
 // starts can be read off the text.
 TEST_F(TokenOutputDocumentsTest, BlankLineRecordsEndAtEveryInput) {
-  const std::string dir = TempDir();
+  const std::string dir = NewTestDir("docs");
   const std::vector<std::string> texts = {
       "one\n",            // ends inside a record: the next file still begins a new one
       "\n\ntwo\n\n",      // opens with blank lines (they stay with "two"), ends with one
@@ -189,18 +171,18 @@ TEST_F(TokenOutputDocumentsTest, BlankLineRecordsEndAtEveryInput) {
   for (int64_t chunk_bytes : {1, 2, 5, 1 << 20}) {
     for (int threads : {1, 3}) {
       TextCommandOptions options =
-          Options(inputs, TempDir() + "/all.tok", TextDocuments::kBlankLines, 0);
+          Options(inputs, NewTestDir("docs") + "/all.tok", TextDocuments::kBlankLines, 0);
       options.threads = threads;
       options.chunk_bytes = chunk_bytes;
-      ASSERT_TRUE(Tokenize(options, bytes_).ok());
+      ASSERT_TRUE(RunTextCommandQuietly(options, bytes_).ok());
       EXPECT_EQ(StartsOf(options.output.path), want) << chunk_bytes << " " << threads;
     }
   }
   // In shards of 3 tokens: a shard closes before the first document start
   // once full, or splits a document that alone fills it ("two"'s and
   // "three"'s records here, each before its blank line).
-  const std::string shards = TempDir() + "/shards";
-  ASSERT_TRUE(Tokenize(Options(inputs, shards, TextDocuments::kBlankLines, 3), bytes_).ok());
+  const std::string shards = NewTestDir("docs") + "/shards";
+  ASSERT_TRUE(RunTextCommandQuietly(Options(inputs, shards, TextDocuments::kBlankLines, 3), bytes_).ok());
   auto paths = ListTokenShards(shards);
   ASSERT_TRUE(paths.ok());
   std::vector<int64_t> sizes;
@@ -220,17 +202,17 @@ TEST_F(TokenOutputDocumentsTest, BlankLineRecordsEndAtEveryInput) {
 // alone has filled the shard: then it is split at a line end and the split
 // point is the next shard's first document start.
 TEST_F(TokenOutputDocumentsTest, ShardsSplitOnlyDocumentsThatFillAShard) {
-  const std::string dir = TempDir();
+  const std::string dir = NewTestDir("docs");
   const std::string small = dir + "/small.txt", long_one = dir + "/long.txt";
   std::ofstream(small, std::ios::binary) << "ab\ncd\n";  // 6 tokens
   std::string text;
   for (int i = 0; i < 10; ++i) text += "0123456789\n";  // 110 tokens, lines of 11
   std::ofstream(long_one, std::ios::binary) << text;
-  const std::string out = TempDir() + "/shards";
-  ASSERT_TRUE(Tokenize(Options({small, long_one, small}, out, TextDocuments::kFiles, 30), bytes_)
+  const std::string out = NewTestDir("docs") + "/shards";
+  ASSERT_TRUE(RunTextCommandQuietly(Options({small, long_one, small}, out, TextDocuments::kFiles, 30), bytes_)
                   .ok());
   const nlohmann::json manifest =
-      nlohmann::json::parse(ReadBytes(absl::StrCat(out, "/", kShardManifestName)));
+      nlohmann::json::parse(ReadFileBytes(absl::StrCat(out, "/", kShardManifestName)));
   // Shard 0: small (6) and long's first three lines: after two it holds
   //   28 (< 30); after three 39, of which long holds 33 >= 30: split.
   // Shards 1 and 2: three lines of long each (full, and long alone: split).
@@ -258,34 +240,34 @@ TEST_F(TokenOutputDocumentsTest, AResumedRunContinuesDocumentsExactly) {
   const std::vector<std::string> inputs = MakeRecordCorpus(&rng_);
   for (TextDocuments documents : {TextDocuments::kBlankLines, TextDocuments::kFiles}) {
     SCOPED_TRACE(TextDocumentsName(documents));
-    const std::string whole = TempDir() + "/whole";
-    ASSERT_TRUE(Tokenize(Options(inputs, whole, documents, 400), bytes_).ok());
+    const std::string whole = NewTestDir("docs") + "/whole";
+    ASSERT_TRUE(RunTextCommandQuietly(Options(inputs, whole, documents, 400), bytes_).ok());
     const std::map<std::string, std::string> want = FilesOf(whole);
     const size_t shards = want.size() - 1;
     ASSERT_GT(shards, 8u);
     // Stopped after each of the first shards in turn: inside records,
     // before blank lines, at split points and at input boundaries.
     for (size_t stop_after = 1; stop_after < std::min<size_t>(shards, 16); ++stop_after) {
-      const std::string dir = TempDir() + "/interrupted";
+      const std::string dir = NewTestDir("docs") + "/interrupted";
       TextCommandOptions options = Options(inputs, dir, documents, 400);
       options.threads = 2;
       options.output.stop_after_shards = static_cast<int>(stop_after);
-      ASSERT_EQ(Tokenize(options, bytes_).code(), absl::StatusCode::kAborted);
+      ASSERT_EQ(RunTextCommandQuietly(options, bytes_).code(), absl::StatusCode::kAborted);
       options.output.stop_after_shards = 0;
       options.output.resume = true;
-      ASSERT_TRUE(Tokenize(options, bytes_).ok());
+      ASSERT_TRUE(RunTextCommandQuietly(options, bytes_).ok());
       EXPECT_TRUE(FilesOf(dir) == want) << "stopped after " << stop_after;
     }
     // Resuming with the other --documents is refused by name.
-    const std::string dir = TempDir() + "/other";
+    const std::string dir = NewTestDir("docs") + "/other";
     TextCommandOptions options = Options(inputs, dir, documents, 400);
     options.output.stop_after_shards = 2;
-    ASSERT_EQ(Tokenize(options, bytes_).code(), absl::StatusCode::kAborted);
+    ASSERT_EQ(RunTextCommandQuietly(options, bytes_).code(), absl::StatusCode::kAborted);
     options.output.stop_after_shards = 0;
     options.output.resume = true;
     options.output.documents = documents == TextDocuments::kFiles ? TextDocuments::kBlankLines
                                                                   : TextDocuments::kFiles;
-    const absl::Status refused = Tokenize(options, bytes_);
+    const absl::Status refused = RunTextCommandQuietly(options, bytes_);
     EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_NE(refused.message().find(absl::StrCat("--documents ", TextDocumentsName(documents))),
               std::string::npos)
