@@ -424,7 +424,9 @@ class CudaOps : public Ops {
   // Whether whole-sequence attention of `shape` goes to cuDNN: always under
   // kCudnn; under kAuto by the rule the memory estimate counts by
   // (common/cudnn_attention_workspace.h), so the forward and the backward of
-  // a shape choose alike.
+  // a shape choose alike. (Under kAuto, a shape cuDNN planned one way but
+  // not the other would run cuDNN's forward with our backward, which reads
+  // the same out and lse; cuDNN 9.14 planned every shape tried both ways.)
   bool UsesCudnnAttention(const cuda::AttentionShape& shape) const {
     if (cudnn_attention_ == nullptr || shape.batch == 0) return false;
     if (attention_choice_ == CudaEngineOptions::Attention::kCudnn) return true;

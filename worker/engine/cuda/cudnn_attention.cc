@@ -48,9 +48,10 @@ absl::Status CudnnStatus(cudnnStatus_t status, const char* what) {
   if (status == CUDNN_STATUS_SUCCESS) return absl::OkStatus();
   const std::string msg = CudnnMessage(status, what);
   if (status == CUDNN_STATUS_ALLOC_FAILED) return absl::ResourceExhaustedError(msg);
-  if (status == CUDNN_STATUS_NOT_SUPPORTED || status == CUDNN_STATUS_BAD_PARAM ||
-      (status / 1000) * 1000 == CUDNN_STATUS_NOT_SUPPORTED ||
-      (status / 1000) * 1000 == CUDNN_STATUS_BAD_PARAM) {
+  // cuDNN 9 refines each status class in its last three digits
+  // (CUDNN_STATUS_NOT_SUPPORTED is 3000, CUDNN_STATUS_NOT_SUPPORTED_SHAPE 3002).
+  const int status_class = (static_cast<int>(status) / 1000) * 1000;
+  if (status_class == CUDNN_STATUS_NOT_SUPPORTED || status_class == CUDNN_STATUS_BAD_PARAM) {
     return absl::UnimplementedError(msg);
   }
   return absl::InternalError(msg);
@@ -81,8 +82,8 @@ class Descriptor {
   cudnnBackendDescriptor_t d_ = nullptr;
 };
 
-// One tensor of a graph: its descriptor and id (and, for by-value scalars,
-// the slot of its host value).
+// One tensor of a graph: its descriptor, its id in the variant pack, and
+// the layout a pointwise op's virtual output takes from it.
 struct GraphTensor {
   cudnnBackendDescriptor_t desc = nullptr;
   int64_t uid = 0;
@@ -260,7 +261,6 @@ struct Layout {
   Dims OutStrides() const { return {s * os, d, os, 1}; }              // a head of out
   Dims Scores() const { return {b, h, s, s}; }
   Dims ScoreStrides() const { return {h * s * s, s * s, s, 1}; }
-  Dims ScoresT() const { return {b, h, s, s}; }
   Dims ScoreStridesT() const { return {h * s * s, s * s, 1, s}; }
   Dims Rows() const { return {b, h, s, 1}; }
   Dims RowStrides() const { return {h * s, s, 1, 1}; }
@@ -370,7 +370,7 @@ void BuildBackward(GraphBuilder& g, const Layout& L, bool deterministic,
   GraphTensor probs = g.Pointwise(CUDNN_POINTWISE_EXP, masked, nullptr);
 
   // dV = P^T dO (per query head, then summed over each group).
-  GraphTensor probs_t = g.Virtual(L.ScoresT(), L.ScoreStridesT(), CUDNN_DATA_BFLOAT16);
+  GraphTensor probs_t = g.Virtual(L.Scores(), L.ScoreStridesT(), CUDNN_DATA_BFLOAT16);
   g.Reshape(probs, probs_t);
   const bool grouped = L.h != L.kv;
   if (!grouped) {
@@ -389,7 +389,7 @@ void BuildBackward(GraphBuilder& g, const Layout& L, bool deterministic,
   GraphTensor ds = g.Pointwise(CUDNN_POINTWISE_MUL, weighted, &scale);
 
   // dK = dS^T Q.
-  GraphTensor ds_t = g.Virtual(L.ScoresT(), L.ScoreStridesT(), CUDNN_DATA_BFLOAT16);
+  GraphTensor ds_t = g.Virtual(L.Scores(), L.ScoreStridesT(), CUDNN_DATA_BFLOAT16);
   g.Reshape(ds, ds_t);
   if (!grouped) {
     g.Matmul(ds_t, q, d_k);
@@ -528,14 +528,12 @@ absl::StatusOr<CudnnAttention::Plan*> CudnnAttention::GetPlan(const AttentionSha
   const absl::Status made =
       MakePlan(static_cast<cudnnHandle_t>(handle_), g, plan->descriptors, *plan);
   if (!made.ok()) {
-    if (absl::IsUnimplemented(made)) {
-      unplannable_[key] = absl::Status(made.code(), made.message());
-    }
-    return absl::Status(made.code(),
-                        absl::StrCat(kind == kForward ? "forward" : "backward", " graph for B ",
-                                     shape.batch, " S ", shape.seq, " H ", shape.heads, " KV ",
-                                     shape.kv_heads, " hd ", shape.head_dim, ": ",
-                                     made.message()));
+    const absl::Status failed(
+        made.code(), absl::StrCat(kind == kForward ? "forward" : "backward", " graph for B ",
+                                  shape.batch, " S ", shape.seq, " H ", shape.heads, " KV ",
+                                  shape.kv_heads, " hd ", shape.head_dim, ": ", made.message()));
+    if (absl::IsUnimplemented(failed)) unplannable_[key] = failed;
+    return failed;
   }
   // Our buffers after cuDNN's workspace: D (softmax_sum, fp32 per row) and,
   // for the atomic backward, the fp32 dQ accumulator.
