@@ -7,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
-#include "common/cudnn_attention_workspace.h"
 #include "common/memory_estimate.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -22,37 +21,30 @@ std::string ToJsonLine(const google::protobuf::Message& message) {
 }
 
 std::string AttentionLine(const v1::JobSpec& spec) {
-  if (spec.device_kind() != v1::CUDA) return std::string();
-  if (spec.data().document_masking()) {
+  const JobAttention a = AttentionOfJob(spec);
+  if (!a.cuda) return std::string();
+  if (a.documents) {
     return "# attention: Tessera's kernels (document masking runs them whatever "
            "attention_kernels says)\n";
   }
   if (spec.attention_kernels() == v1::ATTENTION_KERNELS_TESSERA) {
     return "# attention: Tessera's kernels (ATTENTION_KERNELS_TESSERA), no workspace\n";
   }
-  const v1::ModelConfig& m = spec.model();
-  const int64_t heads = m.n_heads();
-  const CudnnAttentionShape shape{spec.data().micro_batch_size(), heads,
-                                  m.n_kv_heads() > 0 ? m.n_kv_heads() : heads, m.seq_len(),
-                                  heads > 0 ? m.d_model() / heads : 0};
-  const bool deterministic = !spec.nondeterministic_attention_backward();
-  const bool automatic = spec.attention_kernels() != v1::ATTENTION_KERNELS_CUDNN;
-  const int64_t bytes = CudnnAttentionWorkspaceBound(shape, deterministic);
-  if (automatic && !AutoAttentionPicksCudnn(shape, deterministic)) {
+  const int64_t bytes = CudnnAttentionWorkspaceBound(a.shape, a.deterministic);
+  const std::string atomic_bytes =
+      FormatBytesAsGiB(CudnnAttentionWorkspaceBound(a.shape, /*deterministic=*/false));
+  if (!a.cudnn) {  // AUTO past its limit
     return absl::StrCat("# attention: Tessera's kernels (AUTO: cuDNN's deterministic backward would "
                         "need ", FormatBytesAsGiB(bytes), " of workspace, above ",
                         FormatBytesAsGiB(kAutoCudnnWorkspaceLimitBytes),
-                        "; nondeterministic_attention_backward would take ",
-                        FormatBytesAsGiB(CudnnAttentionWorkspaceBound(shape, false)), ")\n");
+                        "; nondeterministic_attention_backward would take ", atomic_bytes, ")\n");
   }
+  const bool automatic = spec.attention_kernels() != v1::ATTENTION_KERNELS_CUDNN;
   std::string line = absl::StrCat("# attention: cuDNN (", automatic ? "AUTO" : "CUDNN", "), ",
-                                  deterministic ? "deterministic" : "atomic (nondeterministic)",
+                                  a.deterministic ? "deterministic" : "atomic (nondeterministic)",
                                   " backward, workspace ", FormatBytesAsGiB(bytes),
                                   " per rank (counted above); ATTENTION_KERNELS_TESSERA takes none");
-  if (deterministic) {
-    absl::StrAppend(&line, ", nondeterministic_attention_backward ",
-                    FormatBytesAsGiB(CudnnAttentionWorkspaceBound(shape, false)));
-  }
+  if (a.deterministic) absl::StrAppend(&line, ", nondeterministic_attention_backward ", atomic_bytes);
   return line + "\n";
 }
 

@@ -7,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/block_buffer_ring.h"
-#include "common/cudnn_attention_workspace.h"
 #include "common/fp8_meta_layout.h"
 
 namespace tessera {
@@ -163,18 +162,27 @@ RankMemoryEstimate EstimateRankMemory(const v1::JobSpec& spec, int /*rank*/, int
   const int64_t embedding_backward = 16 * tokens + (tokens + 63) / 64 * 2 * hidden * 4;
   e.engine_workspace = chunk * vocab * 4 + (2 * heads + 1) * batch * seq * 4 + embedding_backward +
                        kEngineScratchBytes;
-  // cuDNN's attention on the CUDA engine (JobSpec.attention_kernels AUTO or
-  // CUDNN) for whole sequences; document masking runs Tessera's kernels.
-  if (spec.device_kind() == v1::CUDA && !spec.data().document_masking()) {
-    const CudnnAttentionShape shape{batch, heads, kv_heads, seq, head_dim};
-    const bool deterministic = !spec.nondeterministic_attention_backward();
-    const bool cudnn =
-        spec.attention_kernels() == v1::ATTENTION_KERNELS_CUDNN ||
-        (spec.attention_kernels() == v1::ATTENTION_KERNELS_AUTO &&
-         AutoAttentionPicksCudnn(shape, deterministic));
-    if (cudnn) e.engine_workspace += CudnnAttentionWorkspaceBound(shape, deterministic);
+  // cuDNN's attention, where the engine will run it.
+  if (const JobAttention attention = AttentionOfJob(spec); attention.cudnn) {
+    e.engine_workspace += CudnnAttentionWorkspaceBound(attention.shape, attention.deterministic);
   }
   return e;
+}
+
+JobAttention AttentionOfJob(const v1::JobSpec& spec) {
+  const v1::ModelConfig& m = spec.model();
+  const int64_t heads = m.n_heads();
+  JobAttention a;
+  a.cuda = spec.device_kind() == v1::CUDA;
+  a.documents = spec.data().document_masking();
+  a.shape = {spec.data().micro_batch_size(), heads, m.n_kv_heads() > 0 ? m.n_kv_heads() : heads,
+             m.seq_len(), heads > 0 ? m.d_model() / heads : 0};
+  a.deterministic = !spec.nondeterministic_attention_backward();
+  a.cudnn = a.cuda && !a.documents &&
+            (spec.attention_kernels() == v1::ATTENTION_KERNELS_CUDNN ||
+             (spec.attention_kernels() == v1::ATTENTION_KERNELS_AUTO &&
+              AutoAttentionPicksCudnn(a.shape, a.deterministic)));
+  return a;
 }
 
 }  // namespace tessera

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "common/block_buffer_ring.h"
+#include "common/cudnn_attention_workspace.h"
 #include "proto/tessera/v1/job.pb.h"
 
 namespace tessera {
@@ -50,6 +51,18 @@ std::string FormatBytesAsGiB(int64_t bytes);
 // none when the policy is NONE or unset. The trainer and this estimate
 // both decide by it.
 bool RecomputesBlock(const v1::MemoryConfig& memory, int64_t layer);
+
+// The attention a job's CUDA engine runs in each block, decided as the
+// engine decides (JobSpec.attention_kernels, AutoAttentionPicksCudnn), for
+// the estimate and for the dry run's account of it.
+struct JobAttention {
+  bool cuda = false;                 // device_kind CUDA (the CPU engine has one attention)
+  bool documents = false;            // data.document_masking: Tessera's kernels always
+  CudnnAttentionShape shape;         // one block's call: micro-batch, heads, sequence
+  bool deterministic = true;         // !nondeterministic_attention_backward
+  bool cudnn = false;                // cuDNN runs it (its workspace counts)
+};
+JobAttention AttentionOfJob(const v1::JobSpec& spec);
 
 // Rank `rank` of a shard group of `shard_world` ranks (common/parallelism.h:
 // the whole world_size for plain FSDP), for a spec that passed validation
