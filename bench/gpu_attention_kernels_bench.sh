@@ -21,22 +21,15 @@
 # Output: OUT_DIR/<job>_<variant>/events.jsonl, OUT_DIR/report.json and
 # OUT_DIR/table.md (printed). Exit code 1 if any run did not succeed.
 set -uo pipefail
-if [[ $# -ne 2 ]]; then
-  echo "usage: $0 BUNDLE_DIR OUT_DIR" >&2
-  exit 2
-fi
 here="$(cd "$(dirname "$0")" && pwd)"
-bundle="$(cd "$1" && pwd)"
-mkdir -p "$2"
-out="$(cd "$2" && pwd)"
+source "$here/local_cluster.sh"
+bench_dirs "$@"
 jobs="${JOBS:-$here/jobs/step_221m.yaml $here/jobs/step_1b_s8k.yaml}"
 variants="${VARIANTS:-tessera auto}"
 steps="${STEPS:-30}"
 gpus="${GPUS:-1}"
 device="${TESSERA_DEVICE:-cuda}"
 rc=0
-
-source "$here/local_cluster.sh"
 
 variant_lines() {
   case "$1" in

@@ -17,20 +17,14 @@
 # cpu for a dry run). Output: OUT_DIR/chaos_report.json (printed); exits
 # non-zero unless every run is exact.
 set -uo pipefail
-if [[ $# -ne 2 ]]; then
-  echo "usage: $0 BUNDLE_DIR OUT_DIR" >&2
-  exit 2
-fi
 here="$(cd "$(dirname "$0")" && pwd)"
-bundle="$(cd "$1" && pwd)"
-mkdir -p "$2"
-out="$(cd "$2" && pwd)"
+source "$here/local_cluster.sh"
+bench_dirs "$@"
 job="${JOB:-$here/jobs/step_221m.yaml}"
 gpus="${GPUS:-2}"
 steps="${STEPS:-60}"
 interval="${INTERVAL:-10}"
 device="${TESSERA_DEVICE:-cuda}"
-source "$here/local_cluster.sh"
 cluster_start "$bundle" "$out" "$gpus" "$device" || exit 1
 
 make_job() {  # NAME -> OUT/NAME.yaml

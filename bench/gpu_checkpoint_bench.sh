@@ -20,14 +20,9 @@
 # the plumbing).
 # Output: OUT_DIR/events.jsonl, OUT_DIR/checkpoint_report.json (printed).
 set -uo pipefail
-if [[ $# -ne 2 ]]; then
-  echo "usage: $0 BUNDLE_DIR OUT_DIR" >&2
-  exit 2
-fi
 here="$(cd "$(dirname "$0")" && pwd)"
-bundle="$(cd "$1" && pwd)"
-mkdir -p "$2"
-out="$(cd "$2" && pwd)"
+source "$here/local_cluster.sh"
+bench_dirs "$@"
 job="${JOB:-$here/jobs/step_1b.yaml}"
 gpus="${GPUS:-2}"
 steps="${STEPS:-450}"
@@ -36,8 +31,6 @@ device="${TESSERA_DEVICE:-cuda}"
 in_bundle=(bash -c 'source "$0/env.sh" && exec "$@"' "$bundle")
 ckpt="$out/ckpt"
 mkdir -p "$ckpt"
-
-source "$here/local_cluster.sh"
 
 # The disk's floor: sequential write with fsync, where the checkpoints go.
 : >"$out/dd.txt"

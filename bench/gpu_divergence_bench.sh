@@ -31,21 +31,14 @@
 # Exit status: 0 when both runs were followed to their end and the report
 # was written, whatever the runs showed; 1 otherwise.
 set -uo pipefail
-if [[ $# -ne 2 ]]; then
-  echo "usage: $0 BUNDLE_DIR OUT_DIR" >&2
-  exit 2
-fi
 here="$(cd "$(dirname "$0")" && pwd)"
-bundle="$(cd "$1" && pwd)"
-mkdir -p "$2"
-out="$(cd "$2" && pwd)"
+source "$here/local_cluster.sh"
+bench_dirs "$@"
 job="${JOB:-$here/jobs/step_221m.yaml}"
 steps="${STEPS:-40}"
 lr_factor="${LR_FACTOR:-100}"
 device="${TESSERA_DEVICE:-cuda}"
 rc=0
-
-source "$here/local_cluster.sh"
 
 # The fp8 lines both runs add: statistics and the shadow, often.
 watch_lines="stats_interval_steps: ${STATS_INTERVAL:-1}"

@@ -19,20 +19,13 @@
 # Output: OUT_DIR/documents.tok, OUT_DIR/masking_{false,true}/events.jsonl,
 # OUT_DIR/document_masking_report.json and OUT_DIR/table.md (printed).
 set -uo pipefail
-if [[ $# -ne 2 ]]; then
-  echo "usage: $0 BUNDLE_DIR OUT_DIR" >&2
-  exit 2
-fi
 here="$(cd "$(dirname "$0")" && pwd)"
-bundle="$(cd "$1" && pwd)"
-mkdir -p "$2"
-out="$(cd "$2" && pwd)"
+source "$here/local_cluster.sh"
+bench_dirs "$@"
 job="${JOB:-$here/jobs/step_221m_documents.yaml}"
 steps="${STEPS:-30}"
 device="${TESSERA_DEVICE:-cuda}"
 rc=0
-
-source "$here/local_cluster.sh"
 
 tokens_file="$out/documents.tok"
 bash -c 'source "$0/env.sh" && exec "$@"' "$bundle" tessera data synthetic --task addition \

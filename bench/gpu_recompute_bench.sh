@@ -20,22 +20,15 @@
 # Output: OUT_DIR/<policy>/events.jsonl, OUT_DIR/torch.jsonl,
 # OUT_DIR/recompute_report.json and OUT_DIR/table.md (printed).
 set -uo pipefail
-if [[ $# -ne 2 ]]; then
-  echo "usage: $0 BUNDLE_DIR OUT_DIR" >&2
-  exit 2
-fi
 here="$(cd "$(dirname "$0")" && pwd)"
-bundle="$(cd "$1" && pwd)"
-mkdir -p "$2"
-out="$(cd "$2" && pwd)"
+source "$here/local_cluster.sh"
+bench_dirs "$@"
 job="${JOB:-$here/jobs/plan_8b.yaml}"
 gpus="${GPUS:-4}"
 steps="${STEPS:-12}"
 device="${TESSERA_DEVICE:-cuda}"
 read -r -a python <<<"${PYTHON:-python3}"
 rc=0
-
-source "$here/local_cluster.sh"
 
 # nvidia-smi memory.used of every GPU, twice a second, into FILE until the
 # sampler is killed (nothing without nvidia-smi).

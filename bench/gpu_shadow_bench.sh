@@ -24,21 +24,14 @@
 # Output: OUT_DIR/<job>_{off,on}/events.jsonl, OUT_DIR/shadow_report.json
 # and OUT_DIR/table.md (printed).
 set -uo pipefail
-if [[ $# -ne 2 ]]; then
-  echo "usage: $0 BUNDLE_DIR OUT_DIR" >&2
-  exit 2
-fi
 here="$(cd "$(dirname "$0")" && pwd)"
-bundle="$(cd "$1" && pwd)"
-mkdir -p "$2"
-out="$(cd "$2" && pwd)"
+source "$here/local_cluster.sh"
+bench_dirs "$@"
 jobs="${JOBS:-$here/jobs/step_221m.yaml $here/jobs/step_1b.yaml}"
 steps="${STEPS:-200}"
 interval="${INTERVAL:-100}"
 device="${TESSERA_DEVICE:-cuda}"
 rc=0
-
-source "$here/local_cluster.sh"
 
 # The fp8 lines the shadowed run adds.
 shadow_lines="shadow_interval_steps: $interval"

@@ -22,6 +22,9 @@
 #   cluster_train JOB_YAML RUN_DIR TIMEOUT_S
 #       submits the job and follows it to its end: RUN_DIR/events.jsonl
 #       (`tessera submit --watch --json`) and RUN_DIR/submit.err
+#   bench_dirs "$@"
+#       a bench script's arguments BUNDLE_DIR OUT_DIR as absolute paths in
+#       bundle and out (OUT_DIR made); the usage line and exit 2 otherwise
 cluster_pids=()
 cluster_worker_pid=()
 cluster_stop() {
@@ -88,4 +91,14 @@ PY
 cluster_train() {
   timeout "$3" "${in_bundle[@]}" tessera submit "$1" --watch --json \
     --coordinator="$cluster_addr" >"$2/events.jsonl" 2>"$2/submit.err"
+}
+
+bench_dirs() {
+  if [[ $# -ne 2 ]]; then
+    echo "usage: $0 BUNDLE_DIR OUT_DIR" >&2
+    exit 2
+  fi
+  bundle="$(cd "$1" && pwd)"
+  mkdir -p "$2"
+  out="$(cd "$2" && pwd)"
 }
