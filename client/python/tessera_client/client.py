@@ -66,9 +66,11 @@ class Client:
                    ("grpc.keepalive_timeout_ms", 10000)]
         self._channel = credentials_lib.open_channel(self.address, creds, options)
         self._stub = coordinator_pb2_grpc.CoordinatorStub(self._channel)
-        # The channel's latest connectivity, to tell "never connected" from
-        # "connected, but the call failed". Watching it never asks the
-        # channel to connect; calls do.
+        # The channel's latest connectivity, for _ConnectionGuard: a call
+        # still waiting when connect_timeout_s runs out on a channel that is
+        # not READY never connected. It arrives from a polling thread, so it
+        # can lag a connection that answered at once. Watching it never asks
+        # the channel to connect; calls do.
         self._connectivity = grpc.ChannelConnectivity.IDLE
         self._channel.subscribe(self._track_connectivity, try_to_connect=False)
 
@@ -241,9 +243,10 @@ class Client:
         except grpc.FutureCancelledError:
             raise guard.explain(None) from None
         except grpc.RpcError as err:
-            if (err.code() in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE)
-                    and self._connectivity != grpc.ChannelConnectivity.READY):
-                raise self._unreachable(self._connect_timeout_s) from None
+            # A wait_for_ready call that never connected ends cancelled by
+            # the guard, above. An error that comes back as an answer was
+            # sent: the connectivity snapshot may not have caught up with a
+            # connection that answered at once, so it is not consulted here.
             error = from_rpc_error(err, self.address, about_spec)
             if if_lost and err.code() in (grpc.StatusCode.DEADLINE_EXCEEDED,
                                           grpc.StatusCode.UNAVAILABLE):

@@ -79,6 +79,18 @@ class ClientTest(unittest.TestCase):
             self.client.submit({"name": "once"})
         self.assertEqual(self.fake.submits, 1)
 
+    def test_an_answer_that_beats_the_connectivity_report_is_still_an_answer(self):
+        # The connectivity report comes from grpc's polling thread and can
+        # lag a call that connected and failed at once; here it never comes.
+        # The lost answer must still read as sent, not as "cannot reach".
+        self.client._channel.unsubscribe(self.client._track_connectivity)
+        self.client._connectivity = grpc.ChannelConnectivity.IDLE
+        with self.assertRaisesRegex(tessera_client.CoordinatorUnavailable, "may exist"):
+            self.client.submit({"name": "once"})
+        self.assertEqual(self.fake.submits, 1)
+        with self.assertRaises(tessera_client.NotFound):
+            self.client.get("nope")
+
     def test_a_dropped_watch_resumes_after_the_last_event(self):
         events = list(self.client.watch("j"))
         self.assertEqual([e.sequence for e in events], [1, 2, 3, 4])
