@@ -598,7 +598,7 @@ TEST_F(CliTest, WaitFollowsTheJobUntilTheCheckpointOrTheSuspend) {
 
 TEST_F(CliTest, RefusalsAreOneLineWithTheirCode) {
   AddFinishedJob("job-1", 4, v1::SUCCEEDED);
-  for (const std::string& command : {"checkpoint", "suspend", "resume"}) {
+  for (const char* command : {"checkpoint", "suspend", "resume"}) {
     Result r = RunTessera({command, "job-1", "--coordinator", server_.address()});
     EXPECT_EQ(r.code, kExitFailed) << command;
     EXPECT_TRUE(absl::StartsWith(r.err, "tessera: FAILED_PRECONDITION: job job-1 is SUCCEEDED"))

@@ -28,7 +28,9 @@ void MakeStep(const std::string& root, int step, int world, bool commit) {
   for (int r = 0; r < world; ++r) {
     ASSERT_TRUE(WriteFileDurably(StepDir(root, step), RankManifestName(r), "m").ok());
   }
-  if (commit) ASSERT_TRUE(WriteCommitMarker(root, {step, world}).ok());
+  if (commit) {
+    ASSERT_TRUE(WriteCommitMarker(root, {step, world}).ok());
+  }
 }
 
 v1::CheckpointConfig Config(const std::string& root, const std::string& from) {
