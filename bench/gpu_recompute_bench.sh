@@ -13,7 +13,9 @@
 #   bench/gpu_recompute_bench.sh BUNDLE_DIR OUT_DIR
 # Environment: JOB (bench/jobs/plan_8b.yaml), GPUS (4), STEPS (12), SKIP
 # (4 warm-up steps left out of the medians), POLICIES ("NONE:1 SELECTIVE:1
-# BLOCKS:2 BLOCKS:1"), TORCH_RECOMPUTE ("none blocks"; "" skips PyTorch),
+# BLOCKS:2 BLOCKS:1"), RECIPES ("fp8"; "fp8 bf16" runs every policy also
+# with fp8.disabled, as run dirs ending in -bf16), TORCH_RECOMPUTE ("none
+# blocks"; "" skips PyTorch),
 # TORCH_STEPS (8), TIMEOUT_S (900 per run), TESSERA_DEVICE (cuda; cpu for a
 # dry run of the plumbing with a CPU job), PYTHON (python3; a dry run
 # without a GPU uses "python3 bench/cpu_dryrun.py").
@@ -45,14 +47,21 @@ baseline_memory() {
 }
 
 cluster_start "$bundle" "$out" "$gpus" "$device" || exit 1
+for recipe in ${RECIPES:-fp8}; do
 for policy in ${POLICIES:-NONE:1 SELECTIVE:1 BLOCKS:2 BLOCKS:1}; do
   name="${policy%%:*}" every="${policy##*:}"
-  run="$out/${name,,}_every$every"
+  suffix=""
+  [[ "$recipe" != fp8 ]] && suffix="-$recipe"
+  run="$out/${name,,}_every$every$suffix"
   mkdir -p "$run"
   sed -e "s/^world_size: .*/world_size: $gpus/" -e "s/^steps: .*/steps: $steps/" \
-    -e "s/^name: .*/name: recompute-${name,,}-$every/" "$job" >"$run/job.yaml"
+    -e "s/^name: .*/name: recompute-${name,,}-$every$suffix/" "$job" >"$run/job.yaml"
   [[ "$device" == cpu ]] && sed -i -e "s/^device_kind: .*/device_kind: CPU/" "$run/job.yaml"
   printf 'memory:\n  recompute: %s\n  every_n_blocks: %s\n' "$name" "$every" >>"$run/job.yaml"
+  if [[ "$recipe" == bf16 ]]; then  # the job's fp8 section gives way to fp8.disabled
+    sed -i -e '/^fp8:/,/^[a-z]/{/^fp8:/d;/^  /d}' "$run/job.yaml"
+    printf 'fp8:\n  disabled: true\n' >>"$run/job.yaml"
+  fi
   "${in_bundle[@]}" tessera submit "$run/job.yaml" --dry-run >"$run/dry_run.yaml" 2>&1
   baseline_memory "$run/smi_before.csv"
   sample_memory "$run/smi.csv" &
@@ -61,7 +70,8 @@ for policy in ${POLICIES:-NONE:1 SELECTIVE:1 BLOCKS:2 BLOCKS:1}; do
     --coordinator="$cluster_addr" >"$run/events.jsonl" 2>"$run/submit.err" || rc=1
   kill "$sampler" 2>/dev/null
   wait "$sampler" 2>/dev/null
-  echo "== $name every $every: $(tail -c 300 "$run/submit.err")"
+  echo "== $name every $every $recipe: $(tail -c 300 "$run/submit.err")"
+done
 done
 cluster_stop
 
@@ -142,11 +152,17 @@ PY
 python3 - "$out/recompute_report.json" >"$out/table.md" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
-base = next((x["step_ms"] for x in r["tessera"] if x["run"].startswith("none") and x["step_ms"]), None)
+# Each run against the NONE run of its own recipe (run dirs end in -bf16 for bf16).
+recipe = lambda run: run.partition("-")[2]
+base = {}
+for x in r["tessera"]:
+    if x["run"].startswith("none") and x["step_ms"]:
+        base.setdefault(recipe(x["run"]), x["step_ms"])
 print("| run | state | step ms | vs NONE | tok/s per GPU | recompute ms | engine peak GiB | nvidia-smi peak GiB | estimate GiB |")
 print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 for x in r["tessera"]:
-    vs = f"{x['step_ms'] / base - 1:+.1%}" if base and x["step_ms"] else "-"
+    b = base.get(recipe(x["run"]))
+    vs = f"{x['step_ms'] / b - 1:+.1%}" if b and x["step_ms"] else "-"
     rec = x["phases_ms"]["recompute"] if x["phases_ms"] else "-"
     print(f"| Tessera {x['run']} | {x['state']} {x['reason'][:80]} | {x['step_ms']} | {vs} | "
           f"{x['tokens_per_s_per_gpu']} | {rec} | {x['engine_peak_gib']} | {x['smi_peak_gib']} | {x['estimate_gib']} |")

@@ -20,7 +20,10 @@
 # .yaml is that job file), WORLDS (1 2 4 8, capped at the GPU count),
 # TESSERA_TIMEOUT_S (180), TORCH_TIMEOUT_S (240), TORCH_WARMUP (5),
 # TORCH_STEPS (15), TESSERA_STEPS (25), VARIANTS ("fp8 bf16": Tessera's
-# recipes to run), FSDP2 (1; 0 leaves PyTorch out, for comparing Tessera
+# recipes to run), SHARD_GROUPS ("": hybrid sharding runs besides FSDP over
+# the whole world; "4" adds, at every world that 4 divides and exceeds,
+# Tessera with parallelism.shard_group_size 4: HSDP 2 x 4 at 8 GPUs),
+# FSDP2 (1; 0 leaves PyTorch out, for comparing Tessera
 # against itself under settings such as NCCL_MAX_NCHANNELS, which the
 # workers inherit from this script's environment). Output: OUT_DIR/scaling.jsonl and OUT_DIR/summary.md
 # (printed last); logs per run under OUT_DIR.
@@ -67,13 +70,15 @@ stop_all() {
 }
 trap stop_all EXIT
 
-# run_tessera JOB_YAML WORLD fp8|bf16 DIR: one job through the product path.
+# run_tessera JOB_YAML WORLD fp8|bf16 DIR [SHARD_GROUP]: one job through the
+# product path; with SHARD_GROUP, hybrid sharding in groups of that many ranks.
 run_tessera() {
-  local job="$1" world="$2" variant="$3" dir="$4"
+  local job="$1" world="$2" variant="$3" dir="$4" group="${5:-}"
   mkdir -p "$dir"
   sed -e "s/^world_size: .*/world_size: $world/" -e "s/^steps: .*/steps: ${TESSERA_STEPS:-25}/" \
     "$job" >"$dir/job.yaml"
   echo "reshard_after_forward: true" >>"$dir/job.yaml"
+  [[ -n "$group" ]] && printf 'parallelism:\n  shard_group_size: %s\n' "$group" >>"$dir/job.yaml"
   if [[ "$variant" == bf16 ]]; then
     sed -i -e '/^fp8:/,/^[a-z]/{/^fp8:/d;/^  /d}' "$dir/job.yaml"
     printf 'fp8:\n  disabled: true\n' >>"$dir/job.yaml"
@@ -142,27 +147,35 @@ for model in ${MODELS:-221m 1b}; do
     continue
   fi
   for world in "${worlds[@]}"; do
-    for variant in ${VARIANTS:-fp8 bf16}; do
-      dir="$out/$model/tessera-$variant-w$world"
-      echo "== $model Tessera $variant, $world GPU(s) ($(date -u +%H:%M:%S))"
-      if run_tessera "$job" "$world" "$variant" "$dir"; then
-        python3 - "$dir/tessera.json" "$model" "$world" "$variant" "$job" >>"$out/scaling.jsonl" <<'PY'
+    # FSDP over the whole world (group ""), then each hybrid layout.
+    layouts=("")
+    for g in ${SHARD_GROUPS:-}; do ((g < world && world % g == 0)) && layouts+=("$g"); done
+    for group in "${layouts[@]}"; do
+      for variant in ${VARIANTS:-fp8 bf16}; do
+        dir="$out/$model/tessera-$variant-w$world${group:+-g$group}"
+        echo "== $model Tessera $variant, $world GPU(s)${group:+, HSDP $((world / group)) x $group} ($(date -u +%H:%M:%S))"
+        if run_tessera "$job" "$world" "$variant" "$dir" "$group"; then
+          python3 - "$dir/tessera.json" "$model" "$world" "$variant" "$job" "$group" >>"$out/scaling.jsonl" <<'PY'
 import json, sys
 r = json.loads(open(sys.argv[1]).read())
 w = int(sys.argv[3])
 ph = r.get("phases_ms", {})
-print(json.dumps({"model": sys.argv[2], "world": w, "impl": f"tessera-{sys.argv[4]}", "job": sys.argv[5],
-                  "step_ms": r["step_ms"], "tokens_per_s_per_gpu": round(r["tokens_per_s"] / w),
-                  "collective_ms": ph.get("collective"), "phases_ms": ph,
-                  "control_overhead_ms": r.get("control_overhead_ms"),
-                  "peak_mib_gpu0": r.get("gpu_used_mib") or r.get("peak_mib"),
-                  "loss_first": r.get("loss_first"), "loss_last": r.get("loss_last")}))
+row = {"model": sys.argv[2], "world": w, "impl": f"tessera-{sys.argv[4]}", "job": sys.argv[5],
+       "step_ms": r["step_ms"], "tokens_per_s_per_gpu": round(r["tokens_per_s"] / w),
+       "collective_ms": ph.get("collective"), "phases_ms": ph,
+       "control_overhead_ms": r.get("control_overhead_ms"),
+       "peak_mib_gpu0": r.get("gpu_used_mib") or r.get("peak_mib"),
+       "loss_first": r.get("loss_first"), "loss_last": r.get("loss_last")}
+if sys.argv[6]:
+    row["shard_group"] = int(sys.argv[6])
+print(json.dumps(row))
 PY
-      else
-        echo "FAILED: Tessera $variant at $world GPU(s) (logs in $dir)"
-        tail -n 3 "$dir/submit.err" "$dir/worker0.log" 2>/dev/null
-        failed=1
-      fi
+        else
+          echo "FAILED: Tessera $variant at $world GPU(s)${group:+ in groups of $group} (logs in $dir)"
+          tail -n 3 "$dir/submit.err" "$dir/worker0.log" 2>/dev/null
+          failed=1
+        fi
+      done
     done
     [[ "${FSDP2:-1}" == 0 ]] && continue
     dir="$out/$model/fsdp2-w$world"
@@ -192,21 +205,24 @@ import json, sys
 sys.path.insert(0, sys.argv[2])
 import scaling_model
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-print("| model | impl | GPUs | step ms | tokens/s/GPU | efficiency | vs FSDP2 | collective wait | control ms | peak MiB (GPU 0) | all-gather MB/step | model tokens/s/GPU |")
-print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+print("| model | impl | GPUs | shard x replicas | step ms | tokens/s/GPU | efficiency | vs FSDP2 | collective wait | control ms | peak MiB (GPU 0) | all-gather MB/step | model tokens/s/GPU |")
+print("| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 for r in rows:
+    # Efficiency against the same recipe's 1-GPU run, hybrid layouts included.
     one = [x for x in rows if x["model"] == r["model"] and x["impl"] == r["impl"] and x["world"] == 1]
     fsdp = [x for x in rows if x["model"] == r["model"] and x["impl"] == "pytorch-fsdp2" and x["world"] == r["world"]]
     eff = r["tokens_per_s_per_gpu"] / one[0]["tokens_per_s_per_gpu"] if one else None
     vs = r["tokens_per_s_per_gpu"] / fsdp[0]["tokens_per_s_per_gpu"] if fsdp and r["impl"] != "pytorch-fsdp2" else None
     wait = r["collective_ms"] / r["step_ms"] if r.get("collective_ms") is not None else None
     pred = ag = "-"
+    group = r.get("shard_group") or r["world"]
     if r["impl"].startswith("tessera") and one and one[0].get("phases_ms"):
         m = scaling_model.load_job(r.get("job") or f"{sys.argv[2]}/jobs/step_{r['model']}.yaml")
-        p = scaling_model.predict(m, one[0]["phases_ms"], r["world"], fp8=r["impl"].endswith("fp8"))
+        p = scaling_model.predict(m, one[0]["phases_ms"], r["world"], fp8=r["impl"].endswith("fp8"),
+                                  shard_group=r.get("shard_group"))
         pred, ag = p["tokens_per_s_per_gpu"], f"{p['all_gather_bytes_per_step'] / 1e6:.4g}"
     fmt = lambda v, f: f.format(v) if v is not None else "-"
-    print(f"| {r['model']} | {r['impl']} | {r['world']} | {r['step_ms']} | {r['tokens_per_s_per_gpu']} | "
+    print(f"| {r['model']} | {r['impl']} | {r['world']} | {group} x {r['world'] // group} | {r['step_ms']} | {r['tokens_per_s_per_gpu']} | "
           f"{fmt(eff, '{:.3f}')} | {fmt(vs, '{:.2f}x')} | {fmt(wait, '{:.1%}')} | {fmt(r.get('control_overhead_ms'), '{}')} | "
           f"{fmt(r.get('peak_mib_gpu0'), '{}')} | {ag} | {pred} |")
 PY

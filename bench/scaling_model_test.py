@@ -129,6 +129,110 @@ class PredictTest(unittest.TestCase):
         self.assertAlmostEqual(eight / two, (7 / 8) / (1 / 2), places=3)
 
 
+class LayoutTest(unittest.TestCase):
+    def setUp(self):
+        self.m = scaling_model.load_job(JOB_221M)
+
+    def test_a_shard_group_divides_the_world_and_fits_a_node(self):
+        self.assertEqual(scaling_model.layout(8, 4), (4, 2))
+        self.assertEqual(scaling_model.layout(8, 8), (8, 1))
+        self.assertEqual(scaling_model.layout(8, 1), (1, 8))
+        self.assertEqual(scaling_model.layout(64), (8, 8))
+        for world, group in ((8, 3), (32, 16)):
+            with self.assertRaisesRegex(ValueError, "must divide"):
+                scaling_model.layout(world, group)
+
+    def test_hybrid_inside_a_node_all_reduces_over_nvlink(self):
+        # 2 x 4 on one 8-GPU node against the same layout split over two
+        # 4-GPU nodes: only the replica all-reduce's link differs.
+        one_node = scaling_model.predict(self.m, PHASES, 8, shard_group=4)
+        two_nodes = scaling_model.predict(self.m, PHASES, 8, shard_group=4, gpus_per_node=4)
+        self.assertEqual((one_node["shard_group"], one_node["replicas"]), (4, 2))
+        self.assertEqual((two_nodes["shard_group"], two_nodes["replicas"]), (4, 2))
+        self.assertLess(one_node["exposed_comm_ms"], two_nodes["exposed_comm_ms"])
+        # Against FSDP over all 8: a quarter of the gathered bytes less.
+        fsdp = scaling_model.predict(self.m, PHASES, 8)
+        self.assertLess(one_node["all_gather_bytes_per_step"], fsdp["all_gather_bytes_per_step"])
+
+
+class RefitTest(unittest.TestCase):
+    """Runs made by the model itself at a known overlap cost must give that
+    cost back, with no error; the command line reads scaling.jsonl calls."""
+
+    def runs(self, cost, phases_by_model):
+        rows = []
+        for name, phases in phases_by_model.items():
+            m = scaling_model.load_job(os.path.join(HERE, "jobs", f"step_{name}.yaml"))
+            rows.append({"model": name, "world": 1, "impl": "tessera-fp8", "phases_ms": phases,
+                         "tokens_per_s_per_gpu": 1.0})
+            for world, group in ((2, None), (4, None), (8, 4)):
+                p = scaling_model.predict(m, phases, world, overlap_cost=cost, shard_group=group)
+                row = {"model": name, "world": world, "impl": "tessera-fp8",
+                       "tokens_per_s_per_gpu": m["batch"] * m["seq"] / p["step_ms"] * 1e3}
+                if group:
+                    row["shard_group"] = group
+                rows.append(row)
+        return rows
+
+    def job_for(self, row):
+        return os.path.join(HERE, "jobs", f"step_{row['model']}.yaml")
+
+    def test_closed_form(self):
+        # fixed 10, hidden 10: measured 15 and 20 want c = 0.5 and 1.
+        self.assertAlmostEqual(scaling_model.fit_overlap_cost([(10, 10, 15)]), 0.5)
+        self.assertAlmostEqual(scaling_model.fit_overlap_cost([(10, 10, 20)]), 1.0)
+        # Both: relative errors weigh the shorter step more, so between
+        # 0.5 and 1, nearer 0.5: (2/3 * 1/3 + 1/2 * 1/2) / ((2/3)^2 + (1/2)^2).
+        self.assertAlmostEqual(scaling_model.fit_overlap_cost([(10, 10, 15), (10, 10, 20)]),
+                               0.68, places=6)
+        self.assertEqual(scaling_model.fit_overlap_cost([(10, 10, 9)]), 0.0)  # never negative
+        self.assertIsNone(scaling_model.fit_overlap_cost([(10, 0, 12)]))
+
+    def test_the_cost_the_runs_were_made_with_comes_back(self):
+        calls = [self.runs(0.35, {"221m": PHASES}),
+                 self.runs(0.35, {"1b": {"forward": 23.0, "loss": 4.6, "backward": 50.0,
+                                         "optimizer": 8.8}})]
+        cost, fitted, projections = scaling_model.refit(calls, self.job_for, [1, 8, 64])
+        self.assertAlmostEqual(cost, 0.35, places=2)
+        self.assertEqual(len(fitted), 6)
+        for row in fitted:
+            self.assertLess(abs(row["error"]), 0.002, row)
+        self.assertEqual([(r["model"], r["world"]) for r in projections],
+                         [("1b", 1), ("1b", 8), ("1b", 64), ("221m", 1), ("221m", 8), ("221m", 64)])
+        hsdp = [r for r in fitted if r["world"] == 8]
+        self.assertEqual({(r["shard_group"], r["replicas"]) for r in hsdp}, {(4, 2)})
+
+    def test_a_run_is_paired_only_with_its_own_calls_one_gpu_run(self):
+        # The multi-GPU runs of the second call have no 1-GPU run there.
+        first = self.runs(0.5, {"221m": PHASES})
+        second = [r for r in self.runs(2.0, {"221m": PHASES}) if r["world"] > 1]
+        cost, fitted, _ = scaling_model.refit([first, second], self.job_for, [8])
+        self.assertAlmostEqual(cost, 0.5, places=2)
+        self.assertEqual(len(fitted), 3)
+
+    def test_the_command_line(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            one = os.path.join(tmp, "one.jsonl")
+            many = os.path.join(tmp, "many.jsonl")
+            rows = self.runs(0.6, {"221m": PHASES})
+            with open(one, "w") as f:
+                f.write(json.dumps(rows[0]) + "\n")
+            with open(many, "w") as f:
+                f.write("== a line that is not JSON\n")
+                for r in rows[1:]:
+                    f.write(json.dumps(r) + "\n")
+            out = subprocess.run([sys.executable, os.path.join(HERE, "scaling_model.py"),
+                                  "--fit", f"{one},{many}", "--worlds", "8,64"],
+                                 capture_output=True, text=True, check=True).stdout
+            self.assertIn("overlap cost refitted to 3 multi-GPU runs: 0.60", out)
+            self.assertIn("| 221m | tessera-fp8 | 8 | 4 x 2 |", out)
+            self.assertIn("| 221m | tessera-fp8 | 64 | 8 x 8 |", out)
+            lonely = subprocess.run([sys.executable, os.path.join(HERE, "scaling_model.py"),
+                                     "--fit", many], capture_output=True, text=True)
+            self.assertEqual(lonely.returncode, 1)
+            self.assertIn("no multi-GPU Tessera run with a 1-GPU run", lonely.stderr)
+
+
 class CommandLineTest(unittest.TestCase):
     def run_model(self, *args):
         out = subprocess.run([sys.executable, os.path.join(HERE, "scaling_model.py"), *args],
@@ -156,6 +260,16 @@ class CommandLineTest(unittest.TestCase):
         self.assertNotIn("error", rows[0])
         self.assertAlmostEqual(rows[1]["error"], 0.1, places=3)
         self.assertIn("+10.0%", table)
+
+    def test_a_shard_group_that_does_not_divide_is_refused(self):
+        args = [sys.executable, os.path.join(HERE, "scaling_model.py"), "--job", JOB_221M,
+                "--worlds", "8"] + [f"--{k}-ms={v}" for k, v in PHASES.items()]
+        out = subprocess.run(args + ["--shard-group", "3"], capture_output=True, text=True)
+        self.assertEqual(out.returncode, 2)
+        self.assertIn("--shard-group: shard group 3 must divide the world 8", out.stderr)
+        table = subprocess.run(args + ["--shard-group", "4"], capture_output=True, text=True,
+                               check=True).stdout
+        self.assertIn("| 8 | 4 x 2 |", table)
 
     def test_missing_phases_are_refused(self):
         out = subprocess.run([sys.executable, os.path.join(HERE, "scaling_model.py"),

@@ -22,6 +22,7 @@ for dry runs on a machine without a GPU, through bench/cpu_dryrun.py where
 the installed PyTorch lacks FSDP2; its timings mean nothing.
 """
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -80,8 +81,10 @@ def main():
     device = f"cuda:{local}" if cuda else "cpu"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     torch.manual_seed(args.seed)
-    # Built on the device: an 8B model initialised on the host takes minutes.
-    with torch.device(device):
+    # Built on the GPU: an 8B model initialised on the host takes minutes.
+    # (On the CPU there is nothing to move, and a dry run's PyTorch 1.13 has
+    # no device context.)
+    with torch.device(device) if cuda else contextlib.nullcontext():
         model = Decoder(cfg, device)
     n_params = sum(p.numel() for p in model.parameters())
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
