@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "server/coordinator.h"
+#include "server/coordinator_core_test_base.h"
 #include "server/fake_worker_connection.h"
 #include "server/tiny_job_spec_for_test.h"
 
@@ -27,58 +28,25 @@ const Principal kAlice{"alice", false};
 const Principal kBob{"bob", false};
 const Principal kOps{"ops", true};
 
-std::string TempPath(const std::string& name) {
-  return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
-}
-
-class CoordinatorOwnershipTest : public ::testing::Test {
+class CoordinatorOwnershipTest : public CoordinatorCoreTest {
  protected:
   void Make(const std::string& state_dir = "") {
-    CoordinatorOptions options;
+    CoordinatorOptions options = InMemoryOptions();
     options.state_dir = state_dir;
-    options.start_background_thread = false;
-    options.worker_timeout = absl::Seconds(30);
-    options.connect = FakeWorkerConnector();
-    core_ = std::make_unique<Coordinator>(options);
-    ASSERT_TRUE(core_->Start().ok());
-  }
-  void AddWorkers(int n) {
-    for (int i = 0; i < n; ++i) {
-      v1::RegisterWorkerRequest req;
-      req.set_address(absl::StrCat("h:", i + 1));
-      req.mutable_device()->set_kind(v1::CPU);
-      ASSERT_TRUE(core_->RegisterWorker(req).ok());
-    }
-  }
-  // Ticks until `pred` holds for the job (30 s at most).
-  v1::Job WaitFor(const std::string& id, const std::function<bool(const v1::Job&)>& pred) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(30);
-    v1::Job job;
-    while (absl::Now() < deadline) {
-      core_->Tick();
-      job = *core_->GetJob(id);
-      if (pred(job)) return job;
-      absl::SleepFor(absl::Milliseconds(5));
-    }
-    ADD_FAILURE() << "timed out; " << id << " is " << v1::JobState_Name(job.state()) << ": "
-                  << job.reason();
-    return job;
-  }
-  v1::Job WaitForState(const std::string& id, v1::JobState state) {
-    return WaitFor(id, [state](const v1::Job& j) { return j.state() == state; });
+    StartCore(std::move(options));
   }
   // A long two-rank job of `by`, RUNNING with a few steps done.
   std::string StartRunning(const Principal& by, const std::string& checkpoint_dir) {
     v1::JobSpec spec = TinyJobSpec(2, 100000);
-    spec.mutable_checkpoint()->set_dir(TempPath(checkpoint_dir));
+    spec.mutable_checkpoint()->set_dir(TestTempPath(checkpoint_dir));
     const std::string id = core_->SubmitJob(spec, by)->id();
-    WaitFor(id, [](const v1::Job& j) { return j.state() == v1::RUNNING && j.steps_done() >= 3; });
+    WaitUntilRunningSteps(id);
     return id;
   }
   // "STATE by ACTOR" for every state change ("STATE" alone without actor).
   std::vector<std::string> Changes(const std::string& id) {
     std::vector<std::string> out;
-    for (const v1::JobEvent& e : (*core_->JobEvents(id))->Read(0, 0, absl::ZeroDuration()).events) {
+    for (const v1::JobEvent& e : Events(id)) {
       if (!e.has_state_change()) continue;
       std::string line = v1::JobState_Name(e.state_change().state());
       if (!e.state_change().actor().empty()) absl::StrAppend(&line, " by ", e.state_change().actor());
@@ -86,8 +54,6 @@ class CoordinatorOwnershipTest : public ::testing::Test {
     }
     return out;
   }
-
-  std::unique_ptr<Coordinator> core_;
 };
 
 TEST_F(CoordinatorOwnershipTest, AJobRecordsItsOwnerAndTheSubmitEventNamesThem) {
@@ -204,7 +170,7 @@ TEST_F(CoordinatorOwnershipTest, ListJobsFiltersByOwnerAcrossPages) {
 }
 
 TEST_F(CoordinatorOwnershipTest, OwnersAndActorsSurviveACoordinatorRestart) {
-  const std::string state_dir = TempPath("ownership-state");
+  const std::string state_dir = TestTempPath("ownership-state");
   Make(state_dir);
   const std::string id = core_->SubmitJob(TinyJobSpec(2, 5), kAlice)->id();
   core_->Shutdown();

@@ -22,6 +22,7 @@
 #include "gtest/gtest.h"
 #include "server/checkpoint_commit.h"
 #include "server/coordinator.h"
+#include "server/coordinator_core_test_base.h"
 #include "server/fake_worker_connection.h"
 #include "server/job_store.h"
 #include "server/tiny_job_spec_for_test.h"
@@ -29,61 +30,27 @@
 namespace tessera {
 namespace {
 
-std::string TempPath(const std::string& name) {
-  return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
-}
-
 // A two-rank job at `priority`, checkpointing into `dir` (none if empty)
 // only when asked or at its end.
 v1::JobSpec Job(int priority, const std::string& dir, int steps) {
   v1::JobSpec spec = TinyJobSpec(2, steps);
   spec.set_priority(priority);
-  if (!dir.empty()) spec.mutable_checkpoint()->set_dir(TempPath(dir));
+  if (!dir.empty()) spec.mutable_checkpoint()->set_dir(TestTempPath(dir));
   return spec;
 }
 
-class CoordinatorPreemptionTest : public ::testing::Test {
+class CoordinatorPreemptionTest : public CoordinatorCoreTest {
  protected:
   void Make(FakeWorkerBehavior behavior = {}, const std::string& state_dir = "") {
-    CoordinatorOptions options;
+    CoordinatorOptions options = InMemoryOptions(behavior);
     options.state_dir = state_dir;
-    options.start_background_thread = false;
-    options.worker_timeout = absl::Seconds(30);
-    options.connect = FakeWorkerConnector(behavior);
-    core_ = std::make_unique<Coordinator>(options);
-    ASSERT_TRUE(core_->Start().ok());
+    StartCore(std::move(options));
   }
-  std::string AddWorker(const std::string& address, int64_t memory_bytes = 0) {
-    v1::RegisterWorkerRequest req;
-    req.set_address(address);
-    req.mutable_device()->set_kind(v1::CPU);
-    req.mutable_device()->set_memory_bytes(memory_bytes);
-    return core_->RegisterWorker(req)->worker_id();
-  }
-  // Ticks until `pred` holds for the job (30 s at most).
-  v1::Job WaitFor(const std::string& id, const std::function<bool(const v1::Job&)>& pred) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(30);
-    v1::Job job;
-    while (absl::Now() < deadline) {
-      core_->Tick();
-      job = *core_->GetJob(id);
-      if (pred(job)) return job;
-      absl::SleepFor(absl::Milliseconds(5));
-    }
-    ADD_FAILURE() << "timed out; " << id << " is " << v1::JobState_Name(job.state()) << ": "
-                  << job.reason();
-    return job;
-  }
-  v1::Job WaitForState(const std::string& id, v1::JobState state) {
-    return WaitFor(id, [state](const v1::Job& j) { return j.state() == state; });
-  }
+  // Submits `spec` and waits until it is RUNNING with a few steps done.
   std::string StartRunning(const v1::JobSpec& spec) {
     const std::string id = core_->SubmitJob(spec)->id();
-    WaitFor(id, [](const v1::Job& j) { return j.state() == v1::RUNNING && j.steps_done() >= 3; });
+    WaitUntilRunningSteps(id);
     return id;
-  }
-  std::vector<v1::JobEvent> Events(const std::string& id) {
-    return (*core_->JobEvents(id))->Read(0, 0, absl::ZeroDuration()).events;
   }
   std::vector<v1::Preemption> Preemptions(const std::string& id) {
     std::vector<v1::Preemption> out;
@@ -92,15 +59,6 @@ class CoordinatorPreemptionTest : public ::testing::Test {
     }
     return out;
   }
-  std::vector<std::string> Transitions(const std::string& id) {
-    std::vector<std::string> out;
-    for (const v1::JobEvent& e : Events(id)) {
-      if (e.has_state_change()) out.push_back(v1::JobState_Name(e.state_change().state()));
-    }
-    return out;
-  }
-
-  std::unique_ptr<Coordinator> core_;
 };
 
 TEST_F(CoordinatorPreemptionTest, AHigherPriorityJobPreemptsAndTheVictimResumesByItself) {
@@ -266,10 +224,10 @@ TEST_F(CoordinatorPreemptionTest, ExplainPlacementSaysWhereWhomOrWhyAndCreatesNo
 // step. A coordinator killed while it waited once reloaded it as a fresh
 // job, and it started over from step 0.
 TEST_F(CoordinatorPreemptionTest, AQueuedAgainJobResumesFromItsCheckpointAfterACrash) {
-  const std::string state_dir = TempPath("requeued-state");
+  const std::string state_dir = TestTempPath("requeued-state");
   mkdir(state_dir.c_str(), 0755);
   v1::JobSpec spec = TinyJobSpec(1, 10);
-  spec.mutable_checkpoint()->set_dir(TempPath("requeued-ckpt"));
+  spec.mutable_checkpoint()->set_dir(TestTempPath("requeued-ckpt"));
   {
     FakeWorkerConnection writer(0, {});
     v1::CheckpointRequest request;

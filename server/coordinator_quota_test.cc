@@ -13,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "server/coordinator.h"
+#include "server/coordinator_core_test_base.h"
 #include "server/fake_worker_connection.h"
 #include "server/tiny_job_spec_for_test.h"
 
@@ -34,42 +35,16 @@ WorkerQuotas Quotas(int alice, std::optional<int> others = std::nullopt) {
   return q;
 }
 
-class CoordinatorQuotaTest : public ::testing::Test {
+class CoordinatorQuotaTest : public CoordinatorCoreTest {
  protected:
   void Make(WorkerQuotas quotas, int workers) {
-    CoordinatorOptions options;
-    options.start_background_thread = false;
-    options.worker_timeout = absl::Seconds(30);
-    options.connect = FakeWorkerConnector();
+    CoordinatorOptions options = InMemoryOptions();
     options.quotas = std::move(quotas);
     // The strictest starvation rule: a held-back job that held its kind
     // would stop every job behind it at once.
     options.starvation_timeout = absl::ZeroDuration();
-    core_ = std::make_unique<Coordinator>(options);
-    ASSERT_TRUE(core_->Start().ok());
-    for (int i = 0; i < workers; ++i) {
-      v1::RegisterWorkerRequest req;
-      req.set_address(absl::StrCat("h:", i + 1));
-      req.mutable_device()->set_kind(v1::CPU);
-      ASSERT_TRUE(core_->RegisterWorker(req).ok());
-    }
-  }
-  // Ticks until `pred` holds for the job (30 s at most).
-  v1::Job WaitFor(const std::string& id, const std::function<bool(const v1::Job&)>& pred) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(30);
-    v1::Job job;
-    while (absl::Now() < deadline) {
-      core_->Tick();
-      job = *core_->GetJob(id);
-      if (pred(job)) return job;
-      absl::SleepFor(absl::Milliseconds(5));
-    }
-    ADD_FAILURE() << "timed out; " << id << " is " << v1::JobState_Name(job.state()) << ": "
-                  << job.reason();
-    return job;
-  }
-  v1::Job WaitForState(const std::string& id, v1::JobState state) {
-    return WaitFor(id, [state](const v1::Job& j) { return j.state() == state; });
+    StartCore(std::move(options));
+    AddWorkers(workers);
   }
   // A long job of `by` on `world` workers, RUNNING.
   std::string StartLong(const Principal& by, int world) {
@@ -84,8 +59,6 @@ class CoordinatorQuotaTest : public ::testing::Test {
     EXPECT_EQ(job.state(), v1::PENDING) << job.reason();
     EXPECT_TRUE(Has(job.reason(), reason)) << job.reason();
   }
-
-  std::unique_ptr<Coordinator> core_;
 };
 
 TEST_F(CoordinatorQuotaTest, AJobOverQuotaWaitsAndStartsWhenTheOwnersOtherJobEnds) {

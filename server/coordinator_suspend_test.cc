@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "server/coordinator.h"
+#include "server/coordinator_core_test_base.h"
 #include "server/fake_worker_connection.h"
 #include "server/tiny_job_spec_for_test.h"
 
@@ -24,67 +25,26 @@ namespace {
 
 constexpr auto kFailedPrecondition = absl::StatusCode::kFailedPrecondition;
 
-std::string TempPath(const std::string& name) {
-  return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
-}
-
 // A two-rank job long enough to be asked for things while it runs (1 ms
 // steps), checkpointing into `dir` at the end only unless asked.
 v1::JobSpec LongJob(const std::string& dir, int steps = 100000) {
   v1::JobSpec spec = TinyJobSpec(2, steps);
-  if (!dir.empty()) spec.mutable_checkpoint()->set_dir(TempPath(dir));
+  if (!dir.empty()) spec.mutable_checkpoint()->set_dir(TestTempPath(dir));
   return spec;
 }
 
-class CoordinatorSuspendTest : public ::testing::Test {
+class CoordinatorSuspendTest : public CoordinatorCoreTest {
  protected:
   void Make(const std::string& state_dir = "") {
-    CoordinatorOptions options;
+    CoordinatorOptions options = InMemoryOptions();
     options.state_dir = state_dir;
-    options.start_background_thread = false;
-    options.worker_timeout = absl::Seconds(30);
-    options.connect = FakeWorkerConnector();
-    core_ = std::make_unique<Coordinator>(options);
-    ASSERT_TRUE(core_->Start().ok());
-  }
-  std::string AddWorker(const std::string& address) {
-    v1::RegisterWorkerRequest req;
-    req.set_address(address);
-    req.mutable_device()->set_kind(v1::CPU);
-    return core_->RegisterWorker(req)->worker_id();
-  }
-  // Ticks until `pred` holds for the job (30 s at most).
-  v1::Job WaitFor(const std::string& id, const std::function<bool(const v1::Job&)>& pred) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(30);
-    v1::Job job;
-    while (absl::Now() < deadline) {
-      core_->Tick();
-      job = *core_->GetJob(id);
-      if (pred(job)) return job;
-      absl::SleepFor(absl::Milliseconds(5));
-    }
-    ADD_FAILURE() << "timed out; " << id << " is " << v1::JobState_Name(job.state()) << ": "
-                  << job.reason();
-    return job;
-  }
-  v1::Job WaitForState(const std::string& id, v1::JobState state) {
-    return WaitFor(id, [state](const v1::Job& j) { return j.state() == state; });
+    StartCore(std::move(options));
   }
   // Submits `spec` and waits until it is RUNNING with a few steps done.
   std::string StartRunning(const v1::JobSpec& spec) {
     const std::string id = core_->SubmitJob(spec)->id();
-    WaitFor(id, [](const v1::Job& j) { return j.state() == v1::RUNNING && j.steps_done() >= 3; });
+    WaitUntilRunningSteps(id);
     return id;
-  }
-  std::vector<v1::JobEvent> Events(const std::string& id) {
-    return (*core_->JobEvents(id))->Read(0, 0, absl::ZeroDuration()).events;
-  }
-  std::vector<std::string> Transitions(const std::string& id) {
-    std::vector<std::string> out;
-    for (const v1::JobEvent& e : Events(id)) {
-      if (e.has_state_change()) out.push_back(v1::JobState_Name(e.state_change().state()));
-    }
-    return out;
   }
   std::vector<int> Commits(const std::string& id) {
     std::vector<int> out;
@@ -99,8 +59,6 @@ class CoordinatorSuspendTest : public ::testing::Test {
       EXPECT_TRUE(w.activity().job_id().empty()) << w.DebugString();
     }
   }
-
-  std::unique_ptr<Coordinator> core_;
 };
 
 TEST_F(CoordinatorSuspendTest, CheckpointNowCommitsMidRunAndTheJobGoesOnToSucceed) {
@@ -251,7 +209,7 @@ TEST_F(CoordinatorSuspendTest, ASuspendedJobCanBeCancelled) {
 }
 
 TEST_F(CoordinatorSuspendTest, ASuspendedJobSurvivesACoordinatorRestartAndResumes) {
-  const std::string state_dir = TempPath("suspend-state");
+  const std::string state_dir = TestTempPath("suspend-state");
   mkdir(state_dir.c_str(), 0755);
   Make(state_dir);
   AddWorker("h:1");
