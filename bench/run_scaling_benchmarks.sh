@@ -163,6 +163,7 @@ ph = r.get("phases_ms", {})
 row = {"model": sys.argv[2], "world": w, "impl": f"tessera-{sys.argv[4]}", "job": sys.argv[5],
        "step_ms": r["step_ms"], "tokens_per_s_per_gpu": round(r["tokens_per_s"] / w),
        "collective_ms": ph.get("collective"), "phases_ms": ph,
+       "collective_waits_ms": r.get("collective_waits_ms"),
        "control_overhead_ms": r.get("control_overhead_ms"),
        "peak_mib_gpu0": r.get("gpu_used_mib") or r.get("peak_mib"),
        "loss_first": r.get("loss_first"), "loss_last": r.get("loss_last")}
@@ -225,6 +226,19 @@ for r in rows:
     print(f"| {r['model']} | {r['impl']} | {r['world']} | {group} x {r['world'] // group} | {r['step_ms']} | {r['tokens_per_s_per_gpu']} | "
           f"{fmt(eff, '{:.3f}')} | {fmt(vs, '{:.2f}x')} | {fmt(wait, '{:.1%}')} | {fmt(r.get('control_overhead_ms'), '{}')} | "
           f"{fmt(r.get('peak_mib_gpu0'), '{}')} | {ag} | {pred} |")
+# Where the slowest rank's collective wait went (StepPhases.collective_waits, medians).
+waited = [r for r in rows if r.get("collective_waits_ms") and r["world"] > 1]
+if waited:
+    sites = ["first_gather", "forward_gather", "head_gather", "backward_gather",
+             "gradient_buffer", "gradient_reduce", "final_reduce", "all_reduce"]
+    print()
+    print("| model | impl | GPUs | shard x replicas | collective wait ms | " + " | ".join(s.replace("_", " ") for s in sites) + " |")
+    print("| --- | --- | ---: | --- | ---: | " + " | ".join("---:" for _ in sites) + " |")
+    for r in waited:
+        group = r.get("shard_group") or r["world"]
+        w = r["collective_waits_ms"]
+        print(f"| {r['model']} | {r['impl']} | {r['world']} | {group} x {r['world'] // group} | {r['collective_ms']} | "
+              + " | ".join(f"{w.get(s, 0.0):.3f}" for s in sites) + " |")
 PY
 echo
 cat "$out/summary.md"

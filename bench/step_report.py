@@ -95,6 +95,12 @@ def tessera_stats(events_path, spec_path, mem_path, mem_baseline, skip):
     if any("phases" in s for s in timed):
         result["phases_ms"] = {name[:-2]: round(median(float(s.get("phases", {}).get(name, 0)) for s in timed) * 1e3, 3)
                                for name in phase_names}
+    # Where the collectives' time was waited for (StepPhases.collective_waits).
+    waits = [s.get("phases", {}).get("collective_waits") for s in timed]
+    if any(isinstance(w, dict) for w in waits):
+        sites = sorted({k for w in waits if isinstance(w, dict) for k in w})
+        result["collective_waits_ms"] = {
+            k[:-2]: round(median(float((w or {}).get(k, 0)) for w in waits) * 1e3, 3) for k in sites}
     if any("mfu" in s for s in timed):
         result["mfu"] = round(median(float(s.get("mfu", 0)) for s in timed), 4)
     # The bf16 shadow loss (fp8.shadow_interval_steps): its forwards are not

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -132,6 +134,27 @@ std::string ShortSourceName(const std::string& path) {
   return slash == std::string::npos ? trimmed : trimmed.substr(slash + 1);
 }
 
+// Where the collectives' time was waited for (StepPhases.collective_waits):
+// the sites with at least 10 us, largest first; nothing without waits.
+std::string CollectiveWaitsLine(const v1::StepPhases& p) {
+  if (!p.has_collective_waits()) return "";
+  const v1::CollectiveWaits& w = p.collective_waits();
+  std::vector<std::pair<double, const char*>> sites = {
+      {w.first_gather_s(), "first gather"},      {w.forward_gather_s(), "forward gathers"},
+      {w.head_gather_s(), "head gather"},        {w.backward_gather_s(), "backward gathers"},
+      {w.gradient_buffer_s(), "gradient buffers"}, {w.gradient_reduce_s(), "gradient reduce"},
+      {w.final_reduce_s(), "final reduce"},      {w.all_reduce_s(), "all-reduces"}};
+  std::stable_sort(sites.begin(), sites.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::string parts;
+  for (const auto& [seconds, name] : sites) {
+    if (seconds < 1e-5) continue;
+    absl::StrAppend(&parts, parts.empty() ? "" : "  ", absl::StrFormat("%s %.2f", name, seconds * 1e3));
+  }
+  if (parts.empty()) return "";
+  return absl::StrCat("waits     ", parts, " ms (the collectives above, by where the step waited)\n");
+}
+
 }  // namespace
 
 std::string ShadowLines(const v1::StepMetrics& m) {
@@ -210,6 +233,7 @@ std::string FormatJob(const v1::Job& j) {
                           "collectives %.2f  host %.2f ms (last step, slowest rank)\n",
                           p.forward_s() * 1e3, p.loss_s() * 1e3, p.backward_s() * 1e3, recompute,
                           p.optimizer_s() * 1e3, p.collective_s() * 1e3, p.host_s() * 1e3));
+      absl::StrAppend(&out, CollectiveWaitsLine(p));
     }
     if (m.peak_memory_bytes() > 0) {
       absl::StrAppend(&out, "memory    ", FormatBytesAsGiB(m.peak_memory_bytes()),

@@ -170,6 +170,18 @@ TEST(OutputFormat, StatusShowsStepPhasesAndMfuOnlyWhenKnown) {
             std::string::npos)
       << text;
   EXPECT_EQ(text.find("mfu"), std::string::npos) << text;  // CPU workers: no MFU
+  EXPECT_EQ(text.find("waits"), std::string::npos) << text;  // no sites reported
+  // The sites of the collectives' wait, largest first, those under 10 us left out.
+  v1::CollectiveWaits* w = p->mutable_collective_waits();
+  w->set_first_gather_s(0.0004);
+  w->set_final_reduce_s(0.0031);
+  w->set_all_reduce_s(0.0020);
+  w->set_forward_gather_s(0.000004);
+  text = FormatJob(job);
+  EXPECT_NE(text.find("waits     final reduce 3.10  all-reduces 2.00  first gather 0.40 ms"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("forward gathers"), std::string::npos) << text;
   job.mutable_last_metrics()->set_mfu(0.4321);
   text = FormatJob(job);
   EXPECT_NE(text.find("mfu       43.2%"), std::string::npos) << text;

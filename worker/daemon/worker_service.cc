@@ -5,6 +5,7 @@
 #include "common/data_root.h"
 #include "common/grpc_status.h"
 #include "worker/daemon/rendezvous_client.h"
+#include "worker/trainer/step_clock.h"
 
 namespace tessera {
 namespace {
@@ -101,6 +102,7 @@ grpc::Status WorkerServiceImpl::RunSteps(grpc::ServerContext* context,
         phases->set_recompute_s(report.phases.recompute_s);
         phases->set_optimizer_s(report.phases.optimizer_s);
         phases->set_collective_s(report.phases.collective_s);
+        *phases->mutable_collective_waits() = CollectiveWaitsProto(report.phases);
         phases->set_host_s(report.phases.host_s);
         if (report.validation.has_value()) {
           result.mutable_validation()->set_loss(report.validation->loss);

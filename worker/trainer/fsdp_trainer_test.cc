@@ -514,6 +514,13 @@ TEST(FsdpTrainer, StepReportsWhereItsTimeWent) {
     const double total =
         p.forward_s + p.loss_s + p.backward_s + p.optimizer_s + p.collective_s + p.host_s;
     EXPECT_NEAR(total, report->compute_time_s, 1e-3 + 1e-3 * report->compute_time_s);
+    // The collectives' time is the sum of its sites, each where the step waited.
+    double sites = 0.0;
+    for (double w : p.collective_waits) {
+      EXPECT_GE(w, 0.0);
+      sites += w;
+    }
+    EXPECT_NEAR(sites, p.collective_s, 1e-12 + 1e-9 * p.collective_s);
   }
 }
 

@@ -28,7 +28,7 @@ TEST(StepClockTest, ChargesEachLapToItsPhase) {
   std::this_thread::sleep_for(milliseconds(20));
   ASSERT_TRUE(clock.Lap(StepPhase::kForward, nullptr).ok());
   std::this_thread::sleep_for(milliseconds(10));
-  ASSERT_TRUE(clock.Lap(StepPhase::kCollective, nullptr).ok());
+  ASSERT_TRUE(clock.WaitLap(CollectiveSite::kForwardGather, nullptr).ok());
   std::this_thread::sleep_for(milliseconds(5));
   ASSERT_TRUE(clock.Lap(StepPhase::kOptimizer, nullptr).ok());
   absl::StatusOr<StepPhaseTimes> t = clock.Finish(SecondsSince(t0));
@@ -64,13 +64,86 @@ TEST(StepClockTest, TooManyAlternatingLapsIsAnErrorNotACrash) {
   ASSERT_TRUE(clock.Start(nullptr).ok());
   absl::Status last;
   for (int i = 0; i < Ops::kTimeMarks && last.ok(); ++i) {
-    last = clock.Lap(i % 2 ? StepPhase::kForward : StepPhase::kCollective, nullptr);
+    last = i % 2 ? clock.Lap(StepPhase::kForward, nullptr)
+                 : clock.WaitLap(CollectiveSite::kForwardGather, nullptr);
   }
   EXPECT_EQ(last.code(), absl::StatusCode::kResourceExhausted) << last;
   // The clock starts over cleanly.
   ASSERT_TRUE(clock.Start(nullptr).ok());
   ASSERT_TRUE(clock.Lap(StepPhase::kLoss, nullptr).ok());
   EXPECT_TRUE(clock.Finish(1.0).ok());
+}
+
+// Each wait is charged to the collectives and to its site; consecutive
+// waits at one site share a mark, waits at different sites do not, and the
+// sites add up to collective_s.
+TEST(StepClockTest, WaitsAreChargedToTheirSites) {
+  std::unique_ptr<Ops> ops = CreateCpuOps();
+  StepClock clock(*ops);
+  ASSERT_TRUE(clock.Start(nullptr).ok());
+  std::this_thread::sleep_for(milliseconds(4));
+  ASSERT_TRUE(clock.WaitLap(CollectiveSite::kFirstGather, nullptr).ok());
+  std::this_thread::sleep_for(milliseconds(6));
+  ASSERT_TRUE(clock.Lap(StepPhase::kForward, nullptr).ok());
+  std::this_thread::sleep_for(milliseconds(8));
+  ASSERT_TRUE(clock.WaitLap(CollectiveSite::kHeadGather, nullptr).ok());
+  std::this_thread::sleep_for(milliseconds(3));
+  ASSERT_TRUE(clock.WaitLap(CollectiveSite::kHeadGather, nullptr).ok());  // extends the wait
+  std::this_thread::sleep_for(milliseconds(10));
+  ASSERT_TRUE(clock.WaitLap(CollectiveSite::kFinalReduce, nullptr).ok());  // a new site
+  absl::StatusOr<StepPhaseTimes> t = clock.Finish(1.0);
+  ASSERT_TRUE(t.ok()) << t.status();
+  const auto at = [&](CollectiveSite site) { return t->collective_waits[static_cast<int>(site)]; };
+  EXPECT_GE(at(CollectiveSite::kFirstGather), 0.004);
+  EXPECT_GE(at(CollectiveSite::kHeadGather), 0.011);
+  EXPECT_GE(at(CollectiveSite::kFinalReduce), 0.010);
+  EXPECT_EQ(at(CollectiveSite::kForwardGather), 0.0);
+  EXPECT_EQ(at(CollectiveSite::kAllReduce), 0.0);
+  EXPECT_GE(t->forward_s, 0.006);
+  double sites = 0.0;
+  for (double w : t->collective_waits) sites += w;
+  EXPECT_DOUBLE_EQ(sites, t->collective_s);
+}
+
+TEST(StepClockTest, WaitsAtOneSiteShareAMarkAndAlternatingSitesDoNot) {
+  std::unique_ptr<Ops> ops = CreateCpuOps();
+  StepClock clock(*ops);
+  ASSERT_TRUE(clock.Start(nullptr).ok());
+  for (int i = 0; i < 3 * Ops::kTimeMarks; ++i) {
+    ASSERT_TRUE(clock.WaitLap(CollectiveSite::kGradientBuffer, nullptr).ok()) << i;
+  }
+  ASSERT_TRUE(clock.Finish(1.0).ok());
+  ASSERT_TRUE(clock.Start(nullptr).ok());
+  absl::Status last;
+  for (int i = 0; i < Ops::kTimeMarks && last.ok(); ++i) {
+    last = clock.WaitLap(i % 2 ? CollectiveSite::kForwardGather : CollectiveSite::kAllReduce,
+                         nullptr);
+  }
+  EXPECT_EQ(last.code(), absl::StatusCode::kResourceExhausted) << last;
+}
+
+TEST(StepClockTest, ACollectiveLapMustNameItsSite) {
+  std::unique_ptr<Ops> ops = CreateCpuOps();
+  StepClock clock(*ops);
+  ASSERT_TRUE(clock.Start(nullptr).ok());
+  EXPECT_EQ(clock.Lap(StepPhase::kCollective, nullptr).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The StepPhases message carries each site in its own field.
+TEST(StepClockTest, EachSiteHasItsOwnProtoField) {
+  StepPhaseTimes t;
+  for (int i = 0; i < kCollectiveSites; ++i) t.collective_waits[i] = 1.0 + i;
+  const v1::CollectiveWaits w = CollectiveWaitsProto(t);
+  EXPECT_EQ(w.first_gather_s(), 1.0);
+  EXPECT_EQ(w.forward_gather_s(), 2.0);
+  EXPECT_EQ(w.head_gather_s(), 3.0);
+  EXPECT_EQ(w.backward_gather_s(), 4.0);
+  EXPECT_EQ(w.gradient_buffer_s(), 5.0);
+  EXPECT_EQ(w.gradient_reduce_s(), 6.0);
+  EXPECT_EQ(w.final_reduce_s(), 7.0);
+  EXPECT_EQ(w.all_reduce_s(), 8.0);
+  // Every field is one of the sites: none is left at zero.
+  EXPECT_EQ(w.GetDescriptor()->field_count(), kCollectiveSites);
 }
 
 TEST(StepClockTest, OutOfOrderUseIsRefused) {

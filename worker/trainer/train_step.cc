@@ -183,7 +183,8 @@ absl::Status FsdpTrainer::QueueStep() {
   RETURN_IF_ERROR(ops.Memset(scalars, 0, 3 * sizeof(float), stream_));
   if (measuring_fp8_) RETURN_IF_ERROR(fp8_stats_->Begin(ops, stream_));
   // Each phase below ends with a lap of the step clock, which charges the
-  // time since the previous lap to that phase (collectives to kCollective).
+  // time since the previous lap to that phase; a wait on collectives is a
+  // WaitLap, which also says where the step waited.
   RETURN_IF_ERROR(clock_.Start(stream_));
 
   // ---- All-gather: the embedding, with block 0's weights queued behind it
@@ -198,7 +199,7 @@ absl::Status FsdpTrainer::QueueStep() {
       ASSIGN_OR_RETURN(gather_done_[l], StartGatherBlock(l, GatheredFor(l)));
     }
     RETURN_IF_ERROR(comm_->WaitFor(embedding_gathered, stream_));
-    RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, stream_));
+    RETURN_IF_ERROR(clock_.WaitLap(CollectiveSite::kFirstGather, stream_));
   }
 
   // ---- Forward: block l computes while the next blocks' weights are
@@ -211,7 +212,7 @@ absl::Status FsdpTrainer::QueueStep() {
       RETURN_IF_ERROR(CheckAborted());
       RETURN_IF_ERROR(clock_.Lap(StepPhase::kForward, stream_));
       RETURN_IF_ERROR(comm_->WaitFor(gather_done_[l], stream_));
-      RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, stream_));
+      RETURN_IF_ERROR(clock_.WaitLap(CollectiveSite::kForwardGather, stream_));
       // Queued now, so after block l - 1, the last reader of the set it fills.
       if (const int ahead = weight_ring_.GatheredAheadOf(l); ahead >= 0) {
         ASSIGN_OR_RETURN(gather_done_[ahead], StartGatherBlock(ahead, GatheredFor(ahead)));
@@ -225,7 +226,7 @@ absl::Status FsdpTrainer::QueueStep() {
     }
     RETURN_IF_ERROR(clock_.Lap(StepPhase::kForward, stream_));
     RETURN_IF_ERROR(comm_->WaitFor(head_gathered, stream_));
-    RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, stream_));
+    RETURN_IF_ERROR(clock_.WaitLap(CollectiveSite::kHeadGather, stream_));
     RETURN_IF_ERROR(ops.RmsNormForward(x_final_.desc, Full(gathered_final_norm_, final_norm_), eps,
                                        h_final_.desc, rstd_final_.desc, stream_));
     RETURN_IF_ERROR(clock_.Lap(StepPhase::kForward, stream_));
@@ -262,7 +263,7 @@ absl::Status FsdpTrainer::QueueStep() {
     if (!weight_ring_.HeldThroughBackward(l)) {
       RETURN_IF_ERROR(clock_.Lap(StepPhase::kBackward, stream_));
       RETURN_IF_ERROR(comm_->WaitFor(gather_done_[l], stream_));
-      RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, stream_));
+      RETURN_IF_ERROR(clock_.WaitLap(CollectiveSite::kBackwardGather, stream_));
     }
     // Queued now, so after block l + 1, the last reader of the set it fills.
     if (const int ahead = weight_ring_.RegatheredAheadOf(l); ahead >= 0) {
@@ -273,7 +274,7 @@ absl::Status FsdpTrainer::QueueStep() {
     if (const int previous = grad_ring_.GradientSetFreedBy(l); previous >= 0) {
       RETURN_IF_ERROR(clock_.Lap(StepPhase::kBackward, stream_));
       RETURN_IF_ERROR(comm_->WaitFor(grads_reduced_[previous], stream_));
-      RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, stream_));
+      RETURN_IF_ERROR(clock_.WaitLap(CollectiveSite::kGradientBuffer, stream_));
     }
     // A block under memory.recompute first writes again what its forward
     // did not keep, from the weights just waited for.
@@ -287,7 +288,7 @@ absl::Status FsdpTrainer::QueueStep() {
     ASSIGN_OR_RETURN(grads_reduced_[l], StartReduceScatterBlock(l));
     // Hybrid sharding: block l + 1's reduced shards go on to the replicas.
     if (l + 1 < layers_) RETURN_IF_ERROR(ReduceAcrossReplicas(l + 1, grads_reduced_[l + 1]));
-    RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, stream_));
+    RETURN_IF_ERROR(clock_.WaitLap(CollectiveSite::kGradientReduce, stream_));
   }
   RETURN_IF_ERROR(ops.Memset(grad_embedding_.desc.data, 0, grad_embedding_.desc.Bytes(), stream_));
   RETURN_IF_ERROR(ops.EmbeddingBackward(inputs_.desc, grad_residual_.desc,
@@ -306,7 +307,7 @@ absl::Status FsdpTrainer::QueueStep() {
     RETURN_IF_ERROR(ReduceAcrossReplicas(0, grads_reduced_[0]));
     RETURN_IF_ERROR(ReduceAcrossReplicas(-1, embedding_reduced));
     RETURN_IF_ERROR(WaitForReplicas());
-    RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, stream_));
+    RETURN_IF_ERROR(clock_.WaitLap(CollectiveSite::kFinalReduce, stream_));
   }
   RETURN_IF_ERROR(CheckAborted());
   backward_range.reset();
@@ -322,7 +323,7 @@ absl::Status FsdpTrainer::QueueStep() {
     RETURN_IF_ERROR(replica_comm_->AllReduce(MakeTensor(scalars, DType::kFloat32, Shape{2}),
                                              ReduceOp::kSum, stream_));
   }
-  RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, stream_));
+  RETURN_IF_ERROR(clock_.WaitLap(CollectiveSite::kAllReduce, stream_));
   RETURN_IF_ERROR(ops.ComputeGradScale(scalars + kGradSumSq, scalars + kValidTokens,
                                        spec_.optimizer().grad_clip_norm(), scalars + kGradNorm,
                                        scalars + kGradScale, stream_));
@@ -346,7 +347,7 @@ absl::Status FsdpTrainer::QueueStep() {
   if (replica_comm_ != nullptr) {
     RETURN_IF_ERROR(replica_comm_->AllReduce(meta_->amaxes(), ReduceOp::kMax, stream_));
   }
-  RETURN_IF_ERROR(clock_.Lap(StepPhase::kCollective, stream_));
+  RETURN_IF_ERROR(clock_.WaitLap(CollectiveSite::kAllReduce, stream_));
   RETURN_IF_ERROR(meta_->UpdateScales(ops, stream_));
   if (meta_->current_scaling()) {
     RETURN_IF_ERROR(QuantizeWeightsFromMaster(stream_));

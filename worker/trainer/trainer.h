@@ -7,6 +7,7 @@
 #ifndef TESSERA_WORKER_TRAINER_TRAINER_H_
 #define TESSERA_WORKER_TRAINER_TRAINER_H_
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -47,6 +48,10 @@ struct CheckpointWritten {
   double write_s = 0.0;  // from the end of the snapshot to the manifest's fsync
 };
 
+// The places a step waits on collectives: one per CollectiveSite
+// (step_clock.h).
+constexpr int kCollectiveSites = 8;
+
 // Where one step's time went (see step_clock.h): GPU-timed phases on the
 // CUDA engine, host-timed on the CPU engine.
 struct StepPhaseTimes {
@@ -57,6 +62,9 @@ struct StepPhaseTimes {
   double collective_s = 0.0;  // all-gathers, reduce-scatters and all-reduces
   double recompute_s = 0.0;   // the forward recomputed in the backward (memory.recompute)
   double host_s = 0.0;        // step wall time outside the timeline above
+  // collective_s by where it waited, indexed by CollectiveSite
+  // (step_clock.h); the parts add up to collective_s.
+  std::array<double, kCollectiveSites> collective_waits{};
 };
 
 // One evaluation of the validation data (DataConfig.validation).
