@@ -35,6 +35,15 @@ class StepRecord:
     optimizer_s: float
     collective_s: float
     host_s: float
+    # collective_s by where the step waited (StepPhases.collective_waits).
+    wait_first_gather_s: float
+    wait_forward_gather_s: float
+    wait_head_gather_s: float
+    wait_backward_gather_s: float
+    wait_gradient_buffer_s: float
+    wait_gradient_reduce_s: float
+    wait_final_reduce_s: float
+    wait_all_reduce_s: float
     checkpoint_wait_s: float
     checkpoint_snapshot_s: float
     # Set on the steps after which the validation data was scored.
@@ -57,6 +66,8 @@ class StepRecord:
             forward_s=p.forward_s, loss_s=p.loss_s, backward_s=p.backward_s,
             recompute_s=p.recompute_s, optimizer_s=p.optimizer_s,
             collective_s=p.collective_s, host_s=p.host_s,
+            **{f"wait_{field.name}": getattr(p.collective_waits, field.name)
+               for field in job_pb2.CollectiveWaits.DESCRIPTOR.fields},
             checkpoint_wait_s=p.checkpoint_wait_s,
             checkpoint_snapshot_s=p.checkpoint_snapshot_s,
             validation_loss=m.validation.loss if validated else None,

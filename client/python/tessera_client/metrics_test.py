@@ -9,6 +9,8 @@ from tessera_client.v1 import job_pb2
 def record(step, attempt, loss, validation=None):
     m = job_pb2.StepMetrics(step=step, attempt=attempt, loss=loss)
     m.phases.forward_s = 0.25
+    m.phases.collective_waits.final_reduce_s = 0.003
+    m.phases.collective_waits.first_gather_s = 0.001
     if validation is not None:
         m.validation.loss = validation
         m.validation.tokens = 64
@@ -39,6 +41,11 @@ class StepHistoryTest(unittest.TestCase):
         self.assertIsNone(plain.validation_loss)
         self.assertEqual((validated.validation_loss, validated.validation_tokens), (1.25, 64))
         self.assertIn("mfu", COLUMNS)
+        # Each site of the collectives' wait is a column of its own.
+        self.assertEqual((plain.wait_final_reduce_s, plain.wait_first_gather_s,
+                          plain.wait_all_reduce_s), (0.003, 0.001, 0.0))
+        waits = [c for c in COLUMNS if c.startswith("wait_")]
+        self.assertEqual(len(waits), len(job_pb2.CollectiveWaits.DESCRIPTOR.fields))
 
     def test_a_data_frame_where_pandas_is_installed(self):
         records = [record(0, 0, 2.0), record(1, 0, 1.0)]
