@@ -30,4 +30,18 @@ void MarkDocuments(const TokenFile& file, int64_t offset, absl::Span<int32_t> ta
   }
 }
 
+void ReadSequence(const TokenFile& file, int64_t offset, bool document_masking,
+                  absl::Span<int32_t> inputs, absl::Span<int32_t> targets,
+                  absl::Span<int32_t> doc_starts) {
+  for (size_t t = 0; t < inputs.size(); ++t) {
+    inputs[t] = static_cast<int32_t>(file.Token(offset + static_cast<int64_t>(t)));
+    targets[t] = static_cast<int32_t>(file.Token(offset + static_cast<int64_t>(t) + 1));
+  }
+  if (document_masking) {
+    MarkDocuments(file, offset, targets, doc_starts);
+  } else {
+    std::fill(doc_starts.begin(), doc_starts.end(), 0);
+  }
+}
+
 }  // namespace tessera

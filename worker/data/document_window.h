@@ -31,6 +31,13 @@ namespace tessera {
 void MarkDocuments(const TokenFile& file, int64_t offset, absl::Span<int32_t> targets,
                    absl::Span<int32_t> doc_starts);
 
+// Reads the sequence at `offset` of `file` into `inputs` and `targets`
+// (seq_len each) and, under `document_masking`, marks its documents as
+// above; otherwise `doc_starts` (empty or seq_len) is all 0: one document.
+void ReadSequence(const TokenFile& file, int64_t offset, bool document_masking,
+                  absl::Span<int32_t> inputs, absl::Span<int32_t> targets,
+                  absl::Span<int32_t> doc_starts);
+
 }  // namespace tessera
 
 #endif  // TESSERA_WORKER_DATA_DOCUMENT_WINDOW_H_

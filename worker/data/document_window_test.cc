@@ -2,7 +2,8 @@
 // documents (single-token documents and boundaries on the window's first,
 // last and one-past-last token included): doc_starts is each input's
 // document start relative to the window, clipped at 0, and exactly the
-// targets whose token begins a document are ignored.
+// targets whose token begins a document are ignored; and ReadSequence,
+// which reads a window and marks it.
 #include "worker/data/document_window.h"
 
 #include <algorithm>
@@ -72,6 +73,27 @@ TEST(DocumentWindow, AWorkedExample) {
   EXPECT_EQ(doc_starts, (std::vector<int32_t>{0, 1, 2, 2, 2, 2}));
   // Targets are tokens 3..8: tokens 3 and 4 begin documents.
   EXPECT_EQ(targets, (std::vector<int32_t>{kIgnoreIndex, kIgnoreIndex, 1, 1, 1, 1}));
+}
+
+TEST(DocumentWindow, ReadSequenceReadsTheWindowAndMarksOnlyUnderMasking) {
+  // The same file as above; token i holds i % 1000.
+  const std::unique_ptr<TokenFile> file = FileWithDocuments("read.tok", 10, {0, 3, 4});
+  std::vector<int32_t> inputs(6), targets(6), doc_starts(6, -1);
+  ReadSequence(*file, 2, /*document_masking=*/true, absl::MakeSpan(inputs),
+               absl::MakeSpan(targets), absl::MakeSpan(doc_starts));
+  EXPECT_EQ(inputs, (std::vector<int32_t>{2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(targets, (std::vector<int32_t>{kIgnoreIndex, kIgnoreIndex, 5, 6, 7, 8}));
+  EXPECT_EQ(doc_starts, (std::vector<int32_t>{0, 1, 2, 2, 2, 2}));
+  // Without masking: the plain next tokens, and one document.
+  std::fill(doc_starts.begin(), doc_starts.end(), -1);
+  ReadSequence(*file, 2, /*document_masking=*/false, absl::MakeSpan(inputs),
+               absl::MakeSpan(targets), absl::MakeSpan(doc_starts));
+  EXPECT_EQ(targets, (std::vector<int32_t>{3, 4, 5, 6, 7, 8}));
+  EXPECT_EQ(doc_starts, (std::vector<int32_t>(6, 0)));
+  // Without doc_starts (not wanted) the targets are marked all the same.
+  ReadSequence(*file, 2, /*document_masking=*/true, absl::MakeSpan(inputs),
+               absl::MakeSpan(targets), {});
+  EXPECT_EQ(targets, (std::vector<int32_t>{kIgnoreIndex, kIgnoreIndex, 5, 6, 7, 8}));
 }
 
 }  // namespace

@@ -65,17 +65,9 @@ SourceSequences::Location SourceSequences::Locate(int64_t sequence) const {
 void SourceSequences::Read(int64_t sequence, absl::Span<int32_t> inputs,
                            absl::Span<int32_t> targets, absl::Span<int32_t> doc_starts) const {
   const Location at = Locate(sequence);
-  const TokenFile& file = *files_[at.file];
-  for (int t = 0; t < seq_len_; ++t) {
-    inputs[t] = static_cast<int32_t>(file.Token(at.offset + t));
-    targets[t] = static_cast<int32_t>(file.Token(at.offset + t + 1));
-  }
-  if (document_masking_) {
-    MarkDocuments(file, at.offset, targets.subspan(0, seq_len_),
-                  doc_starts.empty() ? doc_starts : doc_starts.subspan(0, seq_len_));
-  } else {
-    std::fill(doc_starts.begin(), doc_starts.end(), 0);
-  }
+  ReadSequence(*files_[at.file], at.offset, document_masking_, inputs.subspan(0, seq_len_),
+               targets.subspan(0, seq_len_),
+               doc_starts.empty() ? doc_starts : doc_starts.subspan(0, seq_len_));
 }
 
 }  // namespace tessera

@@ -2,7 +2,6 @@
 // validation_batch_source.h).
 #include "worker/data/validation_batch_source.h"
 
-#include <algorithm>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -31,19 +30,14 @@ class ValidationBatchSource : public BatchSource {
                          absl::Span<int32_t> doc_starts) override {
     RETURN_IF_ERROR(CheckReadBatchArgs(micro_batch_, seq_len_, inputs, targets, doc_starts,
                                        "batch", batch));
-    if (!document_masking_) std::fill(doc_starts.begin(), doc_starts.end(), 0);
     for (int j = 0; j < micro_batch_; ++j) {
       const int64_t global = (batch * world_ + rank_) * micro_batch_ + j;
       const int64_t offset = (global % sequences_) * seq_len_;
-      for (int t = 0; t < seq_len_; ++t) {
-        inputs[j * seq_len_ + t] = static_cast<int32_t>(file_->Token(offset + t));
-        targets[j * seq_len_ + t] = static_cast<int32_t>(file_->Token(offset + t + 1));
-      }
-      if (document_masking_) {  // the file has an index: checked at open
-        const size_t row = static_cast<size_t>(j) * seq_len_;
-        MarkDocuments(*file_, offset, targets.subspan(row, seq_len_),
-                      doc_starts.empty() ? doc_starts : doc_starts.subspan(row, seq_len_));
-      }
+      const size_t row = static_cast<size_t>(j) * seq_len_;
+      // Under masking the file has an index: checked at open.
+      ReadSequence(*file_, offset, document_masking_, inputs.subspan(row, seq_len_),
+                   targets.subspan(row, seq_len_),
+                   doc_starts.empty() ? doc_starts : doc_starts.subspan(row, seq_len_));
     }
     return absl::OkStatus();
   }
