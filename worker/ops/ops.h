@@ -142,7 +142,9 @@ class Ops {
   // on `stream` before it has run: a GPU event on the CUDA engine, the host
   // clock on the CPU engine (whose work is done when each call returns).
   // Recording costs no allocation and no host wait.
-  static constexpr int kTimeMarks = 1024;
+  // Enough for the deepest model a job may name (the step's laps per block
+  // times common/spec_limits.h's kMaxLayers: train_step.cc checks).
+  static constexpr int kTimeMarks = 16384;
   virtual absl::Status MarkTime(int mark, Stream* stream) = 0;
   // Seconds from mark `from` to mark `to`, both recorded and, on the GPU,
   // reached (call after Synchronize).

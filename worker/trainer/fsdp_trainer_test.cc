@@ -524,6 +524,21 @@ TEST(FsdpTrainer, StepReportsWhereItsTimeWent) {
   }
 }
 
+// A deep model's step times every block's laps: 300 blocks need more
+// marks than a step once had (1024), and the step must run, not fail.
+TEST(FsdpTrainer, ADeepModelsStepFitsTheStepClock) {
+  v1::JobSpec spec = TinySpec(1);
+  spec.mutable_model()->set_n_layers(300);
+  spec.mutable_memory()->set_recompute(v1::MemoryConfig::BLOCKS);
+  spec.mutable_memory()->set_every_n_blocks(1);
+  FsdpTrainer trainer(CreateCpuOps(), CreateGlooCommunicator);
+  ASSERT_TRUE(trainer.Setup(spec, 0, 1).ok());
+  ASSERT_TRUE(trainer.InitCollective(nullptr, "127.0.0.1", absl::Seconds(5)).ok());
+  absl::StatusOr<StepReport> report = trainer.RunStep(0);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_GT(report->phases.recompute_s, 0.0);
+}
+
 TEST(FsdpTrainer, AbortStopsTheNextStepAndOrderIsEnforced) {
   FsdpTrainer trainer(CreateCpuOps(), CreateGlooCommunicator);
   ASSERT_TRUE(trainer.Setup(TinySpec(1), 0, 1).ok());

@@ -25,6 +25,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "common/spec_limits.h"
 #include "common/status_macros.h"
 #include "worker/trainer/fsdp_trainer.h"
 #include "worker/trainer/lr_schedule.h"
@@ -34,6 +35,16 @@ namespace tessera {
 namespace {
 
 using Role = Fp8TensorReport::Role;
+
+// The step clock's marks a step takes at most: per block, 2 in the forward
+// (its compute, its gather's wait) and 8 in the backward (compute and the
+// regather's wait, compute and the gradient buffer's wait, compute before
+// the recomputation, the recomputation, the block's own backward, the
+// gradient reduction); and fewer than 32 outside the blocks. Every job the
+// spec limits allow fits.
+constexpr int kMaxMarksPerBlock = 10, kMaxMarksOutsideBlocks = 32;
+static_assert(Ops::kTimeMarks >= kMaxMarksPerBlock * kMaxLayers + kMaxMarksOutsideBlocks,
+              "a step of the deepest model allowed needs more time marks");
 
 // Slots of FsdpTrainer::scalars_.
 constexpr int kLossSum = 0, kValidTokens = 1, kGradSumSq = 2, kGradNorm = 3, kGradScale = 4;
