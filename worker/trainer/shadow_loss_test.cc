@@ -209,25 +209,41 @@ const std::string& ValidationFile() {
   return path;
 }
 
+// data.validation on ValidationFile(), one batch a pass: the shadow's
+// held-out batch is then this rank's share of the first validation batch.
+void WithOneValidationBatch(v1::JobSpec& spec) {
+  v1::ValidationConfig* v = spec.mutable_data()->mutable_validation();
+  v->set_token_file(ValidationFile());
+  v->set_eval_interval_steps(100);
+  v->set_eval_batches(1);
+}
+
+// Runs steps 0 .. steps - 1 of a trainer set up and joined; the last step's
+// shadow report (none if a step failed, which is reported).
+std::optional<ShadowReport> ShadowOfLastStep(FsdpTrainer& trainer, int steps) {
+  std::optional<ShadowReport> shadow;
+  for (int s = 0; s < steps; ++s) {
+    absl::StatusOr<StepReport> report = trainer.RunStep(s);
+    if (!report.ok()) {
+      ADD_FAILURE() << "step " << s << ": " << report.status();
+      return std::nullopt;
+    }
+    shadow = report->shadow;
+  }
+  return shadow;
+}
+
 TEST(ShadowLoss, LossesAreTheFp8AndTheBf16ModelsEvaluationOfTheBatch) {
   for (const Recipe recipe : {Recipe::kDelayedFp8, Recipe::kCurrentFp8}) {
     SCOPED_TRACE(RecipeName(recipe));
     // With data.validation the held-out batch is this rank's share of the
     // first validation batch, the batch Evaluate scores with eval_batches 1.
     v1::JobSpec spec = WithShadow(BaseSpec(recipe), 3);
-    v1::ValidationConfig* v = spec.mutable_data()->mutable_validation();
-    v->set_token_file(ValidationFile());
-    v->set_eval_interval_steps(100);
-    v->set_eval_batches(1);
+    WithOneValidationBatch(spec);
     FsdpTrainer fp8(CreateCpuOps(), CreateGlooCommunicator);
     ASSERT_TRUE(fp8.Setup(spec, 0, 1).ok());
     ASSERT_TRUE(fp8.InitCollective(nullptr, "127.0.0.1", absl::Seconds(5)).ok());
-    std::optional<ShadowReport> shadow;
-    for (int s = 0; s < 3; ++s) {
-      absl::StatusOr<StepReport> report = fp8.RunStep(s);
-      ASSERT_TRUE(report.ok()) << report.status();
-      shadow = report->shadow;
-    }
+    const std::optional<ShadowReport> shadow = ShadowOfLastStep(fp8, 3);
     ASSERT_TRUE(shadow.has_value());
     absl::StatusOr<ValidationReport> fp8_eval = fp8.Evaluate();
     ASSERT_TRUE(fp8_eval.ok()) << fp8_eval.status();
@@ -307,20 +323,12 @@ TEST(ShadowLoss, ShadowOverFewerSequencesIsTheLossOfThoseSequences) {
     v1::JobSpec spec = WithShadow(BaseSpec(Recipe::kDelayedFp8), 3);
     spec.mutable_data()->set_micro_batch_size(kMicroBatch);
     spec.mutable_fp8()->set_shadow_batch_sequences(requested);
-    v1::ValidationConfig* v = spec.mutable_data()->mutable_validation();
-    v->set_token_file(ValidationFile());
-    v->set_eval_interval_steps(100);
-    v->set_eval_batches(1);
+    WithOneValidationBatch(spec);
     const int64_t seq = spec.model().seq_len(), vocab = spec.model().vocab_size();
     FsdpTrainer fp8(CreateCpuOps(), CreateGlooCommunicator);
     ASSERT_TRUE(fp8.Setup(spec, 0, 1).ok());
     ASSERT_TRUE(fp8.InitCollective(nullptr, "127.0.0.1", absl::Seconds(5)).ok());
-    std::optional<ShadowReport> shadow;
-    for (int s = 0; s < 3; ++s) {
-      absl::StatusOr<StepReport> report = fp8.RunStep(s);
-      ASSERT_TRUE(report.ok()) << report.status();
-      shadow = report->shadow;
-    }
+    const std::optional<ShadowReport> shadow = ShadowOfLastStep(fp8, 3);
     ASSERT_TRUE(shadow.has_value());
 
     // The held-out batch: this rank's first validation batch.
