@@ -55,25 +55,14 @@ for job in $jobs; do
 done
 cluster_stop
 
-python3 - "$out" "${SKIP:-5}" "$jobs" "$variants" >"$out/report.json" <<'PY' || rc=1
+PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" python3 - "$out" "${SKIP:-5}" "$jobs" "$variants" >"$out/report.json" <<'PY' || rc=1
 import json, os, statistics, sys
+from job_events import read_job_events
 out, skip, jobs, variants = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split()
 
 def read(run):
-    steps, state, reason, spec = [], None, "", {}
-    for line in open(os.path.join(run, "events.jsonl")):
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        e = json.loads(line)
-        if "spec" in e and not spec:
-            spec = e["spec"]
-        if isinstance(e.get("step"), dict):
-            steps.append(e["step"])
-        elif "state_change" in e:
-            state = e["state_change"].get("state")
-            reason = e["state_change"].get("reason", reason)
-    return steps, state, reason, spec
+    e = read_job_events(os.path.join(run, "events.jsonl"))
+    return e.steps, e.state, e.reason, e.spec
 
 def median_ms(timed, key, phase=False):
     vals = [float((s.get("phases", {}) if phase else s).get(key, 0)) for s in timed]

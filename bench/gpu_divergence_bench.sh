@@ -77,8 +77,9 @@ for mode in control provoked; do
 done
 cluster_stop
 
-python3 - "$out" "$lr_factor" >"$out/divergence_report.json" <<'PY' || rc=1
+PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" python3 - "$out" "$lr_factor" >"$out/divergence_report.json" <<'PY' || rc=1
 import json, math, os, sys
+from job_events import read_job_events
 out, lr_factor = sys.argv[1], float(sys.argv[2])
 
 def number(x):
@@ -89,23 +90,11 @@ def number(x):
         return float("nan")
 
 def read(run):
-    steps, warnings, state, reason = [], [], None, ""
     path = os.path.join(run, "events.jsonl")
     if not os.path.exists(path):
-        return steps, warnings, state, "no events"
-    for line in open(path):
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        e = json.loads(line)
-        if isinstance(e.get("step"), dict):
-            steps.append(e["step"])
-        elif isinstance(e.get("numerics_warning"), dict):
-            warnings.append(e["numerics_warning"])
-        elif "state_change" in e:
-            state = e["state_change"].get("state")
-            reason = e["state_change"].get("reason", reason)
-    return steps, warnings, state, reason
+        return [], [], None, "no events"
+    e = read_job_events(path)
+    return e.steps, e.numerics_warnings, e.state, e.reason
 
 report = {"lr_factor": lr_factor, "runs": {}}
 for mode in ("control", "provoked"):

@@ -46,23 +46,15 @@ for masking in false true; do
 done
 cluster_stop
 
-python3 - "$out" "${SKIP:-5}" >"$out/document_masking_report.json" <<'PY' || rc=1
+PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" python3 - "$out" "${SKIP:-5}" >"$out/document_masking_report.json" <<'PY' || rc=1
 import json, os, statistics, sys
+from job_events import read_job_events
 out, skip = sys.argv[1], int(sys.argv[2])
 runs = []
 for masking in ("false", "true"):
     run = os.path.join(out, "masking_" + masking)
-    steps, state, reason = [], None, ""
-    for line in open(os.path.join(run, "events.jsonl")):
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        e = json.loads(line)
-        if isinstance(e.get("step"), dict):
-            steps.append(e["step"])
-        elif "state_change" in e:
-            state = e["state_change"].get("state")
-            reason = e["state_change"].get("reason", reason)
+    events = read_job_events(os.path.join(run, "events.jsonl"))
+    steps, state, reason = events.steps, events.state, events.reason
     timed = [s for s in steps if int(s.get("step", 0)) >= skip]
     med = lambda key: statistics.median(float(s.get(key, 0)) for s in timed) if timed else None
     runs.append({

@@ -88,8 +88,9 @@ for mode in ${TORCH_RECOMPUTE-none blocks}; do
   }
 done
 
-python3 - "$out" "${SKIP:-4}" "$gpus" >"$out/recompute_report.json" <<'PY' || rc=1
+PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" python3 - "$out" "${SKIP:-4}" "$gpus" >"$out/recompute_report.json" <<'PY' || rc=1
 import glob, json, os, re, statistics, sys
+from job_events import read_job_events
 out, skip, gpus = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 
 def smi_peak(run):
@@ -108,17 +109,8 @@ def smi_peak(run):
 
 runs = []
 for run in sorted(glob.glob(os.path.join(out, "*_every*"))):
-    steps, state, reason = [], None, ""
-    for line in open(os.path.join(run, "events.jsonl")):
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        e = json.loads(line)
-        if isinstance(e.get("step"), dict):
-            steps.append(e["step"])
-        elif "state_change" in e:
-            state = e["state_change"].get("state")
-            reason = e["state_change"].get("reason", reason)
+    events = read_job_events(os.path.join(run, "events.jsonl"))
+    steps, state, reason = events.steps, events.state, events.reason
     timed = [s for s in steps if int(s.get("step", 0)) >= skip]
     med = lambda key: statistics.median(float(s.get(key, 0)) for s in timed) if timed else None
     phase = lambda key: (statistics.median(float(s.get("phases", {}).get(key, 0)) for s in timed)

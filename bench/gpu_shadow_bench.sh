@@ -52,24 +52,14 @@ for job in $jobs; do
 done
 cluster_stop
 
-python3 - "$out" "${SKIP:-5}" "$jobs" >"$out/shadow_report.json" <<'PY' || rc=1
+PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" python3 - "$out" "${SKIP:-5}" "$jobs" >"$out/shadow_report.json" <<'PY' || rc=1
 import json, os, statistics, sys
+from job_events import read_job_events
 out, skip, jobs = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
 
 def read(run):
-    steps, state, reason = [], None, ""
-    for line in open(os.path.join(run, "events.jsonl")):
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        e = json.loads(line)
-        if isinstance(e.get("step"), dict):
-            e["step"]["_time_ms"] = int(e.get("time_unix_ms", 0))
-            steps.append(e["step"])
-        elif "state_change" in e:
-            state = e["state_change"].get("state")
-            reason = e["state_change"].get("reason", reason)
-    return steps, state, reason
+    e = read_job_events(os.path.join(run, "events.jsonl"))
+    return e.steps, e.state, e.reason
 
 report = []
 for job in jobs:
