@@ -369,17 +369,24 @@ void BuildBackward(GraphBuilder& g, const Layout& L, bool deterministic,
   GraphTensor masked = CausalMask(g, shifted, neg_inf);
   GraphTensor probs = g.Pointwise(CUDNN_POINTWISE_EXP, masked, nullptr);
 
-  // dV = P^T dO (per query head, then summed over each group).
+  // out = a b for a key/value head's gradient: straight into `out`, or with
+  // grouped heads per query head first, then summed over each group.
+  const bool grouped = L.h != L.kv;
+  const auto matmul_summed_over_groups = [&](const GraphTensor& a, const GraphTensor& b,
+                                              const GraphTensor& out) {
+    if (!grouped) {
+      g.Matmul(a, b, out);
+      return;
+    }
+    GraphTensor per_query_head = g.Virtual(heads, full_strides, CUDNN_DATA_BFLOAT16);
+    g.Matmul(a, b, per_query_head);
+    g.Reduction(CUDNN_REDUCE_TENSOR_ADD, per_query_head, out);
+  };
+
+  // dV = P^T dO.
   GraphTensor probs_t = g.Virtual(L.Scores(), L.ScoreStridesT(), CUDNN_DATA_BFLOAT16);
   g.Reshape(probs, probs_t);
-  const bool grouped = L.h != L.kv;
-  if (!grouped) {
-    g.Matmul(probs_t, d_o, d_v);
-  } else {
-    GraphTensor d_v_full = g.Virtual(heads, full_strides, CUDNN_DATA_BFLOAT16);
-    g.Matmul(probs_t, d_o, d_v_full);
-    g.Reduction(CUDNN_REDUCE_TENSOR_ADD, d_v_full, d_v);
-  }
+  matmul_summed_over_groups(probs_t, d_o, d_v);
 
   // dS = (dO V^T - D) * P * scale.
   GraphTensor dp = g.Virtual(L.Scores(), L.ScoreStrides(), CUDNN_DATA_FLOAT);
@@ -391,13 +398,7 @@ void BuildBackward(GraphBuilder& g, const Layout& L, bool deterministic,
   // dK = dS^T Q.
   GraphTensor ds_t = g.Virtual(L.Scores(), L.ScoreStridesT(), CUDNN_DATA_BFLOAT16);
   g.Reshape(ds, ds_t);
-  if (!grouped) {
-    g.Matmul(ds_t, q, d_k);
-  } else {
-    GraphTensor d_k_full = g.Virtual(heads, full_strides, CUDNN_DATA_BFLOAT16);
-    g.Matmul(ds_t, q, d_k_full);
-    g.Reduction(CUDNN_REDUCE_TENSOR_ADD, d_k_full, d_k);
-  }
+  matmul_summed_over_groups(ds_t, q, d_k);
 
   // dQ = dS K: straight into dQ (cuDNN keeps dS in its workspace; fixed
   // order), or through an fp32 accumulator that blocks add into.
