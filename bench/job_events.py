@@ -4,7 +4,8 @@ JSON events, in order; the CLI's other lines are skipped.
 
     sys.path.insert(0, BENCH_DIR); from job_events import read_job_events
     run = read_job_events(os.path.join(run_dir, "events.jsonl"))
-    run.steps, run.state, run.reason, run.numerics_warnings, run.spec
+    run.steps, run.state, run.reason, run.numerics_warnings, run.spec,
+    run.job_id, run.worker_errors
 """
 import json
 from dataclasses import dataclass, field
@@ -20,6 +21,8 @@ class JobEvents:
     reason: str = ""             # the last reason a state change gave
     numerics_warnings: List[dict] = field(default_factory=list)
     spec: dict = field(default_factory=dict)  # the submitted job's spec, from its first event
+    job_id: Optional[str] = None  # the submitted job's id, from the same event
+    worker_errors: List[dict] = field(default_factory=list)
 
 
 def read_job_events(path: str) -> JobEvents:
@@ -33,6 +36,7 @@ def read_job_events(path: str) -> JobEvents:
             event = json.loads(line)
             if "spec" in event and not run.spec:
                 run.spec = event["spec"]
+                run.job_id = event.get("id")
             if isinstance(event.get("step"), dict):
                 step = event["step"]
                 step["_time_ms"] = int(event.get("time_unix_ms", 0))
@@ -42,4 +46,6 @@ def read_job_events(path: str) -> JobEvents:
             elif "state_change" in event:
                 run.state = event["state_change"].get("state")
                 run.reason = event["state_change"].get("reason", run.reason)
+            elif isinstance(event.get("worker_error"), dict):
+                run.worker_errors.append(event["worker_error"])
     return run

@@ -29,6 +29,8 @@ import json
 import os
 import sys
 
+from job_events import read_job_events
+
 
 def median(values):
     values = sorted(values)
@@ -50,24 +52,9 @@ def tessera_stats(events_path, spec_path, mem_path, mem_baseline, skip):
              "ffn": m.get("ffn_dim", 0), "seq": m.get("seq_len", 0)}
     batch = int(data.get("micro_batch_size", 0))
     world = int(spec.get("world_size", 1))
-    steps, state, reason, errors, job_id = [], None, "", [], None
-    with open(events_path) as f:
-        for line in f:
-            line = line.strip()
-            if not line.startswith("{"):
-                continue
-            event = json.loads(line)
-            if "spec" in event and "id" in event:  # the submitted Job
-                job_id = event["id"]
-            elif "step" in event:
-                s = dict(event["step"])
-                s["time_ms"] = int(event.get("time_unix_ms", 0))
-                steps.append(s)
-            elif "state_change" in event:
-                state = event["state_change"].get("state", state)
-                reason = event["state_change"].get("reason", reason)
-            elif "worker_error" in event:
-                errors.append(event["worker_error"])
+    events = read_job_events(events_path)
+    steps = [dict(s, time_ms=s["_time_ms"]) for s in events.steps]
+    state, reason, errors, job_id = events.state, events.reason, events.worker_errors, events.job_id
     result = {"impl": "tessera", "job": job_id, "model": model, "batch": batch, "world_size": world,
               "fp8": not spec.get("fp8", {}).get("disabled", False), "state": state, "steps_seen": len(steps)}
     timed = [s for s in steps if int(s.get("step", 0)) >= skip]  # proto JSON omits step 0's index
