@@ -57,6 +57,7 @@
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "worker/engine/cpu/bf16.h"
+#include "worker/engine/cuda/cudnn_attention.h"
 #include "worker/ops/device_tensor.h"
 #include "worker/ops/ops.h"
 
@@ -288,6 +289,9 @@ absl::Status Run() {
   nlohmann::json result = {{"engine", engine}, {"device", device_name},
                            {"B", d.batch}, {"S", d.seq}, {"nh", d.heads},
                            {"nkv", d.kv_heads}, {"hd", d.head_dim}};
+  // The cuDNN this process loaded (the soname libcudnn.so.9 resolves
+  // through the library path, so the same binary can run another 9.x).
+  if (engine == "cuda") result["cudnn_version"] = cuda::CudnnAttention::Version();
   if (reps > 0) {
     // ---- Timing: forward alone, then forward + backward ----
     ASSIGN_OR_RETURN(const bench::Series fwd, bench::TimeSeries(*e.timer, forward, warmup, reps));
