@@ -25,6 +25,7 @@
 
 #include <cudnn.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -32,6 +33,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace tessera {
 namespace cuda {
@@ -241,7 +243,9 @@ class GraphBuilder {
   absl::Status status_;
 };
 
-constexpr int kForward = 0, kBackwardDeterministic = 1, kBackwardAtomic = 2;
+constexpr int kForward = CudnnAttention::kForward;
+constexpr int kBackwardDeterministic = CudnnAttention::kBackwardDeterministic;
+constexpr int kBackwardAtomic = CudnnAttention::kBackwardAtomic;
 
 size_t AlignUp(size_t n) { return (n + 255) / 256 * 256; }
 
@@ -278,6 +282,7 @@ struct CudnnAttention::Plan {
   size_t extra_offset = 0;     // our buffers (D, dQ accumulator) after it
   size_t dq_accum_offset = 0;
   size_t total_workspace = 0;
+  std::string description;     // the engine and knobs it runs
   // Tensor ids.
   int64_t q = 0, k = 0, v = 0, o = 0, stats = 0, d_o = 0, d_q = 0, d_k = 0, d_v = 0;
   int64_t softmax_sum = 0, dq_accum = 0;
@@ -414,10 +419,8 @@ void BuildBackward(GraphBuilder& g, const Layout& L, bool deterministic,
   }
 }
 
-// Plans the graph with the first engine configuration cuDNN's heuristics
-// offer that finalizes.
-absl::Status MakePlan(cudnnHandle_t handle, GraphBuilder& g, std::vector<Descriptor>& owned,
-                      CudnnAttention::Plan& p) {
+// Finalizes the operation graph of `g`'s ops.
+absl::StatusOr<cudnnBackendDescriptor_t> FinalizeGraph(cudnnHandle_t handle, GraphBuilder& g) {
   if (!g.status().ok()) return g.status();
   cudnnBackendDescriptor_t graph = g.Create(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
   const std::vector<cudnnBackendDescriptor_t>& ops = g.ops();
@@ -426,8 +429,14 @@ absl::Status MakePlan(cudnnHandle_t handle, GraphBuilder& g, std::vector<Descrip
   g.Set(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
   g.Finalize(graph, "operation graph");
   if (!g.status().ok()) return g.status();
+  return graph;
+}
 
-  absl::Status last = absl::UnimplementedError("cuDNN attention: no engine configuration");
+// The engine configurations cuDNN's heuristics list for `graph`, mode A's
+// first, then FALLBACK's. Descriptors are owned by `g`.
+absl::StatusOr<std::vector<cudnnBackendDescriptor_t>> HeuristicConfigs(
+    cudnnBackendDescriptor_t graph, GraphBuilder& g, absl::Status* last) {
+  std::vector<cudnnBackendDescriptor_t> all;
   for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
     std::vector<Descriptor> local;
     GraphBuilder h(&local);
@@ -436,7 +445,7 @@ absl::Status MakePlan(cudnnHandle_t handle, GraphBuilder& g, std::vector<Descrip
     h.Set(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
     h.Finalize(heur, "engine heuristics");
     if (!h.status().ok()) {
-      last = h.status();
+      *last = h.status();
       continue;
     }
     int64_t count = 0;
@@ -445,40 +454,217 @@ absl::Status MakePlan(cudnnHandle_t handle, GraphBuilder& g, std::vector<Descrip
                                                    nullptr));
     if (count == 0) continue;
     std::vector<cudnnBackendDescriptor_t> configs;
-    for (int64_t i = 0; i < count; ++i) configs.push_back(h.Create(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
-    if (!h.status().ok()) return h.status();
+    for (int64_t i = 0; i < count; ++i) configs.push_back(g.Create(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
+    if (!g.status().ok()) return g.status();
     int64_t returned = 0;
     CUDNN_RETURN_IF_ERROR(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
                                                    CUDNN_TYPE_BACKEND_DESCRIPTOR, count,
                                                    &returned, configs.data()));
-    for (int64_t i = 0; i < returned; ++i) {
-      cudnnBackendDescriptor_t plan = nullptr;
-      CUDNN_RETURN_IF_ERROR(
-          cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan));
-      Descriptor owned_plan(plan);
-      cudnnStatus_t s = cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE,
-                                                 CUDNN_TYPE_HANDLE, 1, &handle);
-      if (s == CUDNN_STATUS_SUCCESS) {
-        s = cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
-                                     CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &configs[i]);
+    all.insert(all.end(), configs.begin(), configs.begin() + returned);
+  }
+  return all;
+}
+
+// An engine configuration read back: its engine's global index and its
+// knob values, and the range of each knob the engine exposes.
+struct ConfigKnobs {
+  int64_t engine = -1;
+  std::vector<std::pair<int64_t, int64_t>> choices;  // knob type, value
+  struct Range {
+    int64_t type, min, max, stride;
+  };
+  std::vector<Range> ranges;
+};
+
+absl::StatusOr<ConfigKnobs> ReadConfig(cudnnBackendDescriptor_t config) {
+  ConfigKnobs out;
+  std::vector<Descriptor> local;
+  GraphBuilder h(&local);
+  cudnnBackendDescriptor_t engine = h.Create(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+  if (!h.status().ok()) return h.status();
+  int64_t n = 0;
+  CUDNN_RETURN_IF_ERROR(cudnnBackendGetAttribute(config, CUDNN_ATTR_ENGINECFG_ENGINE,
+                                                 CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &engine));
+  CUDNN_RETURN_IF_ERROR(cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX,
+                                                 CUDNN_TYPE_INT64, 1, &n, &out.engine));
+  std::vector<cudnnBackendDescriptor_t> choices;
+  for (int i = 0; i < CUDNN_KNOB_TYPE_COUNTS; ++i) {
+    choices.push_back(h.Create(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR));
+  }
+  std::vector<cudnnBackendDescriptor_t> infos;
+  for (int i = 0; i < CUDNN_KNOB_TYPE_COUNTS; ++i) {
+    infos.push_back(h.Create(CUDNN_BACKEND_KNOB_INFO_DESCRIPTOR));
+  }
+  if (!h.status().ok()) return h.status();
+  CUDNN_RETURN_IF_ERROR(cudnnBackendGetAttribute(config, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES,
+                                                 CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                                 static_cast<int64_t>(choices.size()), &n,
+                                                 choices.data()));
+  for (int64_t i = 0; i < n; ++i) {
+    cudnnBackendKnobType_t type;
+    int64_t value = 0, got = 0;
+    CUDNN_RETURN_IF_ERROR(cudnnBackendGetAttribute(choices[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE,
+                                                   CUDNN_TYPE_KNOB_TYPE, 1, &got, &type));
+    CUDNN_RETURN_IF_ERROR(cudnnBackendGetAttribute(choices[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE,
+                                                   CUDNN_TYPE_INT64, 1, &got, &value));
+    out.choices.emplace_back(static_cast<int64_t>(type), value);
+  }
+  CUDNN_RETURN_IF_ERROR(cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_KNOB_INFO,
+                                                 CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                                 static_cast<int64_t>(infos.size()), &n,
+                                                 infos.data()));
+  for (int64_t i = 0; i < n; ++i) {
+    cudnnBackendKnobType_t type;
+    ConfigKnobs::Range r{};
+    int64_t got = 0;
+    CUDNN_RETURN_IF_ERROR(cudnnBackendGetAttribute(infos[i], CUDNN_ATTR_KNOB_INFO_TYPE,
+                                                   CUDNN_TYPE_KNOB_TYPE, 1, &got, &type));
+    CUDNN_RETURN_IF_ERROR(cudnnBackendGetAttribute(infos[i], CUDNN_ATTR_KNOB_INFO_MINIMUM_VALUE,
+                                                   CUDNN_TYPE_INT64, 1, &got, &r.min));
+    CUDNN_RETURN_IF_ERROR(cudnnBackendGetAttribute(infos[i], CUDNN_ATTR_KNOB_INFO_MAXIMUM_VALUE,
+                                                   CUDNN_TYPE_INT64, 1, &got, &r.max));
+    CUDNN_RETURN_IF_ERROR(cudnnBackendGetAttribute(infos[i], CUDNN_ATTR_KNOB_INFO_STRIDE,
+                                                   CUDNN_TYPE_INT64, 1, &got, &r.stride));
+    r.type = static_cast<int64_t>(type);
+    out.ranges.push_back(r);
+  }
+  return out;
+}
+
+// A new configuration of engine `engine` on `graph` with these knob values.
+cudnnBackendDescriptor_t MakeConfig(cudnnBackendDescriptor_t graph, int64_t engine,
+                                    const std::vector<std::pair<int64_t, int64_t>>& knobs,
+                                    GraphBuilder& g) {
+  cudnnBackendDescriptor_t e = g.Create(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+  g.Set(e, CUDNN_ATTR_ENGINE_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph);
+  g.Set(e, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &engine);
+  g.Finalize(e, "engine");
+  std::vector<cudnnBackendDescriptor_t> choices;
+  for (const auto& [type, value] : knobs) {
+    cudnnBackendDescriptor_t c = g.Create(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR);
+    const cudnnBackendKnobType_t t = static_cast<cudnnBackendKnobType_t>(type);
+    g.Set(c, CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &t);
+    g.Set(c, CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &value);
+    g.Finalize(c, "knob choice");
+    choices.push_back(c);
+  }
+  cudnnBackendDescriptor_t config = g.Create(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+  g.Set(config, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &e);
+  if (!choices.empty()) {
+    g.Set(config, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+          static_cast<int64_t>(choices.size()), choices.data());
+  }
+  g.Finalize(config, "engine configuration");
+  return config;
+}
+
+std::string DescribeKnobs(int64_t engine, const std::vector<std::pair<int64_t, int64_t>>& knobs) {
+  std::string out = absl::StrCat("engine ", engine, " knobs");
+  for (const auto& [type, value] : knobs) absl::StrAppend(&out, " ", type, "=", value);
+  return out;
+}
+
+// At most this many knob variants are listed per graph.
+constexpr int kMaxKnobVariants = 64;
+
+// The configurations a graph can be planned with, in the order tried:
+// the heuristics' list, then (when `with_knob_variants`) the first
+// configuration's engine with each other value of one of its knobs.
+absl::StatusOr<std::vector<std::pair<cudnnBackendDescriptor_t, std::string>>> Candidates(
+    cudnnBackendDescriptor_t graph, GraphBuilder& g, bool with_knob_variants,
+    absl::Status* last) {
+  ASSIGN_OR_RETURN(std::vector<cudnnBackendDescriptor_t> heuristic, HeuristicConfigs(graph, g, last));
+  std::vector<std::pair<cudnnBackendDescriptor_t, std::string>> out;
+  std::vector<ConfigKnobs> read;
+  for (cudnnBackendDescriptor_t c : heuristic) {
+    absl::StatusOr<ConfigKnobs> k = ReadConfig(c);
+    out.emplace_back(c, k.ok() ? absl::StrCat("heuristics: ", DescribeKnobs(k->engine, k->choices))
+                               : absl::StrCat("heuristics (unreadable: ", k.status().message(), ")"));
+    if (k.ok()) read.push_back(*k);
+  }
+  if (!with_knob_variants || read.empty()) return out;
+  const ConfigKnobs& first = read.front();
+  int variants = 0;
+  for (const ConfigKnobs::Range& r : first.ranges) {
+    if (r.stride <= 0) continue;
+    for (int64_t v = r.min; v <= r.max && variants < kMaxKnobVariants; v += r.stride) {
+      std::vector<std::pair<int64_t, int64_t>> knobs = first.choices;
+      bool found = false;
+      for (auto& [type, value] : knobs) {
+        if (type != r.type) continue;
+        found = true;
+        if (value == v) found = false;  // the heuristics' own value: listed already
+        value = v;
       }
-      if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(plan);
-      if (s != CUDNN_STATUS_SUCCESS) {
-        last = CudnnStatus(s, "execution plan");
-        continue;
+      if (!found) {
+        const bool present = std::any_of(first.choices.begin(), first.choices.end(),
+                                         [&](const auto& kv) { return kv.first == r.type; });
+        if (present) continue;
+        knobs.emplace_back(r.type, v);
       }
-      int64_t workspace = 0;
-      int64_t got = 0;
-      CUDNN_RETURN_IF_ERROR(cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                                     CUDNN_TYPE_INT64, 1, &got, &workspace));
-      p.plan = plan;
-      p.cudnn_workspace = static_cast<size_t>(workspace);
-      for (Descriptor& d : local) owned.push_back(std::move(d));
-      owned.push_back(std::move(owned_plan));
-      return absl::OkStatus();
+      cudnnBackendDescriptor_t c = MakeConfig(graph, first.engine, knobs, g);
+      if (!g.status().ok()) return g.status();
+      out.emplace_back(c, absl::StrCat("variant: ", DescribeKnobs(first.engine, knobs)));
+      ++variants;
     }
   }
+  return out;
+}
+
+// Finalizes an execution plan from `config` into `p`.
+absl::Status FinalizePlan(cudnnHandle_t handle, cudnnBackendDescriptor_t config,
+                          std::vector<Descriptor>& owned, CudnnAttention::Plan& p) {
+  cudnnBackendDescriptor_t plan = nullptr;
+  CUDNN_RETURN_IF_ERROR(cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan));
+  Descriptor owned_plan(plan);
+  CUDNN_RETURN_IF_ERROR(cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE,
+                                                 CUDNN_TYPE_HANDLE, 1, &handle));
+  CUDNN_RETURN_IF_ERROR(cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
+                                                 CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &config));
+  CUDNN_RETURN_IF_ERROR(cudnnBackendFinalize(plan));
+  int64_t workspace = 0;
+  int64_t got = 0;
+  CUDNN_RETURN_IF_ERROR(cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                                 CUDNN_TYPE_INT64, 1, &got, &workspace));
+  p.plan = plan;
+  p.cudnn_workspace = static_cast<size_t>(workspace);
+  owned.push_back(std::move(owned_plan));
+  return absl::OkStatus();
+}
+
+// Plans the graph with the first configuration that finalizes, or with
+// candidate `pinned` of Candidates(.., with_knob_variants = true).
+absl::Status MakePlan(cudnnHandle_t handle, GraphBuilder& g, std::vector<Descriptor>& owned,
+                      CudnnAttention::Plan& p, int pinned) {
+  ASSIGN_OR_RETURN(cudnnBackendDescriptor_t graph, FinalizeGraph(handle, g));
+  absl::Status last = absl::UnimplementedError("cuDNN attention: no engine configuration");
+  ASSIGN_OR_RETURN(auto candidates, Candidates(graph, g, /*with_knob_variants=*/pinned >= 0, &last));
+  if (pinned >= 0) {
+    if (pinned >= static_cast<int>(candidates.size())) {
+      return absl::OutOfRangeError(absl::StrCat("cuDNN attention: candidate ", pinned, " of ",
+                                                candidates.size()));
+    }
+    p.description = candidates[pinned].second;
+    return FinalizePlan(handle, candidates[pinned].first, owned, p);
+  }
+  for (const auto& [config, description] : candidates) {
+    const absl::Status made = FinalizePlan(handle, config, owned, p);
+    if (made.ok()) {
+      p.description = description;
+      return made;
+    }
+    last = made;
+  }
   return last;
+}
+
+absl::StatusOr<std::vector<std::string>> DescribeCandidates(cudnnHandle_t handle, GraphBuilder& g) {
+  ASSIGN_OR_RETURN(cudnnBackendDescriptor_t graph, FinalizeGraph(handle, g));
+  absl::Status last = absl::OkStatus();
+  ASSIGN_OR_RETURN(auto candidates, Candidates(graph, g, /*with_knob_variants=*/true, &last));
+  std::vector<std::string> out;
+  for (const auto& c : candidates) out.push_back(c.second);
+  return out;
 }
 
 }  // namespace
@@ -505,18 +691,22 @@ CudnnAttention::~CudnnAttention() {
 
 int64_t CudnnAttention::Version() { return static_cast<int64_t>(cudnnGetVersion()); }
 
-absl::StatusOr<CudnnAttention::Plan*> CudnnAttention::GetPlan(const AttentionShape& shape,
-                                                              int kind) {
-  const Key key{kind, shape.batch, shape.seq, shape.heads, shape.kv_heads, shape.head_dim};
-  auto it = plans_.find(key);
-  if (it != plans_.end()) return it->second.get();
-  if (auto failed = unplannable_.find(key); failed != unplannable_.end()) return failed->second;
+absl::Status CudnnAttention::CheckShape(const AttentionShape& shape, int kind) {
+  if (kind != kForward && kind != kBackwardDeterministic && kind != kBackwardAtomic) {
+    return absl::InvalidArgumentError(absl::StrCat("cuDNN attention: no graph kind ", kind));
+  }
   if (shape.batch <= 0 || shape.seq <= 0 || shape.heads <= 0 || shape.kv_heads <= 0 ||
       shape.heads % shape.kv_heads != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "cuDNN attention: batch ", shape.batch, ", seq ", shape.seq, ", heads ", shape.heads,
         ", kv_heads ", shape.kv_heads, " is not a shape it plans"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<CudnnAttention::Plan>> CudnnAttention::BuildPlan(
+    const AttentionShape& shape, int kind, int pinned) {
+  RETURN_IF_ERROR(CheckShape(shape, kind));
   auto plan = std::make_unique<Plan>();
   plan->scale_value = 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
   const Layout layout(shape);
@@ -527,14 +717,12 @@ absl::StatusOr<CudnnAttention::Plan*> CudnnAttention::GetPlan(const AttentionSha
     BuildBackward(g, layout, kind == kBackwardDeterministic, *plan);
   }
   const absl::Status made =
-      MakePlan(static_cast<cudnnHandle_t>(handle_), g, plan->descriptors, *plan);
+      MakePlan(static_cast<cudnnHandle_t>(handle_), g, plan->descriptors, *plan, pinned);
   if (!made.ok()) {
-    const absl::Status failed(
+    return absl::Status(
         made.code(), absl::StrCat(kind == kForward ? "forward" : "backward", " graph for B ",
                                   shape.batch, " S ", shape.seq, " H ", shape.heads, " KV ",
                                   shape.kv_heads, " hd ", shape.head_dim, ": ", made.message()));
-    if (absl::IsUnimplemented(failed)) unplannable_[key] = failed;
-    return failed;
   }
   // Our buffers after cuDNN's workspace: D (softmax_sum, fp32 per row) and,
   // for the atomic backward, the fp32 dQ accumulator.
@@ -549,9 +737,53 @@ absl::StatusOr<CudnnAttention::Plan*> CudnnAttention::GetPlan(const AttentionSha
     }
   }
   plan->total_workspace = end;
-  Plan* raw = plan.get();
-  plans_.emplace(key, std::move(plan));
+  return plan;
+}
+
+absl::StatusOr<CudnnAttention::Plan*> CudnnAttention::GetPlan(const AttentionShape& shape,
+                                                              int kind) {
+  const Key key{kind, shape.batch, shape.seq, shape.heads, shape.kv_heads, shape.head_dim};
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return it->second.get();
+  if (auto failed = unplannable_.find(key); failed != unplannable_.end()) return failed->second;
+  absl::StatusOr<std::unique_ptr<Plan>> plan = BuildPlan(shape, kind, /*pinned=*/-1);
+  if (!plan.ok()) {
+    if (absl::IsUnimplemented(plan.status())) unplannable_[key] = plan.status();
+    return plan.status();
+  }
+  Plan* raw = plan->get();
+  plans_.emplace(key, *std::move(plan));
   return raw;
+}
+
+absl::StatusOr<std::vector<std::string>> CudnnAttention::ListPlanCandidates(
+    const AttentionShape& shape, int kind) {
+  RETURN_IF_ERROR(CheckShape(shape, kind));
+  Plan scratch;
+  const Layout layout(shape);
+  GraphBuilder g(&scratch.descriptors);
+  if (kind == kForward) {
+    BuildForward(g, layout, scratch);
+  } else {
+    BuildBackward(g, layout, kind == kBackwardDeterministic, scratch);
+  }
+  return DescribeCandidates(static_cast<cudnnHandle_t>(handle_), g);
+}
+
+absl::StatusOr<std::string> CudnnAttention::UsePlanCandidate(const AttentionShape& shape,
+                                                             int kind, int index) {
+  if (index < 0) return absl::InvalidArgumentError("cuDNN attention: candidate index < 0");
+  ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan, BuildPlan(shape, kind, index));
+  const Key key{kind, shape.batch, shape.seq, shape.heads, shape.kv_heads, shape.head_dim};
+  std::string description = plan->description;
+  plans_[key] = std::move(plan);
+  return description;
+}
+
+absl::StatusOr<std::string> CudnnAttention::PlanDescription(const AttentionShape& shape,
+                                                            int kind) {
+  ASSIGN_OR_RETURN(Plan * plan, GetPlan(shape, kind));
+  return plan->description;
 }
 
 absl::StatusOr<size_t> CudnnAttention::ForwardWorkspaceBytes(const AttentionShape& shape) {

@@ -30,7 +30,9 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 #include <tuple>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -63,11 +65,31 @@ class CudnnAttention {
                         const void* qkv, const void* out, const float* lse, void* grad_qkv,
                         void* workspace, cudaStream_t stream);
 
+  // For tuning (bench/cudnn_attention_plans.cc). The graphs of one shape:
+  enum Kind { kForward = 0, kBackwardDeterministic = 1, kBackwardAtomic = 2 };
+  // The engine configurations a graph can be planned with, described as
+  // "heuristics: engine E knobs T=V ..." (what cuDNN's heuristics list,
+  // modes A then FALLBACK; the first that finalizes is the default plan)
+  // followed by "variant: ..." (the first one's engine with one knob set to
+  // each other value it admits, at most 64).
+  absl::StatusOr<std::vector<std::string>> ListPlanCandidates(const AttentionShape& shape,
+                                                              int kind);
+  // Replaces the cached plan of this shape and kind with candidate `index`
+  // of that list and returns its description. A candidate that cuDNN
+  // cannot finalize returns its error and leaves the cached plan as it was.
+  absl::StatusOr<std::string> UsePlanCandidate(const AttentionShape& shape, int kind, int index);
+  // The description of the plan calls of this shape and kind run.
+  absl::StatusOr<std::string> PlanDescription(const AttentionShape& shape, int kind);
+
   struct Plan;  // defined in the .cc
 
  private:
   explicit CudnnAttention(void* handle);
   using Key = std::tuple<int, int64_t, int64_t, int, int, int>;  // kind, B, S, H, KV, hd
+  static absl::Status CheckShape(const AttentionShape& shape, int kind);
+  // pinned < 0: the first configuration that finalizes.
+  absl::StatusOr<std::unique_ptr<Plan>> BuildPlan(const AttentionShape& shape, int kind,
+                                                  int pinned);
   absl::StatusOr<Plan*> GetPlan(const AttentionShape& shape, int kind);
 
   void* handle_;  // cudnnHandle_t
