@@ -100,6 +100,9 @@ using Dims = std::vector<int64_t>;
 class GraphBuilder {
  public:
   explicit GraphBuilder(std::vector<Descriptor>* owned) : owned_(owned) {}
+  // A builder whose descriptors live as long as this one's, with its own
+  // status (for attempts whose failure is an answer, not an error).
+  GraphBuilder Sibling() const { return GraphBuilder(owned_); }
 
   const absl::Status& status() const { return status_; }
   const std::vector<cudnnBackendDescriptor_t>& ops() const { return ops_; }
@@ -584,6 +587,11 @@ absl::StatusOr<std::vector<std::pair<cudnnBackendDescriptor_t, std::string>>> Ca
   }
   if (!with_knob_variants || read.empty()) return out;
   const ConfigKnobs& first = read.front();
+  std::string ranges;
+  for (const ConfigKnobs::Range& r : first.ranges) {
+    absl::StrAppend(&ranges, " ", r.type, ":", r.min, "..", r.max, "/", r.stride);
+  }
+  absl::StrAppend(&out.front().second, " (knob ranges", ranges, ")");
   int variants = 0;
   for (const ConfigKnobs::Range& r : first.ranges) {
     if (r.stride <= 0) continue;
@@ -602,8 +610,10 @@ absl::StatusOr<std::vector<std::pair<cudnnBackendDescriptor_t, std::string>>> Ca
         if (present) continue;
         knobs.emplace_back(r.type, v);
       }
-      cudnnBackendDescriptor_t c = MakeConfig(graph, first.engine, knobs, g);
-      if (!g.status().ok()) return g.status();
+      // A value the engine refuses for this graph is skipped.
+      GraphBuilder attempt = g.Sibling();
+      cudnnBackendDescriptor_t c = MakeConfig(graph, first.engine, knobs, attempt);
+      if (!attempt.status().ok()) continue;
       out.emplace_back(c, absl::StrCat("variant: ", DescribeKnobs(first.engine, knobs)));
       ++variants;
     }
