@@ -11,8 +11,8 @@
 #   bench/cudnn_attention_plans.sh BUNDLE_DIR OUT_DIR
 # BUNDLE_DIR: deploy/bundle.sh OUT //bench:cudnn_attention_plans.
 # Environment: SHAPES ("1,32,8,8192,128"), KINDS ("forward backward
-# backward_atomic"), BUDGET_S (the whole run, 300), CUDNN_LIB_DIR (put
-# first on the library path, to run another cuDNN 9).
+# backward_atomic"), BUDGET_S (the whole run, 300), TESSERA_CUDNN_LIB_DIR
+# (read by the bundle's env.sh: another cuDNN 9 to load).
 set -uo pipefail
 if [[ $# -ne 2 ]]; then
   echo "usage: $0 BUNDLE_DIR OUT_DIR" >&2
@@ -23,7 +23,6 @@ bundle="$(cd "$1" && pwd)"
 out="$2"
 mkdir -p "$out"
 source "$bundle/env.sh"
-[[ -n "${CUDNN_LIB_DIR:-}" ]] && export LD_LIBRARY_PATH="$CUDNN_LIB_DIR:$LD_LIBRARY_PATH"
 budget="${BUDGET_S:-300}"
 start=$SECONDS
 bin="$bundle/bin/cudnn_attention_plans"

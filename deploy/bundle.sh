@@ -43,8 +43,11 @@ done
 
 cat > "$out/env.sh" <<'ENV'
 # Source this on the GPU host: bundle libraries first, then the host's CUDA.
+# TESSERA_CUDNN_LIB_DIR, when set, goes before all of them: the workers then
+# load the cuDNN 9 found there (libcudnn.so.9 and its engine libraries, such
+# as a pip wheel's nvidia/cudnn/lib) instead of the system's.
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-export LD_LIBRARY_PATH="$here/lib:/usr/lib/x86_64-linux-gnu:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export LD_LIBRARY_PATH="${TESSERA_CUDNN_LIB_DIR:+$TESSERA_CUDNN_LIB_DIR:}$here/lib:/usr/lib/x86_64-linux-gnu:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PATH="$here/bin:$PATH"
 ENV
 du -sh "$out/bin" "$out/lib"
