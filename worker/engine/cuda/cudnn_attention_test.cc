@@ -10,10 +10,17 @@
 // the benchmarks time. Also: the deterministic backward repeats its bits,
 // cuDNN's and our kernels agree with each other as closely as each agrees
 // with the reference, and document-masked calls still run our kernels.
+#include <cuda_runtime.h>
+
 #include <cstdio>
 #include <memory>
+#include <random>
+#include <string>
 #include <tuple>
 #include <vector>
+
+#include "absl/strings/match.h"
+#include "worker/engine/cpu/bf16.h"
 
 #include "common/cudnn_attention_workspace.h"
 #include "gtest/gtest.h"
@@ -148,6 +155,78 @@ TEST(CudnnAttentionWorkspace, StaysWithinTheMemoryEstimatesBound) {
       EXPECT_LE(static_cast<int64_t>(*backward), bound);
     }
   }
+}
+
+// One device buffer for the plan tests, freed at scope end.
+struct DeviceBuffer {
+  void* p = nullptr;
+  size_t bytes = 0;
+  explicit DeviceBuffer(size_t n) : bytes(n) { EXPECT_EQ(cudaMalloc(&p, n), cudaSuccess); }
+  ~DeviceBuffer() { cudaFree(p); }
+  std::vector<uint8_t> Download() const {
+    std::vector<uint8_t> host(bytes);
+    EXPECT_EQ(cudaMemcpy(host.data(), p, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    return host;
+  }
+};
+
+// The tuning API (bench/cudnn_attention_plans): the first candidate listed
+// is the plan the engine runs by default, pinning it gives the default's
+// bits, and a bad index or kind is refused without touching the cached plan.
+TEST(CudnnAttentionPlans, TheFirstCandidateIsTheDefaultPlan) {
+  auto cudnn = cuda::CudnnAttention::Create();
+  ASSERT_TRUE(cudnn.ok()) << cudnn.status();
+  cuda::CudnnAttention& a = **cudnn;
+  const cuda::AttentionShape shape{1, 512, 8, 2, 128};
+  const int64_t tokens = shape.batch * shape.seq;
+  const size_t qkv_bytes = tokens * (shape.heads + 2 * shape.kv_heads) * shape.head_dim * 2;
+  const size_t out_bytes = tokens * shape.heads * shape.head_dim * 2;
+  DeviceBuffer qkv(qkv_bytes), out(out_bytes), lse(tokens * shape.heads * 4),
+      grad_out(out_bytes), grad_qkv(qkv_bytes);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  for (DeviceBuffer* d : {&qkv, &grad_out}) {
+    std::vector<uint16_t> host(d->bytes / 2);
+    for (uint16_t& x : host) x = cpu::FloatToBf16(normal(rng));
+    ASSERT_EQ(cudaMemcpy(d->p, host.data(), d->bytes, cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  for (const int kind : {cuda::CudnnAttention::kForward,
+                         cuda::CudnnAttention::kBackwardDeterministic}) {
+    SCOPED_TRACE(kind);
+    const bool forward = kind == cuda::CudnnAttention::kForward;
+    const auto run = [&]() -> std::vector<uint8_t> {
+      auto bytes = forward ? a.ForwardWorkspaceBytes(shape) : a.BackwardWorkspaceBytes(shape, true);
+      EXPECT_TRUE(bytes.ok()) << bytes.status();
+      DeviceBuffer workspace(bytes.ok() ? *bytes : 256);
+      const absl::Status s =
+          forward ? a.Forward(shape, qkv.p, out.p, static_cast<float*>(lse.p), workspace.p, nullptr)
+                  : a.Backward(shape, true, grad_out.p, qkv.p, out.p,
+                               static_cast<const float*>(lse.p), grad_qkv.p, workspace.p, nullptr);
+      EXPECT_TRUE(s.ok()) << s;
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      return forward ? out.Download() : grad_qkv.Download();
+    };
+    const std::vector<uint8_t> by_default = run();
+    auto described = a.PlanDescription(shape, kind);
+    ASSERT_TRUE(described.ok()) << described.status();
+    auto listed = a.ListPlanCandidates(shape, kind);
+    ASSERT_TRUE(listed.ok()) << listed.status();
+    ASSERT_FALSE(listed->empty());
+    EXPECT_TRUE(absl::StartsWith((*listed)[0], *described)) << (*listed)[0] << " / " << *described;
+
+    auto pinned = a.UsePlanCandidate(shape, kind, 0);
+    ASSERT_TRUE(pinned.ok()) << pinned.status();
+    EXPECT_EQ(run(), by_default);
+
+    auto beyond = a.UsePlanCandidate(shape, kind, static_cast<int>(listed->size()) + 1000);
+    EXPECT_EQ(beyond.status().code(), absl::StatusCode::kOutOfRange) << beyond.status();
+    auto still = a.PlanDescription(shape, kind);
+    ASSERT_TRUE(still.ok()) << still.status();
+    EXPECT_EQ(*still, *pinned);
+    EXPECT_EQ(run(), by_default);
+  }
+  EXPECT_EQ(a.ListPlanCandidates(shape, 7).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(a.UsePlanCandidate(shape, 0, -1).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
