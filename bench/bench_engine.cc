@@ -89,6 +89,11 @@ BenchStream::~BenchStream() {
   if (cuda != nullptr) cudaStreamDestroy(cuda);
 }
 
+absl::StatusOr<std::unique_ptr<RepTimer>> CreateCudaEventTimer(cudaStream_t stream) {
+  ASSIGN_OR_RETURN(std::unique_ptr<CudaEventTimer> timer, CudaEventTimer::Create(stream));
+  return std::unique_ptr<RepTimer>(std::move(timer));
+}
+
 absl::Status CreateBenchEngine(const std::string& engine, int device, BenchEngine& e) {
   e.name = engine;
   if (e.cuda()) {

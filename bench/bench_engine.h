@@ -68,6 +68,10 @@ struct BenchEngine {
   Stream* s() const { return stream.get(); }
 };
 
+// Device time of a body's work on `stream`, from a cudaEvent before it to
+// one after it.
+absl::StatusOr<std::unique_ptr<RepTimer>> CreateCudaEventTimer(cudaStream_t stream);
+
 // engine "cuda": the CUDA engine on `device`, a non-blocking stream and
 // cudaEvent timing (device time from the first launch to the last);
 // "cpu": the reference engine timed by the host clock around the body and

@@ -39,6 +39,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "bench/bench_engine.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "worker/engine/cpu/bf16.h"
@@ -221,9 +222,7 @@ absl::Status Run() {
   const int last_index = absl::GetFlag(FLAGS_last) < 0
                              ? static_cast<int>(candidates.size()) - 1
                              : std::min<int>(absl::GetFlag(FLAGS_last), candidates.size() - 1);
-  cudaEvent_t begin, end;
-  PLANS_CUDA_RETURN_IF_ERROR(cudaEventCreate(&begin));
-  PLANS_CUDA_RETURN_IF_ERROR(cudaEventCreate(&end));
+  ASSIGN_OR_RETURN(std::unique_ptr<bench::RepTimer> timer, bench::CreateCudaEventTimer(stream));
   for (int index = first_index; index <= last_index; ++index) {
     nlohmann::json line = result;
     line["candidate"] = index;
@@ -242,20 +241,11 @@ absl::Status Run() {
       if (forward) line["lse_rel_diff"] = RelativeL2(once.second, reference.second);
       line["repeat_bitwise_equal"] = once == twice;
       line["bitwise_equal_to_default"] = once == reference;
-      for (int i = 0; i < absl::GetFlag(FLAGS_warmup); ++i) RETURN_IF_ERROR(call());
-      std::vector<float> ms;
-      for (int i = 0; i < absl::GetFlag(FLAGS_reps); ++i) {
-        PLANS_CUDA_RETURN_IF_ERROR(cudaEventRecord(begin, stream));
-        RETURN_IF_ERROR(call());
-        PLANS_CUDA_RETURN_IF_ERROR(cudaEventRecord(end, stream));
-        PLANS_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(end));
-        float t = 0;
-        PLANS_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&t, begin, end));
-        ms.push_back(t);
-      }
-      std::sort(ms.begin(), ms.end());
-      line["ms"] = ms.empty() ? 0.0 : ms[ms.size() / 2];
-      line["min_ms"] = ms.empty() ? 0.0 : ms.front();
+      ASSIGN_OR_RETURN(const bench::Series series,
+                       bench::TimeSeries(*timer, call, absl::GetFlag(FLAGS_warmup),
+                                         absl::GetFlag(FLAGS_reps)));
+      line["ms"] = series.median_ms;
+      line["min_ms"] = series.min_ms;
       return absl::OkStatus();
     }();
     line["ok"] = measured.ok();
@@ -267,8 +257,6 @@ absl::Status Run() {
       std::exit(3);
     }
   }
-  cudaEventDestroy(begin);
-  cudaEventDestroy(end);
   cudaStreamDestroy(stream);
   return absl::OkStatus();
 }
