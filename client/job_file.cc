@@ -31,6 +31,7 @@
 #include "client/field_suggestion.h"
 #include "common/status_macros.h"
 #include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
 #include "google/protobuf/util/json_util.h"
 #include "nlohmann/json.hpp"
 #include "yaml-cpp/eventhandler.h"
@@ -430,6 +431,53 @@ std::string TooBig(int64_t bytes) {
 
 }  // namespace
 
+namespace {
+
+// A negative zero in a job file ("lr: -0.0") means zero. Stored as read, it
+// would be a field that is set yet prints as 0, and the spec would not
+// survive its own JSON and YAML writers; so every float and double -0 in
+// the parsed message becomes +0.
+void ClearNegativeZeros(google::protobuf::Message& message) {
+  using google::protobuf::FieldDescriptor;
+  const google::protobuf::Reflection* reflection = message.GetReflection();
+  std::vector<const FieldDescriptor*> fields;
+  reflection->ListFields(message, &fields);
+  for (const FieldDescriptor* field : fields) {
+    const bool repeated = field->is_repeated();
+    const int count = repeated ? reflection->FieldSize(message, field) : 1;
+    for (int i = 0; i < count; ++i) {
+      switch (field->cpp_type()) {
+        case FieldDescriptor::CPPTYPE_FLOAT: {
+          const float v = repeated ? reflection->GetRepeatedFloat(message, field, i)
+                                   : reflection->GetFloat(message, field);
+          if (v == 0.0f && std::signbit(v)) {
+            repeated ? reflection->SetRepeatedFloat(&message, field, i, 0.0f)
+                     : reflection->SetFloat(&message, field, 0.0f);
+          }
+          break;
+        }
+        case FieldDescriptor::CPPTYPE_DOUBLE: {
+          const double v = repeated ? reflection->GetRepeatedDouble(message, field, i)
+                                    : reflection->GetDouble(message, field);
+          if (v == 0.0 && std::signbit(v)) {
+            repeated ? reflection->SetRepeatedDouble(&message, field, i, 0.0)
+                     : reflection->SetDouble(&message, field, 0.0);
+          }
+          break;
+        }
+        case FieldDescriptor::CPPTYPE_MESSAGE:
+          ClearNegativeZeros(repeated ? *reflection->MutableRepeatedMessage(&message, field, i)
+                                      : *reflection->MutableMessage(&message, field));
+          break;
+        default:
+          break;
+      }
+    }
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text, const std::string& source,
                                          JobFileFormat format) {
   if (static_cast<int64_t>(text.size()) > kMaxJobFileBytes) {
@@ -506,6 +554,7 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text, const std::str
     return SchemaError(absl::string_view(status.message().data(), status.message().size()), lines,
                        source);
   }
+  ClearNegativeZeros(spec);
   return spec;
 }
 

@@ -354,5 +354,22 @@ TEST(JobFile, EmptySpecsAndEmptyMessagesRoundTripThroughYaml) {
   EXPECT_EQ(back->name(), "x");
 }
 
+// A negative zero (the fuzzer wrote "lr: -.00") once came back from the
+// JSON writer as a different spec. The fuzzer's crash input is kept here.
+TEST(JobFile, NegativeZeroRoundTripsThroughJsonAndYaml) {
+  const std::string text = "name: p\noptimizer:\n  lr: -.00\nseed: 1634\n";
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(text, "z.yaml", JobFileFormat::kYaml);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const std::string json = JobSpecToJson(*spec);
+  absl::StatusOr<v1::JobSpec> from_json = ParseJobSpec(json, "z.json", JobFileFormat::kJson);
+  ASSERT_TRUE(from_json.ok()) << from_json.status() << "\n" << json;
+  EXPECT_TRUE(MessageDifferencer::Equals(*spec, *from_json)) << json << "\n"
+      << spec->DebugString() << "\n" << from_json->DebugString();
+  const std::string yaml = JobSpecToYaml(*spec);
+  absl::StatusOr<v1::JobSpec> from_yaml = ParseJobSpec(yaml, "z2.yaml", JobFileFormat::kYaml);
+  ASSERT_TRUE(from_yaml.ok()) << from_yaml.status() << "\n" << yaml;
+  EXPECT_TRUE(MessageDifferencer::Equals(*spec, *from_yaml)) << yaml;
+}
+
 }  // namespace
 }  // namespace tessera
