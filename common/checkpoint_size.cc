@@ -11,8 +11,10 @@
 namespace tessera {
 namespace {
 
-// A manifest: its header and checksum lines and one line per file, at most.
-constexpr int64_t kManifestBytes = 512;
+// A manifest, at most: its header and checksum lines, the spec and recipe
+// lines, the numerics stack line (at most 320 characters, written as hex:
+// formats/checkpoint_io.h) and one line per file.
+constexpr int64_t kManifestBytes = 2048;
 
 }  // namespace
 

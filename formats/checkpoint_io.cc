@@ -68,7 +68,8 @@ std::string EncodeManifest(const RankManifest& m) {
   std::string text = absl::StrCat(kManifestMagicPrefix, kManifestVersion, "\nstep ", m.step,
                                   "\nrank ", m.rank, "\nworld_size ", m.world_size,
                                   "\nspec_hash ", m.spec.hash, "\nspec ", EncodeHex(m.spec.fields),
-                                  "\nfp8_recipe ", EncodeHex(m.spec.fp8_recipe), "\n");
+                                  "\nfp8_recipe ", EncodeHex(m.spec.fp8_recipe),
+                                  "\nnumerics_stack ", EncodeHex(m.spec.numerics_stack), "\n");
   for (const ManifestEntry& f : m.files) {
     absl::StrAppend(&text, "file ", f.size, " ", f.sha256, " ", f.name, "\n");
   }
@@ -114,6 +115,13 @@ absl::StatusOr<RankManifest> DecodeManifest(absl::string_view text, const std::s
       return corrupt("malformed spec or fp8_recipe line");
     }
     first_file = 7;
+  }
+  if (m.version >= 3) {
+    if (lines.size() < 8 || !Value(lines[7], "numerics_stack", &v) ||
+        !DecodeHex(v, &m.spec.numerics_stack)) {
+      return corrupt("malformed numerics_stack line");
+    }
+    first_file = 8;
   }
   if (lines.size() - first_file > kMaxManifestFiles) return corrupt("too many files");
   for (size_t i = first_file; i < lines.size(); ++i) {

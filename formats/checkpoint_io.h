@@ -17,18 +17,20 @@
 // directory if no other rank has files in it.
 //
 // Manifest text, one field per line:
-//   tessera-rank-manifest 2
+//   tessera-rank-manifest 3
 //   step <N>
 //   rank <R>
 //   world_size <W>
 //   spec_hash <64 hex>
 //   spec <hex>        (the covered JobSpec fields, deterministic protobuf bytes)
 //   fp8_recipe <hex>  (the Fp8Recipe, likewise; empty hex for the default)
+//   numerics_stack <hex>  (the writing engine's device and library versions,
+//                     Ops::NumericsStack(), as UTF-8 text)
 //   file <size> <sha256 hex> <name>      (one line per file)
 //   sha256 <64 hex digest of every line above, newlines included>
 // Version 1 manifests have no spec and fp8_recipe lines, and their spec hash
-// covers the FP8 recipe too (spec_hash.h's LegacyCheckpointSpecHash); they
-// are still read.
+// covers the FP8 recipe too (spec_hash.h's LegacyCheckpointSpecHash);
+// version 2 manifests have no numerics_stack line. Both are still read.
 #ifndef TESSERA_FORMATS_CHECKPOINT_IO_H_
 #define TESSERA_FORMATS_CHECKPOINT_IO_H_
 
@@ -56,12 +58,18 @@ struct ManifestSpec {
   std::string hash;        // 64 hex characters
   std::string fields;      // serialized v1::JobSpec of the covered fields
   std::string fp8_recipe;  // serialized v1::Fp8Recipe the state was written under
+  // The writing engine's Ops::NumericsStack(); empty from version 1 and 2
+  // manifests.
+  std::string numerics_stack;
 };
 
-inline constexpr int kManifestVersion = 2;
+inline constexpr int kManifestVersion = 3;
+// The longest numerics stack a manifest records; a longer one is cut here.
+inline constexpr size_t kMaxManifestNumericsStackChars = 320;
 
 struct RankManifest {
   int version = kManifestVersion;  // 1: spec.hash covers fp8; fields and fp8_recipe are empty
+                                   // 2: no numerics_stack
   int64_t step = 0;
   int rank = 0;
   int world_size = 1;

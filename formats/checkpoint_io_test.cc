@@ -166,8 +166,8 @@ TEST(CheckpointIo, ReadsVersionOneManifests) {
   EXPECT_EQ(m->files[0].name, "rank-0.state");
 
   std::string future = body;
-  future[std::string("tessera-rank-manifest ").size()] = '3';
-  EXPECT_EQ(DecodeManifest(absl::StrCat(future, "sha256 ", Sha256Hex(future), "\n"), "v3")
+  future[std::string("tessera-rank-manifest ").size()] = '4';
+  EXPECT_EQ(DecodeManifest(absl::StrCat(future, "sha256 ", Sha256Hex(future), "\n"), "v4")
                 .status()
                 .code(),
             absl::StatusCode::kDataLoss);
@@ -178,6 +178,36 @@ TEST(CheckpointIo, ReadsVersionOneManifests) {
                 .status()
                 .code(),
             absl::StatusCode::kDataLoss);
+}
+
+// Version 3 records the writing engine's numerics stack; a version 2
+// manifest (without that line) still reads, with the stack empty, and a
+// version 3 one without it is malformed.
+TEST(CheckpointIo, RecordsTheNumericsStackAndReadsVersionTwo) {
+  RankManifest written;
+  written.step = 3;
+  written.spec = kSpec;
+  written.spec.numerics_stack = "CUDA runtime 13000, cuDNN 91400, NVIDIA H100 (sm_90)";
+  written.files.push_back({"rank-0.state", 5, Sha256Hex("state")});
+  auto back = DecodeManifest(EncodeManifest(written), "v3");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->version, 3);
+  EXPECT_EQ(back->spec.numerics_stack, written.spec.numerics_stack);
+  EXPECT_EQ(back->spec.fp8_recipe, kSpec.fp8_recipe);
+
+  std::string v2 = absl::StrCat("tessera-rank-manifest 2\nstep 3\nrank 0\nworld_size 1\n",
+                                "spec_hash ", kHash, "\nspec ", "\nfp8_recipe ",
+                                "\nfile 5 ", Sha256Hex("state"), " rank-0.state\n");
+  auto old = DecodeManifest(absl::StrCat(v2, "sha256 ", Sha256Hex(v2), "\n"), "v2");
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(old->version, 2);
+  EXPECT_TRUE(old->spec.numerics_stack.empty());
+  ASSERT_EQ(old->files.size(), 1u);
+
+  std::string short_v3 = v2;
+  short_v3[std::string("tessera-rank-manifest ").size()] = '3';
+  auto malformed = DecodeManifest(absl::StrCat(short_v3, "sha256 ", Sha256Hex(short_v3), "\n"), "v3");
+  EXPECT_EQ(malformed.status().code(), absl::StatusCode::kDataLoss) << malformed.status();
 }
 
 TEST(CheckpointIo, AFailedWriteLeavesNoTempFilesAndNoStepDirectory) {

@@ -31,6 +31,7 @@ struct FakeTrainerOptions {
   // rank's entry, as a real collective bootstrap would.
   bool exchange_hosts = false;
   absl::StatusCode restore_fail_code = absl::StatusCode::kOk;  // Restore fails with it unless OK
+  std::string restore_warning;  // what restore_warning() says after a Restore
   // RunStep(note_at_step) reports `note` as its engine note.
   int note_at_step = -1;
   std::string note;
@@ -58,6 +59,9 @@ class FakeTrainer : public Trainer {
   // seq_len tokens per rank. FAILED_PRECONDITION without data.validation.
   absl::StatusOr<ValidationReport> Evaluate() override;
   void Abort() override { aborted_ = true; }
+  std::string restore_warning() const override {
+    return restored_step_ >= 0 ? options_.restore_warning : std::string();
+  }
 
   // Threads that made calls, other than Abort (shared by every FakeTrainer).
   static std::set<std::thread::id> CallingThreads();

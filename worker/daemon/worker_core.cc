@@ -172,8 +172,13 @@ absl::StatusOr<v1::SetupJobResponse> WorkerCore::SetupJob(const v1::SetupJobRequ
             !s.ok()) {
           report = s;
           restore_failed = true;
-        } else if (const std::string note = trainer_->restore_note(); !note.empty()) {
-          Log(v1::INFO, request.job_id(), request.rank(), -1, note);
+        } else {
+          if (const std::string note = trainer_->restore_note(); !note.empty()) {
+            Log(v1::INFO, request.job_id(), request.rank(), -1, note);
+          }
+          if (const std::string warning = trainer_->restore_warning(); !warning.empty()) {
+            Log(v1::WARNING, request.job_id(), request.rank(), -1, warning);
+          }
         }
       }
     } catch (const std::bad_alloc&) {

@@ -356,6 +356,37 @@ TEST(WorkerCore, ResumeRestoresAfterSetupAndStartsAtTheResumedStep) {
   EXPECT_TRUE(core.Checkpoint("job-1", 6, "/tmp/ck").ok());
 }
 
+// A checkpoint written under another numerics stack resumes, with a
+// WARNING in the job's log before the first step.
+TEST(WorkerCore, ARestoreWarningGoesToTheJobLogAsAWarning) {
+  FakeTrainerOptions options;
+  options.restore_warning = "resumed from step 4 on another numerics stack";
+  JobLog log(nullptr);
+  WorkerCore core(Factory(options));
+  core.set_job_log(&log);
+  v1::SetupJobRequest request = SetupRequest("job-1");
+  request.mutable_spec()->set_steps(10);
+  request.mutable_spec()->mutable_checkpoint()->set_dir("/shared/ckpt");
+  request.set_resume_step(4);
+  ASSERT_TRUE(core.SetupJob(request).ok());
+  JobLog::Batch batch = log.Read("job-1", 0, 1000, absl::ZeroDuration());
+  int warnings = 0;
+  for (const v1::LogLine& line : batch.lines) {
+    if (line.message() != options.restore_warning) continue;
+    ++warnings;
+    EXPECT_EQ(line.severity(), v1::WARNING);
+  }
+  EXPECT_EQ(warnings, 1);
+  // A fresh start restores nothing and warns of nothing.
+  JobLog fresh_log(nullptr);
+  WorkerCore fresh(Factory(options));
+  fresh.set_job_log(&fresh_log);
+  ASSERT_TRUE(fresh.SetupJob(SetupRequest("job-2")).ok());
+  for (const v1::LogLine& line : fresh_log.Read("job-2", 0, 1000, absl::ZeroDuration()).lines) {
+    EXPECT_NE(line.message(), options.restore_warning);
+  }
+}
+
 TEST(WorkerCore, BadResumeRequestsAreInvalidArgument) {
   WorkerCore core(Factory());
   v1::SetupJobRequest request = SetupRequest("job-1");

@@ -204,6 +204,15 @@ class Ops {
   // step it is that step's peak.
   virtual absl::StatusOr<int64_t> MemoryInUseBytes() = 0;
 
+  // ---- Provenance ---------------------------------------------------------
+  // What besides the job decides this engine's bits: the device and the
+  // library versions its kernels come from, in one line ("CUDA runtime
+  // 13000, driver 13000, cuBLASLt 130100, cuDNN 91400, NVIDIA H100 80GB
+  // HBM3 (sm_90)"; the CPU engine names its BLAS). A checkpoint records it,
+  // and a resume under another says that the run's bits will differ from
+  // an unbroken run's.
+  virtual std::string NumericsStack() const = 0;
+
   // ---- GEMM ---------------------------------------------------------------
   // d [M, N] = op(a) · op(b) (+ d if accumulate), op(x) = xᵀ when trans_x.
   // a is [M, K] ([K, M] if trans_a); b is [K, N] ([N, K] if trans_b).

@@ -37,6 +37,7 @@ class CountingOps : public Ops {
   }
   absl::StatusOr<int64_t> AvailableMemoryBytes() override { return engine_->AvailableMemoryBytes(); }
   absl::StatusOr<int64_t> MemoryInUseBytes() override { return engine_->MemoryInUseBytes(); }
+  std::string NumericsStack() const override { return engine_->NumericsStack(); }
   absl::Status CopyToDevice(void* dst, const void* src, size_t bytes, Stream* s) override {
     return engine_->CopyToDevice(dst, src, bytes, s);
   }

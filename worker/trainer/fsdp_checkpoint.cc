@@ -223,9 +223,15 @@ absl::StatusOr<CheckpointStarted> FsdpTrainer::StartCheckpoint(int step, const s
   started.bytes = static_cast<int64_t>(sink.size());
   started.background = true;
   RETURN_IF_ERROR(writer_.Start(CheckpointWriteRequest{
-      dir, step, rank_, world_, ManifestSpecOf(spec_), StateFileName(rank_),
+      dir, step, rank_, world_, ManifestSpecForSave(), StateFileName(rank_),
       static_cast<const char*>(snapshot_->data()), sink.size()}));
   return started;
+}
+
+ManifestSpec FsdpTrainer::ManifestSpecForSave() const {
+  ManifestSpec spec = ManifestSpecOf(spec_);
+  spec.numerics_stack = ops_->NumericsStack().substr(0, kMaxManifestNumericsStackChars);
+  return spec;
 }
 
 absl::StatusOr<CheckpointWritten> FsdpTrainer::AwaitCheckpoint(int step) {
@@ -246,7 +252,7 @@ absl::StatusOr<CheckpointWritten> FsdpTrainer::AwaitCheckpoint(int step) {
 absl::StatusOr<CheckpointWritten> FsdpTrainer::WriteCheckpointNow(int step,
                                                                  const std::string& dir) {
   ASSIGN_OR_RETURN(std::unique_ptr<RankCheckpointWriter> writer,
-                   RankCheckpointWriter::Begin(dir, step, rank_, world_, ManifestSpecOf(spec_)));
+                   RankCheckpointWriter::Begin(dir, step, rank_, world_, ManifestSpecForSave()));
   int64_t bytes = 0;
   RETURN_IF_ERROR(writer->AddFile(StateFileName(rank_), [&](DurableFileWriter& out) {
     FileSink sink(*ops_, out);
@@ -322,6 +328,7 @@ absl::Status FsdpTrainer::Restore(const std::string& dir, int step) {
     return std::find(block_linears.begin(), block_linears.end(), &p) != block_linears.end();
   };
   v1::Fp8Recipe saved_recipe;
+  std::string saved_stack;
   for (auto& [s, state] : saved) {
     ASSIGN_OR_RETURN(const RankManifest manifest, ReadRankManifest(dir, step, s));
     const std::string what = absl::StrCat(StepDir(dir, step), "/", StateFileName(s));
@@ -330,6 +337,7 @@ absl::Status FsdpTrainer::Restore(const std::string& dir, int step) {
     RETURN_IF_ERROR(CheckManifestWorldSize(manifest, saved_world, manifest_path));
     if (s == meta_rank) {
       ASSIGN_OR_RETURN(saved_recipe, SavedFp8Recipe(manifest, spec_, manifest_path));
+      saved_stack = manifest.spec.numerics_stack;
     }
     ASSIGN_OR_RETURN(state.bytes, ReadVerifiedFile(dir, manifest, StateFileName(s)));
     RETURN_IF_ERROR(ParseState(what, state));
@@ -423,6 +431,7 @@ absl::Status FsdpTrainer::Restore(const std::string& dir, int step) {
   restored_ = true;
   quantize_restored_masters_ = recipe_changed && fp8_;
   restore_note_.clear();
+  restore_warning_.clear();
   if (recipe_changed) {
     restore_note_ = absl::StrCat(
         "resumed from step ", step, ": ", recipe_change,
@@ -430,6 +439,14 @@ absl::Status FsdpTrainer::Restore(const std::string& dir, int step) {
         fp8_ ? "quantized from the masters with fresh scales agreed across ranks"
              : "cast to bf16 from the masters",
         ", FP8 amax histories and scales started fresh");
+  }
+  // A checkpoint from before the stack was recorded says nothing either way.
+  if (const std::string now = ops_->NumericsStack().substr(0, kMaxManifestNumericsStackChars);
+      !saved_stack.empty() && saved_stack != now) {
+    restore_warning_ = absl::StrCat(
+        "resumed from step ", step, " on another numerics stack: the checkpoint was written "
+        "under \"", saved_stack, "\", this rank runs \"", now, "\"; training goes on from the "
+        "saved state, but its losses and weights will not match an unbroken run's bit for bit");
   }
   return absl::OkStatus();
 }

@@ -413,6 +413,48 @@ TEST(FsdpCheckpoint, RestoreRefusesDamagedMissingAndForeignCheckpoints) {
   EXPECT_NE(damaged.message().find("rank-0.state"), absl::string_view::npos) << damaged;
 }
 
+// The manifest records the engine's numerics stack; a restore under another
+// warns (and still restores), one under the same stack or from a manifest
+// that predates the record says nothing.
+TEST(FsdpCheckpoint, RestoreUnderAnotherNumericsStackWarns) {
+  const v1::JobSpec spec = TinyCpuTestJobSpec(1);
+  const std::string root = CommittedOneRankCheckpoint(spec);
+  const std::string stack = CreateCpuOps()->NumericsStack();
+  EXPECT_EQ(stack.rfind("CPU engine, ", 0), 0u) << stack;
+  absl::StatusOr<RankManifest> manifest = ReadRankManifest(root, 2, 0);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  EXPECT_EQ(manifest->spec.numerics_stack, stack);
+
+  const auto restore = [&](std::string* warning, std::string* note) {
+    FsdpTrainer trainer(CreateCpuOps(), CreateGlooCommunicator);
+    ASSERT_TRUE(trainer.Setup(spec, 0, 1).ok());
+    ASSERT_TRUE(trainer.Restore(root, 2).ok());
+    *warning = trainer.restore_warning();
+    *note = trainer.restore_note();
+  };
+  const auto rewrite_stack = [&](const std::string& recorded) {
+    RankManifest m = *manifest;
+    m.spec.numerics_stack = recorded;
+    std::ofstream(StepDir(root, 2) + "/rank-0.manifest", std::ios::binary | std::ios::trunc)
+        << EncodeManifest(m);
+  };
+  std::string warning, note;
+  restore(&warning, &note);
+  EXPECT_EQ(warning, "");
+
+  rewrite_stack("CUDA runtime 13000, driver 13000, cuBLASLt 130100, cuDNN 91400, H100 (sm_90)");
+  restore(&warning, &note);
+  EXPECT_NE(warning.find("resumed from step 2 on another numerics stack"), std::string::npos)
+      << warning;
+  EXPECT_NE(warning.find("cuDNN 91400"), std::string::npos) << warning;
+  EXPECT_NE(warning.find(stack), std::string::npos) << warning;
+  EXPECT_EQ(note, "");  // the state itself loaded as saved
+
+  rewrite_stack("");  // as a manifest from before the stack was recorded
+  restore(&warning, &note);
+  EXPECT_EQ(warning, "");
+}
+
 TEST(FsdpCheckpoint, RestoreOutOfOrderIsAFailedPrecondition) {
   const v1::JobSpec spec = TinyCpuTestJobSpec(1);
   const std::string root = CommittedOneRankCheckpoint(spec);

@@ -93,6 +93,7 @@ class FsdpTrainer : public Trainer {
   // agreed from the masters' global amax, as a fresh job's are.
   absl::Status Restore(const std::string& dir, int step) override;
   std::string restore_note() const override { return restore_note_; }
+  std::string restore_warning() const override { return restore_warning_; }
   void Abort() override;
 
   // For tests: engine allocations and host reads so far, counted at the ops
@@ -187,6 +188,8 @@ class FsdpTrainer : public Trainer {
   // Puts this rank's state file into `out` (StateSink: the snapshot, or a
   // file through a staging buffer).
   absl::Status WriteState(int step, StateSink& out);
+  // What this rank's checkpoint manifests record of the job and engine.
+  ManifestSpec ManifestSpecForSave() const;
   // The synchronous write, when there is no snapshot.
   absl::StatusOr<CheckpointWritten> WriteCheckpointNow(int step, const std::string& dir);
   absl::StatusOr<DeviceTensor> Alloc(DType dtype, Shape shape);
@@ -286,7 +289,8 @@ class FsdpTrainer : public Trainer {
   // ...except the FP8 compute shards when the checkpoint's recipe was not FP8
   // with this job's scaling: InitCollective quantizes them from the masters.
   bool quantize_restored_masters_ = false;
-  std::string restore_note_;  // see Trainer::restore_note
+  std::string restore_note_;     // see Trainer::restore_note
+  std::string restore_warning_;  // see Trainer::restore_warning
   int next_step_ = 0;
 
   v1::JobSpec spec_;

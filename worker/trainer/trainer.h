@@ -176,6 +176,11 @@ class Trainer {
   // changed from delayed scaling (amax history 16) to disabled (bf16); ...".
   // Empty when the state was loaded as saved (and before any Restore).
   virtual std::string restore_note() const { return std::string(); }
+  // After a Restore whose checkpoint was written under another numerics
+  // stack (Ops::NumericsStack: device, CUDA, cuBLASLt, cuDNN or the CPU
+  // engine's BLAS), what the job's log should warn about: the run goes on,
+  // but no longer bit for bit with an unbroken one. Empty otherwise.
+  virtual std::string restore_warning() const { return std::string(); }
   // Scores the validation data with the current weights: each rank its own
   // eval_batches micro-batches, the loss all-reduced. Touches no optimizer
   // or FP8 scaling state, so the next RunStep computes exactly what it would

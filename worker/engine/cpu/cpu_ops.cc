@@ -228,6 +228,12 @@ class CpuOps : public Ops {
   // swapping), else the free pages.
   absl::StatusOr<int64_t> AvailableMemoryBytes() override { return AvailableHostMemoryBytes(); }
   absl::StatusOr<int64_t> MemoryInUseBytes() override { return live_bytes_->load(); }
+  std::string NumericsStack() const override {
+    // OpenBLAS's configuration line: its version and the kernel set it
+    // chose for this CPU, both of which decide the GEMMs' summation order.
+    const char* config = openblas_get_config();
+    return absl::StrCat("CPU engine, ", config != nullptr ? config : "OpenBLAS");
+  }
   // The reference composes the two ops through a bf16 temporary.
   absl::Status SwiGluForwardQuantize(const TensorDesc& gate_up, const TensorDesc& out,
                                      const TensorDesc& out_t, Stream*) override {

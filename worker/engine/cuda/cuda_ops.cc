@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "common/cudnn_attention_workspace.h"
 #include "common/status_macros.h"
 #include "worker/engine/cuda/attention_args.h"
@@ -321,6 +322,18 @@ class CudaOps : public Ops {
     size_t free_bytes = 0, total_bytes = 0;
     CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
     return static_cast<int64_t>(free_bytes);
+  }
+  std::string NumericsStack() const override {
+    int runtime = 0, driver = 0;
+    cudaRuntimeGetVersion(&runtime);
+    cudaDriverGetVersion(&driver);
+    const cuda::DeviceFacts& facts = ctx_->facts();
+    return absl::StrCat("CUDA runtime ", runtime, ", driver ", driver, ", cuBLASLt ",
+                        cublasLtGetVersion(), ", cuDNN ",
+                        cudnn_attention_ != nullptr
+                            ? absl::StrCat(cuda::CudnnAttention::Version())
+                            : std::string("not used"),
+                        ", ", facts.name, " (sm_", facts.compute_major, facts.compute_minor, ")");
   }
   absl::StatusOr<int64_t> MemoryInUseBytes() override {
     RETURN_IF_ERROR(ctx_->MakeCurrent());
