@@ -57,12 +57,6 @@ ABSL_FLAG(uint32_t, seed, 1, "input seed");
 namespace tessera {
 namespace {
 
-#define PLANS_CUDA_RETURN_IF_ERROR(expr)                                                \
-  do {                                                                                   \
-    const cudaError_t e_ = (expr);                                                       \
-    if (e_ != cudaSuccess) return absl::InternalError(absl::StrCat(#expr, ": ", cudaGetErrorString(e_))); \
-  } while (0)
-
 struct DeviceBytes {
   void* p = nullptr;
   size_t bytes = 0;
@@ -74,13 +68,13 @@ struct DeviceBytes {
   }
   absl::Status Allocate(size_t n) {
     bytes = n;
-    PLANS_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, std::max<size_t>(n, 256)));
+    BENCH_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, std::max<size_t>(n, 256)));
     return absl::OkStatus();
   }
   template <typename T>
   absl::StatusOr<std::vector<T>> Download() const {
     std::vector<T> host(bytes / sizeof(T));
-    PLANS_CUDA_RETURN_IF_ERROR(cudaMemcpy(host.data(), p, bytes, cudaMemcpyDeviceToHost));
+    BENCH_CUDA_RETURN_IF_ERROR(cudaMemcpy(host.data(), p, bytes, cudaMemcpyDeviceToHost));
     return host;
   }
 };
@@ -115,7 +109,7 @@ absl::Status UploadRandomBf16(DeviceBytes& d, std::mt19937& rng) {
   std::normal_distribution<float> normal(0.f, 1.f);
   std::vector<uint16_t> host(d.bytes / 2);
   for (uint16_t& x : host) x = cpu::FloatToBf16(normal(rng));
-  PLANS_CUDA_RETURN_IF_ERROR(cudaMemcpy(d.p, host.data(), d.bytes, cudaMemcpyHostToDevice));
+  BENCH_CUDA_RETURN_IF_ERROR(cudaMemcpy(d.p, host.data(), d.bytes, cudaMemcpyHostToDevice));
   return absl::OkStatus();
 }
 
@@ -142,7 +136,11 @@ double RelativeL2(const std::vector<T>& got, const std::vector<T>& want) {
 absl::Status Run() {
   ASSIGN_OR_RETURN(const cuda::AttentionShape shape, ParseShape(absl::GetFlag(FLAGS_shape)));
   ASSIGN_OR_RETURN(const int kind, ParseKind(absl::GetFlag(FLAGS_kind)));
-  PLANS_CUDA_RETURN_IF_ERROR(cudaSetDevice(0));
+  if (absl::GetFlag(FLAGS_first) < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--first: must be >= 0, got ", absl::GetFlag(FLAGS_first)));
+  }
+  BENCH_CUDA_RETURN_IF_ERROR(cudaSetDevice(0));
   ASSIGN_OR_RETURN(std::unique_ptr<cuda::CudnnAttention> cudnn, cuda::CudnnAttention::Create());
   nlohmann::json result = {{"shape", absl::GetFlag(FLAGS_shape)},
                            {"kind", absl::GetFlag(FLAGS_kind)},
@@ -166,7 +164,7 @@ absl::Status Run() {
   RETURN_IF_ERROR(UploadRandomBf16(qkv, rng));
   RETURN_IF_ERROR(UploadRandomBf16(grad_out, rng));
   cudaStream_t stream = nullptr;
-  PLANS_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  BENCH_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
 
   const bool forward = kind == cuda::CudnnAttention::kForward;
   const bool deterministic = kind == cuda::CudnnAttention::kBackwardDeterministic;
@@ -183,14 +181,13 @@ absl::Status Run() {
   };
   // The forward always runs the default plan when timing a backward: the
   // backward's inputs (out, lse) are the same for every candidate.
-  RETURN_IF_ERROR(cudnn->ForwardWorkspaceBytes(shape).status());
   if (!forward) {
     DeviceBytes forward_workspace;
     ASSIGN_OR_RETURN(const size_t fw, cudnn->ForwardWorkspaceBytes(shape));
     RETURN_IF_ERROR(forward_workspace.Allocate(fw));
     RETURN_IF_ERROR(cudnn->Forward(shape, qkv.p, out.p, static_cast<float*>(lse.p),
                                    forward_workspace.p, stream));
-    PLANS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    BENCH_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   }
   const auto call = [&]() -> absl::Status {
     if (forward) {
@@ -201,7 +198,7 @@ absl::Status Run() {
   };
   // What the graph gives: out and lse, or grad_qkv.
   const auto outputs = [&]() -> absl::StatusOr<std::pair<std::vector<uint16_t>, std::vector<float>>> {
-    PLANS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    BENCH_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
     if (forward) {
       ASSIGN_OR_RETURN(std::vector<uint16_t> o, out.Download<uint16_t>());
       ASSIGN_OR_RETURN(std::vector<float> l, lse.Download<float>());

@@ -595,19 +595,15 @@ absl::StatusOr<std::vector<std::pair<cudnnBackendDescriptor_t, std::string>>> Ca
   int variants = 0;
   for (const ConfigKnobs::Range& r : first.ranges) {
     if (r.stride <= 0) continue;
+    // The heuristics' own setting of this knob, if it sets it.
+    const auto own = std::find_if(first.choices.begin(), first.choices.end(),
+                                  [&](const auto& kv) { return kv.first == r.type; });
     for (int64_t v = r.min; v <= r.max && variants < kMaxKnobVariants; v += r.stride) {
+      if (own != first.choices.end() && own->second == v) continue;  // listed already
       std::vector<std::pair<int64_t, int64_t>> knobs = first.choices;
-      bool found = false;
-      for (auto& [type, value] : knobs) {
-        if (type != r.type) continue;
-        found = true;
-        if (value == v) found = false;  // the heuristics' own value: listed already
-        value = v;
-      }
-      if (!found) {
-        const bool present = std::any_of(first.choices.begin(), first.choices.end(),
-                                         [&](const auto& kv) { return kv.first == r.type; });
-        if (present) continue;
+      if (own != first.choices.end()) {
+        knobs[own - first.choices.begin()].second = v;
+      } else {
         knobs.emplace_back(r.type, v);
       }
       // A value the engine refuses for this graph is skipped.
@@ -714,6 +710,21 @@ absl::Status CudnnAttention::CheckShape(const AttentionShape& shape, int kind) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// The ops of `kind`'s graph for `shape`, into `g`; `p` gets their tensor ids.
+void BuildGraph(GraphBuilder& g, const AttentionShape& shape, int kind,
+                CudnnAttention::Plan& p) {
+  const Layout layout(shape);
+  if (kind == kForward) {
+    BuildForward(g, layout, p);
+  } else {
+    BuildBackward(g, layout, kind == kBackwardDeterministic, p);
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<CudnnAttention::Plan>> CudnnAttention::BuildPlan(
     const AttentionShape& shape, int kind, int pinned) {
   RETURN_IF_ERROR(CheckShape(shape, kind));
@@ -721,11 +732,7 @@ absl::StatusOr<std::unique_ptr<CudnnAttention::Plan>> CudnnAttention::BuildPlan(
   plan->scale_value = 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
   const Layout layout(shape);
   GraphBuilder g(&plan->descriptors);
-  if (kind == kForward) {
-    BuildForward(g, layout, *plan);
-  } else {
-    BuildBackward(g, layout, kind == kBackwardDeterministic, *plan);
-  }
+  BuildGraph(g, shape, kind, *plan);
   const absl::Status made =
       MakePlan(static_cast<cudnnHandle_t>(handle_), g, plan->descriptors, *plan, pinned);
   if (!made.ok()) {
@@ -770,13 +777,8 @@ absl::StatusOr<std::vector<std::string>> CudnnAttention::ListPlanCandidates(
     const AttentionShape& shape, int kind) {
   RETURN_IF_ERROR(CheckShape(shape, kind));
   Plan scratch;
-  const Layout layout(shape);
   GraphBuilder g(&scratch.descriptors);
-  if (kind == kForward) {
-    BuildForward(g, layout, scratch);
-  } else {
-    BuildBackward(g, layout, kind == kBackwardDeterministic, scratch);
-  }
+  BuildGraph(g, shape, kind, scratch);
   return DescribeCandidates(static_cast<cudnnHandle_t>(handle_), g);
 }
 
