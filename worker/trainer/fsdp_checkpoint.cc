@@ -228,9 +228,13 @@ absl::StatusOr<CheckpointStarted> FsdpTrainer::StartCheckpoint(int step, const s
   return started;
 }
 
+std::string FsdpTrainer::RecordedNumericsStack() const {
+  return ops_->NumericsStack().substr(0, kMaxManifestNumericsStackChars);
+}
+
 ManifestSpec FsdpTrainer::ManifestSpecForSave() const {
   ManifestSpec spec = ManifestSpecOf(spec_);
-  spec.numerics_stack = ops_->NumericsStack().substr(0, kMaxManifestNumericsStackChars);
+  spec.numerics_stack = RecordedNumericsStack();
   return spec;
 }
 
@@ -441,8 +445,7 @@ absl::Status FsdpTrainer::Restore(const std::string& dir, int step) {
         ", FP8 amax histories and scales started fresh");
   }
   // A checkpoint from before the stack was recorded says nothing either way.
-  if (const std::string now = ops_->NumericsStack().substr(0, kMaxManifestNumericsStackChars);
-      !saved_stack.empty() && saved_stack != now) {
+  if (const std::string now = RecordedNumericsStack(); !saved_stack.empty() && saved_stack != now) {
     restore_warning_ = absl::StrCat(
         "resumed from step ", step, " on another numerics stack: the checkpoint was written "
         "under \"", saved_stack, "\", this rank runs \"", now, "\"; training goes on from the "

@@ -188,8 +188,10 @@ class FsdpTrainer : public Trainer {
   // Puts this rank's state file into `out` (StateSink: the snapshot, or a
   // file through a staging buffer).
   absl::Status WriteState(int step, StateSink& out);
-  // What this rank's checkpoint manifests record of the job and engine.
+  // What this rank's checkpoint manifests record of the job and engine,
+  // and of the engine alone (its numerics stack as a manifest keeps it).
   ManifestSpec ManifestSpecForSave() const;
+  std::string RecordedNumericsStack() const;
   // The synchronous write, when there is no snapshot.
   absl::StatusOr<CheckpointWritten> WriteCheckpointNow(int step, const std::string& dir);
   absl::StatusOr<DeviceTensor> Alloc(DType dtype, Shape shape);
