@@ -185,8 +185,12 @@ class FsdpTrainer : public Trainer {
   // and rolled into their scales (the other slots stay for the step's end).
   absl::Status UpdateWeightScales(Stream* stream);
   // Makes stream_ wait for Adam group g of an overlapped update (no-op when
-  // none is running).
+  // none is running); the ToGather form before an all-gather of the group's
+  // shards (no-op at world size 1, which gathers nothing). With weights
+  // kept through the backward (not reshard_after_forward), a sharded step
+  // gathers every block up front, so its forward waits for the whole update.
   absl::Status WaitForUpdatedGroup(int group);
+  absl::Status WaitForUpdatedGroupToGather(int group);
   // Runs the pending update now, to its end, so that the weights, moments
   // and FP8 state are the step's: before a checkpoint, an evaluation, the
   // shadow loss or a read of the weights. No-op when none is pending.

@@ -272,7 +272,7 @@ absl::Status FsdpTrainer::QueueStep(PendingUpdate pending, bool defer_own) {
     ASSIGN_OR_RETURN(const CollectiveTicket embedding_gathered,
                      StartGather({{&embedding_, &gathered_embedding_}}));
     for (int l = 0; l < weight_ring_.FirstGathers(); ++l) {
-      RETURN_IF_ERROR(WaitForUpdatedGroup(1 + l));
+      RETURN_IF_ERROR(WaitForUpdatedGroupToGather(1 + l));
       ASSIGN_OR_RETURN(gather_done_[l], StartGatherBlock(l, GatheredFor(l)));
     }
     RETURN_IF_ERROR(comm_->WaitFor(embedding_gathered, stream_));
@@ -292,11 +292,11 @@ absl::Status FsdpTrainer::QueueStep(PendingUpdate pending, bool defer_own) {
       RETURN_IF_ERROR(clock_.WaitLap(CollectiveSite::kForwardGather, stream_));
       // Queued now, so after block l - 1, the last reader of the set it fills.
       if (const int ahead = weight_ring_.GatheredAheadOf(l); ahead >= 0) {
-        RETURN_IF_ERROR(WaitForUpdatedGroup(1 + ahead));
+        RETURN_IF_ERROR(WaitForUpdatedGroupToGather(1 + ahead));
         ASSIGN_OR_RETURN(gather_done_[ahead], StartGatherBlock(ahead, GatheredFor(ahead)));
       }
       if (l + 1 == layers_) {
-        RETURN_IF_ERROR(WaitForUpdatedGroup(layers_ + 1));
+        RETURN_IF_ERROR(WaitForUpdatedGroupToGather(layers_ + 1));
         ASSIGN_OR_RETURN(head_gathered, StartGather({{&final_norm_, &gathered_final_norm_},
                                                      {&lm_head_, &gathered_lm_head_}}));
       }
@@ -476,6 +476,13 @@ absl::Status FsdpTrainer::UpdateWeightScales(Stream* stream) {
 absl::Status FsdpTrainer::WaitForUpdatedGroup(int group) {
   if (!overlapping_update_) return absl::OkStatus();
   return ops_->WaitForFence(stream_, group_updated_[group]);
+}
+
+absl::Status FsdpTrainer::WaitForUpdatedGroupToGather(int group) {
+  // One rank gathers nothing: its blocks read their shards, and each
+  // block's forward waits for its own group right before it runs.
+  if (world_ == 1) return absl::OkStatus();
+  return WaitForUpdatedGroup(group);
 }
 
 absl::Status FsdpTrainer::FinishPendingUpdate() {
