@@ -6,9 +6,6 @@
 #   tessera  attention_kernels: ATTENTION_KERNELS_TESSERA (our kernels)
 #   auto     the default: cuDNN's fused attention, deterministic backward
 #   atomic   the default plus nondeterministic_attention_backward: true
-#   auto-at-end, atomic-at-end
-#            auto or atomic with disable_optimizer_overlap: true (each
-#            step's FusedAdam at its own end, not beside the next forward)
 # The median step time (the job's own step_time_s, slowest rank) after SKIP
 # warm-up steps, tokens/s per GPU, the backward and forward phases, and each
 # variant's speed over the first variant's are printed as a Markdown table.
@@ -39,11 +36,7 @@ variant_lines() {
     tessera) echo "attention_kernels: ATTENTION_KERNELS_TESSERA" ;;
     auto) echo "" ;;
     atomic) echo "nondeterministic_attention_backward: true" ;;
-    auto-at-end) echo "disable_optimizer_overlap: true" ;;
-    atomic-at-end) printf '%s\n' "nondeterministic_attention_backward: true" \
-                     "disable_optimizer_overlap: true" ;;
-    *) echo "unknown variant $1 (tessera, auto, atomic, auto-at-end, atomic-at-end)" >&2
-       return 1 ;;
+    *) echo "unknown variant $1 (tessera, auto, atomic)" >&2; return 1 ;;
   esac
 }
 

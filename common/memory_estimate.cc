@@ -134,13 +134,12 @@ RankMemoryEstimate EstimateRankMemory(const v1::JobSpec& spec, int /*rank*/, int
   // Per-step buffers: FP8 operand scratch, then token ids and targets (and
   // under document masking their document starts), the
   // final hidden state and its norm, the gradient buffers, the widest
-  // input and output buffers, the step's scalars and two rows of Adam step
-  // values (the pending update's and the step's own).
+  // input and output buffers, the step's scalars and its Adam step values.
   const int64_t widest_in = std::max(hidden, ffn), widest_out = std::max(qkv, 2 * ffn);
   e.scratch += tokens * widest_in + 2 * tokens * widest_out + widest_in * widest_out;
   e.scratch += 2 * tokens * 4 + tokens * hidden * 4 + tokens * 4 + tokens * hidden * 2 +
                tokens * hidden * 2 + tokens * hidden * 4 +
-               tokens * widest_out * 2 + tokens * widest_in * 2 + tokens * qkv * 2 + 8 * 4 + 2 * 3 * 4;
+               tokens * widest_out * 2 + tokens * widest_in * 2 + tokens * qkv * 2 + 8 * 4 + 3 * 4;
   if (spec.data().document_masking()) e.scratch += tokens * 4;  // attention's doc_starts
   // The bf16 shadow loss (worker/trainer/shadow_loss.cc): one block's four
   // linears in bf16, full size, and at world size > 1 this rank's bf16

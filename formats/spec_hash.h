@@ -11,7 +11,7 @@
 // formats/checkpoint_compatibility.h), model.init_from (only step 0's
 // weights come from it), device_kind, steps (a resumed job may train longer;
 // note the decaying LR schedules depend on it), checkpoint, reshard_after_forward,
-// loss_chunk_tokens, step_timeout_s, disable_step_graph, disable_optimizer_overlap,
+// loss_chunk_tokens, step_timeout_s, disable_step_graph,
 // nondeterministic_gemm_tuning (how GEMM algorithms are chosen, which
 // changes no saved shape) and memory (what a step recomputes, which
 // changes no saved bit).

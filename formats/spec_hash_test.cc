@@ -53,7 +53,6 @@ TEST(SpecHash, CoversStateShapingFieldsOnly) {
   EXPECT_FALSE(changed([](v1::JobSpec& s) { s.set_reshard_after_forward(true); }));
   EXPECT_FALSE(changed([](v1::JobSpec& s) { s.set_step_timeout_s(9); }));
   EXPECT_FALSE(changed([](v1::JobSpec& s) { s.set_disable_step_graph(true); }));
-  EXPECT_FALSE(changed([](v1::JobSpec& s) { s.set_disable_optimizer_overlap(true); }));
   // The recipe is recorded beside the hash and may change on resume.
   EXPECT_FALSE(changed([](v1::JobSpec& s) { s.mutable_fp8()->set_disabled(true); }));
   EXPECT_FALSE(changed([](v1::JobSpec& s) { s.mutable_fp8()->mutable_current(); }));

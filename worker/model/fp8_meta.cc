@@ -72,19 +72,14 @@ absl::Status Fp8Meta::FromCheckpoint(Ops& ops, const void* bytes) {
   return ops.Synchronize(nullptr);
 }
 
-absl::Status Fp8Meta::UpdateScales(Ops& ops, Stream* stream, Slots slots) {
+absl::Status Fp8Meta::UpdateScales(Ops& ops, Stream* stream) {
   const int n4 = layout_.e4m3_slots(), n5 = layout_.e5m2_slots(), h = layout_.history_len();
-  // The e4m3 slots to update, [first, first + count): weights are [0, n),
-  // inputs [n, 2n) of the one history table, whose rows are n4 wide.
-  const int weights = layout_.linears();
-  const int first = slots == Slots::kActivationsAndGradients ? weights : 0;
-  const int count = slots == Slots::kAll ? n4 : weights;
-  absl::Status s = ops.UpdateFp8Scales(
-      amax(E4m3Slot{first}), at(layout_.history4_offset() + first), scale(E4m3Slot{first}),
-      scale_inv(E4m3Slot{first}), kScaleInvStride, count, h, n4, kE4m3Max, margin_, algo_, stream);
-  if (!s.ok() || slots == Slots::kWeights) return s;
+  absl::Status s = ops.UpdateFp8Scales(amax(E4m3Slot{0}), at(layout_.history4_offset()),
+                                       scale(E4m3Slot{0}), scale_inv(E4m3Slot{0}),
+                                       kScaleInvStride, n4, h, kE4m3Max, margin_, algo_, stream);
+  if (!s.ok()) return s;
   return ops.UpdateFp8Scales(amax(E5m2Slot{0}), at(layout_.history5_offset()), scale(E5m2Slot{0}),
-                             scale_inv(E5m2Slot{0}), kScaleInvStride, n5, h, n5, kE5m2Max, margin_,
+                             scale_inv(E5m2Slot{0}), kScaleInvStride, n5, h, kE5m2Max, margin_,
                              algo_, stream);
 }
 
@@ -98,13 +93,13 @@ absl::Status Fp8Meta::RecordWeightEncodeScales(Ops& ops, Stream* stream) {
 
 absl::Status Fp8Meta::UpdateScale(Ops& ops, E4m3Slot slot, Stream* stream) {
   return ops.UpdateFp8Scales(amax(slot), at(layout_.history4_offset() + slot.index), scale(slot),
-                             scale_inv(slot), kScaleInvStride, 1, 1, 1, kE4m3Max, margin_,
+                             scale_inv(slot), kScaleInvStride, 1, 1, kE4m3Max, margin_,
                              AmaxAlgo::kMostRecent, stream);
 }
 
 absl::Status Fp8Meta::UpdateScale(Ops& ops, E5m2Slot slot, Stream* stream) {
   return ops.UpdateFp8Scales(amax(slot), at(layout_.history5_offset() + slot.index), scale(slot),
-                             scale_inv(slot), kScaleInvStride, 1, 1, 1, kE5m2Max, margin_,
+                             scale_inv(slot), kScaleInvStride, 1, 1, kE5m2Max, margin_,
                              AmaxAlgo::kMostRecent, stream);
 }
 

@@ -79,25 +79,14 @@ class Fp8Meta {
   float* weight_data_scale_inv(LinearId id) const {
     return at(layout_.weight_data_scale_inv_offset() + int64_t{kScaleInvStride} * id.index());
   }
-  // All amaxes, contiguous, for the packed all-reduce; and the weights'
-  // alone (the first linears() of them).
+  // All amaxes, contiguous, for the packed all-reduce.
   TensorDesc amaxes() const {
     return MakeTensor(at(layout_.amax_offset()), DType::kFloat32,
                       Shape{layout_.e4m3_slots() + layout_.e5m2_slots()});
   }
-  TensorDesc weight_amaxes() const {
-    return MakeTensor(at(layout_.amax_offset()), DType::kFloat32, Shape{layout_.linears()});
-  }
 
-  // Which slots an update covers. Every slot is independent of the others,
-  // so updating the weights' slots and the rest in two calls gives the same
-  // bits as one call over all; the trainer does that when the optimizer
-  // that measures the new masters runs after the step's end
-  // (train_step.cc).
-  enum class Slots { kAll, kWeights, kActivationsAndGradients };
-  // Rolls histories and recomputes the scales of `slots` from their
-  // (all-reduced) amaxes, and zeroes those amaxes.
-  absl::Status UpdateScales(Ops& ops, Stream* stream, Slots slots = Slots::kAll);
+  // Rolls histories and recomputes every scale from the (all-reduced) amaxes.
+  absl::Status UpdateScales(Ops& ops, Stream* stream);
   // Call right after the FP8 weight shards were (re-)encoded with the
   // weights' current scales: copies their 1/scale (one contiguous copy) into
   // weight_data_scale_inv, identically on every rank.

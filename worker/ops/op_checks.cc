@@ -167,7 +167,7 @@ absl::Status CheckFp8StatsArgs(const TensorDesc& in, DType format, const float* 
 
 absl::Status CheckUpdateFp8ScalesArgs(const float* amax, const float* history, const float* scale,
                                       const float* scale_inv, int scale_inv_stride, int n,
-                                      int history_len, int history_stride) {
+                                      int history_len) {
   if (n < 0 || history_len < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "n, history_len: n must be >= 0 and history_len >= 1 (got ", n, ", ", history_len, ")"));
@@ -175,10 +175,6 @@ absl::Status CheckUpdateFp8ScalesArgs(const float* amax, const float* history, c
   if (scale_inv_stride < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("scale_inv_stride: must be >= 1 (got ", scale_inv_stride, ")"));
-  }
-  if (history_stride < n || history_stride < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "history_stride: must be >= max(n, 1) (got ", history_stride, " for n ", n, ")"));
   }
   if (n > 0 &&
       (amax == nullptr || history == nullptr || scale == nullptr || scale_inv == nullptr)) {

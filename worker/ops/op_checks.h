@@ -40,7 +40,7 @@ absl::Status CheckFp8StatsArgs(const TensorDesc& in, DType format, const float* 
                                const int64_t* counts);
 absl::Status CheckUpdateFp8ScalesArgs(const float* amax, const float* history, const float* scale,
                                       const float* scale_inv, int scale_inv_stride, int n,
-                                      int history_len, int history_stride);
+                                      int history_len);
 absl::Status CheckTransposeArgs(const TensorDesc& in, const TensorDesc& out);
 // The FP8 pair an op ending in QuantizeTranspose writes: `name` [rows, cols]
 // e4m3/e5m2 (data may be null) with its scale set, and `name_t` [cols, rows]

@@ -270,7 +270,7 @@ TEST(OpChecks, QuantizeGemmAndElementwise) {
          return CheckTransposeArgs(in, T(DType::kFloat32, Shape{8, 4}));
        }},
       {"scale_inv_stride:",
-       [&] { return CheckUpdateFp8ScalesArgs(nullptr, nullptr, nullptr, nullptr, 0, 0, 1, 1); }},
+       [&] { return CheckUpdateFp8ScalesArgs(nullptr, nullptr, nullptr, nullptr, 0, 0, 1); }},
       {"a, b: inner", [&] { return CheckGemmArgs(a, false, b, false, d, false); }},
       {"d:", [&] { return CheckGemmArgs(a, false, b, true, d_bf16, true); }},
       {"trans_a, trans_b:", [&] { return CheckGemmArgs(fp8, true, fp8, true, d, false); }},

@@ -136,17 +136,6 @@ class Ops {
   virtual absl::StatusOr<std::unique_ptr<CapturedWork>> EndCapture(Stream* stream) = 0;
   // Queues the captured work on `stream` (one launch).
   virtual absl::Status Replay(const CapturedWork& work, Stream* stream) = 0;
-  // Ordering between two streams. SignalFence marks how far the work queued
-  // on `stream` so far has got; WaitForFence makes the work queued on
-  // `waiter` from then on wait until the fence's latest signal has run. A
-  // fence can be signalled again (a wait sees the latest signal queued
-  // before it). Both can be captured: a fork from the capturing stream onto
-  // another stream and the join back are recorded in the graph. Fences are
-  // engine-owned and freed with it; create them at setup. The CPU engine,
-  // which runs work as it is queued, returns nullptr and orders nothing.
-  virtual absl::StatusOr<Fence*> CreateFence() = 0;
-  virtual absl::Status SignalFence(Fence* fence, Stream* stream) = 0;
-  virtual absl::Status WaitForFence(Stream* waiter, Fence* fence) = 0;
 
   // ---- Step timing --------------------------------------------------------
   // Records time mark `mark` (0 <= mark < kTimeMarks) when the work queued
@@ -187,10 +176,7 @@ class Ops {
                                 int64_t* counts, Stream* stream) = 0;
   // Delayed/current scaling for n tensors at once.
   //   amax [n]: this step's amaxes (already all-reduced if shared); zeroed after use.
-  //   history [history_len rows of history_stride floats, the first n of
-  //   each used]: rolled by one row, newest amax in row 0. history_stride
-  //   >= n; a stride larger than n updates a run of slots out of a wider
-  //   table (the trainer updates the weights' slots apart from the rest).
+  //   history [history_len, n]: rolled by one row, newest amax in row 0.
   //   scale [n]: scale = fp8_max / a / 2^margin where a is the max over the
   //   history (kMax) or the newest entry (kMostRecent); if a == 0 or not
   //   finite, the scale is left unchanged. history_len 1 with kMostRecent is
@@ -200,8 +186,8 @@ class Ops {
   //   which cuBLASLt requires of the scale pointers an FP8 GEMM reads.
   virtual absl::Status UpdateFp8Scales(float* amax, float* history, float* scale, float* scale_inv,
                                        int scale_inv_stride, int n, int history_len,
-                                       int history_stride, float fp8_max, int margin,
-                                       AmaxAlgo algo, Stream* stream) = 0;
+                                       float fp8_max, int margin, AmaxAlgo algo,
+                                       Stream* stream) = 0;
   // out [C, R] = in [R, C]ᵀ for 1-, 2- or 4-byte dtypes (FP8 bytes transpose
   // exactly; out keeps in's scale_inv).
   virtual absl::Status Transpose(const TensorDesc& in, const TensorDesc& out, Stream* stream) = 0;

@@ -73,9 +73,6 @@ inline TensorDesc MakeTensor(void* data, DType dtype, Shape shape) {
 // the CUDA engine reinterprets it as a cudaStream_t. nullptr means the
 // engine's default stream.
 struct Stream;
-// Opaque point in a stream's work another stream can wait for
-// (Ops::CreateFence); the CUDA engine reinterprets it as a cudaEvent_t.
-struct Fence;
 
 }  // namespace tessera
 

@@ -53,11 +53,6 @@ class CountingOps : public Ops {
   }
   absl::Status Synchronize(Stream* s) override { return engine_->Synchronize(s); }
   absl::StatusOr<Stream*> CreateStream() override { return engine_->CreateStream(); }
-  absl::StatusOr<Fence*> CreateFence() override { return engine_->CreateFence(); }
-  absl::Status SignalFence(Fence* f, Stream* s) override { return engine_->SignalFence(f, s); }
-  absl::Status WaitForFence(Stream* waiter, Fence* f) override {
-    return engine_->WaitForFence(waiter, f);
-  }
   absl::Status BeginCapture(Stream* s) override { return engine_->BeginCapture(s); }
   absl::StatusOr<std::unique_ptr<CapturedWork>> EndCapture(Stream* s) override {
     return engine_->EndCapture(s);
@@ -89,10 +84,10 @@ class CountingOps : public Ops {
     return engine_->Fp8Stats(in, format, scale, counts, s);
   }
   absl::Status UpdateFp8Scales(float* amax, float* history, float* scale, float* scale_inv,
-                               int scale_inv_stride, int n, int history_len, int history_stride,
-                               float fp8_max, int margin, AmaxAlgo algo, Stream* s) override {
+                               int scale_inv_stride, int n, int history_len, float fp8_max,
+                               int margin, AmaxAlgo algo, Stream* s) override {
     return engine_->UpdateFp8Scales(amax, history, scale, scale_inv, scale_inv_stride, n,
-                                    history_len, history_stride, fp8_max, margin, algo, s);
+                                    history_len, fp8_max, margin, algo, s);
   }
   absl::Status Transpose(const TensorDesc& in, const TensorDesc& out, Stream* s) override {
     return engine_->Transpose(in, out, s);

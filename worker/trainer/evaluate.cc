@@ -86,7 +86,6 @@ absl::StatusOr<std::vector<float>> FsdpTrainer::ForwardLogits(const std::vector<
     return absl::InvalidArgumentError(
         absl::StrCat("tokens: 1 to seq_len (", seq_, ") tokens, got ", n));
   }
-  RETURN_IF_ERROR(FinishPendingUpdate());  // the last step's weights
   for (int64_t i = 0; i < n; ++i) {
     if (tokens[i] < 0 || tokens[i] >= vocab_) {
       return absl::InvalidArgumentError(absl::StrCat("tokens[", i, "]: ", tokens[i],
@@ -134,7 +133,6 @@ absl::StatusOr<ValidationReport> FsdpTrainer::Score() {
   if (!collective_ready_) return absl::FailedPreconditionError("Evaluate before InitCollective");
   RETURN_IF_ERROR(CheckAborted());
   PhaseRange range("evaluate");
-  RETURN_IF_ERROR(FinishPendingUpdate());  // the last step's weights
   Ops& ops = *ops_;
   const int64_t sets = static_cast<int64_t>(validation_sets_.size());
   float* sums = eval_scalars_.data<float>();  // [sets, 2]

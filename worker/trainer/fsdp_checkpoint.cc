@@ -182,9 +182,6 @@ absl::Status FsdpTrainer::SetupCheckpointSnapshot() {
 
 absl::StatusOr<CheckpointStarted> FsdpTrainer::StartCheckpoint(int step, const std::string& dir) {
   if (meta_ == nullptr) return absl::FailedPreconditionError("Checkpoint before Setup");
-  // The step's own update may still be pending (train_step.cc): every rank,
-  // replicas included, runs it (its weight amaxes are all-reduced) first.
-  RETURN_IF_ERROR(FinishPendingUpdate());
   CheckpointStarted started;
   started.manifest_path = absl::StrCat(StepDir(dir, step), "/", RankManifestName(rank_));
   // Under hybrid sharding every replica holds the same shards: the first

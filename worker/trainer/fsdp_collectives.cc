@@ -92,7 +92,6 @@ absl::StatusOr<std::vector<uint8_t>> FsdpTrainer::GatheredWeightBytes(int layer,
                                                                     BlockLinear linear) {
   if (!collective_ready_) return absl::FailedPreconditionError("collectives not ready");
   if (layer < 0 || layer >= layers_) return absl::InvalidArgumentError("layer out of range");
-  RETURN_IF_ERROR(FinishPendingUpdate());  // the last step's weights
   RETURN_IF_ERROR(GatherBlock(layer, GatheredFor(layer)));
   const DeviceTensor& gathered = GatheredFor(layer).linear(linear);
   const Fp8ShardedParam& p = blocks_[layer].linear(linear);

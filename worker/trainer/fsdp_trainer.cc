@@ -225,25 +225,6 @@ absl::Status FsdpTrainer::AllocateState() {
   std::vector<AdamShard> shards;
   for (Fp8ShardedParam* p : AllParams()) shards.push_back(p->AsAdamShard());
   ASSIGN_OR_RETURN(adam_, ops_->CreateAdamPlan(shards));
-  // The update's groups, in the forward's order of use: AllParams() is the
-  // embedding, six parameters per block, then final norm and LM head.
-  const auto group_plan = [&](size_t first, size_t count) {
-    return ops_->CreateAdamPlan(absl::MakeConstSpan(shards).subspan(first, count));
-  };
-  adam_groups_.clear();
-  ASSIGN_OR_RETURN(adam_groups_.emplace_back(), group_plan(0, 1));
-  for (int l = 0; l < layers_; ++l) {
-    ASSIGN_OR_RETURN(adam_groups_.emplace_back(), group_plan(1 + 6 * size_t(l), 6));
-  }
-  ASSIGN_OR_RETURN(adam_groups_.emplace_back(), group_plan(1 + 6 * size_t(layers_), 2));
-  if (DefersOptimizer()) {
-    ASSIGN_OR_RETURN(optimizer_stream_, ops_->CreateStream());
-    ASSIGN_OR_RETURN(step_started_, ops_->CreateFence());
-    group_updated_.assign(adam_groups_.size(), nullptr);
-    for (Fence*& fence : group_updated_) {
-      ASSIGN_OR_RETURN(fence, ops_->CreateFence());
-    }
-  }
 
   const bool sharded = world_ > 1;
   weight_ring_ = sharded && spec_.reshard_after_forward()
@@ -332,7 +313,7 @@ absl::Status FsdpTrainer::AllocateState() {
   ASSIGN_OR_RETURN(grad_qkv_,
                    Alloc(DType::kBFloat16, Shape{batch_, seq_, heads_ + 2 * kv_heads_, head_dim_}));
   ASSIGN_OR_RETURN(scalars_, Alloc(DType::kFloat32, Shape{8}));
-  ASSIGN_OR_RETURN(adam_step_values_, Alloc(DType::kFloat32, Shape{2, 3}));
+  ASSIGN_OR_RETURN(adam_step_values_, Alloc(DType::kFloat32, Shape{3}));
   host_inputs_.resize(t);
   host_targets_.resize(t);
   if (spec_.data().document_masking()) {

@@ -165,36 +165,8 @@ class FsdpTrainer : public Trainer {
   // Queues the step's work from the first all-gather to the FP8 scale update
   // on stream_ (train_step.cc). Everything it queues reads the batch, the
   // per-step Adam values and the FP8 scales from engine memory, so it can be
-  // captured once and replayed. `optimizer`: whether the previous step's
-  // update runs first, beside the forward (kOverlapped) or before it
-  // (kBefore), or is not pending (kNone); and whether this step's own
-  // update is left pending for the next step (defer_own).
-  enum class PendingUpdate { kNone, kOverlapped, kBefore };
-  absl::Status QueueStep(PendingUpdate pending, bool defer_own);
-  // ---- The optimizer, overlapped with the next step's forward -----------
-  // Whether this job's steps leave their FusedAdam to the next step
-  // (job.proto's disable_optimizer_overlap; never under current scaling,
-  // whose weights are re-quantized after the step's own scale update).
-  bool DefersOptimizer() const;
-  // Queues the pending step's update on `stream`: record the weights'
-  // encode scales, then FusedAdam group by group (embedding, each block,
-  // then final norm and LM head), signalling group_updated_[g] after group g
-  // when `signal` (the forward waits for each group's fence).
-  absl::Status QueueAdam(const float* step_values, Stream* stream, bool signal);
-  // The weights' amaxes the pending update recorded, combined across ranks
-  // and rolled into their scales (the other slots stay for the step's end).
-  absl::Status UpdateWeightScales(Stream* stream);
-  // Makes stream_ wait for Adam group g of an overlapped update (no-op when
-  // none is running); the ToGather form before an all-gather of the group's
-  // shards (no-op at world size 1, which gathers nothing). With weights
-  // kept through the backward (not reshard_after_forward), a sharded step
-  // gathers every block up front, so its forward waits for the whole update.
-  absl::Status WaitForUpdatedGroup(int group);
-  absl::Status WaitForUpdatedGroupToGather(int group);
-  // Runs the pending update now, to its end, so that the weights, moments
-  // and FP8 state are the step's: before a checkpoint, an evaluation, the
-  // shadow loss or a read of the weights. No-op when none is pending.
-  absl::Status FinishPendingUpdate();
+  // captured once and replayed.
+  absl::Status QueueStep();
   // Runs QueueStep captured into step_graph_; on failure the steps stay eager.
   absl::Status CaptureStep();
   // Whether this job's steps are captured once warm: the engine can capture,
@@ -305,9 +277,7 @@ class FsdpTrainer : public Trainer {
   Stream* stream_ = nullptr;
   std::unique_ptr<Ops::CapturedWork> step_graph_;
   absl::Status step_graph_status_;
-  // Steps this trainer queued eagerly with the work the graph captures (the
-  // steady step: see Step()).
-  int eager_steady_steps_ = 0;
+  int eager_steps_ = 0;  // steps this trainer ran without the graph
   int64_t peak_memory_bytes_ = 0;  // the most Ops::MemoryInUseBytes read after a step
   CommunicatorFactory make_communicator_;
   std::unique_ptr<Communicator> comm_;  // the shard group (every rank under plain FSDP)
@@ -344,20 +314,7 @@ class FsdpTrainer : public Trainer {
   Fp8ShardedParam embedding_, final_norm_, lm_head_;
   std::vector<Block> blocks_;
   std::unique_ptr<Fp8Meta> meta_;
-  std::unique_ptr<AdamPlan> adam_;  // every shard: the gradient norm's one pass
-  // The same shards in the forward's order of use, for the update's groups:
-  // [0] the embedding, [1 + l] block l, [layers + 1] final norm and LM head.
-  std::vector<std::unique_ptr<AdamPlan>> adam_groups_;
-  // The overlapped update (DefersOptimizer): its stream, the fence stream_
-  // signals when the step starts (the fork) and one per Adam group, which
-  // the forward waits for (the last is the join).
-  Stream* optimizer_stream_ = nullptr;
-  Fence* step_started_ = nullptr;
-  std::vector<Fence*> group_updated_;
-  bool overlapping_update_ = false;  // set while QueueStep queues the forward beside an update
-  // The last step's update has not run yet, and which step that was.
-  bool update_pending_ = false;
-  int pending_update_step_ = -1;
+  std::unique_ptr<AdamPlan> adam_;
 
   // Which set of gathered weights and of full gradients each block uses,
   // and which collective frees a set for the next block (set up in
@@ -416,10 +373,7 @@ class FsdpTrainer : public Trainer {
   DeviceTensor grad_bf16_b_;             // [T, max(H, F)] bf16 scratch
   DeviceTensor grad_qkv_;                // [B, S, nh + 2*nkv, hd] bf16
   DeviceTensor scalars_;  // [loss_sum, valid_tokens, grad_sum_sq, grad_norm, grad_scale]
-  // [2, 3] fp32: AdamStepValues of the pending update (row kPendingValues)
-  // and of the step's own update when it runs at the step's end (row
-  // kOwnValues); Step() writes them before queueing the step.
-  DeviceTensor adam_step_values_;
+  DeviceTensor adam_step_values_;  // [3] fp32: AdamStepValues of the step being run
   std::vector<int32_t> host_inputs_, host_targets_;
   std::vector<int32_t> host_doc_starts_;  // [B * S] with data.document_masking, else empty
 

@@ -19,9 +19,7 @@
 //  - hybrid sharding (2 x 2) and pure data parallelism (4 x 1) track plain
 //    FSDP, with identical losses and weights on every replica;
 //  - buffer rings of depth 3 and 4 give the bits of depth 2, also with the
-//    collectives deferred to their waits as a queued engine may run them;
-//  - the optimizer overlapped with the next step's forward gives the bits
-//    of the update at each step's end, on one and two ranks.
+//    collectives deferred to their waits as a queued engine may run them.
 #include "worker/trainer/fsdp_trainer.h"
 
 #include <sys/wait.h>
@@ -244,42 +242,6 @@ TEST(FsdpTrainer, FixedSeedRepeatsBitForBitAndReshardingDoesNotChangeLosses) {
   // A different seed gives a different run.
   spec.set_seed(12);
   EXPECT_NE(Train(spec, 1, 1)[0].losses[0], a[0].losses[0]);
-}
-
-// Each step's update runs by default at the start of the next step, beside
-// its forward, and the FP8 weights' scales roll forward a step later
-// (train_step.cc). That changes when, never what: one and two ranks, with
-// the collectives run as early and as late as an engine may, and with FP8
-// statistics steps (every third), which keep their own update and run the
-// pending one first, give the losses and weights of the update at each
-// step's end. The weights are read after the last step, whose update is
-// still pending until the read.
-TEST(FsdpTrainer, OverlappedUpdateGivesTheBitsOfTheUpdateAtTheStepsEnd) {
-  for (const bool stats : {false, true}) {
-    for (const int world : {1, 2}) {
-      SCOPED_TRACE(absl::StrCat("world ", world, stats ? ", statistics steps" : ""));
-      v1::JobSpec spec = TinySpec(world == 1 ? 4 : 2);
-      spec.set_steps(7);
-      spec.set_reshard_after_forward(world == 2);
-      if (stats) spec.mutable_fp8()->set_stats_interval_steps(3);
-      v1::JobSpec at_end = spec;
-      at_end.set_disable_optimizer_overlap(true);
-      const std::vector<RankResult> want = Train(at_end, world, 7);
-      const std::vector<RankResult> got = Train(spec, world, 7);
-      const std::vector<RankResult> deferred =
-          Train(spec, world, 7, TrainerSetup{.defer_collectives = true});
-      for (int s = 0; s < 7; ++s) {
-        EXPECT_EQ(got[0].losses[s], want[0].losses[s]) << "step " << s;
-        EXPECT_EQ(deferred[0].losses[s], want[0].losses[s]) << "step " << s;
-      }
-      for (int r = 0; r < world; ++r) {
-        EXPECT_FALSE(want[r].gathered.empty());
-        EXPECT_EQ(got[r].gathered, want[r].gathered) << "rank " << r;
-        EXPECT_EQ(deferred[r].gathered, want[r].gathered) << "rank " << r;
-        EXPECT_EQ(got[r].allocations_after_steps, got[r].allocations_after_setup);
-      }
-    }
-  }
 }
 
 // Five blocks exercise the overlapped schedule: two gathered sets and two

@@ -64,11 +64,11 @@ class ScalingCallCounter : public CountingOps {
     return CountingOps::Amax(in, amax, s);
   }
   absl::Status UpdateFp8Scales(float* amax, float* history, float* scale, float* scale_inv,
-                               int scale_inv_stride, int n, int history_len, int history_stride,
-                               float fp8_max, int margin, AmaxAlgo algo, Stream* s) override {
+                               int scale_inv_stride, int n, int history_len, float fp8_max,
+                               int margin, AmaxAlgo algo, Stream* s) override {
     calls_->history_slots += n;
     return CountingOps::UpdateFp8Scales(amax, history, scale, scale_inv, scale_inv_stride, n,
-                                        history_len, history_stride, fp8_max, margin, algo, s);
+                                        history_len, fp8_max, margin, algo, s);
   }
 
  private:

@@ -200,7 +200,6 @@ absl::Status FsdpTrainer::ShadowBlockForward(int l, BlockActivations& a, const T
 }
 
 absl::StatusOr<ShadowReport> FsdpTrainer::RunShadowLoss() {
-  RETURN_IF_ERROR(FinishPendingUpdate());  // the step's weights (not timed as the shadow's)
   const auto started = std::chrono::steady_clock::now();
   PhaseRange range("shadow-loss");
   Ops& ops = *ops_;

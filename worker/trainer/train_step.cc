@@ -8,24 +8,11 @@
 // master, Adam state and FP8 shards) -> one packed all-reduce of every amax
 // -> FP8 scale update. Everything it touches was allocated at setup.
 //
-// FusedAdam is the step's one memory-bound pass over every parameter, so
-// by default it does not end the step: it runs at the start of the next
-// one, on a second stream, beside that step's forward (DefersOptimizer).
-// Block l's forward, and its all-gather when sharded, waits only for
-// block l's update; the backward starts once the whole update has run. The
-// FP8 weights' scales, which the update's amaxes move, roll forward at the
-// end of the step that ran it; the activations' and gradients' at the end
-// of their own step, as before. Every tensor gets the bits it would get
-// with the update at the step's end. A checkpoint, an evaluation, the
-// shadow loss or a read of the weights first finishes a pending update.
-//
 // Step() reads the batch and writes it, with this step's learning rate and
 // bias corrections, into engine memory; QueueStep() queues the rest on the
-// trainer's stream. A one-rank CUDA job captures QueueStep once (after one
-// step of the same work has run eagerly, which allocates scratch and tunes
-// GEMM plans: its second step, or its third with the overlapped update,
-// whose first step has no update to run) and from then on replays the
-// capture, so the host issues one launch per step. Every
+// trainer's stream. A one-rank CUDA job captures QueueStep once (its second
+// step: the first allocates scratch and tunes GEMM plans) and from then on
+// replays the capture, so the host issues one launch per step. Every
 // fp8.shadow_interval_steps steps the bf16 shadow loss runs after the step,
 // eagerly, outside the capture (shadow_loss.cc).
 //
@@ -61,9 +48,6 @@ static_assert(Ops::kTimeMarks >= kMaxMarksPerBlock * kMaxLayers + kMaxMarksOutsi
 
 // Slots of FsdpTrainer::scalars_.
 constexpr int kLossSum = 0, kValidTokens = 1, kGradSumSq = 2, kGradNorm = 3, kGradScale = 4;
-// Rows of FsdpTrainer::adam_step_values_: the pending update's values and
-// the step's own.
-constexpr int kPendingValues = 0, kOwnValues = 1;
 
 TensorDesc View(const DeviceTensor& t, DType dtype, Shape shape) {
   TensorDesc d = t.desc;
@@ -121,44 +105,20 @@ absl::StatusOr<StepReport> FsdpTrainer::Step(int step) {
   RETURN_IF_ERROR(ops.CopyToDevice(inputs_.desc.data, host_inputs_.data(), t * 4, stream_));
   RETURN_IF_ERROR(ops.CopyToDevice(targets_.desc.data, host_targets_.data(), t * 4, stream_));
   RETURN_IF_ERROR(CopyDocStartsToDevice());
+  // ---- This step's learning rate and bias corrections, which FusedAdam
+  // reads from engine memory (a replayed step cannot take new arguments) --
+  const AdamHyper hyper = HyperFor(spec_.optimizer(), step, spec_.steps());
+  const AdamStepValues step_values = StepValuesFor(hyper);
+  RETURN_IF_ERROR(ops.CopyToDevice(adam_step_values_.desc.data, &step_values,
+                                   sizeof(step_values), stream_));
   const bool measure_fp8 =
       fp8_stats_ != nullptr && step % spec_.fp8().stats_interval_steps() == 0;
-  // ---- Whose update this step runs: the previous step's, beside the
-  // forward (or before it, when this step updates at its own end), and its
-  // own at its end unless the next step takes it. A statistics step
-  // measures the weights its own update writes, so it keeps it.
-  const bool defer_own = DefersOptimizer() && !measure_fp8;
-  const PendingUpdate pending = !update_pending_ ? PendingUpdate::kNone
-                                : defer_own      ? PendingUpdate::kOverlapped
-                                                 : PendingUpdate::kBefore;
-  // ---- The learning rate and bias corrections of each update it runs,
-  // which FusedAdam reads from engine memory (a replayed step cannot take
-  // new arguments) ----------------------------------------------------------
-  const AdamHyper hyper = HyperFor(spec_.optimizer(), step, spec_.steps());
-  float* const step_values_rows = adam_step_values_.data<float>();
-  if (pending != PendingUpdate::kNone) {
-    const AdamStepValues values =
-        StepValuesFor(HyperFor(spec_.optimizer(), pending_update_step_, spec_.steps()));
-    RETURN_IF_ERROR(ops.CopyToDevice(step_values_rows + 3 * kPendingValues, &values,
-                                     sizeof(values), stream_));
-  }
-  if (!defer_own) {
-    const AdamStepValues values = StepValuesFor(hyper);
-    RETURN_IF_ERROR(ops.CopyToDevice(step_values_rows + 3 * kOwnValues, &values, sizeof(values),
-                                     stream_));
-  }
 
   // ---- The step's work: queued as it runs until one step has run, then
   // captured once (where CapturesSteps) and replayed with one launch --------
   StepReport report;
-  // The captured step is the steady one: the previous step's update beside
-  // the forward and its own left to the next (or, without the overlap,
-  // its own at its end), captured once such a step has run eagerly.
-  const PendingUpdate steady_pending =
-      DefersOptimizer() ? PendingUpdate::kOverlapped : PendingUpdate::kNone;
-  const bool steady = pending == steady_pending && defer_own == DefersOptimizer();
-  if (step_graph_ == nullptr && eager_steady_steps_ >= 1 && step_graph_status_.ok() &&
-      CapturesSteps() && steady) {
+  if (step_graph_ == nullptr && eager_steps_ >= 1 && step_graph_status_.ok() &&
+      CapturesSteps() && !measure_fp8) {
     step_graph_status_ = CaptureStep();  // if it fails, the steps stay eager
     if (step_graph_status_.ok()) {
       report.engine_note = "step captured in a CUDA graph; later steps replay it with one launch";
@@ -168,19 +128,16 @@ absl::StatusOr<StepReport> FsdpTrainer::Step(int step) {
       report.engine_note_is_warning = true;
     }
   }
-  if (step_graph_ != nullptr && steady) {
+  if (step_graph_ != nullptr && !measure_fp8) {
     RETURN_IF_ERROR(clock_.Reopen());
     RETURN_IF_ERROR(ops.Replay(*step_graph_, stream_));
   } else {
     measuring_fp8_ = measure_fp8;
-    const absl::Status queued = QueueStep(pending, defer_own);
+    const absl::Status queued = QueueStep();
     measuring_fp8_ = false;
-    overlapping_update_ = false;
     RETURN_IF_ERROR(queued);
-    if (steady) ++eager_steady_steps_;
+    ++eager_steps_;
   }
-  update_pending_ = defer_own;
-  pending_update_step_ = step;
   if (measure_fp8) RETURN_IF_ERROR(fp8_stats_->CopyToHost(ops, stream_));
 
   // ---- Report --------------------------------------------------------------
@@ -220,9 +177,7 @@ bool FsdpTrainer::CapturesSteps() const {
 
 absl::Status FsdpTrainer::CaptureStep() {
   RETURN_IF_ERROR(ops_->BeginCapture(stream_));
-  const absl::Status queued = DefersOptimizer() ? QueueStep(PendingUpdate::kOverlapped, true)
-                                                : QueueStep(PendingUpdate::kNone, false);
-  overlapping_update_ = false;
+  const absl::Status queued = QueueStep();
   // Ends the capture whether or not the queueing failed.
   absl::StatusOr<std::unique_ptr<Ops::CapturedWork>> graph = ops_->EndCapture(stream_);
   if (!queued.ok()) return queued;
@@ -231,13 +186,11 @@ absl::Status FsdpTrainer::CaptureStep() {
   return absl::OkStatus();
 }
 
-absl::Status FsdpTrainer::QueueStep(PendingUpdate pending, bool defer_own) {
+absl::Status FsdpTrainer::QueueStep() {
   Ops& ops = *ops_;
   float* scalars = scalars_.data<float>();
-  const float* step_values = adam_step_values_.data<float>();
   const float eps = spec_.model().norm_eps();
   const int64_t h = hidden_;
-  // The grad scale (slot kGradScale) stays: a pending update reads it.
   RETURN_IF_ERROR(ops.Memset(scalars, 0, 3 * sizeof(float), stream_));
   if (measuring_fp8_) RETURN_IF_ERROR(fp8_stats_->Begin(ops, stream_));
   // Each phase below ends with a lap of the step clock, which charges the
@@ -245,34 +198,15 @@ absl::Status FsdpTrainer::QueueStep(PendingUpdate pending, bool defer_own) {
   // WaitLap, which also says where the step waited.
   RETURN_IF_ERROR(clock_.Start(stream_));
 
-  // ---- The previous step's update: forked onto the optimizer's stream,
-  // beside the forward, which waits for each group of it before using that
-  // group's weights (WaitForUpdatedGroup); or, on a step that updates at its
-  // own end, run to its end first.
-  if (pending == PendingUpdate::kOverlapped) {
-    RETURN_IF_ERROR(ops.SignalFence(step_started_, stream_));
-    RETURN_IF_ERROR(ops.WaitForFence(optimizer_stream_, step_started_));
-    RETURN_IF_ERROR(QueueAdam(step_values + 3 * kPendingValues, optimizer_stream_,
-                              /*signal=*/true));
-    overlapping_update_ = true;
-  } else if (pending == PendingUpdate::kBefore) {
-    PhaseRange range("optimizer");
-    RETURN_IF_ERROR(QueueAdam(step_values + 3 * kPendingValues, stream_, /*signal=*/false));
-    RETURN_IF_ERROR(UpdateWeightScales(stream_));
-    RETURN_IF_ERROR(clock_.Lap(StepPhase::kOptimizer, stream_));
-  }
-
   // ---- All-gather: the embedding, with block 0's weights queued behind it
   // Every all-gather and reduce-scatter below runs on the communicator's
   // stream; the compute stream waits for one only where it reads the result.
   CollectiveTicket head_gathered;
   {
     PhaseRange range("all-gather");
-    RETURN_IF_ERROR(WaitForUpdatedGroup(0));
     ASSIGN_OR_RETURN(const CollectiveTicket embedding_gathered,
                      StartGather({{&embedding_, &gathered_embedding_}}));
     for (int l = 0; l < weight_ring_.FirstGathers(); ++l) {
-      RETURN_IF_ERROR(WaitForUpdatedGroupToGather(1 + l));
       ASSIGN_OR_RETURN(gather_done_[l], StartGatherBlock(l, GatheredFor(l)));
     }
     RETURN_IF_ERROR(comm_->WaitFor(embedding_gathered, stream_));
@@ -292,22 +226,15 @@ absl::Status FsdpTrainer::QueueStep(PendingUpdate pending, bool defer_own) {
       RETURN_IF_ERROR(clock_.WaitLap(CollectiveSite::kForwardGather, stream_));
       // Queued now, so after block l - 1, the last reader of the set it fills.
       if (const int ahead = weight_ring_.GatheredAheadOf(l); ahead >= 0) {
-        RETURN_IF_ERROR(WaitForUpdatedGroupToGather(1 + ahead));
         ASSIGN_OR_RETURN(gather_done_[ahead], StartGatherBlock(ahead, GatheredFor(ahead)));
       }
       if (l + 1 == layers_) {
-        RETURN_IF_ERROR(WaitForUpdatedGroupToGather(layers_ + 1));
         ASSIGN_OR_RETURN(head_gathered, StartGather({{&final_norm_, &gathered_final_norm_},
                                                      {&lm_head_, &gathered_lm_head_}}));
       }
-      RETURN_IF_ERROR(WaitForUpdatedGroup(1 + l));  // one rank: the weights are the shards
       const TensorDesc& x_out = l + 1 < layers_ ? acts_[l + 1].x_in.desc : x_final_.desc;
       RETURN_IF_ERROR(BlockForward(l, GatheredFor(l), acts_[l], acts_[l].x_in.desc, x_out));
     }
-    // The join: the last group's fence follows the whole update, which the
-    // loss and the backward (they write the gradients it reads) wait for.
-    RETURN_IF_ERROR(WaitForUpdatedGroup(layers_ + 1));
-    overlapping_update_ = false;
     RETURN_IF_ERROR(clock_.Lap(StepPhase::kForward, stream_));
     RETURN_IF_ERROR(comm_->WaitFor(head_gathered, stream_));
     RETURN_IF_ERROR(clock_.WaitLap(CollectiveSite::kHeadGather, stream_));
@@ -412,92 +339,32 @@ absl::Status FsdpTrainer::QueueStep(PendingUpdate pending, bool defer_own) {
                                        spec_.optimizer().grad_clip_norm(), scalars + kGradNorm,
                                        scalars + kGradScale, stream_));
 
-  // ---- FusedAdam: master, m, v and the FP8 shards in one pass, here or
-  // at the start of the next step (defer_own) --------------------------------
-  if (!defer_own) {
-    RETURN_IF_ERROR(QueueAdam(step_values + 3 * kOwnValues, stream_, /*signal=*/false));
-    // Delayed scaling: the weights as FusedAdam just encoded them, before
-    // the scales move on (current scaling encodes them again below).
-    if (!meta_->current_scaling()) RETURN_IF_ERROR(MeasureFp8Weights());
-  }
+  // ---- FusedAdam: master, m, v and the FP8 shards in one pass ------------
+  // The settings every step shares; the learning rate and bias corrections
+  // are read from adam_step_values_, which Step() writes for each step.
+  AdamHyper hyper = HyperFor(spec_.optimizer(), /*step=*/0, spec_.steps());
+  hyper.step_values = adam_step_values_.data<float>();
+  RETURN_IF_ERROR(ops.FusedAdam(*adam_, hyper, scalars + kGradScale, stream_));
+  // The FP8 shards now hold bytes encoded with the weights' current scales;
+  // record that 1/scale on every rank before the scales move on.
+  RETURN_IF_ERROR(meta_->RecordWeightEncodeScales(ops, stream_));
+  // Delayed scaling: the weights as FusedAdam just encoded them, before the
+  // scales move on (current scaling encodes them again below).
+  if (!meta_->current_scaling()) RETURN_IF_ERROR(MeasureFp8Weights());
 
-  // ---- FP8 scaling: every amax in one all-reduce, then new scales: the
-  // activations' and gradients' from this step, the weights' from the
-  // update this step ran (none when its own is pending and none was) ------
+  // ---- FP8 scaling: every amax in one all-reduce, then new scales --------
   RETURN_IF_ERROR(clock_.Lap(StepPhase::kOptimizer, stream_));
   RETURN_IF_ERROR(comm_->AllReduce(meta_->amaxes(), ReduceOp::kMax, stream_));
   if (replica_comm_ != nullptr) {
     RETURN_IF_ERROR(replica_comm_->AllReduce(meta_->amaxes(), ReduceOp::kMax, stream_));
   }
   RETURN_IF_ERROR(clock_.WaitLap(CollectiveSite::kAllReduce, stream_));
-  if (!defer_own) {
-    RETURN_IF_ERROR(meta_->UpdateScales(ops, stream_));
-  } else {
-    if (pending == PendingUpdate::kOverlapped) {
-      RETURN_IF_ERROR(meta_->UpdateScales(ops, stream_, Fp8Meta::Slots::kWeights));
-    }
-    RETURN_IF_ERROR(meta_->UpdateScales(ops, stream_, Fp8Meta::Slots::kActivationsAndGradients));
-  }
+  RETURN_IF_ERROR(meta_->UpdateScales(ops, stream_));
   if (meta_->current_scaling()) {
     RETURN_IF_ERROR(QuantizeWeightsFromMaster(stream_));
     RETURN_IF_ERROR(MeasureFp8Weights());
   }
   return clock_.Lap(StepPhase::kOptimizer, stream_);
-}
-
-bool FsdpTrainer::DefersOptimizer() const {
-  return !spec_.disable_optimizer_overlap() && !meta_->current_scaling();
-}
-
-absl::Status FsdpTrainer::QueueAdam(const float* step_values, Stream* stream, bool signal) {
-  // The FP8 shards get bytes encoded with the weights' current scales;
-  // record that 1/scale on every rank before the scales move on.
-  RETURN_IF_ERROR(meta_->RecordWeightEncodeScales(*ops_, stream));
-  // The settings every update shares; the learning rate and bias
-  // corrections are read from `step_values`, which Step() writes.
-  AdamHyper hyper = HyperFor(spec_.optimizer(), /*step=*/0, spec_.steps());
-  hyper.step_values = step_values;
-  const float* grad_scale = scalars_.data<float>() + kGradScale;
-  for (size_t g = 0; g < adam_groups_.size(); ++g) {
-    RETURN_IF_ERROR(ops_->FusedAdam(*adam_groups_[g], hyper, grad_scale, stream));
-    if (signal) RETURN_IF_ERROR(ops_->SignalFence(group_updated_[g], stream));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status FsdpTrainer::UpdateWeightScales(Stream* stream) {
-  RETURN_IF_ERROR(comm_->AllReduce(meta_->weight_amaxes(), ReduceOp::kMax, stream));
-  if (replica_comm_ != nullptr) {
-    RETURN_IF_ERROR(replica_comm_->AllReduce(meta_->weight_amaxes(), ReduceOp::kMax, stream));
-  }
-  return meta_->UpdateScales(*ops_, stream, Fp8Meta::Slots::kWeights);
-}
-
-absl::Status FsdpTrainer::WaitForUpdatedGroup(int group) {
-  if (!overlapping_update_) return absl::OkStatus();
-  return ops_->WaitForFence(stream_, group_updated_[group]);
-}
-
-absl::Status FsdpTrainer::WaitForUpdatedGroupToGather(int group) {
-  // One rank gathers nothing: its blocks read their shards, and each
-  // block's forward waits for its own group right before it runs.
-  if (world_ == 1) return absl::OkStatus();
-  return WaitForUpdatedGroup(group);
-}
-
-absl::Status FsdpTrainer::FinishPendingUpdate() {
-  if (!update_pending_) return absl::OkStatus();
-  const AdamStepValues values =
-      StepValuesFor(HyperFor(spec_.optimizer(), pending_update_step_, spec_.steps()));
-  float* pending_values = adam_step_values_.data<float>() + 3 * kPendingValues;
-  RETURN_IF_ERROR(ops_->CopyToDevice(pending_values, &values, sizeof(values), stream_));
-  RETURN_IF_ERROR(QueueAdam(pending_values, stream_, /*signal=*/false));
-  RETURN_IF_ERROR(UpdateWeightScales(stream_));
-  RETURN_IF_ERROR(ops_->Synchronize(stream_));
-  RETURN_IF_ERROR(comm_->FirstFailure());
-  if (replica_comm_ != nullptr) RETURN_IF_ERROR(replica_comm_->FirstFailure());
-  update_pending_ = false;
-  return absl::OkStatus();
 }
 
 absl::Status FsdpTrainer::MeasureFp8(int l, BlockLinear linear, Role role, const TensorDesc& in,

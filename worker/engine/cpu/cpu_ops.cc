@@ -103,9 +103,6 @@ class CpuOps : public Ops {
   // Work runs as it is queued: there is one (implicit) stream and nothing to
   // capture.
   absl::StatusOr<Stream*> CreateStream() override { return nullptr; }
-  absl::StatusOr<Fence*> CreateFence() override { return nullptr; }
-  absl::Status SignalFence(Fence*, Stream*) override { return absl::OkStatus(); }
-  absl::Status WaitForFence(Stream*, Fence*) override { return absl::OkStatus(); }
   absl::Status BeginCapture(Stream*) override {
     return absl::UnimplementedError("the CPU engine runs work as it is queued: nothing to capture");
   }
@@ -152,10 +149,10 @@ class CpuOps : public Ops {
     return cpu::Fp8Stats(in, format, scale, counts);
   }
   absl::Status UpdateFp8Scales(float* amax, float* history, float* scale, float* scale_inv,
-                               int scale_inv_stride, int n, int history_len, int history_stride,
-                               float fp8_max, int margin, AmaxAlgo algo, Stream*) override {
+                               int scale_inv_stride, int n, int history_len, float fp8_max,
+                               int margin, AmaxAlgo algo, Stream*) override {
     return cpu::UpdateFp8Scales(amax, history, scale, scale_inv, scale_inv_stride, n, history_len,
-                                history_stride, fp8_max, margin, algo);
+                                fp8_max, margin, algo);
   }
   absl::Status Transpose(const TensorDesc& in, const TensorDesc& out, Stream*) override {
     return cpu::Transpose(in, out);

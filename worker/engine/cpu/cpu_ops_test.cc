@@ -150,7 +150,7 @@ TEST(CpuOps, QuantizeAndGemmMatchTheFreeFunctions) {
   EXPECT_EQ(amax2, amax_ref);
   // Scale update through the engine.
   float hist[2] = {0.f, 0.f}, scale = 1.f, scale_inv = 1.f;
-  ASSERT_TRUE(ops->UpdateFp8Scales(&amax2, hist, &scale, &scale_inv, 1, 1, 2, 1, 448.f, 0,
+  ASSERT_TRUE(ops->UpdateFp8Scales(&amax2, hist, &scale, &scale_inv, 1, 1, 2, 448.f, 0,
                                    AmaxAlgo::kMax, nullptr)
                   .ok());
   EXPECT_EQ(scale, 448.f / amax_ref);

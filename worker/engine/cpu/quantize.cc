@@ -72,21 +72,20 @@ absl::Status Amax(const TensorDesc& in, float* amax) {
 }
 
 absl::Status UpdateFp8Scales(float* amax, float* history, float* scale, float* scale_inv,
-                             int scale_inv_stride, int n, int history_len, int history_stride,
-                             float fp8_max, int margin, AmaxAlgo algo) {
+                             int scale_inv_stride, int n, int history_len, float fp8_max,
+                             int margin, AmaxAlgo algo) {
   if (absl::Status s = CheckUpdateFp8ScalesArgs(amax, history, scale, scale_inv, scale_inv_stride,
-                                                n, history_len, history_stride);
+                                                n, history_len);
       !s.ok()) {
     return s;
   }
   for (int i = 0; i < n; ++i) {
-    const int64_t row = history_stride;
-    for (int h = history_len - 1; h > 0; --h) history[h * row + i] = history[(h - 1) * row + i];
+    for (int h = history_len - 1; h > 0; --h) history[h * n + i] = history[(h - 1) * n + i];
     history[i] = amax[i];
     amax[i] = 0.f;
     float a = history[i];
     if (algo == AmaxAlgo::kMax) {
-      for (int h = 1; h < history_len; ++h) a = std::max(a, history[h * row + i]);
+      for (int h = 1; h < history_len; ++h) a = std::max(a, history[h * n + i]);
     }
     if (a > 0.f && std::isfinite(a)) {
       float s = fp8_max / a / std::ldexp(1.0f, margin);

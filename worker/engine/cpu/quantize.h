@@ -15,8 +15,8 @@ absl::Status QuantizeTranspose(const TensorDesc& in, const TensorDesc& out, cons
 absl::Status Dequantize(const TensorDesc& in, const TensorDesc& out);
 absl::Status Amax(const TensorDesc& in, float* amax);
 absl::Status UpdateFp8Scales(float* amax, float* history, float* scale, float* scale_inv,
-                             int scale_inv_stride, int n, int history_len, int history_stride,
-                             float fp8_max, int margin, AmaxAlgo algo);
+                             int scale_inv_stride, int n, int history_len, float fp8_max,
+                             int margin, AmaxAlgo algo);
 absl::Status Transpose(const TensorDesc& in, const TensorDesc& out);
 
 }  // namespace cpu

@@ -31,29 +31,6 @@ absl::StatusOr<cudaStream_t> OwnedStreams::Create() {
   return stream;
 }
 
-OwnedFences::~OwnedFences() {
-  for (cudaEvent_t e : events_) cudaEventDestroy(e);
-}
-
-absl::StatusOr<cudaEvent_t> OwnedFences::Create() {
-  cudaEvent_t event = nullptr;
-  CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
-  events_.push_back(event);
-  return event;
-}
-
-absl::Status SignalFence(cudaEvent_t fence, cudaStream_t stream) {
-  if (fence == nullptr) return absl::InvalidArgumentError("fence: must be one CreateFence returned");
-  CUDA_RETURN_IF_ERROR(cudaEventRecord(fence, stream));
-  return absl::OkStatus();
-}
-
-absl::Status WaitForFence(cudaStream_t waiter, cudaEvent_t fence) {
-  if (fence == nullptr) return absl::InvalidArgumentError("fence: must be one CreateFence returned");
-  CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(waiter, fence, 0));
-  return absl::OkStatus();
-}
-
 absl::Status BeginCapture(cudaStream_t stream) {
   if (stream == nullptr) {
     return absl::InvalidArgumentError(

@@ -1,5 +1,5 @@
-// The CUDA engine's streams, fences and captured work (Ops::CreateStream,
-// CreateFence, BeginCapture, EndCapture, Replay): the training step queues its kernels on
+// The CUDA engine's streams and captured work (Ops::CreateStream,
+// BeginCapture, EndCapture, Replay): the training step queues its kernels on
 // a stream the engine owns, and a steady-state step can be captured from it
 // into a CUDA graph and replayed with one launch per step, so the host no
 // longer issues hundreds of launches. The stream is a blocking stream: it
@@ -8,8 +8,6 @@
 // thread-local mode, so a call on this thread that could not be captured
 // (an allocation, a synchronisation) invalidates the capture, which then
 // fails at EndCapture, instead of being silently left out of the graph.
-// Fences are events without timing: the step forks its optimizer onto a
-// second stream and joins it back with them, captured or not.
 #ifndef TESSERA_WORKER_ENGINE_CUDA_CAPTURED_WORK_H_
 #define TESSERA_WORKER_ENGINE_CUDA_CAPTURED_WORK_H_
 
@@ -39,24 +37,6 @@ class OwnedStreams {
  private:
   std::vector<cudaStream_t> streams_;
 };
-
-// The fences (Ops::CreateFence) an engine handed out: events without
-// timing, destroyed with it.
-class OwnedFences {
- public:
-  OwnedFences() = default;
-  ~OwnedFences();
-  OwnedFences(const OwnedFences&) = delete;
-  OwnedFences& operator=(const OwnedFences&) = delete;
-
-  absl::StatusOr<cudaEvent_t> Create();
-
- private:
-  std::vector<cudaEvent_t> events_;
-};
-// Ops::SignalFence and WaitForFence; a null fence is INVALID_ARGUMENT.
-absl::Status SignalFence(cudaEvent_t fence, cudaStream_t stream);
-absl::Status WaitForFence(cudaStream_t waiter, cudaEvent_t fence);
 
 // INVALID_ARGUMENT for the legacy default stream (it cannot be captured).
 absl::Status BeginCapture(cudaStream_t stream);

@@ -104,19 +104,6 @@ class CudaOps : public Ops {
     ASSIGN_OR_RETURN(cudaStream_t stream, streams_.Create());
     return reinterpret_cast<Stream*>(stream);
   }
-  absl::StatusOr<Fence*> CreateFence() override {
-    RETURN_IF_ERROR(ctx_->MakeCurrent());
-    ASSIGN_OR_RETURN(cudaEvent_t event, fences_.Create());
-    return reinterpret_cast<Fence*>(event);
-  }
-  absl::Status SignalFence(Fence* fence, Stream* stream) override {
-    RETURN_IF_ERROR(ctx_->MakeCurrent());
-    return cuda::SignalFence(reinterpret_cast<cudaEvent_t>(fence), S(stream));
-  }
-  absl::Status WaitForFence(Stream* waiter, Fence* fence) override {
-    RETURN_IF_ERROR(ctx_->MakeCurrent());
-    return cuda::WaitForFence(S(waiter), reinterpret_cast<cudaEvent_t>(fence));
-  }
   absl::Status BeginCapture(Stream* stream) override {
     RETURN_IF_ERROR(ctx_->MakeCurrent());
     return cuda::BeginCapture(S(stream));
@@ -170,14 +157,13 @@ class CudaOps : public Ops {
     return cuda::LaunchFp8Stats(in, format, scale, counts, S(stream));
   }
   absl::Status UpdateFp8Scales(float* amax, float* history, float* scale, float* scale_inv,
-                               int scale_inv_stride, int n, int history_len, int history_stride,
-                               float fp8_max, int margin, AmaxAlgo algo, Stream* stream) override {
+                               int scale_inv_stride, int n, int history_len, float fp8_max,
+                               int margin, AmaxAlgo algo, Stream* stream) override {
     RETURN_IF_ERROR(ctx_->MakeCurrent());
-    RETURN_IF_ERROR(CheckUpdateFp8ScalesArgs(amax, history, scale, scale_inv, scale_inv_stride, n,
-                                             history_len, history_stride));
+    RETURN_IF_ERROR(
+        CheckUpdateFp8ScalesArgs(amax, history, scale, scale_inv, scale_inv_stride, n, history_len));
     return cuda::LaunchUpdateFp8Scales(amax, history, scale, scale_inv, scale_inv_stride, n,
-                                       history_len, history_stride, fp8_max, margin, algo,
-                                       S(stream));
+                                       history_len, fp8_max, margin, algo, S(stream));
   }
   absl::Status Transpose(const TensorDesc& in, const TensorDesc& out, Stream* stream) override {
     RETURN_IF_ERROR(ctx_->MakeCurrent());
@@ -442,7 +428,6 @@ class CudaOps : public Ops {
 
   std::unique_ptr<cuda::DeviceContext> ctx_;
   cuda::OwnedStreams streams_;
-  cuda::OwnedFences fences_;
   cuda::GemmRunner gemm_;
   cuda::TimeMarks time_marks_;
   // Engine scratch: kept, not freed, once some EndCapture succeeded (a

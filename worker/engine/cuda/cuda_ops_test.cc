@@ -118,61 +118,6 @@ TEST_F(CpuVsCudaTest, CapturedWorkRunsWhenReplayedOnCurrentInputs) {
   EXPECT_EQ((*g)[2].bytes, (*c)[2].bytes) << "second replay, on the new input";
 }
 
-// Fences order two streams, queued or captured: the captured step forks
-// work onto a second stream and joins it back (a capture whose forked work
-// is not joined fails at EndCapture). The middle op runs on the second
-// stream, between two ops of the first that produce and consume it.
-TEST_F(CpuVsCudaTest, FencesForkAndJoinASecondStreamQueuedAndCaptured) {
-  auto main_stream = gpu().CreateStream();
-  auto side_stream = gpu().CreateStream();
-  auto forked = gpu().CreateFence();
-  auto joined = gpu().CreateFence();
-  ASSERT_TRUE(main_stream.ok() && side_stream.ok() && forked.ok() && joined.ok());
-  ASSERT_NE(*forked, nullptr);
-  Stream* a = *main_stream;
-  Stream* b = *side_stream;
-  Fence* f0 = *forked;
-  Fence* f1 = *joined;
-  EXPECT_EQ(gpu().SignalFence(nullptr, a).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(gpu().WaitForFence(a, nullptr).code(), absl::StatusCode::kInvalidArgument);
-  std::vector<HostTensor> t = {RandomTensor(DType::kBFloat16, Shape{1 << 20}, 1),
-                               RandomTensor(DType::kBFloat16, Shape{1 << 20}, 2),
-                               Poisoned(DType::kFloat32, Shape{1 << 20}),    // a + b
-                               Poisoned(DType::kBFloat16, Shape{1 << 20}),   // bf16(a + b)
-                               Poisoned(DType::kFloat32, Shape{1 << 20}),    // queued result
-                               Poisoned(DType::kFloat32, Shape{1 << 20})};   // replayed result
-  const auto fork_join = [=](Ops& ops, std::vector<TensorDesc>& d,
-                             const TensorDesc& out) -> absl::Status {
-    RETURN_IF_ERROR(ops.Add(d[0], d[1], d[2], a));
-    RETURN_IF_ERROR(ops.SignalFence(f0, a));
-    RETURN_IF_ERROR(ops.WaitForFence(b, f0));
-    RETURN_IF_ERROR(ops.Cast(d[2], d[3], b));
-    RETURN_IF_ERROR(ops.SignalFence(f1, b));
-    RETURN_IF_ERROR(ops.WaitForFence(a, f1));
-    return ops.Add(d[3], d[1], out, a);
-  };
-  auto g = RunOn(gpu(), t, [&](Ops& ops, std::vector<TensorDesc>& d) -> absl::Status {
-    RETURN_IF_ERROR(fork_join(ops, d, d[4]));
-    RETURN_IF_ERROR(ops.Memset(d[3].data, 0, d[3].Bytes(), a));
-    RETURN_IF_ERROR(ops.BeginCapture(a));
-    const absl::Status queued = fork_join(ops, d, d[5]);
-    ASSIGN_OR_RETURN(std::unique_ptr<Ops::CapturedWork> work, ops.EndCapture(a));
-    RETURN_IF_ERROR(queued);
-    RETURN_IF_ERROR(ops.Replay(*work, a));
-    return ops.Synchronize(a);
-  });
-  ASSERT_TRUE(g.ok()) << g.status();
-  auto c = RunOn(cpu(), t, [](Ops& ops, std::vector<TensorDesc>& d) -> absl::Status {
-    RETURN_IF_ERROR(ops.Add(d[0], d[1], d[2], nullptr));
-    RETURN_IF_ERROR(ops.Cast(d[2], d[3], nullptr));
-    RETURN_IF_ERROR(ops.Add(d[3], d[1], d[4], nullptr));
-    return ops.Add(d[3], d[1], d[5], nullptr);
-  });
-  ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ((*g)[4].bytes, (*c)[4].bytes) << "queued";
-  EXPECT_EQ((*g)[5].bytes, (*c)[5].bytes) << "replayed";
-}
-
 TEST_F(CpuVsCudaTest, CaptureMisuseIsAnErrorAndLeavesTheEngineUsable) {
   auto stream = gpu().CreateStream();
   ASSERT_TRUE(stream.ok()) << stream.status();

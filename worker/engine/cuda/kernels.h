@@ -27,9 +27,8 @@ absl::Status LaunchFp8Stats(const TensorDesc& in, DType format, const float* sca
                             int64_t* counts, cudaStream_t stream);
 absl::Status LaunchTranspose(const TensorDesc& in, const TensorDesc& out, cudaStream_t stream);
 absl::Status LaunchUpdateFp8Scales(float* amax, float* history, float* scale, float* scale_inv,
-                                   int scale_inv_stride, int n, int history_len,
-                                   int history_stride, float fp8_max, int margin, AmaxAlgo algo,
-                                   cudaStream_t stream);
+                                   int scale_inv_stride, int n, int history_len, float fp8_max,
+                                   int margin, AmaxAlgo algo, cudaStream_t stream);
 // elementwise.cu
 absl::Status LaunchAdd(const TensorDesc& a, const TensorDesc& b, const TensorDesc& out,
                        cudaStream_t stream);

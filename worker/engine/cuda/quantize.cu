@@ -189,17 +189,16 @@ __global__ void CopyScaleInvKernel(const float* src, float* dst, int invert) {
 }
 
 __global__ void UpdateScalesKernel(float* amax, float* history, float* scale, float* scale_inv,
-                                   int scale_inv_stride, int n, int history_len,
-                                   int history_stride, float fp8_max, int margin, int use_max) {
+                                   int scale_inv_stride, int n, int history_len, float fp8_max,
+                                   int margin, int use_max) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  const int64_t row = history_stride;
-  for (int h = history_len - 1; h > 0; --h) history[h * row + i] = history[(h - 1) * row + i];
+  for (int h = history_len - 1; h > 0; --h) history[h * n + i] = history[(h - 1) * n + i];
   history[i] = amax[i];
   amax[i] = 0.f;
   float a = history[i];
   if (use_max) {
-    for (int h = 1; h < history_len; ++h) a = fmaxf(a, history[h * row + i]);
+    for (int h = 1; h < history_len; ++h) a = fmaxf(a, history[h * n + i]);
   }
   if (a > 0.f && isfinite(a)) {
     const float s = fp8_max / a / ldexpf(1.0f, margin);
@@ -335,13 +334,12 @@ absl::Status LaunchTranspose(const TensorDesc& in, const TensorDesc& out, cudaSt
 }
 
 absl::Status LaunchUpdateFp8Scales(float* amax, float* history, float* scale, float* scale_inv,
-                                   int scale_inv_stride, int n, int history_len,
-                                   int history_stride, float fp8_max, int margin, AmaxAlgo algo,
-                                   cudaStream_t stream) {
+                                   int scale_inv_stride, int n, int history_len, float fp8_max,
+                                   int margin, AmaxAlgo algo, cudaStream_t stream) {
   if (n == 0) return absl::OkStatus();
-  UpdateScalesKernel<<<(n + 127) / 128, 128, 0, stream>>>(
-      amax, history, scale, scale_inv, scale_inv_stride, n, history_len, history_stride, fp8_max,
-      margin, algo == AmaxAlgo::kMax);
+  UpdateScalesKernel<<<(n + 127) / 128, 128, 0, stream>>>(amax, history, scale, scale_inv,
+                                                          scale_inv_stride, n, history_len,
+                                                          fp8_max, margin, algo == AmaxAlgo::kMax);
   CUDA_RETURN_IF_LAUNCH_FAILED();
   return absl::OkStatus();
 }

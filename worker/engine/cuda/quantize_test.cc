@@ -178,29 +178,26 @@ class UpdateScalesTest
       public ::testing::WithParamInterface<std::tuple<AmaxAlgo, int /*history*/, int /*n*/>> {};
 
 // Stride 4 (the trainer's layout) also checks that the floats between the
-// scale_inv values are left alone: they start random and must match. So
-// does a history table wider than n (a run of slots updated out of a wider
-// table): the columns past n start random and must match.
+// scale_inv values are left alone: they start random and must match.
 TEST_P(UpdateScalesTest, MatchesCpuBitForBit) {
   const auto [algo, len, n] = GetParam();
   const int stride = (n % 2 == 0) ? 4 : 1;
-  const int row = n + n % 3;  // history_stride: 1 -> 2, 7 -> 8, 300 -> 300
-  std::vector<float> amax = RandomFloats(n, 1, 10.f), history = RandomFloats(len * row, 2, 10.f);
+  std::vector<float> amax = RandomFloats(n, 1, 10.f), history = RandomFloats(len * n, 2, 10.f);
   for (float& x : amax) x = std::fabs(x);
   for (float& x : history) x = std::fabs(x);
   if (n > 2) {
     amax[0] = 0.f;       // scale must stay unchanged ...
     amax[1] = INFINITY;  // ... for a zero or non-finite amax
-    for (int h = 0; h < len; ++h) history[h * row] = 0.f;
+    for (int h = 0; h < len; ++h) history[h * n] = 0.f;
   }
   std::vector<HostTensor> t = {HostTensor::FromVector(DType::kFloat32, Shape{n}, amax),
-                               HostTensor::FromVector(DType::kFloat32, Shape{len, row}, history),
+                               HostTensor::FromVector(DType::kFloat32, Shape{len, n}, history),
                                RandomTensor(DType::kFloat32, Shape{n}, 3),
                                RandomTensor(DType::kFloat32, Shape{n * stride}, 4)};
-  auto [c, g] = Both(t, [algo = algo, len = len, n = n, stride, row](Ops& ops,
-                                                                    std::vector<TensorDesc>& d) {
+  auto [c, g] = Both(t, [algo = algo, len = len, n = n, stride](Ops& ops,
+                                                               std::vector<TensorDesc>& d) {
     return ops.UpdateFp8Scales(d[0].As<float>(), d[1].As<float>(), d[2].As<float>(),
-                               d[3].As<float>(), stride, n, len, row, 448.f, 1, algo, nullptr);
+                               d[3].As<float>(), stride, n, len, 448.f, 1, algo, nullptr);
   });
   for (int i = 0; i < 4; ++i) EXPECT_EQ(g[i].bytes, c[i].bytes) << "tensor " << i;
 }
