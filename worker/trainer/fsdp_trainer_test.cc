@@ -54,6 +54,7 @@ std::string FreshDir(const std::string& name) {
 
 struct RankResult {
   std::vector<float> losses;
+  std::vector<float> grad_norms;
   std::vector<uint8_t> gathered;  // layer 0 qkv, after training
   int64_t allocations_after_setup = -1, allocations_after_steps = -1;
   int64_t host_reads_during_steps = -1;
@@ -87,6 +88,7 @@ int TrainRank(const v1::JobSpec& spec, int rank, int world, const std::string& r
       return 4;
     }
     file.write(reinterpret_cast<const char*>(&report->loss), sizeof(float));
+    file.write(reinterpret_cast<const char*>(&report->grad_norm), sizeof(float));
   }
   int64_t counts[3] = {after_setup, trainer.allocation_count(),
                        trainer.host_read_count() - reads_before};
@@ -120,7 +122,11 @@ std::vector<RankResult> Train(const v1::JobSpec& spec, int world, int steps,
         << "rank " << r << " exit " << WEXITSTATUS(status);
     std::ifstream in(absl::StrCat(dir, "/out-", r), std::ios::binary);
     results[r].losses.resize(steps);
-    in.read(reinterpret_cast<char*>(results[r].losses.data()), steps * sizeof(float));
+    results[r].grad_norms.resize(steps);
+    for (int s = 0; s < steps; ++s) {
+      in.read(reinterpret_cast<char*>(&results[r].losses[s]), sizeof(float));
+      in.read(reinterpret_cast<char*>(&results[r].grad_norms[s]), sizeof(float));
+    }
     int64_t counts[3] = {-1, -1, -1}, nbytes = 0;
     in.read(reinterpret_cast<char*>(counts), sizeof(counts));
     in.read(reinterpret_cast<char*>(&nbytes), sizeof(nbytes));
@@ -149,6 +155,12 @@ std::vector<RankResult> ExpectTwoRanksMatchOneRank(const v1::JobSpec& sharded_sp
         << "step " << s;
   }
   EXPECT_FLOAT_EQ(sharded[0].losses[0], single[0].losses[0]);  // same init, same data
+  // Step 0's gradient is the same up to summation order, so is its norm,
+  // which 2 ranks sum in two parts (every shard but the embedding's while
+  // the embedding's reduce-scatter is in flight, then the embedding's).
+  EXPECT_EQ(sharded[0].grad_norms[0], sharded[1].grad_norms[0]);
+  EXPECT_NEAR(sharded[0].grad_norms[0], single[0].grad_norms[0], 1e-4 * single[0].grad_norms[0]);
+  EXPECT_GT(single[0].grad_norms[0], 0.f);
   EXPECT_FALSE(sharded[0].gathered.empty());
   EXPECT_EQ(sharded[0].gathered, sharded[1].gathered);
   return sharded;
