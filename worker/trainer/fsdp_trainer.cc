@@ -225,12 +225,6 @@ absl::Status FsdpTrainer::AllocateState() {
   std::vector<AdamShard> shards;
   for (Fp8ShardedParam* p : AllParams()) shards.push_back(p->AsAdamShard());
   ASSIGN_OR_RETURN(adam_, ops_->CreateAdamPlan(shards));
-  if (world_ > 1 && replicas_ == 1) {  // AllParams() starts with the embedding
-    ASSIGN_OR_RETURN(adam_embedding_only_,
-                     ops_->CreateAdamPlan(absl::MakeConstSpan(shards).first(1)));
-    ASSIGN_OR_RETURN(adam_without_embedding_,
-                     ops_->CreateAdamPlan(absl::MakeConstSpan(shards).subspan(1)));
-  }
 
   const bool sharded = world_ > 1;
   weight_ring_ = sharded && spec_.reshard_after_forward()

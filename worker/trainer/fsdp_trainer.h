@@ -315,10 +315,6 @@ class FsdpTrainer : public Trainer {
   std::vector<Block> blocks_;
   std::unique_ptr<Fp8Meta> meta_;
   std::unique_ptr<AdamPlan> adam_;
-  // Plain FSDP over more than one rank: the same shards less the embedding,
-  // and the embedding alone, so the gradient norm sums the others while the
-  // embedding's reduce-scatter is in flight (train_step.cc). Null otherwise.
-  std::unique_ptr<AdamPlan> adam_without_embedding_, adam_embedding_only_;
 
   // Which set of gathered weights and of full gradients each block uses,
   // and which collective frees a set for the next block (set up in

@@ -46,10 +46,8 @@ constexpr int kMaxMarksPerBlock = 10, kMaxMarksOutsideBlocks = 32;
 static_assert(Ops::kTimeMarks >= kMaxMarksPerBlock * kMaxLayers + kMaxMarksOutsideBlocks,
               "a step of the deepest model allowed needs more time marks");
 
-// Slots of FsdpTrainer::scalars_. kEmbeddingSumSq: the embedding's share of
-// the gradient's sum of squares, where it is summed apart (below).
-constexpr int kLossSum = 0, kValidTokens = 1, kGradSumSq = 2, kGradNorm = 3, kGradScale = 4,
-              kEmbeddingSumSq = 5;
+// Slots of FsdpTrainer::scalars_.
+constexpr int kLossSum = 0, kValidTokens = 1, kGradSumSq = 2, kGradNorm = 3, kGradScale = 4;
 
 TensorDesc View(const DeviceTensor& t, DType dtype, Shape shape) {
   TensorDesc d = t.desc;
@@ -316,15 +314,6 @@ absl::Status FsdpTrainer::QueueStep() {
       RETURN_IF_ERROR(comm_->WaitFor(grads_reduced_[l], stream_));
     }
     RETURN_IF_ERROR(comm_->WaitFor(head_reduced, stream_));
-    // Plain FSDP: the embedding's reduce-scatter is the step's largest
-    // ([V, H] fp32) and its last. The gradient norm's pass over every other
-    // shard runs while it is in flight; the embedding's shard is summed
-    // once it lands.
-    if (adam_without_embedding_ != nullptr) {
-      RETURN_IF_ERROR(clock_.WaitLap(CollectiveSite::kFinalReduce, stream_));
-      RETURN_IF_ERROR(ops.GradSumSquares(*adam_without_embedding_, scalars + kGradSumSq, stream_));
-      RETURN_IF_ERROR(clock_.Lap(StepPhase::kOptimizer, stream_));
-    }
     RETURN_IF_ERROR(comm_->WaitFor(embedding_reduced, stream_));
     RETURN_IF_ERROR(ReduceAcrossReplicas(0, grads_reduced_[0]));
     RETURN_IF_ERROR(ReduceAcrossReplicas(-1, embedding_reduced));
@@ -336,16 +325,7 @@ absl::Status FsdpTrainer::QueueStep() {
   PhaseRange optimizer_range("optimizer");
 
   // ---- Global loss, token count and gradient norm: one packed all-reduce --
-  if (adam_without_embedding_ != nullptr) {
-    RETURN_IF_ERROR(
-        ops.GradSumSquares(*adam_embedding_only_, scalars + kEmbeddingSumSq, stream_));
-    const TensorDesc sum_sq = MakeTensor(scalars + kGradSumSq, DType::kFloat32, Shape{1});
-    RETURN_IF_ERROR(ops.Add(sum_sq, MakeTensor(scalars + kEmbeddingSumSq, DType::kFloat32,
-                                               Shape{1}),
-                            sum_sq, stream_));
-  } else {
-    RETURN_IF_ERROR(ops.GradSumSquares(*adam_, scalars + kGradSumSq, stream_));
-  }
+  RETURN_IF_ERROR(ops.GradSumSquares(*adam_, scalars + kGradSumSq, stream_));
   RETURN_IF_ERROR(clock_.Lap(StepPhase::kOptimizer, stream_));
   RETURN_IF_ERROR(comm_->AllReduce(MakeTensor(scalars, DType::kFloat32, Shape{3}), ReduceOp::kSum,
                                    stream_));
