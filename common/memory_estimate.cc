@@ -84,12 +84,16 @@ RankMemoryEstimate EstimateRankMemory(const v1::JobSpec& spec, int /*rank*/, int
     e.parameter_shards += layers * shard_bytes(rows[i], cols[i], compute[i]);
     e.gathered += gathered_bytes(rows[i], cols[i], compute[i], weight_sets, grad_sets);
   }
-  // Embedding, final norm, LM head: bf16 compute copies, one set each.
+  // Embedding, final norm, LM head: bf16 compute copies, one set each, and
+  // full gradients of the norm and the head. The embedding's gradient is
+  // built in its shard from every rank's token ids and [T, H] fp32
+  // residual-gradient rows (worker/trainer/train_step.cc).
   const int64_t outer[3][2] = {{vocab, hidden}, {hidden, 1}, {vocab, hidden}};
-  for (const auto& shape : outer) {
-    e.parameter_shards += shard_bytes(shape[0], shape[1], 2);
-    e.gathered += gathered_bytes(shape[0], shape[1], 2, 1, 1);
+  for (int i = 0; i < 3; ++i) {
+    e.parameter_shards += shard_bytes(outer[i][0], outer[i][1], 2);
+    e.gathered += gathered_bytes(outer[i][0], outer[i][1], 2, 1, i == 0 ? 0 : 1);
   }
+  if (world > 1) e.gathered += world * tokens * 4 + world * tokens * hidden * 4;
 
   // FP8 metadata (common/fp8_meta_layout.h), twice: the block itself, and
   // the copy a forward pass outside the step (validation, ForwardLogits)
@@ -159,7 +163,9 @@ RankMemoryEstimate EstimateRankMemory(const v1::JobSpec& spec, int /*rank*/, int
   // embedding.cu), fixed workspaces.
   const int64_t chunk = std::min<int64_t>(
       spec.loss_chunk_tokens() > 0 ? spec.loss_chunk_tokens() : tokens, tokens);
-  const int64_t embedding_backward = 16 * tokens + (tokens + 63) / 64 * 2 * hidden * 4;
+  const int64_t embedding_tokens = world * tokens;  // every rank's, when sharded
+  const int64_t embedding_backward =
+      16 * embedding_tokens + (embedding_tokens + 63) / 64 * 2 * hidden * 4;
   e.engine_workspace = chunk * vocab * 4 + (2 * heads + 1) * batch * seq * 4 + embedding_backward +
                        kEngineScratchBytes;
   // cuDNN's attention, where the engine will run it.

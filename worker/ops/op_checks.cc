@@ -299,10 +299,16 @@ absl::Status CheckEmbeddingForwardArgs(const TensorDesc& ids, const TensorDesc& 
 }
 
 absl::Status CheckEmbeddingBackwardArgs(const TensorDesc& ids, const TensorDesc& grad_out,
-                                        const TensorDesc& grad_table) {
+                                        const TensorDesc& grad_table, int64_t first_row,
+                                        int64_t vocab) {
   RETURN_IF_ERROR(CheckDType("grad_table", grad_table, {DType::kFloat32}));
   RETURN_IF_ERROR(CheckRank("grad_table", grad_table, 2));
   RETURN_IF_ERROR(CheckData("grad_table", grad_table));
+  if (first_row < 0 || vocab < first_row + grad_table.shape[0]) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "first_row, vocab: grad_table's ", grad_table.shape[0], " rows from row ", first_row,
+        " must lie within a table of ", vocab, " rows"));
+  }
   RETURN_IF_ERROR(CheckIds(ids));
   return CheckTensor("grad_out", grad_out, kFloatTypes, Shape{ids.shape[0], grad_table.shape[1]});
 }

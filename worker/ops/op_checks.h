@@ -63,7 +63,8 @@ absl::Status CheckCastArgs(const TensorDesc& in, const TensorDesc& out);
 absl::Status CheckEmbeddingForwardArgs(const TensorDesc& ids, const TensorDesc& table,
                                        const TensorDesc& out);
 absl::Status CheckEmbeddingBackwardArgs(const TensorDesc& ids, const TensorDesc& grad_out,
-                                        const TensorDesc& grad_table);
+                                        const TensorDesc& grad_table, int64_t first_row,
+                                        int64_t vocab);
 absl::Status CheckRmsNormForwardArgs(const TensorDesc& x, const TensorDesc& weight, float eps,
                                      const TensorDesc& out, const TensorDesc& rstd);
 absl::Status CheckRmsNormForwardQuantizeArgs(const TensorDesc& x, const TensorDesc& weight,

@@ -250,7 +250,8 @@ TEST(OpChecks, QuantizeGemmAndElementwise) {
   EXPECT_TRUE(CheckCastArgs(a, T(DType::kFloat32, Shape{32})).ok());
   const TensorDesc ids = T(DType::kInt32, Shape{4}), table = T(DType::kFloat32, Shape{64, 8});
   EXPECT_TRUE(CheckEmbeddingForwardArgs(ids, table, in).ok());
-  EXPECT_TRUE(CheckEmbeddingBackwardArgs(ids, in, table).ok());
+  EXPECT_TRUE(CheckEmbeddingBackwardArgs(ids, in, table, 0, 64).ok());
+  EXPECT_TRUE(CheckEmbeddingBackwardArgs(ids, in, table, 36, 100).ok());  // a shard's rows
   TensorDesc short_out = out;
   short_out.shape = Shape{5};
   TensorDesc d_bf16 = d, overlap = d;
@@ -285,8 +286,9 @@ TEST(OpChecks, QuantizeGemmAndElementwise) {
        }},
       {"grad_table:",
        [&] {
-         return CheckEmbeddingBackwardArgs(ids, in, T(DType::kBFloat16, Shape{64, 8}));
+         return CheckEmbeddingBackwardArgs(ids, in, T(DType::kBFloat16, Shape{64, 8}), 0, 64);
        }},
+      {"first_row, vocab:", [&] { return CheckEmbeddingBackwardArgs(ids, in, table, 1, 64); }},
   });
 }
 

@@ -242,14 +242,20 @@ class Ops {
   // engine writes zeros for it and raises a sticky error flag).
   virtual absl::Status EmbeddingForward(const TensorDesc& ids, const TensorDesc& table,
                                         const TensorDesc& out, Stream* stream) = 0;
-  // grad_table [V, H] fp32 += scatter-add of grad_out [T, H] rows by ids.
+  // grad_table [R, H] fp32 += scatter-add of grad_out [T, H] rows by ids,
+  // where grad_table holds rows [first_row, first_row + R) of the gradient
+  // of a [vocab, H] table (first_row 0 and vocab R: the whole table; an
+  // FSDP rank passes its shard's rows and every rank's tokens). A token
+  // whose id is in [0, vocab) but outside those rows adds nothing.
   // Deterministic on both engines: the CPU engine adds each id's rows in
   // token order; the CUDA engine gives the same bits on every run (no float
   // atomics) and matches the CPU engine up to rounding (bit for bit when
-  // every id occurs once). A bad id is skipped (and reported as for
-  // EmbeddingForward).
+  // every id occurs once). An id outside [0, vocab) is skipped (and
+  // reported as for EmbeddingForward). INVALID_ARGUMENT unless 0 <=
+  // first_row and first_row + R <= vocab.
   virtual absl::Status EmbeddingBackward(const TensorDesc& ids, const TensorDesc& grad_out,
-                                         const TensorDesc& grad_table, Stream* stream) = 0;
+                                         const TensorDesc& grad_table, int64_t first_row,
+                                         int64_t vocab, Stream* stream) = 0;
   // out [T, H] = x / rms(x) * weight; x fp32/bf16, weight [H] fp32/bf16,
   // out bf16/fp32, rstd [T] fp32 saved for backward.
   virtual absl::Status RmsNormForward(const TensorDesc& x, const TensorDesc& weight, float eps,

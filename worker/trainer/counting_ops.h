@@ -114,8 +114,9 @@ class CountingOps : public Ops {
     return engine_->EmbeddingForward(ids, table, out, s);
   }
   absl::Status EmbeddingBackward(const TensorDesc& ids, const TensorDesc& grad_out,
-                                 const TensorDesc& grad_table, Stream* s) override {
-    return engine_->EmbeddingBackward(ids, grad_out, grad_table, s);
+                                 const TensorDesc& grad_table, int64_t first_row, int64_t vocab,
+                                 Stream* s) override {
+    return engine_->EmbeddingBackward(ids, grad_out, grad_table, first_row, vocab, s);
   }
   absl::Status RmsNormForward(const TensorDesc& x, const TensorDesc& weight, float eps,
                               const TensorDesc& out, const TensorDesc& rstd, Stream* s) override {

@@ -114,6 +114,7 @@ absl::StatusOr<std::vector<uint8_t>> FsdpTrainer::GradientBytes() {
   }
   std::vector<uint8_t> bytes;
   for (const DeviceTensor* t : grads) {
+    if (t->desc.data == nullptr) continue;  // grad_embedding_ of a sharded run: none
     const size_t offset = bytes.size();
     bytes.resize(offset + t->desc.Bytes());
     RETURN_IF_ERROR(

@@ -2,8 +2,10 @@
 // (block l + 1's weights gathered while block l computes) -> fused linear +
 // cross-entropy -> backward (block l's gradients reduce-scattered while block
 // l - 1's backward runs; which buffer set each block uses, and what frees
-// it, is weight_ring_ and grad_ring_, common/block_buffer_ring.h; under hybrid sharding then all-reduced across
-// replicas) -> one packed all-reduce of
+// it, is weight_ring_ and grad_ring_, common/block_buffer_ring.h; under
+// hybrid sharding then all-reduced across replicas) -> the embedding's
+// gradient (sharded: each rank adds its shard's rows from every rank's
+// gathered tokens and residual-gradient rows) -> one packed all-reduce of
 // [loss, tokens, grad sum of squares] -> clip scale -> FusedAdam (new fp32
 // master, Adam state and FP8 shards) -> one packed all-reduce of every amax
 // -> FP8 scale update. Everything it touches was allocated at setup.
@@ -202,10 +204,15 @@ absl::Status FsdpTrainer::QueueStep() {
   // Every all-gather and reduce-scatter below runs on the communicator's
   // stream; the compute stream waits for one only where it reads the result.
   CollectiveTicket head_gathered;
+  CollectiveTicket tokens_gathered;  // every rank's token ids, for the embedding's backward
   {
     PhaseRange range("all-gather");
     ASSIGN_OR_RETURN(const CollectiveTicket embedding_gathered,
                      StartGather({{&embedding_, &gathered_embedding_}}));
+    if (world_ > 1) {
+      const AllGatherPart ids{inputs_.desc.data, all_inputs_.desc.data, inputs_.desc.Bytes()};
+      ASSIGN_OR_RETURN(tokens_gathered, comm_->StartAllGather({&ids, 1}, stream_));
+    }
     for (int l = 0; l < weight_ring_.FirstGathers(); ++l) {
       ASSIGN_OR_RETURN(gather_done_[l], StartGatherBlock(l, GatheredFor(l)));
     }
@@ -301,22 +308,47 @@ absl::Status FsdpTrainer::QueueStep() {
     if (l + 1 < layers_) RETURN_IF_ERROR(ReduceAcrossReplicas(l + 1, grads_reduced_[l + 1]));
     RETURN_IF_ERROR(clock_.WaitLap(CollectiveSite::kGradientReduce, stream_));
   }
-  RETURN_IF_ERROR(ops.Memset(grad_embedding_.desc.data, 0, grad_embedding_.desc.Bytes(), stream_));
-  RETURN_IF_ERROR(ops.EmbeddingBackward(inputs_.desc, grad_residual_.desc,
-                                        View(grad_embedding_, DType::kFloat32, Shape{vocab_, h}),
-                                        stream_));
+  // The embedding's gradient. One rank: a scatter-add of the residual
+  // gradient's rows into the whole table's. Sharded: no [V, H] gradient is
+  // built or reduce-scattered. The ranks all-gather their [T, H] residual
+  // gradients (with the token ids gathered at the step's start), and each
+  // adds the rows of its own shard from every rank's tokens, in rank and
+  // token order.
+  CollectiveTicket embedding_rows_gathered;
+  if (world_ == 1) {
+    RETURN_IF_ERROR(
+        ops.Memset(grad_embedding_.desc.data, 0, grad_embedding_.desc.Bytes(), stream_));
+    RETURN_IF_ERROR(ops.EmbeddingBackward(inputs_.desc, grad_residual_.desc,
+                                          View(grad_embedding_, DType::kFloat32, Shape{vocab_, h}),
+                                          /*first_row=*/0, vocab_, stream_));
+  } else {
+    const AllGatherPart rows{grad_residual_.desc.data, all_embedding_grad_rows_.desc.data,
+                             grad_residual_.desc.Bytes()};
+    ASSIGN_OR_RETURN(embedding_rows_gathered, comm_->StartAllGather({&rows, 1}, stream_));
+  }
   RETURN_IF_ERROR(clock_.Lap(StepPhase::kBackward, stream_));
   {
     PhaseRange range("reduce-scatter");
-    ASSIGN_OR_RETURN(const CollectiveTicket embedding_reduced,
-                     StartReduceScatter({{&embedding_, &grad_embedding_}}));
     for (int l = 0; l < grad_ring_.UnwaitedAfterBackward(); ++l) {
       RETURN_IF_ERROR(comm_->WaitFor(grads_reduced_[l], stream_));
     }
     RETURN_IF_ERROR(comm_->WaitFor(head_reduced, stream_));
-    RETURN_IF_ERROR(comm_->WaitFor(embedding_reduced, stream_));
+    if (world_ > 1) {
+      RETURN_IF_ERROR(comm_->WaitFor(tokens_gathered, stream_));
+      RETURN_IF_ERROR(comm_->WaitFor(embedding_rows_gathered, stream_));
+      RETURN_IF_ERROR(clock_.WaitLap(CollectiveSite::kFinalReduce, stream_));
+      const TensorDesc& shard = embedding_.grad_shard.desc;
+      RETURN_IF_ERROR(ops.Memset(shard.data, 0, shard.Bytes(), stream_));
+      RETURN_IF_ERROR(ops.EmbeddingBackward(
+          all_inputs_.desc, all_embedding_grad_rows_.desc,
+          View(embedding_.grad_shard, DType::kFloat32,
+               Shape{embedding_.layout.local_rows(), h}),
+          embedding_.layout.begin_row(), vocab_, stream_));
+      RETURN_IF_ERROR(clock_.Lap(StepPhase::kBackward, stream_));
+    }
     RETURN_IF_ERROR(ReduceAcrossReplicas(0, grads_reduced_[0]));
-    RETURN_IF_ERROR(ReduceAcrossReplicas(-1, embedding_reduced));
+    // The embedding's shards are the compute stream's own work, done now.
+    RETURN_IF_ERROR(ReduceAcrossReplicas(-1, CollectiveTicket{}));
     RETURN_IF_ERROR(WaitForReplicas());
     RETURN_IF_ERROR(clock_.WaitLap(CollectiveSite::kFinalReduce, stream_));
   }

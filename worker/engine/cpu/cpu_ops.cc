@@ -177,8 +177,9 @@ class CpuOps : public Ops {
     return cpu::EmbeddingForward(ids, table, out);
   }
   absl::Status EmbeddingBackward(const TensorDesc& ids, const TensorDesc& grad_out,
-                                 const TensorDesc& grad_table, Stream*) override {
-    return cpu::EmbeddingBackward(ids, grad_out, grad_table);
+                                 const TensorDesc& grad_table, int64_t first_row, int64_t vocab,
+                                 Stream*) override {
+    return cpu::EmbeddingBackward(ids, grad_out, grad_table, first_row, vocab);
   }
   absl::Status RmsNormForward(const TensorDesc& x, const TensorDesc& weight, float eps,
                               const TensorDesc& out, const TensorDesc& rstd, Stream*) override {

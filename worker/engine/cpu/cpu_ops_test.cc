@@ -254,10 +254,11 @@ TEST(CpuOps, ActivationOpsMatchTheFreeFunctions) {
   EXPECT_EQ(emb, emb_ref);
   std::vector<float> gt = RandomFloats(v * h, 14), gt_ref = gt;
   ASSERT_TRUE(
-      ops->EmbeddingBackward(Ids, A16, MakeTensor(gt.data(), DType::kFloat32, Shape{v, h}), nullptr)
+      ops->EmbeddingBackward(Ids, A16, MakeTensor(gt.data(), DType::kFloat32, Shape{v, h}), 0, v,
+                             nullptr)
           .ok());
   ASSERT_TRUE(
-      cpu::EmbeddingBackward(Ids, A16, MakeTensor(gt_ref.data(), DType::kFloat32, Shape{v, h}))
+      cpu::EmbeddingBackward(Ids, A16, MakeTensor(gt_ref.data(), DType::kFloat32, Shape{v, h}), 0, v)
           .ok());
   EXPECT_EQ(gt, gt_ref);
   // RMSNorm forward and backward.

@@ -42,15 +42,17 @@ absl::Status EmbeddingForward(const TensorDesc& ids, const TensorDesc& table, co
 }
 
 absl::Status EmbeddingBackward(const TensorDesc& ids, const TensorDesc& grad_out,
-                               const TensorDesc& grad_table) {
-  RETURN_IF_ERROR(CheckEmbeddingBackwardArgs(ids, grad_out, grad_table));
-  const int64_t vocab = grad_table.shape[0], h = grad_table.shape[1];
+                               const TensorDesc& grad_table, int64_t first_row, int64_t vocab) {
+  RETURN_IF_ERROR(CheckEmbeddingBackwardArgs(ids, grad_out, grad_table, first_row, vocab));
+  const int64_t rows = grad_table.shape[0], h = grad_table.shape[1];
   RETURN_IF_ERROR(CheckIdsInRange(ids, vocab));
   const int64_t tokens = ids.shape[0];
   const int32_t* id = ids.As<const int32_t>();
   float* grad = grad_table.As<float>();
   for (int64_t t = 0; t < tokens; ++t) {
-    float* row = grad + static_cast<int64_t>(id[t]) * h;
+    const int64_t local = static_cast<int64_t>(id[t]) - first_row;
+    if (local < 0 || local >= rows) continue;  // another rank's row
+    float* row = grad + local * h;
     for (int64_t j = 0; j < h; ++j) row[j] += Load(grad_out, t * h + j);
   }
   return absl::OkStatus();

@@ -4,9 +4,10 @@
 //    table [V, H] fp32 or bf16, out [T, H] fp32 or bf16 (each value
 //    converted to out's dtype: exact, or rounded to nearest even for
 //    fp32 -> bf16).
-//  * EmbeddingBackward: grad_table [V, H] fp32 += scatter-add of the rows of
-//    grad_out [T, H] (fp32 or bf16) by ids, in token order t = 0, 1, ...,
-//    each add in fp32. The order is fixed, so the result is deterministic
+//  * EmbeddingBackward: grad_table [R, H] fp32 (rows [first_row,
+//    first_row + R) of a [vocab, H] table's gradient) += scatter-add of the
+//    rows of grad_out [T, H] (fp32 or bf16) by ids, skipping ids outside
+//    those rows, in token order t = 0, 1, ..., each add in fp32. The order is fixed, so the result is deterministic
 //    (the CUDA engine reproduces it up to fp32 summation order).
 // Every id is checked before anything is written: an id outside [0, V) is
 // INVALID_ARGUMENT naming its position and value, and the output is left
@@ -23,7 +24,7 @@ namespace cpu {
 
 absl::Status EmbeddingForward(const TensorDesc& ids, const TensorDesc& table, const TensorDesc& out);
 absl::Status EmbeddingBackward(const TensorDesc& ids, const TensorDesc& grad_out,
-                               const TensorDesc& grad_table);
+                               const TensorDesc& grad_table, int64_t first_row, int64_t vocab);
 
 }  // namespace cpu
 }  // namespace tessera

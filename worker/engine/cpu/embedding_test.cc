@@ -6,11 +6,13 @@
 // position before anything is written.
 #include "worker/engine/cpu/embedding.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "worker/engine/cpu/bf16.h"
 #include "worker/engine/cpu/float_tensor_for_test.h"
@@ -82,14 +84,14 @@ TEST_P(EmbeddingTest, GatherAndScatterAddMatchFp64) {
   FloatTensor grad_out = FloatTensor::Random(out_dtype, Shape{d.tokens, d.hidden}, 13 + d.tokens);
   const FloatTensor initial = FloatTensor::Random(kF32, Shape{d.vocab, d.hidden}, 17 + d.hidden);
   FloatTensor grad_table = initial;
-  ASSERT_TRUE(EmbeddingBackward(ids_desc, grad_out.desc(), grad_table.desc()).ok());
+  ASSERT_TRUE(EmbeddingBackward(ids_desc, grad_out.desc(), grad_table.desc(), 0, d.vocab).ok());
   std::vector<double> want_grad = RefBackward(ids, grad_out.values(), d.vocab, d.hidden);
   const std::vector<double> start = initial.values();
   for (size_t i = 0; i < want_grad.size(); ++i) want_grad[i] += start[i];
   // fp32 adds of O(1) values, at most `tokens` per element.
   EXPECT_TRUE(AllClose(grad_table.values(), want_grad, 1e-6, 1e-6 * d.tokens * MaxAbs(want_grad)));
   FloatTensor grad_again = initial;
-  ASSERT_TRUE(EmbeddingBackward(ids_desc, grad_out.desc(), grad_again.desc()).ok());
+  ASSERT_TRUE(EmbeddingBackward(ids_desc, grad_out.desc(), grad_again.desc(), 0, d.vocab).ok());
   EXPECT_TRUE(grad_again.BitEqual(grad_table));
 }
 
@@ -138,7 +140,7 @@ TEST(Embedding, OutOfRangeIdIsRejectedWithItsPositionAndNothingIsWritten) {
 
     const FloatTensor initial = FloatTensor::Random(kF32, Shape{vocab, hidden}, 23);
     FloatTensor grad_table = initial;
-    s = EmbeddingBackward(ids_desc, grad_out.desc(), grad_table.desc());
+    s = EmbeddingBackward(ids_desc, grad_out.desc(), grad_table.desc(), 0, vocab);
     EXPECT_TRUE(InvalidArgumentNaming(s, "ids"));
     EXPECT_NE(s.message().find("position 3"), std::string::npos) << s;
     EXPECT_TRUE(grad_table.BitEqual(initial));
@@ -179,12 +181,53 @@ TEST(Embedding, RejectsBadDtypesAndShapesNamingTheArgument) {
       "ids"));
 
   EXPECT_TRUE(InvalidArgumentNaming(
-      EmbeddingBackward(ids_desc, grad_out.desc(), out.desc(Shape{vocab, hidden})), "grad_table"));
+      EmbeddingBackward(ids_desc, grad_out.desc(), out.desc(Shape{vocab, hidden}), 0, vocab), "grad_table"));
   EXPECT_TRUE(InvalidArgumentNaming(
-      EmbeddingBackward(ids_desc, grad_out.desc(Shape{tokens, hidden + 1}), grad_table.desc()),
+      EmbeddingBackward(ids_desc, grad_out.desc(Shape{tokens, hidden + 1}), grad_table.desc(), 0,
+                        vocab),
       "grad_out"));
   EXPECT_TRUE(InvalidArgumentNaming(
-      EmbeddingBackward(float_ids_desc, grad_out.desc(), grad_table.desc()), "ids"));
+      EmbeddingBackward(float_ids_desc, grad_out.desc(), grad_table.desc(), 0, vocab), "ids"));
+  // Rows that do not fit the table they are said to be of.
+  EXPECT_TRUE(InvalidArgumentNaming(
+      EmbeddingBackward(ids_desc, grad_out.desc(), grad_table.desc(), 1, vocab),
+      "first_row, vocab"));
+  EXPECT_TRUE(InvalidArgumentNaming(
+      EmbeddingBackward(ids_desc, grad_out.desc(), grad_table.desc(), -1, vocab),
+      "first_row, vocab"));
+}
+
+// An FSDP rank's gradient holds its shard's rows and sees every rank's
+// tokens: each shard adds exactly its rows' tokens, in token order, so the
+// shards side by side are the whole table's gradient bit for bit. Uneven
+// and empty shards included (11 rows over 3 and over 4 ranks; 3 over 4).
+TEST(Embedding, ShardRowsAddTheirTokensAndTogetherMakeTheWholeGradient) {
+  const int hidden = 5;
+  for (const auto& [vocab, world] : {std::pair{11, 3}, std::pair{11, 4}, std::pair{3, 4}}) {
+    SCOPED_TRACE(absl::StrCat("vocab ", vocab, ", world ", world));
+    const int tokens = 40;
+    std::vector<int32_t> ids = RandomInts(tokens, 61 + vocab, 0, vocab);
+    TensorDesc ids_desc = MakeTensor(ids.data(), DType::kInt32, Shape{tokens});
+    FloatTensor grad_out = FloatTensor::Random(kBf16, Shape{tokens, hidden}, 62);
+    const FloatTensor initial = FloatTensor::Random(kF32, Shape{vocab, hidden}, 63);
+    FloatTensor whole = initial;
+    ASSERT_TRUE(EmbeddingBackward(ids_desc, grad_out.desc(), whole.desc(), 0, vocab).ok());
+    const int per_rank = (vocab + world - 1) / world;
+    for (int rank = 0; rank < world; ++rank) {
+      const int first = std::min(vocab, rank * per_rank);
+      const int rows = std::min(vocab, (rank + 1) * per_rank) - first;
+      std::vector<float> shard(static_cast<size_t>(rows) * hidden);
+      for (int i = 0; i < rows * hidden; ++i) shard[i] = initial.Get(first * hidden + i);
+      ASSERT_TRUE(EmbeddingBackward(ids_desc, grad_out.desc(),
+                                    MakeTensor(shard.data(), kF32, Shape{rows, hidden}), first,
+                                    vocab)
+                      .ok());
+      for (int i = 0; i < rows * hidden; ++i) {
+        EXPECT_EQ(shard[i], static_cast<float>(whole.Get(first * hidden + i)))
+            << "rank " << rank << " element " << i;
+      }
+    }
+  }
 }
 
 }  // namespace

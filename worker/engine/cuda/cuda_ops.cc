@@ -201,15 +201,16 @@ class CudaOps : public Ops {
     return cuda::LaunchEmbeddingForward(ids, table, out, ctx_->error_flag(), S(stream));
   }
   absl::Status EmbeddingBackward(const TensorDesc& ids, const TensorDesc& grad_out,
-                                 const TensorDesc& grad_table, Stream* stream) override {
+                                 const TensorDesc& grad_table, int64_t first_row, int64_t vocab,
+                                 Stream* stream) override {
     RETURN_IF_ERROR(ctx_->MakeCurrent());
-    RETURN_IF_ERROR(CheckEmbeddingBackwardArgs(ids, grad_out, grad_table));
+    RETURN_IF_ERROR(CheckEmbeddingBackwardArgs(ids, grad_out, grad_table, first_row, vocab));
     ASSIGN_OR_RETURN(const int64_t bytes,
                      cuda::EmbeddingBackwardScratchBytes(ids.NumElements(), grad_table.shape[0],
                                                          grad_table.shape[1]));
     ASSIGN_OR_RETURN(void* scratch, embedding_scratch_.Get(std::max<int64_t>(1, bytes)));
-    return cuda::LaunchEmbeddingBackward(ids, grad_out, grad_table, scratch, bytes,
-                                         ctx_->error_flag(), S(stream));
+    return cuda::LaunchEmbeddingBackward(ids, grad_out, grad_table, first_row, vocab, scratch,
+                                         bytes, ctx_->error_flag(), S(stream));
   }
   absl::Status RmsNormForward(const TensorDesc& x, const TensorDesc& weight, float eps,
                               const TensorDesc& out, const TensorDesc& rstd, Stream* stream) override {

@@ -3,7 +3,9 @@
 // INVALID_ARGUMENT at the next Synchronize).
 //
 // Backward adds each token's gradient row into its id's row of the fp32
-// table gradient, with no float atomics, so the result is bit-identical run
+// table gradient (or of the rows of it one FSDP rank holds: tokens of other
+// rows are sorted past the end and skipped, as bad ids are), with no float
+// atomics, so the result is bit-identical run
 // to run whatever order the blocks run in:
 //  1. Sort inputs: key[t] = ids[t] (V for a bad id, which raises the flag
 //     and is skipped), value[t] = t.
@@ -117,15 +119,19 @@ __global__ void EmbeddingForwardKernel(const int32_t* ids, const void* table, in
 }
 
 // Step 1: the sort's inputs.
+// Keys are rows of the gradient: id - first_row for an id among its `rows`
+// rows, `rows` (skipped) for any other; an id outside [0, vocab) also
+// raises the flag.
 __global__ void EmbeddingSortInputsKernel(const int32_t* __restrict__ ids, int64_t tokens,
-                                          int64_t vocab, uint32_t* __restrict__ keys,
+                                          int64_t first_row, int64_t rows, int64_t vocab,
+                                          uint32_t* __restrict__ keys,
                                           int32_t* __restrict__ token_index, int* error_flag) {
   for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < tokens;
        t += int64_t(gridDim.x) * blockDim.x) {
     const int32_t id = ids[t];
-    const bool ok = id >= 0 && id < vocab;
-    if (!ok) atomicExch(error_flag, 1);
-    keys[t] = ok ? static_cast<uint32_t>(id) : static_cast<uint32_t>(vocab);
+    if (id < 0 || id >= vocab) atomicExch(error_flag, 1);
+    const int64_t row = int64_t(id) - first_row;
+    keys[t] = row >= 0 && row < rows ? static_cast<uint32_t>(row) : static_cast<uint32_t>(rows);
     token_index[t] = static_cast<int32_t>(t);
   }
 }
@@ -243,24 +249,26 @@ absl::Status LaunchEmbeddingForward(const TensorDesc& ids, const TensorDesc& tab
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> EmbeddingBackwardScratchBytes(int64_t tokens, int64_t vocab, int64_t h) {
-  const absl::StatusOr<BackwardScratch> layout = LayOut(nullptr, tokens, vocab, h);
+absl::StatusOr<int64_t> EmbeddingBackwardScratchBytes(int64_t tokens, int64_t rows, int64_t h) {
+  const absl::StatusOr<BackwardScratch> layout = LayOut(nullptr, tokens, rows, h);
   if (!layout.ok()) return layout.status();
   return layout->total_bytes;
 }
 
 absl::Status LaunchEmbeddingBackward(const TensorDesc& ids, const TensorDesc& grad_out,
-                                     const TensorDesc& grad_table, void* scratch,
-                                     int64_t scratch_bytes, int* error_flag,
-                                     cudaStream_t stream) {
+                                     const TensorDesc& grad_table, int64_t first_row,
+                                     int64_t vocab, void* scratch, int64_t scratch_bytes,
+                                     int* error_flag, cudaStream_t stream) {
   const int64_t tokens = ids.NumElements();
-  const int64_t vocab = grad_table.shape[0], h = grad_table.shape[1];
+  // Below, "vocab" of the sort and the sums is the gradient's rows: keys
+  // are rows of grad_table, `rows` for a token it does not hold.
+  const int64_t rows = grad_table.shape[0], h = grad_table.shape[1];
   if (tokens == 0 || h == 0) return absl::OkStatus();
   if (tokens > INT32_MAX || vocab >= INT32_MAX) {
     return absl::InvalidArgumentError(absl::StrCat(
         "embedding backward: ", tokens, " tokens and vocabulary ", vocab, " exceed 2^31 - 1"));
   }
-  const absl::StatusOr<BackwardScratch> laid_out = LayOut(scratch, tokens, vocab, h);
+  const absl::StatusOr<BackwardScratch> laid_out = LayOut(scratch, tokens, rows, h);
   if (!laid_out.ok()) return laid_out.status();
   const BackwardScratch& s = *laid_out;
   if (s.total_bytes > scratch_bytes) {
@@ -273,26 +281,27 @@ absl::Status LaunchEmbeddingBackward(const TensorDesc& ids, const TensorDesc& gr
         absl::StrCat("embedding backward: ", tokens, " tokens of width ", h, " are too many"));
   }
   EmbeddingSortInputsKernel<<<BlocksFor(tokens, 256), 256, 0, stream>>>(
-      static_cast<const int32_t*>(ids.data), tokens, vocab, s.keys_in, s.tokens_in, error_flag);
+      static_cast<const int32_t*>(ids.data), tokens, first_row, rows, vocab, s.keys_in,
+      s.tokens_in, error_flag);
   CUDA_RETURN_IF_LAUNCH_FAILED();
   size_t temp_bytes = s.sort_temp_bytes;
   CUDA_RETURN_IF_ERROR(cub::DeviceRadixSort::SortPairs(
       s.sort_temp, temp_bytes, s.keys_in, s.keys, s.tokens_in, s.tokens, static_cast<int>(tokens),
-      0, SortBits(vocab), stream));
+      0, SortBits(rows), stream));
   const dim3 grid(static_cast<unsigned>(chunks),
                   static_cast<unsigned>((h + kTileColumns - 1) / kTileColumns));
   float* grad = static_cast<float*>(grad_table.data);
   if (grad_out.dtype == DType::kFloat32) {
     EmbeddingChunkSumsKernel<float><<<grid, kThreads, 0, stream>>>(
         s.keys, s.tokens, tokens, static_cast<const float*>(grad_out.data), grad, s.partials,
-        vocab, h);
+        rows, h);
   } else {
     EmbeddingChunkSumsKernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(
         s.keys, s.tokens, tokens, static_cast<const __nv_bfloat16*>(grad_out.data), grad,
-        s.partials, vocab, h);
+        s.partials, rows, h);
   }
   CUDA_RETURN_IF_LAUNCH_FAILED();
-  EmbeddingGroupSumsKernel<<<grid, kThreads, 0, stream>>>(s.keys, tokens, s.partials, grad, vocab,
+  EmbeddingGroupSumsKernel<<<grid, kThreads, 0, stream>>>(s.keys, tokens, s.partials, grad, rows,
                                                           h);
   CUDA_RETURN_IF_LAUNCH_FAILED();
   return absl::OkStatus();

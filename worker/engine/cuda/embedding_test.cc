@@ -8,10 +8,12 @@
 // tile, and one id for every token. Also: an out-of-range id writes a zero
 // row and makes the next Synchronize INVALID_ARGUMENT, once, and the
 // backward skips it.
+#include <algorithm>
 #include <cstdint>
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "worker/engine/cuda/engine_harness_for_test.h"
 
@@ -33,7 +35,7 @@ TEST_P(EmbeddingTest, ForwardAndBackwardMatchCpu) {
       RandomTensor(DType::kFloat32, Shape{vocab, h}, 3)};  // grad_table, accumulated into
   auto [c, g] = Both(t, [](Ops& ops, std::vector<TensorDesc>& d) {
     absl::Status s = ops.EmbeddingForward(d[0], d[1], d[2], nullptr);
-    if (s.ok()) s = ops.EmbeddingBackward(d[0], d[3], d[4], nullptr);
+    if (s.ok()) s = ops.EmbeddingBackward(d[0], d[3], d[4], 0, d[4].shape[0], nullptr);
     return s;
   });
   EXPECT_EQ(BitDifferences(g[2], c[2]), 0) << "forward";
@@ -67,7 +69,7 @@ TEST_P(EmbeddingBackwardTest, SameBitsEveryRunAndMatchesCpu) {
                                RandomTensor(grad_dtype, Shape{c.tokens, c.h}, 33),
                                RandomTensor(DType::kFloat32, Shape{c.vocab, c.h}, 34)};
   const Body backward = [](Ops& ops, std::vector<TensorDesc>& d) {
-    return ops.EmbeddingBackward(d[0], d[1], d[2], nullptr);
+    return ops.EmbeddingBackward(d[0], d[1], d[2], 0, d[2].shape[0], nullptr);
   };
   auto first = RunOn(gpu(), t, backward);
   ASSERT_TRUE(first.ok()) << first.status();
@@ -101,9 +103,44 @@ TEST_F(CpuVsCudaTest, EmbeddingBackwardOfDistinctIdsIsBitExact) {
                                RandomTensor(DType::kBFloat16, Shape{tokens, h}, 41),
                                RandomTensor(DType::kFloat32, Shape{vocab, h}, 42)};
   auto [c, g] = Both(t, [](Ops& ops, std::vector<TensorDesc>& d) {
-    return ops.EmbeddingBackward(d[0], d[1], d[2], nullptr);
+    return ops.EmbeddingBackward(d[0], d[1], d[2], 0, d[2].shape[0], nullptr);
   });
   EXPECT_EQ(BitDifferences(g[2], c[2]), 0);
+}
+
+// An FSDP rank's rows of the gradient from every rank's tokens (the 8B
+// model's vocabulary over 4 ranks, the last one short, and an empty fifth
+// of 5): the same bits on every run, the CPU engine's values, and rows
+// other than the shard's untouched.
+TEST_F(CpuVsCudaTest, EmbeddingBackwardOfAShardsRowsMatchesCpu) {
+  const int tokens = 4 * 2048, vocab = 128256, h = 256;
+  std::vector<int32_t> ids = RandomInts(tokens, 71, 0, vocab);
+  for (int i = 0; i < tokens; i += 3) ids[i] = ids[i / 3];  // repeated ids too
+  for (const auto& [world, rank] : {std::pair{4, 0}, std::pair{4, 3}, std::pair{5, 4}}) {
+    SCOPED_TRACE(absl::StrCat("rank ", rank, " of ", world));
+    const int64_t per_rank = (vocab + world - 1) / world;
+    const int64_t first = std::min<int64_t>(vocab, rank * per_rank);
+    const int64_t rows = std::min<int64_t>(vocab, (rank + 1) * per_rank) - first;
+    std::vector<HostTensor> t = {HostTensor::FromVector(DType::kInt32, Shape{tokens}, ids),
+                                 RandomTensor(DType::kFloat32, Shape{tokens, h}, 72),
+                                 RandomTensor(DType::kFloat32, Shape{std::max<int64_t>(rows, 1), h}, 73)};
+    const Body backward = [first, rows, vocab, h](Ops& ops, std::vector<TensorDesc>& d) {
+      return ops.EmbeddingBackward(d[0], d[1], MakeTensor(d[2].data, DType::kFloat32, Shape{rows, h}), first, vocab, nullptr);
+    };
+    auto gpu_out = RunOn(gpu(), t, backward);
+    ASSERT_TRUE(gpu_out.ok()) << gpu_out.status();
+    auto again = RunOn(gpu(), t, backward);
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ((*gpu_out)[2].bytes, (*again)[2].bytes);
+    auto cpu_out = RunOn(cpu(), t, backward);
+    ASSERT_TRUE(cpu_out.ok()) << cpu_out.status();
+    EXPECT_LT(Error((*gpu_out)[2], (*cpu_out)[2]), 1e-6);
+    if (rows > 0) {
+      EXPECT_NE((*gpu_out)[2].bytes, t[2].bytes) << "nothing was added";
+    } else {
+      EXPECT_EQ((*gpu_out)[2].bytes, t[2].bytes) << "an empty shard's buffer was written";
+    }
+  }
 }
 
 // A bad id raises the flag and adds nothing; the good ones are still added.
@@ -114,7 +151,7 @@ TEST_F(CpuVsCudaTest, EmbeddingBackwardSkipsAnOutOfRangeId) {
       RandomTensor(DType::kFloat32, Shape{tokens, h}, 51),
       RandomTensor(DType::kFloat32, Shape{vocab, h}, 52)};
   auto g = RunOn(gpu(), t, [](Ops& ops, std::vector<TensorDesc>& d) {
-    return ops.EmbeddingBackward(d[0], d[1], d[2], nullptr);
+    return ops.EmbeddingBackward(d[0], d[1], d[2], 0, d[2].shape[0], nullptr);
   });
   EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument) << g.status();
   // The flag was cleared by that report; read the table the backward left.
@@ -129,7 +166,7 @@ TEST_F(CpuVsCudaTest, EmbeddingBackwardSkipsAnOutOfRangeId) {
   ASSERT_TRUE(ops.EmbeddingBackward(MakeTensor((*ids)->data(), DType::kInt32, Shape{tokens}),
                                     MakeTensor((*grad)->data(), DType::kFloat32, Shape{tokens, h}),
                                     MakeTensor((*table)->data(), DType::kFloat32, Shape{vocab, h}),
-                                    nullptr)
+                                    0, vocab, nullptr)
                   .ok());
   EXPECT_EQ(ops.Synchronize(nullptr).code(), absl::StatusCode::kInvalidArgument);
   std::vector<float> got(vocab * h);

@@ -39,10 +39,12 @@ absl::Status LaunchEmbeddingForward(const TensorDesc& ids, const TensorDesc& tab
 // The backward's scratch for T tokens, vocabulary V and width H (about
 // 16 T + T H / 8 bytes plus the sort's temporary storage); deterministic,
 // see embedding.cu.
-absl::StatusOr<int64_t> EmbeddingBackwardScratchBytes(int64_t tokens, int64_t vocab, int64_t h);
+// rows: the gradient's rows (grad_table.shape[0]), which the scratch scales with.
+absl::StatusOr<int64_t> EmbeddingBackwardScratchBytes(int64_t tokens, int64_t rows, int64_t h);
 absl::Status LaunchEmbeddingBackward(const TensorDesc& ids, const TensorDesc& grad_out,
-                                     const TensorDesc& grad_table, void* scratch,
-                                     int64_t scratch_bytes, int* error_flag, cudaStream_t stream);
+                                     const TensorDesc& grad_table, int64_t first_row,
+                                     int64_t vocab, void* scratch, int64_t scratch_bytes,
+                                     int* error_flag, cudaStream_t stream);
 // rmsnorm.cu
 absl::Status LaunchRmsNormForward(const TensorDesc& x, const TensorDesc& w, float eps,
                                   const TensorDesc& out, const TensorDesc& rstd,
