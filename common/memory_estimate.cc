@@ -26,6 +26,10 @@ std::string FormatBytesAsGiB(int64_t bytes) {
   return absl::StrFormat("%.2f GiB", static_cast<double>(bytes) / (int64_t{1} << 30));
 }
 
+bool EmbeddingGradientFromRows(int shard_world, int64_t tokens, int64_t vocab) {
+  return shard_world > 1 && shard_world * tokens < vocab;
+}
+
 bool RecomputesBlock(const v1::MemoryConfig& memory, int64_t layer) {
   const v1::MemoryConfig::Recompute policy = memory.recompute();
   if (policy != v1::MemoryConfig::BLOCKS && policy != v1::MemoryConfig::SELECTIVE) return false;
@@ -85,15 +89,17 @@ RankMemoryEstimate EstimateRankMemory(const v1::JobSpec& spec, int /*rank*/, int
     e.gathered += gathered_bytes(rows[i], cols[i], compute[i], weight_sets, grad_sets);
   }
   // Embedding, final norm, LM head: bf16 compute copies, one set each, and
-  // full gradients of the norm and the head. The embedding's gradient is
-  // built in its shard from every rank's token ids and [T, H] fp32
-  // residual-gradient rows (worker/trainer/train_step.cc).
+  // full gradients, but for the embedding's where it is built in its shard
+  // from every rank's token ids and [T, H] fp32 residual-gradient rows
+  // (EmbeddingGradientFromRows).
   const int64_t outer[3][2] = {{vocab, hidden}, {hidden, 1}, {vocab, hidden}};
+  const bool embedding_from_rows = EmbeddingGradientFromRows(world, tokens, vocab);
   for (int i = 0; i < 3; ++i) {
     e.parameter_shards += shard_bytes(outer[i][0], outer[i][1], 2);
-    e.gathered += gathered_bytes(outer[i][0], outer[i][1], 2, 1, i == 0 ? 0 : 1);
+    e.gathered +=
+        gathered_bytes(outer[i][0], outer[i][1], 2, 1, i == 0 && embedding_from_rows ? 0 : 1);
   }
-  if (world > 1) e.gathered += world * tokens * 4 + world * tokens * hidden * 4;
+  if (embedding_from_rows) e.gathered += world * tokens * 4 + world * tokens * hidden * 4;
 
   // FP8 metadata (common/fp8_meta_layout.h), twice: the block itself, and
   // the copy a forward pass outside the step (validation, ForwardLogits)
@@ -163,7 +169,7 @@ RankMemoryEstimate EstimateRankMemory(const v1::JobSpec& spec, int /*rank*/, int
   // embedding.cu), fixed workspaces.
   const int64_t chunk = std::min<int64_t>(
       spec.loss_chunk_tokens() > 0 ? spec.loss_chunk_tokens() : tokens, tokens);
-  const int64_t embedding_tokens = world * tokens;  // every rank's, when sharded
+  const int64_t embedding_tokens = embedding_from_rows ? world * tokens : tokens;
   const int64_t embedding_backward =
       16 * embedding_tokens + (embedding_tokens + 63) / 64 * 2 * hidden * 4;
   e.engine_workspace = chunk * vocab * 4 + (2 * heads + 1) * batch * seq * 4 + embedding_backward +

@@ -276,11 +276,17 @@ absl::Status FsdpTrainer::AllocateState() {
     };
     block_grads_.resize(grad_ring_.sets());
     for (BlockGrads& g : block_grads_) RETURN_IF_ERROR(AllocateBlockTensors(DType::kFloat32, g));
-    // The embedding's gradient is built in its shard from every rank's
-    // tokens and residual-gradient rows (train_step.cc): no full [V, H].
-    ASSIGN_OR_RETURN(all_inputs_, Alloc(DType::kInt32, Shape{world_ * tokens_}));
-    ASSIGN_OR_RETURN(all_embedding_grad_rows_,
-                     Alloc(DType::kFloat32, Shape{world_ * tokens_, hidden_}));
+    // The embedding's gradient: a full [V, H] reduce-scattered, or, where
+    // the ranks' tokens are fewer than its rows, built in the shard from
+    // every rank's tokens and residual-gradient rows (train_step.cc).
+    embedding_grad_from_rows_ = EmbeddingGradientFromRows(world_, tokens_, vocab_);
+    if (embedding_grad_from_rows_) {
+      ASSIGN_OR_RETURN(all_inputs_, Alloc(DType::kInt32, Shape{world_ * tokens_}));
+      ASSIGN_OR_RETURN(all_embedding_grad_rows_,
+                       Alloc(DType::kFloat32, Shape{world_ * tokens_, hidden_}));
+    } else {
+      ASSIGN_OR_RETURN(grad_embedding_, full_grad(embedding_));
+    }
     ASSIGN_OR_RETURN(grad_final_norm_, full_grad(final_norm_));
     ASSIGN_OR_RETURN(grad_lm_head_, full_grad(lm_head_));
     // The fused loss writes the first vocab x hidden elements every step;

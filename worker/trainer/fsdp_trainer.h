@@ -351,11 +351,13 @@ class FsdpTrainer : public Trainer {
   // Hybrid sharding: each block's gradient shards all-reduced across replicas.
   std::vector<CollectiveTicket> replicas_reduced_;
   CollectiveTicket outer_replicas_reduced_;
-  // The full gradients of the outer parameters; grad_embedding_ only at
-  // world size 1 (a view of the shard's): sharded, the embedding's
-  // gradient is built in its shard from every rank's token ids and
-  // residual-gradient rows, [world * T] int32 and [world * T, H] fp32.
+  // The full gradients of the outer parameters (views of the shards' at
+  // world size 1). With embedding_grad_from_rows_ (common/memory_estimate.h)
+  // there is no grad_embedding_: the embedding's gradient is built in its
+  // shard from every rank's token ids and residual-gradient rows, [world *
+  // T] int32 and [world * T, H] fp32.
   DeviceTensor grad_embedding_, grad_final_norm_, grad_lm_head_;
+  bool embedding_grad_from_rows_ = false;
   DeviceTensor all_inputs_, all_embedding_grad_rows_;
   LinearScratch scratch_;
   // fp8.stats_interval_steps > 0 with FP8 on: the statistics' buffers, and

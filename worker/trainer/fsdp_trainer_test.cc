@@ -19,7 +19,9 @@
 //  - hybrid sharding (2 x 2) and pure data parallelism (4 x 1) track plain
 //    FSDP, with identical losses and weights on every replica;
 //  - buffer rings of depth 3 and 4 give the bits of depth 2, also with the
-//    collectives deferred to their waits as a queued engine may run them.
+//    collectives deferred to their waits as a queued engine may run them;
+//  - the embedding's gradient built from every rank's gathered rows (where
+//    the tokens are fewer than the vocabulary) matches one rank.
 #include "worker/trainer/fsdp_trainer.h"
 
 #include <sys/wait.h>
@@ -241,6 +243,33 @@ TEST(FsdpTrainer, ThreeRanksWithEmptyShardsTrain) {
   }
 }
 
+// Where the shard group's tokens are fewer than the vocabulary's rows, each
+// rank builds the embedding's gradient in its shard from every rank's
+// gathered tokens and residual-gradient rows, with no [V, H] gradient or
+// reduce-scatter: 2 ranks and 3 (uneven shards of 256 rows) match one rank
+// with the whole batch, as the reduce-scatter does (the tiny spec's 64 rows
+// take that path: TwoRanksMatchOneRank... above).
+TEST(FsdpTrainer, EmbeddingGradientFromGatheredRowsMatchesOneRank) {
+  for (const int world : {2, 3}) {
+    SCOPED_TRACE(absl::StrCat(world, " ranks"));
+    v1::JobSpec sharded = TinySpec(2);
+    sharded.mutable_model()->set_vocab_size(256);
+    v1::JobSpec single = TinySpec(2 * world);
+    single.mutable_model()->set_vocab_size(256);
+    ASSERT_TRUE(EmbeddingGradientFromRows(world, 2 * 16, 256));
+    ASSERT_FALSE(EmbeddingGradientFromRows(2, 2 * 16, 64));
+    std::vector<RankResult> ranks = Train(sharded, world, 4);
+    std::vector<RankResult> one = Train(single, 1, 4);
+    for (int s = 0; s < 4; ++s) {
+      for (int r = 1; r < world; ++r) EXPECT_EQ(ranks[r].losses[s], ranks[0].losses[s]);
+      EXPECT_NEAR(ranks[0].losses[s], one[0].losses[s], 2e-2 * one[0].losses[s]) << "step " << s;
+    }
+    EXPECT_FLOAT_EQ(ranks[0].losses[0], one[0].losses[0]);
+    EXPECT_NEAR(ranks[0].grad_norms[0], one[0].grad_norms[0], 1e-4 * one[0].grad_norms[0]);
+    for (const RankResult& r : ranks) EXPECT_EQ(r.allocations_after_steps, r.allocations_after_setup);
+  }
+}
+
 TEST(FsdpTrainer, FixedSeedRepeatsBitForBitAndReshardingDoesNotChangeLosses) {
   v1::JobSpec spec = TinySpec(2);
   std::vector<RankResult> a = Train(spec, 1, 4);
@@ -415,7 +444,10 @@ TEST(FsdpTrainer, MemoryEstimateIsWhatSetupAllocates) {
                         {"resharded, rank 2 of 3", reshard, 2, 3},
                         {"current scaling", current, 0, 2},
                         {"bf16", bf16, 1, 2},
-                        {"tiny GQA", TinyCpuGqaTestJobSpec(1, 2), 0, 1}};
+                        {"tiny GQA", TinyCpuGqaTestJobSpec(1, 2), 0, 1},
+                        // 2 x 128 tokens, not fewer than the 256 rows: the
+                        // embedding's gradient is reduce-scattered.
+                        {"rank 0 of 2, reduce-scattered embedding", TestJobSpec(4), 0, 2}};
   for (const Case& c : cases) {
     FsdpTrainer trainer(CreateCpuOps(), CreateGlooCommunicator);
     ASSERT_TRUE(trainer.Setup(c.spec, c.rank, c.world).ok()) << c.name;

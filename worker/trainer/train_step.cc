@@ -4,7 +4,7 @@
 // l - 1's backward runs; which buffer set each block uses, and what frees
 // it, is weight_ring_ and grad_ring_, common/block_buffer_ring.h; under
 // hybrid sharding then all-reduced across replicas) -> the embedding's
-// gradient (sharded: each rank adds its shard's rows from every rank's
+// gradient (reduce-scattered, or built in each shard from every rank's
 // gathered tokens and residual-gradient rows) -> one packed all-reduce of
 // [loss, tokens, grad sum of squares] -> clip scale -> FusedAdam (new fp32
 // master, Adam state and FP8 shards) -> one packed all-reduce of every amax
@@ -209,7 +209,7 @@ absl::Status FsdpTrainer::QueueStep() {
     PhaseRange range("all-gather");
     ASSIGN_OR_RETURN(const CollectiveTicket embedding_gathered,
                      StartGather({{&embedding_, &gathered_embedding_}}));
-    if (world_ > 1) {
+    if (embedding_grad_from_rows_) {
       const AllGatherPart ids{inputs_.desc.data, all_inputs_.desc.data, inputs_.desc.Bytes()};
       ASSIGN_OR_RETURN(tokens_gathered, comm_->StartAllGather({&ids, 1}, stream_));
     }
@@ -308,14 +308,16 @@ absl::Status FsdpTrainer::QueueStep() {
     if (l + 1 < layers_) RETURN_IF_ERROR(ReduceAcrossReplicas(l + 1, grads_reduced_[l + 1]));
     RETURN_IF_ERROR(clock_.WaitLap(CollectiveSite::kGradientReduce, stream_));
   }
-  // The embedding's gradient. One rank: a scatter-add of the residual
-  // gradient's rows into the whole table's. Sharded: no [V, H] gradient is
-  // built or reduce-scattered. The ranks all-gather their [T, H] residual
-  // gradients (with the token ids gathered at the step's start), and each
-  // adds the rows of its own shard from every rank's tokens, in rank and
-  // token order.
+  // The embedding's gradient: a scatter-add of the residual gradient's rows
+  // into the whole table's, reduce-scattered when sharded. Or, where the
+  // ranks' tokens are fewer than the vocabulary's rows (embedding_grad_from_
+  // rows_, the 8B shape), no [V, H] gradient at all: the ranks all-gather
+  // their [T, H] residual gradients (with the token ids gathered at the
+  // step's start), and each adds the rows of its own shard from every
+  // rank's tokens, in rank and token order. That moves world x T rows
+  // instead of V.
   CollectiveTicket embedding_rows_gathered;
-  if (world_ == 1) {
+  if (!embedding_grad_from_rows_) {
     RETURN_IF_ERROR(
         ops.Memset(grad_embedding_.desc.data, 0, grad_embedding_.desc.Bytes(), stream_));
     RETURN_IF_ERROR(ops.EmbeddingBackward(inputs_.desc, grad_residual_.desc,
@@ -329,11 +331,16 @@ absl::Status FsdpTrainer::QueueStep() {
   RETURN_IF_ERROR(clock_.Lap(StepPhase::kBackward, stream_));
   {
     PhaseRange range("reduce-scatter");
+    CollectiveTicket embedding_reduced;
+    if (!embedding_grad_from_rows_) {
+      ASSIGN_OR_RETURN(embedding_reduced, StartReduceScatter({{&embedding_, &grad_embedding_}}));
+    }
     for (int l = 0; l < grad_ring_.UnwaitedAfterBackward(); ++l) {
       RETURN_IF_ERROR(comm_->WaitFor(grads_reduced_[l], stream_));
     }
     RETURN_IF_ERROR(comm_->WaitFor(head_reduced, stream_));
-    if (world_ > 1) {
+    RETURN_IF_ERROR(comm_->WaitFor(embedding_reduced, stream_));
+    if (embedding_grad_from_rows_) {
       RETURN_IF_ERROR(comm_->WaitFor(tokens_gathered, stream_));
       RETURN_IF_ERROR(comm_->WaitFor(embedding_rows_gathered, stream_));
       RETURN_IF_ERROR(clock_.WaitLap(CollectiveSite::kFinalReduce, stream_));
@@ -347,8 +354,7 @@ absl::Status FsdpTrainer::QueueStep() {
       RETURN_IF_ERROR(clock_.Lap(StepPhase::kBackward, stream_));
     }
     RETURN_IF_ERROR(ReduceAcrossReplicas(0, grads_reduced_[0]));
-    // The embedding's shards are the compute stream's own work, done now.
-    RETURN_IF_ERROR(ReduceAcrossReplicas(-1, CollectiveTicket{}));
+    RETURN_IF_ERROR(ReduceAcrossReplicas(-1, embedding_reduced));
     RETURN_IF_ERROR(WaitForReplicas());
     RETURN_IF_ERROR(clock_.WaitLap(CollectiveSite::kFinalReduce, stream_));
   }
