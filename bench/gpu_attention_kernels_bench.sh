@@ -14,7 +14,9 @@
 #
 #   bench/gpu_attention_kernels_bench.sh BUNDLE_DIR OUT_DIR
 # Environment: JOBS ("bench/jobs/step_221m.yaml bench/jobs/step_1b_s8k.yaml"),
-# VARIANTS ("tessera auto"), STEPS (30), SKIP (5), GPUS (1), TIMEOUT_S (900
+# VARIANTS ("tessera auto"), STEPS (30), SKIP (5), GPUS (1), WORLD_SIZE (the
+# job file's; set it to run a job on that many of the GPUS workers, e.g. the
+# one-GPU step jobs or the 4-GPU 8B plan on 2), TIMEOUT_S (900
 # per run), TESSERA_DEVICE (cuda; cpu with JOBS=bench/jobs/dryrun_cpu.yaml
 # STEPS=8 SKIP=2 for a dry run of the plumbing, where every variant runs
 # the CPU engine's one attention).
@@ -48,6 +50,7 @@ for job in $jobs; do
     mkdir -p "$run"
     lines="$(variant_lines "$v")" || { rc=1; continue; }
     cluster_job_variant "$job" "$run/job.yaml" "attn-$base-$v" "$steps"
+    [[ -n "${WORLD_SIZE:-}" ]] && sed -i "s/^world_size: .*/world_size: $WORLD_SIZE/" "$run/job.yaml"
     [[ -n "$lines" ]] && echo "$lines" >>"$run/job.yaml"
     cluster_train "$run/job.yaml" "$run" "${TIMEOUT_S:-900}" || rc=1
     echo "== $base $v: $(tail -c 200 "$run/submit.err")"
