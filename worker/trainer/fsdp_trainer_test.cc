@@ -247,8 +247,8 @@ TEST(FsdpTrainer, ThreeRanksWithEmptyShardsTrain) {
 // rank builds the embedding's gradient in its shard from every rank's
 // gathered tokens and residual-gradient rows, with no [V, H] gradient or
 // reduce-scatter: 2 ranks and 3 (uneven shards of 256 rows) match one rank
-// with the whole batch, as the reduce-scatter does (the tiny spec's 64 rows
-// take that path: TwoRanksMatchOneRank... above).
+// with the whole batch, as the reduce-scatter path does (the tests above,
+// whose tiny spec has 64 rows, take that one; HSDP 2 x 2 takes this one).
 TEST(FsdpTrainer, EmbeddingGradientFromGatheredRowsMatchesOneRank) {
   for (const int world : {2, 3}) {
     SCOPED_TRACE(absl::StrCat(world, " ranks"));

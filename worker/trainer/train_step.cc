@@ -327,6 +327,10 @@ absl::Status FsdpTrainer::QueueStep() {
     const AllGatherPart rows{grad_residual_.desc.data, all_embedding_grad_rows_.desc.data,
                              grad_residual_.desc.Bytes()};
     ASSIGN_OR_RETURN(embedding_rows_gathered, comm_->StartAllGather({&rows, 1}, stream_));
+    // The shard's gradient is zeroed while the rows are in flight: it
+    // needs none of them.
+    const TensorDesc& shard = embedding_.grad_shard.desc;
+    RETURN_IF_ERROR(ops.Memset(shard.data, 0, shard.Bytes(), stream_));
   }
   RETURN_IF_ERROR(clock_.Lap(StepPhase::kBackward, stream_));
   {
@@ -344,8 +348,6 @@ absl::Status FsdpTrainer::QueueStep() {
       RETURN_IF_ERROR(comm_->WaitFor(tokens_gathered, stream_));
       RETURN_IF_ERROR(comm_->WaitFor(embedding_rows_gathered, stream_));
       RETURN_IF_ERROR(clock_.WaitLap(CollectiveSite::kFinalReduce, stream_));
-      const TensorDesc& shard = embedding_.grad_shard.desc;
-      RETURN_IF_ERROR(ops.Memset(shard.data, 0, shard.Bytes(), stream_));
       RETURN_IF_ERROR(ops.EmbeddingBackward(
           all_inputs_.desc, all_embedding_grad_rows_.desc,
           View(embedding_.grad_shard, DType::kFloat32,

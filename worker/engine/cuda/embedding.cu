@@ -7,9 +7,11 @@
 // rows are sorted past the end and skipped, as bad ids are), with no float
 // atomics, so the result is bit-identical run
 // to run whatever order the blocks run in:
-//  1. Sort inputs: key[t] = ids[t] (V for a bad id, which raises the flag
-//     and is skipped), value[t] = t.
-//  2. A stable radix sort of (key, t) by key (CUB, over the bits V needs):
+//  1. Sort inputs: key[t] = ids[t] - first_row, the token's row of the
+//     gradient (R, the gradient's row count, for a token of another row,
+//     and for a bad id, which also raises the flag; both are skipped),
+//     value[t] = t.
+//  2. A stable radix sort of (key, t) by key (CUB, over the bits R needs):
 //     the tokens of each id form one group, in token order.
 //  3. Chunk sums: the sorted positions are cut into chunks of kChunk. A
 //     block owns a chunk and a tile of kTileColumns columns and walks the
