@@ -181,12 +181,15 @@ absl::StatusOr<nlohmann::json> RunDocuments(Ops& ops, bench::RepTimer& timer, St
   sep_qkv.shape = separate.Qkv();
   sep_dout.shape = separate.Out();
 
+  // As the trainer passes them: the starts with the host's count.
+  const DocumentCounts counts = CountDocuments(starts, d.seq);
+  const AttentionDocuments documents(doc_starts.desc, counts.count, counts.longest);
   const auto packed_forward = [&]() -> absl::Status {
-    return ops.AttentionForward(qkv, nkv, doc_starts.desc, out.desc, lse.desc, s);
+    return ops.AttentionForward(qkv, nkv, documents, out.desc, lse.desc, s);
   };
   const auto packed_forward_backward = [&]() -> absl::Status {
     RETURN_IF_ERROR(packed_forward());
-    return ops.AttentionBackward(grad_out, qkv, nkv, doc_starts.desc, out.desc, lse.desc,
+    return ops.AttentionBackward(grad_out, qkv, nkv, documents, out.desc, lse.desc,
                                  grad_qkv.desc, s);
   };
   const auto separate_forward = [&]() -> absl::Status {

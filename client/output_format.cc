@@ -25,16 +25,14 @@ std::string ToJsonLine(const google::protobuf::Message& message) {
 std::string AttentionLine(const v1::JobSpec& spec) {
   const JobAttention a = AttentionOfJob(spec);
   if (!a.cuda) return std::string();
-  if (a.documents) {
-    return "# attention: Tessera's kernels (document masking runs them whatever "
-           "attention_kernels says)\n";
-  }
   if (spec.attention_kernels() == v1::ATTENTION_KERNELS_TESSERA) {
     return "# attention: Tessera's kernels (ATTENTION_KERNELS_TESSERA), no workspace\n";
   }
-  const int64_t bytes = CudnnAttentionWorkspaceBound(a.shape, a.deterministic);
-  const std::string atomic_bytes =
-      FormatBytesAsGiB(CudnnAttentionWorkspaceBound(a.shape, /*deterministic=*/false));
+  const int64_t bytes = a.documents ? CudnnDocumentsWorkspaceLimit(a.shape, a.deterministic)
+                                    : CudnnAttentionWorkspaceBound(a.shape, a.deterministic);
+  const std::string atomic_bytes = FormatBytesAsGiB(
+      a.documents ? CudnnDocumentsWorkspaceLimit(a.shape, /*deterministic=*/false)
+                  : CudnnAttentionWorkspaceBound(a.shape, /*deterministic=*/false));
   if (!a.cudnn) {  // AUTO past its limit
     return absl::StrCat("# attention: Tessera's kernels (AUTO: cuDNN's deterministic backward would "
                         "need ", FormatBytesAsGiB(bytes), " of workspace, above ",
@@ -47,6 +45,11 @@ std::string AttentionLine(const v1::JobSpec& spec) {
                                   " backward, workspace ", FormatBytesAsGiB(bytes),
                                   " per rank (counted above); ATTENTION_KERNELS_TESSERA takes none");
   if (a.deterministic) absl::StrAppend(&line, ", nondeterministic_attention_backward ", atomic_bytes);
+  if (a.documents) {
+    absl::StrAppend(&line, "; documents run as cuDNN's ragged batches where they average 512 "
+                           "tokens or more and their plan fits that workspace, else Tessera's "
+                           "kernels");
+  }
   return line + "\n";
 }
 

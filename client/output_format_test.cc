@@ -252,8 +252,9 @@ TEST(OutputFormat, CheckpointIntervalLineSaysWhenTrainingWouldWait) {
 }
 
 // The dry run's attention line follows the engine's rule: cuDNN under AUTO
-// within its workspace limit (the 8B shape: 4.13 GiB), Tessera's kernels
-// past it, with document masking, or when named; nothing for CPU jobs.
+// within its workspace limit (the 8B shape: 4.13 GiB; with document
+// masking the ragged batches' limit), Tessera's kernels past it or when
+// named; nothing for CPU jobs.
 TEST(OutputFormat, AttentionLineSaysWhichKernelsAndTheirWorkspace) {
   v1::JobSpec spec;
   spec.set_device_kind(v1::CUDA);
@@ -284,7 +285,13 @@ TEST(OutputFormat, AttentionLineSaysWhichKernelsAndTheirWorkspace) {
   EXPECT_EQ(AttentionLine(spec), "# attention: Tessera's kernels (ATTENTION_KERNELS_TESSERA), no workspace\n");
   spec.set_attention_kernels(v1::ATTENTION_KERNELS_AUTO);
   spec.mutable_data()->set_document_masking(true);
-  EXPECT_NE(AttentionLine(spec).find("Tessera's kernels (document masking"), std::string::npos);
+  m->set_seq_len(8192);
+  EXPECT_NE(AttentionLine(spec).find("cuDNN (AUTO), deterministic backward, workspace 4.52 GiB"),
+            std::string::npos)
+      << AttentionLine(spec);
+  EXPECT_NE(AttentionLine(spec).find("documents run as cuDNN's ragged batches where they average "
+                                     "512 tokens or more"),
+            std::string::npos);
   spec.set_device_kind(v1::CPU);
   EXPECT_EQ(AttentionLine(spec), "");
 }

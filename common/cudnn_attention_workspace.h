@@ -39,6 +39,17 @@ int64_t CudnnAttentionWorkspaceBound(const CudnnAttentionShape& shape, bool dete
 inline constexpr int64_t kAutoCudnnWorkspaceLimitBytes = int64_t{8} << 30;
 bool AutoAttentionPicksCudnn(const CudnnAttentionShape& shape, bool deterministic);
 
+// Under document masking the engine runs a batch's documents as the
+// entries of a ragged batch (cudnn_attention.h): capacity x longest
+// document, each rounded up, so the plan's terms that grow with
+// batch x sequence (D, the atomic dQ accumulator, the per-query-head dK
+// and dV) can be a few times the whole sequences'. The engine takes a
+// ragged plan only while its bound stays within this limit: the whole
+// sequences' dS (deterministic), and 4x their linear terms. The memory
+// estimate counts the limit for such jobs; past it, a batch runs our
+// kernels.
+int64_t CudnnDocumentsWorkspaceLimit(const CudnnAttentionShape& whole, bool deterministic);
+
 }  // namespace tessera
 
 #endif  // TESSERA_COMMON_CUDNN_ATTENTION_WORKSPACE_H_

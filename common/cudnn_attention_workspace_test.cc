@@ -32,6 +32,36 @@ TEST(CudnnAttentionWorkspace, BoundCoversWhatCudnnAskedFor) {
   }
 }
 
+// Ragged batches of documents (cudnn_attention_test prints what cuDNN 9.14
+// asked for on an H200, planned as capacity x longest): the same bound
+// covers them; and the documents' limit keeps the whole sequences' dS while
+// allowing 4x their linear terms.
+TEST(CudnnAttentionWorkspace, BoundCoversRaggedPlansAndTheDocumentsLimit) {
+  const Seen seen[] = {
+      {{8, 32, 8, 1024, 128}, true, 672141312},  {{8, 32, 8, 1024, 128}, false, 269488128},
+      {{16, 32, 8, 4096, 128}, true, 18262005760}, {{16, 32, 8, 4096, 128}, false, 2155878400},
+      {{64, 16, 16, 256, 64}, true, 135294720},  {{64, 16, 16, 256, 64}, false, 68185856},
+      {{32, 16, 16, 512, 128}, true, 269499392}, {{32, 16, 16, 512, 128}, false, 135281664},
+  };
+  for (const Seen& s : seen) {
+    const int64_t bound = CudnnAttentionWorkspaceBound(s.shape, s.deterministic);
+    EXPECT_GE(bound, s.bytes) << s.shape.batch << "x" << s.shape.seq;
+    EXPECT_LE(bound - s.bytes, int64_t{16} << 20) << s.shape.batch << "x" << s.shape.seq;
+  }
+  // 8 documents of 1024 in one 8192-token sequence fit its limit; 11 of up
+  // to 3000 (planned 16 x 4096) do not.
+  const CudnnAttentionShape whole{1, 32, 8, 8192, 128};
+  for (const bool deterministic : {true, false}) {
+    const int64_t limit = CudnnDocumentsWorkspaceLimit(whole, deterministic);
+    EXPECT_LE(CudnnAttentionWorkspaceBound({8, 32, 8, 1024, 128}, deterministic), limit);
+    EXPECT_GE(limit, CudnnAttentionWorkspaceBound(whole, deterministic));
+  }
+  EXPECT_GT(CudnnAttentionWorkspaceBound({16, 32, 8, 4096, 128}, true),
+            CudnnDocumentsWorkspaceLimit(whole, true));
+  EXPECT_GT(CudnnAttentionWorkspaceBound({16, 32, 8, 4096, 128}, false),
+            CudnnDocumentsWorkspaceLimit(whole, false));
+}
+
 TEST(CudnnAttentionWorkspace, AutoKeepsCudnnUntilDsOutgrowsTheLimit) {
   // The Llama-3-8B shape at 8192 tokens: 4.4 GB, cuDNN.
   EXPECT_TRUE(AutoAttentionPicksCudnn({1, 32, 8, 8192, 128}, true));

@@ -176,7 +176,10 @@ RankMemoryEstimate EstimateRankMemory(const v1::JobSpec& spec, int /*rank*/, int
                        kEngineScratchBytes;
   // cuDNN's attention, where the engine will run it.
   if (const JobAttention attention = AttentionOfJob(spec); attention.cudnn) {
-    e.engine_workspace += CudnnAttentionWorkspaceBound(attention.shape, attention.deterministic);
+    e.engine_workspace +=
+        attention.documents
+            ? CudnnDocumentsWorkspaceLimit(attention.shape, attention.deterministic)
+            : CudnnAttentionWorkspaceBound(attention.shape, attention.deterministic);
   }
   return e;
 }
@@ -190,7 +193,7 @@ JobAttention AttentionOfJob(const v1::JobSpec& spec) {
   a.shape = {spec.data().micro_batch_size(), heads, m.n_kv_heads() > 0 ? m.n_kv_heads() : heads,
              m.seq_len(), heads > 0 ? m.d_model() / heads : 0};
   a.deterministic = !spec.nondeterministic_attention_backward();
-  a.cudnn = a.cuda && !a.documents &&
+  a.cudnn = a.cuda &&
             (spec.attention_kernels() == v1::ATTENTION_KERNELS_CUDNN ||
              (spec.attention_kernels() == v1::ATTENTION_KERNELS_AUTO &&
               AutoAttentionPicksCudnn(a.shape, a.deterministic)));

@@ -69,7 +69,7 @@ bool EmbeddingGradientFromRows(int shard_world, int64_t tokens, int64_t vocab);
 // the estimate and for the dry run's account of it.
 struct JobAttention {
   bool cuda = false;                 // device_kind CUDA (the CPU engine has one attention)
-  bool documents = false;            // data.document_masking: Tessera's kernels always
+  bool documents = false;            // data.document_masking: cuDNN's ragged batches where they fit
   CudnnAttentionShape shape;         // one block's call: micro-batch, heads, sequence
   bool deterministic = true;         // !nondeterministic_attention_backward
   bool cudnn = false;                // cuDNN runs it (its workspace counts)

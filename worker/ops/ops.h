@@ -16,6 +16,7 @@
 #ifndef TESSERA_WORKER_OPS_OPS_H_
 #define TESSERA_WORKER_OPS_OPS_H_
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -88,6 +89,48 @@ class Buffer {
   virtual void* data() const = 0;
   virtual size_t bytes() const = 0;
 };
+
+// A batch's documents for attention (Ops::AttentionForward): `starts`, the
+// per-token document starts on the device, and what the host counted in
+// them when it filled them. `count` (documents in the whole batch) and
+// `longest` (tokens in the longest) are 0 when not counted; an engine that
+// plans attention per document layout (the CUDA engine through cuDNN's
+// ragged batches) needs them and otherwise runs kernels that read the
+// starts alone. Built implicitly from a TensorDesc of starts (not counted).
+struct AttentionDocuments {
+  TensorDesc starts;
+  int64_t count = 0;
+  int64_t longest = 0;
+
+  AttentionDocuments() = default;
+  AttentionDocuments(const TensorDesc& starts_on_device)  // NOLINT: implicit by design
+      : starts(starts_on_device) {}
+  AttentionDocuments(const TensorDesc& starts_on_device, int64_t documents, int64_t longest_tokens)
+      : starts(starts_on_device), count(documents), longest(longest_tokens) {}
+  bool Counted() const { return count > 0; }
+};
+
+// Counts the documents of host-side starts in Ops::AttentionForward's form
+// ([rows, seq] flattened): a document begins at every row start and where
+// an entry equals its own position. Returns {count, longest}.
+struct DocumentCounts {
+  int64_t count = 0;
+  int64_t longest = 0;
+};
+inline DocumentCounts CountDocuments(absl::Span<const int32_t> starts, int64_t seq) {
+  DocumentCounts out;
+  if (seq <= 0) return out;
+  int64_t begin = 0;
+  for (int64_t i = 0; i <= static_cast<int64_t>(starts.size()); ++i) {
+    const bool ends = i == static_cast<int64_t>(starts.size());
+    if (ends || i % seq == 0 || starts[i] == i % seq) {
+      if (i > begin) out.longest = std::max(out.longest, i - begin);
+      if (!ends) ++out.count;
+      begin = i;
+    }
+  }
+  return out;
+}
 
 class Ops {
  public:
@@ -312,16 +355,24 @@ class Ops {
   // (INVALID_ARGUMENT naming the first); the CUDA engine does not read them
   // back to check, but clamps each into [0, i], so that no content makes it
   // read outside the sequence.
+  //
+  // `documents` also carries the host's count of the starts
+  // (AttentionDocuments, CountDocuments). Where given, the CPU engine
+  // checks it against the starts (INVALID_ARGUMENT naming documents.count
+  // or documents.longest); the CUDA engine plans cuDNN's ragged attention
+  // from it (documents as separate sequences of a batch), so a count that
+  // does not match the starts on the device gives wrong results there.
+  // Without it the CUDA engine runs its own kernels for documents.
   static TensorDesc WholeSequences() { return TensorDesc{}; }
   virtual absl::Status AttentionForward(const TensorDesc& qkv, int n_kv_heads,
-                                        const TensorDesc& doc_starts, const TensorDesc& out,
+                                        const AttentionDocuments& documents, const TensorDesc& out,
                                         const TensorDesc& lse, Stream* stream) = 0;
   // grad_qkv [B, S, nh + 2*nkv, hd] bf16 from grad_out [B, S, nh, hd] bf16;
   // every element is written (key and value gradients are summed over the
   // query heads of their group). Deterministic: the same inputs give the
   // same bits.
   virtual absl::Status AttentionBackward(const TensorDesc& grad_out, const TensorDesc& qkv,
-                                         int n_kv_heads, const TensorDesc& doc_starts,
+                                         int n_kv_heads, const AttentionDocuments& documents,
                                          const TensorDesc& out, const TensorDesc& lse,
                                          const TensorDesc& grad_qkv, Stream* stream) = 0;
   // gate_up [T, 2F] bf16 holds gate in columns [0, F) and up in [F, 2F);

@@ -143,15 +143,15 @@ class CountingOps : public Ops {
     return engine_->RopeBackward(grad_qkv, n_kv_heads, theta, s);
   }
   absl::Status AttentionForward(const TensorDesc& qkv, int n_kv_heads,
-                                const TensorDesc& doc_starts, const TensorDesc& out,
+                                const AttentionDocuments& documents, const TensorDesc& out,
                                 const TensorDesc& lse, Stream* s) override {
-    return engine_->AttentionForward(qkv, n_kv_heads, doc_starts, out, lse, s);
+    return engine_->AttentionForward(qkv, n_kv_heads, documents, out, lse, s);
   }
   absl::Status AttentionBackward(const TensorDesc& grad_out, const TensorDesc& qkv, int n_kv_heads,
-                                 const TensorDesc& doc_starts, const TensorDesc& out,
+                                 const AttentionDocuments& documents, const TensorDesc& out,
                                  const TensorDesc& lse, const TensorDesc& grad_qkv,
                                  Stream* s) override {
-    return engine_->AttentionBackward(grad_out, qkv, n_kv_heads, doc_starts, out, lse, grad_qkv,
+    return engine_->AttentionBackward(grad_out, qkv, n_kv_heads, documents, out, lse, grad_qkv,
                                       s);
   }
   absl::Status SwiGluForward(const TensorDesc& gate_up, const TensorDesc& out,

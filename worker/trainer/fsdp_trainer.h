@@ -170,8 +170,9 @@ class FsdpTrainer : public Trainer {
   // Runs QueueStep captured into step_graph_; on failure the steps stay eager.
   absl::Status CaptureStep();
   // Whether this job's steps are captured once warm: the engine can capture,
-  // there are no collectives (one rank), and the job did not ask for eager
-  // steps.
+  // there are no collectives (one rank), the job did not ask for eager
+  // steps, and its batches do not bring documents (whose attention each
+  // step plans anew).
   bool CapturesSteps() const;
   absl::Status AllocateState();
   // The initial master weights of this rank's shards: from `source` (the
@@ -256,10 +257,15 @@ class FsdpTrainer : public Trainer {
   TensorDesc StatsScratch(Shape shape) const;
   // What attention keeps to, forward, recomputed and backward, for the
   // first `batch` sequences: that prefix of doc_starts_ under
-  // data.document_masking, else whole sequences.
-  TensorDesc AttentionDocuments(int64_t batch) const;
+  // data.document_masking, with the host's count of its documents where
+  // that prefix is what was last copied (device_documents_), else whole
+  // sequences.
+  AttentionDocuments BatchDocuments(int64_t batch) const;
   // Copies host_doc_starts_ into doc_starts_ (no-op without masking).
   absl::Status CopyDocStartsToDevice();
+  // Copies the first `rows` sequences' starts into doc_starts_ and counts
+  // their documents into device_documents_.
+  absl::Status CopyDocStartsToDevice(absl::Span<const int32_t> starts);
   absl::Status CheckAborted() const;
   std::vector<Fp8ShardedParam*> AllParams();
   // A block linear over `tokens` rows: the micro-batch's (the first form),
@@ -383,6 +389,11 @@ class FsdpTrainer : public Trainer {
   DeviceTensor adam_step_values_;  // [3] fp32: AdamStepValues of the step being run
   std::vector<int32_t> host_inputs_, host_targets_;
   std::vector<int32_t> host_doc_starts_;  // [B * S] with data.document_masking, else empty
+  // What doc_starts_ holds now: the documents of its first `rows` sequences.
+  struct DeviceDocuments {
+    int64_t rows = 0;
+    DocumentCounts counts;
+  } device_documents_;
 
   // ---- Validation (evaluate.cc) -------------------------------------------
   // Forward passes over data.validation with the training step's weights

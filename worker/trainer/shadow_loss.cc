@@ -182,7 +182,7 @@ absl::Status FsdpTrainer::ShadowBlockForward(int l, BlockActivations& a, const T
                                 normed, Reshaped(qkv, Shape{t, qkv_width_}), scratch_,
                                 a.saved[BlockLinear::kQkv], stream_));
   RETURN_IF_ERROR(ops.RopeForward(qkv, kv_heads_, spec_.model().rope_theta(), stream_));
-  RETURN_IF_ERROR(ops.AttentionForward(qkv, kv_heads_, AttentionDocuments(batch),
+  RETURN_IF_ERROR(ops.AttentionForward(qkv, kv_heads_, BatchDocuments(batch),
                                        Reshaped(attn, Shape{batch, seq_, heads_, head_dim_}),
                                        LeadingRows(a.lse.desc, batch), stream_));
   RETURN_IF_ERROR(LinearForward(ops, *meta_, bf16(BlockLinear::kOutProj),
@@ -215,8 +215,8 @@ absl::StatusOr<ShadowReport> FsdpTrainer::RunShadowLoss() {
   RETURN_IF_ERROR(
       ops.CopyToDevice(targets_.desc.data, host_shadow_targets_.data(), t * 4, stream_));
   if (spec_.data().document_masking()) {
-    RETURN_IF_ERROR(ops.CopyToDevice(doc_starts_.desc.data, host_shadow_doc_starts_.data(),
-                                     t * sizeof(int32_t), stream_));
+    RETURN_IF_ERROR(
+        CopyDocStartsToDevice(absl::MakeConstSpan(host_shadow_doc_starts_.data(), t)));
   }
   const auto loss_into = [&](int loss_slot, int tokens_slot) {
     return ops.FusedLinearCrossEntropy(

@@ -14,7 +14,9 @@
 // bias corrections, into engine memory; QueueStep() queues the rest on the
 // trainer's stream. A one-rank CUDA job captures QueueStep once (its second
 // step: the first allocates scratch and tunes GEMM plans) and from then on
-// replays the capture, so the host issues one launch per step. Every
+// replays the capture, so the host issues one launch per step (not under
+// data.document_masking: attention is planned for each batch's documents,
+// so those steps stay queued). Every
 // fp8.shadow_interval_steps steps the bf16 shadow loss runs after the step,
 // eagerly, outside the capture (shadow_loss.cc).
 //
@@ -173,8 +175,10 @@ absl::StatusOr<StepReport> FsdpTrainer::Step(int step) {
 }
 
 bool FsdpTrainer::CapturesSteps() const {
+  // Under document masking each step's attention is planned for that
+  // batch's documents (Ops::AttentionForward), which a replay cannot change.
   return stream_ != nullptr && world_ == 1 && replica_comm_ == nullptr &&
-         !spec_.disable_step_graph();
+         !spec_.disable_step_graph() && !spec_.data().document_masking();
 }
 
 absl::Status FsdpTrainer::CaptureStep() {
@@ -467,15 +471,24 @@ absl::Status FsdpTrainer::NormThenLinear(int l, BlockLinear linear, const Tensor
   return MeasureFp8(l, linear, Role::kInput, normed, scaling);
 }
 
-TensorDesc FsdpTrainer::AttentionDocuments(int64_t batch) const {
-  return spec_.data().document_masking() ? LeadingRows(doc_starts_.desc, batch)
-                                         : Ops::WholeSequences();
+AttentionDocuments FsdpTrainer::BatchDocuments(int64_t batch) const {
+  if (!spec_.data().document_masking()) return Ops::WholeSequences();
+  const TensorDesc starts = LeadingRows(doc_starts_.desc, batch);
+  if (device_documents_.rows != batch) return starts;
+  return AttentionDocuments(starts, device_documents_.counts.count,
+                            device_documents_.counts.longest);
 }
 
 absl::Status FsdpTrainer::CopyDocStartsToDevice() {
   if (!spec_.data().document_masking()) return absl::OkStatus();
-  return ops_->CopyToDevice(doc_starts_.desc.data, host_doc_starts_.data(),
-                            host_doc_starts_.size() * sizeof(int32_t), stream_);
+  return CopyDocStartsToDevice(host_doc_starts_);
+}
+
+absl::Status FsdpTrainer::CopyDocStartsToDevice(absl::Span<const int32_t> starts) {
+  device_documents_.rows = static_cast<int64_t>(starts.size()) / seq_;
+  device_documents_.counts = CountDocuments(starts, seq_);
+  return ops_->CopyToDevice(doc_starts_.desc.data, starts.data(),
+                            starts.size() * sizeof(int32_t), stream_);
 }
 
 // The batch is x_in's: its rows are the tokens of the first t / S
@@ -502,7 +515,7 @@ absl::Status FsdpTrainer::BlockForward(int l, const GatheredBlock& w, BlockActiv
                                  Reshaped(qkv, Shape{t, qkv_width_}), a.saved[BlockLinear::kQkv],
                                  scaling));
   RETURN_IF_ERROR(ops.RopeForward(qkv, kv_heads_, spec_.model().rope_theta(), stream_));
-  RETURN_IF_ERROR(ops.AttentionForward(qkv, kv_heads_, AttentionDocuments(batch),
+  RETURN_IF_ERROR(ops.AttentionForward(qkv, kv_heads_, BatchDocuments(batch),
                                        Reshaped(attn, Shape{batch, seq_, heads_, head_dim_}),
                                        LeadingRows(a.lse.desc, batch), stream_));
   RETURN_IF_ERROR(LinearForward(ops, *meta_, Spec(l, BlockLinear::kOutProj, t),
@@ -640,7 +653,7 @@ absl::Status FsdpTrainer::BlockBackward(int l, const GatheredBlock& w, BlockActi
   RETURN_IF_ERROR(MeasureFp8(l, BlockLinear::kOutProj, Role::kGradient, dy_out_proj));
   RETURN_IF_ERROR(ops.AttentionBackward(
       Reshaped(d_bf16_th, Shape{batch_, seq_, heads_, head_dim_}), a.qkv.desc, kv_heads_,
-      AttentionDocuments(batch_), Reshaped(a.attn.desc, Shape{batch_, seq_, heads_, head_dim_}), a.lse.desc, grad_qkv_.desc,
+      BatchDocuments(batch_), Reshaped(a.attn.desc, Shape{batch_, seq_, heads_, head_dim_}), a.lse.desc, grad_qkv_.desc,
       stream_));
   RETURN_IF_ERROR(ops.RopeBackward(grad_qkv_.desc, kv_heads_, spec_.model().rope_theta(), stream_));
   RETURN_IF_ERROR(LinearBackward(ops, *meta_, Spec(l, BlockLinear::kQkv), Full(w.qkv, b.qkv), a.h1.desc,

@@ -34,6 +34,31 @@
 namespace tessera {
 namespace {
 
+// The host's count of a batch's documents against the starts themselves
+// (which cpu::AttentionForward has checked for form): a count the CUDA
+// engine would plan cuDNN's ragged batch from must describe the starts.
+absl::Status CheckDocumentCounts(const AttentionDocuments& documents) {
+  if (!documents.Counted() && documents.longest == 0) return absl::OkStatus();
+  const TensorDesc& starts = documents.starts;
+  if (starts.shape.rank != 2 || starts.data == nullptr) {
+    return absl::InvalidArgumentError(
+        "documents.count: counted documents need doc_starts [B, S] int32 data");
+  }
+  const DocumentCounts counted = CountDocuments(
+      absl::MakeConstSpan(starts.As<const int32_t>(), starts.NumElements()), starts.shape[1]);
+  if (documents.count != counted.count) {
+    return absl::InvalidArgumentError(absl::StrCat("documents.count: ", documents.count,
+                                                   ", but doc_starts holds ", counted.count,
+                                                   " documents"));
+  }
+  if (documents.longest != counted.longest) {
+    return absl::InvalidArgumentError(absl::StrCat("documents.longest: ", documents.longest,
+                                                   ", but the longest document in doc_starts has ",
+                                                   counted.longest, " tokens"));
+  }
+  return absl::OkStatus();
+}
+
 // Counts itself in `live` (the engine's bytes in use) while it exists.
 class HostBuffer : public Buffer {
  public:
@@ -208,15 +233,18 @@ class CpuOps : public Ops {
     return cpu::RopeBackward(grad_qkv, n_kv_heads, theta);
   }
   absl::Status AttentionForward(const TensorDesc& qkv, int n_kv_heads,
-                                const TensorDesc& doc_starts, const TensorDesc& out,
+                                const AttentionDocuments& documents, const TensorDesc& out,
                                 const TensorDesc& lse, Stream*) override {
-    return cpu::AttentionForward(qkv, n_kv_heads, out, lse, doc_starts);
+    RETURN_IF_ERROR(cpu::AttentionForward(qkv, n_kv_heads, out, lse, documents.starts));
+    return CheckDocumentCounts(documents);
   }
   absl::Status AttentionBackward(const TensorDesc& grad_out, const TensorDesc& qkv, int n_kv_heads,
-                                 const TensorDesc& doc_starts, const TensorDesc& out,
+                                 const AttentionDocuments& documents, const TensorDesc& out,
                                  const TensorDesc& lse, const TensorDesc& grad_qkv,
                                  Stream*) override {
-    return cpu::AttentionBackward(grad_out, qkv, n_kv_heads, out, lse, grad_qkv, doc_starts);
+    RETURN_IF_ERROR(CheckDocumentCounts(documents));
+    return cpu::AttentionBackward(grad_out, qkv, n_kv_heads, out, lse, grad_qkv,
+                                  documents.starts);
   }
   absl::Status SwiGluForward(const TensorDesc& gate_up, const TensorDesc& out, Stream*) override {
     return cpu::SwiGluForward(gate_up, out);

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -454,6 +455,68 @@ TEST(CpuOps, RmsNormForwardQuantizeEqualsRmsNormThenQuantizeTranspose) {
       x, w, 1e-5f, out, MakeTensor(codes_t.data(), DType::kE4M3, Shape{t, h}), r, nullptr);
   EXPECT_EQ(bad_t.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(bad_t.message().rfind("out_t:", 0), 0u) << bad_t;
+}
+
+// CountDocuments: a document begins at every sequence's first token and
+// wherever a start equals its position; longest counts tokens.
+TEST(CountDocuments, CountsEachSequencesDocuments) {
+  // Two sequences of 6: [0 0 2 2 2 5] holds 3 (2, 3 and 1 tokens); [0 0 0 0 0 0] one of 6.
+  const std::vector<int32_t> starts = {0, 0, 2, 2, 2, 5, 0, 0, 0, 0, 0, 0};
+  const DocumentCounts c = CountDocuments(starts, 6);
+  EXPECT_EQ(c.count, 4);
+  EXPECT_EQ(c.longest, 6);
+  const DocumentCounts first = CountDocuments(absl::MakeConstSpan(starts.data(), 6), 6);
+  EXPECT_EQ(first.count, 3);
+  EXPECT_EQ(first.longest, 3);
+  const std::vector<int32_t> singles = {0, 1, 2, 3};
+  EXPECT_EQ(CountDocuments(singles, 4).count, 4);
+  EXPECT_EQ(CountDocuments(singles, 4).longest, 1);
+  EXPECT_EQ(CountDocuments({}, 4).count, 0);
+}
+
+// The host's count of the documents, which the CUDA engine plans cuDNN's
+// ragged batches from, is checked against the starts: a wrong one is
+// INVALID_ARGUMENT naming the field, and the right one changes nothing.
+TEST(CpuOps, AttentionChecksTheHostsCountOfTheDocuments) {
+  std::unique_ptr<Ops> ops = CreateCpuOps();
+  const int b = 2, s = 6, nh = 2, nkv = 1, hd = 4;
+  std::vector<uint16_t> qkv = RandomBf16(b * s * (nh + 2 * nkv) * hd, 31);
+  std::vector<uint16_t> out(b * s * nh * hd), out_ref(b * s * nh * hd);
+  std::vector<float> lse(b * nh * s), lse_ref(b * nh * s);
+  std::vector<int32_t> starts = {0, 0, 2, 2, 2, 5, 0, 0, 0, 0, 0, 0};
+  const TensorDesc Qkv = MakeTensor(qkv.data(), DType::kBFloat16, Shape{b, s, nh + 2 * nkv, hd});
+  const TensorDesc Starts = MakeTensor(starts.data(), DType::kInt32, Shape{b, s});
+  const auto out_of = [&](std::vector<uint16_t>& o) {
+    return MakeTensor(o.data(), DType::kBFloat16, Shape{b, s, nh, hd});
+  };
+  const auto lse_of = [&](std::vector<float>& l) {
+    return MakeTensor(l.data(), DType::kFloat32, Shape{b, nh, s});
+  };
+  ASSERT_TRUE(ops->AttentionForward(Qkv, nkv, AttentionDocuments(Starts, 4, 6), out_of(out),
+                                    lse_of(lse), nullptr)
+                  .ok());
+  ASSERT_TRUE(
+      cpu::AttentionForward(Qkv, nkv, out_of(out_ref), lse_of(lse_ref), Starts).ok());
+  EXPECT_EQ(out, out_ref);
+  EXPECT_EQ(lse, lse_ref);
+  const absl::Status count =
+      ops->AttentionForward(Qkv, nkv, AttentionDocuments(Starts, 3, 6), out_of(out), lse_of(lse),
+                            nullptr);
+  EXPECT_EQ(count.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(count.message().find("documents.count: 3, but doc_starts holds 4"),
+            std::string::npos)
+      << count;
+  std::vector<uint16_t> grad_out = RandomBf16(b * s * nh * hd, 32), grad(qkv.size());
+  const absl::Status longest = ops->AttentionBackward(
+      MakeTensor(grad_out.data(), DType::kBFloat16, Shape{b, s, nh, hd}), Qkv, nkv,
+      AttentionDocuments(Starts, 4, 5), out_of(out_ref), lse_of(lse_ref),
+      MakeTensor(grad.data(), DType::kBFloat16, Qkv.shape), nullptr);
+  EXPECT_EQ(longest.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(longest.message().find("documents.longest: 5"), std::string::npos) << longest;
+  const absl::Status whole = ops->AttentionForward(
+      Qkv, nkv, AttentionDocuments(Ops::WholeSequences(), 2, 6), out_of(out), lse_of(lse),
+      nullptr);
+  EXPECT_EQ(whole.code(), absl::StatusCode::kInvalidArgument) << whole;
 }
 
 }  // namespace

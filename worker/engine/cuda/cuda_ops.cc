@@ -261,18 +261,20 @@ class CudaOps : public Ops {
     return cuda::LaunchRope(grad_qkv, rotated, theta, -1.0f, S(stream));
   }
   absl::Status AttentionForward(const TensorDesc& qkv, int n_kv_heads,
-                                const TensorDesc& doc_starts, const TensorDesc& out,
+                                const AttentionDocuments& documents, const TensorDesc& out,
                                 const TensorDesc& lse, Stream* stream) override {
     RETURN_IF_ERROR(ctx_->MakeCurrent());
     ASSIGN_OR_RETURN(cuda::AttentionShape shape,
                      cuda::ReadAttentionShape(qkv, n_kv_heads, out, lse));
-    ASSIGN_OR_RETURN(const int32_t* starts, cuda::ReadDocStarts(doc_starts, shape));
-    if (starts == nullptr && UsesCudnnAttention(shape)) {
-      absl::StatusOr<size_t> bytes = cudnn_attention_->ForwardWorkspaceBytes(shape);
+    ASSIGN_OR_RETURN(const int32_t* starts, cuda::ReadDocStarts(documents.starts, shape));
+    const cuda::CudnnAttention::Documents ragged{starts, documents.count, documents.longest};
+    if (UsesCudnnAttention(shape, starts, documents)) {
+      const auto* docs = starts != nullptr ? &ragged : nullptr;
+      absl::StatusOr<size_t> bytes = cudnn_attention_->ForwardWorkspaceBytes(shape, docs);
       if (bytes.ok()) {
         ASSIGN_OR_RETURN(void* workspace, cudnn_workspace_.Get(std::max<size_t>(*bytes, 256)));
         return cudnn_attention_->Forward(shape, qkv.data, out.data, lse.As<float>(), workspace,
-                                         S(stream));
+                                         S(stream), docs);
       }
       if (!CudnnMayFallBack(bytes.status())) return bytes.status();
     }
@@ -280,22 +282,25 @@ class CudaOps : public Ops {
                                              S(stream));
   }
   absl::Status AttentionBackward(const TensorDesc& grad_out, const TensorDesc& qkv,
-                                 int n_kv_heads, const TensorDesc& doc_starts,
+                                 int n_kv_heads, const AttentionDocuments& documents,
                                  const TensorDesc& out, const TensorDesc& lse,
                                  const TensorDesc& grad_qkv, Stream* stream) override {
     RETURN_IF_ERROR(ctx_->MakeCurrent());
     ASSIGN_OR_RETURN(cuda::AttentionShape shape,
                      cuda::ReadAttentionBackwardShape(grad_out, qkv, n_kv_heads, out, lse,
                                                       grad_qkv));
-    ASSIGN_OR_RETURN(const int32_t* starts, cuda::ReadDocStarts(doc_starts, shape));
-    if (starts == nullptr && UsesCudnnAttention(shape)) {
+    ASSIGN_OR_RETURN(const int32_t* starts, cuda::ReadDocStarts(documents.starts, shape));
+    const cuda::CudnnAttention::Documents ragged{starts, documents.count, documents.longest};
+    if (UsesCudnnAttention(shape, starts, documents)) {
+      const auto* docs = starts != nullptr ? &ragged : nullptr;
       const bool deterministic = !attention_atomic_backward_;
-      absl::StatusOr<size_t> bytes = cudnn_attention_->BackwardWorkspaceBytes(shape, deterministic);
+      absl::StatusOr<size_t> bytes =
+          cudnn_attention_->BackwardWorkspaceBytes(shape, deterministic, docs);
       if (bytes.ok()) {
         ASSIGN_OR_RETURN(void* workspace, cudnn_workspace_.Get(std::max<size_t>(*bytes, 256)));
         return cudnn_attention_->Backward(shape, deterministic, grad_out.data, qkv.data,
                                           out.data, lse.As<float>(), grad_qkv.data, workspace,
-                                          S(stream));
+                                          S(stream), docs);
       }
       if (!CudnnMayFallBack(bytes.status())) return bytes.status();
     }
@@ -441,18 +446,43 @@ class CudaOps : public Ops {
   // a shape choose alike. (Under kAuto, a shape cuDNN planned one way but
   // not the other would run cuDNN's forward with our backward, which reads
   // the same out and lse; cuDNN 9.14 planned every shape tried both ways.)
-  bool UsesCudnnAttention(const cuda::AttentionShape& shape) const {
+  // Whole sequences: AUTO's rule (common/cudnn_attention_workspace.h), or
+  // always under CUDNN. Documents: only where the host counted them
+  // (AttentionDocuments); only where they average at least
+  // kCudnnDocumentTokens tokens (shorter ones run faster in our kernels,
+  // bench/RESULTS.md); and only while the ragged plan's workspace bound
+  // stays within CudnnDocumentsWorkspaceLimit (what the memory estimate
+  // counted), so a batch of one long and many short documents runs ours.
+  bool UsesCudnnAttention(const cuda::AttentionShape& shape, const int32_t* starts,
+                          const AttentionDocuments& documents) const {
     if (cudnn_attention_ == nullptr || shape.batch == 0) return false;
-    if (attention_choice_ == CudaEngineOptions::Attention::kCudnn) return true;
-    return AutoAttentionPicksCudnn(
-        {shape.batch, shape.heads, shape.kv_heads, shape.seq, shape.head_dim},
-        !attention_atomic_backward_);
+    const CudnnAttentionShape whole{shape.batch, shape.heads, shape.kv_heads, shape.seq,
+                                    shape.head_dim};
+    const bool deterministic = !attention_atomic_backward_;
+    if (attention_choice_ != CudaEngineOptions::Attention::kCudnn &&
+        !AutoAttentionPicksCudnn(whole, deterministic)) {
+      return false;
+    }
+    if (starts == nullptr) return true;
+    if (!documents.Counted() || documents.longest < 1 || documents.longest > shape.seq ||
+        documents.count > shape.batch * shape.seq ||
+        shape.batch * shape.seq < kCudnnDocumentTokens * documents.count) {
+      return false;
+    }
+    const cuda::CudnnAttention::PlannedDocuments plan =
+        cuda::CudnnAttention::PlanFor({starts, documents.count, documents.longest});
+    const CudnnAttentionShape ragged{plan.capacity, shape.heads, shape.kv_heads, plan.longest,
+                                     shape.head_dim};
+    return CudnnAttentionWorkspaceBound(ragged, deterministic) <=
+           CudnnDocumentsWorkspaceLimit(whole, deterministic);
   }
 
   // Under kAuto, a shape cuDNN has no plan for (UNIMPLEMENTED, or a shape
   // it refuses) runs Tessera's kernels; anything else is an error. The
   // choice depends on the shape and the library only, so every rank and
   // every run makes the same one.
+  static constexpr int64_t kCudnnDocumentTokens = 512;
+
   bool CudnnMayFallBack(const absl::Status& status) const {
     return attention_choice_ == CudaEngineOptions::Attention::kAuto &&
            (absl::IsUnimplemented(status) || absl::IsInvalidArgument(status));

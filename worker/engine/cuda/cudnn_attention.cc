@@ -94,6 +94,15 @@ struct GraphTensor {
 
 using Dims = std::vector<int64_t>;
 
+// The rows (m), columns (n) and inner length (k) a batch entry of a matmul
+// really has, where they are fewer than its dims say: [b] int32 tensors (a
+// ragged batch's sequence lengths). Null: the dims.
+struct Extents {
+  const GraphTensor* m = nullptr;
+  const GraphTensor* n = nullptr;
+  const GraphTensor* k = nullptr;
+};
+
 // Builds one operation graph. Each call records the first error and
 // returns an empty tensor afterwards, so a graph reads as a list of ops
 // with one status check at the end.
@@ -107,8 +116,12 @@ class GraphBuilder {
   const absl::Status& status() const { return status_; }
   const std::vector<cudnnBackendDescriptor_t>& ops() const { return ops_; }
 
-  GraphTensor Real(const Dims& dims, const Dims& strides, cudnnDataType_t type) {
-    return MakeTensor(dims, strides, type, /*is_virtual=*/false, /*by_value=*/false);
+  // `ragged`: where set, the tensor's batch entries start at the element
+  // offsets it holds ([b + 1] int64) rather than at multiples of the batch
+  // stride (a ragged batch: documents packed back to back).
+  GraphTensor Real(const Dims& dims, const Dims& strides, cudnnDataType_t type,
+                   const GraphTensor* ragged = nullptr) {
+    return MakeTensor(dims, strides, type, /*is_virtual=*/false, /*by_value=*/false, ragged);
   }
   GraphTensor Virtual(const Dims& dims, const Dims& strides, cudnnDataType_t type) {
     return MakeTensor(dims, strides, type, /*is_virtual=*/true, /*by_value=*/false);
@@ -149,6 +162,10 @@ class GraphBuilder {
 
   // c = a b over the last two dims, batched over the first two.
   void Matmul(const GraphTensor& a, const GraphTensor& b, const GraphTensor& c) {
+    Matmul(a, b, c, Extents{});
+  }
+  void Matmul(const GraphTensor& a, const GraphTensor& b, const GraphTensor& c,
+              const Extents& extents) {
     if (!status_.ok()) return;
     cudnnBackendDescriptor_t mm = Create(CUDNN_BACKEND_MATMUL_DESCRIPTOR);
     const cudnnDataType_t compute = CUDNN_DATA_FLOAT;
@@ -159,6 +176,18 @@ class GraphBuilder {
     Set(op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b.desc);
     Set(op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c.desc);
     Set(op, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &mm);
+    if (extents.m != nullptr) {
+      Set(op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+          &extents.m->desc);
+    }
+    if (extents.n != nullptr) {
+      Set(op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+          &extents.n->desc);
+    }
+    if (extents.k != nullptr) {
+      Set(op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_K_OVERRIDE_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+          &extents.k->desc);
+    }
     Finalize(op, "matmul operation");
     ops_.push_back(op);
   }
@@ -216,7 +245,7 @@ class GraphBuilder {
 
  private:
   GraphTensor MakeTensor(const Dims& dims, const Dims& strides, cudnnDataType_t type,
-                         bool is_virtual, bool by_value) {
+                         bool is_virtual, bool by_value, const GraphTensor* ragged = nullptr) {
     GraphTensor t;
     t.uid = next_uid_++;
     t.dims = dims;
@@ -236,6 +265,10 @@ class GraphBuilder {
       const bool bv = true;
       Set(t.desc, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &bv);
     }
+    if (ragged != nullptr) {
+      Set(t.desc, CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+          &ragged->desc);
+    }
     Finalize(t.desc, "tensor");
     return t;
   }
@@ -252,17 +285,26 @@ constexpr int kBackwardAtomic = CudnnAttention::kBackwardAtomic;
 
 size_t AlignUp(size_t n) { return (n + 255) / 256 * 256; }
 
-// The packed layouts as [b, h, s, d] views.
+using PlannedDocuments = CudnnAttention::PlannedDocuments;
+
+// The packed layouts as [b, h, s, d] views. For a batch's documents (a
+// ragged batch) b is the plan's document capacity and s its longest
+// document; each entry's rows then start where the ragged offsets say,
+// and lse keeps its [B, heads, S] layout (a head's rows S apart).
 struct Layout {
   int64_t b, s, h, kv, d, ts, os;
-  explicit Layout(const AttentionShape& shape)
-      : b(shape.batch),
-        s(shape.seq),
+  int64_t lse_row;  // the lse's distance between heads: the real sequence length
+  bool ragged;
+  Layout(const AttentionShape& shape, const PlannedDocuments& documents)
+      : b(documents.capacity > 0 ? documents.capacity : shape.batch),
+        s(documents.capacity > 0 ? documents.longest : shape.seq),
         h(shape.heads),
         kv(shape.kv_heads),
         d(shape.head_dim),
         ts((shape.heads + 2 * shape.kv_heads) * shape.head_dim),
-        os(shape.heads * shape.head_dim) {}
+        os(shape.heads * shape.head_dim),
+        lse_row(shape.seq),
+        ragged(documents.capacity > 0) {}
   Dims PackedStrides() const { return {s * ts, d, ts, 1}; }           // a head of qkv
   Dims PackedStridesT() const { return {s * ts, d, 1, ts}; }          // its transpose
   Dims OutStrides() const { return {s * os, d, os, 1}; }              // a head of out
@@ -270,7 +312,8 @@ struct Layout {
   Dims ScoreStrides() const { return {h * s * s, s * s, s, 1}; }
   Dims ScoreStridesT() const { return {h * s * s, s * s, 1, s}; }
   Dims Rows() const { return {b, h, s, 1}; }
-  Dims RowStrides() const { return {h * s, s, 1, 1}; }
+  Dims RowStrides() const { return {h * s, s, 1, 1}; }      // our own per-row buffers
+  Dims LseStrides() const { return {h * lse_row, lse_row, 1, 1}; }
   // Offsets of the query, key and value heads in a token row of qkv.
   int64_t KOffset() const { return h * d; }
   int64_t VOffset() const { return (h + kv) * d; }
@@ -290,6 +333,11 @@ struct CudnnAttention::Plan {
   int64_t q = 0, k = 0, v = 0, o = 0, stats = 0, d_o = 0, d_q = 0, d_k = 0, d_v = 0;
   int64_t softmax_sum = 0, dq_accum = 0;
   int64_t scale = 0, neg_inf = 0, one = 0;
+  // A ragged batch's inputs (0 for whole sequences): each entry's length,
+  // as the query and the key extent, and its rows' offsets.
+  int64_t seq_q = 0, seq_kv = 0, qkv_offsets = 0, out_offsets = 0, lse_offsets = 0;
+  PlannedDocuments documents;
+  size_t table_offset = 0;  // the document table in the workspace (RaggedDocumentTable)
   // Host values of the by-value scalars (their addresses go in the pack).
   float scale_value = 0.f, neg_inf_value = -std::numeric_limits<float>::infinity(),
         one_value = 1.f;
@@ -312,21 +360,79 @@ GraphTensor CausalMask(GraphBuilder& g, const GraphTensor& x, const GraphTensor&
   return g.Pointwise(CUDNN_POINTWISE_BINARY_SELECT, x, &neg_inf, &keep);
 }
 
+// A ragged batch's extra inputs (see Plan). Where the layout is not ragged
+// every pointer it hands out is null, and the graphs are those of whole
+// sequences.
+struct RaggedInputs {
+  GraphTensor seq_q, seq_kv, qkv, out, lse;
+  bool on = false;
+  const GraphTensor* Qkv() const { return on ? &qkv : nullptr; }
+  const GraphTensor* Out() const { return on ? &out : nullptr; }
+  const GraphTensor* Lse() const { return on ? &lse : nullptr; }
+  // Extents of Q K^T (and dO V^T): rows the queries, columns the keys.
+  Extents Scores() const {
+    return on ? Extents{&seq_q, &seq_kv, nullptr} : Extents{};
+  }
+  // Of P V and dS K: rows the queries, inner length the keys.
+  Extents ByKeys() const {
+    return on ? Extents{&seq_q, nullptr, &seq_kv} : Extents{};
+  }
+  // Of P^T dO and dS^T Q: rows the keys, inner length the queries.
+  Extents ByQueries() const {
+    return on ? Extents{&seq_kv, nullptr, &seq_q} : Extents{};
+  }
+};
+
+RaggedInputs MakeRaggedInputs(GraphBuilder& g, const Layout& L, CudnnAttention::Plan& p) {
+  RaggedInputs r;
+  if (!L.ragged) return r;
+  r.on = true;
+  const Dims lengths = {L.b, 1, 1, 1}, offsets = {L.b + 1, 1, 1, 1}, ones = {1, 1, 1, 1};
+  r.seq_q = g.Real(lengths, ones, CUDNN_DATA_INT32);
+  r.seq_kv = g.Real(lengths, ones, CUDNN_DATA_INT32);
+  r.qkv = g.Real(offsets, ones, CUDNN_DATA_INT64);
+  r.out = g.Real(offsets, ones, CUDNN_DATA_INT64);
+  r.lse = g.Real(offsets, ones, CUDNN_DATA_INT64);
+  p.seq_q = r.seq_q.uid, p.seq_kv = r.seq_kv.uid;
+  p.qkv_offsets = r.qkv.uid, p.out_offsets = r.out.uid, p.lse_offsets = r.lse.uid;
+  return r;
+}
+
+// A ragged batch's padding: keep x where the row is one of the entry's
+// queries and the column one of its keys, else -inf.
+GraphTensor PaddingMask(GraphBuilder& g, const GraphTensor& x, const RaggedInputs& r,
+                        const GraphTensor& neg_inf) {
+  if (!r.on) return x;
+  GraphTensor row = g.Pointwise(CUDNN_POINTWISE_GEN_INDEX, x, nullptr, nullptr, nullptr,
+                                CUDNN_DATA_INT32, CUDNN_DATA_INT32, /*axis=*/2);
+  GraphTensor col = g.Pointwise(CUDNN_POINTWISE_GEN_INDEX, x, nullptr, nullptr, nullptr,
+                                CUDNN_DATA_INT32, CUDNN_DATA_INT32, /*axis=*/3);
+  GraphTensor row_in = g.Pointwise(CUDNN_POINTWISE_CMP_LT, row, &r.seq_q, nullptr, nullptr,
+                                   CUDNN_DATA_BOOLEAN, CUDNN_DATA_BOOLEAN);
+  GraphTensor col_in = g.Pointwise(CUDNN_POINTWISE_CMP_LT, col, &r.seq_kv, nullptr, nullptr,
+                                   CUDNN_DATA_BOOLEAN, CUDNN_DATA_BOOLEAN);
+  GraphTensor keep = g.Pointwise(CUDNN_POINTWISE_LOGICAL_AND, row_in, &col_in, nullptr, nullptr,
+                                 CUDNN_DATA_BOOLEAN, CUDNN_DATA_BOOLEAN);
+  return g.Pointwise(CUDNN_POINTWISE_BINARY_SELECT, x, &neg_inf, &keep);
+}
+
 void BuildForward(GraphBuilder& g, const Layout& L, CudnnAttention::Plan& p) {
-  GraphTensor q = g.Real({L.b, L.h, L.s, L.d}, L.PackedStrides(), CUDNN_DATA_BFLOAT16);
-  GraphTensor kt = g.Real({L.b, L.kv, L.d, L.s}, L.PackedStridesT(), CUDNN_DATA_BFLOAT16);
-  GraphTensor v = g.Real({L.b, L.kv, L.s, L.d}, L.PackedStrides(), CUDNN_DATA_BFLOAT16);
-  GraphTensor o = g.Real({L.b, L.h, L.s, L.d}, L.OutStrides(), CUDNN_DATA_BFLOAT16);
-  GraphTensor stats = g.Real(L.Rows(), L.RowStrides(), CUDNN_DATA_FLOAT);
+  const RaggedInputs r = MakeRaggedInputs(g, L, p);
+  GraphTensor q = g.Real({L.b, L.h, L.s, L.d}, L.PackedStrides(), CUDNN_DATA_BFLOAT16, r.Qkv());
+  GraphTensor kt =
+      g.Real({L.b, L.kv, L.d, L.s}, L.PackedStridesT(), CUDNN_DATA_BFLOAT16, r.Qkv());
+  GraphTensor v = g.Real({L.b, L.kv, L.s, L.d}, L.PackedStrides(), CUDNN_DATA_BFLOAT16, r.Qkv());
+  GraphTensor o = g.Real({L.b, L.h, L.s, L.d}, L.OutStrides(), CUDNN_DATA_BFLOAT16, r.Out());
+  GraphTensor stats = g.Real(L.Rows(), L.LseStrides(), CUDNN_DATA_FLOAT, r.Lse());
   GraphTensor scale = g.Scalar();
   GraphTensor neg_inf = g.Scalar();
   p.q = q.uid, p.k = kt.uid, p.v = v.uid, p.o = o.uid, p.stats = stats.uid;
   p.scale = scale.uid, p.neg_inf = neg_inf.uid;
 
   GraphTensor s = g.Virtual(L.Scores(), L.ScoreStrides(), CUDNN_DATA_FLOAT);
-  g.Matmul(q, kt, s);
+  g.Matmul(q, kt, s, r.Scores());
   GraphTensor scaled = g.Pointwise(CUDNN_POINTWISE_MUL, s, &scale);
-  GraphTensor masked = CausalMask(g, scaled, neg_inf);
+  GraphTensor masked = CausalMask(g, PaddingMask(g, scaled, r, neg_inf), neg_inf);
   GraphTensor row_max = g.Virtual(L.Rows(), L.RowStrides(), CUDNN_DATA_FLOAT);
   g.Reduction(CUDNN_REDUCE_TENSOR_MAX, masked, row_max);
   GraphTensor shifted = g.Pointwise(CUDNN_POINTWISE_SUB, masked, &row_max);
@@ -337,22 +443,24 @@ void BuildForward(GraphBuilder& g, const Layout& L, CudnnAttention::Plan& p) {
   g.Pointwise(CUDNN_POINTWISE_ADD, row_max, &log_sum, nullptr, &stats);
   GraphTensor probs = g.Pointwise(CUDNN_POINTWISE_DIV, e, &row_sum, nullptr, nullptr,
                                   CUDNN_DATA_BFLOAT16);
-  g.Matmul(probs, v, o);
+  g.Matmul(probs, v, o, r.ByKeys());
 }
 
 void BuildBackward(GraphBuilder& g, const Layout& L, bool deterministic,
                    CudnnAttention::Plan& p) {
   const Dims heads = {L.b, L.h, L.s, L.d};
   const Dims full_strides = {L.h * L.s * L.d, L.s * L.d, L.d, 1};
-  GraphTensor q = g.Real(heads, L.PackedStrides(), CUDNN_DATA_BFLOAT16);
-  GraphTensor kt = g.Real({L.b, L.kv, L.d, L.s}, L.PackedStridesT(), CUDNN_DATA_BFLOAT16);
-  GraphTensor vt = g.Real({L.b, L.kv, L.d, L.s}, L.PackedStridesT(), CUDNN_DATA_BFLOAT16);
-  GraphTensor o = g.Real(heads, L.OutStrides(), CUDNN_DATA_BFLOAT16);
-  GraphTensor d_o = g.Real(heads, L.OutStrides(), CUDNN_DATA_BFLOAT16);
-  GraphTensor stats = g.Real(L.Rows(), L.RowStrides(), CUDNN_DATA_FLOAT);
-  GraphTensor d_q = g.Real(heads, L.PackedStrides(), CUDNN_DATA_BFLOAT16);
-  GraphTensor d_k = g.Real({L.b, L.kv, L.s, L.d}, L.PackedStrides(), CUDNN_DATA_BFLOAT16);
-  GraphTensor d_v = g.Real({L.b, L.kv, L.s, L.d}, L.PackedStrides(), CUDNN_DATA_BFLOAT16);
+  const RaggedInputs r = MakeRaggedInputs(g, L, p);
+  const GraphTensor* rows = r.Qkv();
+  GraphTensor q = g.Real(heads, L.PackedStrides(), CUDNN_DATA_BFLOAT16, rows);
+  GraphTensor kt = g.Real({L.b, L.kv, L.d, L.s}, L.PackedStridesT(), CUDNN_DATA_BFLOAT16, rows);
+  GraphTensor vt = g.Real({L.b, L.kv, L.d, L.s}, L.PackedStridesT(), CUDNN_DATA_BFLOAT16, rows);
+  GraphTensor o = g.Real(heads, L.OutStrides(), CUDNN_DATA_BFLOAT16, r.Out());
+  GraphTensor d_o = g.Real(heads, L.OutStrides(), CUDNN_DATA_BFLOAT16, r.Out());
+  GraphTensor stats = g.Real(L.Rows(), L.LseStrides(), CUDNN_DATA_FLOAT, r.Lse());
+  GraphTensor d_q = g.Real(heads, L.PackedStrides(), CUDNN_DATA_BFLOAT16, rows);
+  GraphTensor d_k = g.Real({L.b, L.kv, L.s, L.d}, L.PackedStrides(), CUDNN_DATA_BFLOAT16, rows);
+  GraphTensor d_v = g.Real({L.b, L.kv, L.s, L.d}, L.PackedStrides(), CUDNN_DATA_BFLOAT16, rows);
   GraphTensor softmax_sum = g.Real(L.Rows(), L.RowStrides(), CUDNN_DATA_FLOAT);
   GraphTensor scale = g.Scalar();
   GraphTensor neg_inf = g.Scalar();
@@ -371,9 +479,10 @@ void BuildBackward(GraphBuilder& g, const Layout& L, bool deterministic,
 
   // P, recomputed from the saved log-sum-exp.
   GraphTensor s = g.Virtual(L.Scores(), L.ScoreStrides(), CUDNN_DATA_FLOAT);
-  g.Matmul(q, kt, s);
+  g.Matmul(q, kt, s, r.Scores());
   GraphTensor scaled = g.Pointwise(CUDNN_POINTWISE_MUL, s, &scale);
-  GraphTensor shifted = g.Pointwise(CUDNN_POINTWISE_SUB, scaled, &stats);
+  GraphTensor shifted =
+      g.Pointwise(CUDNN_POINTWISE_SUB, PaddingMask(g, scaled, r, neg_inf), &stats);
   GraphTensor masked = CausalMask(g, shifted, neg_inf);
   GraphTensor probs = g.Pointwise(CUDNN_POINTWISE_EXP, masked, nullptr);
 
@@ -383,11 +492,11 @@ void BuildBackward(GraphBuilder& g, const Layout& L, bool deterministic,
   const auto matmul_summed_over_groups = [&](const GraphTensor& a, const GraphTensor& b,
                                               const GraphTensor& out) {
     if (!grouped) {
-      g.Matmul(a, b, out);
+      g.Matmul(a, b, out, r.ByQueries());
       return;
     }
     GraphTensor per_query_head = g.Virtual(heads, full_strides, CUDNN_DATA_BFLOAT16);
-    g.Matmul(a, b, per_query_head);
+    g.Matmul(a, b, per_query_head, r.ByQueries());
     g.Reduction(CUDNN_REDUCE_TENSOR_ADD, per_query_head, out);
   };
 
@@ -398,7 +507,7 @@ void BuildBackward(GraphBuilder& g, const Layout& L, bool deterministic,
 
   // dS = (dO V^T - D) * P * scale.
   GraphTensor dp = g.Virtual(L.Scores(), L.ScoreStrides(), CUDNN_DATA_FLOAT);
-  g.Matmul(d_o, vt, dp);
+  g.Matmul(d_o, vt, dp, r.Scores());
   GraphTensor centred = g.Pointwise(CUDNN_POINTWISE_SUB, dp, &softmax_sum);
   GraphTensor weighted = g.Pointwise(CUDNN_POINTWISE_MUL, centred, &probs);
   GraphTensor ds = g.Pointwise(CUDNN_POINTWISE_MUL, weighted, &scale);
@@ -413,11 +522,11 @@ void BuildBackward(GraphBuilder& g, const Layout& L, bool deterministic,
   GraphTensor k = g.Virtual({L.b, L.kv, L.s, L.d}, L.PackedStrides(), CUDNN_DATA_BFLOAT16);
   g.Reshape(kt, k);
   if (deterministic) {
-    g.Matmul(ds, k, d_q);
+    g.Matmul(ds, k, d_q, r.ByKeys());
   } else {
     GraphTensor accum = g.Real(heads, full_strides, CUDNN_DATA_FLOAT);
     p.dq_accum = accum.uid;
-    g.Matmul(ds, k, accum);
+    g.Matmul(ds, k, accum, r.ByKeys());
     g.Pointwise(CUDNN_POINTWISE_IDENTITY, accum, nullptr, nullptr, &d_q);
   }
 }
@@ -715,7 +824,7 @@ namespace {
 // The ops of `kind`'s graph for `shape`, into `g`; `p` gets their tensor ids.
 void BuildGraph(GraphBuilder& g, const AttentionShape& shape, int kind,
                 CudnnAttention::Plan& p) {
-  const Layout layout(shape);
+  const Layout layout(shape, p.documents);
   if (kind == kForward) {
     BuildForward(g, layout, p);
   } else {
@@ -725,21 +834,69 @@ void BuildGraph(GraphBuilder& g, const AttentionShape& shape, int kind,
 
 }  // namespace
 
+namespace {
+
+int64_t PowerOfTwoAtLeast(int64_t n) {
+  int64_t p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+}  // namespace
+
+CudnnAttention::PlannedDocuments CudnnAttention::PlanFor(const Documents& documents) {
+  const int64_t count = std::max<int64_t>(1, documents.count);
+  return {count <= 16 ? PowerOfTwoAtLeast(count) : (count + 15) / 16 * 16,
+          PowerOfTwoAtLeast(std::max<int64_t>(64, documents.longest))};
+}
+
+CudnnAttention::Key CudnnAttention::KeyOf(const AttentionShape& shape, int kind,
+                                          const PlannedDocuments& documents) {
+  return Key{kind,           shape.batch,        shape.seq,        shape.heads, shape.kv_heads,
+             shape.head_dim, documents.capacity, documents.longest};
+}
+
+namespace {
+
+// The document table's pieces in the workspace, from `offset` on.
+struct TableLayout {
+  size_t first_tokens, seq_lens, qkv, out, lse, end;
+  TableLayout(size_t offset, int64_t capacity) {
+    const size_t lengths = AlignUp(static_cast<size_t>(capacity) * sizeof(int32_t));
+    const size_t offsets = AlignUp(static_cast<size_t>(capacity + 1) * sizeof(int64_t));
+    first_tokens = offset;
+    seq_lens = first_tokens + lengths;
+    qkv = seq_lens + lengths;
+    out = qkv + offsets;
+    lse = out + offsets;
+    end = lse + offsets;
+  }
+};
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<CudnnAttention::Plan>> CudnnAttention::BuildPlan(
-    const AttentionShape& shape, int kind, int pinned) {
+    const AttentionShape& shape, int kind, int pinned, const PlannedDocuments& documents) {
   RETURN_IF_ERROR(CheckShape(shape, kind));
   auto plan = std::make_unique<Plan>();
   plan->scale_value = 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
-  const Layout layout(shape);
+  plan->documents = documents;
+  const Layout layout(shape, documents);
   GraphBuilder g(&plan->descriptors);
   BuildGraph(g, shape, kind, *plan);
   const absl::Status made =
       MakePlan(static_cast<cudnnHandle_t>(handle_), g, plan->descriptors, *plan, pinned);
   if (!made.ok()) {
     return absl::Status(
-        made.code(), absl::StrCat(kind == kForward ? "forward" : "backward", " graph for B ",
-                                  shape.batch, " S ", shape.seq, " H ", shape.heads, " KV ",
-                                  shape.kv_heads, " hd ", shape.head_dim, ": ", made.message()));
+        made.code(),
+        absl::StrCat(kind == kForward ? "forward" : "backward", " graph for B ", shape.batch,
+                     " S ", shape.seq, " H ", shape.heads, " KV ", shape.kv_heads, " hd ",
+                     shape.head_dim,
+                     documents.capacity > 0
+                         ? absl::StrCat(" as up to ", documents.capacity, " documents of up to ",
+                                        documents.longest, " tokens")
+                         : std::string(),
+                     ": ", made.message()));
   }
   // Our buffers after cuDNN's workspace: D (softmax_sum, fp32 per row) and,
   // for the atomic backward, the fp32 dQ accumulator.
@@ -753,17 +910,21 @@ absl::StatusOr<std::unique_ptr<CudnnAttention::Plan>> CudnnAttention::BuildPlan(
                      sizeof(float));
     }
   }
+  if (documents.capacity > 0) {
+    plan->table_offset = end;
+    end = TableLayout(end, documents.capacity).end;
+  }
   plan->total_workspace = end;
   return plan;
 }
 
-absl::StatusOr<CudnnAttention::Plan*> CudnnAttention::GetPlan(const AttentionShape& shape,
-                                                              int kind) {
-  const Key key{kind, shape.batch, shape.seq, shape.heads, shape.kv_heads, shape.head_dim};
+absl::StatusOr<CudnnAttention::Plan*> CudnnAttention::GetPlan(
+    const AttentionShape& shape, int kind, const PlannedDocuments& documents) {
+  const Key key = KeyOf(shape, kind, documents);
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second.get();
   if (auto failed = unplannable_.find(key); failed != unplannable_.end()) return failed->second;
-  absl::StatusOr<std::unique_ptr<Plan>> plan = BuildPlan(shape, kind, /*pinned=*/-1);
+  absl::StatusOr<std::unique_ptr<Plan>> plan = BuildPlan(shape, kind, /*pinned=*/-1, documents);
   if (!plan.ok()) {
     if (absl::IsUnimplemented(plan.status())) unplannable_[key] = plan.status();
     return plan.status();
@@ -785,8 +946,8 @@ absl::StatusOr<std::vector<std::string>> CudnnAttention::ListPlanCandidates(
 absl::StatusOr<std::string> CudnnAttention::UsePlanCandidate(const AttentionShape& shape,
                                                              int kind, int index) {
   if (index < 0) return absl::InvalidArgumentError("cuDNN attention: candidate index < 0");
-  ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan, BuildPlan(shape, kind, index));
-  const Key key{kind, shape.batch, shape.seq, shape.heads, shape.kv_heads, shape.head_dim};
+  ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan, BuildPlan(shape, kind, index, PlannedDocuments{}));
+  const Key key = KeyOf(shape, kind, PlannedDocuments{});
   std::string description = plan->description;
   plans_[key] = std::move(plan);
   return description;
@@ -794,20 +955,31 @@ absl::StatusOr<std::string> CudnnAttention::UsePlanCandidate(const AttentionShap
 
 absl::StatusOr<std::string> CudnnAttention::PlanDescription(const AttentionShape& shape,
                                                             int kind) {
-  ASSIGN_OR_RETURN(Plan * plan, GetPlan(shape, kind));
+  ASSIGN_OR_RETURN(Plan * plan, GetPlan(shape, kind, PlannedDocuments{}));
   return plan->description;
 }
 
-absl::StatusOr<size_t> CudnnAttention::ForwardWorkspaceBytes(const AttentionShape& shape) {
-  absl::StatusOr<Plan*> plan = GetPlan(shape, kForward);
+namespace {
+
+CudnnAttention::PlannedDocuments PlanOf(const CudnnAttention::Documents* documents) {
+  return documents != nullptr ? CudnnAttention::PlanFor(*documents)
+                              : CudnnAttention::PlannedDocuments{};
+}
+
+}  // namespace
+
+absl::StatusOr<size_t> CudnnAttention::ForwardWorkspaceBytes(const AttentionShape& shape,
+                                                             const Documents* documents) {
+  absl::StatusOr<Plan*> plan = GetPlan(shape, kForward, PlanOf(documents));
   if (!plan.ok()) return plan.status();
   return (*plan)->total_workspace;
 }
 
 absl::StatusOr<size_t> CudnnAttention::BackwardWorkspaceBytes(const AttentionShape& shape,
-                                                              bool deterministic) {
+                                                              bool deterministic,
+                                                              const Documents* documents) {
   absl::StatusOr<Plan*> plan =
-      GetPlan(shape, deterministic ? kBackwardDeterministic : kBackwardAtomic);
+      GetPlan(shape, deterministic ? kBackwardDeterministic : kBackwardAtomic, PlanOf(documents));
   if (!plan.ok()) return plan.status();
   return (*plan)->total_workspace;
 }
@@ -863,30 +1035,55 @@ void* At(const void* base, int64_t elements, int bytes_per_element) {
   return const_cast<char*>(static_cast<const char*>(base)) + elements * bytes_per_element;
 }
 
+// For a ragged plan: builds this batch's document table in the workspace
+// (queued before the attention) and adds its tensors to the pack.
+absl::Status AddDocumentTable(const CudnnAttention::Plan& p, const AttentionShape& shape,
+                              const CudnnAttention::Documents* documents, void* workspace,
+                              std::vector<int64_t>& uids, std::vector<void*>& pointers,
+                              cudaStream_t stream) {
+  if (p.documents.capacity == 0) return absl::OkStatus();
+  const TableLayout at(p.table_offset, p.documents.capacity);
+  RaggedDocumentTable table;
+  table.seq_lens = static_cast<int32_t*>(At(workspace, static_cast<int64_t>(at.seq_lens), 1));
+  table.qkv_offsets = static_cast<int64_t*>(At(workspace, static_cast<int64_t>(at.qkv), 1));
+  table.out_offsets = static_cast<int64_t*>(At(workspace, static_cast<int64_t>(at.out), 1));
+  table.lse_offsets = static_cast<int64_t*>(At(workspace, static_cast<int64_t>(at.lse), 1));
+  RETURN_IF_ERROR(LaunchRaggedDocumentTable(
+      documents->doc_starts, shape, p.documents.capacity, p.documents.longest,
+      static_cast<int32_t*>(At(workspace, static_cast<int64_t>(at.first_tokens), 1)), table,
+      stream));
+  uids.insert(uids.end(), {p.seq_q, p.seq_kv, p.qkv_offsets, p.out_offsets, p.lse_offsets});
+  pointers.insert(pointers.end(), {table.seq_lens, table.seq_lens, table.qkv_offsets,
+                                   table.out_offsets, table.lse_offsets});
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status CudnnAttention::Forward(const AttentionShape& shape, const void* qkv, void* out,
-                                     float* lse, void* workspace, cudaStream_t stream) {
-  absl::StatusOr<Plan*> got = GetPlan(shape, kForward);
+                                     float* lse, void* workspace, cudaStream_t stream,
+                                     const Documents* documents) {
+  absl::StatusOr<Plan*> got = GetPlan(shape, kForward, PlanOf(documents));
   if (!got.ok()) return got.status();
   Plan& p = **got;
-  const Layout L(shape);
-  const std::vector<int64_t> uids = {p.q, p.k, p.v, p.o, p.stats, p.scale, p.neg_inf};
-  const std::vector<void*> pointers = {
+  const Layout L(shape, p.documents);
+  std::vector<int64_t> uids = {p.q, p.k, p.v, p.o, p.stats, p.scale, p.neg_inf};
+  std::vector<void*> pointers = {
       const_cast<void*>(qkv), At(qkv, L.KOffset(), 2), At(qkv, L.VOffset(), 2), out, lse,
       &p.scale_value, &p.neg_inf_value};
+  RETURN_IF_ERROR(AddDocumentTable(p, shape, documents, workspace, uids, pointers, stream));
   return Execute(static_cast<cudnnHandle_t>(handle_), p, uids, pointers, workspace, stream);
 }
 
 absl::Status CudnnAttention::Backward(const AttentionShape& shape, bool deterministic,
                                       const void* grad_out, const void* qkv, const void* out,
                                       const float* lse, void* grad_qkv, void* workspace,
-                                      cudaStream_t stream) {
+                                      cudaStream_t stream, const Documents* documents) {
   absl::StatusOr<Plan*> got =
-      GetPlan(shape, deterministic ? kBackwardDeterministic : kBackwardAtomic);
+      GetPlan(shape, deterministic ? kBackwardDeterministic : kBackwardAtomic, PlanOf(documents));
   if (!got.ok()) return got.status();
   Plan& p = **got;
-  const Layout L(shape);
+  const Layout L(shape, p.documents);
   std::vector<int64_t> uids = {p.q,   p.k,   p.v,   p.o,           p.d_o,   p.stats, p.d_q,
                                p.d_k, p.d_v, p.softmax_sum, p.scale, p.neg_inf, p.one};
   std::vector<void*> pointers = {const_cast<void*>(qkv),
@@ -906,6 +1103,7 @@ absl::Status CudnnAttention::Backward(const AttentionShape& shape, bool determin
     uids.push_back(p.dq_accum);
     pointers.push_back(At(workspace, static_cast<int64_t>(p.dq_accum_offset), 1));
   }
+  RETURN_IF_ERROR(AddDocumentTable(p, shape, documents, workspace, uids, pointers, stream));
   return Execute(static_cast<cudnnHandle_t>(handle_), p, uids, pointers, workspace, stream);
 }
 

@@ -19,6 +19,15 @@
 // product. The other accumulates dQ with fp32 atomics (bits vary in the last
 // places between runs) and needs only b * heads * S * hd * 4 bytes.
 //
+// Documents (document masking): a batch whose sequences pack several
+// documents runs them as the entries of a ragged batch, each document one
+// causal sequence. The graph is planned for a capacity of documents and a
+// longest document, each rounded up to a power of two (PlanFor), from what
+// the host counted; a kernel builds each entry's length and row offsets
+// from the device's document starts before every call
+// (ragged_documents.cu), so the outputs and lse land in the usual layouts.
+// Entries past the batch's documents are empty.
+//
 // This header uses only standard and CUDA runtime types; cudnn.h stays in
 // the .cc.
 #ifndef TESSERA_WORKER_ENGINE_CUDA_CUDNN_ATTENTION_H_
@@ -53,17 +62,42 @@ class CudnnAttention {
   // cuDNN's version as an integer (9.14.0 -> 91400).
   static int64_t Version();
 
+  // A batch's documents: the device's starts ([B, S], Ops::AttentionForward)
+  // and the host's count of them (documents in the batch, tokens in the
+  // longest).
+  struct Documents {
+    const int32_t* doc_starts = nullptr;
+    int64_t count = 0;
+    int64_t longest = 0;
+  };
+  // The ragged plan such a batch runs under: `capacity` entries of at most
+  // `longest` tokens. {0, 0} for whole sequences.
+  struct PlannedDocuments {
+    int64_t capacity = 0;
+    int64_t longest = 0;
+  };
+  // The capacity is the count rounded up to a power of two up to 16, then
+  // to a multiple of 16; the longest document is rounded up to a power of
+  // two, at least 64. A job's batches then share a few plans, and the
+  // empty entries stay few.
+  static PlannedDocuments PlanFor(const Documents& documents);
+
   // Device workspace each call needs, 256-byte aligned; builds the plan on
   // first use. Errors (INVALID_ARGUMENT or UNIMPLEMENTED) mean cuDNN has no
-  // engine for this shape: use our kernels.
-  absl::StatusOr<size_t> ForwardWorkspaceBytes(const AttentionShape& shape);
-  absl::StatusOr<size_t> BackwardWorkspaceBytes(const AttentionShape& shape, bool deterministic);
+  // engine for this shape: use our kernels. `documents` null: each
+  // sequence is one document.
+  absl::StatusOr<size_t> ForwardWorkspaceBytes(const AttentionShape& shape,
+                                               const Documents* documents = nullptr);
+  absl::StatusOr<size_t> BackwardWorkspaceBytes(const AttentionShape& shape, bool deterministic,
+                                                const Documents* documents = nullptr);
 
   absl::Status Forward(const AttentionShape& shape, const void* qkv, void* out, float* lse,
-                       void* workspace, cudaStream_t stream);
+                       void* workspace, cudaStream_t stream,
+                       const Documents* documents = nullptr);
   absl::Status Backward(const AttentionShape& shape, bool deterministic, const void* grad_out,
                         const void* qkv, const void* out, const float* lse, void* grad_qkv,
-                        void* workspace, cudaStream_t stream);
+                        void* workspace, cudaStream_t stream,
+                        const Documents* documents = nullptr);
 
   // For tuning (bench/cudnn_attention_plans.cc). The graphs of one shape:
   enum Kind { kForward = 0, kBackwardDeterministic = 1, kBackwardAtomic = 2 };
@@ -85,12 +119,16 @@ class CudnnAttention {
 
  private:
   explicit CudnnAttention(void* handle);
-  using Key = std::tuple<int, int64_t, int64_t, int, int, int>;  // kind, B, S, H, KV, hd
+  // kind, B, S, H, KV, hd, document capacity, longest document
+  using Key = std::tuple<int, int64_t, int64_t, int, int, int, int64_t, int64_t>;
+  static Key KeyOf(const AttentionShape& shape, int kind, const PlannedDocuments& documents);
   static absl::Status CheckShape(const AttentionShape& shape, int kind);
   // pinned < 0: the first configuration that finalizes.
   absl::StatusOr<std::unique_ptr<Plan>> BuildPlan(const AttentionShape& shape, int kind,
-                                                  int pinned);
-  absl::StatusOr<Plan*> GetPlan(const AttentionShape& shape, int kind);
+                                                  int pinned,
+                                                  const PlannedDocuments& documents);
+  absl::StatusOr<Plan*> GetPlan(const AttentionShape& shape, int kind,
+                                const PlannedDocuments& documents);
 
   void* handle_;  // cudnnHandle_t
   std::map<Key, std::unique_ptr<Plan>> plans_;

@@ -9,9 +9,14 @@
 // sequence lengths that are and are not multiples of 64, and the shapes
 // the benchmarks time. Also: the deterministic backward repeats its bits,
 // cuDNN's and our kernels agree with each other as closely as each agrees
-// with the reference, and document-masked calls still run our kernels.
+// with the reference, and document-masked calls run cuDNN's ragged batches
+// where the host counted the documents (the same tolerances against the
+// CPU reference, random documents of any length, bits repeated), and our
+// kernels where it did not, or where the ragged plan would need more
+// workspace than whole sequences.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <random>
@@ -106,7 +111,202 @@ TEST_F(CpuVsCudaTest, CudnnAndTesseraKernelsAgree) {
   EXPECT_LT(Error((*theirs)[4], (*ours)[4]), 2e-2) << "grad_qkv";
 }
 
-// Document starts are not something the cuDNN graphs take: such calls run
+// Random documents for each of `b` sequences of `s` tokens: about
+// `per_sequence` documents of random lengths (any length from 1 token),
+// some sequences left whole. Appended to `t` as doc_starts [b, s]; returns
+// the host's count of them.
+DocumentCounts AddRandomDocuments(std::vector<HostTensor>& t, int b, int s, int per_sequence,
+                                  uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> starts(static_cast<size_t>(b) * s);
+  for (int row = 0; row < b; ++row) {
+    const bool whole = row % 3 == 2;
+    int32_t start = 0;
+    for (int i = 0; i < s; ++i) {
+      if (i > 0 && !whole && rng() % static_cast<uint32_t>(s) < static_cast<uint32_t>(per_sequence)) {
+        start = i;
+      }
+      starts[static_cast<size_t>(row) * s + i] = start;
+    }
+  }
+  t.push_back(HostTensor::FromVector(DType::kInt32, Shape{b, s}, starts));
+  return CountDocuments(starts, s);
+}
+
+// Forward then backward over AttentionTensors + doc_starts (d[5]), with
+// the host's count of the documents.
+Body CountedDocumentsForwardBackward(int nkv, DocumentCounts counts) {
+  return [nkv, counts](Ops& ops, std::vector<TensorDesc>& d) {
+    const AttentionDocuments documents(d[5], counts.count, counts.longest);
+    absl::Status st = ops.AttentionForward(d[0], nkv, documents, d[1], d[2], nullptr);
+    if (st.ok()) st = ops.AttentionBackward(d[3], d[0], nkv, documents, d[1], d[2], d[4], nullptr);
+    return st;
+  };
+}
+
+// One device buffer, freed at scope end.
+struct DeviceBuffer {
+  void* p = nullptr;
+  size_t bytes = 0;
+  explicit DeviceBuffer(size_t n) : bytes(n) { EXPECT_EQ(cudaMalloc(&p, n), cudaSuccess); }
+  ~DeviceBuffer() { cudaFree(p); }
+  void Upload(const HostTensor& t) {
+    ASSERT_EQ(t.bytes.size(), bytes);
+    ASSERT_EQ(cudaMemcpy(p, t.bytes.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  std::vector<uint8_t> Download() const {
+    std::vector<uint8_t> host(bytes);
+    EXPECT_EQ(cudaMemcpy(host.data(), p, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    return host;
+  }
+  HostTensor As(DType dtype, Shape shape) const {
+    HostTensor t = HostTensor::Of(dtype, shape);
+    t.bytes = Download();
+    return t;
+  }
+};
+
+// Random documents of any length (one-token ones, documents cut by the
+// sequence's end, sequences left whole) through cuDNN's ragged plans
+// themselves, whatever the engine's rule for choosing them would say:
+// out, lse and grad_qkv against the CPU reference, outputs poisoned first.
+class CudnnRaggedPlanTest : public CpuVsCudaTest,
+                            public ::testing::WithParamInterface<std::tuple<Param, bool>> {};
+
+TEST_P(CudnnRaggedPlanTest, RandomDocumentsMatchCpu) {
+  const auto [shape_param, deterministic] = GetParam();
+  const auto [b, s, nh, nkv, hd] = shape_param;
+  const uint32_t seed = static_cast<uint32_t>(s * 17 + nh * 5 + nkv + hd + b);
+  std::vector<HostTensor> t = AttentionTensors(b, s, nh, nkv, hd, seed);
+  const DocumentCounts counts = AddRandomDocuments(t, b, s, 6, seed + 9);
+  SCOPED_TRACE(::testing::Message() << counts.count << " documents, longest " << counts.longest);
+  auto c = RunOn(cpu(), t, CountedDocumentsForwardBackward(nkv, counts));
+  ASSERT_TRUE(c.ok()) << c.status();
+
+  auto cudnn = cuda::CudnnAttention::Create();
+  ASSERT_TRUE(cudnn.ok()) << cudnn.status();
+  const cuda::AttentionShape shape{b, s, nh, nkv, hd};
+  DeviceBuffer qkv(t[0].bytes.size()), out(t[1].bytes.size()), lse(t[2].bytes.size()),
+      grad_out(t[3].bytes.size()), grad_qkv(t[4].bytes.size()), starts(t[5].bytes.size());
+  qkv.Upload(t[0]);
+  out.Upload(t[1]);
+  lse.Upload(t[2]);
+  grad_out.Upload(t[3]);
+  grad_qkv.Upload(t[4]);
+  starts.Upload(t[5]);
+  const cuda::CudnnAttention::Documents docs{static_cast<const int32_t*>(starts.p), counts.count,
+                                             counts.longest};
+  auto forward_bytes = (*cudnn)->ForwardWorkspaceBytes(shape, &docs);
+  ASSERT_TRUE(forward_bytes.ok()) << forward_bytes.status();
+  auto backward_bytes = (*cudnn)->BackwardWorkspaceBytes(shape, deterministic, &docs);
+  ASSERT_TRUE(backward_bytes.ok()) << backward_bytes.status();
+  DeviceBuffer workspace(std::max(*forward_bytes, *backward_bytes));
+  ASSERT_TRUE((*cudnn)->Forward(shape, qkv.p, out.p, static_cast<float*>(lse.p), workspace.p,
+                                nullptr, &docs)
+                  .ok());
+  ASSERT_TRUE((*cudnn)->Backward(shape, deterministic, grad_out.p, qkv.p, out.p,
+                                 static_cast<const float*>(lse.p), grad_qkv.p, workspace.p,
+                                 nullptr, &docs)
+                  .ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_LT(Error(out.As(t[1].dtype, t[1].shape), (*c)[1]), 1e-2) << "out";
+  EXPECT_LT(Error(lse.As(t[2].dtype, t[2].shape), (*c)[2]), 1e-4) << "lse";
+  EXPECT_LT(Error(grad_qkv.As(t[4].dtype, t[4].shape), (*c)[4]), 2e-2) << "grad_qkv";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CudnnRaggedPlanTest,
+    ::testing::Combine(::testing::Values(Param{3, 256, 4, 4, 64}, Param{2, 1000, 8, 2, 128},
+                                         Param{1, 2048, 8, 4, 128}, Param{4, 512, 8, 8, 64}),
+                       ::testing::Bool()));
+
+// Through the engine: 2 x 8 documents of 512 tokens with head dim 128 run
+// as cuDNN's ragged batch (the engine's rule picks it: documents of 512
+// tokens on average, a plan within the whole sequences' workspace), both
+// backward forms, against the CPU reference; their bits differ from our
+// kernels'.
+TEST_F(CpuVsCudaTest, CudnnRunsCountedDocumentsThroughTheEngine) {
+  const int b = 2, s = 4096, n = 8, nh = 8, nkv = 2, hd = 128;
+  std::vector<HostTensor> t = AttentionTensors(b, s, nh, nkv, hd, 23);
+  std::vector<int32_t> starts(b * s);
+  for (int i = 0; i < b * s; ++i) starts[i] = (i % s) / (s / n) * (s / n);
+  t.push_back(HostTensor::FromVector(DType::kInt32, Shape{b, s}, starts));
+  const DocumentCounts counts = CountDocuments(starts, s);
+  const Body body = CountedDocumentsForwardBackward(nkv, counts);
+  auto c = RunOn(cpu(), t, body);
+  auto ours = RunOn(gpu(), t, body);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE(ours.ok()) << ours.status();
+  for (const bool deterministic : {true, false}) {
+    SCOPED_TRACE(deterministic);
+    Ops* cudnn = CudnnOps(deterministic);
+    ASSERT_NE(cudnn, nullptr);
+    auto g = RunOn(*cudnn, t, body);
+    ASSERT_TRUE(g.ok()) << g.status();
+    EXPECT_LT(Error((*g)[1], (*c)[1]), 1e-2) << "out";
+    EXPECT_LT(Error((*g)[2], (*c)[2]), 1e-4) << "lse";
+    EXPECT_LT(Error((*g)[4], (*c)[4]), 2e-2) << "grad_qkv";
+    EXPECT_GT(BitDifferences((*g)[4], (*ours)[4]), 0) << "ran our kernels";
+  }
+}
+
+TEST_F(CpuVsCudaTest, CudnnDocumentsRepeatTheirBitsAndEqualDocumentsAsSequences) {
+  Ops* cudnn = CudnnOps(/*deterministic=*/true);
+  ASSERT_NE(cudnn, nullptr);
+  // 2 sequences of 4 documents of 1024 tokens, against the same 8
+  // documents as whole sequences of 1024 (the same memory, shape [8, 1024]).
+  const int b = 2, s = 4096, n = 4, nh = 8, nkv = 2, hd = 128;
+  std::vector<HostTensor> t = AttentionTensors(b, s, nh, nkv, hd, 41);
+  std::vector<int32_t> starts(b * s);
+  for (int i = 0; i < b * s; ++i) starts[i] = (i % s) / (s / n) * (s / n);
+  t.push_back(HostTensor::FromVector(DType::kInt32, Shape{b, s}, starts));
+  const DocumentCounts counts = CountDocuments(starts, s);
+  ASSERT_EQ(counts.count, b * n);
+  ASSERT_EQ(counts.longest, s / n);
+  const Body body = CountedDocumentsForwardBackward(nkv, counts);
+  auto first = RunOn(*cudnn, t, body);
+  auto second = RunOn(*cudnn, t, body);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(BitDifferences((*first)[1], (*second)[1]), 0) << "out";
+  EXPECT_EQ(BitDifferences((*first)[2], (*second)[2]), 0) << "lse";
+  EXPECT_EQ(BitDifferences((*first)[4], (*second)[4]), 0) << "grad_qkv";
+
+  std::vector<HostTensor> apart = AttentionTensors(b * n, s / n, nh, nkv, hd, 41);
+  apart[0] = t[0];
+  apart[0].shape = Shape{b * n, s / n, nh + 2 * nkv, hd};
+  apart[3] = t[3];
+  apart[3].shape = Shape{b * n, s / n, nh, hd};
+  auto separate = RunOn(*cudnn, apart, ForwardBackward(nkv));
+  ASSERT_TRUE(separate.ok()) << separate.status();
+  EXPECT_LT(Error((*first)[1], (*separate)[1]), 1e-2) << "out";
+  EXPECT_LT(Error((*first)[4], (*separate)[4]), 2e-2) << "grad_qkv";
+}
+
+// A batch of one long document and many one-token ones would need a ragged
+// plan of 528 entries of 512 tokens (more workspace than whole sequences)
+// and averages 2 tokens a document, so it runs our kernels, bit for bit.
+TEST_F(CpuVsCudaTest, CudnnDocumentsNeedingMoreWorkspaceRunTesseraKernels) {
+  Ops* cudnn = CudnnOps(/*deterministic=*/true);
+  ASSERT_NE(cudnn, nullptr);
+  const int b = 1, s = 1024, nh = 4, nkv = 2, hd = 64;
+  std::vector<HostTensor> t = AttentionTensors(b, s, nh, nkv, hd, 8);
+  std::vector<int32_t> starts(s);
+  for (int i = 0; i < s; ++i) starts[i] = i < 512 ? 0 : i;
+  t.push_back(HostTensor::FromVector(DType::kInt32, Shape{b, s}, starts));
+  const DocumentCounts counts = CountDocuments(starts, s);
+  ASSERT_EQ(counts.count, 513);
+  const Body body = CountedDocumentsForwardBackward(nkv, counts);
+  auto ours = RunOn(gpu(), t, body);
+  auto other = RunOn(*cudnn, t, body);
+  ASSERT_TRUE(ours.ok()) << ours.status();
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_EQ(BitDifferences((*other)[1], (*ours)[1]), 0) << "out";
+  EXPECT_EQ(BitDifferences((*other)[4], (*ours)[4]), 0) << "grad_qkv";
+}
+
+// Document starts without the host's count, and counted documents shorter
+// than the engine's rule takes to cuDNN (120 and 180 tokens), run
 // Tessera's kernels, bit for bit what the default engine gives.
 TEST_F(CpuVsCudaTest, DocumentMaskedCallsRunTesseraKernels) {
   Ops* cudnn = CudnnOps(/*deterministic=*/true);
@@ -122,11 +322,13 @@ TEST_F(CpuVsCudaTest, DocumentMaskedCallsRunTesseraKernels) {
     return st;
   };
   auto ours = RunOn(gpu(), t, body);
-  auto other = RunOn(*cudnn, t, body);
   ASSERT_TRUE(ours.ok()) << ours.status();
-  ASSERT_TRUE(other.ok()) << other.status();
-  EXPECT_EQ(BitDifferences((*other)[1], (*ours)[1]), 0) << "out";
-  EXPECT_EQ(BitDifferences((*other)[4], (*ours)[4]), 0) << "grad_qkv";
+  for (const Body& call : {body, CountedDocumentsForwardBackward(nkv, CountDocuments(starts, s))}) {
+    auto other = RunOn(*cudnn, t, call);
+    ASSERT_TRUE(other.ok()) << other.status();
+    EXPECT_EQ(BitDifferences((*other)[1], (*ours)[1]), 0) << "out";
+    EXPECT_EQ(BitDifferences((*other)[4], (*ours)[4]), 0) << "grad_qkv";
+  }
 }
 
 // The memory estimate's bound (common/cudnn_attention_workspace.h) against
@@ -155,20 +357,35 @@ TEST(CudnnAttentionWorkspace, StaysWithinTheMemoryEstimatesBound) {
       EXPECT_LE(static_cast<int64_t>(*backward), bound);
     }
   }
-}
-
-// One device buffer for the plan tests, freed at scope end.
-struct DeviceBuffer {
-  void* p = nullptr;
-  size_t bytes = 0;
-  explicit DeviceBuffer(size_t n) : bytes(n) { EXPECT_EQ(cudaMalloc(&p, n), cudaSuccess); }
-  ~DeviceBuffer() { cudaFree(p); }
-  std::vector<uint8_t> Download() const {
-    std::vector<uint8_t> host(bytes);
-    EXPECT_EQ(cudaMemcpy(host.data(), p, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
-    return host;
+  // Ragged batches of documents: the engine holds their plans to the bound
+  // of `capacity` sequences of the plan's longest document.
+  struct Ragged {
+    cuda::AttentionShape shape;
+    int64_t count, longest;
+  };
+  for (const Ragged& r : {Ragged{{1, 8192, 32, 8, 128}, 8, 1024}, Ragged{{1, 8192, 32, 8, 128}, 11, 3000},
+                          Ragged{{8, 2048, 16, 16, 64}, 64, 256}, Ragged{{4, 4096, 16, 16, 128}, 32, 512}}) {
+    const cuda::CudnnAttention::Documents docs{nullptr, r.count, r.longest};
+    const cuda::CudnnAttention::PlannedDocuments plan = cuda::CudnnAttention::PlanFor(docs);
+    auto forward = (*cudnn)->ForwardWorkspaceBytes(r.shape, &docs);
+    ASSERT_TRUE(forward.ok()) << forward.status();
+    for (const bool deterministic : {true, false}) {
+      auto backward = (*cudnn)->BackwardWorkspaceBytes(r.shape, deterministic, &docs);
+      ASSERT_TRUE(backward.ok()) << backward.status();
+      const int64_t bound = CudnnAttentionWorkspaceBound(
+          {plan.capacity, r.shape.heads, r.shape.kv_heads, plan.longest, r.shape.head_dim},
+          deterministic);
+      printf("documents %lld of up to %lld (plan %lld x %lld), H %d KV %d hd %d: forward %zu "
+             "bytes, %s backward %zu bytes, bound %lld\n",
+             static_cast<long long>(r.count), static_cast<long long>(r.longest),
+             static_cast<long long>(plan.capacity), static_cast<long long>(plan.longest),
+             r.shape.heads, r.shape.kv_heads, r.shape.head_dim, *forward,
+             deterministic ? "deterministic" : "atomic", *backward, static_cast<long long>(bound));
+      EXPECT_LE(static_cast<int64_t>(*forward), bound);
+      EXPECT_LE(static_cast<int64_t>(*backward), bound);
+    }
   }
-};
+}
 
 // The tuning API (bench/cudnn_attention_plans): the first candidate listed
 // is the plan the engine runs by default, pinning it gives the default's
