@@ -33,6 +33,8 @@
 // sequences (shape [B*N, S/N], the same qkv and grad_out memory read with
 // that shape), and both are timed: "documents" in the JSON line gives their
 // times and the largest relative L2 difference of out, lse and grad_qkv.
+// The masked run passes the host's count of its documents, as the trainer
+// does, so the CUDA engine may run them as cuDNN's ragged batch.
 #include <cuda_runtime.h>
 
 #include <algorithm>
