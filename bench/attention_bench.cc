@@ -185,7 +185,7 @@ absl::StatusOr<nlohmann::json> RunDocuments(Ops& ops, bench::RepTimer& timer, St
 
   // As the trainer passes them: the starts with the host's count.
   const DocumentCounts counts = CountDocuments(starts, d.seq);
-  const AttentionDocuments documents(doc_starts.desc, counts.count, counts.longest);
+  const AttentionDocuments documents(doc_starts.desc, counts);
   const auto packed_forward = [&]() -> absl::Status {
     return ops.AttentionForward(qkv, nkv, documents, out.desc, lse.desc, s);
   };

@@ -17,6 +17,7 @@
 #define TESSERA_WORKER_OPS_OPS_H_
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -90,33 +91,29 @@ class Buffer {
   virtual size_t bytes() const = 0;
 };
 
-// A batch's documents for attention (Ops::AttentionForward): `starts`, the
-// per-token document starts on the device, and what the host counted in
-// them when it filled them. `count` (documents in the whole batch) and
-// `longest` (tokens in the longest) are 0 when not counted; an engine that
-// plans attention per document layout (the CUDA engine through cuDNN's
-// ragged batches) needs them and otherwise runs kernels that read the
-// starts alone. Built implicitly from a TensorDesc of starts (not counted).
-struct AttentionDocuments {
-  TensorDesc starts;
+// What the host counted in a batch's document starts (CountDocuments):
+// documents in the whole batch, tokens in the longest, and how many fall in
+// each length class, class c holding the documents of (2^(c-1), 2^c]
+// tokens (class 0: one token).
+inline constexpr int kDocumentLengthClasses = 32;
+struct DocumentCounts {
   int64_t count = 0;
   int64_t longest = 0;
+  std::array<int32_t, kDocumentLengthClasses> per_length_class{};
 
-  AttentionDocuments() = default;
-  AttentionDocuments(const TensorDesc& starts_on_device)  // NOLINT: implicit by design
-      : starts(starts_on_device) {}
-  AttentionDocuments(const TensorDesc& starts_on_device, int64_t documents, int64_t longest_tokens)
-      : starts(starts_on_device), count(documents), longest(longest_tokens) {}
-  bool Counted() const { return count > 0; }
+  static int LengthClass(int64_t length) {
+    int c = 0;
+    while ((int64_t{1} << c) < length) ++c;
+    return c;
+  }
+  bool operator==(const DocumentCounts& o) const {
+    return count == o.count && longest == o.longest && per_length_class == o.per_length_class;
+  }
 };
 
 // Counts the documents of host-side starts in Ops::AttentionForward's form
 // ([rows, seq] flattened): a document begins at every row start and where
-// an entry equals its own position. Returns {count, longest}.
-struct DocumentCounts {
-  int64_t count = 0;
-  int64_t longest = 0;
-};
+// an entry equals its own position.
 inline DocumentCounts CountDocuments(absl::Span<const int32_t> starts, int64_t seq) {
   DocumentCounts out;
   if (seq <= 0) return out;
@@ -124,13 +121,35 @@ inline DocumentCounts CountDocuments(absl::Span<const int32_t> starts, int64_t s
   for (int64_t i = 0; i <= static_cast<int64_t>(starts.size()); ++i) {
     const bool ends = i == static_cast<int64_t>(starts.size());
     if (ends || i % seq == 0 || starts[i] == i % seq) {
-      if (i > begin) out.longest = std::max(out.longest, i - begin);
+      if (i > begin) {
+        out.longest = std::max(out.longest, i - begin);
+        ++out.per_length_class[DocumentCounts::LengthClass(i - begin)];
+      }
       if (!ends) ++out.count;
       begin = i;
     }
   }
   return out;
 }
+
+// A batch's documents for attention (Ops::AttentionForward): `starts`, the
+// per-token document starts on the device, and `counts`, what the host
+// counted in them when it filled them (count 0: not counted). An engine
+// that plans attention per document layout (the CUDA engine through cuDNN's
+// ragged batches) needs the counts and otherwise runs kernels that read
+// the starts alone. Built implicitly from a TensorDesc of starts (not
+// counted).
+struct AttentionDocuments {
+  TensorDesc starts;
+  DocumentCounts counts;
+
+  AttentionDocuments() = default;
+  AttentionDocuments(const TensorDesc& starts_on_device)  // NOLINT: implicit by design
+      : starts(starts_on_device) {}
+  AttentionDocuments(const TensorDesc& starts_on_device, const DocumentCounts& host_counts)
+      : starts(starts_on_device), counts(host_counts) {}
+  bool Counted() const { return counts.count > 0; }
+};
 
 class Ops {
  public:

@@ -475,8 +475,7 @@ AttentionDocuments FsdpTrainer::BatchDocuments(int64_t batch) const {
   if (!spec_.data().document_masking()) return Ops::WholeSequences();
   const TensorDesc starts = LeadingRows(doc_starts_.desc, batch);
   if (device_documents_.rows != batch) return starts;
-  return AttentionDocuments(starts, device_documents_.counts.count,
-                            device_documents_.counts.longest);
+  return AttentionDocuments(starts, device_documents_.counts);
 }
 
 absl::Status FsdpTrainer::CopyDocStartsToDevice() {

@@ -38,23 +38,32 @@ namespace {
 // (which cpu::AttentionForward has checked for form): a count the CUDA
 // engine would plan cuDNN's ragged batch from must describe the starts.
 absl::Status CheckDocumentCounts(const AttentionDocuments& documents) {
-  if (!documents.Counted() && documents.longest == 0) return absl::OkStatus();
+  const DocumentCounts& given = documents.counts;
+  if (given == DocumentCounts{}) return absl::OkStatus();
   const TensorDesc& starts = documents.starts;
   if (starts.shape.rank != 2 || starts.data == nullptr) {
     return absl::InvalidArgumentError(
-        "documents.count: counted documents need doc_starts [B, S] int32 data");
+        "documents.counts: counted documents need doc_starts [B, S] int32 data");
   }
   const DocumentCounts counted = CountDocuments(
       absl::MakeConstSpan(starts.As<const int32_t>(), starts.NumElements()), starts.shape[1]);
-  if (documents.count != counted.count) {
-    return absl::InvalidArgumentError(absl::StrCat("documents.count: ", documents.count,
+  if (given.count != counted.count) {
+    return absl::InvalidArgumentError(absl::StrCat("documents.counts.count: ", given.count,
                                                    ", but doc_starts holds ", counted.count,
                                                    " documents"));
   }
-  if (documents.longest != counted.longest) {
-    return absl::InvalidArgumentError(absl::StrCat("documents.longest: ", documents.longest,
+  if (given.longest != counted.longest) {
+    return absl::InvalidArgumentError(absl::StrCat("documents.counts.longest: ", given.longest,
                                                    ", but the longest document in doc_starts has ",
                                                    counted.longest, " tokens"));
+  }
+  for (int c = 0; c < kDocumentLengthClasses; ++c) {
+    if (given.per_length_class[c] != counted.per_length_class[c]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "documents.counts.per_length_class[", c, "]: ", given.per_length_class[c],
+          ", but doc_starts holds ", counted.per_length_class[c], " documents of ",
+          c == 0 ? int64_t{1} : (int64_t{1} << (c - 1)) + 1, "..", int64_t{1} << c, " tokens"));
+    }
   }
   return absl::OkStatus();
 }

@@ -465,6 +465,13 @@ TEST(CountDocuments, CountsEachSequencesDocuments) {
   const DocumentCounts c = CountDocuments(starts, 6);
   EXPECT_EQ(c.count, 4);
   EXPECT_EQ(c.longest, 6);
+  // Lengths 2, 3, 1 and 6: classes 1 (2), 2 (3..4), 0 (1) and 3 (5..8).
+  EXPECT_EQ(c.per_length_class[0], 1);
+  EXPECT_EQ(c.per_length_class[1], 1);
+  EXPECT_EQ(c.per_length_class[2], 1);
+  EXPECT_EQ(c.per_length_class[3], 1);
+  EXPECT_EQ(DocumentCounts::LengthClass(1024), 10);
+  EXPECT_EQ(DocumentCounts::LengthClass(1025), 11);
   const DocumentCounts first = CountDocuments(absl::MakeConstSpan(starts.data(), 6), 6);
   EXPECT_EQ(first.count, 3);
   EXPECT_EQ(first.longest, 3);
@@ -492,30 +499,43 @@ TEST(CpuOps, AttentionChecksTheHostsCountOfTheDocuments) {
   const auto lse_of = [&](std::vector<float>& l) {
     return MakeTensor(l.data(), DType::kFloat32, Shape{b, nh, s});
   };
-  ASSERT_TRUE(ops->AttentionForward(Qkv, nkv, AttentionDocuments(Starts, 4, 6), out_of(out),
+  ASSERT_TRUE(ops->AttentionForward(Qkv, nkv, AttentionDocuments(Starts, CountDocuments(starts, s)), out_of(out),
                                     lse_of(lse), nullptr)
                   .ok());
   ASSERT_TRUE(
       cpu::AttentionForward(Qkv, nkv, out_of(out_ref), lse_of(lse_ref), Starts).ok());
   EXPECT_EQ(out, out_ref);
   EXPECT_EQ(lse, lse_ref);
-  const absl::Status count =
-      ops->AttentionForward(Qkv, nkv, AttentionDocuments(Starts, 3, 6), out_of(out), lse_of(lse),
-                            nullptr);
+  DocumentCounts wrong = CountDocuments(starts, s);
+  wrong.count = 3;
+  const absl::Status count = ops->AttentionForward(Qkv, nkv, AttentionDocuments(Starts, wrong),
+                                                   out_of(out), lse_of(lse), nullptr);
   EXPECT_EQ(count.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(count.message().find("documents.count: 3, but doc_starts holds 4"),
+  EXPECT_NE(count.message().find("documents.counts.count: 3, but doc_starts holds 4"),
             std::string::npos)
       << count;
+  wrong = CountDocuments(starts, s);
+  --wrong.per_length_class[2];  // the 3-token document
+  ++wrong.per_length_class[3];
+  const absl::Status classes = ops->AttentionForward(Qkv, nkv, AttentionDocuments(Starts, wrong),
+                                                     out_of(out), lse_of(lse), nullptr);
+  EXPECT_EQ(classes.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(classes.message().find("documents.counts.per_length_class[2]: 0, but doc_starts "
+                                   "holds 1 documents of 3..4 tokens"),
+            std::string::npos)
+      << classes;
+  wrong = CountDocuments(starts, s);
+  wrong.longest = 5;
   std::vector<uint16_t> grad_out = RandomBf16(b * s * nh * hd, 32), grad(qkv.size());
   const absl::Status longest = ops->AttentionBackward(
       MakeTensor(grad_out.data(), DType::kBFloat16, Shape{b, s, nh, hd}), Qkv, nkv,
-      AttentionDocuments(Starts, 4, 5), out_of(out_ref), lse_of(lse_ref),
+      AttentionDocuments(Starts, wrong), out_of(out_ref), lse_of(lse_ref),
       MakeTensor(grad.data(), DType::kBFloat16, Qkv.shape), nullptr);
   EXPECT_EQ(longest.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(longest.message().find("documents.longest: 5"), std::string::npos) << longest;
+  EXPECT_NE(longest.message().find("documents.counts.longest: 5"), std::string::npos) << longest;
   const absl::Status whole = ops->AttentionForward(
-      Qkv, nkv, AttentionDocuments(Ops::WholeSequences(), 2, 6), out_of(out), lse_of(lse),
-      nullptr);
+      Qkv, nkv, AttentionDocuments(Ops::WholeSequences(), CountDocuments(starts, s)), out_of(out),
+      lse_of(lse), nullptr);
   EXPECT_EQ(whole.code(), absl::StatusCode::kInvalidArgument) << whole;
 }
 

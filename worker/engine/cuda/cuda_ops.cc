@@ -267,16 +267,19 @@ class CudaOps : public Ops {
     ASSIGN_OR_RETURN(cuda::AttentionShape shape,
                      cuda::ReadAttentionShape(qkv, n_kv_heads, out, lse));
     ASSIGN_OR_RETURN(const int32_t* starts, cuda::ReadDocStarts(documents.starts, shape));
-    const cuda::CudnnAttention::Documents ragged{starts, documents.count, documents.longest};
-    if (UsesCudnnAttention(shape, starts, documents)) {
-      const auto* docs = starts != nullptr ? &ragged : nullptr;
-      absl::StatusOr<size_t> bytes = cudnn_attention_->ForwardWorkspaceBytes(shape, docs);
-      if (bytes.ok()) {
-        ASSIGN_OR_RETURN(void* workspace, cudnn_workspace_.Get(std::max<size_t>(*bytes, 256)));
-        return cudnn_attention_->Forward(shape, qkv.data, out.data, lse.As<float>(), workspace,
-                                         S(stream), docs);
-      }
-      if (!CudnnMayFallBack(bytes.status())) return bytes.status();
+    if (const CudnnCalls calls = CudnnCallsFor(shape, starts, documents); calls.use) {
+      ASSIGN_OR_RETURN(
+          const bool ran,
+          RunCudnn(
+              calls,
+              [&](const cuda::CudnnAttention::Documents* d) {
+                return cudnn_attention_->ForwardWorkspaceBytes(shape, d);
+              },
+              [&](const cuda::CudnnAttention::Documents* d, void* workspace) {
+                return cudnn_attention_->Forward(shape, qkv.data, out.data, lse.As<float>(),
+                                                 workspace, S(stream), d);
+              }));
+      if (ran) return absl::OkStatus();
     }
     return cuda::LaunchFlashAttentionForward(shape, qkv.data, starts, out.data, lse.As<float>(),
                                              S(stream));
@@ -290,19 +293,21 @@ class CudaOps : public Ops {
                      cuda::ReadAttentionBackwardShape(grad_out, qkv, n_kv_heads, out, lse,
                                                       grad_qkv));
     ASSIGN_OR_RETURN(const int32_t* starts, cuda::ReadDocStarts(documents.starts, shape));
-    const cuda::CudnnAttention::Documents ragged{starts, documents.count, documents.longest};
-    if (UsesCudnnAttention(shape, starts, documents)) {
-      const auto* docs = starts != nullptr ? &ragged : nullptr;
+    if (const CudnnCalls calls = CudnnCallsFor(shape, starts, documents); calls.use) {
       const bool deterministic = !attention_atomic_backward_;
-      absl::StatusOr<size_t> bytes =
-          cudnn_attention_->BackwardWorkspaceBytes(shape, deterministic, docs);
-      if (bytes.ok()) {
-        ASSIGN_OR_RETURN(void* workspace, cudnn_workspace_.Get(std::max<size_t>(*bytes, 256)));
-        return cudnn_attention_->Backward(shape, deterministic, grad_out.data, qkv.data,
-                                          out.data, lse.As<float>(), grad_qkv.data, workspace,
-                                          S(stream), docs);
-      }
-      if (!CudnnMayFallBack(bytes.status())) return bytes.status();
+      ASSIGN_OR_RETURN(
+          const bool ran,
+          RunCudnn(
+              calls,
+              [&](const cuda::CudnnAttention::Documents* d) {
+                return cudnn_attention_->BackwardWorkspaceBytes(shape, deterministic, d);
+              },
+              [&](const cuda::CudnnAttention::Documents* d, void* workspace) {
+                return cudnn_attention_->Backward(shape, deterministic, grad_out.data, qkv.data,
+                                                  out.data, lse.As<float>(), grad_qkv.data,
+                                                  workspace, S(stream), d);
+              }));
+      if (ran) return absl::OkStatus();
     }
     // D, the log2-domain lse and the document start per query, padded to
     // whole tiles.
@@ -446,35 +451,75 @@ class CudaOps : public Ops {
   // a shape choose alike. (Under kAuto, a shape cuDNN planned one way but
   // not the other would run cuDNN's forward with our backward, which reads
   // the same out and lse; cuDNN 9.14 planned every shape tried both ways.)
-  // Whole sequences: AUTO's rule (common/cudnn_attention_workspace.h), or
-  // always under CUDNN. Documents: only where the host counted them
-  // (AttentionDocuments); only where they average at least
-  // kCudnnDocumentTokens tokens (shorter ones run faster in our kernels,
-  // bench/RESULTS.md); and only while the ragged plan's workspace bound
+  // The cuDNN calls an attention call makes: one for whole sequences (no
+  // documents), one per group of documents (CudnnAttention::GroupDocuments);
+  // `use` false where our kernels run. Whole sequences: AUTO's rule
+  // (common/cudnn_attention_workspace.h), or always under CUDNN. Documents:
+  // only where the host counted them (AttentionDocuments); only where they
+  // average at least kCudnnDocumentTokens tokens (shorter ones run faster
+  // in our kernels, bench/RESULTS.md); and only where each group's plan
   // stays within CudnnDocumentsWorkspaceLimit (what the memory estimate
-  // counted), so a batch of one long and many short documents runs ours.
-  bool UsesCudnnAttention(const cuda::AttentionShape& shape, const int32_t* starts,
-                          const AttentionDocuments& documents) const {
-    if (cudnn_attention_ == nullptr || shape.batch == 0) return false;
+  // counted) in at most kMaxDocumentGroups groups.
+  struct CudnnCalls {
+    bool use = false;
+    int count = 0;  // groups of documents; 0: whole sequences
+    cuda::CudnnAttention::Documents documents[cuda::CudnnAttention::kMaxDocumentGroups];
+  };
+  CudnnCalls CudnnCallsFor(const cuda::AttentionShape& shape, const int32_t* starts,
+                           const AttentionDocuments& documents) const {
+    CudnnCalls calls;
+    if (cudnn_attention_ == nullptr || shape.batch == 0) return calls;
     const CudnnAttentionShape whole{shape.batch, shape.heads, shape.kv_heads, shape.seq,
                                     shape.head_dim};
     const bool deterministic = !attention_atomic_backward_;
     if (attention_choice_ != CudaEngineOptions::Attention::kCudnn &&
         !AutoAttentionPicksCudnn(whole, deterministic)) {
-      return false;
+      return calls;
     }
-    if (starts == nullptr) return true;
-    if (!documents.Counted() || documents.longest < 1 || documents.longest > shape.seq ||
-        documents.count > shape.batch * shape.seq ||
-        shape.batch * shape.seq < kCudnnDocumentTokens * documents.count) {
-      return false;
+    if (starts == nullptr) {
+      calls.use = true;
+      return calls;
     }
-    const cuda::CudnnAttention::PlannedDocuments plan =
-        cuda::CudnnAttention::PlanFor({starts, documents.count, documents.longest});
-    const CudnnAttentionShape ragged{plan.capacity, shape.heads, shape.kv_heads, plan.longest,
-                                     shape.head_dim};
-    return CudnnAttentionWorkspaceBound(ragged, deterministic) <=
-           CudnnDocumentsWorkspaceLimit(whole, deterministic);
+    const DocumentCounts& c = documents.counts;
+    const int64_t tokens = shape.batch * shape.seq;
+    if (!documents.Counted() || c.longest < 1 || c.longest > shape.seq || c.count > tokens ||
+        tokens < kCudnnDocumentTokens * c.count) {
+      return calls;
+    }
+    const int64_t limit = CudnnDocumentsWorkspaceLimit(whole, deterministic);
+    const cuda::CudnnAttention::DocumentGroups groups = cuda::CudnnAttention::GroupDocuments(
+        c, [&](const cuda::CudnnAttention::PlannedDocuments& plan) {
+          return CudnnAttentionWorkspaceBound({plan.capacity, shape.heads, shape.kv_heads,
+                                               plan.longest, shape.head_dim},
+                                              deterministic) <= limit;
+        });
+    if (groups.count == 0) return calls;
+    calls.use = true;
+    calls.count = groups.count;
+    for (int i = 0; i < groups.count; ++i) calls.documents[i] = {starts, groups.group[i]};
+    return calls;
+  }
+
+  // Plans every call of `calls` (each plan's workspace through `bytes_of`),
+  // then runs them (`run`) in one workspace large enough for each. false,
+  // running nothing, where a plan cannot be made and AUTO may fall back.
+  template <typename BytesOf, typename Run>
+  absl::StatusOr<bool> RunCudnn(const CudnnCalls& calls, BytesOf bytes_of, Run run) {
+    const int n = std::max(1, calls.count);
+    size_t most = 256;
+    for (int i = 0; i < n; ++i) {
+      absl::StatusOr<size_t> bytes = bytes_of(calls.count > 0 ? &calls.documents[i] : nullptr);
+      if (!bytes.ok()) {
+        if (CudnnMayFallBack(bytes.status())) return false;
+        return bytes.status();
+      }
+      most = std::max(most, *bytes);
+    }
+    ASSIGN_OR_RETURN(void* workspace, cudnn_workspace_.Get(most));
+    for (int i = 0; i < n; ++i) {
+      RETURN_IF_ERROR(run(calls.count > 0 ? &calls.documents[i] : nullptr, workspace));
+    }
+    return true;
   }
 
   // Under kAuto, a shape cuDNN has no plan for (UNIMPLEMENTED, or a shape

@@ -844,10 +844,40 @@ int64_t PowerOfTwoAtLeast(int64_t n) {
 
 }  // namespace
 
-CudnnAttention::PlannedDocuments CudnnAttention::PlanFor(const Documents& documents) {
-  const int64_t count = std::max<int64_t>(1, documents.count);
-  return {count <= 16 ? PowerOfTwoAtLeast(count) : (count + 15) / 16 * 16,
-          PowerOfTwoAtLeast(std::max<int64_t>(64, documents.longest))};
+CudnnAttention::DocumentGroups CudnnAttention::GroupDocuments(
+    const DocumentCounts& counts, absl::FunctionRef<bool(const PlannedDocuments&)> fits) {
+  const auto plan_of = [](int64_t documents, int longest_class) {
+    const int64_t count = std::max<int64_t>(1, documents);
+    return PlannedDocuments{count <= 16 ? PowerOfTwoAtLeast(count) : (count + 15) / 16 * 16,
+                            std::max<int64_t>(64, int64_t{1} << longest_class)};
+  };
+  DocumentGroups out;
+  int64_t in_group = 0;
+  int first_class = -1, last_class = -1;
+  const auto close = [&]() {
+    if (in_group == 0) return true;
+    if (out.count == kMaxDocumentGroups) return false;
+    DocumentGroup& g = out.group[out.count++];
+    g.plan = plan_of(in_group, last_class);
+    g.above = first_class == 0 ? 0 : int64_t{1} << (first_class - 1);
+    g.up_to = int64_t{1} << last_class;
+    in_group = 0;
+    return true;
+  };
+  for (int c = 0; c < kDocumentLengthClasses; ++c) {
+    const int64_t n = counts.per_length_class[c];
+    if (n == 0) continue;
+    if (in_group > 0 && fits(plan_of(in_group + n, c))) {
+      in_group += n;
+      last_class = c;
+      continue;
+    }
+    if (!close() || !fits(plan_of(n, c))) return {};
+    in_group = n;
+    first_class = last_class = c;
+  }
+  if (!close()) return {};
+  return out;
 }
 
 CudnnAttention::Key CudnnAttention::KeyOf(const AttentionShape& shape, int kind,
@@ -858,14 +888,15 @@ CudnnAttention::Key CudnnAttention::KeyOf(const AttentionShape& shape, int kind,
 
 namespace {
 
-// The document table's pieces in the workspace, from `offset` on.
+// The document table's pieces in the workspace, from `offset` on: every
+// document's first token (one per token at most), then the entries.
 struct TableLayout {
   size_t first_tokens, seq_lens, qkv, out, lse, end;
-  TableLayout(size_t offset, int64_t capacity) {
+  TableLayout(size_t offset, int64_t capacity, int64_t tokens) {
     const size_t lengths = AlignUp(static_cast<size_t>(capacity) * sizeof(int32_t));
     const size_t offsets = AlignUp(static_cast<size_t>(capacity + 1) * sizeof(int64_t));
     first_tokens = offset;
-    seq_lens = first_tokens + lengths;
+    seq_lens = first_tokens + AlignUp(static_cast<size_t>(tokens + 1) * sizeof(int32_t));
     qkv = seq_lens + lengths;
     out = qkv + offsets;
     lse = out + offsets;
@@ -912,7 +943,7 @@ absl::StatusOr<std::unique_ptr<CudnnAttention::Plan>> CudnnAttention::BuildPlan(
   }
   if (documents.capacity > 0) {
     plan->table_offset = end;
-    end = TableLayout(end, documents.capacity).end;
+    end = TableLayout(end, documents.capacity, shape.batch * shape.seq).end;
   }
   plan->total_workspace = end;
   return plan;
@@ -962,8 +993,7 @@ absl::StatusOr<std::string> CudnnAttention::PlanDescription(const AttentionShape
 namespace {
 
 CudnnAttention::PlannedDocuments PlanOf(const CudnnAttention::Documents* documents) {
-  return documents != nullptr ? CudnnAttention::PlanFor(*documents)
-                              : CudnnAttention::PlannedDocuments{};
+  return documents != nullptr ? documents->group.plan : CudnnAttention::PlannedDocuments{};
 }
 
 }  // namespace
@@ -1042,7 +1072,7 @@ absl::Status AddDocumentTable(const CudnnAttention::Plan& p, const AttentionShap
                               std::vector<int64_t>& uids, std::vector<void*>& pointers,
                               cudaStream_t stream) {
   if (p.documents.capacity == 0) return absl::OkStatus();
-  const TableLayout at(p.table_offset, p.documents.capacity);
+  const TableLayout at(p.table_offset, p.documents.capacity, shape.batch * shape.seq);
   RaggedDocumentTable table;
   table.seq_lens = static_cast<int32_t*>(At(workspace, static_cast<int64_t>(at.seq_lens), 1));
   table.qkv_offsets = static_cast<int64_t*>(At(workspace, static_cast<int64_t>(at.qkv), 1));
@@ -1050,6 +1080,7 @@ absl::Status AddDocumentTable(const CudnnAttention::Plan& p, const AttentionShap
   table.lse_offsets = static_cast<int64_t*>(At(workspace, static_cast<int64_t>(at.lse), 1));
   RETURN_IF_ERROR(LaunchRaggedDocumentTable(
       documents->doc_starts, shape, p.documents.capacity, p.documents.longest,
+      documents->group.above, documents->group.up_to,
       static_cast<int32_t*>(At(workspace, static_cast<int64_t>(at.first_tokens), 1)), table,
       stream));
   uids.insert(uids.end(), {p.seq_q, p.seq_kv, p.qkv_offsets, p.out_offsets, p.lse_offsets});

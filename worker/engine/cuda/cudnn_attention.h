@@ -20,13 +20,14 @@
 // places between runs) and needs only b * heads * S * hd * 4 bytes.
 //
 // Documents (document masking): a batch whose sequences pack several
-// documents runs them as the entries of a ragged batch, each document one
-// causal sequence. The graph is planned for a capacity of documents and a
-// longest document, each rounded up to a power of two (PlanFor), from what
-// the host counted; a kernel builds each entry's length and row offsets
-// from the device's document starts before every call
+// documents runs them as the entries of ragged batches, each document one
+// causal sequence. From what the host counted (DocumentCounts), the
+// documents are split by length into a few groups (GroupDocuments), each
+// one call planned for a capacity of documents and its longest length,
+// both rounded up; a kernel picks each group's documents from the device's
+// starts and builds each entry's length and row offsets before every call
 // (ragged_documents.cu), so the outputs and lse land in the usual layouts.
-// Entries past the batch's documents are empty.
+// Entries past a group's documents are empty.
 //
 // This header uses only standard and CUDA runtime types; cudnn.h stays in
 // the .cc.
@@ -45,6 +46,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/functional/function_ref.h"
 #include "worker/engine/cuda/kernels.h"
 
 namespace tessera {
@@ -62,25 +64,40 @@ class CudnnAttention {
   // cuDNN's version as an integer (9.14.0 -> 91400).
   static int64_t Version();
 
-  // A batch's documents: the device's starts ([B, S], Ops::AttentionForward)
-  // and the host's count of them (documents in the batch, tokens in the
-  // longest).
-  struct Documents {
-    const int32_t* doc_starts = nullptr;
-    int64_t count = 0;
-    int64_t longest = 0;
-  };
-  // The ragged plan such a batch runs under: `capacity` entries of at most
+  // The ragged plan a call runs under: `capacity` entries of at most
   // `longest` tokens. {0, 0} for whole sequences.
   struct PlannedDocuments {
     int64_t capacity = 0;
     int64_t longest = 0;
   };
-  // The capacity is the count rounded up to a power of two up to 16, then
-  // to a multiple of 16; the longest document is rounded up to a power of
-  // two, at least 64. A job's batches then share a few plans, and the
-  // empty entries stay few.
-  static PlannedDocuments PlanFor(const Documents& documents);
+  // One call's documents: those of more than `above` and at most `up_to`
+  // tokens, under `plan`.
+  struct DocumentGroup {
+    PlannedDocuments plan;
+    int64_t above = 0;
+    int64_t up_to = 0;
+  };
+  // A batch's documents for one call: the device's starts ([B, S],
+  // Ops::AttentionForward) and the group this call runs.
+  struct Documents {
+    const int32_t* doc_starts = nullptr;
+    DocumentGroup group;
+  };
+  // Splits a batch's documents into groups of whole length classes, the
+  // shortest first, each as large as `fits` allows its plan (the caller's
+  // workspace rule): one group where one plan fits them all. A plan's
+  // capacity is its count rounded up to a power of two up to 16, then to a
+  // multiple of 16; its longest is its longest class's upper end (at least
+  // 64), so a job's batches share a few plans. Returns no groups where a
+  // single length class does not fit, or more than kMaxDocumentGroups
+  // would be needed.
+  static constexpr int kMaxDocumentGroups = 4;
+  struct DocumentGroups {
+    DocumentGroup group[kMaxDocumentGroups];
+    int count = 0;
+  };
+  static DocumentGroups GroupDocuments(const DocumentCounts& counts,
+                                       absl::FunctionRef<bool(const PlannedDocuments&)> fits);
 
   // Device workspace each call needs, 256-byte aligned; builds the plan on
   // first use. Errors (INVALID_ARGUMENT or UNIMPLEMENTED) mean cuDNN has no

@@ -137,7 +137,7 @@ DocumentCounts AddRandomDocuments(std::vector<HostTensor>& t, int b, int s, int 
 // the host's count of the documents.
 Body CountedDocumentsForwardBackward(int nkv, DocumentCounts counts) {
   return [nkv, counts](Ops& ops, std::vector<TensorDesc>& d) {
-    const AttentionDocuments documents(d[5], counts.count, counts.longest);
+    const AttentionDocuments documents(d[5], counts);
     absl::Status st = ops.AttentionForward(d[0], nkv, documents, d[1], d[2], nullptr);
     if (st.ok()) st = ops.AttentionBackward(d[3], d[0], nkv, documents, d[1], d[2], d[4], nullptr);
     return st;
@@ -189,29 +189,56 @@ TEST_P(CudnnRaggedPlanTest, RandomDocumentsMatchCpu) {
   DeviceBuffer qkv(t[0].bytes.size()), out(t[1].bytes.size()), lse(t[2].bytes.size()),
       grad_out(t[3].bytes.size()), grad_qkv(t[4].bytes.size()), starts(t[5].bytes.size());
   qkv.Upload(t[0]);
-  out.Upload(t[1]);
-  lse.Upload(t[2]);
   grad_out.Upload(t[3]);
-  grad_qkv.Upload(t[4]);
   starts.Upload(t[5]);
-  const cuda::CudnnAttention::Documents docs{static_cast<const int32_t*>(starts.p), counts.count,
-                                             counts.longest};
-  auto forward_bytes = (*cudnn)->ForwardWorkspaceBytes(shape, &docs);
-  ASSERT_TRUE(forward_bytes.ok()) << forward_bytes.status();
-  auto backward_bytes = (*cudnn)->BackwardWorkspaceBytes(shape, deterministic, &docs);
-  ASSERT_TRUE(backward_bytes.ok()) << backward_bytes.status();
-  DeviceBuffer workspace(std::max(*forward_bytes, *backward_bytes));
-  ASSERT_TRUE((*cudnn)->Forward(shape, qkv.p, out.p, static_cast<float*>(lse.p), workspace.p,
-                                nullptr, &docs)
-                  .ok());
-  ASSERT_TRUE((*cudnn)->Backward(shape, deterministic, grad_out.p, qkv.p, out.p,
-                                 static_cast<const float*>(lse.p), grad_qkv.p, workspace.p,
-                                 nullptr, &docs)
-                  .ok());
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  EXPECT_LT(Error(out.As(t[1].dtype, t[1].shape), (*c)[1]), 1e-2) << "out";
-  EXPECT_LT(Error(lse.As(t[2].dtype, t[2].shape), (*c)[2]), 1e-4) << "lse";
-  EXPECT_LT(Error(grad_qkv.As(t[4].dtype, t[4].shape), (*c)[4]), 2e-2) << "grad_qkv";
+  // All documents in one call (GroupDocuments with no limit), then one call
+  // per length class (each call writes only its own documents' rows).
+  for (const bool split : {false, true}) {
+    SCOPED_TRACE(split ? "one call per length class" : "one call");
+    std::vector<cuda::CudnnAttention::DocumentGroup> groups;
+    if (!split) {
+      const cuda::CudnnAttention::DocumentGroups one = cuda::CudnnAttention::GroupDocuments(
+          counts, [](const cuda::CudnnAttention::PlannedDocuments&) { return true; });
+      ASSERT_EQ(one.count, 1);
+      groups.push_back(one.group[0]);
+    } else {
+      for (int c = 0; c < kDocumentLengthClasses; ++c) {
+        if (counts.per_length_class[c] == 0) continue;
+        cuda::CudnnAttention::DocumentGroup g;
+        g.plan = {counts.per_length_class[c], std::max<int64_t>(64, int64_t{1} << c)};
+        g.above = c == 0 ? 0 : int64_t{1} << (c - 1);
+        g.up_to = int64_t{1} << c;
+        groups.push_back(g);
+      }
+      EXPECT_GT(groups.size(), 1u);
+    }
+    out.Upload(t[1]);  // poisoned
+    lse.Upload(t[2]);
+    grad_qkv.Upload(t[4]);
+    for (const cuda::CudnnAttention::DocumentGroup& group : groups) {
+      const cuda::CudnnAttention::Documents docs{static_cast<const int32_t*>(starts.p), group};
+      auto forward_bytes = (*cudnn)->ForwardWorkspaceBytes(shape, &docs);
+      ASSERT_TRUE(forward_bytes.ok()) << forward_bytes.status();
+      DeviceBuffer workspace(*forward_bytes);
+      ASSERT_TRUE((*cudnn)->Forward(shape, qkv.p, out.p, static_cast<float*>(lse.p),
+                                    workspace.p, nullptr, &docs)
+                      .ok());
+    }
+    for (const cuda::CudnnAttention::DocumentGroup& group : groups) {
+      const cuda::CudnnAttention::Documents docs{static_cast<const int32_t*>(starts.p), group};
+      auto backward_bytes = (*cudnn)->BackwardWorkspaceBytes(shape, deterministic, &docs);
+      ASSERT_TRUE(backward_bytes.ok()) << backward_bytes.status();
+      DeviceBuffer workspace(*backward_bytes);
+      ASSERT_TRUE((*cudnn)->Backward(shape, deterministic, grad_out.p, qkv.p, out.p,
+                                     static_cast<const float*>(lse.p), grad_qkv.p, workspace.p,
+                                     nullptr, &docs)
+                      .ok());
+    }
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_LT(Error(out.As(t[1].dtype, t[1].shape), (*c)[1]), 1e-2) << "out";
+    EXPECT_LT(Error(lse.As(t[2].dtype, t[2].shape), (*c)[2]), 1e-4) << "lse";
+    EXPECT_LT(Error(grad_qkv.As(t[4].dtype, t[4].shape), (*c)[4]), 2e-2) << "grad_qkv";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -357,34 +384,84 @@ TEST(CudnnAttentionWorkspace, StaysWithinTheMemoryEstimatesBound) {
       EXPECT_LE(static_cast<int64_t>(*backward), bound);
     }
   }
-  // Ragged batches of documents: the engine holds their plans to the bound
-  // of `capacity` sequences of the plan's longest document.
+  // Ragged plans for documents: capacity x longest, held to the bound of
+  // `capacity` sequences of `longest` tokens.
   struct Ragged {
     cuda::AttentionShape shape;
-    int64_t count, longest;
+    int64_t capacity, longest;
   };
-  for (const Ragged& r : {Ragged{{1, 8192, 32, 8, 128}, 8, 1024}, Ragged{{1, 8192, 32, 8, 128}, 11, 3000},
+  for (const Ragged& r : {Ragged{{1, 8192, 32, 8, 128}, 8, 1024}, Ragged{{1, 8192, 32, 8, 128}, 16, 4096},
                           Ragged{{8, 2048, 16, 16, 64}, 64, 256}, Ragged{{4, 4096, 16, 16, 128}, 32, 512}}) {
-    const cuda::CudnnAttention::Documents docs{nullptr, r.count, r.longest};
-    const cuda::CudnnAttention::PlannedDocuments plan = cuda::CudnnAttention::PlanFor(docs);
+    cuda::CudnnAttention::Documents docs;
+    docs.group.plan = {r.capacity, r.longest};
+    docs.group.up_to = r.longest;
     auto forward = (*cudnn)->ForwardWorkspaceBytes(r.shape, &docs);
     ASSERT_TRUE(forward.ok()) << forward.status();
     for (const bool deterministic : {true, false}) {
       auto backward = (*cudnn)->BackwardWorkspaceBytes(r.shape, deterministic, &docs);
       ASSERT_TRUE(backward.ok()) << backward.status();
       const int64_t bound = CudnnAttentionWorkspaceBound(
-          {plan.capacity, r.shape.heads, r.shape.kv_heads, plan.longest, r.shape.head_dim},
+          {r.capacity, r.shape.heads, r.shape.kv_heads, r.longest, r.shape.head_dim},
           deterministic);
-      printf("documents %lld of up to %lld (plan %lld x %lld), H %d KV %d hd %d: forward %zu "
-             "bytes, %s backward %zu bytes, bound %lld\n",
-             static_cast<long long>(r.count), static_cast<long long>(r.longest),
-             static_cast<long long>(plan.capacity), static_cast<long long>(plan.longest),
-             r.shape.heads, r.shape.kv_heads, r.shape.head_dim, *forward,
+      printf("documents planned %lld x %lld, H %d KV %d hd %d: forward %zu bytes, %s backward "
+             "%zu bytes, bound %lld\n",
+             static_cast<long long>(r.capacity), static_cast<long long>(r.longest), r.shape.heads,
+             r.shape.kv_heads, r.shape.head_dim, *forward,
              deterministic ? "deterministic" : "atomic", *backward, static_cast<long long>(bound));
       EXPECT_LE(static_cast<int64_t>(*forward), bound);
       EXPECT_LE(static_cast<int64_t>(*backward), bound);
     }
   }
+}
+
+// GroupDocuments: one group while one plan fits every length class; split
+// into whole classes, shortest first, where it does not; none where a
+// single class does not fit or more than kMaxDocumentGroups would be needed.
+TEST(CudnnAttentionDocuments, GroupsWholeLengthClassesShortestFirst) {
+  using CA = cuda::CudnnAttention;
+  DocumentCounts counts;
+  counts.per_length_class[9] = 10;   // 10 documents of 257..512 tokens
+  counts.per_length_class[13] = 1;   // one of 4097..8192
+  counts.count = 11;
+  counts.longest = 5000;
+  const CA::DocumentGroups one = CA::GroupDocuments(counts, [](const CA::PlannedDocuments&) { return true; });
+  ASSERT_EQ(one.count, 1);
+  EXPECT_EQ(one.group[0].plan.capacity, 16);
+  EXPECT_EQ(one.group[0].plan.longest, 8192);
+  EXPECT_EQ(one.group[0].above, 256);
+  EXPECT_EQ(one.group[0].up_to, 8192);
+  // A limit of 16 x 1024 tokens of plan: the long document goes alone.
+  const auto small = [](const CA::PlannedDocuments& p) { return p.capacity * p.longest <= 16 * 1024; };
+  const CA::DocumentGroups two = CA::GroupDocuments(counts, small);
+  ASSERT_EQ(two.count, 2);
+  EXPECT_EQ(two.group[0].plan.capacity, 16);
+  EXPECT_EQ(two.group[0].plan.longest, 512);
+  EXPECT_EQ(two.group[0].above, 256);
+  EXPECT_EQ(two.group[0].up_to, 512);
+  EXPECT_EQ(two.group[1].plan.capacity, 1);
+  EXPECT_EQ(two.group[1].plan.longest, 8192);
+  EXPECT_EQ(two.group[1].above, 4096);
+  EXPECT_EQ(two.group[1].up_to, 8192);
+  // 24 one-token documents plan as 32 x 64.
+  DocumentCounts singles;
+  singles.per_length_class[0] = 24;
+  singles.count = 24;
+  singles.longest = 1;
+  const CA::DocumentGroups tiny = CA::GroupDocuments(singles, [](const CA::PlannedDocuments&) { return true; });
+  ASSERT_EQ(tiny.count, 1);
+  EXPECT_EQ(tiny.group[0].plan.capacity, 32);
+  EXPECT_EQ(tiny.group[0].plan.longest, 64);
+  EXPECT_EQ(tiny.group[0].up_to, 1);
+  // Nothing fits: no groups. Five classes that each need their own: none.
+  EXPECT_EQ(CA::GroupDocuments(counts, [](const CA::PlannedDocuments&) { return false; }).count, 0);
+  DocumentCounts spread;
+  for (const int c : {7, 8, 9, 10, 11}) spread.per_length_class[c] = 1;
+  spread.count = 5;
+  spread.longest = 2048;
+  const auto alone = [](const CA::PlannedDocuments& p) { return p.capacity == 1; };
+  EXPECT_EQ(CA::GroupDocuments(spread, alone).count, 0);
+  spread.per_length_class[11] = 0;
+  EXPECT_EQ(CA::GroupDocuments(spread, alone).count, 4);
 }
 
 // The tuning API (bench/cudnn_attention_plans): the first candidate listed

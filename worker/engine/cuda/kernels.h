@@ -93,12 +93,13 @@ struct AttentionShape {
 absl::Status LaunchFlashAttentionForward(const AttentionShape& shape, const void* qkv,
                                          const int32_t* doc_starts, void* out, float* lse,
                                          cudaStream_t stream);
-// ragged_documents.cu: the table cuDNN's ragged attention reads for a
-// batch's documents (cudnn_attention.h), from doc_starts [B, S] on the
-// device: per entry d < capacity its length (seq_lens, 0 past the last
-// document, at most `longest`), and per entry d <= capacity the element
-// offset of its first token in qkv rows, out rows and lse ([B, heads, S]).
-// first_tokens: int32 [capacity] scratch. One block; B x S < 2^31.
+// ragged_documents.cu: the table cuDNN's ragged attention reads for the
+// documents of a batch of more than `above` and at most `up_to` tokens
+// (cudnn_attention.h), from doc_starts [B, S] on the device: per entry
+// d < capacity its length (seq_lens, 0 past the last document, at most
+// `longest`), and per entry d <= capacity the element offset of its first
+// token in qkv rows, out rows and lse ([B, heads, S]). first_tokens: int32
+// [B x S] scratch. One block; B x S < 2^31.
 struct RaggedDocumentTable {
   int32_t* seq_lens;
   int64_t* qkv_offsets;
@@ -106,7 +107,8 @@ struct RaggedDocumentTable {
   int64_t* lse_offsets;
 };
 absl::Status LaunchRaggedDocumentTable(const int32_t* doc_starts, const AttentionShape& shape,
-                                       int64_t capacity, int64_t longest, int32_t* first_tokens,
+                                       int64_t capacity, int64_t longest, int64_t above,
+                                       int64_t up_to, int32_t* first_tokens,
                                        const RaggedDocumentTable& table, cudaStream_t stream);
 // fp32 scratch the backward needs: FlashAttentionBackwardScratchFloats(shape),
 // 16-byte aligned.
