@@ -133,6 +133,15 @@ DocumentCounts AddRandomDocuments(std::vector<HostTensor>& t, int b, int s, int 
   return CountDocuments(starts, s);
 }
 
+// `n` documents of s / n tokens in each of `b` sequences, appended to `t`
+// as doc_starts [b, s]; returns the host's count of them.
+DocumentCounts AddEqualDocuments(std::vector<HostTensor>& t, int b, int s, int n) {
+  std::vector<int32_t> starts(static_cast<size_t>(b) * s);
+  for (int i = 0; i < b * s; ++i) starts[i] = (i % s) / (s / n) * (s / n);
+  t.push_back(HostTensor::FromVector(DType::kInt32, Shape{b, s}, starts));
+  return CountDocuments(starts, s);
+}
+
 // Forward then backward over AttentionTensors + doc_starts (d[5]), with
 // the host's count of the documents.
 Body CountedDocumentsForwardBackward(int nkv, DocumentCounts counts) {
@@ -255,10 +264,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST_F(CpuVsCudaTest, CudnnRunsCountedDocumentsThroughTheEngine) {
   const int b = 2, s = 4096, n = 8, nh = 8, nkv = 2, hd = 128;
   std::vector<HostTensor> t = AttentionTensors(b, s, nh, nkv, hd, 23);
-  std::vector<int32_t> starts(b * s);
-  for (int i = 0; i < b * s; ++i) starts[i] = (i % s) / (s / n) * (s / n);
-  t.push_back(HostTensor::FromVector(DType::kInt32, Shape{b, s}, starts));
-  const DocumentCounts counts = CountDocuments(starts, s);
+  const DocumentCounts counts = AddEqualDocuments(t, b, s, n);
   const Body body = CountedDocumentsForwardBackward(nkv, counts);
   auto c = RunOn(cpu(), t, body);
   auto ours = RunOn(gpu(), t, body);
@@ -284,10 +290,7 @@ TEST_F(CpuVsCudaTest, CudnnDocumentsRepeatTheirBitsAndEqualDocumentsAsSequences)
   // documents as whole sequences of 1024 (the same memory, shape [8, 1024]).
   const int b = 2, s = 4096, n = 4, nh = 8, nkv = 2, hd = 128;
   std::vector<HostTensor> t = AttentionTensors(b, s, nh, nkv, hd, 41);
-  std::vector<int32_t> starts(b * s);
-  for (int i = 0; i < b * s; ++i) starts[i] = (i % s) / (s / n) * (s / n);
-  t.push_back(HostTensor::FromVector(DType::kInt32, Shape{b, s}, starts));
-  const DocumentCounts counts = CountDocuments(starts, s);
+  const DocumentCounts counts = AddEqualDocuments(t, b, s, n);
   ASSERT_EQ(counts.count, b * n);
   ASSERT_EQ(counts.longest, s / n);
   const Body body = CountedDocumentsForwardBackward(nkv, counts);
@@ -310,51 +313,35 @@ TEST_F(CpuVsCudaTest, CudnnDocumentsRepeatTheirBitsAndEqualDocumentsAsSequences)
   EXPECT_LT(Error((*first)[4], (*separate)[4]), 2e-2) << "grad_qkv";
 }
 
-// A batch of one long document and many one-token ones would need a ragged
-// plan of 528 entries of 512 tokens (more workspace than whole sequences)
-// and averages 2 tokens a document, so it runs our kernels, bit for bit.
-TEST_F(CpuVsCudaTest, CudnnDocumentsNeedingMoreWorkspaceRunTesseraKernels) {
-  Ops* cudnn = CudnnOps(/*deterministic=*/true);
-  ASSERT_NE(cudnn, nullptr);
-  const int b = 1, s = 1024, nh = 4, nkv = 2, hd = 64;
-  std::vector<HostTensor> t = AttentionTensors(b, s, nh, nkv, hd, 8);
-  std::vector<int32_t> starts(s);
-  for (int i = 0; i < s; ++i) starts[i] = i < 512 ? 0 : i;
-  t.push_back(HostTensor::FromVector(DType::kInt32, Shape{b, s}, starts));
-  const DocumentCounts counts = CountDocuments(starts, s);
-  ASSERT_EQ(counts.count, 513);
-  const Body body = CountedDocumentsForwardBackward(nkv, counts);
-  auto ours = RunOn(gpu(), t, body);
-  auto other = RunOn(*cudnn, t, body);
-  ASSERT_TRUE(ours.ok()) << ours.status();
-  ASSERT_TRUE(other.ok()) << other.status();
-  EXPECT_EQ(BitDifferences((*other)[1], (*ours)[1]), 0) << "out";
-  EXPECT_EQ(BitDifferences((*other)[4], (*ours)[4]), 0) << "grad_qkv";
-}
-
-// Document starts without the host's count, and counted documents shorter
-// than the engine's rule takes to cuDNN (120 and 180 tokens), run
-// Tessera's kernels, bit for bit what the default engine gives.
+// Calls the engine's rule sends to Tessera's kernels run them bit for bit
+// as the default engine does: document starts without the host's count;
+// counted documents shorter than the rule takes to cuDNN (120 and 180
+// tokens); and one document of 512 tokens beside 512 of one token (2
+// tokens a document on average).
 TEST_F(CpuVsCudaTest, DocumentMaskedCallsRunTesseraKernels) {
   Ops* cudnn = CudnnOps(/*deterministic=*/true);
   ASSERT_NE(cudnn, nullptr);
-  const int b = 1, s = 300, nh = 4, nkv = 2, hd = 128;
-  std::vector<HostTensor> t = AttentionTensors(b, s, nh, nkv, hd, 5);
-  std::vector<int32_t> starts(s);
-  for (int i = 0; i < s; ++i) starts[i] = i < 120 ? 0 : 120;
-  t.push_back(HostTensor::FromVector(DType::kInt32, Shape{b, s}, starts));
-  const Body body = [nkv](Ops& ops, std::vector<TensorDesc>& d) {
-    absl::Status st = ops.AttentionForward(d[0], nkv, d[5], d[1], d[2], nullptr);
-    if (st.ok()) st = ops.AttentionBackward(d[3], d[0], nkv, d[5], d[1], d[2], d[4], nullptr);
-    return st;
-  };
-  auto ours = RunOn(gpu(), t, body);
-  ASSERT_TRUE(ours.ok()) << ours.status();
-  for (const Body& call : {body, CountedDocumentsForwardBackward(nkv, CountDocuments(starts, s))}) {
-    auto other = RunOn(*cudnn, t, call);
-    ASSERT_TRUE(other.ok()) << other.status();
-    EXPECT_EQ(BitDifferences((*other)[1], (*ours)[1]), 0) << "out";
-    EXPECT_EQ(BitDifferences((*other)[4], (*ours)[4]), 0) << "grad_qkv";
+  const int b = 1, nh = 4, nkv = 2, hd = 128;
+  for (const int s : {300, 1024}) {
+    SCOPED_TRACE(s);
+    std::vector<HostTensor> t = AttentionTensors(b, s, nh, nkv, hd, 5);
+    std::vector<int32_t> starts(s);
+    for (int i = 0; i < s; ++i) starts[i] = s == 300 ? (i < 120 ? 0 : 120) : (i < 512 ? 0 : i);
+    t.push_back(HostTensor::FromVector(DType::kInt32, Shape{b, s}, starts));
+    const Body uncounted = [nkv](Ops& ops, std::vector<TensorDesc>& d) {
+      absl::Status st = ops.AttentionForward(d[0], nkv, d[5], d[1], d[2], nullptr);
+      if (st.ok()) st = ops.AttentionBackward(d[3], d[0], nkv, d[5], d[1], d[2], d[4], nullptr);
+      return st;
+    };
+    auto ours = RunOn(gpu(), t, uncounted);
+    ASSERT_TRUE(ours.ok()) << ours.status();
+    for (const Body& call :
+         {uncounted, CountedDocumentsForwardBackward(nkv, CountDocuments(starts, s))}) {
+      auto other = RunOn(*cudnn, t, call);
+      ASSERT_TRUE(other.ok()) << other.status();
+      EXPECT_EQ(BitDifferences((*other)[1], (*ours)[1]), 0) << "out";
+      EXPECT_EQ(BitDifferences((*other)[4], (*ours)[4]), 0) << "grad_qkv";
+    }
   }
 }
 
@@ -414,44 +401,43 @@ TEST(CudnnAttentionWorkspace, StaysWithinTheMemoryEstimatesBound) {
   }
 }
 
+// One group's plan and length range.
+void ExpectGroup(const cuda::CudnnAttention::DocumentGroup& g, int64_t capacity, int64_t longest,
+                 int64_t above, int64_t up_to) {
+  EXPECT_EQ(g.plan.capacity, capacity);
+  EXPECT_EQ(g.plan.longest, longest);
+  EXPECT_EQ(g.above, above);
+  EXPECT_EQ(g.up_to, up_to);
+}
+
 // GroupDocuments: one group while one plan fits every length class; split
 // into whole classes, shortest first, where it does not; none where a
 // single class does not fit or more than kMaxDocumentGroups would be needed.
 TEST(CudnnAttentionDocuments, GroupsWholeLengthClassesShortestFirst) {
   using CA = cuda::CudnnAttention;
+  const auto any = [](const CA::PlannedDocuments&) { return true; };
   DocumentCounts counts;
   counts.per_length_class[9] = 10;   // 10 documents of 257..512 tokens
   counts.per_length_class[13] = 1;   // one of 4097..8192
   counts.count = 11;
   counts.longest = 5000;
-  const CA::DocumentGroups one = CA::GroupDocuments(counts, [](const CA::PlannedDocuments&) { return true; });
+  const CA::DocumentGroups one = CA::GroupDocuments(counts, any);
   ASSERT_EQ(one.count, 1);
-  EXPECT_EQ(one.group[0].plan.capacity, 16);
-  EXPECT_EQ(one.group[0].plan.longest, 8192);
-  EXPECT_EQ(one.group[0].above, 256);
-  EXPECT_EQ(one.group[0].up_to, 8192);
+  ExpectGroup(one.group[0], 16, 8192, 256, 8192);
   // A limit of 16 x 1024 tokens of plan: the long document goes alone.
-  const auto small = [](const CA::PlannedDocuments& p) { return p.capacity * p.longest <= 16 * 1024; };
-  const CA::DocumentGroups two = CA::GroupDocuments(counts, small);
+  const CA::DocumentGroups two = CA::GroupDocuments(
+      counts, [](const CA::PlannedDocuments& p) { return p.capacity * p.longest <= 16 * 1024; });
   ASSERT_EQ(two.count, 2);
-  EXPECT_EQ(two.group[0].plan.capacity, 16);
-  EXPECT_EQ(two.group[0].plan.longest, 512);
-  EXPECT_EQ(two.group[0].above, 256);
-  EXPECT_EQ(two.group[0].up_to, 512);
-  EXPECT_EQ(two.group[1].plan.capacity, 1);
-  EXPECT_EQ(two.group[1].plan.longest, 8192);
-  EXPECT_EQ(two.group[1].above, 4096);
-  EXPECT_EQ(two.group[1].up_to, 8192);
+  ExpectGroup(two.group[0], 16, 512, 256, 512);
+  ExpectGroup(two.group[1], 1, 8192, 4096, 8192);
   // 24 one-token documents plan as 32 x 64.
   DocumentCounts singles;
   singles.per_length_class[0] = 24;
   singles.count = 24;
   singles.longest = 1;
-  const CA::DocumentGroups tiny = CA::GroupDocuments(singles, [](const CA::PlannedDocuments&) { return true; });
+  const CA::DocumentGroups tiny = CA::GroupDocuments(singles, any);
   ASSERT_EQ(tiny.count, 1);
-  EXPECT_EQ(tiny.group[0].plan.capacity, 32);
-  EXPECT_EQ(tiny.group[0].plan.longest, 64);
-  EXPECT_EQ(tiny.group[0].up_to, 1);
+  ExpectGroup(tiny.group[0], 32, 64, 0, 1);
   // Nothing fits: no groups. Five classes that each need their own: none.
   EXPECT_EQ(CA::GroupDocuments(counts, [](const CA::PlannedDocuments&) { return false; }).count, 0);
   DocumentCounts spread;
