@@ -459,7 +459,10 @@ class CudaOps : public Ops {
   // average at least kCudnnDocumentTokens tokens (shorter ones run faster
   // in our kernels, bench/RESULTS.md); and only where each group's plan
   // stays within CudnnDocumentsWorkspaceLimit (what the memory estimate
-  // counted) in at most kMaxDocumentGroups groups.
+  // counted) in at most kMaxDocumentGroups groups. With documents the
+  // choice follows each batch's documents, so it can change from step to
+  // step and differ between ranks; the same data makes the same choices,
+  // so runs still repeat their bits.
   struct CudnnCalls {
     bool use = false;
     int count = 0;  // groups of documents; 0: whole sequences
@@ -522,12 +525,15 @@ class CudaOps : public Ops {
     return true;
   }
 
+  // Documents shorter than this on average run Tessera's kernels: at 256
+  // tokens and head dim 64 cuDNN's ragged batch was the slower
+  // (bench/RESULTS.md).
+  static constexpr int64_t kCudnnDocumentTokens = 512;
+
   // Under kAuto, a shape cuDNN has no plan for (UNIMPLEMENTED, or a shape
   // it refuses) runs Tessera's kernels; anything else is an error. The
   // choice depends on the shape and the library only, so every rank and
   // every run makes the same one.
-  static constexpr int64_t kCudnnDocumentTokens = 512;
-
   bool CudnnMayFallBack(const absl::Status& status) const {
     return attention_choice_ == CudaEngineOptions::Attention::kAuto &&
            (absl::IsUnimplemented(status) || absl::IsInvalidArgument(status));

@@ -46,9 +46,10 @@ struct CudaEngineOptions {
   // fastest is kept, which may differ run to run
   // (JobSpec.nondeterministic_gemm_tuning).
   bool time_gemm_algorithms = false;
-  // Which implementation runs causal attention over whole sequences
-  // (document-masked attention always runs Tessera's kernels;
-  // JobSpec.attention_kernels).
+  // Which implementation runs causal attention (JobSpec.attention_kernels).
+  // Under kCudnn and kAuto, document-masked calls whose documents the host
+  // counted run as cuDNN's ragged batches where the engine's rule takes
+  // them (cuda_ops.cc, CudnnCallsFor), else Tessera's kernels.
   //  * kTessera: flash_attention_*.cu.
   //  * kCudnn: cuDNN's fused attention (cudnn_attention.h); a shape cuDNN
   //    cannot plan is an error.
