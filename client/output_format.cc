@@ -28,11 +28,9 @@ std::string AttentionLine(const v1::JobSpec& spec) {
   if (spec.attention_kernels() == v1::ATTENTION_KERNELS_TESSERA) {
     return "# attention: Tessera's kernels (ATTENTION_KERNELS_TESSERA), no workspace\n";
   }
-  const int64_t bytes = a.documents ? CudnnDocumentsWorkspaceLimit(a.shape, a.deterministic)
-                                    : CudnnAttentionWorkspaceBound(a.shape, a.deterministic);
-  const std::string atomic_bytes = FormatBytesAsGiB(
-      a.documents ? CudnnDocumentsWorkspaceLimit(a.shape, /*deterministic=*/false)
-                  : CudnnAttentionWorkspaceBound(a.shape, /*deterministic=*/false));
+  const int64_t bytes = CudnnWorkspaceOfJob(a, a.deterministic);
+  const std::string atomic_bytes =
+      FormatBytesAsGiB(CudnnWorkspaceOfJob(a, /*deterministic=*/false));
   if (!a.cudnn) {  // AUTO past its limit
     return absl::StrCat("# attention: Tessera's kernels (AUTO: cuDNN's deterministic backward would "
                         "need ", FormatBytesAsGiB(bytes), " of workspace, above ",

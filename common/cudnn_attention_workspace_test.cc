@@ -4,6 +4,10 @@
 // fails here, without a GPU.
 #include "common/cudnn_attention_workspace.h"
 
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "gtest/gtest.h"
 
 namespace tessera {
@@ -15,6 +19,18 @@ struct Seen {
   int64_t bytes;  // cuDNN's workspace plus D (and the atomic form's dQ accumulator)
 };
 
+// The bound covers each workspace cuDNN asked for, and tightly: no more
+// than the slack over it.
+void ExpectBoundCoversTightly(absl::Span<const Seen> seen) {
+  for (const Seen& s : seen) {
+    const int64_t bound = CudnnAttentionWorkspaceBound(s.shape, s.deterministic);
+    const std::string what = absl::StrCat(s.shape.batch, "x", s.shape.heads, "x", s.shape.seq,
+                                          s.deterministic ? " deterministic" : " atomic");
+    EXPECT_GE(bound, s.bytes) << what;
+    EXPECT_LE(bound - s.bytes, int64_t{16} << 20) << what;
+  }
+}
+
 TEST(CudnnAttentionWorkspace, BoundCoversWhatCudnnAskedFor) {
   const Seen seen[] = {
       {{8, 16, 16, 2048, 64}, true, 1074790656},   {{8, 16, 16, 2048, 64}, false, 68157696},
@@ -24,12 +40,7 @@ TEST(CudnnAttentionWorkspace, BoundCoversWhatCudnnAskedFor) {
       {{1, 32, 8, 16384, 128}, true, 17450402048}, {{1, 32, 8, 16384, 128}, false, 538968320},
       {{2, 4, 4, 1000, 128}, true, 16809472},      {{2, 4, 4, 1000, 128}, false, 4128256},
   };
-  for (const Seen& s : seen) {
-    const int64_t bound = CudnnAttentionWorkspaceBound(s.shape, s.deterministic);
-    EXPECT_GE(bound, s.bytes) << s.shape.heads << "x" << s.shape.seq;
-    // Tight: no more than the slack over what was asked for.
-    EXPECT_LE(bound - s.bytes, int64_t{16} << 20) << s.shape.heads << "x" << s.shape.seq;
-  }
+  ExpectBoundCoversTightly(seen);
 }
 
 // Ragged batches of documents (cudnn_attention_test prints what cuDNN 9.14
@@ -43,11 +54,7 @@ TEST(CudnnAttentionWorkspace, BoundCoversRaggedPlansAndTheDocumentsLimit) {
       {{64, 16, 16, 256, 64}, true, 135294720},  {{64, 16, 16, 256, 64}, false, 68185856},
       {{32, 16, 16, 512, 128}, true, 269499392}, {{32, 16, 16, 512, 128}, false, 135281664},
   };
-  for (const Seen& s : seen) {
-    const int64_t bound = CudnnAttentionWorkspaceBound(s.shape, s.deterministic);
-    EXPECT_GE(bound, s.bytes) << s.shape.batch << "x" << s.shape.seq;
-    EXPECT_LE(bound - s.bytes, int64_t{16} << 20) << s.shape.batch << "x" << s.shape.seq;
-  }
+  ExpectBoundCoversTightly(seen);
   // 8 documents of 1024 in one 8192-token sequence fit its limit; 11 of up
   // to 3000 (planned 16 x 4096) do not.
   const CudnnAttentionShape whole{1, 32, 8, 8192, 128};

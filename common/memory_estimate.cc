@@ -176,12 +176,14 @@ RankMemoryEstimate EstimateRankMemory(const v1::JobSpec& spec, int /*rank*/, int
                        kEngineScratchBytes;
   // cuDNN's attention, where the engine will run it.
   if (const JobAttention attention = AttentionOfJob(spec); attention.cudnn) {
-    e.engine_workspace +=
-        attention.documents
-            ? CudnnDocumentsWorkspaceLimit(attention.shape, attention.deterministic)
-            : CudnnAttentionWorkspaceBound(attention.shape, attention.deterministic);
+    e.engine_workspace += CudnnWorkspaceOfJob(attention, attention.deterministic);
   }
   return e;
+}
+
+int64_t CudnnWorkspaceOfJob(const JobAttention& attention, bool deterministic) {
+  return attention.documents ? CudnnDocumentsWorkspaceLimit(attention.shape, deterministic)
+                             : CudnnAttentionWorkspaceBound(attention.shape, deterministic);
 }
 
 JobAttention AttentionOfJob(const v1::JobSpec& spec) {

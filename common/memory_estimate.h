@@ -75,6 +75,10 @@ struct JobAttention {
   bool cudnn = false;                // cuDNN runs it (its workspace counts)
 };
 JobAttention AttentionOfJob(const v1::JobSpec& spec);
+// The cuDNN workspace counted for such a job's attention with the given
+// backward form: the documents' limit under document masking, else the
+// whole sequences' bound (common/cudnn_attention_workspace.h).
+int64_t CudnnWorkspaceOfJob(const JobAttention& attention, bool deterministic);
 
 // Rank `rank` of a shard group of `shard_world` ranks (common/parallelism.h:
 // the whole world_size for plain FSDP), for a spec that passed validation

@@ -377,8 +377,8 @@ class Ops {
   //
   // `documents` also carries the host's count of the starts
   // (AttentionDocuments, CountDocuments). Where given, the CPU engine
-  // checks it against the starts (INVALID_ARGUMENT naming documents.count
-  // or documents.longest); the CUDA engine plans cuDNN's ragged attention
+  // checks it against the starts (INVALID_ARGUMENT naming the field of
+  // documents.counts that differs); the CUDA engine plans cuDNN's ragged attention
   // from it (documents as separate sequences of a batch), so a count that
   // does not match the starts on the device gives wrong results there.
   // Without it the CUDA engine runs its own kernels for documents.

@@ -834,21 +834,13 @@ void BuildGraph(GraphBuilder& g, const AttentionShape& shape, int kind,
 
 }  // namespace
 
-namespace {
-
-int64_t PowerOfTwoAtLeast(int64_t n) {
-  int64_t p = 1;
-  while (p < n) p *= 2;
-  return p;
-}
-
-}  // namespace
-
 CudnnAttention::DocumentGroups CudnnAttention::GroupDocuments(
     const DocumentCounts& counts, absl::FunctionRef<bool(const PlannedDocuments&)> fits) {
   const auto plan_of = [](int64_t documents, int longest_class) {
     const int64_t count = std::max<int64_t>(1, documents);
-    return PlannedDocuments{count <= 16 ? PowerOfTwoAtLeast(count) : (count + 15) / 16 * 16,
+    // Up to 16, the power of two at or above the count (its length class's top).
+    return PlannedDocuments{count <= 16 ? int64_t{1} << DocumentCounts::LengthClass(count)
+                                        : (count + 15) / 16 * 16,
                             std::max<int64_t>(64, int64_t{1} << longest_class)};
   };
   DocumentGroups out;
