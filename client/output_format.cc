@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "common/cudnn_attention_workspace.h"
 #include "common/memory_estimate.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -31,16 +32,18 @@ std::string AttentionLine(const v1::JobSpec& spec) {
   const int64_t bytes = CudnnWorkspaceOfJob(a, a.deterministic);
   const std::string atomic_bytes =
       FormatBytesAsGiB(CudnnWorkspaceOfJob(a, /*deterministic=*/false));
+  const int bands = a.deterministic && !a.documents ? CudnnQueryBands(a.shape) : 1;
+  const std::string in_bands = bands > 1 ? absl::StrCat(" in ", bands, " query bands") : "";
   if (!a.cudnn) {  // AUTO past its limit
-    return absl::StrCat("# attention: Tessera's kernels (AUTO: cuDNN's deterministic backward would "
-                        "need ", FormatBytesAsGiB(bytes), " of workspace, above ",
+    return absl::StrCat("# attention: Tessera's kernels (AUTO: cuDNN's deterministic backward",
+                        in_bands, " would need ", FormatBytesAsGiB(bytes), " of workspace, above ",
                         FormatBytesAsGiB(kAutoCudnnWorkspaceLimitBytes),
                         "; nondeterministic_attention_backward would take ", atomic_bytes, ")\n");
   }
   const bool automatic = spec.attention_kernels() != v1::ATTENTION_KERNELS_CUDNN;
   std::string line = absl::StrCat("# attention: cuDNN (", automatic ? "AUTO" : "CUDNN", "), ",
                                   a.deterministic ? "deterministic" : "atomic (nondeterministic)",
-                                  " backward, workspace ", FormatBytesAsGiB(bytes),
+                                  " backward", in_bands, ", workspace ", FormatBytesAsGiB(bytes),
                                   " per rank (counted above); ATTENTION_KERNELS_TESSERA takes none");
   if (a.deterministic) absl::StrAppend(&line, ", nondeterministic_attention_backward ", atomic_bytes);
   if (a.documents) {

@@ -252,9 +252,9 @@ TEST(OutputFormat, CheckpointIntervalLineSaysWhenTrainingWouldWait) {
 }
 
 // The dry run's attention line follows the engine's rule: cuDNN under AUTO
-// within its workspace limit (the 8B shape: 4.13 GiB; with document
-// masking the ragged batches' limit), Tessera's kernels past it or when
-// named; nothing for CPU jobs.
+// within its workspace limit (the 8B shape: 1.22 GiB in 4 query bands, 2.55
+// GiB in 8 at 16384 tokens; with document masking the ragged batches'
+// limit), Tessera's kernels past it or when named; nothing for CPU jobs.
 TEST(OutputFormat, AttentionLineSaysWhichKernelsAndTheirWorkspace) {
   v1::JobSpec spec;
   spec.set_device_kind(v1::CUDA);
@@ -265,8 +265,8 @@ TEST(OutputFormat, AttentionLineSaysWhichKernelsAndTheirWorkspace) {
   m->set_seq_len(8192);
   spec.mutable_data()->set_micro_batch_size(1);
   EXPECT_EQ(AttentionLine(spec),
-            "# attention: cuDNN (AUTO), deterministic backward, workspace 4.14 GiB per rank "
-            "(counted above); ATTENTION_KERNELS_TESSERA takes none, "
+            "# attention: cuDNN (AUTO), deterministic backward in 4 query bands, workspace "
+            "1.22 GiB per rank (counted above); ATTENTION_KERNELS_TESSERA takes none, "
             "nondeterministic_attention_backward 0.27 GiB\n");
   spec.set_nondeterministic_attention_backward(true);
   EXPECT_EQ(AttentionLine(spec),
@@ -274,13 +274,20 @@ TEST(OutputFormat, AttentionLineSaysWhichKernelsAndTheirWorkspace) {
             "per rank (counted above); ATTENTION_KERNELS_TESSERA takes none\n");
   spec.set_nondeterministic_attention_backward(false);
   m->set_seq_len(16384);
+  EXPECT_NE(AttentionLine(spec).find(
+                "cuDNN (AUTO), deterministic backward in 8 query bands, workspace 2.55 GiB"),
+            std::string::npos)
+      << AttentionLine(spec);
+  m->set_seq_len(65536);
   EXPECT_EQ(AttentionLine(spec),
-            "# attention: Tessera's kernels (AUTO: cuDNN's deterministic backward would need "
-            "16.27 GiB of workspace, above 8.00 GiB; nondeterministic_attention_backward would "
-            "take 0.52 GiB)\n");
+            "# attention: Tessera's kernels (AUTO: cuDNN's deterministic backward in 8 query "
+            "bands would need 34.14 GiB of workspace, above 8.00 GiB; "
+            "nondeterministic_attention_backward would take 2.02 GiB)\n");
   spec.set_attention_kernels(v1::ATTENTION_KERNELS_CUDNN);
-  EXPECT_NE(AttentionLine(spec).find("cuDNN (CUDNN), deterministic backward, workspace 16.27 GiB"),
-            std::string::npos);
+  EXPECT_NE(AttentionLine(spec).find(
+                "cuDNN (CUDNN), deterministic backward in 8 query bands, workspace 34.14 GiB"),
+            std::string::npos)
+      << AttentionLine(spec);
   spec.set_attention_kernels(v1::ATTENTION_KERNELS_TESSERA);
   EXPECT_EQ(AttentionLine(spec), "# attention: Tessera's kernels (ATTENTION_KERNELS_TESSERA), no workspace\n");
   spec.set_attention_kernels(v1::ATTENTION_KERNELS_AUTO);

@@ -1,6 +1,8 @@
 // See cudnn_attention_workspace.h.
 #include "common/cudnn_attention_workspace.h"
 
+#include <algorithm>
+
 namespace tessera {
 
 namespace {
@@ -11,17 +13,25 @@ struct WorkspaceTerms {
   int64_t square = 0, linear = 0;
 };
 
-WorkspaceTerms Terms(const CudnnAttentionShape& s, bool deterministic) {
-  const int64_t padded = (s.seq + 63) / 64 * 64;  // cuDNN's dS rows and columns
+int64_t Padded(int64_t rows) { return (rows + 63) / 64 * 64; }  // cuDNN's dS rows and columns
+
+WorkspaceTerms Terms(const CudnnAttentionShape& s, bool deterministic, int bands) {
+  const int64_t band = s.seq / bands;  // the query rows of one call
   WorkspaceTerms t;
   if (deterministic) {
-    t.square = s.batch * s.heads * padded * padded * 2;
+    // The last band's: all of the keys.
+    t.square = s.batch * s.heads * Padded(band) * Padded(s.seq) * 2;
   } else {
     t.linear = s.batch * s.heads * s.seq * s.head_dim * 4;
   }
   const int64_t per_query_head =
       s.heads != s.kv_heads ? s.batch * s.heads * s.seq * s.head_dim * 4 : 0;
-  t.linear += s.batch * s.heads * s.seq * 4 + per_query_head;
+  t.linear += s.batch * s.heads * band * 4 + per_query_head;
+  if (bands > 1) {
+    // Every band's partial dK and dV: band x (c + 1) rows for c < n.
+    const int64_t partial_rows = band * bands * (bands + 1) / 2;
+    t.linear += s.batch * partial_rows * 2 * s.kv_heads * s.head_dim * 2;
+  }
   return t;
 }
 
@@ -29,19 +39,30 @@ constexpr int64_t kCudnnSlackBytes = int64_t{16} << 20;
 
 }  // namespace
 
-int64_t CudnnAttentionWorkspaceBound(const CudnnAttentionShape& s, bool deterministic) {
-  const WorkspaceTerms t = Terms(s, deterministic);
+int CudnnQueryBands(const CudnnAttentionShape& shape) {
+  if (shape.seq < 4096) return 1;
+  for (int64_t n = std::min<int64_t>(kMaxCudnnQueryBands, shape.seq / 2048); n > 1; --n) {
+    if (shape.seq % (64 * n) == 0) return static_cast<int>(n);
+  }
+  return 1;
+}
+
+int64_t CudnnAttentionWorkspaceBound(const CudnnAttentionShape& s, bool deterministic,
+                                     int query_bands) {
+  const WorkspaceTerms t = Terms(s, deterministic, deterministic ? query_bands : 1);
   return t.square + t.linear + kCudnnSlackBytes;
 }
 
 int64_t CudnnDocumentsWorkspaceLimit(const CudnnAttentionShape& whole, bool deterministic) {
-  const WorkspaceTerms t = Terms(whole, deterministic);
+  // Documents run in no bands; their allowance is the whole sequences' dS.
+  const WorkspaceTerms t = Terms(whole, deterministic, 1);
   return t.square + 4 * t.linear + kCudnnSlackBytes;
 }
 
 bool AutoAttentionPicksCudnn(const CudnnAttentionShape& shape, bool deterministic) {
-  return !deterministic ||
-         CudnnAttentionWorkspaceBound(shape, deterministic) <= kAutoCudnnWorkspaceLimitBytes;
+  return !deterministic || CudnnAttentionWorkspaceBound(shape, deterministic,
+                                                        CudnnQueryBands(shape)) <=
+                               kAutoCudnnWorkspaceLimitBytes;
 }
 
 }  // namespace tessera

@@ -19,8 +19,24 @@ struct CudnnAttentionShape {
   int64_t batch = 0, heads = 0, kv_heads = 0, seq = 0, head_dim = 0;
 };
 
+// The deterministic backward of whole sequences runs in query bands: band
+// c of n holds queries [c S/n, (c+1) S/n) and their keys [0, (c+1) S/n),
+// causal from the band's own diagonal. cuDNN's deterministic backward keeps
+// dS for every query and key its call holds, the masked half included, and
+// reads all of it back to form dQ; in bands it keeps S/n x (c+1) S/n per
+// band, so the dS it writes and reads over a whole backward falls from S^2
+// to S^2 (n + 1) / 2n, and the largest one call keeps from S^2 to S^2 / n.
+// Each band's dK and dV are partial sums over its queries, added in band
+// order by one more kernel. The rule: one band below 4096 tokens; above,
+// a band per 2048 tokens, at most kMaxCudnnQueryBands, each a multiple of
+// 64 tokens (fewer bands where the sequence does not divide so).
+inline constexpr int kMaxCudnnQueryBands = 8;
+int CudnnQueryBands(const CudnnAttentionShape& shape);
+
 // An upper bound of one call's workspace, forward or backward (the
-// backward's is the larger). Measured on H100 with cuDNN 9.14:
+// backward's is the larger), with the deterministic backward in
+// `query_bands` bands (the whole sequence as one where 1; the engine runs
+// CudnnQueryBands). Measured on H100 with cuDNN 9.14:
 //  * the deterministic backward keeps dS, batch x heads x seq^2 bf16 (seq
 //    rounded up to 64);
 //  * the atomic backward keeps an fp32 dQ accumulator instead;
@@ -28,13 +44,18 @@ struct CudnnAttentionShape {
 //  * with grouped-query heads, dK and dV per query head before they are
 //    summed over each group: batch x heads x seq x head_dim x 2 x bf16;
 // plus 16 MiB of slack for cuDNN's own use (it asked for 256 bytes).
-int64_t CudnnAttentionWorkspaceBound(const CudnnAttentionShape& shape, bool deterministic);
+// In bands: the largest band's dS and per-query-head dK and dV, one band's
+// D, and every band's partial dK and dV (bf16, (n + 1) / 2 x the keys'
+// rows).
+int64_t CudnnAttentionWorkspaceBound(const CudnnAttentionShape& shape, bool deterministic,
+                                     int query_bands = 1);
 
 // AUTO's rule: cuDNN's attention for a shape unless its deterministic
-// backward would need more than kAutoCudnnWorkspaceLimitBytes (dS grows with
-// the square of the sequence: 4.4 GB for 32 heads at 8192 tokens, 17 GB at
-// 16384), in which case that shape runs Tessera's kernels, forward and
-// backward. The atomic backward's workspace grows linearly and always
+// backward, in its query bands, would need more than
+// kAutoCudnnWorkspaceLimitBytes (dS grows with the square of the sequence:
+// whole, 4.4 GB for 32 heads at 8192 tokens and 17 GB at 16384; in bands,
+// 1.1 and 2.2 GB), in which case that shape runs Tessera's kernels, forward
+// and backward. The atomic backward's workspace grows linearly and always
 // qualifies.
 inline constexpr int64_t kAutoCudnnWorkspaceLimitBytes = int64_t{8} << 30;
 bool AutoAttentionPicksCudnn(const CudnnAttentionShape& shape, bool deterministic);

@@ -69,11 +69,46 @@ TEST(CudnnAttentionWorkspace, BoundCoversRaggedPlansAndTheDocumentsLimit) {
             CudnnDocumentsWorkspaceLimit(whole, false));
 }
 
+TEST(CudnnAttentionWorkspace, QueryBandsAreWholeMultiplesOf64FromAPer2048Tokens) {
+  const auto bands = [](int64_t seq) { return CudnnQueryBands({1, 32, 8, seq, 128}); };
+  EXPECT_EQ(bands(1), 1);
+  EXPECT_EQ(bands(2048), 1);
+  EXPECT_EQ(bands(4095), 1);
+  EXPECT_EQ(bands(4096), 2);
+  EXPECT_EQ(bands(8192), 4);
+  EXPECT_EQ(bands(16384), kMaxCudnnQueryBands);
+  EXPECT_EQ(bands(131072), kMaxCudnnQueryBands);
+  // 6144 = 3 x 2048; 5000 does not divide into bands of whole 64s.
+  EXPECT_EQ(bands(6144), 3);
+  EXPECT_EQ(bands(5000), 1);
+  EXPECT_EQ(bands(4160), 1);  // 65 x 64: odd, and prime to 2
+  for (int64_t seq = 1; seq <= 40000; seq += 97) {
+    const int n = bands(seq);
+    ASSERT_GE(n, 1);
+    ASSERT_LE(n, kMaxCudnnQueryBands);
+    if (n > 1) EXPECT_EQ(seq % (64 * n), 0) << seq;
+  }
+}
+
+TEST(CudnnAttentionWorkspace, BandsShrinkTheDeterministicWorkspaceByTheirCount) {
+  const CudnnAttentionShape shape{1, 32, 8, 8192, 128};
+  const int64_t whole = CudnnAttentionWorkspaceBound(shape, true);
+  const int64_t four = CudnnAttentionWorkspaceBound(shape, true, 4);
+  // dS: 4.3 GB whole, 1.07 GB for the last of four bands.
+  EXPECT_GT(whole, int64_t{4} << 30);
+  EXPECT_LT(four, int64_t{1300} << 20);
+  // The atomic form has no bands.
+  EXPECT_EQ(CudnnAttentionWorkspaceBound(shape, false, 4),
+            CudnnAttentionWorkspaceBound(shape, false));
+}
+
 TEST(CudnnAttentionWorkspace, AutoKeepsCudnnUntilDsOutgrowsTheLimit) {
-  // The Llama-3-8B shape at 8192 tokens: 4.4 GB, cuDNN.
+  // The Llama-3-8B shape at 8192 tokens: 1.1 GB in 4 bands, cuDNN.
   EXPECT_TRUE(AutoAttentionPicksCudnn({1, 32, 8, 8192, 128}, true));
-  // At 16384 tokens dS alone is 17 GB: Tessera's kernels.
-  EXPECT_FALSE(AutoAttentionPicksCudnn({1, 32, 8, 16384, 128}, true));
+  // At 16384 tokens dS whole would be 17 GB; in 8 bands 2.2 GB: cuDNN.
+  EXPECT_TRUE(AutoAttentionPicksCudnn({1, 32, 8, 16384, 128}, true));
+  // At 65536 tokens the last of 8 bands alone keeps 34 GB: Tessera's kernels.
+  EXPECT_FALSE(AutoAttentionPicksCudnn({1, 32, 8, 65536, 128}, true));
   // The atomic backward's workspace grows with the sequence, not its square.
   EXPECT_TRUE(AutoAttentionPicksCudnn({1, 32, 8, 16384, 128}, false));
   EXPECT_TRUE(AutoAttentionPicksCudnn({1, 64, 8, 131072, 128}, false));

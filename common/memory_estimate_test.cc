@@ -60,7 +60,9 @@ TEST(MemoryEstimate, CountsCudnnAttentionWorkspaceWhereTheEngineTakesIt) {
     return EstimateRankMemory(s, 0, 1).engine_workspace;
   }();
   EXPECT_EQ(EstimateRankMemory(spec, 0, 1).engine_workspace,
-            tessera + CudnnAttentionWorkspaceBound(shape, /*deterministic=*/true));
+            tessera + CudnnAttentionWorkspaceBound(shape, /*deterministic=*/true,
+                                                   CudnnQueryBands(shape)));
+  EXPECT_EQ(CudnnQueryBands(shape), 2);  // two bands of 2048 queries
   spec.set_nondeterministic_attention_backward(true);
   EXPECT_EQ(EstimateRankMemory(spec, 0, 1).engine_workspace,
             tessera + CudnnAttentionWorkspaceBound(shape, /*deterministic=*/false));
@@ -77,7 +79,7 @@ TEST(MemoryEstimate, CountsCudnnAttentionWorkspaceWhereTheEngineTakesIt) {
   EXPECT_EQ(EstimateRankMemory(cpu, 0, 1).engine_workspace, tessera);
   // Past AUTO's limit the engine runs Tessera's kernels, and nothing is
   // added; CUDNN takes cuDNN's whatever the size.
-  spec.mutable_model()->set_seq_len(65536);
+  spec.mutable_model()->set_seq_len(131072);  // dS in 8 bands: 17 GB
   spec.set_attention_kernels(v1::ATTENTION_KERNELS_TESSERA);
   const int64_t long_tessera = EstimateRankMemory(spec, 0, 1).engine_workspace;
   spec.set_attention_kernels(v1::ATTENTION_KERNELS_AUTO);

@@ -40,7 +40,8 @@ class CudaOps : public Ops {
       : ctx_(std::move(ctx)),
         gemm_(ctx_.get(), gemm_selection),
         attention_choice_(options.attention),
-        attention_atomic_backward_(options.attention_atomic_backward) {}
+        attention_atomic_backward_(options.attention_atomic_backward),
+        attention_query_bands_(options.attention_query_bands) {}
 
   absl::Status Init() {
     RETURN_IF_ERROR(gemm_.Init());
@@ -295,17 +296,18 @@ class CudaOps : public Ops {
     ASSIGN_OR_RETURN(const int32_t* starts, cuda::ReadDocStarts(documents.starts, shape));
     if (const CudnnCalls calls = CudnnCallsFor(shape, starts, documents); calls.use) {
       const bool deterministic = !attention_atomic_backward_;
+      const int bands = QueryBandsFor(shape, calls);
       ASSIGN_OR_RETURN(
           const bool ran,
           RunCudnn(
               calls,
               [&](const cuda::CudnnAttention::Documents* d) {
-                return cudnn_attention_->BackwardWorkspaceBytes(shape, deterministic, d);
+                return cudnn_attention_->BackwardWorkspaceBytes(shape, deterministic, d, bands);
               },
               [&](const cuda::CudnnAttention::Documents* d, void* workspace) {
                 return cudnn_attention_->Backward(shape, deterministic, grad_out.data, qkv.data,
                                                   out.data, lse.As<float>(), grad_qkv.data,
-                                                  workspace, S(stream), d);
+                                                  workspace, S(stream), d, bands);
               }));
       if (ran) return absl::OkStatus();
     }
@@ -503,6 +505,16 @@ class CudaOps : public Ops {
     return calls;
   }
 
+  // The query bands of the deterministic backward of whole sequences
+  // (cudnn_attention.h): CudnnQueryBands, or what the engine's options fix
+  // (benchmarks compare counts). 1 for the atomic form and for documents.
+  int QueryBandsFor(const cuda::AttentionShape& shape, const CudnnCalls& calls) const {
+    if (attention_atomic_backward_ || calls.count > 0) return 1;
+    if (attention_query_bands_ > 0) return attention_query_bands_;
+    return CudnnQueryBands(
+        {shape.batch, shape.heads, shape.kv_heads, shape.seq, shape.head_dim});
+  }
+
   // Plans every call of `calls` (each plan's workspace through `bytes_of`),
   // then runs them (`run`) in one workspace large enough for each. false,
   // running nothing, where a plan cannot be made and AUTO may fall back.
@@ -543,6 +555,7 @@ class CudaOps : public Ops {
   // cuDNN's attention (CudaEngineOptions::attention) and its workspace.
   CudaEngineOptions::Attention attention_choice_;
   bool attention_atomic_backward_;
+  int attention_query_bands_;
   std::unique_ptr<cuda::CudnnAttention> cudnn_attention_;
   cuda::ScratchBuffer cudnn_workspace_{&scratch_allocator_, &capture_record_};
   // The embedding backward's sort and chunk partials (embedding.cu).

@@ -128,8 +128,8 @@ class GraphBuilder {
   }
   // A float passed by value at execution (its host address goes in the
   // variant pack).
-  GraphTensor Scalar() {
-    return MakeTensor({1, 1, 1, 1}, {1, 1, 1, 1}, CUDNN_DATA_FLOAT, false, /*by_value=*/true);
+  GraphTensor Scalar(cudnnDataType_t type = CUDNN_DATA_FLOAT) {
+    return MakeTensor({1, 1, 1, 1}, {1, 1, 1, 1}, type, false, /*by_value=*/true);
   }
 
   // y = op(x [, b] [, t]); y virtual fp32 with x's layout unless given.
@@ -290,29 +290,45 @@ using PlannedDocuments = CudnnAttention::PlannedDocuments;
 // The packed layouts as [b, h, s, d] views. For a batch's documents (a
 // ragged batch) b is the plan's document capacity and s its longest
 // document; each entry's rows then start where the ragged offsets say,
-// and lse keeps its [B, heads, S] layout (a head's rows S apart).
+// and lse keeps its [B, heads, S] layout (a head's rows S apart). In a
+// query band the call holds sq queries and skv keys of sequences S long
+// (the buffers' strides stay S's), and dK and dV go to the band's partial
+// buffer, [b, skv, 2 kv, d].
 struct Layout {
-  int64_t b, s, h, kv, d, ts, os;
+  int64_t b, s, sq, skv, h, kv, d, ts, os;
   int64_t lse_row;  // the lse's distance between heads: the real sequence length
-  bool ragged;
-  Layout(const AttentionShape& shape, const PlannedDocuments& documents)
+  bool ragged, banded;
+  Layout(const AttentionShape& shape, const PlannedDocuments& documents,
+         const CudnnAttention::QueryBand& band)
       : b(documents.capacity > 0 ? documents.capacity : shape.batch),
         s(documents.capacity > 0 ? documents.longest : shape.seq),
+        sq(band.rows > 0 ? band.rows : s),
+        skv(band.rows > 0 ? band.keys : s),
         h(shape.heads),
         kv(shape.kv_heads),
         d(shape.head_dim),
         ts((shape.heads + 2 * shape.kv_heads) * shape.head_dim),
         os(shape.heads * shape.head_dim),
         lse_row(shape.seq),
-        ragged(documents.capacity > 0) {}
+        ragged(documents.capacity > 0),
+        banded(band.rows > 0) {}
   Dims PackedStrides() const { return {s * ts, d, ts, 1}; }           // a head of qkv
   Dims PackedStridesT() const { return {s * ts, d, 1, ts}; }          // its transpose
   Dims OutStrides() const { return {s * os, d, os, 1}; }              // a head of out
-  Dims Scores() const { return {b, h, s, s}; }
-  Dims ScoreStrides() const { return {h * s * s, s * s, s, 1}; }
-  Dims ScoreStridesT() const { return {h * s * s, s * s, 1, s}; }
-  Dims Rows() const { return {b, h, s, 1}; }
-  Dims RowStrides() const { return {h * s, s, 1, 1}; }      // our own per-row buffers
+  // dK and dV: grad_qkv's key and value heads, or a band's partial buffer.
+  Dims KeyGradStrides() const {
+    return banded ? Dims{skv * 2 * kv * d, d, 2 * kv * d, 1} : PackedStrides();
+  }
+  int64_t KeyGradVOffset() const { return banded ? kv * d : VOffset() - KOffset(); }
+  Dims Queries() const { return {b, h, sq, d}; }
+  Dims Keys() const { return {b, kv, skv, d}; }
+  Dims KeysT() const { return {b, kv, d, skv}; }
+  Dims Scores() const { return {b, h, sq, skv}; }
+  Dims ScoreStrides() const { return {h * sq * skv, sq * skv, skv, 1}; }
+  Dims ScoresT() const { return {b, h, skv, sq}; }
+  Dims ScoreStridesT() const { return {h * sq * skv, sq * skv, 1, skv}; }
+  Dims Rows() const { return {b, h, sq, 1}; }
+  Dims RowStrides() const { return {h * sq, sq, 1, 1}; }      // our own per-row buffers
   Dims LseStrides() const { return {h * lse_row, lse_row, 1, 1}; }
   // Offsets of the query, key and value heads in a token row of qkv.
   int64_t KOffset() const { return h * d; }
@@ -333,10 +349,15 @@ struct CudnnAttention::Plan {
   int64_t q = 0, k = 0, v = 0, o = 0, stats = 0, d_o = 0, d_q = 0, d_k = 0, d_v = 0;
   int64_t softmax_sum = 0, dq_accum = 0;
   int64_t scale = 0, neg_inf = 0, one = 0;
+  // A query band's causal diagonal: its rows are shifted by keys - rows
+  // (int32 by value; 0 ids where the call is not a band).
+  int64_t band_rows = 0, band_keys = 0;
+  int32_t band_rows_value = 0, band_keys_value = 0;
   // A ragged batch's inputs (0 for whole sequences): each entry's length,
   // as the query and the key extent, and its rows' offsets.
   int64_t seq_q = 0, seq_kv = 0, qkv_offsets = 0, out_offsets = 0, lse_offsets = 0;
   PlannedDocuments documents;
+  QueryBand band;
   size_t table_offset = 0;  // the document table in the workspace (RaggedDocumentTable)
   // Host values of the by-value scalars (their addresses go in the pack).
   float scale_value = 0.f, neg_inf_value = -std::numeric_limits<float>::infinity(),
@@ -349,12 +370,39 @@ struct CudnnAttention::Plan {
 
 namespace {
 
-// The causal select: keep x where row >= column, else -inf.
-GraphTensor CausalMask(GraphBuilder& g, const GraphTensor& x, const GraphTensor& neg_inf) {
+// A query band's two int32 counts, whose difference shifts its causal
+// diagonal (bottom-right alignment: the band's last query sees every key).
+struct BandDiagonal {
+  GraphTensor rows, keys;
+  bool on = false;
+};
+
+BandDiagonal MakeBandDiagonal(GraphBuilder& g, const Layout& L, CudnnAttention::Plan& p) {
+  BandDiagonal band;
+  if (!L.banded) return band;
+  band.on = true;
+  band.rows = g.Scalar(CUDNN_DATA_INT32);
+  band.keys = g.Scalar(CUDNN_DATA_INT32);
+  p.band_rows = band.rows.uid, p.band_keys = band.keys.uid;
+  p.band_rows_value = static_cast<int32_t>(L.sq);
+  p.band_keys_value = static_cast<int32_t>(L.skv);
+  return band;
+}
+
+// The causal select: keep x where row >= column, else -inf; in a query
+// band, where row + keys - rows >= column.
+GraphTensor CausalMask(GraphBuilder& g, const GraphTensor& x, const GraphTensor& neg_inf,
+                       const BandDiagonal& band = {}) {
   GraphTensor row = g.Pointwise(CUDNN_POINTWISE_GEN_INDEX, x, nullptr, nullptr, nullptr,
                                 CUDNN_DATA_INT32, CUDNN_DATA_FLOAT, /*axis=*/2);
   GraphTensor col = g.Pointwise(CUDNN_POINTWISE_GEN_INDEX, x, nullptr, nullptr, nullptr,
                                 CUDNN_DATA_INT32, CUDNN_DATA_FLOAT, /*axis=*/3);
+  if (band.on) {
+    row = g.Pointwise(CUDNN_POINTWISE_ADD, row, &band.keys, nullptr, nullptr, CUDNN_DATA_INT32,
+                      CUDNN_DATA_INT32, /*axis=*/3);
+    row = g.Pointwise(CUDNN_POINTWISE_SUB, row, &band.rows, nullptr, nullptr, CUDNN_DATA_INT32,
+                      CUDNN_DATA_INT32, /*axis=*/3);
+  }
   GraphTensor keep = g.Pointwise(CUDNN_POINTWISE_CMP_GE, row, &col, nullptr, nullptr,
                                  CUDNN_DATA_BOOLEAN, CUDNN_DATA_BOOLEAN);
   return g.Pointwise(CUDNN_POINTWISE_BINARY_SELECT, x, &neg_inf, &keep);
@@ -418,11 +466,10 @@ GraphTensor PaddingMask(GraphBuilder& g, const GraphTensor& x, const RaggedInput
 
 void BuildForward(GraphBuilder& g, const Layout& L, CudnnAttention::Plan& p) {
   const RaggedInputs r = MakeRaggedInputs(g, L, p);
-  GraphTensor q = g.Real({L.b, L.h, L.s, L.d}, L.PackedStrides(), CUDNN_DATA_BFLOAT16, r.Qkv());
-  GraphTensor kt =
-      g.Real({L.b, L.kv, L.d, L.s}, L.PackedStridesT(), CUDNN_DATA_BFLOAT16, r.Qkv());
-  GraphTensor v = g.Real({L.b, L.kv, L.s, L.d}, L.PackedStrides(), CUDNN_DATA_BFLOAT16, r.Qkv());
-  GraphTensor o = g.Real({L.b, L.h, L.s, L.d}, L.OutStrides(), CUDNN_DATA_BFLOAT16, r.Out());
+  GraphTensor q = g.Real(L.Queries(), L.PackedStrides(), CUDNN_DATA_BFLOAT16, r.Qkv());
+  GraphTensor kt = g.Real(L.KeysT(), L.PackedStridesT(), CUDNN_DATA_BFLOAT16, r.Qkv());
+  GraphTensor v = g.Real(L.Keys(), L.PackedStrides(), CUDNN_DATA_BFLOAT16, r.Qkv());
+  GraphTensor o = g.Real(L.Queries(), L.OutStrides(), CUDNN_DATA_BFLOAT16, r.Out());
   GraphTensor stats = g.Real(L.Rows(), L.LseStrides(), CUDNN_DATA_FLOAT, r.Lse());
   GraphTensor scale = g.Scalar();
   GraphTensor neg_inf = g.Scalar();
@@ -432,7 +479,8 @@ void BuildForward(GraphBuilder& g, const Layout& L, CudnnAttention::Plan& p) {
   GraphTensor s = g.Virtual(L.Scores(), L.ScoreStrides(), CUDNN_DATA_FLOAT);
   g.Matmul(q, kt, s, r.Scores());
   GraphTensor scaled = g.Pointwise(CUDNN_POINTWISE_MUL, s, &scale);
-  GraphTensor masked = CausalMask(g, PaddingMask(g, scaled, r, neg_inf), neg_inf);
+  GraphTensor masked =
+      CausalMask(g, PaddingMask(g, scaled, r, neg_inf), neg_inf, MakeBandDiagonal(g, L, p));
   GraphTensor row_max = g.Virtual(L.Rows(), L.RowStrides(), CUDNN_DATA_FLOAT);
   g.Reduction(CUDNN_REDUCE_TENSOR_MAX, masked, row_max);
   GraphTensor shifted = g.Pointwise(CUDNN_POINTWISE_SUB, masked, &row_max);
@@ -448,19 +496,25 @@ void BuildForward(GraphBuilder& g, const Layout& L, CudnnAttention::Plan& p) {
 
 void BuildBackward(GraphBuilder& g, const Layout& L, bool deterministic,
                    CudnnAttention::Plan& p) {
-  const Dims heads = {L.b, L.h, L.s, L.d};
-  const Dims full_strides = {L.h * L.s * L.d, L.s * L.d, L.d, 1};
+  const Dims heads = L.Queries();
+  // A query head's dK or dV before the grouped heads are summed: every key.
+  const Dims per_query_head_dims = {L.b, L.h, L.skv, L.d};
+  const Dims per_query_head_strides = {L.h * L.skv * L.d, L.skv * L.d, L.d, 1};
   const RaggedInputs r = MakeRaggedInputs(g, L, p);
   const GraphTensor* rows = r.Qkv();
+  // In a band, dK and dV go to its partial buffer, not ragged and not in qkv's rows.
+  const GraphTensor* key_grad_rows = L.banded ? nullptr : rows;
   GraphTensor q = g.Real(heads, L.PackedStrides(), CUDNN_DATA_BFLOAT16, rows);
-  GraphTensor kt = g.Real({L.b, L.kv, L.d, L.s}, L.PackedStridesT(), CUDNN_DATA_BFLOAT16, rows);
-  GraphTensor vt = g.Real({L.b, L.kv, L.d, L.s}, L.PackedStridesT(), CUDNN_DATA_BFLOAT16, rows);
+  GraphTensor kt = g.Real(L.KeysT(), L.PackedStridesT(), CUDNN_DATA_BFLOAT16, rows);
+  GraphTensor vt = g.Real(L.KeysT(), L.PackedStridesT(), CUDNN_DATA_BFLOAT16, rows);
   GraphTensor o = g.Real(heads, L.OutStrides(), CUDNN_DATA_BFLOAT16, r.Out());
   GraphTensor d_o = g.Real(heads, L.OutStrides(), CUDNN_DATA_BFLOAT16, r.Out());
   GraphTensor stats = g.Real(L.Rows(), L.LseStrides(), CUDNN_DATA_FLOAT, r.Lse());
   GraphTensor d_q = g.Real(heads, L.PackedStrides(), CUDNN_DATA_BFLOAT16, rows);
-  GraphTensor d_k = g.Real({L.b, L.kv, L.s, L.d}, L.PackedStrides(), CUDNN_DATA_BFLOAT16, rows);
-  GraphTensor d_v = g.Real({L.b, L.kv, L.s, L.d}, L.PackedStrides(), CUDNN_DATA_BFLOAT16, rows);
+  GraphTensor d_k =
+      g.Real(L.Keys(), L.KeyGradStrides(), CUDNN_DATA_BFLOAT16, key_grad_rows);
+  GraphTensor d_v =
+      g.Real(L.Keys(), L.KeyGradStrides(), CUDNN_DATA_BFLOAT16, key_grad_rows);
   GraphTensor softmax_sum = g.Real(L.Rows(), L.RowStrides(), CUDNN_DATA_FLOAT);
   GraphTensor scale = g.Scalar();
   GraphTensor neg_inf = g.Scalar();
@@ -470,7 +524,7 @@ void BuildBackward(GraphBuilder& g, const Layout& L, bool deterministic,
   p.scale = scale.uid, p.neg_inf = neg_inf.uid, p.one = one.uid;
 
   // D = rowsum(dO * O), the softmax backward's per-row term.
-  GraphTensor do_o = g.Virtual(heads, {L.h * L.s * L.d, L.s * L.d, L.h * L.d, 1},
+  GraphTensor do_o = g.Virtual(heads, {L.h * L.sq * L.d, L.sq * L.d, L.h * L.d, 1},
                                CUDNN_DATA_FLOAT);
   g.Pointwise(CUDNN_POINTWISE_MUL, d_o, &o, nullptr, &do_o);
   GraphTensor row_dot = g.Virtual(L.Rows(), L.RowStrides(), CUDNN_DATA_FLOAT);
@@ -483,7 +537,7 @@ void BuildBackward(GraphBuilder& g, const Layout& L, bool deterministic,
   GraphTensor scaled = g.Pointwise(CUDNN_POINTWISE_MUL, s, &scale);
   GraphTensor shifted =
       g.Pointwise(CUDNN_POINTWISE_SUB, PaddingMask(g, scaled, r, neg_inf), &stats);
-  GraphTensor masked = CausalMask(g, shifted, neg_inf);
+  GraphTensor masked = CausalMask(g, shifted, neg_inf, MakeBandDiagonal(g, L, p));
   GraphTensor probs = g.Pointwise(CUDNN_POINTWISE_EXP, masked, nullptr);
 
   // out = a b for a key/value head's gradient: straight into `out`, or with
@@ -495,13 +549,14 @@ void BuildBackward(GraphBuilder& g, const Layout& L, bool deterministic,
       g.Matmul(a, b, out, r.ByQueries());
       return;
     }
-    GraphTensor per_query_head = g.Virtual(heads, full_strides, CUDNN_DATA_BFLOAT16);
+    GraphTensor per_query_head =
+        g.Virtual(per_query_head_dims, per_query_head_strides, CUDNN_DATA_BFLOAT16);
     g.Matmul(a, b, per_query_head, r.ByQueries());
     g.Reduction(CUDNN_REDUCE_TENSOR_ADD, per_query_head, out);
   };
 
   // dV = P^T dO.
-  GraphTensor probs_t = g.Virtual(L.Scores(), L.ScoreStridesT(), CUDNN_DATA_BFLOAT16);
+  GraphTensor probs_t = g.Virtual(L.ScoresT(), L.ScoreStridesT(), CUDNN_DATA_BFLOAT16);
   g.Reshape(probs, probs_t);
   matmul_summed_over_groups(probs_t, d_o, d_v);
 
@@ -513,18 +568,19 @@ void BuildBackward(GraphBuilder& g, const Layout& L, bool deterministic,
   GraphTensor ds = g.Pointwise(CUDNN_POINTWISE_MUL, weighted, &scale);
 
   // dK = dS^T Q.
-  GraphTensor ds_t = g.Virtual(L.Scores(), L.ScoreStridesT(), CUDNN_DATA_BFLOAT16);
+  GraphTensor ds_t = g.Virtual(L.ScoresT(), L.ScoreStridesT(), CUDNN_DATA_BFLOAT16);
   g.Reshape(ds, ds_t);
   matmul_summed_over_groups(ds_t, q, d_k);
 
   // dQ = dS K: straight into dQ (cuDNN keeps dS in its workspace; fixed
   // order), or through an fp32 accumulator that blocks add into.
-  GraphTensor k = g.Virtual({L.b, L.kv, L.s, L.d}, L.PackedStrides(), CUDNN_DATA_BFLOAT16);
+  GraphTensor k = g.Virtual(L.Keys(), L.PackedStrides(), CUDNN_DATA_BFLOAT16);
   g.Reshape(kt, k);
   if (deterministic) {
     g.Matmul(ds, k, d_q, r.ByKeys());
   } else {
-    GraphTensor accum = g.Real(heads, full_strides, CUDNN_DATA_FLOAT);
+    GraphTensor accum =
+        g.Real(heads, {L.h * L.sq * L.d, L.sq * L.d, L.d, 1}, CUDNN_DATA_FLOAT);
     p.dq_accum = accum.uid;
     g.Matmul(ds, k, accum, r.ByKeys());
     g.Pointwise(CUDNN_POINTWISE_IDENTITY, accum, nullptr, nullptr, &d_q);
@@ -824,7 +880,7 @@ namespace {
 // The ops of `kind`'s graph for `shape`, into `g`; `p` gets their tensor ids.
 void BuildGraph(GraphBuilder& g, const AttentionShape& shape, int kind,
                 CudnnAttention::Plan& p) {
-  const Layout layout(shape, p.documents);
+  const Layout layout(shape, p.documents, p.band);
   if (kind == kForward) {
     BuildForward(g, layout, p);
   } else {
@@ -873,9 +929,23 @@ CudnnAttention::DocumentGroups CudnnAttention::GroupDocuments(
 }
 
 CudnnAttention::Key CudnnAttention::KeyOf(const AttentionShape& shape, int kind,
-                                          const PlannedDocuments& documents) {
-  return Key{kind,           shape.batch,        shape.seq,        shape.heads, shape.kv_heads,
-             shape.head_dim, documents.capacity, documents.longest};
+                                          const PlannedDocuments& documents,
+                                          const QueryBand& band) {
+  return Key{kind,           shape.batch,        shape.seq,         shape.heads,
+             shape.kv_heads, shape.head_dim,     documents.capacity, documents.longest,
+             band.rows,      band.keys};
+}
+
+absl::Status CudnnAttention::CheckQueryBands(const AttentionShape& shape, bool deterministic,
+                                             const Documents* documents, int query_bands) {
+  if (query_bands == 1) return absl::OkStatus();
+  if (query_bands < 1 || !deterministic || documents != nullptr ||
+      shape.seq % (int64_t{64} * query_bands) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuDNN attention: ", query_bands, " query bands need the deterministic backward of whole ",
+        "sequences whose length (", shape.seq, ") is a multiple of 64 x the bands"));
+  }
+  return absl::OkStatus();
 }
 
 namespace {
@@ -899,12 +969,14 @@ struct TableLayout {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CudnnAttention::Plan>> CudnnAttention::BuildPlan(
-    const AttentionShape& shape, int kind, int pinned, const PlannedDocuments& documents) {
+    const AttentionShape& shape, int kind, int pinned, const PlannedDocuments& documents,
+    const QueryBand& band) {
   RETURN_IF_ERROR(CheckShape(shape, kind));
   auto plan = std::make_unique<Plan>();
   plan->scale_value = 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
   plan->documents = documents;
-  const Layout layout(shape, documents);
+  plan->band = band;
+  const Layout layout(shape, documents, band);
   GraphBuilder g(&plan->descriptors);
   BuildGraph(g, shape, kind, *plan);
   const absl::Status made =
@@ -919,6 +991,9 @@ absl::StatusOr<std::unique_ptr<CudnnAttention::Plan>> CudnnAttention::BuildPlan(
                          ? absl::StrCat(" as up to ", documents.capacity, " documents of up to ",
                                         documents.longest, " tokens")
                          : std::string(),
+                     band.rows > 0 ? absl::StrCat(" in a query band of ", band.rows,
+                                                  " queries and ", band.keys, " keys")
+                                   : std::string(),
                      ": ", made.message()));
   }
   // Our buffers after cuDNN's workspace: D (softmax_sum, fp32 per row) and,
@@ -926,10 +1001,10 @@ absl::StatusOr<std::unique_ptr<CudnnAttention::Plan>> CudnnAttention::BuildPlan(
   plan->extra_offset = AlignUp(plan->cudnn_workspace);
   size_t end = plan->extra_offset;
   if (kind != kForward) {
-    end += AlignUp(static_cast<size_t>(layout.b * layout.h * layout.s) * sizeof(float));
+    end += AlignUp(static_cast<size_t>(layout.b * layout.h * layout.sq) * sizeof(float));
     plan->dq_accum_offset = end;
     if (kind == kBackwardAtomic) {
-      end += AlignUp(static_cast<size_t>(layout.b * layout.h * layout.s * layout.d) *
+      end += AlignUp(static_cast<size_t>(layout.b * layout.h * layout.sq * layout.d) *
                      sizeof(float));
     }
   }
@@ -942,12 +1017,14 @@ absl::StatusOr<std::unique_ptr<CudnnAttention::Plan>> CudnnAttention::BuildPlan(
 }
 
 absl::StatusOr<CudnnAttention::Plan*> CudnnAttention::GetPlan(
-    const AttentionShape& shape, int kind, const PlannedDocuments& documents) {
-  const Key key = KeyOf(shape, kind, documents);
+    const AttentionShape& shape, int kind, const PlannedDocuments& documents,
+    const QueryBand& band) {
+  const Key key = KeyOf(shape, kind, documents, band);
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second.get();
   if (auto failed = unplannable_.find(key); failed != unplannable_.end()) return failed->second;
-  absl::StatusOr<std::unique_ptr<Plan>> plan = BuildPlan(shape, kind, /*pinned=*/-1, documents);
+  absl::StatusOr<std::unique_ptr<Plan>> plan =
+      BuildPlan(shape, kind, /*pinned=*/-1, documents, band);
   if (!plan.ok()) {
     if (absl::IsUnimplemented(plan.status())) unplannable_[key] = plan.status();
     return plan.status();
@@ -969,8 +1046,9 @@ absl::StatusOr<std::vector<std::string>> CudnnAttention::ListPlanCandidates(
 absl::StatusOr<std::string> CudnnAttention::UsePlanCandidate(const AttentionShape& shape,
                                                              int kind, int index) {
   if (index < 0) return absl::InvalidArgumentError("cuDNN attention: candidate index < 0");
-  ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan, BuildPlan(shape, kind, index, PlannedDocuments{}));
-  const Key key = KeyOf(shape, kind, PlannedDocuments{});
+  ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan,
+                   BuildPlan(shape, kind, index, PlannedDocuments{}, QueryBand{}));
+  const Key key = KeyOf(shape, kind, PlannedDocuments{}, QueryBand{});
   std::string description = plan->description;
   plans_[key] = std::move(plan);
   return description;
@@ -978,7 +1056,7 @@ absl::StatusOr<std::string> CudnnAttention::UsePlanCandidate(const AttentionShap
 
 absl::StatusOr<std::string> CudnnAttention::PlanDescription(const AttentionShape& shape,
                                                             int kind) {
-  ASSIGN_OR_RETURN(Plan * plan, GetPlan(shape, kind, PlannedDocuments{}));
+  ASSIGN_OR_RETURN(Plan * plan, GetPlan(shape, kind, PlannedDocuments{}, QueryBand{}));
   return plan->description;
 }
 
@@ -992,18 +1070,43 @@ CudnnAttention::PlannedDocuments PlanOf(const CudnnAttention::Documents* documen
 
 absl::StatusOr<size_t> CudnnAttention::ForwardWorkspaceBytes(const AttentionShape& shape,
                                                              const Documents* documents) {
-  absl::StatusOr<Plan*> plan = GetPlan(shape, kForward, PlanOf(documents));
+  absl::StatusOr<Plan*> plan = GetPlan(shape, kForward, PlanOf(documents), QueryBand{});
   if (!plan.ok()) return plan.status();
   return (*plan)->total_workspace;
 }
 
+namespace {
+
+// Band c of n: the queries [c S/n, (c+1) S/n) and keys [0, (c+1) S/n).
+CudnnAttention::QueryBand BandOf(const AttentionShape& shape, int bands, int c) {
+  const int64_t rows = shape.seq / bands;
+  return {rows, (c + 1) * rows};
+}
+
+}  // namespace
+
 absl::StatusOr<size_t> CudnnAttention::BackwardWorkspaceBytes(const AttentionShape& shape,
                                                               bool deterministic,
-                                                              const Documents* documents) {
-  absl::StatusOr<Plan*> plan =
-      GetPlan(shape, deterministic ? kBackwardDeterministic : kBackwardAtomic, PlanOf(documents));
-  if (!plan.ok()) return plan.status();
-  return (*plan)->total_workspace;
+                                                              const Documents* documents,
+                                                              int query_bands) {
+  RETURN_IF_ERROR(CheckQueryBands(shape, deterministic, documents, query_bands));
+  const int kind = deterministic ? kBackwardDeterministic : kBackwardAtomic;
+  if (query_bands == 1) {
+    absl::StatusOr<Plan*> plan = GetPlan(shape, kind, PlanOf(documents), QueryBand{});
+    if (!plan.ok()) return plan.status();
+    return (*plan)->total_workspace;
+  }
+  // The bands run one after another in one workspace: the largest band's
+  // own, then every band's partial dK and dV.
+  size_t most = 0;
+  for (int c = 0; c < query_bands; ++c) {
+    absl::StatusOr<Plan*> plan =
+        GetPlan(shape, kind, PlannedDocuments{}, BandOf(shape, query_bands, c));
+    if (!plan.ok()) return plan.status();
+    most = std::max(most, (*plan)->total_workspace);
+  }
+  return AlignUp(most) +
+         static_cast<size_t>(QueryBandPartialOffset(shape, query_bands, query_bands));
 }
 
 namespace {
@@ -1086,10 +1189,10 @@ absl::Status AddDocumentTable(const CudnnAttention::Plan& p, const AttentionShap
 absl::Status CudnnAttention::Forward(const AttentionShape& shape, const void* qkv, void* out,
                                      float* lse, void* workspace, cudaStream_t stream,
                                      const Documents* documents) {
-  absl::StatusOr<Plan*> got = GetPlan(shape, kForward, PlanOf(documents));
+  absl::StatusOr<Plan*> got = GetPlan(shape, kForward, PlanOf(documents), QueryBand{});
   if (!got.ok()) return got.status();
   Plan& p = **got;
-  const Layout L(shape, p.documents);
+  const Layout L(shape, p.documents, p.band);
   std::vector<int64_t> uids = {p.q, p.k, p.v, p.o, p.stats, p.scale, p.neg_inf};
   std::vector<void*> pointers = {
       const_cast<void*>(qkv), At(qkv, L.KOffset(), 2), At(qkv, L.VOffset(), 2), out, lse,
@@ -1101,12 +1204,19 @@ absl::Status CudnnAttention::Forward(const AttentionShape& shape, const void* qk
 absl::Status CudnnAttention::Backward(const AttentionShape& shape, bool deterministic,
                                       const void* grad_out, const void* qkv, const void* out,
                                       const float* lse, void* grad_qkv, void* workspace,
-                                      cudaStream_t stream, const Documents* documents) {
+                                      cudaStream_t stream, const Documents* documents,
+                                      int query_bands) {
+  RETURN_IF_ERROR(CheckQueryBands(shape, deterministic, documents, query_bands));
+  if (query_bands > 1) {
+    return BackwardInBands(shape, query_bands, grad_out, qkv, out, lse, grad_qkv, workspace,
+                           stream);
+  }
   absl::StatusOr<Plan*> got =
-      GetPlan(shape, deterministic ? kBackwardDeterministic : kBackwardAtomic, PlanOf(documents));
+      GetPlan(shape, deterministic ? kBackwardDeterministic : kBackwardAtomic, PlanOf(documents),
+              QueryBand{});
   if (!got.ok()) return got.status();
   Plan& p = **got;
-  const Layout L(shape, p.documents);
+  const Layout L(shape, p.documents, p.band);
   std::vector<int64_t> uids = {p.q,   p.k,   p.v,   p.o,           p.d_o,   p.stats, p.d_q,
                                p.d_k, p.d_v, p.softmax_sum, p.scale, p.neg_inf, p.one};
   std::vector<void*> pointers = {const_cast<void*>(qkv),
@@ -1128,6 +1238,47 @@ absl::Status CudnnAttention::Backward(const AttentionShape& shape, bool determin
   }
   RETURN_IF_ERROR(AddDocumentTable(p, shape, documents, workspace, uids, pointers, stream));
   return Execute(static_cast<cudnnHandle_t>(handle_), p, uids, pointers, workspace, stream);
+}
+
+absl::Status CudnnAttention::BackwardInBands(const AttentionShape& shape, int bands,
+                                             const void* grad_out, const void* qkv,
+                                             const void* out, const float* lse, void* grad_qkv,
+                                             void* workspace, cudaStream_t stream) {
+  ASSIGN_OR_RETURN(const size_t total,
+                   BackwardWorkspaceBytes(shape, /*deterministic=*/true, nullptr, bands));
+  const int64_t partials = static_cast<int64_t>(
+      total - static_cast<size_t>(QueryBandPartialOffset(shape, bands, bands)));
+  for (int c = 0; c < bands; ++c) {
+    const QueryBand band = BandOf(shape, bands, c);
+    ASSIGN_OR_RETURN(Plan * plan,
+                     GetPlan(shape, kBackwardDeterministic, PlannedDocuments{}, band));
+    Plan& p = *plan;
+    const Layout L(shape, p.documents, p.band);
+    // The band's first query row, in qkv and grad_qkv rows, out rows and lse.
+    const int64_t first = band.keys - band.rows;
+    void* partial = At(workspace, partials + QueryBandPartialOffset(shape, bands, c), 1);
+    const std::vector<int64_t> uids = {p.q,   p.k,           p.v,     p.o,       p.d_o,
+                                       p.stats, p.d_q,       p.d_k,   p.d_v,     p.softmax_sum,
+                                       p.scale, p.neg_inf,   p.one,   p.band_rows, p.band_keys};
+    std::vector<void*> pointers = {At(qkv, first * L.ts, 2),
+                                   At(qkv, L.KOffset(), 2),
+                                   At(qkv, L.VOffset(), 2),
+                                   At(out, first * L.os, 2),
+                                   At(grad_out, first * L.os, 2),
+                                   At(lse, first, 4),
+                                   At(grad_qkv, first * L.ts, 2),
+                                   partial,
+                                   At(partial, L.KeyGradVOffset(), 2),
+                                   At(workspace, static_cast<int64_t>(p.extra_offset), 1),
+                                   &p.scale_value,
+                                   &p.neg_inf_value,
+                                   &p.one_value,
+                                   &p.band_rows_value,
+                                   &p.band_keys_value};
+    RETURN_IF_ERROR(
+        Execute(static_cast<cudnnHandle_t>(handle_), p, uids, pointers, workspace, stream));
+  }
+  return LaunchSumQueryBands(shape, bands, At(workspace, partials, 1), grad_qkv, stream);
 }
 
 }  // namespace cuda

@@ -19,6 +19,16 @@
 // product. The other accumulates dQ with fp32 atomics (bits vary in the last
 // places between runs) and needs only b * heads * S * hd * 4 bytes.
 //
+// Query bands: the deterministic backward of whole sequences may run as n
+// calls, band c holding queries [c S/n, (c+1) S/n) and the keys they see,
+// [0, (c+1) S/n), causal along the band's own diagonal (its rows shifted by
+// c S/n). cuDNN keeps and reads back dS for every query and key of a call,
+// the masked ones included; in bands that is S^2 (n + 1) / 2n over the
+// backward instead of S^2, and S^2 / n in the largest call. dQ of a band is
+// whole; its dK and dV are partial sums, written to the workspace and then
+// added in band order into grad_qkv (query_band_sums.cu). The engine takes
+// CudnnQueryBands (common/cudnn_attention_workspace.h).
+//
 // Documents (document masking): a batch whose sequences pack several
 // documents runs them as the entries of ragged batches, each document one
 // causal sequence. From what the host counted (DocumentCounts), the
@@ -105,8 +115,11 @@ class CudnnAttention {
   // sequence is one document.
   absl::StatusOr<size_t> ForwardWorkspaceBytes(const AttentionShape& shape,
                                                const Documents* documents = nullptr);
+  // `query_bands` > 1 (deterministic, whole sequences only; S a multiple
+  // of 64 x query_bands): the backward in that many query bands.
   absl::StatusOr<size_t> BackwardWorkspaceBytes(const AttentionShape& shape, bool deterministic,
-                                                const Documents* documents = nullptr);
+                                                const Documents* documents = nullptr,
+                                                int query_bands = 1);
 
   absl::Status Forward(const AttentionShape& shape, const void* qkv, void* out, float* lse,
                        void* workspace, cudaStream_t stream,
@@ -114,7 +127,7 @@ class CudnnAttention {
   absl::Status Backward(const AttentionShape& shape, bool deterministic, const void* grad_out,
                         const void* qkv, const void* out, const float* lse, void* grad_qkv,
                         void* workspace, cudaStream_t stream,
-                        const Documents* documents = nullptr);
+                        const Documents* documents = nullptr, int query_bands = 1);
 
   // For tuning (bench/cudnn_attention_plans.cc). The graphs of one shape:
   enum Kind { kForward = 0, kBackwardDeterministic = 1, kBackwardAtomic = 2 };
@@ -133,19 +146,32 @@ class CudnnAttention {
   absl::StatusOr<std::string> PlanDescription(const AttentionShape& shape, int kind);
 
   struct Plan;  // defined in the .cc
+  // One query band's call: `rows` queries, the last `rows` of `keys`. {0, 0}:
+  // every query and key of the sequence.
+  struct QueryBand {
+    int64_t rows = 0;
+    int64_t keys = 0;
+  };
 
  private:
   explicit CudnnAttention(void* handle);
-  // kind, B, S, H, KV, hd, document capacity, longest document
-  using Key = std::tuple<int, int64_t, int64_t, int, int, int, int64_t, int64_t>;
-  static Key KeyOf(const AttentionShape& shape, int kind, const PlannedDocuments& documents);
+  // kind, B, S, H, KV, hd, document capacity, longest document, band rows,
+  // band keys
+  using Key = std::tuple<int, int64_t, int64_t, int, int, int, int64_t, int64_t, int64_t, int64_t>;
+  static Key KeyOf(const AttentionShape& shape, int kind, const PlannedDocuments& documents,
+                   const QueryBand& band);
   static absl::Status CheckShape(const AttentionShape& shape, int kind);
+  static absl::Status CheckQueryBands(const AttentionShape& shape, bool deterministic,
+                                      const Documents* documents, int query_bands);
   // pinned < 0: the first configuration that finalizes.
   absl::StatusOr<std::unique_ptr<Plan>> BuildPlan(const AttentionShape& shape, int kind,
-                                                  int pinned,
-                                                  const PlannedDocuments& documents);
+                                                  int pinned, const PlannedDocuments& documents,
+                                                  const QueryBand& band);
   absl::StatusOr<Plan*> GetPlan(const AttentionShape& shape, int kind,
-                                const PlannedDocuments& documents);
+                                const PlannedDocuments& documents, const QueryBand& band);
+  absl::Status BackwardInBands(const AttentionShape& shape, int bands, const void* grad_out,
+                               const void* qkv, const void* out, const float* lse,
+                               void* grad_qkv, void* workspace, cudaStream_t stream);
 
   void* handle_;  // cudnnHandle_t
   std::map<Key, std::unique_ptr<Plan>> plans_;
