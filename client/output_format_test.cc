@@ -252,9 +252,10 @@ TEST(OutputFormat, CheckpointIntervalLineSaysWhenTrainingWouldWait) {
 }
 
 // The dry run's attention line follows the engine's rule: cuDNN under AUTO
-// within its workspace limit (the 8B shape: 1.22 GiB in 4 query bands, 2.55
-// GiB in 8 at 16384 tokens; with document masking the ragged batches'
-// limit), Tessera's kernels past it or when named; nothing for CPU jobs.
+// within its workspace limit (the 8B shape: 4.14 GiB in one call; at 16384
+// tokens 2.55 GiB in 8 query bands; with document masking the ragged
+// batches' limit), Tessera's kernels past it or when named; nothing for CPU
+// jobs.
 TEST(OutputFormat, AttentionLineSaysWhichKernelsAndTheirWorkspace) {
   v1::JobSpec spec;
   spec.set_device_kind(v1::CUDA);
@@ -265,8 +266,8 @@ TEST(OutputFormat, AttentionLineSaysWhichKernelsAndTheirWorkspace) {
   m->set_seq_len(8192);
   spec.mutable_data()->set_micro_batch_size(1);
   EXPECT_EQ(AttentionLine(spec),
-            "# attention: cuDNN (AUTO), deterministic backward in 4 query bands, workspace "
-            "1.22 GiB per rank (counted above); ATTENTION_KERNELS_TESSERA takes none, "
+            "# attention: cuDNN (AUTO), deterministic backward, workspace 4.14 GiB per rank "
+            "(counted above); ATTENTION_KERNELS_TESSERA takes none, "
             "nondeterministic_attention_backward 0.27 GiB\n");
   spec.set_nondeterministic_attention_backward(true);
   EXPECT_EQ(AttentionLine(spec),

@@ -40,7 +40,10 @@ constexpr int64_t kCudnnSlackBytes = int64_t{16} << 20;
 }  // namespace
 
 int CudnnQueryBands(const CudnnAttentionShape& shape) {
-  if (shape.seq < 4096) return 1;
+  if (CudnnAttentionWorkspaceBound(shape, /*deterministic=*/true) <=
+      kAutoCudnnWorkspaceLimitBytes) {
+    return 1;
+  }
   for (int64_t n = std::min<int64_t>(kMaxCudnnQueryBands, shape.seq / 2048); n > 1; --n) {
     if (shape.seq % (64 * n) == 0) return static_cast<int>(n);
   }

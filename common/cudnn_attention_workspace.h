@@ -19,17 +19,19 @@ struct CudnnAttentionShape {
   int64_t batch = 0, heads = 0, kv_heads = 0, seq = 0, head_dim = 0;
 };
 
-// The deterministic backward of whole sequences runs in query bands: band
-// c of n holds queries [c S/n, (c+1) S/n) and their keys [0, (c+1) S/n),
-// causal from the band's own diagonal. cuDNN's deterministic backward keeps
-// dS for every query and key its call holds, the masked half included, and
-// reads all of it back to form dQ; in bands it keeps S/n x (c+1) S/n per
-// band, so the dS it writes and reads over a whole backward falls from S^2
-// to S^2 (n + 1) / 2n, and the largest one call keeps from S^2 to S^2 / n.
-// Each band's dK and dV are partial sums over its queries, added in band
-// order by one more kernel. The rule: one band below 4096 tokens; above,
-// a band per 2048 tokens, at most kMaxCudnnQueryBands, each a multiple of
-// 64 tokens (fewer bands where the sequence does not divide so).
+// The deterministic backward of whole sequences can run in query bands:
+// band c of n holds queries [c S/n, (c+1) S/n) and their keys [0, (c+1)
+// S/n), causal from the band's own diagonal. cuDNN's deterministic backward
+// keeps dS for every query and key its call holds, so one call keeps S^2
+// and the largest band S^2 / n. Each band's dK and dV are partial sums over
+// its queries, added in band order by one more kernel. Bands are slower
+// (measured on an H200 at 32 heads and 8192 tokens: forward + backward
+// 4.31 ms in one call, 4.96-5.10 ms in 4 or 8 bands, 5.57 ms in 2;
+// bench/RESULTS.md), so they are the way to keep cuDNN where one call's
+// workspace would pass kAutoCudnnWorkspaceLimitBytes, not a speed-up. The
+// rule: one band while one call's bound fits that limit; past it, a band
+// per 2048 tokens, at most kMaxCudnnQueryBands, each a multiple of 64
+// tokens (one band where the sequence does not divide so).
 inline constexpr int kMaxCudnnQueryBands = 8;
 int CudnnQueryBands(const CudnnAttentionShape& shape);
 
@@ -53,10 +55,10 @@ int64_t CudnnAttentionWorkspaceBound(const CudnnAttentionShape& shape, bool dete
 // AUTO's rule: cuDNN's attention for a shape unless its deterministic
 // backward, in its query bands, would need more than
 // kAutoCudnnWorkspaceLimitBytes (dS grows with the square of the sequence:
-// whole, 4.4 GB for 32 heads at 8192 tokens and 17 GB at 16384; in bands,
-// 1.1 and 2.2 GB), in which case that shape runs Tessera's kernels, forward
-// and backward. The atomic backward's workspace grows linearly and always
-// qualifies.
+// 4.4 GB for 32 heads at 8192 tokens, one call; 17 GB at 16384 in one
+// call, so 8 bands and 2.2 GB; 34 GB in the last of 8 bands at 65536), in
+// which case that shape runs Tessera's kernels, forward and backward. The
+// atomic backward's workspace grows linearly and always qualifies.
 inline constexpr int64_t kAutoCudnnWorkspaceLimitBytes = int64_t{8} << 30;
 bool AutoAttentionPicksCudnn(const CudnnAttentionShape& shape, bool deterministic);
 

@@ -17,15 +17,17 @@ struct Seen {
   CudnnAttentionShape shape;
   bool deterministic;
   int64_t bytes;  // cuDNN's workspace plus D (and the atomic form's dQ accumulator)
+  int query_bands = 1;
 };
 
 // The bound covers each workspace cuDNN asked for, and tightly: no more
 // than the slack over it.
 void ExpectBoundCoversTightly(absl::Span<const Seen> seen) {
   for (const Seen& s : seen) {
-    const int64_t bound = CudnnAttentionWorkspaceBound(s.shape, s.deterministic);
+    const int64_t bound = CudnnAttentionWorkspaceBound(s.shape, s.deterministic, s.query_bands);
     const std::string what = absl::StrCat(s.shape.batch, "x", s.shape.heads, "x", s.shape.seq,
-                                          s.deterministic ? " deterministic" : " atomic");
+                                          s.deterministic ? " deterministic" : " atomic", " in ",
+                                          s.query_bands, " query bands");
     EXPECT_GE(bound, s.bytes) << what;
     EXPECT_LE(bound - s.bytes, int64_t{16} << 20) << what;
   }
@@ -39,6 +41,9 @@ TEST(CudnnAttentionWorkspace, BoundCoversWhatCudnnAskedFor) {
       {{1, 16, 4, 8192, 128}, true, 2215117056},   {{1, 16, 4, 8192, 128}, false, 134742272},
       {{1, 32, 8, 16384, 128}, true, 17450402048}, {{1, 32, 8, 16384, 128}, false, 538968320},
       {{2, 4, 4, 1000, 128}, true, 16809472},      {{2, 4, 4, 1000, 128}, false, 4128256},
+      // In query bands (cuDNN 9.14 on an H200): the largest band's own
+      // workspace, then every band's partial dK and dV.
+      {{1, 32, 8, 16384, 128}, true, 2718171392, 8},
   };
   ExpectBoundCoversTightly(seen);
 }
@@ -69,24 +74,30 @@ TEST(CudnnAttentionWorkspace, BoundCoversRaggedPlansAndTheDocumentsLimit) {
             CudnnDocumentsWorkspaceLimit(whole, false));
 }
 
-TEST(CudnnAttentionWorkspace, QueryBandsAreWholeMultiplesOf64FromAPer2048Tokens) {
-  const auto bands = [](int64_t seq) { return CudnnQueryBands({1, 32, 8, seq, 128}); };
-  EXPECT_EQ(bands(1), 1);
-  EXPECT_EQ(bands(2048), 1);
-  EXPECT_EQ(bands(4095), 1);
-  EXPECT_EQ(bands(4096), 2);
-  EXPECT_EQ(bands(8192), 4);
-  EXPECT_EQ(bands(16384), kMaxCudnnQueryBands);
-  EXPECT_EQ(bands(131072), kMaxCudnnQueryBands);
-  // 6144 = 3 x 2048; 5000 does not divide into bands of whole 64s.
-  EXPECT_EQ(bands(6144), 3);
-  EXPECT_EQ(bands(5000), 1);
-  EXPECT_EQ(bands(4160), 1);  // 65 x 64: odd, and prime to 2
-  for (int64_t seq = 1; seq <= 40000; seq += 97) {
-    const int n = bands(seq);
+TEST(CudnnAttentionWorkspace, QueryBandsOnlyWhereOneCallPassesTheLimit) {
+  const auto bands = [](int64_t batch, int64_t seq) {
+    return CudnnQueryBands({batch, 32, 8, seq, 128});
+  };
+  // One call fits: the Llama-3-8B shape at 8192 tokens (4.4 GB).
+  EXPECT_EQ(bands(1, 8192), 1);
+  EXPECT_EQ(bands(1, 2048), 1);
+  // Past the limit: a band per 2048 tokens, at most 8.
+  EXPECT_EQ(bands(1, 16384), kMaxCudnnQueryBands);
+  EXPECT_EQ(bands(1, 131072), kMaxCudnnQueryBands);
+  EXPECT_EQ(bands(2, 8192), 4);
+  // 6144 = 3 x 2048; 5000 does not split into whole multiples of 64.
+  EXPECT_EQ(bands(4, 6144), 3);
+  EXPECT_EQ(bands(8, 5000), 1);
+  for (int64_t seq = 4096; seq <= 70000; seq += 97) {
+    const int n = bands(4, seq);
     ASSERT_GE(n, 1);
     ASSERT_LE(n, kMaxCudnnQueryBands);
-    if (n > 1) EXPECT_EQ(seq % (64 * n), 0) << seq;
+    if (n > 1) {
+      EXPECT_EQ(seq % (64 * n), 0) << seq;
+      EXPECT_GT(CudnnAttentionWorkspaceBound({4, 32, 8, seq, 128}, true),
+                kAutoCudnnWorkspaceLimitBytes)
+          << seq;
+    }
   }
 }
 
@@ -103,7 +114,7 @@ TEST(CudnnAttentionWorkspace, BandsShrinkTheDeterministicWorkspaceByTheirCount) 
 }
 
 TEST(CudnnAttentionWorkspace, AutoKeepsCudnnUntilDsOutgrowsTheLimit) {
-  // The Llama-3-8B shape at 8192 tokens: 1.1 GB in 4 bands, cuDNN.
+  // The Llama-3-8B shape at 8192 tokens: 4.4 GB in one call, cuDNN.
   EXPECT_TRUE(AutoAttentionPicksCudnn({1, 32, 8, 8192, 128}, true));
   // At 16384 tokens dS whole would be 17 GB; in 8 bands 2.2 GB: cuDNN.
   EXPECT_TRUE(AutoAttentionPicksCudnn({1, 32, 8, 16384, 128}, true));

@@ -62,7 +62,7 @@ TEST(MemoryEstimate, CountsCudnnAttentionWorkspaceWhereTheEngineTakesIt) {
   EXPECT_EQ(EstimateRankMemory(spec, 0, 1).engine_workspace,
             tessera + CudnnAttentionWorkspaceBound(shape, /*deterministic=*/true,
                                                    CudnnQueryBands(shape)));
-  EXPECT_EQ(CudnnQueryBands(shape), 2);  // two bands of 2048 queries
+  EXPECT_EQ(CudnnQueryBands(shape), 1);  // one call fits
   spec.set_nondeterministic_attention_backward(true);
   EXPECT_EQ(EstimateRankMemory(spec, 0, 1).engine_workspace,
             tessera + CudnnAttentionWorkspaceBound(shape, /*deterministic=*/false));

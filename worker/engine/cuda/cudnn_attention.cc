@@ -399,9 +399,9 @@ GraphTensor CausalMask(GraphBuilder& g, const GraphTensor& x, const GraphTensor&
                                 CUDNN_DATA_INT32, CUDNN_DATA_FLOAT, /*axis=*/3);
   if (band.on) {
     row = g.Pointwise(CUDNN_POINTWISE_ADD, row, &band.keys, nullptr, nullptr, CUDNN_DATA_INT32,
-                      CUDNN_DATA_INT32, /*axis=*/3);
+                      CUDNN_DATA_INT32);
     row = g.Pointwise(CUDNN_POINTWISE_SUB, row, &band.rows, nullptr, nullptr, CUDNN_DATA_INT32,
-                      CUDNN_DATA_INT32, /*axis=*/3);
+                      CUDNN_DATA_INT32);
   }
   GraphTensor keep = g.Pointwise(CUDNN_POINTWISE_CMP_GE, row, &col, nullptr, nullptr,
                                  CUDNN_DATA_BOOLEAN, CUDNN_DATA_BOOLEAN);
@@ -1257,9 +1257,9 @@ absl::Status CudnnAttention::BackwardInBands(const AttentionShape& shape, int ba
     // The band's first query row, in qkv and grad_qkv rows, out rows and lse.
     const int64_t first = band.keys - band.rows;
     void* partial = At(workspace, partials + QueryBandPartialOffset(shape, bands, c), 1);
-    const std::vector<int64_t> uids = {p.q,   p.k,           p.v,     p.o,       p.d_o,
-                                       p.stats, p.d_q,       p.d_k,   p.d_v,     p.softmax_sum,
-                                       p.scale, p.neg_inf,   p.one,   p.band_rows, p.band_keys};
+    const std::vector<int64_t> uids = {p.q,     p.k,       p.v,     p.o,         p.d_o,
+                                       p.stats, p.d_q,     p.d_k,   p.d_v,       p.softmax_sum,
+                                       p.scale, p.neg_inf, p.one,   p.band_rows, p.band_keys};
     std::vector<void*> pointers = {At(qkv, first * L.ts, 2),
                                    At(qkv, L.KOffset(), 2),
                                    At(qkv, L.VOffset(), 2),

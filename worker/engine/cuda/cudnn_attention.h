@@ -22,12 +22,15 @@
 // Query bands: the deterministic backward of whole sequences may run as n
 // calls, band c holding queries [c S/n, (c+1) S/n) and the keys they see,
 // [0, (c+1) S/n), causal along the band's own diagonal (its rows shifted by
-// c S/n). cuDNN keeps and reads back dS for every query and key of a call,
-// the masked ones included; in bands that is S^2 (n + 1) / 2n over the
-// backward instead of S^2, and S^2 / n in the largest call. dQ of a band is
-// whole; its dK and dV are partial sums, written to the workspace and then
-// added in band order into grad_qkv (query_band_sums.cu). The engine takes
-// CudnnQueryBands (common/cudnn_attention_workspace.h).
+// c S/n, the bottom-right alignment). cuDNN keeps dS for every query and
+// key of a call, the masked ones included: S^2 in one call, S^2 / n in the
+// largest band. dQ of a band is whole; its dK and dV are partial sums,
+// written to the workspace and then added in band order into grad_qkv
+// (query_band_sums.cu), so the bits still repeat. Bands cost time (15% at
+// 8192 tokens), so the engine takes them only where one call's workspace
+// would pass AUTO's limit (CudnnQueryBands,
+// common/cudnn_attention_workspace.h): the long sequences that would
+// otherwise run our kernels.
 //
 // Documents (document masking): a batch whose sequences pack several
 // documents runs them as the entries of ragged batches, each document one
