@@ -117,10 +117,10 @@ absl::Status CreateBenchEngine(const std::string& engine, int device, BenchEngin
             "TESSERA_BENCH_ATTENTION: '", choice, "' is not tessera, cudnn, cudnn_atomic or auto"));
       }
     }
-    // TESSERA_BENCH_QUERY_BANDS: the deterministic backward's query bands
-    // (CudaEngineOptions::attention_query_bands; unset or 0: the rule).
-    if (const char* bands = std::getenv("TESSERA_BENCH_QUERY_BANDS"); bands != nullptr) {
-      options.attention_query_bands = std::atoi(bands);
+    // TESSERA_BENCH_KEY_BANDS: the deterministic backward's key bands
+    // (CudaEngineOptions::attention_key_bands; unset or 0: the rule).
+    if (const char* bands = std::getenv("TESSERA_BENCH_KEY_BANDS"); bands != nullptr) {
+      options.attention_key_bands = std::atoi(bands);
     }
     ASSIGN_OR_RETURN(e.ops, CreateCudaOps(device, options));
     BENCH_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));

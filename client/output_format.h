@@ -28,8 +28,8 @@ std::string CheckpointIntervalLine(int64_t bytes, int interval_steps);
 // For the dry run of a CUDA job, as a comment: which attention
 // implementation the job will run (JobSpec.attention_kernels, by the rule
 // the engine and the memory estimate share) and the workspace it takes, e.g.
-// "# attention: cuDNN (AUTO), deterministic backward in 8 query bands,
-// workspace 2.55 GiB per rank (counted above); ATTENTION_KERNELS_TESSERA
+// "# attention: cuDNN (AUTO), deterministic backward in 4 key bands,
+// workspace 4.39 GiB per rank (counted above); ATTENTION_KERNELS_TESSERA
 // takes none, nondeterministic_attention_backward 0.52 GiB\n". Empty for
 // other jobs.
 std::string AttentionLine(const v1::JobSpec& spec);

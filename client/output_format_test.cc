@@ -253,7 +253,7 @@ TEST(OutputFormat, CheckpointIntervalLineSaysWhenTrainingWouldWait) {
 
 // The dry run's attention line follows the engine's rule: cuDNN under AUTO
 // within its workspace limit (the 8B shape: 4.14 GiB in one call; at 16384
-// tokens 2.55 GiB in 8 query bands; with document masking the ragged
+// tokens 4.39 GiB in 4 key bands; with document masking the ragged
 // batches' limit), Tessera's kernels past it or when named; nothing for CPU
 // jobs.
 TEST(OutputFormat, AttentionLineSaysWhichKernelsAndTheirWorkspace) {
@@ -276,17 +276,17 @@ TEST(OutputFormat, AttentionLineSaysWhichKernelsAndTheirWorkspace) {
   spec.set_nondeterministic_attention_backward(false);
   m->set_seq_len(16384);
   EXPECT_NE(AttentionLine(spec).find(
-                "cuDNN (AUTO), deterministic backward in 8 query bands, workspace 2.55 GiB"),
+                "cuDNN (AUTO), deterministic backward in 4 key bands, workspace 4.39 GiB"),
             std::string::npos)
       << AttentionLine(spec);
   m->set_seq_len(65536);
   EXPECT_EQ(AttentionLine(spec),
-            "# attention: Tessera's kernels (AUTO: cuDNN's deterministic backward in 8 query "
-            "bands would need 34.14 GiB of workspace, above 8.00 GiB; "
+            "# attention: Tessera's kernels (AUTO: cuDNN's deterministic backward in 8 key "
+            "bands would need 34.40 GiB of workspace, above 8.00 GiB; "
             "nondeterministic_attention_backward would take 2.02 GiB)\n");
   spec.set_attention_kernels(v1::ATTENTION_KERNELS_CUDNN);
   EXPECT_NE(AttentionLine(spec).find(
-                "cuDNN (CUDNN), deterministic backward in 8 query bands, workspace 34.14 GiB"),
+                "cuDNN (CUDNN), deterministic backward in 8 key bands, workspace 34.40 GiB"),
             std::string::npos)
       << AttentionLine(spec);
   spec.set_attention_kernels(v1::ATTENTION_KERNELS_TESSERA);

@@ -16,21 +16,21 @@ struct WorkspaceTerms {
 int64_t Padded(int64_t rows) { return (rows + 63) / 64 * 64; }  // cuDNN's dS rows and columns
 
 WorkspaceTerms Terms(const CudnnAttentionShape& s, bool deterministic, int bands) {
-  const int64_t band = s.seq / bands;  // the query rows of one call
+  const int64_t band = s.seq / bands;  // the keys of one call
   WorkspaceTerms t;
   if (deterministic) {
-    // The last band's: all of the keys.
-    t.square = s.batch * s.heads * Padded(band) * Padded(s.seq) * 2;
+    // The first band's: all of the queries.
+    t.square = s.batch * s.heads * Padded(s.seq) * Padded(band) * 2;
   } else {
     t.linear = s.batch * s.heads * s.seq * s.head_dim * 4;
   }
   const int64_t per_query_head =
-      s.heads != s.kv_heads ? s.batch * s.heads * s.seq * s.head_dim * 4 : 0;
-  t.linear += s.batch * s.heads * band * 4 + per_query_head;
+      s.heads != s.kv_heads ? s.batch * s.heads * band * s.head_dim * 4 : 0;
+  t.linear += s.batch * s.heads * s.seq * 4 + per_query_head;
   if (bands > 1) {
-    // Every band's partial dK and dV: band x (c + 1) rows for c < n.
+    // Every band's partial dQ: S - c S/n rows for c < n.
     const int64_t partial_rows = band * bands * (bands + 1) / 2;
-    t.linear += s.batch * partial_rows * 2 * s.kv_heads * s.head_dim * 2;
+    t.linear += s.batch * partial_rows * s.heads * s.head_dim * 2;
   }
   return t;
 }
@@ -39,20 +39,23 @@ constexpr int64_t kCudnnSlackBytes = int64_t{16} << 20;
 
 }  // namespace
 
-int CudnnQueryBands(const CudnnAttentionShape& shape) {
+int CudnnKeyBands(const CudnnAttentionShape& shape) {
   if (CudnnAttentionWorkspaceBound(shape, /*deterministic=*/true) <=
       kAutoCudnnWorkspaceLimitBytes) {
     return 1;
   }
-  for (int64_t n = std::min<int64_t>(kMaxCudnnQueryBands, shape.seq / 2048); n > 1; --n) {
-    if (shape.seq % (64 * n) == 0) return static_cast<int>(n);
+  int most = 1;  // the most bands the sequence splits into
+  for (int n = 2; n <= kMaxCudnnKeyBands; ++n) {
+    if (shape.seq % (int64_t{64} * n) != 0) continue;
+    if (CudnnAttentionWorkspaceBound(shape, true, n) <= kAutoCudnnWorkspaceLimitBytes) return n;
+    most = n;
   }
-  return 1;
+  return most;
 }
 
 int64_t CudnnAttentionWorkspaceBound(const CudnnAttentionShape& s, bool deterministic,
-                                     int query_bands) {
-  const WorkspaceTerms t = Terms(s, deterministic, deterministic ? query_bands : 1);
+                                     int key_bands) {
+  const WorkspaceTerms t = Terms(s, deterministic, deterministic ? key_bands : 1);
   return t.square + t.linear + kCudnnSlackBytes;
 }
 
@@ -64,7 +67,7 @@ int64_t CudnnDocumentsWorkspaceLimit(const CudnnAttentionShape& whole, bool dete
 
 bool AutoAttentionPicksCudnn(const CudnnAttentionShape& shape, bool deterministic) {
   return !deterministic || CudnnAttentionWorkspaceBound(shape, deterministic,
-                                                        CudnnQueryBands(shape)) <=
+                                                        CudnnKeyBands(shape)) <=
                                kAutoCudnnWorkspaceLimitBytes;
 }
 

@@ -19,26 +19,30 @@ struct CudnnAttentionShape {
   int64_t batch = 0, heads = 0, kv_heads = 0, seq = 0, head_dim = 0;
 };
 
-// The deterministic backward of whole sequences can run in query bands:
-// band c of n holds queries [c S/n, (c+1) S/n) and their keys [0, (c+1)
-// S/n), causal from the band's own diagonal. cuDNN's deterministic backward
-// keeps dS for every query and key its call holds, so one call keeps S^2
-// and the largest band S^2 / n. Each band's dK and dV are partial sums over
-// its queries, added in band order by one more kernel. Bands are slower
+// The deterministic backward of whole sequences can run in key bands:
+// band c of n holds the keys [c S/n, (c+1) S/n) and the queries that see
+// them, [c S/n, S), both counted from the band's first key, so its mask is
+// the ordinary causal one. The backward splits exactly over keys (P is
+// recomputed from the saved lse and D from O and dO, neither from the
+// other keys): each band's dK and dV are whole, and its dQ is a partial sum
+// over its keys, which one more kernel adds in band order. cuDNN's
+// deterministic backward keeps dS for every query and key its call holds,
+// so one call keeps S^2 and the largest band S^2 / n. Bands cost time
 // (measured on an H200 at 32 heads and 8192 tokens: forward + backward
-// 4.31 ms in one call, 4.96-5.10 ms in 4 or 8 bands, 5.57 ms in 2;
+// 4.18 ms in one call, 4.40 / 4.55 / 4.72 ms in 2 / 4 / 8 bands;
 // bench/RESULTS.md), so they are the way to keep cuDNN where one call's
 // workspace would pass kAutoCudnnWorkspaceLimitBytes, not a speed-up. The
-// rule: one band while one call's bound fits that limit; past it, a band
-// per 2048 tokens, at most kMaxCudnnQueryBands, each a multiple of 64
-// tokens (one band where the sequence does not divide so).
-inline constexpr int kMaxCudnnQueryBands = 8;
-int CudnnQueryBands(const CudnnAttentionShape& shape);
+// rule: one band while one call's bound fits that limit; past it, the
+// fewest bands, each a whole multiple of 64 tokens, whose bound fits; where
+// none of up to kMaxCudnnKeyBands does, the most the sequence splits into
+// (AUTO then runs Tessera's kernels; CUDNN runs cuDNN in those bands).
+inline constexpr int kMaxCudnnKeyBands = 8;
+int CudnnKeyBands(const CudnnAttentionShape& shape);
 
 // An upper bound of one call's workspace, forward or backward (the
 // backward's is the larger), with the deterministic backward in
-// `query_bands` bands (the whole sequence as one where 1; the engine runs
-// CudnnQueryBands). Measured on H100 with cuDNN 9.14:
+// `key_bands` bands (the whole sequence as one where 1; the engine runs
+// CudnnKeyBands). Measured on H100 with cuDNN 9.14:
 //  * the deterministic backward keeps dS, batch x heads x seq^2 bf16 (seq
 //    rounded up to 64);
 //  * the atomic backward keeps an fp32 dQ accumulator instead;
@@ -46,17 +50,17 @@ int CudnnQueryBands(const CudnnAttentionShape& shape);
 //  * with grouped-query heads, dK and dV per query head before they are
 //    summed over each group: batch x heads x seq x head_dim x 2 x bf16;
 // plus 16 MiB of slack for cuDNN's own use (it asked for 256 bytes).
-// In bands: the largest band's dS and per-query-head dK and dV, one band's
-// D, and every band's partial dK and dV (bf16, (n + 1) / 2 x the keys'
-// rows).
+// In bands: the first band's dS and D (all of the queries), a band's
+// per-query-head dK and dV, and every band's partial dQ (bf16, (n + 1) / 2
+// x the queries' rows).
 int64_t CudnnAttentionWorkspaceBound(const CudnnAttentionShape& shape, bool deterministic,
-                                     int query_bands = 1);
+                                     int key_bands = 1);
 
 // AUTO's rule: cuDNN's attention for a shape unless its deterministic
-// backward, in its query bands, would need more than
+// backward, in its key bands, would need more than
 // kAutoCudnnWorkspaceLimitBytes (dS grows with the square of the sequence:
 // 4.4 GB for 32 heads at 8192 tokens, one call; 17 GB at 16384 in one
-// call, so 8 bands and 2.2 GB; 34 GB in the last of 8 bands at 65536), in
+// call, so 4 bands and 4.3 GB; 34 GB in the first of 8 bands at 65536), in
 // which case that shape runs Tessera's kernels, forward and backward. The
 // atomic backward's workspace grows linearly and always qualifies.
 inline constexpr int64_t kAutoCudnnWorkspaceLimitBytes = int64_t{8} << 30;

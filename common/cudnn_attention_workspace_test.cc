@@ -17,17 +17,17 @@ struct Seen {
   CudnnAttentionShape shape;
   bool deterministic;
   int64_t bytes;  // cuDNN's workspace plus D (and the atomic form's dQ accumulator)
-  int query_bands = 1;
+  int key_bands = 1;
 };
 
 // The bound covers each workspace cuDNN asked for, and tightly: no more
 // than the slack over it.
 void ExpectBoundCoversTightly(absl::Span<const Seen> seen) {
   for (const Seen& s : seen) {
-    const int64_t bound = CudnnAttentionWorkspaceBound(s.shape, s.deterministic, s.query_bands);
+    const int64_t bound = CudnnAttentionWorkspaceBound(s.shape, s.deterministic, s.key_bands);
     const std::string what = absl::StrCat(s.shape.batch, "x", s.shape.heads, "x", s.shape.seq,
                                           s.deterministic ? " deterministic" : " atomic", " in ",
-                                          s.query_bands, " query bands");
+                                          s.key_bands, " key bands");
     EXPECT_GE(bound, s.bytes) << what;
     EXPECT_LE(bound - s.bytes, int64_t{16} << 20) << what;
   }
@@ -41,9 +41,6 @@ TEST(CudnnAttentionWorkspace, BoundCoversWhatCudnnAskedFor) {
       {{1, 16, 4, 8192, 128}, true, 2215117056},   {{1, 16, 4, 8192, 128}, false, 134742272},
       {{1, 32, 8, 16384, 128}, true, 17450402048}, {{1, 32, 8, 16384, 128}, false, 538968320},
       {{2, 4, 4, 1000, 128}, true, 16809472},      {{2, 4, 4, 1000, 128}, false, 4128256},
-      // In query bands (cuDNN 9.14 on an H200): the largest band's own
-      // workspace, then every band's partial dK and dV.
-      {{1, 32, 8, 16384, 128}, true, 2718171392, 8},
   };
   ExpectBoundCoversTightly(seen);
 }
@@ -74,29 +71,34 @@ TEST(CudnnAttentionWorkspace, BoundCoversRaggedPlansAndTheDocumentsLimit) {
             CudnnDocumentsWorkspaceLimit(whole, false));
 }
 
-TEST(CudnnAttentionWorkspace, QueryBandsOnlyWhereOneCallPassesTheLimit) {
+TEST(CudnnAttentionWorkspace, KeyBandsOnlyWhereOneCallPassesTheLimitAndAsFewAsFit) {
   const auto bands = [](int64_t batch, int64_t seq) {
-    return CudnnQueryBands({batch, 32, 8, seq, 128});
+    return CudnnKeyBands({batch, 32, 8, seq, 128});
   };
   // One call fits: the Llama-3-8B shape at 8192 tokens (4.4 GB).
   EXPECT_EQ(bands(1, 8192), 1);
   EXPECT_EQ(bands(1, 2048), 1);
-  // Past the limit: a band per 2048 tokens, at most 8.
-  EXPECT_EQ(bands(1, 16384), kMaxCudnnQueryBands);
-  EXPECT_EQ(bands(1, 131072), kMaxCudnnQueryBands);
-  EXPECT_EQ(bands(2, 8192), 4);
-  // 6144 = 3 x 2048; 5000 does not split into whole multiples of 64.
-  EXPECT_EQ(bands(4, 6144), 3);
-  EXPECT_EQ(bands(8, 5000), 1);
+  // Past the limit, the fewest that fit: 16384 tokens in 2 bands keep
+  // 8 GiB of dS and more; in 4, 4.3 GB.
+  EXPECT_EQ(bands(1, 16384), 4);
+  EXPECT_EQ(bands(2, 8192), 2);
+  EXPECT_EQ(bands(4, 6144), 2);
+  // None fits: the most the sequence splits into.
+  EXPECT_EQ(bands(1, 131072), kMaxCudnnKeyBands);
+  EXPECT_EQ(bands(8, 5000), 1);  // 5000 splits into no whole multiples of 64
   for (int64_t seq = 4096; seq <= 70000; seq += 97) {
-    const int n = bands(4, seq);
+    const CudnnAttentionShape shape{4, 32, 8, seq, 128};
+    const int n = CudnnKeyBands(shape);
     ASSERT_GE(n, 1);
-    ASSERT_LE(n, kMaxCudnnQueryBands);
-    if (n > 1) {
-      EXPECT_EQ(seq % (64 * n), 0) << seq;
-      EXPECT_GT(CudnnAttentionWorkspaceBound({4, 32, 8, seq, 128}, true),
-                kAutoCudnnWorkspaceLimitBytes)
-          << seq;
+    ASSERT_LE(n, kMaxCudnnKeyBands);
+    if (n == 1) continue;
+    EXPECT_EQ(seq % (64 * n), 0) << seq;
+    EXPECT_GT(CudnnAttentionWorkspaceBound(shape, true), kAutoCudnnWorkspaceLimitBytes) << seq;
+    // No fewer bands would have fitted.
+    for (int fewer = 2; fewer < n; ++fewer) {
+      if (seq % (64 * fewer) != 0) continue;
+      EXPECT_GT(CudnnAttentionWorkspaceBound(shape, true, fewer), kAutoCudnnWorkspaceLimitBytes)
+          << seq << " in " << fewer;
     }
   }
 }
@@ -105,7 +107,7 @@ TEST(CudnnAttentionWorkspace, BandsShrinkTheDeterministicWorkspaceByTheirCount) 
   const CudnnAttentionShape shape{1, 32, 8, 8192, 128};
   const int64_t whole = CudnnAttentionWorkspaceBound(shape, true);
   const int64_t four = CudnnAttentionWorkspaceBound(shape, true, 4);
-  // dS: 4.3 GB whole, 1.07 GB for the last of four bands.
+  // dS: 4.3 GB whole, 1.07 GB for the first of four bands.
   EXPECT_GT(whole, int64_t{4} << 30);
   EXPECT_LT(four, int64_t{1300} << 20);
   // The atomic form has no bands.
@@ -116,7 +118,7 @@ TEST(CudnnAttentionWorkspace, BandsShrinkTheDeterministicWorkspaceByTheirCount) 
 TEST(CudnnAttentionWorkspace, AutoKeepsCudnnUntilDsOutgrowsTheLimit) {
   // The Llama-3-8B shape at 8192 tokens: 4.4 GB in one call, cuDNN.
   EXPECT_TRUE(AutoAttentionPicksCudnn({1, 32, 8, 8192, 128}, true));
-  // At 16384 tokens dS whole would be 17 GB; in 8 bands 2.2 GB: cuDNN.
+  // At 16384 tokens dS whole would be 17 GB; in 4 bands 4.3 GB: cuDNN.
   EXPECT_TRUE(AutoAttentionPicksCudnn({1, 32, 8, 16384, 128}, true));
   // At 65536 tokens the last of 8 bands alone keeps 34 GB: Tessera's kernels.
   EXPECT_FALSE(AutoAttentionPicksCudnn({1, 32, 8, 65536, 128}, true));

@@ -184,7 +184,7 @@ RankMemoryEstimate EstimateRankMemory(const v1::JobSpec& spec, int /*rank*/, int
 int64_t CudnnWorkspaceOfJob(const JobAttention& attention, bool deterministic) {
   return attention.documents ? CudnnDocumentsWorkspaceLimit(attention.shape, deterministic)
                              : CudnnAttentionWorkspaceBound(attention.shape, deterministic,
-                                                            CudnnQueryBands(attention.shape));
+                                                            CudnnKeyBands(attention.shape));
 }
 
 JobAttention AttentionOfJob(const v1::JobSpec& spec) {

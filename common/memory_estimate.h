@@ -77,7 +77,7 @@ struct JobAttention {
 JobAttention AttentionOfJob(const v1::JobSpec& spec);
 // The cuDNN workspace counted for such a job's attention with the given
 // backward form: the documents' limit under document masking, else the
-// whole sequences' bound, in the query bands the engine runs
+// whole sequences' bound, in the key bands the engine runs
 // (common/cudnn_attention_workspace.h).
 int64_t CudnnWorkspaceOfJob(const JobAttention& attention, bool deterministic);
 

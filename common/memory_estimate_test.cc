@@ -61,8 +61,8 @@ TEST(MemoryEstimate, CountsCudnnAttentionWorkspaceWhereTheEngineTakesIt) {
   }();
   EXPECT_EQ(EstimateRankMemory(spec, 0, 1).engine_workspace,
             tessera + CudnnAttentionWorkspaceBound(shape, /*deterministic=*/true,
-                                                   CudnnQueryBands(shape)));
-  EXPECT_EQ(CudnnQueryBands(shape), 1);  // one call fits
+                                                   CudnnKeyBands(shape)));
+  EXPECT_EQ(CudnnKeyBands(shape), 1);  // one call fits
   spec.set_nondeterministic_attention_backward(true);
   EXPECT_EQ(EstimateRankMemory(spec, 0, 1).engine_workspace,
             tessera + CudnnAttentionWorkspaceBound(shape, /*deterministic=*/false));

@@ -41,7 +41,7 @@ class CudaOps : public Ops {
         gemm_(ctx_.get(), gemm_selection),
         attention_choice_(options.attention),
         attention_atomic_backward_(options.attention_atomic_backward),
-        attention_query_bands_(options.attention_query_bands) {}
+        attention_key_bands_(options.attention_key_bands) {}
 
   absl::Status Init() {
     RETURN_IF_ERROR(gemm_.Init());
@@ -296,7 +296,7 @@ class CudaOps : public Ops {
     ASSIGN_OR_RETURN(const int32_t* starts, cuda::ReadDocStarts(documents.starts, shape));
     if (const CudnnCalls calls = CudnnCallsFor(shape, starts, documents); calls.use) {
       const bool deterministic = !attention_atomic_backward_;
-      const int bands = QueryBandsFor(shape, calls);
+      const int bands = KeyBandsFor(shape, calls);
       ASSIGN_OR_RETURN(
           const bool ran,
           RunCudnn(
@@ -505,13 +505,13 @@ class CudaOps : public Ops {
     return calls;
   }
 
-  // The query bands of the deterministic backward of whole sequences
-  // (cudnn_attention.h): CudnnQueryBands, or what the engine's options fix
+  // The key bands of the deterministic backward of whole sequences
+  // (cudnn_attention.h): CudnnKeyBands, or what the engine's options fix
   // (benchmarks compare counts). 1 for the atomic form and for documents.
-  int QueryBandsFor(const cuda::AttentionShape& shape, const CudnnCalls& calls) const {
+  int KeyBandsFor(const cuda::AttentionShape& shape, const CudnnCalls& calls) const {
     if (attention_atomic_backward_ || calls.count > 0) return 1;
-    if (attention_query_bands_ > 0) return attention_query_bands_;
-    return CudnnQueryBands(
+    if (attention_key_bands_ > 0) return attention_key_bands_;
+    return CudnnKeyBands(
         {shape.batch, shape.heads, shape.kv_heads, shape.seq, shape.head_dim});
   }
 
@@ -555,7 +555,7 @@ class CudaOps : public Ops {
   // cuDNN's attention (CudaEngineOptions::attention) and its workspace.
   CudaEngineOptions::Attention attention_choice_;
   bool attention_atomic_backward_;
-  int attention_query_bands_;
+  int attention_key_bands_;
   std::unique_ptr<cuda::CudnnAttention> cudnn_attention_;
   cuda::ScratchBuffer cudnn_workspace_{&scratch_allocator_, &capture_record_};
   // The embedding backward's sort and chunk partials (embedding.cu).

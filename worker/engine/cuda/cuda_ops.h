@@ -61,11 +61,11 @@ struct CudaEngineOptions {
   // between runs (JobSpec.nondeterministic_attention_backward). false: the
   // deterministic form, with dS kept in cuDNN's workspace.
   bool attention_atomic_backward = false;
-  // The deterministic backward's query bands (cudnn_attention.h): 0, the
-  // engine's rule (CudnnQueryBands, what the memory estimate counts); n > 0,
+  // The deterministic backward's key bands (cudnn_attention.h): 0, the
+  // engine's rule (CudnnKeyBands, what the memory estimate counts); n > 0,
   // n bands for every whole-sequence call, for benchmarks that compare
   // counts (1: the whole sequence in one call).
-  int attention_query_bands = 0;
+  int attention_key_bands = 0;
 };
 
 // The engine for GPU `device_index`; NOT_FOUND if there is no such GPU.

@@ -291,15 +291,15 @@ using PlannedDocuments = CudnnAttention::PlannedDocuments;
 // ragged batch) b is the plan's document capacity and s its longest
 // document; each entry's rows then start where the ragged offsets say,
 // and lse keeps its [B, heads, S] layout (a head's rows S apart). In a
-// query band the call holds sq queries and skv keys of sequences S long
-// (the buffers' strides stay S's), and dK and dV go to the band's partial
-// buffer, [b, skv, 2 kv, d].
+// key band the call holds sq queries and skv keys of sequences S long
+// (the buffers' strides stay S's), and dQ goes to the band's partial
+// buffer, [b, sq, h, d].
 struct Layout {
   int64_t b, s, sq, skv, h, kv, d, ts, os;
   int64_t lse_row;  // the lse's distance between heads: the real sequence length
   bool ragged, banded;
   Layout(const AttentionShape& shape, const PlannedDocuments& documents,
-         const CudnnAttention::QueryBand& band)
+         const CudnnAttention::KeyBand& band)
       : b(documents.capacity > 0 ? documents.capacity : shape.batch),
         s(documents.capacity > 0 ? documents.longest : shape.seq),
         sq(band.rows > 0 ? band.rows : s),
@@ -315,11 +315,10 @@ struct Layout {
   Dims PackedStrides() const { return {s * ts, d, ts, 1}; }           // a head of qkv
   Dims PackedStridesT() const { return {s * ts, d, 1, ts}; }          // its transpose
   Dims OutStrides() const { return {s * os, d, os, 1}; }              // a head of out
-  // dK and dV: grad_qkv's key and value heads, or a band's partial buffer.
-  Dims KeyGradStrides() const {
-    return banded ? Dims{skv * 2 * kv * d, d, 2 * kv * d, 1} : PackedStrides();
+  // dQ: grad_qkv's query heads, or a band's partial buffer.
+  Dims QueryGradStrides() const {
+    return banded ? Dims{sq * h * d, d, h * d, 1} : PackedStrides();
   }
-  int64_t KeyGradVOffset() const { return banded ? kv * d : VOffset() - KOffset(); }
   Dims Queries() const { return {b, h, sq, d}; }
   Dims Keys() const { return {b, kv, skv, d}; }
   Dims KeysT() const { return {b, kv, d, skv}; }
@@ -349,15 +348,11 @@ struct CudnnAttention::Plan {
   int64_t q = 0, k = 0, v = 0, o = 0, stats = 0, d_o = 0, d_q = 0, d_k = 0, d_v = 0;
   int64_t softmax_sum = 0, dq_accum = 0;
   int64_t scale = 0, neg_inf = 0, one = 0;
-  // A query band's causal diagonal: its rows are shifted by keys - rows
-  // (int32 by value; 0 ids where the call is not a band).
-  int64_t band_rows = 0, band_keys = 0;
-  int32_t band_rows_value = 0, band_keys_value = 0;
   // A ragged batch's inputs (0 for whole sequences): each entry's length,
   // as the query and the key extent, and its rows' offsets.
   int64_t seq_q = 0, seq_kv = 0, qkv_offsets = 0, out_offsets = 0, lse_offsets = 0;
   PlannedDocuments documents;
-  QueryBand band;
+  KeyBand band;
   size_t table_offset = 0;  // the document table in the workspace (RaggedDocumentTable)
   // Host values of the by-value scalars (their addresses go in the pack).
   float scale_value = 0.f, neg_inf_value = -std::numeric_limits<float>::infinity(),
@@ -370,39 +365,13 @@ struct CudnnAttention::Plan {
 
 namespace {
 
-// A query band's two int32 counts, whose difference shifts its causal
-// diagonal (bottom-right alignment: the band's last query sees every key).
-struct BandDiagonal {
-  GraphTensor rows, keys;
-  bool on = false;
-};
-
-BandDiagonal MakeBandDiagonal(GraphBuilder& g, const Layout& L, CudnnAttention::Plan& p) {
-  BandDiagonal band;
-  if (!L.banded) return band;
-  band.on = true;
-  band.rows = g.Scalar(CUDNN_DATA_INT32);
-  band.keys = g.Scalar(CUDNN_DATA_INT32);
-  p.band_rows = band.rows.uid, p.band_keys = band.keys.uid;
-  p.band_rows_value = static_cast<int32_t>(L.sq);
-  p.band_keys_value = static_cast<int32_t>(L.skv);
-  return band;
-}
-
-// The causal select: keep x where row >= column, else -inf; in a query
-// band, where row + keys - rows >= column.
-GraphTensor CausalMask(GraphBuilder& g, const GraphTensor& x, const GraphTensor& neg_inf,
-                       const BandDiagonal& band = {}) {
+// The causal select: keep x where row >= column, else -inf. (A key band's
+// rows and columns both count from its first key, so its mask is this one.)
+GraphTensor CausalMask(GraphBuilder& g, const GraphTensor& x, const GraphTensor& neg_inf) {
   GraphTensor row = g.Pointwise(CUDNN_POINTWISE_GEN_INDEX, x, nullptr, nullptr, nullptr,
                                 CUDNN_DATA_INT32, CUDNN_DATA_FLOAT, /*axis=*/2);
   GraphTensor col = g.Pointwise(CUDNN_POINTWISE_GEN_INDEX, x, nullptr, nullptr, nullptr,
                                 CUDNN_DATA_INT32, CUDNN_DATA_FLOAT, /*axis=*/3);
-  if (band.on) {
-    row = g.Pointwise(CUDNN_POINTWISE_ADD, row, &band.keys, nullptr, nullptr, CUDNN_DATA_INT32,
-                      CUDNN_DATA_INT32);
-    row = g.Pointwise(CUDNN_POINTWISE_SUB, row, &band.rows, nullptr, nullptr, CUDNN_DATA_INT32,
-                      CUDNN_DATA_INT32);
-  }
   GraphTensor keep = g.Pointwise(CUDNN_POINTWISE_CMP_GE, row, &col, nullptr, nullptr,
                                  CUDNN_DATA_BOOLEAN, CUDNN_DATA_BOOLEAN);
   return g.Pointwise(CUDNN_POINTWISE_BINARY_SELECT, x, &neg_inf, &keep);
@@ -480,7 +449,7 @@ void BuildForward(GraphBuilder& g, const Layout& L, CudnnAttention::Plan& p) {
   g.Matmul(q, kt, s, r.Scores());
   GraphTensor scaled = g.Pointwise(CUDNN_POINTWISE_MUL, s, &scale);
   GraphTensor masked =
-      CausalMask(g, PaddingMask(g, scaled, r, neg_inf), neg_inf, MakeBandDiagonal(g, L, p));
+      CausalMask(g, PaddingMask(g, scaled, r, neg_inf), neg_inf);
   GraphTensor row_max = g.Virtual(L.Rows(), L.RowStrides(), CUDNN_DATA_FLOAT);
   g.Reduction(CUDNN_REDUCE_TENSOR_MAX, masked, row_max);
   GraphTensor shifted = g.Pointwise(CUDNN_POINTWISE_SUB, masked, &row_max);
@@ -502,19 +471,17 @@ void BuildBackward(GraphBuilder& g, const Layout& L, bool deterministic,
   const Dims per_query_head_strides = {L.h * L.skv * L.d, L.skv * L.d, L.d, 1};
   const RaggedInputs r = MakeRaggedInputs(g, L, p);
   const GraphTensor* rows = r.Qkv();
-  // In a band, dK and dV go to its partial buffer, not ragged and not in qkv's rows.
-  const GraphTensor* key_grad_rows = L.banded ? nullptr : rows;
+  // In a band, dQ goes to its partial buffer, not ragged and not in qkv's rows.
+  const GraphTensor* query_grad_rows = L.banded ? nullptr : rows;
   GraphTensor q = g.Real(heads, L.PackedStrides(), CUDNN_DATA_BFLOAT16, rows);
   GraphTensor kt = g.Real(L.KeysT(), L.PackedStridesT(), CUDNN_DATA_BFLOAT16, rows);
   GraphTensor vt = g.Real(L.KeysT(), L.PackedStridesT(), CUDNN_DATA_BFLOAT16, rows);
   GraphTensor o = g.Real(heads, L.OutStrides(), CUDNN_DATA_BFLOAT16, r.Out());
   GraphTensor d_o = g.Real(heads, L.OutStrides(), CUDNN_DATA_BFLOAT16, r.Out());
   GraphTensor stats = g.Real(L.Rows(), L.LseStrides(), CUDNN_DATA_FLOAT, r.Lse());
-  GraphTensor d_q = g.Real(heads, L.PackedStrides(), CUDNN_DATA_BFLOAT16, rows);
-  GraphTensor d_k =
-      g.Real(L.Keys(), L.KeyGradStrides(), CUDNN_DATA_BFLOAT16, key_grad_rows);
-  GraphTensor d_v =
-      g.Real(L.Keys(), L.KeyGradStrides(), CUDNN_DATA_BFLOAT16, key_grad_rows);
+  GraphTensor d_q = g.Real(heads, L.QueryGradStrides(), CUDNN_DATA_BFLOAT16, query_grad_rows);
+  GraphTensor d_k = g.Real(L.Keys(), L.PackedStrides(), CUDNN_DATA_BFLOAT16, rows);
+  GraphTensor d_v = g.Real(L.Keys(), L.PackedStrides(), CUDNN_DATA_BFLOAT16, rows);
   GraphTensor softmax_sum = g.Real(L.Rows(), L.RowStrides(), CUDNN_DATA_FLOAT);
   GraphTensor scale = g.Scalar();
   GraphTensor neg_inf = g.Scalar();
@@ -537,7 +504,7 @@ void BuildBackward(GraphBuilder& g, const Layout& L, bool deterministic,
   GraphTensor scaled = g.Pointwise(CUDNN_POINTWISE_MUL, s, &scale);
   GraphTensor shifted =
       g.Pointwise(CUDNN_POINTWISE_SUB, PaddingMask(g, scaled, r, neg_inf), &stats);
-  GraphTensor masked = CausalMask(g, shifted, neg_inf, MakeBandDiagonal(g, L, p));
+  GraphTensor masked = CausalMask(g, shifted, neg_inf);
   GraphTensor probs = g.Pointwise(CUDNN_POINTWISE_EXP, masked, nullptr);
 
   // out = a b for a key/value head's gradient: straight into `out`, or with
@@ -930,19 +897,19 @@ CudnnAttention::DocumentGroups CudnnAttention::GroupDocuments(
 
 CudnnAttention::Key CudnnAttention::KeyOf(const AttentionShape& shape, int kind,
                                           const PlannedDocuments& documents,
-                                          const QueryBand& band) {
+                                          const KeyBand& band) {
   return Key{kind,           shape.batch,        shape.seq,         shape.heads,
              shape.kv_heads, shape.head_dim,     documents.capacity, documents.longest,
              band.rows,      band.keys};
 }
 
-absl::Status CudnnAttention::CheckQueryBands(const AttentionShape& shape, bool deterministic,
-                                             const Documents* documents, int query_bands) {
-  if (query_bands == 1) return absl::OkStatus();
-  if (query_bands < 1 || !deterministic || documents != nullptr ||
-      shape.seq % (int64_t{64} * query_bands) != 0) {
+absl::Status CudnnAttention::CheckKeyBands(const AttentionShape& shape, bool deterministic,
+                                             const Documents* documents, int key_bands) {
+  if (key_bands == 1) return absl::OkStatus();
+  if (key_bands < 1 || !deterministic || documents != nullptr ||
+      shape.seq % (int64_t{64} * key_bands) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "cuDNN attention: ", query_bands, " query bands need the deterministic backward of whole ",
+        "cuDNN attention: ", key_bands, " key bands need the deterministic backward of whole ",
         "sequences whose length (", shape.seq, ") is a multiple of 64 x the bands"));
   }
   return absl::OkStatus();
@@ -970,7 +937,7 @@ struct TableLayout {
 
 absl::StatusOr<std::unique_ptr<CudnnAttention::Plan>> CudnnAttention::BuildPlan(
     const AttentionShape& shape, int kind, int pinned, const PlannedDocuments& documents,
-    const QueryBand& band) {
+    const KeyBand& band) {
   RETURN_IF_ERROR(CheckShape(shape, kind));
   auto plan = std::make_unique<Plan>();
   plan->scale_value = 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
@@ -991,7 +958,7 @@ absl::StatusOr<std::unique_ptr<CudnnAttention::Plan>> CudnnAttention::BuildPlan(
                          ? absl::StrCat(" as up to ", documents.capacity, " documents of up to ",
                                         documents.longest, " tokens")
                          : std::string(),
-                     band.rows > 0 ? absl::StrCat(" in a query band of ", band.rows,
+                     band.rows > 0 ? absl::StrCat(" in a key band of ", band.rows,
                                                   " queries and ", band.keys, " keys")
                                    : std::string(),
                      ": ", made.message()));
@@ -1018,7 +985,7 @@ absl::StatusOr<std::unique_ptr<CudnnAttention::Plan>> CudnnAttention::BuildPlan(
 
 absl::StatusOr<CudnnAttention::Plan*> CudnnAttention::GetPlan(
     const AttentionShape& shape, int kind, const PlannedDocuments& documents,
-    const QueryBand& band) {
+    const KeyBand& band) {
   const Key key = KeyOf(shape, kind, documents, band);
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second.get();
@@ -1047,8 +1014,8 @@ absl::StatusOr<std::string> CudnnAttention::UsePlanCandidate(const AttentionShap
                                                              int kind, int index) {
   if (index < 0) return absl::InvalidArgumentError("cuDNN attention: candidate index < 0");
   ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan,
-                   BuildPlan(shape, kind, index, PlannedDocuments{}, QueryBand{}));
-  const Key key = KeyOf(shape, kind, PlannedDocuments{}, QueryBand{});
+                   BuildPlan(shape, kind, index, PlannedDocuments{}, KeyBand{}));
+  const Key key = KeyOf(shape, kind, PlannedDocuments{}, KeyBand{});
   std::string description = plan->description;
   plans_[key] = std::move(plan);
   return description;
@@ -1056,7 +1023,7 @@ absl::StatusOr<std::string> CudnnAttention::UsePlanCandidate(const AttentionShap
 
 absl::StatusOr<std::string> CudnnAttention::PlanDescription(const AttentionShape& shape,
                                                             int kind) {
-  ASSIGN_OR_RETURN(Plan * plan, GetPlan(shape, kind, PlannedDocuments{}, QueryBand{}));
+  ASSIGN_OR_RETURN(Plan * plan, GetPlan(shape, kind, PlannedDocuments{}, KeyBand{}));
   return plan->description;
 }
 
@@ -1070,17 +1037,17 @@ CudnnAttention::PlannedDocuments PlanOf(const CudnnAttention::Documents* documen
 
 absl::StatusOr<size_t> CudnnAttention::ForwardWorkspaceBytes(const AttentionShape& shape,
                                                              const Documents* documents) {
-  absl::StatusOr<Plan*> plan = GetPlan(shape, kForward, PlanOf(documents), QueryBand{});
+  absl::StatusOr<Plan*> plan = GetPlan(shape, kForward, PlanOf(documents), KeyBand{});
   if (!plan.ok()) return plan.status();
   return (*plan)->total_workspace;
 }
 
 namespace {
 
-// Band c of n: the queries [c S/n, (c+1) S/n) and keys [0, (c+1) S/n).
-CudnnAttention::QueryBand BandOf(const AttentionShape& shape, int bands, int c) {
-  const int64_t rows = shape.seq / bands;
-  return {rows, (c + 1) * rows};
+// Band c of n: the keys [c S/n, (c+1) S/n) and the queries [c S/n, S).
+CudnnAttention::KeyBand BandOf(const AttentionShape& shape, int bands, int c) {
+  const int64_t keys = shape.seq / bands;
+  return {shape.seq - c * keys, keys};
 }
 
 }  // namespace
@@ -1088,25 +1055,25 @@ CudnnAttention::QueryBand BandOf(const AttentionShape& shape, int bands, int c) 
 absl::StatusOr<size_t> CudnnAttention::BackwardWorkspaceBytes(const AttentionShape& shape,
                                                               bool deterministic,
                                                               const Documents* documents,
-                                                              int query_bands) {
-  RETURN_IF_ERROR(CheckQueryBands(shape, deterministic, documents, query_bands));
+                                                              int key_bands) {
+  RETURN_IF_ERROR(CheckKeyBands(shape, deterministic, documents, key_bands));
   const int kind = deterministic ? kBackwardDeterministic : kBackwardAtomic;
-  if (query_bands == 1) {
-    absl::StatusOr<Plan*> plan = GetPlan(shape, kind, PlanOf(documents), QueryBand{});
+  if (key_bands == 1) {
+    absl::StatusOr<Plan*> plan = GetPlan(shape, kind, PlanOf(documents), KeyBand{});
     if (!plan.ok()) return plan.status();
     return (*plan)->total_workspace;
   }
   // The bands run one after another in one workspace: the largest band's
-  // own, then every band's partial dK and dV.
+  // own, then every band's partial dQ.
   size_t most = 0;
-  for (int c = 0; c < query_bands; ++c) {
+  for (int c = 0; c < key_bands; ++c) {
     absl::StatusOr<Plan*> plan =
-        GetPlan(shape, kind, PlannedDocuments{}, BandOf(shape, query_bands, c));
+        GetPlan(shape, kind, PlannedDocuments{}, BandOf(shape, key_bands, c));
     if (!plan.ok()) return plan.status();
     most = std::max(most, (*plan)->total_workspace);
   }
   return AlignUp(most) +
-         static_cast<size_t>(QueryBandPartialOffset(shape, query_bands, query_bands));
+         static_cast<size_t>(KeyBandPartialOffset(shape, key_bands, key_bands));
 }
 
 namespace {
@@ -1189,7 +1156,7 @@ absl::Status AddDocumentTable(const CudnnAttention::Plan& p, const AttentionShap
 absl::Status CudnnAttention::Forward(const AttentionShape& shape, const void* qkv, void* out,
                                      float* lse, void* workspace, cudaStream_t stream,
                                      const Documents* documents) {
-  absl::StatusOr<Plan*> got = GetPlan(shape, kForward, PlanOf(documents), QueryBand{});
+  absl::StatusOr<Plan*> got = GetPlan(shape, kForward, PlanOf(documents), KeyBand{});
   if (!got.ok()) return got.status();
   Plan& p = **got;
   const Layout L(shape, p.documents, p.band);
@@ -1205,15 +1172,15 @@ absl::Status CudnnAttention::Backward(const AttentionShape& shape, bool determin
                                       const void* grad_out, const void* qkv, const void* out,
                                       const float* lse, void* grad_qkv, void* workspace,
                                       cudaStream_t stream, const Documents* documents,
-                                      int query_bands) {
-  RETURN_IF_ERROR(CheckQueryBands(shape, deterministic, documents, query_bands));
-  if (query_bands > 1) {
-    return BackwardInBands(shape, query_bands, grad_out, qkv, out, lse, grad_qkv, workspace,
+                                      int key_bands) {
+  RETURN_IF_ERROR(CheckKeyBands(shape, deterministic, documents, key_bands));
+  if (key_bands > 1) {
+    return BackwardInBands(shape, key_bands, grad_out, qkv, out, lse, grad_qkv, workspace,
                            stream);
   }
   absl::StatusOr<Plan*> got =
       GetPlan(shape, deterministic ? kBackwardDeterministic : kBackwardAtomic, PlanOf(documents),
-              QueryBand{});
+              KeyBand{});
   if (!got.ok()) return got.status();
   Plan& p = **got;
   const Layout L(shape, p.documents, p.band);
@@ -1247,38 +1214,37 @@ absl::Status CudnnAttention::BackwardInBands(const AttentionShape& shape, int ba
   ASSIGN_OR_RETURN(const size_t total,
                    BackwardWorkspaceBytes(shape, /*deterministic=*/true, nullptr, bands));
   const int64_t partials = static_cast<int64_t>(
-      total - static_cast<size_t>(QueryBandPartialOffset(shape, bands, bands)));
+      total - static_cast<size_t>(KeyBandPartialOffset(shape, bands, bands)));
   for (int c = 0; c < bands; ++c) {
-    const QueryBand band = BandOf(shape, bands, c);
+    const KeyBand band = BandOf(shape, bands, c);
     ASSIGN_OR_RETURN(Plan * plan,
                      GetPlan(shape, kBackwardDeterministic, PlannedDocuments{}, band));
     Plan& p = *plan;
     const Layout L(shape, p.documents, p.band);
-    // The band's first query row, in qkv and grad_qkv rows, out rows and lse.
-    const int64_t first = band.keys - band.rows;
-    void* partial = At(workspace, partials + QueryBandPartialOffset(shape, bands, c), 1);
-    const std::vector<int64_t> uids = {p.q,     p.k,       p.v,     p.o,         p.d_o,
-                                       p.stats, p.d_q,     p.d_k,   p.d_v,       p.softmax_sum,
-                                       p.scale, p.neg_inf, p.one,   p.band_rows, p.band_keys};
+    // The band's first key, which is also its first query: a row of qkv,
+    // grad_qkv, out and lse.
+    const int64_t first = shape.seq - band.rows;
+    void* partial = At(workspace, partials + KeyBandPartialOffset(shape, bands, c), 1);
+    const std::vector<int64_t> uids = {p.q,     p.k,       p.v,     p.o,   p.d_o,
+                                       p.stats, p.d_q,     p.d_k,   p.d_v, p.softmax_sum,
+                                       p.scale, p.neg_inf, p.one};
     std::vector<void*> pointers = {At(qkv, first * L.ts, 2),
-                                   At(qkv, L.KOffset(), 2),
-                                   At(qkv, L.VOffset(), 2),
+                                   At(qkv, first * L.ts + L.KOffset(), 2),
+                                   At(qkv, first * L.ts + L.VOffset(), 2),
                                    At(out, first * L.os, 2),
                                    At(grad_out, first * L.os, 2),
                                    At(lse, first, 4),
-                                   At(grad_qkv, first * L.ts, 2),
                                    partial,
-                                   At(partial, L.KeyGradVOffset(), 2),
+                                   At(grad_qkv, first * L.ts + L.KOffset(), 2),
+                                   At(grad_qkv, first * L.ts + L.VOffset(), 2),
                                    At(workspace, static_cast<int64_t>(p.extra_offset), 1),
                                    &p.scale_value,
                                    &p.neg_inf_value,
-                                   &p.one_value,
-                                   &p.band_rows_value,
-                                   &p.band_keys_value};
+                                   &p.one_value};
     RETURN_IF_ERROR(
         Execute(static_cast<cudnnHandle_t>(handle_), p, uids, pointers, workspace, stream));
   }
-  return LaunchSumQueryBands(shape, bands, At(workspace, partials, 1), grad_qkv, stream);
+  return LaunchSumKeyBands(shape, bands, At(workspace, partials, 1), grad_qkv, stream);
 }
 
 }  // namespace cuda

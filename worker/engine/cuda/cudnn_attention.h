@@ -19,18 +19,17 @@
 // product. The other accumulates dQ with fp32 atomics (bits vary in the last
 // places between runs) and needs only b * heads * S * hd * 4 bytes.
 //
-// Query bands: the deterministic backward of whole sequences may run as n
-// calls, band c holding queries [c S/n, (c+1) S/n) and the keys they see,
-// [0, (c+1) S/n), causal along the band's own diagonal (its rows shifted by
-// c S/n, the bottom-right alignment). cuDNN keeps dS for every query and
-// key of a call, the masked ones included: S^2 in one call, S^2 / n in the
-// largest band. dQ of a band is whole; its dK and dV are partial sums,
-// written to the workspace and then added in band order into grad_qkv
-// (query_band_sums.cu), so the bits still repeat. Bands cost time (15% at
-// 8192 tokens), so the engine takes them only where one call's workspace
-// would pass AUTO's limit (CudnnQueryBands,
-// common/cudnn_attention_workspace.h): the long sequences that would
-// otherwise run our kernels.
+// Key bands: the deterministic backward of whole sequences may run as n
+// calls, band c holding the keys [c S/n, (c+1) S/n) and the queries that
+// see them, [c S/n, S), rows and columns both counted from the band's
+// first key, so the mask is the ordinary causal one. The backward splits
+// exactly over keys: P comes from the saved lse and D from O and dO, so a
+// band needs no other keys. cuDNN keeps dS for every query and key of a
+// call: S^2 in one call, S^2 / n in the largest band. A band's dK and dV
+// are whole and go straight into grad_qkv; its dQ is a partial sum over its
+// keys, written to the workspace and then added in band order
+// (key_band_sums.cu), so the bits still repeat. The engine takes
+// CudnnKeyBands (common/cudnn_attention_workspace.h).
 //
 // Documents (document masking): a batch whose sequences pack several
 // documents runs them as the entries of ragged batches, each document one
@@ -118,11 +117,11 @@ class CudnnAttention {
   // sequence is one document.
   absl::StatusOr<size_t> ForwardWorkspaceBytes(const AttentionShape& shape,
                                                const Documents* documents = nullptr);
-  // `query_bands` > 1 (deterministic, whole sequences only; S a multiple
-  // of 64 x query_bands): the backward in that many query bands.
+  // `key_bands` > 1 (deterministic, whole sequences only; S a multiple
+  // of 64 x key_bands): the backward in that many key bands.
   absl::StatusOr<size_t> BackwardWorkspaceBytes(const AttentionShape& shape, bool deterministic,
                                                 const Documents* documents = nullptr,
-                                                int query_bands = 1);
+                                                int key_bands = 1);
 
   absl::Status Forward(const AttentionShape& shape, const void* qkv, void* out, float* lse,
                        void* workspace, cudaStream_t stream,
@@ -130,7 +129,7 @@ class CudnnAttention {
   absl::Status Backward(const AttentionShape& shape, bool deterministic, const void* grad_out,
                         const void* qkv, const void* out, const float* lse, void* grad_qkv,
                         void* workspace, cudaStream_t stream,
-                        const Documents* documents = nullptr, int query_bands = 1);
+                        const Documents* documents = nullptr, int key_bands = 1);
 
   // For tuning (bench/cudnn_attention_plans.cc). The graphs of one shape:
   enum Kind { kForward = 0, kBackwardDeterministic = 1, kBackwardAtomic = 2 };
@@ -149,9 +148,9 @@ class CudnnAttention {
   absl::StatusOr<std::string> PlanDescription(const AttentionShape& shape, int kind);
 
   struct Plan;  // defined in the .cc
-  // One query band's call: `rows` queries, the last `rows` of `keys`. {0, 0}:
-  // every query and key of the sequence.
-  struct QueryBand {
+  // One key band's call: `keys` keys and the last `rows` queries of the
+  // sequence, from the band's first key on. {0, 0}: every query and key.
+  struct KeyBand {
     int64_t rows = 0;
     int64_t keys = 0;
   };
@@ -162,16 +161,16 @@ class CudnnAttention {
   // band keys
   using Key = std::tuple<int, int64_t, int64_t, int, int, int, int64_t, int64_t, int64_t, int64_t>;
   static Key KeyOf(const AttentionShape& shape, int kind, const PlannedDocuments& documents,
-                   const QueryBand& band);
+                   const KeyBand& band);
   static absl::Status CheckShape(const AttentionShape& shape, int kind);
-  static absl::Status CheckQueryBands(const AttentionShape& shape, bool deterministic,
-                                      const Documents* documents, int query_bands);
+  static absl::Status CheckKeyBands(const AttentionShape& shape, bool deterministic,
+                                      const Documents* documents, int key_bands);
   // pinned < 0: the first configuration that finalizes.
   absl::StatusOr<std::unique_ptr<Plan>> BuildPlan(const AttentionShape& shape, int kind,
                                                   int pinned, const PlannedDocuments& documents,
-                                                  const QueryBand& band);
+                                                  const KeyBand& band);
   absl::StatusOr<Plan*> GetPlan(const AttentionShape& shape, int kind,
-                                const PlannedDocuments& documents, const QueryBand& band);
+                                const PlannedDocuments& documents, const KeyBand& band);
   absl::Status BackwardInBands(const AttentionShape& shape, int bands, const void* grad_out,
                                const void* qkv, const void* out, const float* lse,
                                void* grad_qkv, void* workspace, cudaStream_t stream);

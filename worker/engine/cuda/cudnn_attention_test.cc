@@ -9,7 +9,7 @@
 // sequence lengths that are and are not multiples of 64, and the shapes
 // the benchmarks time. Also: the deterministic backward repeats its bits,
 // cuDNN's and our kernels agree with each other as closely as each agrees
-// with the reference, the deterministic backward in query bands matches
+// with the reference, the deterministic backward in key bands matches
 // the reference, repeats its bits and refuses counts that do not split the
 // sequence, and document-masked calls run cuDNN's ragged batches
 // where the host counted the documents (the same tolerances against the
@@ -178,7 +178,7 @@ struct DeviceBuffer {
   }
 };
 
-// The deterministic backward in query bands (cudnn_attention.h), the
+// The deterministic backward in key bands (cudnn_attention.h), the
 // count fixed through the engine's options, created once per count.
 Ops* BandedOps(int bands) {
   static std::map<int, Ops*> engines;
@@ -186,10 +186,10 @@ Ops* BandedOps(int bands) {
   if (engine == nullptr) {
     CudaEngineOptions options;
     options.attention = CudaEngineOptions::Attention::kCudnn;
-    options.attention_query_bands = bands;
+    options.attention_key_bands = bands;
     auto created = CreateCudaOps(0, options);
     if (!created.ok()) {
-      ADD_FAILURE() << "CreateCudaOps with " << bands << " query bands: " << created.status();
+      ADD_FAILURE() << "CreateCudaOps with " << bands << " key bands: " << created.status();
       return nullptr;
     }
     engine = created->release();
@@ -198,11 +198,11 @@ Ops* BandedOps(int bands) {
 }
 
 // Against the CPU reference at the whole call's tolerances: every band's
-// dQ, and dK and dV summed over the bands that attend each key.
-class CudnnQueryBandsTest : public CpuVsCudaTest,
+// dK and dV, and dQ summed over the bands whose keys each query sees.
+class CudnnKeyBandsTest : public CpuVsCudaTest,
                             public ::testing::WithParamInterface<std::tuple<Param, int>> {};
 
-TEST_P(CudnnQueryBandsTest, BackwardMatchesCpu) {
+TEST_P(CudnnKeyBandsTest, BackwardMatchesCpu) {
   const auto [shape, bands] = GetParam();
   const auto [b, s, nh, nkv, hd] = shape;
   Ops* banded = BandedOps(bands);
@@ -219,7 +219,7 @@ TEST_P(CudnnQueryBandsTest, BackwardMatchesCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    Shapes, CudnnQueryBandsTest,
+    Shapes, CudnnKeyBandsTest,
     ::testing::Values(std::make_tuple(Param{1, 1024, 8, 2, 128}, 2),
                       std::make_tuple(Param{1, 1024, 8, 2, 128}, 4),
                       std::make_tuple(Param{1, 1024, 8, 2, 128}, 8),
@@ -231,7 +231,7 @@ INSTANTIATE_TEST_SUITE_P(
 // In bands the backward still repeats its bits; the forward is the one
 // call's, bit for bit; grad_qkv differs from the one call's by the
 // rounding of the bands' partial sums only.
-TEST_F(CpuVsCudaTest, CudnnQueryBandsRepeatTheirBitsAndAgreeWithOneCall) {
+TEST_F(CpuVsCudaTest, CudnnKeyBandsRepeatTheirBitsAndAgreeWithOneCall) {
   Ops* four = BandedOps(4);
   Ops* one = BandedOps(1);
   ASSERT_NE(four, nullptr);
@@ -251,50 +251,49 @@ TEST_F(CpuVsCudaTest, CudnnQueryBandsRepeatTheirBitsAndAgreeWithOneCall) {
 
 // A band count that does not split the sequence into whole multiples of
 // 64 queries is refused by name, not run.
-TEST_F(CpuVsCudaTest, CudnnQueryBandsThatDoNotSplitTheSequenceAreRefused) {
+TEST_F(CpuVsCudaTest, CudnnKeyBandsThatDoNotSplitTheSequenceAreRefused) {
   Ops* three = BandedOps(3);
   ASSERT_NE(three, nullptr);
   const std::vector<HostTensor> t = AttentionTensors(1, 1024, 4, 4, 64, 3);
   auto g = RunOn(*three, t, ForwardBackward(4));
   ASSERT_FALSE(g.ok());
   EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument) << g.status();
-  EXPECT_TRUE(absl::StrContains(g.status().message(), "query bands")) << g.status();
+  EXPECT_TRUE(absl::StrContains(g.status().message(), "key bands")) << g.status();
 }
 
-// The bands' partials summed by query_band_sums.cu: each key row's dK and
-// dV the fp32 sum, in band order, of the bands that attend it, rounded
-// once; the query columns untouched.
-TEST(CudnnQueryBandSums, AddTheBandsThatSeeEachKeyInBandOrder) {
+// The bands' partial dQ summed by key_band_sums.cu: each query row's dQ
+// the fp32 sum, in band order, of the bands whose keys it sees, rounded
+// once; the key and value columns untouched.
+TEST(CudnnKeyBandSums, AddTheBandsEachQuerySeesInBandOrder) {
   const cuda::AttentionShape shape{2, 256, 4, 2, 64};
   const int bands = 4;
-  const int64_t band = shape.seq / bands, width = 2 * shape.kv_heads * shape.head_dim;
+  const int64_t band = shape.seq / bands, width = shape.heads * shape.head_dim;
   const int64_t row_width = (shape.heads + 2 * shape.kv_heads) * shape.head_dim;
-  const int64_t key_column = shape.heads * shape.head_dim;
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0.f, 1.f);
   std::vector<uint8_t> partials(
-      static_cast<size_t>(cuda::QueryBandPartialOffset(shape, bands, bands)), 0);
+      static_cast<size_t>(cuda::KeyBandPartialOffset(shape, bands, bands)), 0);
   std::vector<uint16_t> grad(static_cast<size_t>(shape.batch * shape.seq * row_width));
   for (uint16_t& x : grad) x = cpu::FloatToBf16(normal(rng));
   std::vector<uint16_t> expected = grad;
   std::vector<float> sums(static_cast<size_t>(shape.batch * shape.seq * width), 0.f);
   for (int c = 0; c < bands; ++c) {
-    const int64_t keys = (c + 1) * band;
+    const int64_t rows = shape.seq - c * band;
     auto* part = reinterpret_cast<uint16_t*>(partials.data() +
-                                             cuda::QueryBandPartialOffset(shape, bands, c));
+                                             cuda::KeyBandPartialOffset(shape, bands, c));
     for (int64_t b = 0; b < shape.batch; ++b) {
-      for (int64_t row = 0; row < keys; ++row) {
+      for (int64_t i = 0; i < rows; ++i) {
         for (int64_t j = 0; j < width; ++j) {
           const uint16_t x = cpu::FloatToBf16(normal(rng));
-          part[(b * keys + row) * width + j] = x;
-          sums[(b * shape.seq + row) * width + j] += cpu::Bf16ToFloat(x);
+          part[(b * rows + i) * width + j] = x;
+          sums[(b * shape.seq + c * band + i) * width + j] += cpu::Bf16ToFloat(x);
         }
       }
     }
   }
   for (int64_t token = 0; token < shape.batch * shape.seq; ++token) {
     for (int64_t j = 0; j < width; ++j) {
-      expected[token * row_width + key_column + j] = cpu::FloatToBf16(sums[token * width + j]);
+      expected[token * row_width + j] = cpu::FloatToBf16(sums[token * width + j]);
     }
   }
   DeviceBuffer d_partials(partials.size()), d_grad(grad.size() * 2);
@@ -302,7 +301,7 @@ TEST(CudnnQueryBandSums, AddTheBandsThatSeeEachKeyInBandOrder) {
             cudaSuccess);
   ASSERT_EQ(cudaMemcpy(d_grad.p, grad.data(), grad.size() * 2, cudaMemcpyHostToDevice),
             cudaSuccess);
-  ASSERT_TRUE(cuda::LaunchSumQueryBands(shape, bands, d_partials.p, d_grad.p, nullptr).ok());
+  ASSERT_TRUE(cuda::LaunchSumKeyBands(shape, bands, d_partials.p, d_grad.p, nullptr).ok());
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   std::vector<uint16_t> got(grad.size());
   ASSERT_EQ(cudaMemcpy(got.data(), d_grad.p, grad.size() * 2, cudaMemcpyDeviceToHost),
@@ -507,14 +506,14 @@ TEST(CudnnAttentionWorkspace, StaysWithinTheMemoryEstimatesBound) {
       EXPECT_LE(static_cast<int64_t>(*forward), bound);
       EXPECT_LE(static_cast<int64_t>(*backward), bound);
     }
-    // The deterministic backward in the engine's query bands.
+    // The deterministic backward in the engine's key bands.
     const CudnnAttentionShape whole{s.batch, s.heads, s.kv_heads, s.seq, s.head_dim};
-    const int bands = CudnnQueryBands(whole);
+    const int bands = CudnnKeyBands(whole);
     if (bands == 1) continue;
     auto banded = (*cudnn)->BackwardWorkspaceBytes(s, true, nullptr, bands);
     ASSERT_TRUE(banded.ok()) << banded.status();
     const int64_t bound = CudnnAttentionWorkspaceBound(whole, true, bands);
-    printf("B %lld S %lld H %d KV %d hd %d: deterministic backward in %d query bands %zu bytes, "
+    printf("B %lld S %lld H %d KV %d hd %d: deterministic backward in %d key bands %zu bytes, "
            "bound %lld\n",
            static_cast<long long>(s.batch), static_cast<long long>(s.seq), s.heads, s.kv_heads,
            s.head_dim, bands, *banded, static_cast<long long>(bound));

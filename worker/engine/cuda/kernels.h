@@ -110,17 +110,18 @@ absl::Status LaunchRaggedDocumentTable(const int32_t* doc_starts, const Attentio
                                        int64_t capacity, int64_t longest, int64_t above,
                                        int64_t up_to, int32_t* first_tokens,
                                        const RaggedDocumentTable& table, cudaStream_t stream);
-// query_band_sums.cu: cuDNN's deterministic backward in `bands` query
-// bands (cudnn_attention.h) leaves each band's dK and dV for the key rows
-// it attends, [B, (c + 1) S / bands, 2 kv_heads, hd] bf16 for band c,
-// band after band from `partials` (band c at QueryBandPartialOffset(shape,
-// bands, c) bytes; the whole area is that of band index `bands`). Sums them
-// in band order in fp32 into grad_qkv's key and value columns (written,
-// not accumulated). head_dim a multiple of 8; S a multiple of bands.
-constexpr int64_t kQueryBandAlignment = 256;
-int64_t QueryBandPartialOffset(const AttentionShape& shape, int bands, int band_index);
-absl::Status LaunchSumQueryBands(const AttentionShape& shape, int bands, const void* partials,
-                                 void* grad_qkv, cudaStream_t stream);
+// key_band_sums.cu: cuDNN's deterministic backward in `bands` key bands
+// (cudnn_attention.h) leaves each band's partial dQ for the queries it
+// holds, [B, S - c S / bands, heads, hd] bf16 for band c, band after band
+// from `partials` (band c at KeyBandPartialOffset(shape, bands, c) bytes;
+// the whole area is that of band index `bands`). Sums, for each query, the
+// bands whose keys it sees, in band order in fp32, into grad_qkv's query
+// columns (written, not accumulated). head_dim a multiple of 8; S a
+// multiple of bands.
+constexpr int64_t kKeyBandAlignment = 256;
+int64_t KeyBandPartialOffset(const AttentionShape& shape, int bands, int band_index);
+absl::Status LaunchSumKeyBands(const AttentionShape& shape, int bands, const void* partials,
+                               void* grad_qkv, cudaStream_t stream);
 // fp32 scratch the backward needs: FlashAttentionBackwardScratchFloats(shape),
 // 16-byte aligned.
 int64_t FlashAttentionBackwardScratchFloats(const AttentionShape& shape);
