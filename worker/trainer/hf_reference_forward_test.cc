@@ -11,6 +11,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -66,11 +69,20 @@ TEST(HfReferenceForward, TorchLlamaOnTheExportGivesTheEnginesLogits) {
                                            "/prompt.i32 ", out, "/logits.f32");
   EXPECT_EQ(std::system(command.c_str()), 0) << command;
 
-  // A shorter prompt gives the same logits for its positions (causal).
+  // A shorter prompt gives the same logits for its positions (causal): a
+  // later token leaking into an earlier position moves its logits by far
+  // more than rounding. Not bit for bit: OpenBLAS chooses its kernels by
+  // matrix size (on AVX-512 CPUs, small-matrix kernels for the 5-token
+  // products), so the two prompts' products may add in different orders.
   absl::StatusOr<std::vector<float>> prefix =
       trainer.ForwardLogits(std::vector<int32_t>(prompt.begin(), prompt.begin() + 5));
   ASSERT_TRUE(prefix.ok()) << prefix.status();
-  EXPECT_EQ(0, std::memcmp(prefix->data(), logits->data(), prefix->size() * sizeof(float)));
+  float largest = 0.f;
+  for (size_t i = 0; i < prefix->size(); ++i) {
+    largest = std::max(largest, std::fabs((*prefix)[i] - (*logits)[i]));
+  }
+  printf("max |prefix - whole prompt| over the prefix's logits: %.3g\n", largest);
+  EXPECT_LE(largest, 1e-5f);
 }
 
 TEST(HfReferenceForward, ForwardLogitsRefusesWhatItCannotScoreAndChangesNothing) {
