@@ -42,23 +42,41 @@ namespace {
 
 using Param = std::tuple<int, int, int, int, int>;  // B, S, nh, nkv, hd
 
-// One engine with cuDNN attention per backward form, created once per
-// binary.
-Ops* CudnnOps(bool deterministic) {
-  static Ops* engines[2] = {nullptr, nullptr};
-  const int i = deterministic ? 1 : 0;
-  if (engines[i] == nullptr) {
+// One engine with cuDNN attention per backward form and key-band count
+// (CudaEngineOptions::attention_key_bands; 0: the engine's rule), created
+// once per binary.
+Ops* CudnnOps(bool deterministic, int key_bands = 0) {
+  static std::map<std::pair<bool, int>, Ops*> engines;
+  Ops*& engine = engines[{deterministic, key_bands}];
+  if (engine == nullptr) {
     CudaEngineOptions options;
     options.attention = CudaEngineOptions::Attention::kCudnn;
     options.attention_atomic_backward = !deterministic;
+    options.attention_key_bands = key_bands;
     auto created = CreateCudaOps(0, options);
     if (!created.ok()) {
-      ADD_FAILURE() << "CreateCudaOps with cuDNN attention: " << created.status();
+      ADD_FAILURE() << "CreateCudaOps with cuDNN attention, " << key_bands
+                    << " key bands: " << created.status();
       return nullptr;
     }
-    engines[i] = created->release();
+    engine = created->release();
   }
-  return engines[i];
+  return engine;
+}
+
+// Forward then backward of fresh random inputs on `engine` against the CPU
+// reference: out, lse and grad_qkv at the tolerances above.
+void ExpectMatchesCpu(Ops* engine, Ops& cpu, const Param& shape, uint32_t seed) {
+  ASSERT_NE(engine, nullptr);
+  const auto [b, s, nh, nkv, hd] = shape;
+  const std::vector<HostTensor> t = AttentionTensors(b, s, nh, nkv, hd, seed);
+  auto c = RunOn(cpu, t, ForwardBackward(nkv));
+  auto g = RunOn(*engine, t, ForwardBackward(nkv));
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_LT(Error((*g)[1], (*c)[1]), 1e-2) << "out";
+  EXPECT_LT(Error((*g)[2], (*c)[2]), 1e-4) << "lse";
+  EXPECT_LT(Error((*g)[4], (*c)[4]), 2e-2) << "grad_qkv";
 }
 
 class CudnnAttentionTest : public CpuVsCudaTest,
@@ -67,17 +85,8 @@ class CudnnAttentionTest : public CpuVsCudaTest,
 TEST_P(CudnnAttentionTest, ForwardAndBackwardMatchCpu) {
   const auto [shape, deterministic] = GetParam();
   const auto [b, s, nh, nkv, hd] = shape;
-  Ops* cudnn = CudnnOps(deterministic);
-  ASSERT_NE(cudnn, nullptr);
-  const uint32_t seed = static_cast<uint32_t>(s * 131 + nh * 7 + nkv + hd);
-  const std::vector<HostTensor> t = AttentionTensors(b, s, nh, nkv, hd, seed);
-  auto c = RunOn(cpu(), t, ForwardBackward(nkv));
-  auto g = RunOn(*cudnn, t, ForwardBackward(nkv));
-  ASSERT_TRUE(c.ok()) << c.status();
-  ASSERT_TRUE(g.ok()) << g.status();
-  EXPECT_LT(Error((*g)[1], (*c)[1]), 1e-2) << "out";
-  EXPECT_LT(Error((*g)[2], (*c)[2]), 1e-4) << "lse";
-  EXPECT_LT(Error((*g)[4], (*c)[4]), 2e-2) << "grad_qkv";
+  ExpectMatchesCpu(CudnnOps(deterministic), cpu(), shape,
+                   static_cast<uint32_t>(s * 131 + nh * 7 + nkv + hd));
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -178,44 +187,18 @@ struct DeviceBuffer {
   }
 };
 
-// The deterministic backward in key bands (cudnn_attention.h), the
-// count fixed through the engine's options, created once per count.
-Ops* BandedOps(int bands) {
-  static std::map<int, Ops*> engines;
-  Ops*& engine = engines[bands];
-  if (engine == nullptr) {
-    CudaEngineOptions options;
-    options.attention = CudaEngineOptions::Attention::kCudnn;
-    options.attention_key_bands = bands;
-    auto created = CreateCudaOps(0, options);
-    if (!created.ok()) {
-      ADD_FAILURE() << "CreateCudaOps with " << bands << " key bands: " << created.status();
-      return nullptr;
-    }
-    engine = created->release();
-  }
-  return engine;
-}
-
-// Against the CPU reference at the whole call's tolerances: every band's
-// dK and dV, and dQ summed over the bands whose keys each query sees.
+// The deterministic backward in key bands (cudnn_attention.h), the count
+// fixed through the engine's options, against the CPU reference at the
+// whole call's tolerances: every band's dK and dV, and dQ summed over the
+// bands whose keys each query sees.
 class CudnnKeyBandsTest : public CpuVsCudaTest,
-                            public ::testing::WithParamInterface<std::tuple<Param, int>> {};
+                          public ::testing::WithParamInterface<std::tuple<Param, int>> {};
 
 TEST_P(CudnnKeyBandsTest, BackwardMatchesCpu) {
   const auto [shape, bands] = GetParam();
   const auto [b, s, nh, nkv, hd] = shape;
-  Ops* banded = BandedOps(bands);
-  ASSERT_NE(banded, nullptr);
-  const uint32_t seed = static_cast<uint32_t>(s * 29 + nh * 3 + nkv + hd + bands);
-  const std::vector<HostTensor> t = AttentionTensors(b, s, nh, nkv, hd, seed);
-  auto c = RunOn(cpu(), t, ForwardBackward(nkv));
-  auto g = RunOn(*banded, t, ForwardBackward(nkv));
-  ASSERT_TRUE(c.ok()) << c.status();
-  ASSERT_TRUE(g.ok()) << g.status();
-  EXPECT_LT(Error((*g)[1], (*c)[1]), 1e-2) << "out";
-  EXPECT_LT(Error((*g)[2], (*c)[2]), 1e-4) << "lse";
-  EXPECT_LT(Error((*g)[4], (*c)[4]), 2e-2) << "grad_qkv";
+  ExpectMatchesCpu(CudnnOps(/*deterministic=*/true, bands), cpu(), shape,
+                   static_cast<uint32_t>(s * 29 + nh * 3 + nkv + hd + bands));
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -232,8 +215,8 @@ INSTANTIATE_TEST_SUITE_P(
 // call's, bit for bit; grad_qkv differs from the one call's by the
 // rounding of the bands' partial sums only.
 TEST_F(CpuVsCudaTest, CudnnKeyBandsRepeatTheirBitsAndAgreeWithOneCall) {
-  Ops* four = BandedOps(4);
-  Ops* one = BandedOps(1);
+  Ops* four = CudnnOps(/*deterministic=*/true, 4);
+  Ops* one = CudnnOps(/*deterministic=*/true, 1);
   ASSERT_NE(four, nullptr);
   ASSERT_NE(one, nullptr);
   const std::vector<HostTensor> t = AttentionTensors(2, 1024, 8, 2, 128, 5);
@@ -252,7 +235,7 @@ TEST_F(CpuVsCudaTest, CudnnKeyBandsRepeatTheirBitsAndAgreeWithOneCall) {
 // A band count that does not split the sequence into whole multiples of
 // 64 queries is refused by name, not run.
 TEST_F(CpuVsCudaTest, CudnnKeyBandsThatDoNotSplitTheSequenceAreRefused) {
-  Ops* three = BandedOps(3);
+  Ops* three = CudnnOps(/*deterministic=*/true, 3);
   ASSERT_NE(three, nullptr);
   const std::vector<HostTensor> t = AttentionTensors(1, 1024, 4, 4, 64, 3);
   auto g = RunOn(*three, t, ForwardBackward(4));
