@@ -128,8 +128,8 @@ class GraphBuilder {
   }
   // A float passed by value at execution (its host address goes in the
   // variant pack).
-  GraphTensor Scalar(cudnnDataType_t type = CUDNN_DATA_FLOAT) {
-    return MakeTensor({1, 1, 1, 1}, {1, 1, 1, 1}, type, false, /*by_value=*/true);
+  GraphTensor Scalar() {
+    return MakeTensor({1, 1, 1, 1}, {1, 1, 1, 1}, CUDNN_DATA_FLOAT, false, /*by_value=*/true);
   }
 
   // y = op(x [, b] [, t]); y virtual fp32 with x's layout unless given.
@@ -448,8 +448,7 @@ void BuildForward(GraphBuilder& g, const Layout& L, CudnnAttention::Plan& p) {
   GraphTensor s = g.Virtual(L.Scores(), L.ScoreStrides(), CUDNN_DATA_FLOAT);
   g.Matmul(q, kt, s, r.Scores());
   GraphTensor scaled = g.Pointwise(CUDNN_POINTWISE_MUL, s, &scale);
-  GraphTensor masked =
-      CausalMask(g, PaddingMask(g, scaled, r, neg_inf), neg_inf);
+  GraphTensor masked = CausalMask(g, PaddingMask(g, scaled, r, neg_inf), neg_inf);
   GraphTensor row_max = g.Virtual(L.Rows(), L.RowStrides(), CUDNN_DATA_FLOAT);
   g.Reduction(CUDNN_REDUCE_TENSOR_MAX, masked, row_max);
   GraphTensor shifted = g.Pointwise(CUDNN_POINTWISE_SUB, masked, &row_max);
@@ -904,7 +903,7 @@ CudnnAttention::Key CudnnAttention::KeyOf(const AttentionShape& shape, int kind,
 }
 
 absl::Status CudnnAttention::CheckKeyBands(const AttentionShape& shape, bool deterministic,
-                                             const Documents* documents, int key_bands) {
+                                           const Documents* documents, int key_bands) {
   if (key_bands == 1) return absl::OkStatus();
   if (key_bands < 1 || !deterministic || documents != nullptr ||
       shape.seq % (int64_t{64} * key_bands) != 0) {

@@ -164,7 +164,7 @@ class CudnnAttention {
                    const KeyBand& band);
   static absl::Status CheckShape(const AttentionShape& shape, int kind);
   static absl::Status CheckKeyBands(const AttentionShape& shape, bool deterministic,
-                                      const Documents* documents, int key_bands);
+                                    const Documents* documents, int key_bands);
   // pinned < 0: the first configuration that finalizes.
   absl::StatusOr<std::unique_ptr<Plan>> BuildPlan(const AttentionShape& shape, int kind,
                                                   int pinned, const PlannedDocuments& documents,
