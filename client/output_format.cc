@@ -32,7 +32,7 @@ std::string AttentionLine(const v1::JobSpec& spec) {
   const int64_t bytes = CudnnWorkspaceOfJob(a, a.deterministic);
   const std::string atomic_bytes =
       FormatBytesAsGiB(CudnnWorkspaceOfJob(a, /*deterministic=*/false));
-  const int bands = a.deterministic && !a.documents ? CudnnKeyBands(a.shape) : 1;
+  const int bands = a.deterministic ? a.key_bands : 1;
   const std::string in_bands = bands > 1 ? absl::StrCat(" in ", bands, " key bands") : "";
   if (!a.cudnn) {  // AUTO past its limit
     return absl::StrCat("# attention: Tessera's kernels (AUTO: cuDNN's deterministic backward",

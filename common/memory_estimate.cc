@@ -184,7 +184,7 @@ RankMemoryEstimate EstimateRankMemory(const v1::JobSpec& spec, int /*rank*/, int
 int64_t CudnnWorkspaceOfJob(const JobAttention& attention, bool deterministic) {
   return attention.documents ? CudnnDocumentsWorkspaceLimit(attention.shape, deterministic)
                              : CudnnAttentionWorkspaceBound(attention.shape, deterministic,
-                                                            CudnnKeyBands(attention.shape));
+                                                            attention.key_bands);
 }
 
 JobAttention AttentionOfJob(const v1::JobSpec& spec) {
@@ -196,6 +196,7 @@ JobAttention AttentionOfJob(const v1::JobSpec& spec) {
   a.shape = {spec.data().micro_batch_size(), heads, m.n_kv_heads() > 0 ? m.n_kv_heads() : heads,
              m.seq_len(), heads > 0 ? m.d_model() / heads : 0};
   a.deterministic = !spec.nondeterministic_attention_backward();
+  a.key_bands = a.documents ? 1 : CudnnKeyBands(a.shape);
   a.cudnn = a.cuda &&
             (spec.attention_kernels() == v1::ATTENTION_KERNELS_CUDNN ||
              (spec.attention_kernels() == v1::ATTENTION_KERNELS_AUTO &&

@@ -72,6 +72,7 @@ struct JobAttention {
   bool documents = false;            // data.document_masking: cuDNN's ragged batches where they fit
   CudnnAttentionShape shape;         // one block's call: micro-batch, heads, sequence
   bool deterministic = true;         // !nondeterministic_attention_backward
+  int key_bands = 1;                 // the deterministic backward's (CudnnKeyBands; 1 for documents)
   bool cudnn = false;                // cuDNN runs it (its workspace counts)
 };
 JobAttention AttentionOfJob(const v1::JobSpec& spec);
