@@ -17,17 +17,15 @@ struct Seen {
   CudnnAttentionShape shape;
   bool deterministic;
   int64_t bytes;  // cuDNN's workspace plus D (and the atomic form's dQ accumulator)
-  int key_bands = 1;
 };
 
 // The bound covers each workspace cuDNN asked for, and tightly: no more
 // than the slack over it.
 void ExpectBoundCoversTightly(absl::Span<const Seen> seen) {
   for (const Seen& s : seen) {
-    const int64_t bound = CudnnAttentionWorkspaceBound(s.shape, s.deterministic, s.key_bands);
+    const int64_t bound = CudnnAttentionWorkspaceBound(s.shape, s.deterministic);
     const std::string what = absl::StrCat(s.shape.batch, "x", s.shape.heads, "x", s.shape.seq,
-                                          s.deterministic ? " deterministic" : " atomic", " in ",
-                                          s.key_bands, " key bands");
+                                          s.deterministic ? " deterministic" : " atomic");
     EXPECT_GE(bound, s.bytes) << what;
     EXPECT_LE(bound - s.bytes, int64_t{16} << 20) << what;
   }

@@ -1062,17 +1062,21 @@ absl::StatusOr<size_t> CudnnAttention::BackwardWorkspaceBytes(const AttentionSha
     if (!plan.ok()) return plan.status();
     return (*plan)->total_workspace;
   }
+  ASSIGN_OR_RETURN(const size_t partials, BandPartialsOffset(shape, key_bands));
+  return partials + static_cast<size_t>(KeyBandPartialOffset(shape, key_bands, key_bands));
+}
+
+absl::StatusOr<size_t> CudnnAttention::BandPartialsOffset(const AttentionShape& shape,
+                                                          int bands) {
   // The bands run one after another in one workspace: the largest band's
   // own, then every band's partial dQ.
   size_t most = 0;
-  for (int c = 0; c < key_bands; ++c) {
-    absl::StatusOr<Plan*> plan =
-        GetPlan(shape, kind, PlannedDocuments{}, BandOf(shape, key_bands, c));
-    if (!plan.ok()) return plan.status();
-    most = std::max(most, (*plan)->total_workspace);
+  for (int c = 0; c < bands; ++c) {
+    ASSIGN_OR_RETURN(Plan * plan, GetPlan(shape, kBackwardDeterministic, PlannedDocuments{},
+                                          BandOf(shape, bands, c)));
+    most = std::max(most, plan->total_workspace);
   }
-  return AlignUp(most) +
-         static_cast<size_t>(KeyBandPartialOffset(shape, key_bands, key_bands));
+  return AlignUp(most);
 }
 
 namespace {
@@ -1210,10 +1214,8 @@ absl::Status CudnnAttention::BackwardInBands(const AttentionShape& shape, int ba
                                              const void* grad_out, const void* qkv,
                                              const void* out, const float* lse, void* grad_qkv,
                                              void* workspace, cudaStream_t stream) {
-  ASSIGN_OR_RETURN(const size_t total,
-                   BackwardWorkspaceBytes(shape, /*deterministic=*/true, nullptr, bands));
-  const int64_t partials = static_cast<int64_t>(
-      total - static_cast<size_t>(KeyBandPartialOffset(shape, bands, bands)));
+  ASSIGN_OR_RETURN(const size_t partials_at, BandPartialsOffset(shape, bands));
+  const int64_t partials = static_cast<int64_t>(partials_at);
   for (int c = 0; c < bands; ++c) {
     const KeyBand band = BandOf(shape, bands, c);
     ASSIGN_OR_RETURN(Plan * plan,

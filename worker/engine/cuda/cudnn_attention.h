@@ -171,6 +171,9 @@ class CudnnAttention {
                                                   const KeyBand& band);
   absl::StatusOr<Plan*> GetPlan(const AttentionShape& shape, int kind,
                                 const PlannedDocuments& documents, const KeyBand& band);
+  // Where the bands' partial dQ start in the workspace of a backward in
+  // `bands` key bands: after the largest band's own workspace.
+  absl::StatusOr<size_t> BandPartialsOffset(const AttentionShape& shape, int bands);
   absl::Status BackwardInBands(const AttentionShape& shape, int bands, const void* grad_out,
                                const void* qkv, const void* out, const float* lse,
                                void* grad_qkv, void* workspace, cudaStream_t stream);
