@@ -103,8 +103,10 @@ absl::Status CreateBenchEngine(const std::string& engine, int device, BenchEngin
     if (const char* mib = std::getenv("TESSERA_BENCH_CUBLASLT_WORKSPACE_MIB"); mib != nullptr) {
       options.cublaslt_workspace_bytes = size_t(std::atol(mib)) << 20;
     }
-    // TESSERA_BENCH_ATTENTION: tessera (default), cudnn, cudnn_atomic or
-    // auto (CudaEngineOptions::attention and attention_atomic_backward).
+    // TESSERA_BENCH_ATTENTION: tessera (default), tessera_one_pass,
+    // tessera_two_pass, cudnn, cudnn_atomic or auto
+    // (CudaEngineOptions::attention, attention_atomic_backward and
+    // attention_backward_passes).
     if (const char* a = std::getenv("TESSERA_BENCH_ATTENTION"); a != nullptr) {
       const std::string choice = a;
       if (choice == "cudnn" || choice == "cudnn_atomic") {
@@ -112,9 +114,14 @@ absl::Status CreateBenchEngine(const std::string& engine, int device, BenchEngin
         options.attention_atomic_backward = choice == "cudnn_atomic";
       } else if (choice == "auto") {
         options.attention = CudaEngineOptions::Attention::kAuto;
+      } else if (choice == "tessera_one_pass") {
+        options.attention_backward_passes = CudaEngineOptions::BackwardPasses::kOnePass;
+      } else if (choice == "tessera_two_pass") {
+        options.attention_backward_passes = CudaEngineOptions::BackwardPasses::kTwoPass;
       } else if (choice != "tessera") {
         return absl::InvalidArgumentError(absl::StrCat(
-            "TESSERA_BENCH_ATTENTION: '", choice, "' is not tessera, cudnn, cudnn_atomic or auto"));
+            "TESSERA_BENCH_ATTENTION: '", choice,
+            "' is not tessera, tessera_one_pass, tessera_two_pass, cudnn, cudnn_atomic or auto"));
       }
     }
     // TESSERA_BENCH_KEY_BANDS: the deterministic backward's key bands

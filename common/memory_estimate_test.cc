@@ -88,6 +88,33 @@ TEST(MemoryEstimate, CountsCudnnAttentionWorkspaceWhereTheEngineTakesIt) {
   EXPECT_GT(EstimateRankMemory(spec, 0, 1).engine_workspace, long_tessera + (int64_t{8} << 30));
 }
 
+// Tessera's one-pass attention backward keeps an fp32 dQ sum per head and
+// query (queries padded to 128) and an int32 per head and 64-query tile
+// (plus one per tile): whole sequences at head dim 128 on CUDA only.
+TEST(MemoryEstimate, CountsTheOnePassAttentionBackwardsSums) {
+  v1::JobSpec spec = Small();
+  spec.set_device_kind(v1::CUDA);
+  spec.set_attention_kernels(v1::ATTENTION_KERNELS_TESSERA);
+  spec.mutable_model()->set_seq_len(1000);  // padded to 1024: 16 tiles
+  const int64_t heads = spec.model().n_heads(), batch = spec.data().micro_batch_size();
+  auto workspace = [](const v1::JobSpec& s) { return EstimateRankMemory(s, 0, 1).engine_workspace; };
+  v1::JobSpec head_dim_128 = spec;
+  head_dim_128.mutable_model()->set_d_model(128 * heads);
+  v1::JobSpec documents = head_dim_128;
+  documents.mutable_data()->set_document_masking(true);
+  EXPECT_EQ(workspace(head_dim_128) - workspace(documents),
+            (heads * batch * 1024 * 128 + (heads + 1) * batch * 16) * 4);
+  v1::JobSpec cpu = head_dim_128;
+  cpu.set_device_kind(v1::CPU);
+  v1::JobSpec cpu_documents = documents;
+  cpu_documents.set_device_kind(v1::CPU);
+  EXPECT_EQ(workspace(cpu), workspace(cpu_documents));
+  // Head dim 2 (Small's) runs two passes: nothing added.
+  v1::JobSpec spec_documents = spec;
+  spec_documents.mutable_data()->set_document_masking(true);
+  EXPECT_EQ(workspace(spec), workspace(spec_documents));
+}
+
 TEST(MemoryEstimate, FormatsGiB) {
   EXPECT_EQ(FormatBytesAsGiB(int64_t{3} << 29), "1.50 GiB");
   EXPECT_EQ(FormatBytesAsGiB(0), "0.00 GiB");

@@ -10,7 +10,11 @@
 // Shapes cover head dims 64 and 128, sequence lengths that are not multiples
 // of the 64/128-row tiles (1, 7, 65, 200, 1000), grouped-query groups of 1,
 // 2, 4 and 8, and an empty batch. The backward must be bit-identical when
-// run twice (no atomics), and unsupported shapes are INVALID_ARGUMENT.
+// run twice, and unsupported shapes are INVALID_ARGUMENT. Both forms of the
+// backward are held to all of it, documents included: two passes, and one
+// pass with dQ summed in key-block order (CudaEngineOptions::
+// attention_backward_passes; head dim 64 runs two passes under either, bit
+// for bit). The default engine's rule picks between them by call.
 // Document masking is checked the same way on random documents (single
 // tokens, documents ending mid-tile, documents spanning tiles), and also:
 // starts that mask nothing give the whole-sequence bits, the masked
@@ -31,35 +35,103 @@ namespace tessera {
 namespace testing {
 namespace {
 
-using Param = std::tuple<int, int, int, int, int>;  // B, S, nh, nkv, hd
+// An engine whose own backward always takes one form, created once per form.
+Ops* CudaOpsWithPasses(CudaEngineOptions::BackwardPasses passes) {
+  static Ops* engines[3] = {};
+  Ops*& ops = engines[static_cast<int>(passes)];
+  if (ops == nullptr) {
+    CudaEngineOptions options;
+    options.attention_backward_passes = passes;
+    auto created = CreateCudaOps(0, options);
+    if (!created.ok()) {
+      ADD_FAILURE() << "CreateCudaOps(0): " << created.status();
+      return nullptr;
+    }
+    ops = created->release();
+  }
+  return ops;
+}
 
-class AttentionTest : public CpuVsCudaTest, public ::testing::WithParamInterface<Param> {};
+// The fixture for tests that run either form: engine(one_pass). The default
+// engine's rule (one pass for whole sequences, two for documents) is held
+// to the same tests by the rest of this file and the trainer's GPU tests.
+class AttentionFormTest : public CpuVsCudaTest {
+ protected:
+  Ops& engine(bool one_pass) {
+    using Passes = CudaEngineOptions::BackwardPasses;
+    return *CudaOpsWithPasses(one_pass ? Passes::kOnePass : Passes::kTwoPass);
+  }
+  // {cpu, engine(one_pass)} results, as Both.
+  std::pair<std::vector<HostTensor>, std::vector<HostTensor>> BothForm(
+      bool one_pass, const std::vector<HostTensor>& tensors, const Body& body) {
+    auto c = RunOn(cpu(), tensors, body);
+    auto g = RunOn(engine(one_pass), tensors, body);
+    EXPECT_TRUE(c.ok()) << "cpu: " << c.status();
+    EXPECT_TRUE(g.ok()) << "cuda: " << g.status();
+    if (!c.ok() || !g.ok()) return {tensors, tensors};
+    return {*std::move(c), *std::move(g)};
+  }
+  // Runs body twice on engine(one_pass); the number of differing elements
+  // of tensor i between the runs, or -1 if a run failed.
+  int64_t RepeatDifferences(bool one_pass, const std::vector<HostTensor>& t, const Body& body,
+                            int i) {
+    auto first = RunOn(engine(one_pass), t, body);
+    auto second = RunOn(engine(one_pass), t, body);
+    EXPECT_TRUE(first.ok()) << first.status();
+    EXPECT_TRUE(second.ok()) << second.status();
+    if (!first.ok() || !second.ok()) return -1;
+    return BitDifferences((*first)[i], (*second)[i]);
+  }
+};
+
+using Shape5 = std::tuple<int, int, int, int, int>;  // B, S, nh, nkv, hd
+using Param = std::tuple<Shape5, bool>;              // shape, one pass
+
+class AttentionTest : public AttentionFormTest, public ::testing::WithParamInterface<Param> {};
 
 TEST_P(AttentionTest, ForwardAndBackwardMatchCpu) {
-  const auto [b, s, nh, nkv, hd] = GetParam();
+  const auto [shape, one_pass] = GetParam();
+  const auto [b, s, nh, nkv, hd] = shape;
   const uint32_t seed = static_cast<uint32_t>(s * 131 + nh * 7 + nkv + hd);
-  auto [c, g] = Both(AttentionTensors(b, s, nh, nkv, hd, seed), ForwardBackward(nkv));
+  auto [c, g] = BothForm(one_pass, AttentionTensors(b, s, nh, nkv, hd, seed), ForwardBackward(nkv));
   EXPECT_LT(Error(g[1], c[1]), 1e-2) << "out";
   EXPECT_LT(Error(g[2], c[2]), 1e-5) << "lse";
   EXPECT_LT(Error(g[4], c[4]), 2e-2) << "grad_qkv";
 }
 
+// 4100 tokens: 33 key blocks per K/V head, so up to 33 blocks add to one dQ
+// tile in the one-pass form (the repeat test below runs more blocks than an
+// H100 holds at once).
 INSTANTIATE_TEST_SUITE_P(
     Shapes, AttentionTest,
-    ::testing::Values(Param{1, 1, 1, 1, 64}, Param{2, 7, 2, 1, 64}, Param{1, 65, 4, 4, 64},
-                      Param{2, 200, 4, 2, 64}, Param{1, 1000, 8, 1, 64},
-                      Param{1, 1, 2, 2, 128}, Param{2, 129, 2, 2, 128}, Param{1, 200, 8, 2, 128},
-                      Param{1, 1000, 4, 4, 128}, Param{1, 333, 8, 8, 128},
-                      Param{1, 2048, 8, 2, 128}, Param{0, 8, 2, 1, 64}));
+    ::testing::Combine(
+        ::testing::Values(Shape5{1, 1, 1, 1, 64}, Shape5{2, 7, 2, 1, 64}, Shape5{1, 65, 4, 4, 64},
+                          Shape5{2, 200, 4, 2, 64}, Shape5{1, 1000, 8, 1, 64},
+                          Shape5{1, 1, 2, 2, 128}, Shape5{2, 129, 2, 2, 128},
+                          Shape5{1, 200, 8, 2, 128}, Shape5{1, 1000, 4, 4, 128},
+                          Shape5{1, 333, 8, 8, 128}, Shape5{1, 2048, 8, 2, 128},
+                          Shape5{1, 4100, 8, 2, 128}, Shape5{0, 8, 2, 1, 64}),
+        ::testing::Bool()));
 
-TEST_F(CpuVsCudaTest, AttentionBackwardIsBitIdenticalRunToRun) {
+class AttentionRepeatTest : public AttentionFormTest, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(AttentionRepeatTest, AttentionBackwardIsBitIdenticalRunToRun) {
   const std::vector<HostTensor> t = AttentionTensors(2, 700, 8, 2, 128, 99);
-  auto first = RunOn(gpu(), t, ForwardBackward(2));
-  auto second = RunOn(gpu(), t, ForwardBackward(2));
-  ASSERT_TRUE(first.ok()) << first.status();
-  ASSERT_TRUE(second.ok()) << second.status();
-  EXPECT_EQ(BitDifferences((*first)[1], (*second)[1]), 0) << "out";
-  EXPECT_EQ(BitDifferences((*first)[4], (*second)[4]), 0) << "grad_qkv";
+  EXPECT_EQ(RepeatDifferences(GetParam(), t, ForwardBackward(2), 1), 0) << "out";
+  EXPECT_EQ(RepeatDifferences(GetParam(), t, ForwardBackward(2), 4), 0) << "grad_qkv";
+  // Many blocks adding to each dQ tile at once.
+  const std::vector<HostTensor> large = AttentionTensors(2, 4096, 16, 4, 128, 5);
+  EXPECT_EQ(RepeatDifferences(GetParam(), large, ForwardBackward(4), 4), 0) << "grad_qkv, 4096";
+}
+
+// Head dim 64 has no one-pass kernel: that engine runs two passes, bit for bit.
+TEST_F(AttentionFormTest, HeadDim64RunsTwoPassesUnderEitherForm) {
+  const std::vector<HostTensor> t = AttentionTensors(2, 300, 4, 2, 64, 21);
+  auto two = RunOn(engine(false), t, ForwardBackward(2));
+  auto one = RunOn(engine(true), t, ForwardBackward(2));
+  ASSERT_TRUE(two.ok()) << two.status();
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(BitDifferences((*one)[4], (*two)[4]), 0);
 }
 
 TEST_F(CpuVsCudaTest, AttentionRejectsUnsupportedShapes) {
@@ -106,19 +178,22 @@ Body DocumentForwardBackward(int nkv) {
   };
 }
 
-using DocParam = std::tuple<int, int, int, int, int, int>;  // B, S, nh, nkv, hd, longest document
+using DocShape = std::tuple<int, int, int, int, int, int>;  // B, S, nh, nkv, hd, longest document
+using DocParam = std::tuple<DocShape, bool>;                 // shape, one pass
 
-class AttentionDocumentTest : public CpuVsCudaTest, public ::testing::WithParamInterface<DocParam> {};
+class AttentionDocumentTest : public AttentionFormTest,
+                              public ::testing::WithParamInterface<DocParam> {};
 
 // Document masking against the CPU engine (the specification), same
 // tolerances as whole sequences: fresh random inputs and documents.
 TEST_P(AttentionDocumentTest, DocumentMaskedForwardAndBackwardMatchCpu) {
-  const auto [b, s, nh, nkv, hd, longest] = GetParam();
+  const auto [shape, one_pass] = GetParam();
+  const auto [b, s, nh, nkv, hd, longest] = shape;
   const uint32_t seed = static_cast<uint32_t>(std::random_device()());
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::vector<HostTensor> t = AttentionTensors(b, s, nh, nkv, hd, seed);
   t.push_back(RandomDocStarts(b, s, longest, seed + 7));
-  auto [c, g] = Both(t, DocumentForwardBackward(nkv));
+  auto [c, g] = BothForm(one_pass, t, DocumentForwardBackward(nkv));
   EXPECT_LT(Error(g[1], c[1]), 1e-2) << "out";
   EXPECT_LT(Error(g[2], c[2]), 1e-5) << "lse";
   EXPECT_LT(Error(g[4], c[4]), 2e-2) << "grad_qkv";
@@ -126,48 +201,73 @@ TEST_P(AttentionDocumentTest, DocumentMaskedForwardAndBackwardMatchCpu) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, AttentionDocumentTest,
-    ::testing::Values(DocParam{2, 7, 2, 1, 64, 3}, DocParam{1, 200, 4, 2, 64, 40},
-                      DocParam{2, 1000, 8, 1, 64, 300}, DocParam{1, 2048, 4, 4, 64, 1024},
-                      DocParam{1, 129, 2, 2, 128, 64}, DocParam{2, 333, 8, 2, 128, 100},
-                      DocParam{1, 2048, 8, 2, 128, 512}, DocParam{1, 1000, 4, 4, 128, 5}));
+    ::testing::Combine(
+        ::testing::Values(DocShape{2, 7, 2, 1, 64, 3}, DocShape{1, 200, 4, 2, 64, 40},
+                          DocShape{2, 1000, 8, 1, 64, 300}, DocShape{1, 2048, 4, 4, 64, 1024},
+                          DocShape{1, 129, 2, 2, 128, 64}, DocShape{2, 333, 8, 2, 128, 100},
+                          DocShape{1, 2048, 8, 2, 128, 512}, DocShape{1, 1000, 4, 4, 128, 5},
+                          DocShape{1, 4100, 8, 2, 128, 2000}),
+        ::testing::Bool()));
 
 // One document per sequence, given as starts that are all 0, takes the
 // whole-sequence path's bits: masking adds nothing where it masks nothing.
-TEST_F(CpuVsCudaTest, OneDocumentPerSequenceGivesTheBitsOfWholeSequences) {
+TEST_P(AttentionRepeatTest, OneDocumentPerSequenceGivesTheBitsOfWholeSequences) {
   std::vector<HostTensor> t = AttentionTensors(2, 700, 8, 2, 128, 41);
   t.push_back(HostTensor::Of(DType::kInt32, Shape{2, 700}));
-  auto whole = RunOn(gpu(), t, ForwardBackward(2));
-  auto documents = RunOn(gpu(), t, DocumentForwardBackward(2));
+  auto whole = RunOn(engine(GetParam()), t, ForwardBackward(2));
+  auto documents = RunOn(engine(GetParam()), t, DocumentForwardBackward(2));
   ASSERT_TRUE(whole.ok()) << whole.status();
   ASSERT_TRUE(documents.ok()) << documents.status();
   for (int i : {1, 2, 4}) EXPECT_EQ(BitDifferences((*documents)[i], (*whole)[i]), 0) << "tensor " << i;
 }
 
-TEST_F(CpuVsCudaTest, DocumentMaskedBackwardIsBitIdenticalRunToRun) {
+TEST_P(AttentionRepeatTest, DocumentMaskedBackwardIsBitIdenticalRunToRun) {
   std::vector<HostTensor> t = AttentionTensors(2, 700, 8, 2, 128, 99);
   t.push_back(RandomDocStarts(2, 700, 150, 5));
-  auto first = RunOn(gpu(), t, DocumentForwardBackward(2));
-  auto second = RunOn(gpu(), t, DocumentForwardBackward(2));
-  ASSERT_TRUE(first.ok()) << first.status();
-  ASSERT_TRUE(second.ok()) << second.status();
-  EXPECT_EQ(BitDifferences((*first)[1], (*second)[1]), 0) << "out";
-  EXPECT_EQ(BitDifferences((*first)[4], (*second)[4]), 0) << "grad_qkv";
+  EXPECT_EQ(RepeatDifferences(GetParam(), t, DocumentForwardBackward(2), 1), 0) << "out";
+  EXPECT_EQ(RepeatDifferences(GetParam(), t, DocumentForwardBackward(2), 4), 0) << "grad_qkv";
+}
+
+// The default engine's rule: whole sequences take the one-pass bits,
+// documents the two-pass bits (and the two forms' bits differ, so the
+// comparison can tell them apart).
+TEST_F(AttentionFormTest, TheDefaultEngineRunsOnePassForWholeSequencesAndTwoForDocuments) {
+  std::vector<HostTensor> t = AttentionTensors(1, 700, 8, 2, 128, 61);
+  auto whole = RunOn(gpu(), t, ForwardBackward(2));
+  auto whole_one = RunOn(engine(true), t, ForwardBackward(2));
+  auto whole_two = RunOn(engine(false), t, ForwardBackward(2));
+  t.push_back(RandomDocStarts(1, 700, 150, 3));
+  auto documents = RunOn(gpu(), t, DocumentForwardBackward(2));
+  auto documents_two = RunOn(engine(false), t, DocumentForwardBackward(2));
+  for (const auto* r : {&whole, &whole_one, &whole_two, &documents, &documents_two}) {
+    ASSERT_TRUE(r->ok()) << r->status();
+  }
+  EXPECT_EQ(BitDifferences((*whole)[4], (*whole_one)[4]), 0);
+  EXPECT_GT(BitDifferences((*whole_one)[4], (*whole_two)[4]), 0);
+  EXPECT_EQ(BitDifferences((*documents)[4], (*documents_two)[4]), 0);
 }
 
 // The engine does not read document starts on the host, so starts that
 // break the rule (negative, past their position, decreasing) must still
 // stay inside the sequence: the kernels clamp them, every row keeps its own
 // key, and every output is finite.
-TEST_F(CpuVsCudaTest, DocumentStartsOfAnyContentStayInsideTheSequence) {
-  std::vector<HostTensor> t = AttentionTensors(2, 300, 4, 2, 64, 13);
+// Under the one-pass form this also checks that no key block waits forever
+// for a turn: junk starts give tiles whose first blocks are out of order.
+TEST_P(AttentionRepeatTest, DocumentStartsOfAnyContentStayInsideTheSequence) {
   std::mt19937 rng(17);
-  std::vector<int32_t> junk(2 * 300);
-  for (int32_t& v : junk) v = static_cast<int32_t>(rng());  // any int32, negative included
-  t.push_back(HostTensor::FromVector(DType::kInt32, Shape{2, 300}, junk));
-  auto g = RunOn(gpu(), t, DocumentForwardBackward(2));
-  ASSERT_TRUE(g.ok()) << g.status();
-  for (int i : {1, 2, 4}) {
-    for (double v : AsDoubles((*g)[i])) ASSERT_TRUE(std::isfinite(v)) << "tensor " << i;
+  for (int hd : {64, 128}) {
+    std::vector<HostTensor> t = AttentionTensors(2, 1300, 4, 2, hd, 13);
+    std::vector<int32_t> junk(2 * 1300);
+    for (int32_t& v : junk) v = static_cast<int32_t>(rng());  // any int32, negative included
+    // Half of the rows small non-negative values, so that clamped starts
+    // vary instead of being 0 or the row itself.
+    for (size_t i = 0; i < junk.size(); i += 2) junk[i] = static_cast<int32_t>(rng() % 1300);
+    t.push_back(HostTensor::FromVector(DType::kInt32, Shape{2, 1300}, junk));
+    auto g = RunOn(engine(GetParam()), t, DocumentForwardBackward(2));
+    ASSERT_TRUE(g.ok()) << g.status();
+    for (int i : {1, 2, 4}) {
+      for (double v : AsDoubles((*g)[i])) ASSERT_TRUE(std::isfinite(v)) << "tensor " << i << ", hd " << hd;
+    }
   }
 }
 
@@ -181,6 +281,8 @@ TEST_F(CpuVsCudaTest, DocumentStartsOfTheWrongShapeAreInvalidArgument) {
   EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument) << g.status();
   EXPECT_NE(std::string(g.status().message()).find("doc_starts"), std::string::npos) << g.status();
 }
+
+INSTANTIATE_TEST_SUITE_P(Forms, AttentionRepeatTest, ::testing::Bool());
 
 }  // namespace
 }  // namespace testing

@@ -41,7 +41,8 @@ class CudaOps : public Ops {
         gemm_(ctx_.get(), gemm_selection),
         attention_choice_(options.attention),
         attention_atomic_backward_(options.attention_atomic_backward),
-        attention_key_bands_(options.attention_key_bands) {}
+        attention_key_bands_(options.attention_key_bands),
+        backward_passes_(options.attention_backward_passes) {}
 
   absl::Status Init() {
     RETURN_IF_ERROR(gemm_.Init());
@@ -312,12 +313,14 @@ class CudaOps : public Ops {
       if (ran) return absl::OkStatus();
     }
     // D, the log2-domain lse and the document start per query, padded to
-    // whole tiles.
-    const int64_t floats = std::max<int64_t>(1, cuda::FlashAttentionBackwardScratchFloats(shape));
+    // whole tiles; the one-pass form's dQ sums.
+    const cuda::FlashBackwardForm form = FlashBackwardFormFor(starts);
+    const int64_t floats =
+        std::max<int64_t>(1, cuda::FlashAttentionBackwardScratchFloats(shape, form));
     ASSIGN_OR_RETURN(void* scratch, attention_scratch_.Get(floats * sizeof(float)));
     return cuda::LaunchFlashAttentionBackward(shape, grad_out.data, qkv.data, starts, out.data,
                                               lse.As<float>(), grad_qkv.data,
-                                              static_cast<float*>(scratch), S(stream));
+                                              static_cast<float*>(scratch), form, S(stream));
   }
   absl::Status SwiGluForward(const TensorDesc& gate_up, const TensorDesc& out, Stream* stream) override {
     RETURN_IF_ERROR(ctx_->MakeCurrent());
@@ -508,6 +511,14 @@ class CudaOps : public Ops {
   // The key bands of the deterministic backward of whole sequences
   // (cudnn_attention.h): CudnnKeyBands, or what the engine's options fix
   // (benchmarks compare counts). 1 for the atomic form and for documents.
+  // Which form Tessera's backward takes (CudaEngineOptions::BackwardPasses);
+  // the launcher runs two passes at head dim 64 whatever this says.
+  cuda::FlashBackwardForm FlashBackwardFormFor(const int32_t* doc_starts) const {
+    using Passes = CudaEngineOptions::BackwardPasses;
+    const bool one_pass = backward_passes_ == Passes::kOnePass ||
+                          (backward_passes_ == Passes::kRule && doc_starts == nullptr);
+    return one_pass ? cuda::FlashBackwardForm::kOrderedDq : cuda::FlashBackwardForm::kTwoPass;
+  }
   int KeyBandsFor(const cuda::AttentionShape& shape, const CudnnCalls& calls) const {
     if (attention_atomic_backward_ || calls.count > 0) return 1;
     if (attention_key_bands_ > 0) return attention_key_bands_;
@@ -556,6 +567,7 @@ class CudaOps : public Ops {
   CudaEngineOptions::Attention attention_choice_;
   bool attention_atomic_backward_;
   int attention_key_bands_;
+  CudaEngineOptions::BackwardPasses backward_passes_;
   std::unique_ptr<cuda::CudnnAttention> cudnn_attention_;
   cuda::ScratchBuffer cudnn_workspace_{&scratch_allocator_, &capture_record_};
   // The embedding backward's sort and chunk partials (embedding.cu).

@@ -66,6 +66,15 @@ struct CudaEngineOptions {
   // n bands for every whole-sequence call, for benchmarks that compare
   // counts (1: the whole sequence in one call).
   int attention_key_bands = 0;
+  // Tessera's own backward (kTessera, and kAuto where cuDNN does not run)
+  // has two forms, both bit-identical run to run: two passes (the dQ blocks
+  // recompute S and dP) and one pass whose key blocks add their parts of dQ
+  // in key-block order (head dim 128 only). kRule: one pass for whole
+  // sequences at head dim 128, two passes for documents (measured faster
+  // each way: bench/RESULTS.md). kOnePass (wherever it exists) and kTwoPass
+  // are for benchmarks and tests that compare the forms.
+  enum class BackwardPasses { kRule, kOnePass, kTwoPass };
+  BackwardPasses attention_backward_passes = BackwardPasses::kRule;
 };
 
 // The engine for GPU `device_index`; NOT_FOUND if there is no such GPU.

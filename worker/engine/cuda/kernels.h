@@ -122,13 +122,21 @@ constexpr int64_t kKeyBandAlignment = 256;
 int64_t KeyBandPartialOffset(const AttentionShape& shape, int bands, int band_index);
 absl::Status LaunchSumKeyBands(const AttentionShape& shape, int bands, const void* partials,
                                void* grad_qkv, cudaStream_t stream);
-// fp32 scratch the backward needs: FlashAttentionBackwardScratchFloats(shape),
-// 16-byte aligned.
-int64_t FlashAttentionBackwardScratchFloats(const AttentionShape& shape);
+// The backward's two forms, both bit-identical run to run:
+//  * kTwoPass: dK/dV blocks, then dQ blocks that recompute S and dP
+//    (flash_attention_backward.cu);
+//  * kOrderedDq: one pass whose key blocks add their parts of dQ into an
+//    fp32 sum in key-block order (flash_attention_backward_ordered.cu);
+//    head dim 128 only, 64 runs two passes.
+enum class FlashBackwardForm { kTwoPass, kOrderedDq };
+// fp32 scratch the backward needs:
+// FlashAttentionBackwardScratchFloats(shape, form), 16-byte aligned.
+int64_t FlashAttentionBackwardScratchFloats(const AttentionShape& shape, FlashBackwardForm form);
 absl::Status LaunchFlashAttentionBackward(const AttentionShape& shape, const void* grad_out,
                                           const void* qkv, const int32_t* doc_starts,
                                           const void* out, const float* lse, void* grad_qkv,
-                                          float* scratch, cudaStream_t stream);
+                                          float* scratch, FlashBackwardForm form,
+                                          cudaStream_t stream);
 // fused_linear_cross_entropy.cu: the per-row softmax/loss/dlogits step on
 // bf16 logits; dlogits_bf16 may be logits_bf16 (written in place).
 // row_losses: [rows] fp32 scratch for the per-row losses, summed in a fixed

@@ -1,0 +1,409 @@
+// Causal attention backward at head dim 128 in one pass: each thread block
+// owns 128 keys of one K/V head, computes their dK and dV, and adds its part
+// of every query tile's dQ into an fp32 sum in a fixed order, so the result
+// is bit-identical run to run without recomputing S and dP for dQ (the
+// two-pass form in flash_attention_backward.cu recomputes them: seven
+// products per tile instead of five).
+//
+// A block is two warpgroups, each holding 64 of the block's keys. For each
+// query tile (64 queries; the tiles from the last one down to the block's
+// diagonal) and each query head of the group, a warpgroup computes
+// S^T = K Q^T and dP^T = V dO^T for its keys, P^T from the saved lse and
+// dS^T = P^T (dP^T - D), then dV += P^T dO and dK += dS^T Q from registers,
+// as the two-pass dK/dV kernel does. Both warpgroups also leave dS^T in
+// shared memory, and each then multiplies the whole 64 x 128 dS by its half
+// of K's columns: the block's part of the tile's dQ, 64 x 128 in fp32.
+//
+// Order. The blocks that see query tile m are the key blocks n from
+// tile_first_block[m] (0 without documents) to the one holding the tile's
+// last query. Block n waits until the tile's turn counter reads n, adds its
+// part to the tile's fp32 sum (the first block stores it), and hands the
+// turn to n + 1; the last block adds its part in registers to the sum it
+// reads back and writes dQ as bf16. Every element is so summed in key-block
+// order, on every run. A block only ever waits for the block before it in
+// the grid, which the GPU starts first, so the wait always ends. Blocks walk
+// their tiles from the last one down, the heads of a group innermost, so
+// that neighbouring blocks reach each tile at nearly the same time.
+//
+// Documents: a tile's first block comes from the document start of its
+// first query. tile_first_block is the suffix minimum of those (the tiny
+// kernel below), which is the value itself for documents that never start
+// earlier than an earlier one does, and keeps both a block's tiles and a
+// tile's blocks contiguous for starts of any content, so no block waits for
+// a block that never comes. Inside a tile, keys before a query's own
+// document start get P = 0 as in the two-pass kernels.
+//
+// Scratch (after the two-pass kernels' D, lse2 and document starts): the dQ
+// sums [B, heads, S padded to 128, 128] fp32, the turn counters (zeroed by
+// the launcher before each call) and the tiles' first blocks.
+
+#include <cuda_bf16.h>
+
+#include "worker/engine/cuda/cuda_check.h"
+#include "worker/engine/cuda/flash_attention_backward_ordered.h"
+#include "worker/engine/cuda/flash_attention_tiles.cuh"
+#include "worker/engine/cuda/wgmma.cuh"
+
+namespace tessera {
+namespace cuda {
+namespace {
+
+using flash::AttentionParams;
+
+constexpr int kD = 128;
+constexpr int kWarpgroups = 2;
+constexpr int kThreads = kWarpgroups * wgmma::kWarpgroupThreads;
+constexpr int kKeyBlock = 64 * kWarpgroups;  // 64 keys per warpgroup
+constexpr int kQTile = 64;
+constexpr int kKVBytes = kKeyBlock * kD * 2;
+constexpr int kTileBytes = kQTile * kD * 2;
+constexpr int kDsBytes = kKeyBlock * kQTile * 2;
+// K, V, Q[2], dO[2], dS^T; lse2[2], D[2], document starts[2]; alignment.
+constexpr int kSmemBytes = 2 * kKVBytes + 4 * kTileBytes + kDsBytes + 6 * kQTile * 4 + 1024;
+
+#ifdef TESSERA_WGMMA
+__device__ __forceinline__ int LoadAcquire(const int32_t* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void StoreRelease(int32_t* p, int v) {
+  asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void AddFour(float* p, float4 v) {
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(v.x), "f"(v.y),
+               "f"(v.z), "f"(v.w)
+               : "memory");
+}
+#endif
+
+// tile_first_block[b][m] = min over tiles m' >= m of (document start of
+// tile m''s first query) / kKeyBlock. One block per sequence: the starts are
+// read in parallel, and one thread runs the minimum from the end.
+__global__ void TileFirstBlocksKernel(const int32_t* first_keys, int64_t seq_pad, int tiles,
+                                      int32_t* tile_first_block) {
+  extern __shared__ int32_t s_blocks[];
+  const int64_t b = blockIdx.x;
+  for (int m = threadIdx.x; m < tiles; m += blockDim.x) {
+    s_blocks[m] = first_keys[b * seq_pad + int64_t(m) * kQTile] / kKeyBlock;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int32_t running = s_blocks[tiles - 1];
+    for (int m = tiles - 1; m >= 0; --m) {
+      running = min(running, s_blocks[m]);
+      s_blocks[m] = running;
+    }
+  }
+  __syncthreads();
+  for (int m = threadIdx.x; m < tiles; m += blockDim.x) {
+    tile_first_block[b * tiles + m] = s_blocks[m];
+  }
+}
+
+template <bool kDocuments>
+__global__ void __launch_bounds__(kThreads, 1)
+    AttentionBackwardOrderedKernel(AttentionParams p, const __nv_bfloat16* dout,
+                                   const float* delta, const float* lse2,
+                                   const int32_t* first_keys, const int32_t* tile_first_block,
+                                   int64_t seq_pad, float* dq_sums, int32_t* dq_turns,
+                                   __nv_bfloat16* dqkv) {
+#ifdef TESSERA_WGMMA
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  unsigned char* smem = wgmma::AlignedSmem(smem_raw);
+  unsigned char* k_ptr = smem;
+  unsigned char* v_ptr = smem + kKVBytes;
+  unsigned char* ds_ptr = smem + 2 * kKVBytes + 4 * kTileBytes;
+  const uint32_t s_k = SmemAddress(k_ptr), s_v = s_k + kKVBytes;
+  // Buffer i of Q is at s_q + i * kTileBytes, of dO at s_do + i * kTileBytes.
+  const uint32_t s_q = s_k + 2 * kKVBytes, s_do = s_q + 2 * kTileBytes;
+  const uint32_t s_ds = SmemAddress(ds_ptr);  // dS^T: kKeyBlock rows (keys) x kQTile
+  float* s_lse = reinterpret_cast<float*>(ds_ptr + kDsBytes);                // [2][kQTile]
+  float* s_delta = s_lse + 2 * kQTile;                                       // [2][kQTile]
+  int32_t* s_first_key = reinterpret_cast<int32_t*>(s_delta + 2 * kQTile);  // [2][kQTile]
+
+  // Longest blocks first across the K/V heads: block n of every head
+  // before block n + 1 of any, so the long blocks do not end the grid.
+  const int kv_head = blockIdx.x % p.kv_heads, n = blockIdx.x / p.kv_heads, b = blockIdx.y;
+  const int group_size = p.heads / p.kv_heads;
+  const int wg = threadIdx.x / wgmma::kWarpgroupThreads;
+  const int warp = (threadIdx.x / 32) & 3, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t ts = p.qkv_token_stride, os = p.out_token_stride;
+  const int64_t k0 = int64_t(n) * kKeyBlock;
+  const int wg_key0 = 64 * wg;  // the warpgroup's first key in the block
+  const int64_t key_lo = k0 + wg_key0 + 16 * warp + g;  // this lane's keys: key_lo, key_lo + 8
+  const __nv_bfloat16* batch = p.qkv + int64_t(b) * p.seq * ts;
+  const int tiles = static_cast<int>(seq_pad / kQTile);
+
+  wgmma::LoadTileAsync<kKeyBlock, kD, kThreads>(
+      s_k, batch + k0 * ts + int64_t(p.heads + kv_head) * kD, ts, p.seq - k0, p.qkv);
+  wgmma::LoadTileAsync<kKeyBlock, kD, kThreads>(
+      s_v, batch + k0 * ts + int64_t(p.heads + p.kv_heads + kv_head) * kD, ts, p.seq - k0,
+      p.qkv);
+
+  // This block's query tiles: [2n, end_tile), walked from the top.
+  const int first_tile = 2 * n;
+  int end_tile = static_cast<int>((p.seq + kQTile - 1) / kQTile);
+  const int32_t* first_blocks = kDocuments ? tile_first_block + int64_t(b) * tiles : nullptr;
+  if (kDocuments) {
+    int lo = first_tile, hi = end_tile - 1;  // first_blocks[lo] <= n holds
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (first_blocks[mid] <= n) lo = mid; else hi = mid - 1;
+    }
+    end_tile = lo + 1;
+  }
+  const int iterations = (end_tile - first_tile) * group_size;
+  auto tile_of = [&](int it) { return end_tile - 1 - it / group_size; };
+  auto head_of = [&](int it) { return kv_head * group_size + it % group_size; };
+  auto issue = [&](int it, int buf) {
+    const int h = head_of(it);
+    const int64_t q0 = int64_t(tile_of(it)) * kQTile;
+    wgmma::LoadTileAsync<kQTile, kD, kThreads>(s_q + buf * kTileBytes,
+                                               batch + q0 * ts + int64_t(h) * kD, ts,
+                                               p.seq - q0, p.qkv);
+    wgmma::LoadTileAsync<kQTile, kD, kThreads>(
+        s_do + buf * kTileBytes, dout + (int64_t(b) * p.seq + q0) * os + int64_t(h) * kD, os,
+        p.seq - q0, dout);
+    const int64_t stats = (int64_t(b) * p.heads + h) * seq_pad + q0;
+    if (threadIdx.x < 2 * kQTile / 4) {  // 16 threads copy lse2, 16 copy delta
+      const int c = threadIdx.x % (kQTile / 4);
+      const bool is_lse = threadIdx.x < kQTile / 4;
+      const float* src = (is_lse ? lse2 : delta) + stats + 4 * c;
+      float* dst = (is_lse ? s_lse : s_delta) + buf * kQTile + 4 * c;
+      CopyAsync16(SmemAddress(dst), src, 16);
+    } else if (kDocuments && threadIdx.x < 3 * kQTile / 4) {  // 16 copy the document starts
+      const int c = threadIdx.x - 2 * kQTile / 4;
+      CopyAsync16(SmemAddress(s_first_key + buf * kQTile + 4 * c),
+                  first_keys + int64_t(b) * seq_pad + q0 + 4 * c, 16);
+    }
+  };
+  issue(0, 0);
+  CommitAsyncCopies();
+
+  const float scale = p.scale_log2 / flash::kLog2e;
+  float dk[kD / 8][4] = {}, dv[kD / 8][4] = {};
+  // The turn this block passes on once every thread's part of the last
+  // tile's sum is written (thread 0, after the next barrier); null if none.
+  int32_t* pass_turn = nullptr;
+  for (int it = 0; it < iterations; ++it) {
+    WaitAsyncCopies();
+    wgmma::ProxyFence();
+    __syncthreads();  // tile `it` visible; every warp is done with tile it - 1
+    if (pass_turn != nullptr) {
+      if (threadIdx.x == 0) StoreRelease(pass_turn, n + 1);
+      pass_turn = nullptr;
+    }
+    if (it + 1 < iterations) issue(it + 1, (it + 1) & 1);
+    CommitAsyncCopies();
+    const int buf = it & 1;
+    const int m = tile_of(it), h = head_of(it);
+    const int64_t q0 = int64_t(m) * kQTile;
+    const bool diagonal = q0 < k0 + wg_key0 + 63;
+    const float* tile_lse = s_lse + buf * kQTile;
+    const float* tile_delta = s_delta + buf * kQTile;
+    const int32_t* tile_first_key = s_first_key + buf * kQTile;
+    const bool doc_edge = kDocuments && tile_first_key[kQTile - 1] > k0 + wg_key0;
+    const uint32_t q_tile = s_q + buf * kTileBytes, do_tile = s_do + buf * kTileBytes;
+
+    // S^T = K Q^T and dP^T = V dO^T for the warpgroup's 64 keys.
+    float pt[kQTile / 8][4], dst[kQTile / 8][4];
+    wgmma::Fence();
+    wgmma::MmaRowsTimesRowsT<kD, kKeyBlock, kQTile>(pt, s_k, wg_key0, q_tile);
+    wgmma::Commit();
+    wgmma::MmaRowsTimesRowsT<kD, kKeyBlock, kQTile>(dst, s_v, wg_key0, do_tile);
+    wgmma::Commit();
+
+    // P^T = exp2(S^T scale_log2 - lse2[q]), zero where the query precedes
+    // the key or its document starts after the key.
+    wgmma::Wait<1>();
+    wgmma::FenceOperands(pt);
+#pragma unroll
+    for (int nt = 0; nt < kQTile / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = nt * 8 + 2 * t + (e & 1);
+        const int64_t key = key_lo + 8 * (e >> 1);
+        float v = flash::FastExp2(pt[nt][e] * p.scale_log2 - tile_lse[col]);
+        if (diagonal && q0 + col < key) v = 0.f;
+        if (doc_edge && tile_first_key[col] > static_cast<int32_t>(key)) v = 0.f;
+        pt[nt][e] = v;
+      }
+    }
+    // dS^T = P^T (dP^T - D[q]).
+    wgmma::Wait<0>();
+    wgmma::FenceOperands(dst);
+#pragma unroll
+    for (int nt = 0; nt < kQTile / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        dst[nt][e] = pt[nt][e] * (dst[nt][e] - tile_delta[nt * 8 + 2 * t + (e & 1)]);
+      }
+    }
+    uint32_t pa[kQTile / 16][4], dsa[kQTile / 16][4];
+#pragma unroll
+    for (int kt = 0; kt < kQTile / 16; ++kt) {
+      wgmma::PackA(pt, kt, pa[kt]);
+      wgmma::PackA(dst, kt, dsa[kt]);
+    }
+    // dS^T into shared memory (rows: the block's keys; 128-byte swizzle),
+    // where the dQ product reads it transposed.
+    {
+      const int row = wg_key0 + 16 * warp + g;
+#pragma unroll
+      for (int kt = 0; kt < kQTile / 16; ++kt) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {  // columns 16 kt + 8 half + 2 t
+          const int chunk = 2 * kt + half;
+          *reinterpret_cast<uint32_t*>(ds_ptr + wgmma::ChunkOffset<kKeyBlock>(row, chunk) +
+                                       4 * t) = dsa[kt][2 * half];
+          *reinterpret_cast<uint32_t*>(ds_ptr + wgmma::ChunkOffset<kKeyBlock>(row + 8, chunk) +
+                                       4 * t) = dsa[kt][2 * half + 1];
+        }
+      }
+    }
+    // dV += P^T dO and dK += dS^T Q: the tiles' rows are the contraction.
+    wgmma::Fence();
+    wgmma::MmaFragmentsTimesTile<kD, kQTile>(dv, pa, do_tile);
+    wgmma::MmaFragmentsTimesTile<kD, kQTile>(dk, dsa, q_tile);
+    wgmma::Commit();
+    wgmma::ProxyFence();
+    __syncthreads();  // both warpgroups' dS^T written
+
+    // This block's part of dQ for the tile, columns [64 wg, 64 wg + 64):
+    // dS (queries x the block's keys, read transposed) times K's columns.
+    float dq[8][4] = {};
+    wgmma::Fence();
+#pragma unroll
+    for (int kt = 0; kt < kKeyBlock / 16; ++kt) {
+      wgmma::MmaSS64<1, 1>(dq, wgmma::MNMajor<kKeyBlock>(s_ds, 16 * kt, 0),
+                           wgmma::MNMajor<kKeyBlock>(s_k, 16 * kt, 64 * wg), 1);
+    }
+    wgmma::Commit();
+    wgmma::Wait<0>();
+    wgmma::FenceOperands(dv);
+    wgmma::FenceOperands(dk);
+    wgmma::FenceOperands(dq);
+
+    // Add it to the tile's sum in key-block order.
+    const int64_t last_row = min(q0 + kQTile, p.seq) - 1;
+    const int last_block = static_cast<int>(last_row / kKeyBlock);
+    const int first_block = kDocuments ? first_blocks[m] : 0;
+    int32_t* turn = dq_turns + (int64_t(b) * p.heads + h) * tiles + m;
+    if (n != first_block) {
+      if (threadIdx.x == 0) {
+        while (LoadAcquire(turn) != n) {
+        }
+      }
+      __syncthreads();
+    }
+    // Lanes 2i and 2i + 1 swap halves, so that each holds four adjacent
+    // columns of one row: the even lane row g, the odd lane row g + 8.
+    const bool odd = t & 1;
+    const int64_t row = q0 + 16 * warp + g + (odd ? 8 : 0);
+    const int col = 64 * wg + 2 * (t & ~1);
+    float4 part[8];
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      const float give0 = odd ? dq[nt][0] : dq[nt][2], give1 = odd ? dq[nt][1] : dq[nt][3];
+      const float got0 = __shfl_xor_sync(0xffffffffu, give0, 1);
+      const float got1 = __shfl_xor_sync(0xffffffffu, give1, 1);
+      part[nt] = odd ? make_float4(got0, got1, dq[nt][2], dq[nt][3])
+                     : make_float4(dq[nt][0], dq[nt][1], got0, got1);
+    }
+    float* sum = dq_sums + ((int64_t(b) * p.heads + h) * seq_pad + row) * kD + col;
+    if (n == last_block) {
+      if (row < p.seq) {
+        __nv_bfloat16* out = dqkv + (int64_t(b) * p.seq + row) * ts + int64_t(h) * kD + col;
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+          float4 v = part[nt];
+          if (n != first_block) {
+            const float4 before = __ldcg(reinterpret_cast<const float4*>(sum + 8 * nt));
+            v = make_float4(before.x + v.x, before.y + v.y, before.z + v.z, before.w + v.w);
+          }
+          *reinterpret_cast<uint2*>(out + 8 * nt) =
+              make_uint2(flash::PackBf16(v.x * scale, v.y * scale),
+                         flash::PackBf16(v.z * scale, v.w * scale));
+        }
+      }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        if (n == first_block) {
+          __stcg(reinterpret_cast<float4*>(sum + 8 * nt), part[nt]);
+        } else {
+          AddFour(sum + 8 * nt, part[nt]);
+        }
+      }
+      // The turn passes after the next barrier, which orders every
+      // thread's part of the sum before thread 0's release.
+      pass_turn = turn;
+    }
+  }
+  __syncthreads();  // K and V are no longer read: they stage the gradients
+  if (pass_turn != nullptr && threadIdx.x == 0) StoreRelease(pass_turn, n + 1);
+
+  const int64_t row0 = k0 + wg_key0 + 16 * warp;
+  if (row0 < p.seq) {
+    __nv_bfloat16* dst_row = dqkv + (int64_t(b) * p.seq + row0) * ts;
+    const int stage_row = wg_key0 + 16 * warp;
+    flash::StoreRows<kD>(dk, scale, scale, k_ptr, stage_row,
+                         dst_row + int64_t(p.heads + kv_head) * kD, ts, p.seq - row0, lane);
+    flash::StoreRows<kD>(dv, 1.f, 1.f, v_ptr, stage_row,
+                         dst_row + int64_t(p.heads + p.kv_heads + kv_head) * kD, ts,
+                         p.seq - row0, lane);
+  }
+#else
+  __trap();
+#endif
+}
+
+}  // namespace
+
+int64_t OrderedAttentionScratchFloats(int64_t batch, int heads, int64_t seq_pad) {
+  const int64_t tiles = seq_pad / kQTile;
+  // dQ sums, turn counters, first blocks (int32s counted as floats).
+  return batch * heads * seq_pad * kD + batch * heads * tiles + batch * tiles;
+}
+
+absl::Status LaunchOrderedAttentionGradients(const flash::AttentionParams& p, int64_t batch,
+                                             const __nv_bfloat16* dout, const float* delta,
+                                             const float* lse2, const int32_t* first_keys,
+                                             int64_t seq_pad, float* scratch,
+                                             __nv_bfloat16* dqkv, cudaStream_t stream) {
+  const int64_t tiles = seq_pad / kQTile;
+  float* dq_sums = scratch;
+  int32_t* dq_turns = reinterpret_cast<int32_t*>(scratch + batch * p.heads * seq_pad * kD);
+  int32_t* tile_first_block = dq_turns + batch * p.heads * tiles;
+  CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
+      dq_turns, 0, static_cast<size_t>(batch * p.heads * tiles) * sizeof(int32_t), stream));
+  const bool documents = p.doc_starts != nullptr;
+  if (documents) {
+    constexpr int kFirstBlockThreads = 256;
+    TileFirstBlocksKernel<<<static_cast<unsigned>(batch), kFirstBlockThreads,
+                            static_cast<size_t>(tiles) * sizeof(int32_t), stream>>>(
+        first_keys, seq_pad, static_cast<int>(tiles), tile_first_block);
+    CUDA_RETURN_IF_LAUNCH_FAILED();
+  }
+  static std::atomic<uint64_t> smem_allowed[2] = {0, 0};
+  const dim3 grid(static_cast<unsigned>((p.seq + kKeyBlock - 1) / kKeyBlock * p.kv_heads),
+                  static_cast<unsigned>(batch));
+  if (documents) {
+    CUDA_RETURN_IF_ERROR(AllowDynamicSmem(AttentionBackwardOrderedKernel<true>, kSmemBytes,
+                                          smem_allowed[1]));
+    AttentionBackwardOrderedKernel<true><<<grid, kThreads, kSmemBytes, stream>>>(
+        p, dout, delta, lse2, first_keys, tile_first_block, seq_pad, dq_sums, dq_turns, dqkv);
+  } else {
+    CUDA_RETURN_IF_ERROR(AllowDynamicSmem(AttentionBackwardOrderedKernel<false>, kSmemBytes,
+                                          smem_allowed[0]));
+    AttentionBackwardOrderedKernel<false><<<grid, kThreads, kSmemBytes, stream>>>(
+        p, dout, delta, lse2, first_keys, tile_first_block, seq_pad, dq_sums, dq_turns, dqkv);
+  }
+  CUDA_RETURN_IF_LAUNCH_FAILED();
+  return absl::OkStatus();
+}
+
+}  // namespace cuda
+}  // namespace tessera

@@ -1,0 +1,36 @@
+// The one-pass attention backward with dQ summed in key-block order
+// (flash_attention_backward_ordered.cu), as the two-pass launcher in
+// flash_attention_backward.cu calls it after its prepare kernel: head dim
+// 128 only. Device code's header: it names the kernels' parameter block.
+#ifndef TESSERA_WORKER_ENGINE_CUDA_FLASH_ATTENTION_BACKWARD_ORDERED_H_
+#define TESSERA_WORKER_ENGINE_CUDA_FLASH_ATTENTION_BACKWARD_ORDERED_H_
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "worker/engine/cuda/flash_attention_tiles.cuh"
+
+namespace tessera {
+namespace cuda {
+
+// fp32 scratch past the prepare kernel's: dQ sums, turn counters and the
+// tiles' first key blocks, for `batch` sequences of seq_pad (a multiple of
+// 128) rows.
+int64_t OrderedAttentionScratchFloats(int64_t batch, int heads, int64_t seq_pad);
+
+// dK, dV and dQ into dqkv from D, lse2 and the document starts the prepare
+// kernel wrote (first_keys unused without documents); scratch holds
+// OrderedAttentionScratchFloats floats.
+absl::Status LaunchOrderedAttentionGradients(const flash::AttentionParams& p, int64_t batch,
+                                             const __nv_bfloat16* dout, const float* delta,
+                                             const float* lse2, const int32_t* first_keys,
+                                             int64_t seq_pad, float* scratch,
+                                             __nv_bfloat16* dqkv, cudaStream_t stream);
+
+}  // namespace cuda
+}  // namespace tessera
+
+#endif  // TESSERA_WORKER_ENGINE_CUDA_FLASH_ATTENTION_BACKWARD_ORDERED_H_
