@@ -41,6 +41,7 @@
 
 #include "worker/engine/cuda/cuda_check.h"
 #include "worker/engine/cuda/flash_attention_backward_ordered.h"
+#include "worker/engine/cuda/flash_attention_backward_tiles.cuh"
 #include "worker/engine/cuda/flash_attention_tiles.cuh"
 #include "worker/engine/cuda/wgmma.cuh"
 
@@ -129,7 +130,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int wg = threadIdx.x / wgmma::kWarpgroupThreads;
   const int warp = (threadIdx.x / 32) & 3, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
-  const int64_t ts = p.qkv_token_stride, os = p.out_token_stride;
+  const int64_t ts = p.qkv_token_stride;
   const int64_t k0 = int64_t(n) * kKeyBlock;
   const int wg_key0 = 64 * wg;  // the warpgroup's first key in the block
   const int64_t key_lo = k0 + wg_key0 + 16 * warp + g;  // this lane's keys: key_lo, key_lo + 8
@@ -158,26 +159,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto tile_of = [&](int it) { return end_tile - 1 - it / group_size; };
   auto head_of = [&](int it) { return kv_head * group_size + it % group_size; };
   auto issue = [&](int it, int buf) {
-    const int h = head_of(it);
-    const int64_t q0 = int64_t(tile_of(it)) * kQTile;
-    wgmma::LoadTileAsync<kQTile, kD, kThreads>(s_q + buf * kTileBytes,
-                                               batch + q0 * ts + int64_t(h) * kD, ts,
-                                               p.seq - q0, p.qkv);
-    wgmma::LoadTileAsync<kQTile, kD, kThreads>(
-        s_do + buf * kTileBytes, dout + (int64_t(b) * p.seq + q0) * os + int64_t(h) * kD, os,
-        p.seq - q0, dout);
-    const int64_t stats = (int64_t(b) * p.heads + h) * seq_pad + q0;
-    if (threadIdx.x < 2 * kQTile / 4) {  // 16 threads copy lse2, 16 copy delta
-      const int c = threadIdx.x % (kQTile / 4);
-      const bool is_lse = threadIdx.x < kQTile / 4;
-      const float* src = (is_lse ? lse2 : delta) + stats + 4 * c;
-      float* dst = (is_lse ? s_lse : s_delta) + buf * kQTile + 4 * c;
-      CopyAsync16(SmemAddress(dst), src, 16);
-    } else if (kDocuments && threadIdx.x < 3 * kQTile / 4) {  // 16 copy the document starts
-      const int c = threadIdx.x - 2 * kQTile / 4;
-      CopyAsync16(SmemAddress(s_first_key + buf * kQTile + 4 * c),
-                  first_keys + int64_t(b) * seq_pad + q0 + 4 * c, 16);
-    }
+    flash::LoadQueryTileAsync<kQTile, kD, kThreads, kDocuments>(
+        p, b, head_of(it), int64_t(tile_of(it)) * kQTile, dout, lse2, delta, first_keys, seq_pad,
+        {s_q + buf * kTileBytes, s_do + buf * kTileBytes, s_lse + buf * kQTile,
+         s_delta + buf * kQTile, s_first_key + buf * kQTile});
   };
   issue(0, 0);
   CommitAsyncCopies();
@@ -219,28 +204,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     // the key or its document starts after the key.
     wgmma::Wait<1>();
     wgmma::FenceOperands(pt);
-#pragma unroll
-    for (int nt = 0; nt < kQTile / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int col = nt * 8 + 2 * t + (e & 1);
-        const int64_t key = key_lo + 8 * (e >> 1);
-        float v = flash::FastExp2(pt[nt][e] * p.scale_log2 - tile_lse[col]);
-        if (diagonal && q0 + col < key) v = 0.f;
-        if (doc_edge && tile_first_key[col] > static_cast<int32_t>(key)) v = 0.f;
-        pt[nt][e] = v;
-      }
-    }
+    flash::KeyRowsProbabilities<kQTile>(pt, key_lo, q0, diagonal, doc_edge, tile_lse,
+                                        tile_first_key, p.scale_log2, t);
     // dS^T = P^T (dP^T - D[q]).
     wgmma::Wait<0>();
     wgmma::FenceOperands(dst);
-#pragma unroll
-    for (int nt = 0; nt < kQTile / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        dst[nt][e] = pt[nt][e] * (dst[nt][e] - tile_delta[nt * 8 + 2 * t + (e & 1)]);
-      }
-    }
+    flash::KeyRowsScoreGrads<kQTile>(dst, pt, tile_delta, t);
     uint32_t pa[kQTile / 16][4], dsa[kQTile / 16][4];
 #pragma unroll
     for (int kt = 0; kt < kQTile / 16; ++kt) {

@@ -1,0 +1,101 @@
+// What the two attention backward forms' key-block kernels share
+// (flash_attention_backward.cu's dK/dV kernel and the one-pass kernel of
+// flash_attention_backward_ordered.cu): starting the copies of one query
+// tile (Q, dO, lse2, D and, with documents, the queries' document starts)
+// into a double buffer, and turning a warpgroup's S^T and dP^T tiles
+// (rows: its keys, columns: the tile's queries) into P^T and dS^T.
+#ifndef TESSERA_WORKER_ENGINE_CUDA_FLASH_ATTENTION_BACKWARD_TILES_CUH_
+#define TESSERA_WORKER_ENGINE_CUDA_FLASH_ATTENTION_BACKWARD_TILES_CUH_
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "worker/engine/cuda/device_util.cuh"
+#include "worker/engine/cuda/flash_attention_tiles.cuh"
+#include "worker/engine/cuda/wgmma.cuh"
+
+namespace tessera {
+namespace cuda {
+namespace flash {
+
+// Where one buffer of a query tile goes in shared memory.
+struct QueryTileBuffer {
+  uint32_t q, dout;      // kQTile x kD bf16 tiles (wgmma layout)
+  float* lse2;           // [kQTile]
+  float* delta;          // [kQTile]
+  int32_t* first_key;    // [kQTile], written with documents only
+};
+
+// Starts copying query tile [q0, q0 + kQTile) of head h of sequence b (rows
+// past the sequence zero-filled; lse2, D and the starts are padded to
+// seq_pad rows by the prepare kernel). Every thread of the block calls it;
+// the caller commits.
+template <int kQTile, int kD, int kThreads, bool kDocuments>
+__device__ __forceinline__ void LoadQueryTileAsync(const AttentionParams& p, int b, int h,
+                                                   int64_t q0, const __nv_bfloat16* dout,
+                                                   const float* lse2, const float* delta,
+                                                   const int32_t* first_keys, int64_t seq_pad,
+                                                   const QueryTileBuffer& to) {
+  const int64_t ts = p.qkv_token_stride, os = p.out_token_stride;
+  wgmma::LoadTileAsync<kQTile, kD, kThreads>(
+      to.q, p.qkv + (int64_t(b) * p.seq + q0) * ts + int64_t(h) * kD, ts, p.seq - q0, p.qkv);
+  wgmma::LoadTileAsync<kQTile, kD, kThreads>(
+      to.dout, dout + (int64_t(b) * p.seq + q0) * os + int64_t(h) * kD, os, p.seq - q0, dout);
+  const int64_t stats = (int64_t(b) * p.heads + h) * seq_pad + q0;
+  if (threadIdx.x < 2 * kQTile / 4) {  // 16 threads copy lse2, 16 copy delta
+    const int c = threadIdx.x % (kQTile / 4);
+    const bool is_lse = threadIdx.x < kQTile / 4;
+    const float* src = (is_lse ? lse2 : delta) + stats + 4 * c;
+    float* dst = (is_lse ? to.lse2 : to.delta) + 4 * c;
+    CopyAsync16(SmemAddress(dst), src, 16);
+  } else if (kDocuments && threadIdx.x < 3 * kQTile / 4) {  // 16 copy the document starts
+    const int c = threadIdx.x - 2 * kQTile / 4;
+    CopyAsync16(SmemAddress(to.first_key + 4 * c), first_keys + int64_t(b) * seq_pad + q0 + 4 * c,
+                16);
+  }
+}
+
+// P^T = exp2(S^T scale_log2 - lse2[q]) in place, zero where the query
+// precedes the key (only tested on a `diagonal` tile) or its document
+// starts after the key (only on a `doc_edge` tile). This lane's keys are
+// key_lo and key_lo + 8; t is the lane's column pair within 8 columns.
+template <int kQTile>
+__device__ __forceinline__ void KeyRowsProbabilities(float (&pt)[kQTile / 8][4], int64_t key_lo,
+                                                     int64_t q0, bool diagonal, bool doc_edge,
+                                                     const float* tile_lse,
+                                                     const int32_t* tile_first_key,
+                                                     float scale_log2, int t) {
+#pragma unroll
+  for (int nt = 0; nt < kQTile / 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int col = nt * 8 + 2 * t + (e & 1);
+      const int64_t key = key_lo + 8 * (e >> 1);
+      float v = FastExp2(pt[nt][e] * scale_log2 - tile_lse[col]);
+      if (diagonal && q0 + col < key) v = 0.f;
+      if (doc_edge && tile_first_key[col] > static_cast<int32_t>(key)) v = 0.f;
+      pt[nt][e] = v;
+    }
+  }
+}
+
+// dS^T = P^T (dP^T - D[q]) in place of dP^T.
+template <int kQTile>
+__device__ __forceinline__ void KeyRowsScoreGrads(float (&dst)[kQTile / 8][4],
+                                                  const float (&pt)[kQTile / 8][4],
+                                                  const float* tile_delta, int t) {
+#pragma unroll
+  for (int nt = 0; nt < kQTile / 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      dst[nt][e] = pt[nt][e] * (dst[nt][e] - tile_delta[nt * 8 + 2 * t + (e & 1)]);
+    }
+  }
+}
+
+}  // namespace flash
+}  // namespace cuda
+}  // namespace tessera
+
+#endif  // TESSERA_WORKER_ENGINE_CUDA_FLASH_ATTENTION_BACKWARD_TILES_CUH_
