@@ -508,9 +508,6 @@ class CudaOps : public Ops {
     return calls;
   }
 
-  // The key bands of the deterministic backward of whole sequences
-  // (cudnn_attention.h): CudnnKeyBands, or what the engine's options fix
-  // (benchmarks compare counts). 1 for the atomic form and for documents.
   // Which form Tessera's backward takes (CudaEngineOptions::BackwardPasses);
   // the launcher runs two passes at head dim 64 whatever this says.
   cuda::FlashBackwardForm FlashBackwardFormFor(const int32_t* doc_starts) const {
@@ -519,6 +516,9 @@ class CudaOps : public Ops {
                           (backward_passes_ == Passes::kRule && doc_starts == nullptr);
     return one_pass ? cuda::FlashBackwardForm::kOrderedDq : cuda::FlashBackwardForm::kTwoPass;
   }
+  // The key bands of the deterministic backward of whole sequences
+  // (cudnn_attention.h): CudnnKeyBands, or what the engine's options fix
+  // (benchmarks compare counts). 1 for the atomic form and for documents.
   int KeyBandsFor(const cuda::AttentionShape& shape, const CudnnCalls& calls) const {
     if (attention_atomic_backward_ || calls.count > 0) return 1;
     if (attention_key_bands_ > 0) return attention_key_bands_;

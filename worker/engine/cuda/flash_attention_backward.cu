@@ -209,30 +209,12 @@ __global__ void __launch_bounds__(kThreads, kD == 64 ? 3 : 2)
     const bool doc_edge = documents && tile_first_key[kQTile - 1] > k0;
     const uint32_t q_tile = s_q + buf * kTileBytes, do_tile = s_do + buf * kTileBytes;
 
-    // S^T = K Q^T and dP^T = V dO^T for the block's 64 keys.
-    float pt[kQTile / 8][4], dst[kQTile / 8][4];
-    wgmma::Fence();
-    wgmma::MmaRowsTimesRowsT<kD, kKVBlock, kQTile>(pt, s_k, 0, q_tile);
-    wgmma::Commit();
-    wgmma::MmaRowsTimesRowsT<kD, kKVBlock, kQTile>(dst, s_v, 0, do_tile);
-    wgmma::Commit();
-
-    // P^T = exp2(S^T scale_log2 - lse2[q]), zero where the query precedes
+    // P^T and dS^T for the block's 64 keys: zero where the query precedes
     // the key or its document starts after the key.
-    wgmma::Wait<1>();
-    wgmma::FenceOperands(pt);
-    flash::KeyRowsProbabilities<kQTile>(pt, key_lo, q0, diagonal, doc_edge, tile_lse,
-                                        tile_first_key, p.scale_log2, t);
-    // dS^T = P^T (dP^T - D[q]).
-    wgmma::Wait<0>();
-    wgmma::FenceOperands(dst);
-    flash::KeyRowsScoreGrads<kQTile>(dst, pt, tile_delta, t);
     uint32_t pa[kQTile / 16][4], dsa[kQTile / 16][4];
-#pragma unroll
-    for (int kt = 0; kt < kQTile / 16; ++kt) {
-      wgmma::PackA(pt, kt, pa[kt]);
-      wgmma::PackA(dst, kt, dsa[kt]);
-    }
+    flash::KeyRowsFragments<kD, kKVBlock, kQTile>(s_k, s_v, 0, q_tile, do_tile, key_lo, q0,
+                                                  diagonal, doc_edge, tile_lse, tile_delta,
+                                                  tile_first_key, p.scale_log2, t, pa, dsa);
     // dV += P^T dO and dK += dS^T Q: the tiles' rows are the contraction.
     wgmma::Fence();
     wgmma::MmaFragmentsTimesTile<kD, kQTile>(dv, pa, do_tile);
@@ -244,17 +226,8 @@ __global__ void __launch_bounds__(kThreads, kD == 64 ? 3 : 2)
   }
   __syncthreads();  // K and V are no longer read: they stage the gradients
 
-  const float scale = p.scale_log2 / flash::kLog2e;
-  const int64_t row0 = k0 + 16 * warp;
-  if (row0 < p.seq) {
-    __nv_bfloat16* dst_row = dqkv + (int64_t(b) * p.seq + row0) * ts;
-    const int stage_row = 16 * warp;
-    flash::StoreRows<kD>(dk, scale, scale, k_ptr, stage_row,
-                         dst_row + int64_t(p.heads + kv_head) * kD, ts, p.seq - row0, lane);
-    flash::StoreRows<kD>(dv, 1.f, 1.f, v_ptr, stage_row,
-                         dst_row + int64_t(p.heads + p.kv_heads + kv_head) * kD, ts,
-                         p.seq - row0, lane);
-  }
+  flash::StoreKeyGradients<kD>(p, b, kv_head, k0 + 16 * warp, dk, dv, k_ptr, v_ptr, 16 * warp,
+                               dqkv, lane);
 #else
   __trap();
 #endif

@@ -192,30 +192,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     const bool doc_edge = kDocuments && tile_first_key[kQTile - 1] > k0 + wg_key0;
     const uint32_t q_tile = s_q + buf * kTileBytes, do_tile = s_do + buf * kTileBytes;
 
-    // S^T = K Q^T and dP^T = V dO^T for the warpgroup's 64 keys.
-    float pt[kQTile / 8][4], dst[kQTile / 8][4];
-    wgmma::Fence();
-    wgmma::MmaRowsTimesRowsT<kD, kKeyBlock, kQTile>(pt, s_k, wg_key0, q_tile);
-    wgmma::Commit();
-    wgmma::MmaRowsTimesRowsT<kD, kKeyBlock, kQTile>(dst, s_v, wg_key0, do_tile);
-    wgmma::Commit();
-
-    // P^T = exp2(S^T scale_log2 - lse2[q]), zero where the query precedes
+    // P^T and dS^T for the warpgroup's 64 keys: zero where the query precedes
     // the key or its document starts after the key.
-    wgmma::Wait<1>();
-    wgmma::FenceOperands(pt);
-    flash::KeyRowsProbabilities<kQTile>(pt, key_lo, q0, diagonal, doc_edge, tile_lse,
-                                        tile_first_key, p.scale_log2, t);
-    // dS^T = P^T (dP^T - D[q]).
-    wgmma::Wait<0>();
-    wgmma::FenceOperands(dst);
-    flash::KeyRowsScoreGrads<kQTile>(dst, pt, tile_delta, t);
     uint32_t pa[kQTile / 16][4], dsa[kQTile / 16][4];
-#pragma unroll
-    for (int kt = 0; kt < kQTile / 16; ++kt) {
-      wgmma::PackA(pt, kt, pa[kt]);
-      wgmma::PackA(dst, kt, dsa[kt]);
-    }
+    flash::KeyRowsFragments<kD, kKeyBlock, kQTile>(s_k, s_v, wg_key0, q_tile, do_tile, key_lo,
+                                                   q0, diagonal, doc_edge, tile_lse, tile_delta,
+                                                   tile_first_key, p.scale_log2, t, pa, dsa);
     // dS^T into shared memory (rows: the block's keys; 128-byte swizzle),
     // where the dQ product reads it transposed.
     {
@@ -314,16 +296,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();  // K and V are no longer read: they stage the gradients
   if (pass_turn != nullptr && threadIdx.x == 0) StoreRelease(pass_turn, n + 1);
 
-  const int64_t row0 = k0 + wg_key0 + 16 * warp;
-  if (row0 < p.seq) {
-    __nv_bfloat16* dst_row = dqkv + (int64_t(b) * p.seq + row0) * ts;
-    const int stage_row = wg_key0 + 16 * warp;
-    flash::StoreRows<kD>(dk, scale, scale, k_ptr, stage_row,
-                         dst_row + int64_t(p.heads + kv_head) * kD, ts, p.seq - row0, lane);
-    flash::StoreRows<kD>(dv, 1.f, 1.f, v_ptr, stage_row,
-                         dst_row + int64_t(p.heads + p.kv_heads + kv_head) * kD, ts,
-                         p.seq - row0, lane);
-  }
+  flash::StoreKeyGradients<kD>(p, b, kv_head, k0 + wg_key0 + 16 * warp, dk, dv, k_ptr, v_ptr,
+                               wg_key0 + 16 * warp, dqkv, lane);
 #else
   __trap();
 #endif

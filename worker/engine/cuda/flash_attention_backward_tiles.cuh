@@ -2,8 +2,9 @@
 // (flash_attention_backward.cu's dK/dV kernel and the one-pass kernel of
 // flash_attention_backward_ordered.cu): starting the copies of one query
 // tile (Q, dO, lse2, D and, with documents, the queries' document starts)
-// into a double buffer, and turning a warpgroup's S^T and dP^T tiles
-// (rows: its keys, columns: the tile's queries) into P^T and dS^T.
+// into a double buffer, and one warpgroup's step from a query tile to P^T
+// and dS^T (rows: its keys, columns: the tile's queries) as the bf16
+// fragments of the dV and dK products, and writing a warp's dK and dV rows.
 #ifndef TESSERA_WORKER_ENGINE_CUDA_FLASH_ATTENTION_BACKWARD_TILES_CUH_
 #define TESSERA_WORKER_ENGINE_CUDA_FLASH_ATTENTION_BACKWARD_TILES_CUH_
 
@@ -92,6 +93,57 @@ __device__ __forceinline__ void KeyRowsScoreGrads(float (&dst)[kQTile / 8][4],
       dst[nt][e] = pt[nt][e] * (dst[nt][e] - tile_delta[nt * 8 + 2 * t + (e & 1)]);
     }
   }
+}
+
+// One warpgroup's step from a query tile to the A fragments of P^T and
+// dS^T: S^T = K Q^T and dP^T = V dO^T for the 64 keys from row k_row0 of the
+// K and V tiles (kKeyRows rows each), then KeyRowsProbabilities,
+// KeyRowsScoreGrads and bf16 packing. Issues, commits and waits for its own
+// products; key_lo, q0, diagonal, doc_edge and t as KeyRowsProbabilities.
+template <int kD, int kKeyRows, int kQTile>
+__device__ __forceinline__ void KeyRowsFragments(
+    uint32_t k_tile, uint32_t v_tile, int k_row0, uint32_t q_tile, uint32_t do_tile,
+    int64_t key_lo, int64_t q0, bool diagonal, bool doc_edge, const float* tile_lse,
+    const float* tile_delta, const int32_t* tile_first_key, float scale_log2, int t,
+    uint32_t (&pa)[kQTile / 16][4], uint32_t (&dsa)[kQTile / 16][4]) {
+  float pt[kQTile / 8][4], dst[kQTile / 8][4];
+  wgmma::Fence();
+  wgmma::MmaRowsTimesRowsT<kD, kKeyRows, kQTile>(pt, k_tile, k_row0, q_tile);
+  wgmma::Commit();
+  wgmma::MmaRowsTimesRowsT<kD, kKeyRows, kQTile>(dst, v_tile, k_row0, do_tile);
+  wgmma::Commit();
+  wgmma::Wait<1>();
+  wgmma::FenceOperands(pt);
+  KeyRowsProbabilities<kQTile>(pt, key_lo, q0, diagonal, doc_edge, tile_lse, tile_first_key,
+                               scale_log2, t);
+  wgmma::Wait<0>();
+  wgmma::FenceOperands(dst);
+  KeyRowsScoreGrads<kQTile>(dst, pt, tile_delta, t);
+#pragma unroll
+  for (int kt = 0; kt < kQTile / 16; ++kt) {
+    wgmma::PackA(pt, kt, pa[kt]);
+    wgmma::PackA(dst, kt, dsa[kt]);
+  }
+}
+
+// Writes a warp's 16 rows of dK (times the softmax scale) and dV, keys
+// [row0, row0 + 16) of K/V head kv_head of sequence b, into dqkv; rows past
+// the sequence are skipped. Staged through rows [stage_row, stage_row + 16)
+// of the shared-memory tiles at k_stage and v_stage (StoreRows).
+template <int kD>
+__device__ __forceinline__ void StoreKeyGradients(const AttentionParams& p, int b, int kv_head,
+                                                  int64_t row0, const float (&dk)[kD / 8][4],
+                                                  const float (&dv)[kD / 8][4],
+                                                  unsigned char* k_stage, unsigned char* v_stage,
+                                                  int stage_row, __nv_bfloat16* dqkv, int lane) {
+  if (row0 >= p.seq) return;
+  const int64_t ts = p.qkv_token_stride;
+  const float scale = p.scale_log2 / kLog2e;
+  __nv_bfloat16* dst_row = dqkv + (int64_t(b) * p.seq + row0) * ts;
+  StoreRows<kD>(dk, scale, scale, k_stage, stage_row, dst_row + int64_t(p.heads + kv_head) * kD,
+                ts, p.seq - row0, lane);
+  StoreRows<kD>(dv, 1.f, 1.f, v_stage, stage_row,
+                dst_row + int64_t(p.heads + p.kv_heads + kv_head) * kD, ts, p.seq - row0, lane);
 }
 
 }  // namespace flash
