@@ -7,8 +7,10 @@
 //    every flash kernel (seen: a few 1e-3).
 //  * grad_qkv 2e-2: bf16 result of a longer fp32 chain whose P and dS enter
 //    the products as bf16.
-// Shapes cover head dims 64 and 128, sequence lengths that are not multiples
-// of the 64/128-row tiles (1, 7, 65, 200, 1000), grouped-query groups of 1,
+// Shapes cover head dims 64 and 128 (whose forward is the warp-specialised
+// kernel: TMA copies past a sequence's end, a stage ring that wraps many
+// times at 4100 tokens), sequence lengths that are not multiples of the
+// 64/128-row tiles (1, 7, 65, 129, 200, 1000), grouped-query groups of 1,
 // 2, 4 and 8, and an empty batch. The backward must be bit-identical when
 // run twice, and unsupported shapes are INVALID_ARGUMENT. Both forms of the
 // backward are held to all of it, documents included: two passes, and one

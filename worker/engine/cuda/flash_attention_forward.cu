@@ -1,10 +1,12 @@
 // Causal attention forward on Hopper tensor cores, FlashAttention style: for
 // one block of 64 queries (kBlockQ) of one head, walk the key/value tiles
-// (128 or 64 keys, see KeyTile) up to the diagonal, keeping a running row
-// max and row sum (online softmax) and a rescaled fp32 output accumulator
-// in registers. Only the output and the per-query log-sum-exp leave the
-// chip; no S x S tensor exists.
-//
+// (128 keys, see KeyTile) up to the diagonal, keeping a running row max and
+// row sum (online softmax) and a rescaled fp32 output accumulator in
+// registers. Only the output and the per-query log-sum-exp leave the chip;
+// no S x S tensor exists. This kernel runs head dim 64; head dim 128 runs
+// the warp-specialised kernel (flash_attention_forward_warp_specialized.cu),
+// which this file's launcher dispatches to.
+
 // Same quantities as the CPU reference (worker/engine/cpu/attention.h):
 // s = q.k / sqrt(hd), out = softmax(s) v, lse = logsumexp(s). It differs in
 // fp32 summation order, in exp2 with a folded log2(e) scale, and in feeding
@@ -13,7 +15,7 @@
 // Work split: a block is one warpgroup and owns 64 consecutive queries of
 // one head. S = Q K^T reads Q and K from shared memory (wgmma.cuh); P stays
 // in registers as the A operand of P V, V is read from shared memory. K and
-// V tiles (128 keys at head dim 64, 64 at 128) are double-buffered with
+// V tiles (128 keys) are double-buffered with
 // cp.async, so the next tile loads while this one is multiplied. Two or
 // three blocks share an SM and are never made to wait for each other, so
 // one's softmax runs while another's products keep the tensor cores busy.
@@ -39,6 +41,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "worker/engine/cuda/cuda_check.h"
+#include "worker/engine/cuda/flash_attention_forward_warp_specialized.h"
 #include "worker/engine/cuda/flash_attention_tiles.cuh"
 #include "worker/engine/cuda/kernels.h"
 #include "worker/engine/cuda/wgmma.cuh"
@@ -53,9 +56,10 @@ constexpr int kBlockQ = 64;  // queries per block
 constexpr int kThreads = wgmma::kWarpgroupThreads;
 
 // Keys per tile: 128 at head dim 64 (163 registers, three blocks per SM;
-// forward 0.324 -> 0.312 ms at B 8, H 16, T 2048 on an H100), 64 at head
-// dim 128, where a 64 x 128 score tile would not leave registers for the
-// output.
+// forward 0.324 -> 0.312 ms at B 8, H 16, T 2048 on an H100). The kernel is
+// written for head dim 128 too (with 64-key tiles, where a 64 x 128 score
+// tile would not leave registers for the output), but the launcher sends
+// that to the warp-specialised kernel, which holds 240 registers a thread.
 template <int kD>
 constexpr int KeyTile() {
   return kD == 64 ? 128 : 64;
@@ -262,7 +266,7 @@ absl::Status LaunchFlashAttentionForward(const AttentionShape& shape, const void
     case 64:
       return Launch<64>(p, shape.batch, o, lse, stream);
     case 128:
-      return Launch<128>(p, shape.batch, o, lse, stream);
+      return LaunchWarpSpecializedAttentionForward(shape, qkv, doc_starts, out, lse, stream);
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("attention: head dim ", shape.head_dim, " is not supported (64 or 128)"));

@@ -133,6 +133,17 @@ __device__ __forceinline__ void FenceOperands(float (&d)[kN][4]) {
   }
 }
 
+// The same for A fragments that a product still in flight reads: keeps the
+// compiler from reusing their registers before the Wait<N>() that follows.
+template <int kN>
+__device__ __forceinline__ void FenceOperands(uint32_t (&a)[kN][4]) {
+#pragma unroll
+  for (int n = 0; n < kN; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(a[n][e])::"memory");
+  }
+}
+
 // Columns [16 kt, 16 kt + 16) of an accumulator as the bf16 A fragment of a
 // product that contracts over them.
 template <int kN>

@@ -1,0 +1,444 @@
+// Causal attention forward at head dim 128 with specialised warps, the
+// FlashAttention-3 structure on Hopper: one warpgroup only copies, two only
+// compute, and each computing warpgroup keeps its softmax under its own
+// tensor-core work.
+//
+// Same quantities and conventions as flash_attention_forward.cu (and so as
+// the CPU reference, worker/engine/cpu/attention.h): out = softmax(q.k /
+// sqrt(hd)) v per query, causal, within the query's document where
+// documents are given, and lse = logsumexp of the scores. Only the fp32
+// summation order differs from that kernel: 128-key tiles instead of 64.
+//
+// Work split. A block owns 128 consecutive queries of one head and walks the
+// key/value tiles (128 keys) from the first its queries' documents need up
+// to the diagonal.
+//  * Warpgroup 0 is the producer: one thread issues TMA copies of Q once and
+//    of each K and V tile into a ring of two stages, paced by mbarriers
+//    (tma.cuh), and the warpgroup gives most of its registers away.
+//  * Warpgroups 1 and 2 each own 64 of the queries, with 240 registers a
+//    thread: the 64 x 128 output and score accumulators and the bf16 P
+//    fragments fit without spilling.
+// In each step a consumer issues S = Q K^T of tile j and O += P V of tile
+// j - 1 back to back, runs tile j's softmax while the second product is
+// still on the tensor cores, then rescales O. No block-wide barrier is
+// taken inside the loop; a stage is handed back to the producer as soon as
+// both consumers' products that read it have finished.
+//
+// Copies. The map (made per call on the host, see the launcher) views the
+// packed qkv tensor [B, S, nh + 2 nkv, 128] as 4-d and copies boxes of 128
+// tokens x 64 columns of one head with the 128-byte swizzle, which is the
+// layout wgmma.cuh's tiles use, so two boxes fill a tile. Tokens past the
+// sequence's end arrive as zeros.
+//
+// Blocks are ordered heaviest first across all heads (the last query blocks
+// of every head, then the next), one block per SM.
+//
+// Determinism: each block owns its queries' outputs and walks the tiles in
+// a fixed order; the bits are the same every run.
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cudaTypedefs.h>
+
+#include <mutex>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "worker/engine/cuda/cuda_check.h"
+#include "worker/engine/cuda/flash_attention_forward_warp_specialized.h"
+#include "worker/engine/cuda/flash_attention_tiles.cuh"
+#include "worker/engine/cuda/kernels.h"
+#include "worker/engine/cuda/tma.cuh"
+#include "worker/engine/cuda/wgmma.cuh"
+
+namespace tessera {
+namespace cuda {
+namespace {
+
+using flash::AttentionParams;
+
+constexpr int kD = 128;
+constexpr int kBlockQ = 128;   // queries per block, 64 per computing warpgroup
+constexpr int kBlockKV = 128;  // keys per tile
+constexpr int kStages = 2;     // K/V tiles in flight
+constexpr int kThreads = 3 * wgmma::kWarpgroupThreads;
+constexpr int kConsumerWarps = 8;
+// Named barriers 1 and 2: consumer c may issue its products once barrier
+// 1 + c opens (ping-pong, see the kernel).
+constexpr int kTurnBarrier = 1;
+constexpr int kConsumerThreads = 2 * wgmma::kWarpgroupThreads;
+constexpr bool kPingPong = true;
+
+// Registers per thread after the hand-over: 24 x 128 + 240 x 256 fits the
+// 64K register file.
+constexpr int kProducerRegisters = 24;
+constexpr int kConsumerRegisters = 240;
+
+// A tile is 128 rows x 128 columns bf16: two 64-column panels (wgmma.cuh).
+constexpr int kTileBytes = 128 * kD * 2;
+constexpr int kPanelBytes = kTileBytes / 2;
+// Shared memory, from the 1024-byte aligned base: Q, K[stages], V[stages],
+// the output staging rows, then the barriers.
+constexpr int kQOffset = 0;
+constexpr int kKOffset = kQOffset + kTileBytes;
+constexpr int kVOffset = kKOffset + kStages * kTileBytes;
+constexpr int kOutOffset = kVOffset + kStages * kTileBytes;
+constexpr int kBarrierOffset = kOutOffset + kTileBytes;
+constexpr int kBarriers = 1 + 4 * kStages;  // q_full, k_full, v_full, k_empty, v_empty
+constexpr int kSmemBytes = kBarrierOffset + 8 * kBarriers + 1024;  // + alignment
+
+struct Barriers {
+  uint32_t base;
+  __device__ uint32_t q_full() const { return base; }
+  __device__ uint32_t k_full(int s) const { return base + 8 * (1 + s); }
+  __device__ uint32_t v_full(int s) const { return base + 8 * (1 + kStages + s); }
+  __device__ uint32_t k_empty(int s) const { return base + 8 * (1 + 2 * kStages + s); }
+  __device__ uint32_t v_empty(int s) const { return base + 8 * (1 + 3 * kStages + s); }
+};
+
+// ---- kernels ---------------------------------------------------------------
+
+// Masks tile j's raw scores for this thread's two rows (kMask: only tiles
+// that hold a masked key for some row of the warpgroup need it), updates
+// the running maxima m (log2 domain), turns the scores into probabilities
+// with one fused multiply-add and exp2 each, and returns the factor alpha
+// by which the earlier output and sums shrink; adds the tile's row sums
+// (this thread's columns) to l. The maximum is taken before scaling, which
+// the positive scale does not change.
+template <bool kDocuments, bool kMask>
+__device__ __forceinline__ void SoftmaxStep(float (&s)[kBlockKV / 8][4], int64_t k0,
+                                            int64_t row_lo, const int32_t (&first_key)[2],
+                                            float scale_log2, int t, float (&m)[2],
+                                            float (&l)[2], float (&alpha)[2]) {
+  float mx[2] = {-INFINITY, -INFINITY};
+  if constexpr (kMask) {
+    // Columns of this tile before each of the lane's rows' document start,
+    // and after each row (the future).
+    const int32_t before[2] = {first_key[0] - static_cast<int32_t>(k0),
+                               first_key[1] - static_cast<int32_t>(k0)};
+    const int32_t last[2] = {static_cast<int32_t>(row_lo - k0),
+                             static_cast<int32_t>(row_lo + 8 - k0)};
+#pragma unroll
+    for (int nt = 0; nt < kBlockKV / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = nt * 8 + 2 * t + (e & 1);
+        if (col > last[e >> 1] || (kDocuments && col < before[e >> 1])) s[nt][e] = -INFINITY;
+      }
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < kBlockKV / 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) mx[e >> 1] = fmaxf(mx[e >> 1], s[nt][e]);
+  }
+  float shift[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    mx[half] = fmaxf(mx[half], __shfl_xor_sync(0xffffffffu, mx[half], 1));
+    mx[half] = fmaxf(mx[half], __shfl_xor_sync(0xffffffffu, mx[half], 2));
+    const float m_new = fmaxf(m[half], mx[half] * scale_log2);
+    // A row with no key yet (documents only) keeps m = -inf but subtracts
+    // 0, so that exp2 gives 0 rather than NaN.
+    shift[half] = (kDocuments && m_new == -INFINITY) ? 0.f : m_new;
+    alpha[half] = flash::FastExp2(m[half] - shift[half]);
+    m[half] = m_new;
+  }
+  float sum[2] = {0.f, 0.f};
+#pragma unroll
+  for (int nt = 0; nt < kBlockKV / 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s[nt][e] = flash::FastExp2(fmaf(s[nt][e], scale_log2, -shift[e >> 1]));
+      sum[e >> 1] += s[nt][e];
+    }
+  }
+#pragma unroll
+  for (int half = 0; half < 2; ++half) l[half] = l[half] * alpha[half] + sum[half];
+}
+
+// Tile j's softmax, masked only where it must be: tiles that reach past
+// the warpgroup's first row (the diagonal) or start before its last row's
+// document start.
+template <bool kDocuments>
+__device__ __forceinline__ void Softmax(float (&s)[kBlockKV / 8][4], int64_t k0, int64_t row_lo,
+                                        int64_t wg_q0, int64_t last_first_key,
+                                        const int32_t (&first_key)[2], float scale_log2, int t,
+                                        float (&m)[2], float (&l)[2], float (&alpha)[2]) {
+  const bool diagonal = k0 + kBlockKV - 1 > wg_q0;
+  const bool doc_edge = kDocuments && k0 < last_first_key;
+  if (diagonal || doc_edge) {
+    SoftmaxStep<kDocuments, true>(s, k0, row_lo, first_key, scale_log2, t, m, l, alpha);
+  } else {
+    SoftmaxStep<kDocuments, false>(s, k0, row_lo, first_key, scale_log2, t, m, l, alpha);
+  }
+}
+
+template <bool kDocuments>
+__global__ void __launch_bounds__(kThreads, 1)
+    WarpSpecializedForwardKernel(const __grid_constant__ CUtensorMap qkv_map, AttentionParams p,
+                                 __nv_bfloat16* out, float* lse) {
+#ifdef TESSERA_WGMMA
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  unsigned char* smem = wgmma::AlignedSmem(smem_raw);
+  const uint32_t base = SmemAddress(smem);
+  const uint32_t s_q = base + kQOffset;
+  const Barriers bar{base + kBarrierOffset};
+
+  const int h = blockIdx.x, b = blockIdx.y;
+  const int q_block = gridDim.z - 1 - blockIdx.z;
+  const int kv_head = h / (p.heads / p.kv_heads);
+  const int64_t q0 = int64_t(q_block) * kBlockQ;
+  const int64_t last_row = min(q0 + kBlockQ, p.seq) - 1;
+  // Key tiles [first_tile, end_tile): from the first query's document start
+  // (0 without documents) to the diagonal.
+  const int first_tile = static_cast<int>(flash::FirstKey<kDocuments>(p, b, q0) / kBlockKV);
+  const int end_tile = static_cast<int>(last_row / kBlockKV) + 1;
+
+  if (threadIdx.x == 0) {
+    tma::InitBarrier(bar.q_full(), 1);
+    for (int s = 0; s < kStages; ++s) {
+      tma::InitBarrier(bar.k_full(s), 1);
+      tma::InitBarrier(bar.v_full(s), 1);
+      tma::InitBarrier(bar.k_empty(s), kConsumerWarps);
+      tma::InitBarrier(bar.v_empty(s), kConsumerWarps);
+    }
+    tma::FenceBarrierInit();
+  }
+  __syncthreads();
+
+  const int warpgroup = threadIdx.x / wgmma::kWarpgroupThreads;
+  if (warpgroup == 0) {
+    // ---- producer ----
+    tma::ShrinkRegisters<kProducerRegisters>();
+    if (threadIdx.x == 0) {
+      tma::PrefetchMap(&qkv_map);
+      const int k_head = p.heads + kv_head, v_head = p.heads + p.kv_heads + kv_head;
+      tma::ArriveExpectBytes(bar.q_full(), kTileBytes);
+      tma::Load4d(s_q, &qkv_map, 0, h, static_cast<int>(q0), b, bar.q_full());
+      tma::Load4d(s_q + kPanelBytes, &qkv_map, 64, h, static_cast<int>(q0), b, bar.q_full());
+      for (int j = first_tile; j < end_tile; ++j) {
+        const int it = j - first_tile, s = it % kStages;
+        const uint32_t free_parity = ((it / kStages) & 1) ^ 1;
+        const int k0 = j * kBlockKV;
+        const uint32_t k_tile = base + kKOffset + s * kTileBytes;
+        const uint32_t v_tile = base + kVOffset + s * kTileBytes;
+        tma::Wait(bar.k_empty(s), free_parity);
+        tma::ArriveExpectBytes(bar.k_full(s), kTileBytes);
+        tma::Load4d(k_tile, &qkv_map, 0, k_head, k0, b, bar.k_full(s));
+        tma::Load4d(k_tile + kPanelBytes, &qkv_map, 64, k_head, k0, b, bar.k_full(s));
+        tma::Wait(bar.v_empty(s), free_parity);
+        tma::ArriveExpectBytes(bar.v_full(s), kTileBytes);
+        tma::Load4d(v_tile, &qkv_map, 0, v_head, k0, b, bar.v_full(s));
+        tma::Load4d(v_tile + kPanelBytes, &qkv_map, 64, v_head, k0, b, bar.v_full(s));
+      }
+    }
+    return;
+  }
+
+  // ---- consumers ----
+  tma::GrowRegisters<kConsumerRegisters>();
+  const int consumer = warpgroup - 1;  // owns queries [q0 + 64 consumer, + 64)
+  const int warp = (threadIdx.x / 32) & 3, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t wg_q0 = q0 + 64 * consumer;
+  const int64_t row_lo = wg_q0 + 16 * warp + g;  // this lane's rows: row_lo, row_lo + 8
+  const int64_t last_first_key = flash::FirstKey<kDocuments>(p, b, last_row);
+  const int32_t first_key[2] = {static_cast<int32_t>(flash::FirstKey<kDocuments>(p, b, row_lo)),
+                                static_cast<int32_t>(flash::FirstKey<kDocuments>(p, b, row_lo + 8))};
+  auto k_tile = [&](int it) { return base + kKOffset + (it % kStages) * kTileBytes; };
+  auto v_tile = [&](int it) { return base + kVOffset + (it % kStages) * kTileBytes; };
+  auto parity = [](int it) { return static_cast<uint32_t>((it / kStages) & 1); };
+  auto release = [&](uint32_t empty) {
+    if (lane == 0) tma::Arrive(empty);
+  };
+  // Ping-pong: the consumers take turns to issue their products, so that one
+  // runs its softmax while the other's products hold the tensor cores.
+  // Consumer 1 opens consumer 0's first turn; each then opens the other's
+  // next turn after issuing, except consumer 1 after its last, which no
+  // turn of consumer 0 waits for.
+  auto take_turn = [&] {
+    if (kPingPong) tma::SyncNamed(kTurnBarrier + consumer, kConsumerThreads);
+  };
+  auto pass_turn = [&](bool last) {
+    if (kPingPong && !(last && consumer == 1)) {
+      tma::ArriveNamed(kTurnBarrier + (1 - consumer), kConsumerThreads);
+    }
+  };
+  if (kPingPong && consumer == 1) tma::ArriveNamed(kTurnBarrier, kConsumerThreads);
+
+  float o[kD / 8][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  float s[kBlockKV / 8][4];
+  uint32_t pa[kBlockKV / 16][4];
+  float alpha[2];
+
+  // First tile: scores and probabilities only.
+  tma::Wait(bar.q_full(), 0);
+  tma::Wait(bar.k_full(0), 0);
+  take_turn();
+  wgmma::Fence();
+  wgmma::MmaRowsTimesRowsT<kD, kBlockQ, kBlockKV>(s, s_q, 64 * consumer, k_tile(0));
+  wgmma::Commit();
+  pass_turn(false);
+  wgmma::Wait<0>();
+  wgmma::FenceOperands(s);
+  release(bar.k_empty(0));
+  Softmax<kDocuments>(s, int64_t(first_tile) * kBlockKV, row_lo, wg_q0, last_first_key,
+                          first_key, p.scale_log2, t, m, l, alpha);
+#pragma unroll
+  for (int kt = 0; kt < kBlockKV / 16; ++kt) wgmma::PackA(s, kt, pa[kt]);
+
+  const int tiles = end_tile - first_tile;
+  for (int it = 1; it < tiles; ++it) {
+    // S of this tile and P V of the previous one, issued back to back.
+    // (Both waits come first: a branch between two products makes ptxas
+    // fence the second.)
+    tma::Wait(bar.k_full(it % kStages), parity(it));
+    tma::Wait(bar.v_full((it - 1) % kStages), parity(it - 1));
+    take_turn();
+    wgmma::Fence();
+    wgmma::MmaRowsTimesRowsT<kD, kBlockQ, kBlockKV>(s, s_q, 64 * consumer, k_tile(it));
+    wgmma::Commit();
+    wgmma::MmaFragmentsTimesTile<kD, kBlockKV, kBlockKV / 16>(o, pa, v_tile(it - 1));
+    wgmma::Commit();
+    pass_turn(false);
+    // Softmax of this tile while P V runs.
+    wgmma::Wait<1>();
+    wgmma::FenceOperands(s);
+    release(bar.k_empty(it % kStages));
+    Softmax<kDocuments>(s, int64_t(first_tile + it) * kBlockKV, row_lo, wg_q0,
+                            last_first_key, first_key, p.scale_log2, t, m, l, alpha);
+    wgmma::Wait<0>();
+    wgmma::FenceOperands(o);
+    wgmma::FenceOperands(pa);
+    release(bar.v_empty((it - 1) % kStages));
+#pragma unroll
+    for (int nt = 0; nt < kD / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[nt][e] *= alpha[e >> 1];
+    }
+#pragma unroll
+    for (int kt = 0; kt < kBlockKV / 16; ++kt) wgmma::PackA(s, kt, pa[kt]);
+  }
+  // The last tile's P V.
+  tma::Wait(bar.v_full((tiles - 1) % kStages), parity(tiles - 1));
+  take_turn();
+  wgmma::Fence();
+  wgmma::MmaFragmentsTimesTile<kD, kBlockKV, kBlockKV / 16>(o, pa, v_tile(tiles - 1));
+  wgmma::Commit();
+  pass_turn(true);
+  wgmma::Wait<0>();
+  wgmma::FenceOperands(o);
+  wgmma::FenceOperands(pa);
+
+  // Full row sums (this lane held a partial one), then out = o / l and
+  // lse = ln(l) + m (m back from the log2 domain).
+  const int64_t lse_row0 = (int64_t(b) * p.heads + h) * p.seq;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    l[half] += __shfl_xor_sync(0xffffffffu, l[half], 1);
+    l[half] += __shfl_xor_sync(0xffffffffu, l[half], 2);
+    const int64_t row = row_lo + 8 * half;
+    if (t == 0 && row < p.seq) lse[lse_row0 + row] = (m[half] + __log2f(l[half])) * flash::kLn2;
+  }
+  const int64_t row0 = wg_q0 + 16 * warp;
+  if (row0 < p.seq) {
+    // Staging: 64 rows of 256 bytes per consumer, 16 per warp.
+    flash::StoreRows<kD>(o, 1.f / l[0], 1.f / l[1], smem + kOutOffset + consumer * 64 * kD * 2,
+                         16 * warp,
+                         out + (int64_t(b) * p.seq + row0) * p.out_token_stride + int64_t(h) * kD,
+                         p.out_token_stride, p.seq - row0, lane);
+  }
+#else
+  __trap();
+#endif
+}
+
+// ---- launchers -------------------------------------------------------------
+
+// cuTensorMapEncodeTiled, from the driver through the runtime (the build
+// links the runtime only).
+absl::StatusOr<PFN_cuTensorMapEncodeTiled_v12000> EncodeTiledFunction() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
+  static cudaError_t err = cudaSuccess;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault,
+                                           &found);
+    if (err == cudaSuccess && found == cudaDriverEntryPointSuccess) {
+      fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+    }
+  });
+  if (fn == nullptr) {
+    return absl::InternalError(absl::StrCat("attention: the driver does not provide "
+                                            "cuTensorMapEncodeTiled (",
+                                            cudaGetErrorString(err), ")"));
+  }
+  return fn;
+}
+
+// The packed qkv tensor [B, S, nh + 2 nkv, 128] as a 4-d TMA map whose
+// boxes are 64 columns x 1 head x 128 tokens x 1 sequence, 128-byte swizzle.
+absl::StatusOr<CUtensorMap> PackedQkvMap(const AttentionShape& shape, const void* qkv) {
+  const absl::StatusOr<PFN_cuTensorMapEncodeTiled_v12000> encode = EncodeTiledFunction();
+  if (!encode.ok()) return encode.status();
+  const uint64_t heads = uint64_t(shape.heads + 2 * shape.kv_heads);
+  const cuuint64_t dims[4] = {uint64_t(kD), heads, uint64_t(shape.seq), uint64_t(shape.batch)};
+  const cuuint64_t strides[3] = {uint64_t(kD) * 2, heads * kD * 2,
+                                 uint64_t(shape.seq) * heads * kD * 2};
+  const cuuint32_t box[4] = {64, 1, kBlockKV, 1};
+  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+  CUtensorMap map;
+  const CUresult r =
+      (*encode)(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(qkv), dims, strides,
+             box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    return absl::InternalError(
+        absl::StrCat("attention: cuTensorMapEncodeTiled failed with CUresult ", int(r)));
+  }
+  return map;
+}
+
+template <bool kDocuments>
+absl::Status LaunchKernel(const CUtensorMap& map, const AttentionParams& p, int64_t batch,
+                          __nv_bfloat16* out, float* lse, cudaStream_t stream) {
+  static std::atomic<uint64_t> smem_allowed{0};
+  CUDA_RETURN_IF_ERROR(
+      AllowDynamicSmem(WarpSpecializedForwardKernel<kDocuments>, kSmemBytes, smem_allowed));
+  const dim3 grid(static_cast<unsigned>(p.heads), static_cast<unsigned>(batch),
+                  static_cast<unsigned>((p.seq + kBlockQ - 1) / kBlockQ));
+  WarpSpecializedForwardKernel<kDocuments><<<grid, kThreads, kSmemBytes, stream>>>(map, p, out,
+                                                                                  lse);
+  CUDA_RETURN_IF_LAUNCH_FAILED();
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool WarpSpecializedAttentionForwardApplies(const AttentionShape& shape, const void* qkv) {
+  return shape.head_dim == kD && (reinterpret_cast<uintptr_t>(qkv) & 15) == 0 &&
+         shape.seq < (int64_t{1} << 31) && shape.batch <= 65535 && shape.heads <= 65535;
+}
+
+absl::Status LaunchWarpSpecializedAttentionForward(const AttentionShape& shape, const void* qkv,
+                                                   const int32_t* doc_starts, void* out,
+                                                   float* lse, cudaStream_t stream) {
+  if (shape.batch == 0 || shape.seq == 0) return absl::OkStatus();
+  if (!WarpSpecializedAttentionForwardApplies(shape, qkv)) {
+    return absl::InvalidArgumentError(
+        "attention: the warp-specialised forward takes head dim 128 and a 16-byte aligned qkv");
+  }
+  const absl::StatusOr<CUtensorMap> map = PackedQkvMap(shape, qkv);
+  if (!map.ok()) return map.status();
+  const AttentionParams p = flash::MakeAttentionParams(shape, qkv, doc_starts);
+  auto* o = static_cast<__nv_bfloat16*>(out);
+  return doc_starts != nullptr ? LaunchKernel<true>(*map, p, shape.batch, o, lse, stream)
+                               : LaunchKernel<false>(*map, p, shape.batch, o, lse, stream);
+}
+
+}  // namespace cuda
+}  // namespace tessera

@@ -1,0 +1,124 @@
+// Hopper's tensor memory accelerator (TMA) and the shared-memory barriers
+// that pace it, for kernels that split their warps into a producer, which
+// only issues copies, and consumers, which only compute (sm_90a).
+//
+// A TMA copy moves a whole box of a tensor (described once, on the host, by a
+// CUtensorMap) from global to shared memory without any thread holding the
+// data, zero-filling what lies outside the tensor. It reports completion on
+// an mbarrier by the number of bytes it wrote ("transaction count"), so a
+// consumer waits for the data itself, not for the thread that asked for it.
+//
+// Barrier protocol for a ring of stages (full[s], empty[s] per stage s):
+//  * the producer waits empty[s], announces the bytes on full[s]
+//    (ArriveExpectBytes) and issues the copies that complete it;
+//  * a consumer waits full[s], reads the stage, and arrives on empty[s].
+// Barriers flip phase each time they complete; waiters name the parity of
+// the phase they wait for. The u-th use of a stage waits full with parity
+// u & 1 and empty with parity (u & 1) ^ 1: a fresh barrier counts as having
+// completed the phase before its first, so the producer's first waits pass.
+#ifndef TESSERA_WORKER_ENGINE_CUDA_TMA_CUH_
+#define TESSERA_WORKER_ENGINE_CUDA_TMA_CUH_
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "worker/engine/cuda/wgmma.cuh"
+
+namespace tessera {
+namespace cuda {
+namespace tma {
+
+// Makes `count` arrivals (plus any announced bytes) complete a phase.
+__device__ __forceinline__ void InitBarrier(uint32_t bar, uint32_t count) {
+#ifdef TESSERA_WGMMA
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+#endif
+}
+
+// Makes the barriers initialised above visible to the TMA unit and to the
+// other threads (which must still pass a block barrier after it).
+__device__ __forceinline__ void FenceBarrierInit() {
+#ifdef TESSERA_WGMMA
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
+
+// One arrival that also announces `bytes` of TMA traffic for this phase.
+__device__ __forceinline__ void ArriveExpectBytes(uint32_t bar, uint32_t bytes) {
+#ifdef TESSERA_WGMMA
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+#endif
+}
+
+__device__ __forceinline__ void Arrive(uint32_t bar) {
+#ifdef TESSERA_WGMMA
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+#endif
+}
+
+// Returns once the phase of parity `parity` has completed.
+__device__ __forceinline__ void Wait(uint32_t bar, uint32_t parity) {
+#ifdef TESSERA_WGMMA
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+#endif
+}
+
+// Copies the box at coordinates (c0, c1, c2, c3) of the 4-d tensor `map`
+// into shared memory at `dst` (aligned as the map's swizzle requires),
+// completing its bytes on `bar`.
+__device__ __forceinline__ void Load4d(uint32_t dst, const CUtensorMap* map, int c0, int c1,
+                                       int c2, int c3, uint32_t bar) {
+#ifdef TESSERA_WGMMA
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
+#endif
+}
+
+__device__ __forceinline__ void PrefetchMap(const CUtensorMap* map) {
+#ifdef TESSERA_WGMMA
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+#endif
+}
+
+// Hands registers between warpgroups: every warp of a warpgroup calls it
+// with the same count; the block's total must fit the register file.
+template <int kRegisters>
+__device__ __forceinline__ void ShrinkRegisters() {
+#ifdef TESSERA_WGMMA
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+#endif
+}
+template <int kRegisters>
+__device__ __forceinline__ void GrowRegisters() {
+#ifdef TESSERA_WGMMA
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+#endif
+}
+
+// Named barrier `id` (1-15; 0 is __syncthreads) over `threads` threads.
+__device__ __forceinline__ void SyncNamed(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void ArriveNamed(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+}  // namespace tma
+}  // namespace cuda
+}  // namespace tessera
+
+#endif  // TESSERA_WORKER_ENGINE_CUDA_TMA_CUH_
