@@ -5,7 +5,16 @@
 // two-pass form in flash_attention_backward.cu recomputes them: seven
 // products per tile instead of five).
 //
-// A block is two warpgroups, each holding 64 of the block's keys. For each
+// Warps. A block is three warpgroups. The first is the producer: one thread
+// copies K and V once and then each query tile (Q, dO, lse2, D and, with
+// documents, the queries' document starts) into a ring of three stages with
+// TMA (attention_tensor_maps.h, tma.cuh), and the warpgroup gives most of
+// its registers to the other two, the consumers, which only compute. A
+// consumer hands a stage back as soon as its products have read it; the
+// consumers meet at one named barrier per tile (both halves of dS^T
+// written), not at block-wide ones.
+//
+// The two consumer warpgroups each hold 64 of the block's keys. For each
 // query tile (64 queries; the tiles from the last one down to the block's
 // diagonal) and each query head of the group, a warpgroup computes
 // S^T = K Q^T and dP^T = V dO^T for its keys, P^T from the saved lse and
@@ -39,10 +48,12 @@
 
 #include <cuda_bf16.h>
 
+#include "worker/engine/cuda/attention_tensor_maps.h"
 #include "worker/engine/cuda/cuda_check.h"
 #include "worker/engine/cuda/flash_attention_backward_ordered.h"
 #include "worker/engine/cuda/flash_attention_backward_tiles.cuh"
 #include "worker/engine/cuda/flash_attention_tiles.cuh"
+#include "worker/engine/cuda/tma.cuh"
 #include "worker/engine/cuda/wgmma.cuh"
 
 namespace tessera {
@@ -52,15 +63,42 @@ namespace {
 using flash::AttentionParams;
 
 constexpr int kD = 128;
-constexpr int kWarpgroups = 2;
-constexpr int kThreads = kWarpgroups * wgmma::kWarpgroupThreads;
-constexpr int kKeyBlock = 64 * kWarpgroups;  // 64 keys per warpgroup
+constexpr int kConsumers = 2;  // warpgroups of 64 keys
+constexpr int kThreads = (1 + kConsumers) * wgmma::kWarpgroupThreads;  // + the producer
+constexpr int kConsumerThreads = kConsumers * wgmma::kWarpgroupThreads;
+constexpr int kConsumerWarps = kConsumerThreads / 32;
+constexpr int kKeyBlock = 64 * kConsumers;
 constexpr int kQTile = 64;
+constexpr int kStages = 3;  // query tiles in flight
+// Registers per thread after the hand-over (24 x 128 + 240 x 256 fits).
+constexpr int kProducerRegisters = 24;
+constexpr int kConsumerRegisters = 240;
+// Named barriers over the consumers: both dS^T written (and, at the end,
+// every product finished); a tile's turn has come.
+constexpr int kConsumersBarrier = 1;
+constexpr int kTurnBarrier = 2;
+
 constexpr int kKVBytes = kKeyBlock * kD * 2;
 constexpr int kTileBytes = kQTile * kD * 2;
 constexpr int kDsBytes = kKeyBlock * kQTile * 2;
-// K, V, Q[2], dO[2], dS^T; lse2[2], D[2], document starts[2]; alignment.
-constexpr int kSmemBytes = 2 * kKVBytes + 4 * kTileBytes + kDsBytes + 6 * kQTile * 4 + 1024;
+constexpr int kStatsBytes = kQTile * 4;
+// Shared memory from the 1024-byte aligned base: K, V, Q[stages],
+// dO[stages], dS^T[2], per stage lse2, D and document starts, barriers.
+constexpr int kKOffset = 0;
+constexpr int kVOffset = kKOffset + kKVBytes;
+constexpr int kQOffset = kVOffset + kKVBytes;
+constexpr int kDoutOffset = kQOffset + kStages * kTileBytes;
+constexpr int kDsOffset = kDoutOffset + kStages * kTileBytes;
+constexpr int kStatsOffset = kDsOffset + 2 * kDsBytes;
+constexpr int kBarrierOffset = kStatsOffset + 3 * kStages * kStatsBytes;
+constexpr int kSmemBytes = kBarrierOffset + 8 * (1 + 2 * kStages) + 1024;
+
+struct Barriers {
+  uint32_t base;
+  __device__ uint32_t kv_full() const { return base; }
+  __device__ uint32_t full(int s) const { return base + 8 * (1 + s); }
+  __device__ uint32_t empty(int s) const { return base + 8 * (1 + kStages + s); }
+};
 
 #ifdef TESSERA_WGMMA
 __device__ __forceinline__ int LoadAcquire(const int32_t* p) {
@@ -104,44 +142,31 @@ __global__ void TileFirstBlocksKernel(const int32_t* first_keys, int64_t seq_pad
 
 template <bool kDocuments>
 __global__ void __launch_bounds__(kThreads, 1)
-    AttentionBackwardOrderedKernel(AttentionParams p, const __nv_bfloat16* dout,
-                                   const float* delta, const float* lse2,
+    AttentionBackwardOrderedKernel(const __grid_constant__ CUtensorMap kv_map,
+                                   const __grid_constant__ CUtensorMap q_map,
+                                   const __grid_constant__ CUtensorMap dout_map,
+                                   AttentionParams p, const float* delta, const float* lse2,
                                    const int32_t* first_keys, const int32_t* tile_first_block,
                                    int64_t seq_pad, float* dq_sums, int32_t* dq_turns,
                                    __nv_bfloat16* dqkv) {
 #ifdef TESSERA_WGMMA
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = wgmma::AlignedSmem(smem_raw);
-  unsigned char* k_ptr = smem;
-  unsigned char* v_ptr = smem + kKVBytes;
-  unsigned char* ds_ptr = smem + 2 * kKVBytes + 4 * kTileBytes;
-  const uint32_t s_k = SmemAddress(k_ptr), s_v = s_k + kKVBytes;
-  // Buffer i of Q is at s_q + i * kTileBytes, of dO at s_do + i * kTileBytes.
-  const uint32_t s_q = s_k + 2 * kKVBytes, s_do = s_q + 2 * kTileBytes;
-  const uint32_t s_ds = SmemAddress(ds_ptr);  // dS^T: kKeyBlock rows (keys) x kQTile
-  float* s_lse = reinterpret_cast<float*>(ds_ptr + kDsBytes);                // [2][kQTile]
-  float* s_delta = s_lse + 2 * kQTile;                                       // [2][kQTile]
-  int32_t* s_first_key = reinterpret_cast<int32_t*>(s_delta + 2 * kQTile);  // [2][kQTile]
+  const uint32_t base = SmemAddress(smem);
+  const uint32_t s_k = base + kKOffset, s_v = base + kVOffset;
+  const Barriers bar{base + kBarrierOffset};
+  auto q_tile = [&](int s) { return base + kQOffset + s * kTileBytes; };
+  auto do_tile = [&](int s) { return base + kDoutOffset + s * kTileBytes; };
+  // Per stage: lse2, D and (documents) the queries' document starts.
+  auto stats = [&](int s, int which) { return smem + kStatsOffset + (3 * s + which) * kStatsBytes; };
 
   // Longest blocks first across the K/V heads: block n of every head
   // before block n + 1 of any, so the long blocks do not end the grid.
   const int kv_head = blockIdx.x % p.kv_heads, n = blockIdx.x / p.kv_heads, b = blockIdx.y;
   const int group_size = p.heads / p.kv_heads;
-  const int wg = threadIdx.x / wgmma::kWarpgroupThreads;
-  const int warp = (threadIdx.x / 32) & 3, lane = threadIdx.x & 31;
-  const int g = lane >> 2, t = lane & 3;
   const int64_t ts = p.qkv_token_stride;
   const int64_t k0 = int64_t(n) * kKeyBlock;
-  const int wg_key0 = 64 * wg;  // the warpgroup's first key in the block
-  const int64_t key_lo = k0 + wg_key0 + 16 * warp + g;  // this lane's keys: key_lo, key_lo + 8
-  const __nv_bfloat16* batch = p.qkv + int64_t(b) * p.seq * ts;
   const int tiles = static_cast<int>(seq_pad / kQTile);
-
-  wgmma::LoadTileAsync<kKeyBlock, kD, kThreads>(
-      s_k, batch + k0 * ts + int64_t(p.heads + kv_head) * kD, ts, p.seq - k0, p.qkv);
-  wgmma::LoadTileAsync<kKeyBlock, kD, kThreads>(
-      s_v, batch + k0 * ts + int64_t(p.heads + p.kv_heads + kv_head) * kD, ts, p.seq - k0,
-      p.qkv);
 
   // This block's query tiles: [2n, end_tile), walked from the top.
   const int first_tile = 2 * n;
@@ -158,48 +183,97 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int iterations = (end_tile - first_tile) * group_size;
   auto tile_of = [&](int it) { return end_tile - 1 - it / group_size; };
   auto head_of = [&](int it) { return kv_head * group_size + it % group_size; };
-  auto issue = [&](int it, int buf) {
-    flash::LoadQueryTileAsync<kQTile, kD, kThreads, kDocuments>(
-        p, b, head_of(it), int64_t(tile_of(it)) * kQTile, dout, lse2, delta, first_keys, seq_pad,
-        {s_q + buf * kTileBytes, s_do + buf * kTileBytes, s_lse + buf * kQTile,
-         s_delta + buf * kQTile, s_first_key + buf * kQTile});
-  };
-  issue(0, 0);
-  CommitAsyncCopies();
 
-  const float scale = p.scale_log2 / flash::kLog2e;
-  float dk[kD / 8][4] = {}, dv[kD / 8][4] = {};
-  // The turn this block passes on once every thread's part of the last
-  // tile's sum is written (thread 0, after the next barrier); null if none.
-  int32_t* pass_turn = nullptr;
-  for (int it = 0; it < iterations; ++it) {
-    WaitAsyncCopies();
-    wgmma::ProxyFence();
-    __syncthreads();  // tile `it` visible; every warp is done with tile it - 1
-    if (pass_turn != nullptr) {
-      if (threadIdx.x == 0) StoreRelease(pass_turn, n + 1);
-      pass_turn = nullptr;
+  if (threadIdx.x == 0) {
+    tma::InitBarrier(bar.kv_full(), 1);
+    for (int s = 0; s < kStages; ++s) {
+      tma::InitBarrier(bar.full(s), 1);
+      tma::InitBarrier(bar.empty(s), kConsumerWarps);
     }
-    if (it + 1 < iterations) issue(it + 1, (it + 1) & 1);
-    CommitAsyncCopies();
-    const int buf = it & 1;
+    tma::FenceBarrierInit();
+  }
+  __syncthreads();
+
+  const int warpgroup = threadIdx.x / wgmma::kWarpgroupThreads;
+  if (warpgroup == 0) {
+    // ---- producer: K and V once, then each query tile into the ring ----
+    tma::ShrinkRegisters<kProducerRegisters>();
+    if (threadIdx.x == 0) {
+      tma::PrefetchMap(&kv_map);
+      tma::PrefetchMap(&q_map);
+      tma::PrefetchMap(&dout_map);
+      const int k_head = p.heads + kv_head, v_head = p.heads + p.kv_heads + kv_head;
+      tma::ArriveExpectBytes(bar.kv_full(), 2 * kKVBytes);
+      for (int panel = 0; panel < 2; ++panel) {
+        tma::Load4d(s_k + panel * kKVBytes / 2, &kv_map, 64 * panel, k_head, int(k0), b,
+                    bar.kv_full());
+        tma::Load4d(s_v + panel * kKVBytes / 2, &kv_map, 64 * panel, v_head, int(k0), b,
+                    bar.kv_full());
+      }
+      constexpr uint32_t kTileTraffic =
+          2 * kTileBytes + (kDocuments ? 3 : 2) * kStatsBytes;
+      for (int it = 0; it < iterations; ++it) {
+        const int s = it % kStages;
+        tma::Wait(bar.empty(s), ((it / kStages) & 1) ^ 1);
+        const int h = head_of(it), q0 = tile_of(it) * kQTile;
+        tma::ArriveExpectBytes(bar.full(s), kTileTraffic);
+        for (int panel = 0; panel < 2; ++panel) {
+          tma::Load4d(q_tile(s) + panel * kTileBytes / 2, &q_map, 64 * panel, h, q0, b,
+                      bar.full(s));
+          tma::Load4d(do_tile(s) + panel * kTileBytes / 2, &dout_map, 64 * panel, h, q0, b,
+                      bar.full(s));
+        }
+        const int64_t row = (int64_t(b) * p.heads + h) * seq_pad + q0;
+        tma::LoadBytes(SmemAddress(stats(s, 0)), lse2 + row, kStatsBytes, bar.full(s));
+        tma::LoadBytes(SmemAddress(stats(s, 1)), delta + row, kStatsBytes, bar.full(s));
+        if (kDocuments) {
+          tma::LoadBytes(SmemAddress(stats(s, 2)), first_keys + int64_t(b) * seq_pad + q0,
+                         kStatsBytes, bar.full(s));
+        }
+      }
+    }
+    return;
+  }
+
+  // ---- consumers: two warpgroups of 64 keys each ----
+  tma::GrowRegisters<kConsumerRegisters>();
+  const int wg = warpgroup - 1;
+  const int consumer_thread = threadIdx.x - wgmma::kWarpgroupThreads;
+  const int warp = (threadIdx.x / 32) & 3, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int wg_key0 = 64 * wg;  // the warpgroup's first key in the block
+  const int64_t key_lo = k0 + wg_key0 + 16 * warp + g;  // this lane's keys: key_lo, key_lo + 8
+  const float scale = p.scale_log2 / flash::kLog2e;
+
+  float dk[kD / 8][4] = {}, dv[kD / 8][4] = {};
+  // The turn this block passes on once every consumer's part of the last
+  // tile's sum is written (after the next barrier); null if none.
+  int32_t* pass_turn = nullptr;
+  tma::Wait(bar.kv_full(), 0);
+  for (int it = 0; it < iterations; ++it) {
+    const int s = it % kStages;
+    tma::Wait(bar.full(s), (it / kStages) & 1);
     const int m = tile_of(it), h = head_of(it);
     const int64_t q0 = int64_t(m) * kQTile;
     const bool diagonal = q0 < k0 + wg_key0 + 63;
-    const float* tile_lse = s_lse + buf * kQTile;
-    const float* tile_delta = s_delta + buf * kQTile;
-    const int32_t* tile_first_key = s_first_key + buf * kQTile;
+    const float* tile_lse = reinterpret_cast<const float*>(stats(s, 0));
+    const float* tile_delta = reinterpret_cast<const float*>(stats(s, 1));
+    const int32_t* tile_first_key = reinterpret_cast<const int32_t*>(stats(s, 2));
     const bool doc_edge = kDocuments && tile_first_key[kQTile - 1] > k0 + wg_key0;
-    const uint32_t q_tile = s_q + buf * kTileBytes, do_tile = s_do + buf * kTileBytes;
 
     // P^T and dS^T for the warpgroup's 64 keys: zero where the query precedes
     // the key or its document starts after the key.
     uint32_t pa[kQTile / 16][4], dsa[kQTile / 16][4];
-    flash::KeyRowsFragments<kD, kKeyBlock, kQTile>(s_k, s_v, wg_key0, q_tile, do_tile, key_lo,
-                                                   q0, diagonal, doc_edge, tile_lse, tile_delta,
-                                                   tile_first_key, p.scale_log2, t, pa, dsa);
+    flash::KeyRowsFragments<kD, kKeyBlock, kQTile>(s_k, s_v, wg_key0, q_tile(s), do_tile(s),
+                                                   key_lo, q0, diagonal, doc_edge, tile_lse,
+                                                   tile_delta, tile_first_key, p.scale_log2, t,
+                                                   pa, dsa);
     // dS^T into shared memory (rows: the block's keys; 128-byte swizzle),
-    // where the dQ product reads it transposed.
+    // where the dQ product reads it transposed. Two buffers: a warpgroup
+    // writes buffer (it & 1) only after both passed the barrier of it - 1,
+    // so the other has finished reading it at it - 2.
+    unsigned char* ds_ptr = smem + kDsOffset + (it & 1) * kDsBytes;
+    const uint32_t s_ds = SmemAddress(ds_ptr);
     {
       const int row = wg_key0 + 16 * warp + g;
 #pragma unroll
@@ -216,11 +290,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     // dV += P^T dO and dK += dS^T Q: the tiles' rows are the contraction.
     wgmma::Fence();
-    wgmma::MmaFragmentsTimesTile<kD, kQTile>(dv, pa, do_tile);
-    wgmma::MmaFragmentsTimesTile<kD, kQTile>(dk, dsa, q_tile);
+    wgmma::MmaFragmentsTimesTile<kD, kQTile>(dv, pa, do_tile(s));
+    wgmma::MmaFragmentsTimesTile<kD, kQTile>(dk, dsa, q_tile(s));
     wgmma::Commit();
     wgmma::ProxyFence();
-    __syncthreads();  // both warpgroups' dS^T written
+    // Both warpgroups' dS^T written; every consumer's part of the previous
+    // tile's sum is written too, so its turn passes now.
+    tma::SyncNamed(kConsumersBarrier, kConsumerThreads);
+    if (pass_turn != nullptr) {
+      if (consumer_thread == 0) StoreRelease(pass_turn, n + 1);
+      pass_turn = nullptr;
+    }
 
     // This block's part of dQ for the tile, columns [64 wg, 64 wg + 64):
     // dS (queries x the block's keys, read transposed) times K's columns.
@@ -236,6 +316,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::FenceOperands(dv);
     wgmma::FenceOperands(dk);
     wgmma::FenceOperands(dq);
+    wgmma::FenceOperands(pa);
+    wgmma::FenceOperands(dsa);
+    if (lane == 0) tma::Arrive(bar.empty(s));  // Q, dO and the stats are read
 
     // Add it to the tile's sum in key-block order.
     const int64_t last_row = min(q0 + kQTile, p.seq) - 1;
@@ -243,11 +326,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int first_block = kDocuments ? first_blocks[m] : 0;
     int32_t* turn = dq_turns + (int64_t(b) * p.heads + h) * tiles + m;
     if (n != first_block) {
-      if (threadIdx.x == 0) {
+      if (consumer_thread == 0) {
         while (LoadAcquire(turn) != n) {
         }
       }
-      __syncthreads();
+      tma::SyncNamed(kTurnBarrier, kConsumerThreads);
     }
     // Lanes 2i and 2i + 1 swap halves, so that each holds four adjacent
     // columns of one row: the even lane row g, the odd lane row g + 8.
@@ -289,15 +372,17 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
       // The turn passes after the next barrier, which orders every
-      // thread's part of the sum before thread 0's release.
+      // consumer's part of the sum before the release.
       pass_turn = turn;
     }
   }
-  __syncthreads();  // K and V are no longer read: they stage the gradients
-  if (pass_turn != nullptr && threadIdx.x == 0) StoreRelease(pass_turn, n + 1);
+  // K and V are no longer read (every dQ product has finished): they stage
+  // the gradients.
+  tma::SyncNamed(kConsumersBarrier, kConsumerThreads);
+  if (pass_turn != nullptr && consumer_thread == 0) StoreRelease(pass_turn, n + 1);
 
-  flash::StoreKeyGradients<kD>(p, b, kv_head, k0 + wg_key0 + 16 * warp, dk, dv, k_ptr, v_ptr,
-                               wg_key0 + 16 * warp, dqkv, lane);
+  flash::StoreKeyGradients<kD>(p, b, kv_head, k0 + wg_key0 + 16 * warp, dk, dv, smem + kKOffset,
+                               smem + kVOffset, wg_key0 + 16 * warp, dqkv, lane);
 #else
   __trap();
 #endif
@@ -330,6 +415,22 @@ absl::Status LaunchOrderedAttentionGradients(const flash::AttentionParams& p, in
         first_keys, seq_pad, static_cast<int>(tiles), tile_first_block);
     CUDA_RETURN_IF_LAUNCH_FAILED();
   }
+  for (const void* ptr : {static_cast<const void*>(delta), static_cast<const void*>(lse2),
+                          static_cast<const void*>(first_keys)}) {
+    if ((reinterpret_cast<uintptr_t>(ptr) & 15) != 0) {
+      return absl::InternalError("attention: backward scratch is not 16-byte aligned");
+    }
+  }
+  const int qkv_heads = p.heads + 2 * p.kv_heads;
+  const absl::StatusOr<CUtensorMap> kv_map =
+      HeadRowsTensorMap(p.qkv, batch, p.seq, qkv_heads, kKeyBlock);
+  if (!kv_map.ok()) return kv_map.status();
+  const absl::StatusOr<CUtensorMap> q_map =
+      HeadRowsTensorMap(p.qkv, batch, p.seq, qkv_heads, kQTile);
+  if (!q_map.ok()) return q_map.status();
+  const absl::StatusOr<CUtensorMap> dout_map =
+      HeadRowsTensorMap(dout, batch, p.seq, p.heads, kQTile);
+  if (!dout_map.ok()) return dout_map.status();
   static std::atomic<uint64_t> smem_allowed[2] = {0, 0};
   const dim3 grid(static_cast<unsigned>((p.seq + kKeyBlock - 1) / kKeyBlock * p.kv_heads),
                   static_cast<unsigned>(batch));
@@ -337,12 +438,14 @@ absl::Status LaunchOrderedAttentionGradients(const flash::AttentionParams& p, in
     CUDA_RETURN_IF_ERROR(AllowDynamicSmem(AttentionBackwardOrderedKernel<true>, kSmemBytes,
                                           smem_allowed[1]));
     AttentionBackwardOrderedKernel<true><<<grid, kThreads, kSmemBytes, stream>>>(
-        p, dout, delta, lse2, first_keys, tile_first_block, seq_pad, dq_sums, dq_turns, dqkv);
+        *kv_map, *q_map, *dout_map, p, delta, lse2, first_keys, tile_first_block, seq_pad,
+        dq_sums, dq_turns, dqkv);
   } else {
     CUDA_RETURN_IF_ERROR(AllowDynamicSmem(AttentionBackwardOrderedKernel<false>, kSmemBytes,
                                           smem_allowed[0]));
     AttentionBackwardOrderedKernel<false><<<grid, kThreads, kSmemBytes, stream>>>(
-        p, dout, delta, lse2, first_keys, tile_first_block, seq_pad, dq_sums, dq_turns, dqkv);
+        *kv_map, *q_map, *dout_map, p, delta, lse2, first_keys, tile_first_block, seq_pad,
+        dq_sums, dq_turns, dqkv);
   }
   CUDA_RETURN_IF_LAUNCH_FAILED();
   return absl::OkStatus();

@@ -24,11 +24,9 @@
 // taken inside the loop; a stage is handed back to the producer as soon as
 // both consumers' products that read it have finished.
 //
-// Copies. The map (made per call on the host, see the launcher) views the
-// packed qkv tensor [B, S, nh + 2 nkv, 128] as 4-d and copies boxes of 128
-// tokens x 64 columns of one head with the 128-byte swizzle, which is the
-// layout wgmma.cuh's tiles use, so two boxes fill a tile. Tokens past the
-// sequence's end arrive as zeros.
+// Copies. The map (attention_tensor_maps.h) copies boxes of 128 tokens x 64
+// columns of one head of the packed qkv tensor in wgmma.cuh's tile layout,
+// so two boxes fill a tile. Tokens past the sequence's end arrive as zeros.
 //
 // Blocks are ordered heaviest first across all heads (the last query blocks
 // of every head, then the next), one block per SM.
@@ -38,12 +36,9 @@
 
 #include <cuda.h>
 #include <cuda_bf16.h>
-#include <cudaTypedefs.h>
-
-#include <mutex>
 
 #include "absl/status/statusor.h"
-#include "absl/strings/str_cat.h"
+#include "worker/engine/cuda/attention_tensor_maps.h"
 #include "worker/engine/cuda/cuda_check.h"
 #include "worker/engine/cuda/flash_attention_forward_warp_specialized.h"
 #include "worker/engine/cuda/flash_attention_tiles.cuh"
@@ -357,52 +352,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // ---- launchers -------------------------------------------------------------
 
-// cuTensorMapEncodeTiled, from the driver through the runtime (the build
-// links the runtime only).
-absl::StatusOr<PFN_cuTensorMapEncodeTiled_v12000> EncodeTiledFunction() {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
-  static cudaError_t err = cudaSuccess;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault,
-                                           &found);
-    if (err == cudaSuccess && found == cudaDriverEntryPointSuccess) {
-      fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
-    }
-  });
-  if (fn == nullptr) {
-    return absl::InternalError(absl::StrCat("attention: the driver does not provide "
-                                            "cuTensorMapEncodeTiled (",
-                                            cudaGetErrorString(err), ")"));
-  }
-  return fn;
-}
-
-// The packed qkv tensor [B, S, nh + 2 nkv, 128] as a 4-d TMA map whose
-// boxes are 64 columns x 1 head x 128 tokens x 1 sequence, 128-byte swizzle.
-absl::StatusOr<CUtensorMap> PackedQkvMap(const AttentionShape& shape, const void* qkv) {
-  const absl::StatusOr<PFN_cuTensorMapEncodeTiled_v12000> encode = EncodeTiledFunction();
-  if (!encode.ok()) return encode.status();
-  const uint64_t heads = uint64_t(shape.heads + 2 * shape.kv_heads);
-  const cuuint64_t dims[4] = {uint64_t(kD), heads, uint64_t(shape.seq), uint64_t(shape.batch)};
-  const cuuint64_t strides[3] = {uint64_t(kD) * 2, heads * kD * 2,
-                                 uint64_t(shape.seq) * heads * kD * 2};
-  const cuuint32_t box[4] = {64, 1, kBlockKV, 1};
-  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
-  CUtensorMap map;
-  const CUresult r =
-      (*encode)(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(qkv), dims, strides,
-             box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) {
-    return absl::InternalError(
-        absl::StrCat("attention: cuTensorMapEncodeTiled failed with CUresult ", int(r)));
-  }
-  return map;
-}
-
 template <bool kDocuments>
 absl::Status LaunchKernel(const CUtensorMap& map, const AttentionParams& p, int64_t batch,
                           __nv_bfloat16* out, float* lse, cudaStream_t stream) {
@@ -419,20 +368,15 @@ absl::Status LaunchKernel(const CUtensorMap& map, const AttentionParams& p, int6
 
 }  // namespace
 
-bool WarpSpecializedAttentionForwardApplies(const AttentionShape& shape, const void* qkv) {
-  return shape.head_dim == kD && (reinterpret_cast<uintptr_t>(qkv) & 15) == 0 &&
-         shape.seq < (int64_t{1} << 31) && shape.batch <= 65535 && shape.heads <= 65535;
-}
-
 absl::Status LaunchWarpSpecializedAttentionForward(const AttentionShape& shape, const void* qkv,
                                                    const int32_t* doc_starts, void* out,
                                                    float* lse, cudaStream_t stream) {
   if (shape.batch == 0 || shape.seq == 0) return absl::OkStatus();
-  if (!WarpSpecializedAttentionForwardApplies(shape, qkv)) {
-    return absl::InvalidArgumentError(
-        "attention: the warp-specialised forward takes head dim 128 and a 16-byte aligned qkv");
+  if (shape.head_dim != kD) {
+    return absl::InvalidArgumentError("attention: the warp-specialised forward takes head dim 128");
   }
-  const absl::StatusOr<CUtensorMap> map = PackedQkvMap(shape, qkv);
+  const absl::StatusOr<CUtensorMap> map =
+      HeadRowsTensorMap(qkv, shape.batch, shape.seq, shape.heads + 2 * shape.kv_heads, kBlockKV);
   if (!map.ok()) return map.status();
   const AttentionParams p = flash::MakeAttentionParams(shape, qkv, doc_starts);
   auto* o = static_cast<__nv_bfloat16*>(out);

@@ -1,7 +1,7 @@
 // The warp-specialised attention forward at head dim 128
 // (flash_attention_forward_warp_specialized.cu), which
-// LaunchFlashAttentionForward (flash_attention_forward.cu) runs wherever it
-// applies.
+// LaunchFlashAttentionForward (flash_attention_forward.cu) runs for head dim
+// 128.
 #ifndef TESSERA_WORKER_ENGINE_CUDA_FLASH_ATTENTION_FORWARD_WARP_SPECIALIZED_H_
 #define TESSERA_WORKER_ENGINE_CUDA_FLASH_ATTENTION_FORWARD_WARP_SPECIALIZED_H_
 
@@ -15,11 +15,8 @@
 namespace tessera {
 namespace cuda {
 
-// Head dim 128 and a qkv the TMA unit can address (16-byte aligned).
-bool WarpSpecializedAttentionForwardApplies(const AttentionShape& shape, const void* qkv);
-
-// Same contract as LaunchFlashAttentionForward (kernels.h) where the above
-// holds; INVALID_ARGUMENT elsewhere.
+// Same contract as LaunchFlashAttentionForward (kernels.h) at head dim 128,
+// with qkv 16-byte aligned; INVALID_ARGUMENT otherwise.
 absl::Status LaunchWarpSpecializedAttentionForward(const AttentionShape& shape, const void* qkv,
                                                    const int32_t* doc_starts, void* out,
                                                    float* lse, cudaStream_t stream);

@@ -88,6 +88,18 @@ __device__ __forceinline__ void Load4d(uint32_t dst, const CUtensorMap* map, int
 #endif
 }
 
+// Copies `bytes` (a multiple of 16) contiguous bytes from global `src` to
+// shared `dst` (both 16-byte aligned), completing them on `bar`.
+__device__ __forceinline__ void LoadBytes(uint32_t dst, const void* src, uint32_t bytes,
+                                          uint32_t bar) {
+#ifdef TESSERA_WGMMA
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+      ::"r"(dst), "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+#endif
+}
+
 __device__ __forceinline__ void PrefetchMap(const CUtensorMap* map) {
 #ifdef TESSERA_WGMMA
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
