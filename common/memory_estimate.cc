@@ -175,13 +175,13 @@ RankMemoryEstimate EstimateRankMemory(const v1::JobSpec& spec, int /*rank*/, int
   e.engine_workspace = chunk * vocab * 4 + (2 * heads + 1) * batch * seq * 4 + embedding_backward +
                        kEngineScratchBytes;
   const JobAttention attention = AttentionOfJob(spec);
-  // Tessera's one-pass backward (whole sequences at head dim 128,
-  // worker/engine/cuda/flash_attention_backward_ordered.cu): fp32 dQ sums
-  // per head and query and an int32 turn per head and 64-query tile, the
-  // queries padded to 128, and the tiles' first key blocks. Counted on
-  // every CUDA job that could run it, AUTO's too (the engine runs it where
-  // cuDNN does not start).
-  if (attention.cuda && !attention.documents && attention.shape.head_dim == 128) {
+  // Tessera's one-pass backward (head dim 128, whole sequences and
+  // documents, worker/engine/cuda/flash_attention_backward_ordered.cu):
+  // fp32 dQ sums per head and query and an int32 turn per head and 64-query
+  // tile, the queries padded to 128, and the tiles' first key blocks.
+  // Counted on every CUDA job that could run it, AUTO's too (the engine runs
+  // it where cuDNN does not start).
+  if (attention.cuda && attention.shape.head_dim == 128) {
     const int64_t seq_pad = (seq + 127) / 128 * 128;
     e.engine_workspace += (heads * batch * seq_pad * 128 + (heads + 1) * batch * (seq_pad / 64)) * 4;
   }

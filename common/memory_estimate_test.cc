@@ -90,7 +90,7 @@ TEST(MemoryEstimate, CountsCudnnAttentionWorkspaceWhereTheEngineTakesIt) {
 
 // Tessera's one-pass attention backward keeps an fp32 dQ sum per head and
 // query (queries padded to 128) and an int32 per head and 64-query tile
-// (plus one per tile): whole sequences at head dim 128 on CUDA only.
+// (plus one per tile): at head dim 128 on CUDA only, documents or not.
 TEST(MemoryEstimate, CountsTheOnePassAttentionBackwardsSums) {
   v1::JobSpec spec = Small();
   spec.set_device_kind(v1::CUDA);
@@ -98,21 +98,19 @@ TEST(MemoryEstimate, CountsTheOnePassAttentionBackwardsSums) {
   spec.mutable_model()->set_seq_len(1000);  // padded to 1024: 16 tiles
   const int64_t heads = spec.model().n_heads(), batch = spec.data().micro_batch_size();
   auto workspace = [](const v1::JobSpec& s) { return EstimateRankMemory(s, 0, 1).engine_workspace; };
+  auto on_cpu = [](v1::JobSpec s) {
+    s.set_device_kind(v1::CPU);
+    return s;
+  };
+  const int64_t sums = (heads * batch * 1024 * 128 + (heads + 1) * batch * 16) * 4;
   v1::JobSpec head_dim_128 = spec;
   head_dim_128.mutable_model()->set_d_model(128 * heads);
   v1::JobSpec documents = head_dim_128;
   documents.mutable_data()->set_document_masking(true);
-  EXPECT_EQ(workspace(head_dim_128) - workspace(documents),
-            (heads * batch * 1024 * 128 + (heads + 1) * batch * 16) * 4);
-  v1::JobSpec cpu = head_dim_128;
-  cpu.set_device_kind(v1::CPU);
-  v1::JobSpec cpu_documents = documents;
-  cpu_documents.set_device_kind(v1::CPU);
-  EXPECT_EQ(workspace(cpu), workspace(cpu_documents));
+  EXPECT_EQ(workspace(head_dim_128) - workspace(on_cpu(head_dim_128)), sums);
+  EXPECT_EQ(workspace(documents) - workspace(on_cpu(documents)), sums);
   // Head dim 2 (Small's) runs two passes: nothing added.
-  v1::JobSpec spec_documents = spec;
-  spec_documents.mutable_data()->set_document_masking(true);
-  EXPECT_EQ(workspace(spec), workspace(spec_documents));
+  EXPECT_EQ(workspace(spec), workspace(on_cpu(spec)));
 }
 
 TEST(MemoryEstimate, FormatsGiB) {

@@ -314,7 +314,7 @@ class CudaOps : public Ops {
     }
     // D, the log2-domain lse and the document start per query, padded to
     // whole tiles; the one-pass form's dQ sums.
-    const cuda::FlashBackwardForm form = FlashBackwardFormFor(starts);
+    const cuda::FlashBackwardForm form = BackwardForm();
     const int64_t floats =
         std::max<int64_t>(1, cuda::FlashAttentionBackwardScratchFloats(shape, form));
     ASSIGN_OR_RETURN(void* scratch, attention_scratch_.Get(floats * sizeof(float)));
@@ -510,11 +510,10 @@ class CudaOps : public Ops {
 
   // Which form Tessera's backward takes (CudaEngineOptions::BackwardPasses);
   // the launcher runs two passes at head dim 64 whatever this says.
-  cuda::FlashBackwardForm FlashBackwardFormFor(const int32_t* doc_starts) const {
+  cuda::FlashBackwardForm BackwardForm() const {
     using Passes = CudaEngineOptions::BackwardPasses;
-    const bool one_pass = backward_passes_ == Passes::kOnePass ||
-                          (backward_passes_ == Passes::kRule && doc_starts == nullptr);
-    return one_pass ? cuda::FlashBackwardForm::kOrderedDq : cuda::FlashBackwardForm::kTwoPass;
+    return backward_passes_ != Passes::kTwoPass ? cuda::FlashBackwardForm::kOrderedDq
+                                                : cuda::FlashBackwardForm::kTwoPass;
   }
   // The key bands of the deterministic backward of whole sequences
   // (cudnn_attention.h): CudnnKeyBands, or what the engine's options fix

@@ -69,10 +69,10 @@ struct CudaEngineOptions {
   // Tessera's own backward (kTessera, and kAuto where cuDNN does not run)
   // has two forms, both bit-identical run to run: two passes (the dQ blocks
   // recompute S and dP) and one pass whose key blocks add their parts of dQ
-  // in key-block order (head dim 128 only). kRule: one pass for whole
-  // sequences at head dim 128, two passes for documents (measured faster
-  // each way: bench/RESULTS.md). kOnePass (wherever it exists) and kTwoPass
-  // are for benchmarks and tests that compare the forms.
+  // in key-block order (head dim 128 only). kRule: one pass wherever it
+  // exists, whole sequences and documents alike (measured faster each way
+  // since its warp-specialised form: bench/RESULTS.md). kOnePass and
+  // kTwoPass are for benchmarks and tests that compare the forms.
   enum class BackwardPasses { kRule, kOnePass, kTwoPass };
   BackwardPasses attention_backward_passes = BackwardPasses::kRule;
 };
