@@ -73,6 +73,8 @@ constexpr int kStages = 3;  // query tiles in flight
 // Registers per thread after the hand-over (24 x 128 + 240 x 256 fits).
 constexpr int kProducerRegisters = 24;
 constexpr int kConsumerRegisters = 240;
+static_assert(tma::HandOverFits(kProducerRegisters, 2, kConsumerRegisters),
+              "the consumers would wait forever for registers");
 // Named barriers over the consumers: both dS^T written (and, at the end,
 // every product finished); a tile's turn has come.
 constexpr int kConsumersBarrier = 1;

@@ -68,6 +68,8 @@ constexpr bool kPingPong = true;
 // 64K register file.
 constexpr int kProducerRegisters = 24;
 constexpr int kConsumerRegisters = 240;
+static_assert(tma::HandOverFits(kProducerRegisters, 2, kConsumerRegisters),
+              "the consumers would wait forever for registers");
 
 // A tile is 128 rows x 128 columns bf16: two 64-column panels (wgmma.cuh).
 constexpr int kTileBytes = 128 * kD * 2;

@@ -106,8 +106,22 @@ __device__ __forceinline__ void PrefetchMap(const CUtensorMap* map) {
 #endif
 }
 
+// Registers per thread that a block of `threads` threads starts with at one
+// block per SM (__launch_bounds__(threads, 1)): the 64K register file over
+// the threads, in units of 8 (168 at 384 threads; ptxas gives kernels that
+// hand registers over all of it).
+constexpr int LaunchRegisters(int threads) { return 65536 / threads / 8 * 8; }
+
+// Whether one producer warpgroup shrinking to `producer` registers frees
+// enough for `consumers` warpgroups to grow to `consumer`. GrowRegisters
+// waits until the registers it asks for are free, so a hand-over that does
+// not fit what the block started with never finishes: the kernel hangs.
+constexpr bool HandOverFits(int producer, int consumers, int consumer) {
+  return producer + consumers * consumer <= (1 + consumers) * LaunchRegisters((1 + consumers) * 128);
+}
+
 // Hands registers between warpgroups: every warp of a warpgroup calls it
-// with the same count; the block's total must fit the register file.
+// with the same count; HandOverFits must hold.
 template <int kRegisters>
 __device__ __forceinline__ void ShrinkRegisters() {
 #ifdef TESSERA_WGMMA
