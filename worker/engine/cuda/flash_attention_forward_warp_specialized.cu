@@ -329,24 +329,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   wgmma::FenceOperands(o);
   wgmma::FenceOperands(pa);
 
-  // Full row sums (this lane held a partial one), then out = o / l and
-  // lse = ln(l) + m (m back from the log2 domain).
-  const int64_t lse_row0 = (int64_t(b) * p.heads + h) * p.seq;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    l[half] += __shfl_xor_sync(0xffffffffu, l[half], 1);
-    l[half] += __shfl_xor_sync(0xffffffffu, l[half], 2);
-    const int64_t row = row_lo + 8 * half;
-    if (t == 0 && row < p.seq) lse[lse_row0 + row] = (m[half] + __log2f(l[half])) * flash::kLn2;
-  }
-  const int64_t row0 = wg_q0 + 16 * warp;
-  if (row0 < p.seq) {
-    // Staging: 64 rows of 256 bytes per consumer, 16 per warp.
-    flash::StoreRows<kD>(o, 1.f / l[0], 1.f / l[1], smem + kOutOffset + consumer * 64 * kD * 2,
-                         16 * warp,
-                         out + (int64_t(b) * p.seq + row0) * p.out_token_stride + int64_t(h) * kD,
-                         p.out_token_stride, p.seq - row0, lane);
-  }
+  // Staging: 64 rows of 256 bytes per consumer, 16 per warp.
+  flash::StoreForwardRows<kD>(p, b, h, wg_q0 + 16 * warp, o, m, l,
+                              smem + kOutOffset + consumer * 64 * kD * 2, 16 * warp, out, lse,
+                              lane);
 #else
   __trap();
 #endif

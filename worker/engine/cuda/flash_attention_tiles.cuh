@@ -1,7 +1,8 @@
-// Pieces shared by the attention kernels (flash_attention_forward.cu,
-// flash_attention_backward.cu) besides the wgmma products (wgmma.cuh) and
+// Pieces shared by the attention kernels (flash_attention_forward*.cu,
+// flash_attention_backward*.cu) besides the wgmma products (wgmma.cuh) and
 // the asynchronous copies (device_util.cuh): the shapes and pointers they
-// take, where each query's document starts, exp2, and the epilogue that writes a warp's 16 x kD fp32 accumulator rows
+// take, where each query's document starts, exp2, the forwards' epilogue,
+// and the store that writes a warp's 16 x kD fp32 accumulator rows
 // (the mma.sync / wgmma C layout: lane = 4 g + t holds row g, columns
 // 8 n + 2 t + {0, 1} in acc[n][0..1] and row g + 8 in acc[n][2..3]) as bf16.
 #ifndef TESSERA_WORKER_ENGINE_CUDA_FLASH_ATTENTION_TILES_CUH_
@@ -119,6 +120,33 @@ __device__ __forceinline__ void StoreRows(const float (&acc)[kD / 8][4], float s
       *reinterpret_cast<uint4*>(dst + r * row_stride + c * 8) =
           *reinterpret_cast<const uint4*>(tile + ChunkOffset<kD>(row0 + r, c));
     }
+  }
+}
+
+// The forwards' epilogue for one warp's 16 query rows from row0 (head h of
+// sequence b): completes this lane's partial row sums l over the row's four
+// lanes, then writes lse = ln(l) + m (m in the log2 domain) and out = o / l,
+// staged through rows [stage_row, stage_row + 16) of the tile at `stage`
+// (StoreRows). Rows past the sequence are skipped.
+template <int kD>
+__device__ __forceinline__ void StoreForwardRows(const AttentionParams& p, int b, int h,
+                                                 int64_t row0, const float (&o)[kD / 8][4],
+                                                 const float (&m)[2], float (&l)[2],
+                                                 unsigned char* stage, int stage_row,
+                                                 __nv_bfloat16* out, float* lse, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t lse_row0 = (int64_t(b) * p.heads + h) * p.seq;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    l[half] += __shfl_xor_sync(0xffffffffu, l[half], 1);
+    l[half] += __shfl_xor_sync(0xffffffffu, l[half], 2);
+    const int64_t row = row0 + g + 8 * half;
+    if (t == 0 && row < p.seq) lse[lse_row0 + row] = (m[half] + __log2f(l[half])) * kLn2;
+  }
+  if (row0 < p.seq) {
+    StoreRows<kD>(o, 1.f / l[0], 1.f / l[1], stage, stage_row,
+                  out + (int64_t(b) * p.seq + row0) * p.out_token_stride + int64_t(h) * kD,
+                  p.out_token_stride, p.seq - row0, lane);
   }
 }
 
