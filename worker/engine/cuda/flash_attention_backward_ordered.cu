@@ -70,6 +70,7 @@ constexpr int kConsumerWarps = kConsumerThreads / 32;
 constexpr int kKeyBlock = 64 * kConsumers;
 constexpr int kQTile = 64;
 constexpr int kStages = 3;  // query tiles in flight
+using QueryRing = tma::Ring<kStages>;
 // Registers per thread after the hand-over (24 x 128 + 240 x 256 fits).
 constexpr int kProducerRegisters = 24;
 constexpr int kConsumerRegisters = 240;
@@ -215,8 +216,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       constexpr uint32_t kTileTraffic =
           2 * kTileBytes + (kDocuments ? 3 : 2) * kStatsBytes;
       for (int it = 0; it < iterations; ++it) {
-        const int s = it % kStages;
-        tma::Wait(bar.empty(s), ((it / kStages) & 1) ^ 1);
+        const int s = QueryRing::Stage(it);
+        tma::Wait(bar.empty(s), QueryRing::FreeParity(it));
         const int h = head_of(it), q0 = tile_of(it) * kQTile;
         tma::ArriveExpectBytes(bar.full(s), kTileTraffic);
         for (int panel = 0; panel < 2; ++panel) {
@@ -253,8 +254,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   int32_t* pass_turn = nullptr;
   tma::Wait(bar.kv_full(), 0);
   for (int it = 0; it < iterations; ++it) {
-    const int s = it % kStages;
-    tma::Wait(bar.full(s), (it / kStages) & 1);
+    const int s = QueryRing::Stage(it);
+    tma::Wait(bar.full(s), QueryRing::FullParity(it));
     const int m = tile_of(it), h = head_of(it);
     const int64_t q0 = int64_t(m) * kQTile;
     const bool diagonal = q0 < k0 + wg_key0 + 63;

@@ -64,13 +64,13 @@ constexpr int kD = 128;
 constexpr int kBlockQ = 128;   // queries per block, 64 per computing warpgroup
 constexpr int kBlockKV = 128;  // keys per tile
 constexpr int kStages = 2;     // K/V tiles in flight
+using KVRing = tma::Ring<kStages>;
 constexpr int kThreads = 3 * wgmma::kWarpgroupThreads;
 constexpr int kConsumerWarps = 8;
 // Named barriers 1 and 2: consumer c may issue its products once barrier
 // 1 + c opens (ping-pong, see the kernel).
 constexpr int kTurnBarrier = 1;
 constexpr int kConsumerThreads = 2 * wgmma::kWarpgroupThreads;
-constexpr bool kPingPong = true;
 
 // Registers per thread after the hand-over: 24 x 128 + 240 x 256 fits the
 // 64K register file.
@@ -199,6 +199,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   // (0 without documents) to the diagonal.
   const int first_tile = static_cast<int>(flash::FirstKey<kDocuments>(p, b, q0) / kBlockKV);
   const int end_tile = static_cast<int>(last_row / kBlockKV) + 1;
+  // Where the block's it-th key tile (it = j - first_tile) goes.
+  auto k_tile = [&](int it) { return base + kKOffset + KVRing::Stage(it) * kTileBytes; };
+  auto v_tile = [&](int it) { return base + kVOffset + KVRing::Stage(it) * kTileBytes; };
 
   if (threadIdx.x == 0) {
     tma::InitBarrier(bar.q_full(), 1);
@@ -223,19 +226,16 @@ __global__ void __launch_bounds__(kThreads, 1)
       tma::Load4d(s_q, &qkv_map, 0, h, static_cast<int>(q0), b, bar.q_full());
       tma::Load4d(s_q + kPanelBytes, &qkv_map, 64, h, static_cast<int>(q0), b, bar.q_full());
       for (int j = first_tile; j < end_tile; ++j) {
-        const int it = j - first_tile, s = it % kStages;
-        const uint32_t free_parity = ((it / kStages) & 1) ^ 1;
+        const int it = j - first_tile, s = KVRing::Stage(it);
         const int k0 = j * kBlockKV;
-        const uint32_t k_tile = base + kKOffset + s * kTileBytes;
-        const uint32_t v_tile = base + kVOffset + s * kTileBytes;
-        tma::Wait(bar.k_empty(s), free_parity);
+        tma::Wait(bar.k_empty(s), KVRing::FreeParity(it));
         tma::ArriveExpectBytes(bar.k_full(s), kTileBytes);
-        tma::Load4d(k_tile, &qkv_map, 0, k_head, k0, b, bar.k_full(s));
-        tma::Load4d(k_tile + kPanelBytes, &qkv_map, 64, k_head, k0, b, bar.k_full(s));
-        tma::Wait(bar.v_empty(s), free_parity);
+        tma::Load4d(k_tile(it), &qkv_map, 0, k_head, k0, b, bar.k_full(s));
+        tma::Load4d(k_tile(it) + kPanelBytes, &qkv_map, 64, k_head, k0, b, bar.k_full(s));
+        tma::Wait(bar.v_empty(s), KVRing::FreeParity(it));
         tma::ArriveExpectBytes(bar.v_full(s), kTileBytes);
-        tma::Load4d(v_tile, &qkv_map, 0, v_head, k0, b, bar.v_full(s));
-        tma::Load4d(v_tile + kPanelBytes, &qkv_map, 64, v_head, k0, b, bar.v_full(s));
+        tma::Load4d(v_tile(it), &qkv_map, 0, v_head, k0, b, bar.v_full(s));
+        tma::Load4d(v_tile(it) + kPanelBytes, &qkv_map, 64, v_head, k0, b, bar.v_full(s));
       }
     }
     return;
@@ -251,9 +251,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t last_first_key = flash::FirstKey<kDocuments>(p, b, last_row);
   const int32_t first_key[2] = {static_cast<int32_t>(flash::FirstKey<kDocuments>(p, b, row_lo)),
                                 static_cast<int32_t>(flash::FirstKey<kDocuments>(p, b, row_lo + 8))};
-  auto k_tile = [&](int it) { return base + kKOffset + (it % kStages) * kTileBytes; };
-  auto v_tile = [&](int it) { return base + kVOffset + (it % kStages) * kTileBytes; };
-  auto parity = [](int it) { return static_cast<uint32_t>((it / kStages) & 1); };
   auto release = [&](uint32_t empty) {
     if (lane == 0) tma::Arrive(empty);
   };
@@ -262,15 +259,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Consumer 1 opens consumer 0's first turn; each then opens the other's
   // next turn after issuing, except consumer 1 after its last, which no
   // turn of consumer 0 waits for.
-  auto take_turn = [&] {
-    if (kPingPong) tma::SyncNamed(kTurnBarrier + consumer, kConsumerThreads);
-  };
+  auto take_turn = [&] { tma::SyncNamed(kTurnBarrier + consumer, kConsumerThreads); };
   auto pass_turn = [&](bool last) {
-    if (kPingPong && !(last && consumer == 1)) {
+    if (!(last && consumer == 1)) {
       tma::ArriveNamed(kTurnBarrier + (1 - consumer), kConsumerThreads);
     }
   };
-  if (kPingPong && consumer == 1) tma::ArriveNamed(kTurnBarrier, kConsumerThreads);
+  if (consumer == 1) tma::ArriveNamed(kTurnBarrier, kConsumerThreads);
 
   float o[kD / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
@@ -290,7 +285,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   wgmma::FenceOperands(s);
   release(bar.k_empty(0));
   Softmax<kDocuments>(s, int64_t(first_tile) * kBlockKV, row_lo, wg_q0, last_first_key,
-                          first_key, p.scale_log2, t, m, l, alpha);
+                      first_key, p.scale_log2, t, m, l, alpha);
 #pragma unroll
   for (int kt = 0; kt < kBlockKV / 16; ++kt) wgmma::PackA(s, kt, pa[kt]);
 
@@ -299,8 +294,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     // S of this tile and P V of the previous one, issued back to back.
     // (Both waits come first: a branch between two products makes ptxas
     // fence the second.)
-    tma::Wait(bar.k_full(it % kStages), parity(it));
-    tma::Wait(bar.v_full((it - 1) % kStages), parity(it - 1));
+    tma::Wait(bar.k_full(KVRing::Stage(it)), KVRing::FullParity(it));
+    tma::Wait(bar.v_full(KVRing::Stage(it - 1)), KVRing::FullParity(it - 1));
     take_turn();
     wgmma::Fence();
     wgmma::MmaRowsTimesRowsT<kD, kBlockQ, kBlockKV>(s, s_q, 64 * consumer, k_tile(it));
@@ -311,13 +306,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     // Softmax of this tile while P V runs.
     wgmma::Wait<1>();
     wgmma::FenceOperands(s);
-    release(bar.k_empty(it % kStages));
-    Softmax<kDocuments>(s, int64_t(first_tile + it) * kBlockKV, row_lo, wg_q0,
-                            last_first_key, first_key, p.scale_log2, t, m, l, alpha);
+    release(bar.k_empty(KVRing::Stage(it)));
+    Softmax<kDocuments>(s, int64_t(first_tile + it) * kBlockKV, row_lo, wg_q0, last_first_key,
+                        first_key, p.scale_log2, t, m, l, alpha);
     wgmma::Wait<0>();
     wgmma::FenceOperands(o);
     wgmma::FenceOperands(pa);
-    release(bar.v_empty((it - 1) % kStages));
+    release(bar.v_empty(KVRing::Stage(it - 1)));
 #pragma unroll
     for (int nt = 0; nt < kD / 8; ++nt) {
 #pragma unroll
@@ -327,7 +322,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int kt = 0; kt < kBlockKV / 16; ++kt) wgmma::PackA(s, kt, pa[kt]);
   }
   // The last tile's P V.
-  tma::Wait(bar.v_full((tiles - 1) % kStages), parity(tiles - 1));
+  tma::Wait(bar.v_full(KVRing::Stage(tiles - 1)), KVRing::FullParity(tiles - 1));
   take_turn();
   wgmma::Fence();
   wgmma::MmaFragmentsTimesTile<kD, kBlockKV, kBlockKV / 16>(o, pa, v_tile(tiles - 1));

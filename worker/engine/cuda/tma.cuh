@@ -29,6 +29,18 @@ namespace tessera {
 namespace cuda {
 namespace tma {
 
+// The ring protocol above for tile `it` of a ring of kStages stages: the
+// stage it goes to, the parity its consumers wait for on full[stage], and
+// the parity its producer waits for on empty[stage].
+template <int kStages>
+struct Ring {
+  static __device__ __forceinline__ int Stage(int it) { return it % kStages; }
+  static __device__ __forceinline__ uint32_t FullParity(int it) {
+    return static_cast<uint32_t>((it / kStages) & 1);
+  }
+  static __device__ __forceinline__ uint32_t FreeParity(int it) { return FullParity(it) ^ 1; }
+};
+
 // Makes `count` arrivals (plus any announced bytes) complete a phase.
 __device__ __forceinline__ void InitBarrier(uint32_t bar, uint32_t count) {
 #ifdef TESSERA_WGMMA
