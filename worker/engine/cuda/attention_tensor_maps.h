@@ -5,7 +5,7 @@
 // shared memory with the 128-byte swizzle, which is the tile layout of
 // wgmma.cuh: two boxes (columns 0 and 64) fill a tile's two panels. Tokens
 // past a sequence's end arrive as zeros. Maps are encoded on the host per
-// call (about a microsecond) and passed to kernels by value.
+// call (a host cost not yet measured) and passed to kernels by value.
 #ifndef TESSERA_WORKER_ENGINE_CUDA_ATTENTION_TENSOR_MAPS_H_
 #define TESSERA_WORKER_ENGINE_CUDA_ATTENTION_TENSOR_MAPS_H_
 
