@@ -7,12 +7,13 @@
 //
 // Warps. A block is three warpgroups. The first is the producer: one thread
 // copies K and V once and then each query tile (Q, dO, lse2, D and, with
-// documents, the queries' document starts) into a ring of three stages with
-// TMA (attention_tensor_maps.h, tma.cuh), and the warpgroup gives most of
-// its registers to the other two, the consumers, which only compute. A
-// consumer hands a stage back as soon as its products have read it; the
-// consumers meet at one named barrier per tile (both halves of dS^T
-// written), not at block-wide ones.
+// documents, the queries' document starts) into a ring of two stages with
+// TMA (attention_tensor_maps.h, tma.cuh); another, the dQ writer, sends the
+// block's dQ parts (below). The warpgroup gives most of its registers to
+// the other two, the consumers, which only compute. A consumer hands a
+// stage back as soon as its products have read it; the consumers meet at
+// one named barrier per tile (both halves of dS^T written), not at
+// block-wide ones, and never wait for another block.
 //
 // The two consumer warpgroups each hold 64 of the block's keys. For each
 // query tile (64 queries; the tiles from the last one down to the block's
@@ -21,16 +22,19 @@
 // dS^T = P^T (dP^T - D), then dV += P^T dO and dK += dS^T Q from registers,
 // as the two-pass dK/dV kernel does. Both warpgroups also leave dS^T in
 // shared memory, and each then multiplies the whole 64 x 128 dS by its half
-// of K's columns: the block's part of the tile's dQ, 64 x 128 in fp32.
+// of K's columns: the block's part of the tile's dQ, 64 x 128 in fp32,
+// which the consumers stage in shared memory (two buffers) for the writer.
 //
 // Order. The blocks that see query tile m are the key blocks n from
 // tile_first_block[m] (0 without documents) to the one holding the tile's
-// last query. Block n waits until the tile's turn counter reads n, adds its
-// part to the tile's fp32 sum (the first block stores it), and hands the
-// turn to n + 1; the last block adds its part in registers to the sum it
-// reads back and writes dQ as bf16. Every element is so summed in key-block
-// order, on every run. A block only ever waits for the block before it in
-// the grid, which the GPU starts first, so the wait always ends. Blocks walk
+// last query. Block n's writer waits until the tile's turn counter reads n,
+// adds the staged part to the tile's fp32 sum with one bulk reduction (the
+// first block stores it), waits for the addition to complete, and hands the
+// turn to n + 1. Every element is so summed in key-block order, on every
+// run; a last small kernel scales the sums into dQ as bf16. A writer only
+// ever waits for the block before it in the grid, which the GPU starts
+// first, so the wait always ends; its consumers run up to two tiles ahead
+// of it. Blocks walk
 // their tiles from the last one down, the heads of a group innermost, so
 // that neighbouring blocks reach each tile at nearly the same time.
 //
@@ -43,7 +47,8 @@
 // document start get P = 0 as in the two-pass kernels.
 //
 // Scratch (after the two-pass kernels' D, lse2 and document starts): the dQ
-// sums [B, heads, S padded to 128, 128] fp32, the turn counters (zeroed by
+// sums [B, heads, S padded to 128, 128] fp32 (each 64-row tile in the
+// consumers' fragment order), the turn counters (zeroed by
 // the launcher before each call) and the tiles' first blocks.
 
 #include <cuda_bf16.h>
@@ -69,38 +74,48 @@ constexpr int kConsumerThreads = kConsumers * wgmma::kWarpgroupThreads;
 constexpr int kConsumerWarps = kConsumerThreads / 32;
 constexpr int kKeyBlock = 64 * kConsumers;
 constexpr int kQTile = 64;
-constexpr int kStages = 3;  // query tiles in flight
+constexpr int kStages = 2;  // query tiles in flight
 using QueryRing = tma::Ring<kStages>;
-// Registers per thread after the hand-over (24 x 128 + 240 x 256 fits).
+// Registers per thread after the hand-over (24 x 128 + 240 x 256 fits; the
+// dQ writer spills a few bytes at 24).
 constexpr int kProducerRegisters = 24;
 constexpr int kConsumerRegisters = 240;
 static_assert(tma::HandOverFits(kProducerRegisters, 2, kConsumerRegisters),
               "the consumers would wait forever for registers");
-// Named barriers over the consumers: both dS^T written (and, at the end,
-// every product finished); a tile's turn has come.
+// Named barrier over the consumers: both dS^T written (and, at the end,
+// every product finished).
 constexpr int kConsumersBarrier = 1;
-constexpr int kTurnBarrier = 2;
+// The producer warpgroup's threads: one issues the copies, one (in another
+// warp) writes the dQ parts.
+constexpr int kCopyThread = 0;
+constexpr int kDqWriterThread = 32;
 
 constexpr int kKVBytes = kKeyBlock * kD * 2;
 constexpr int kTileBytes = kQTile * kD * 2;
 constexpr int kDsBytes = kKeyBlock * kQTile * 2;
 constexpr int kStatsBytes = kQTile * 4;
+constexpr int kDqBytes = kQTile * kD * 4;  // a tile's dQ part, fp32
 // Shared memory from the 1024-byte aligned base: K, V, Q[stages],
-// dO[stages], dS^T[2], per stage lse2, D and document starts, barriers.
+// dO[stages], dS^T[2], dQ parts[2], per stage lse2, D and document starts,
+// barriers.
 constexpr int kKOffset = 0;
 constexpr int kVOffset = kKOffset + kKVBytes;
 constexpr int kQOffset = kVOffset + kKVBytes;
 constexpr int kDoutOffset = kQOffset + kStages * kTileBytes;
 constexpr int kDsOffset = kDoutOffset + kStages * kTileBytes;
-constexpr int kStatsOffset = kDsOffset + 2 * kDsBytes;
+constexpr int kDqOffset = kDsOffset + 2 * kDsBytes;
+constexpr int kStatsOffset = kDqOffset + 2 * kDqBytes;
 constexpr int kBarrierOffset = kStatsOffset + 3 * kStages * kStatsBytes;
-constexpr int kSmemBytes = kBarrierOffset + 8 * (1 + 2 * kStages) + 1024;
+constexpr int kSmemBytes = kBarrierOffset + 8 * (1 + 2 * kStages + 4) + 1024;
 
 struct Barriers {
   uint32_t base;
   __device__ uint32_t kv_full() const { return base; }
   __device__ uint32_t full(int s) const { return base + 8 * (1 + s); }
   __device__ uint32_t empty(int s) const { return base + 8 * (1 + kStages + s); }
+  // dQ part buffer d written by the consumers / sent by the writer.
+  __device__ uint32_t dq_full(int d) const { return base + 8 * (1 + 2 * kStages + d); }
+  __device__ uint32_t dq_empty(int d) const { return base + 8 * (3 + 2 * kStages + d); }
 };
 
 #ifdef TESSERA_WGMMA
@@ -111,11 +126,6 @@ __device__ __forceinline__ int LoadAcquire(const int32_t* p) {
 }
 __device__ __forceinline__ void StoreRelease(int32_t* p, int v) {
   asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ void AddFour(float* p, float4 v) {
-  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(v.x), "f"(v.y),
-               "f"(v.z), "f"(v.w)
-               : "memory");
 }
 #endif
 
@@ -143,6 +153,41 @@ __global__ void TileFirstBlocksKernel(const int32_t* first_keys, int64_t seq_pad
   }
 }
 
+// dQ = the sums times the softmax scale, as bf16 into dqkv's query heads.
+// One block per 64-query tile of one head: the tile's sum, held in the
+// consumers' fragment order (see their staging), is put back into rows in shared
+// memory, and each row goes out as 16-byte stores.
+__global__ void DqFromSumsKernel(AttentionParams p, int64_t seq_pad, const float* dq_sums,
+                                 __nv_bfloat16* dqkv) {
+  __shared__ float s_rows[kQTile][kD + 4];
+  const int64_t q0 = int64_t(blockIdx.x) * kQTile, bh = blockIdx.y;
+  const int64_t b = bh / p.heads, h = bh % p.heads;
+  const float4* src = reinterpret_cast<const float4*>(dq_sums + (bh * seq_pad + q0) * kD);
+  for (int f = threadIdx.x; f < kQTile * kD / 4; f += blockDim.x) {
+    const float4 v = __ldcs(src + f);
+    const int wg = f / (kQTile * 16), nt = (f / 128) % 8, thread = f % 128;
+    const int row = 16 * (thread / 32) + (thread % 32) / 4;
+    const int col = 64 * wg + 8 * nt + 2 * (thread % 4);
+    s_rows[row][col] = v.x;
+    s_rows[row][col + 1] = v.y;
+    s_rows[row + 8][col] = v.z;
+    s_rows[row + 8][col + 1] = v.w;
+  }
+  __syncthreads();
+  const float scale = p.scale_log2 / flash::kLog2e;
+  for (int c = threadIdx.x; c < kQTile * kD / 8; c += blockDim.x) {
+    const int row = c / (kD / 8), col = (c % (kD / 8)) * 8;
+    const int64_t s = q0 + row;
+    if (s >= p.seq) break;  // the rows past the end are the last ones
+    const float* v = &s_rows[row][col];
+    *reinterpret_cast<uint4*>(dqkv + (b * p.seq + s) * p.qkv_token_stride + h * kD + col) =
+        make_uint4(flash::PackBf16(v[0] * scale, v[1] * scale),
+                   flash::PackBf16(v[2] * scale, v[3] * scale),
+                   flash::PackBf16(v[4] * scale, v[5] * scale),
+                   flash::PackBf16(v[6] * scale, v[7] * scale));
+  }
+}
+
 template <bool kDocuments>
 __global__ void __launch_bounds__(kThreads, 1)
     AttentionBackwardOrderedKernel(const __grid_constant__ CUtensorMap kv_map,
@@ -167,7 +212,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   // before block n + 1 of any, so the long blocks do not end the grid.
   const int kv_head = blockIdx.x % p.kv_heads, n = blockIdx.x / p.kv_heads, b = blockIdx.y;
   const int group_size = p.heads / p.kv_heads;
-  const int64_t ts = p.qkv_token_stride;
   const int64_t k0 = int64_t(n) * kKeyBlock;
   const int tiles = static_cast<int>(seq_pad / kQTile);
 
@@ -193,6 +237,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       tma::InitBarrier(bar.full(s), 1);
       tma::InitBarrier(bar.empty(s), kConsumerWarps);
     }
+    for (int d = 0; d < 2; ++d) {
+      tma::InitBarrier(bar.dq_full(d), kConsumerWarps);
+      tma::InitBarrier(bar.dq_empty(d), 1);
+    }
     tma::FenceBarrierInit();
   }
   __syncthreads();
@@ -201,7 +249,31 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (warpgroup == 0) {
     // ---- producer: K and V once, then each query tile into the ring ----
     tma::ShrinkRegisters<kProducerRegisters>();
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == kDqWriterThread) {
+      // The dQ writer: sends each tile's part once the consumers have
+      // staged it, in key-block order (see the file comment).
+      for (int it = 0; it < iterations; ++it) {
+        const int d = it & 1, m = tile_of(it), h = head_of(it);
+        tma::Wait(bar.dq_full(d), (it >> 1) & 1);
+        const int first_block = kDocuments ? first_blocks[m] : 0;
+        int32_t* turn = dq_turns + (int64_t(b) * p.heads + h) * tiles + m;
+        float* sum = dq_sums + ((int64_t(b) * p.heads + h) * seq_pad + int64_t(m) * kQTile) * kD;
+        const uint32_t part = base + kDqOffset + d * kDqBytes;
+        if (n == first_block) {
+          tma::StoreBytes(sum, part, kDqBytes);
+        } else {
+          while (LoadAcquire(turn) != n) {
+          }
+          tma::ProxyFenceGlobal();
+          tma::AddFloats(sum, part, kDqBytes);
+        }
+        tma::CommitAndDrainStores();
+        tma::ProxyFenceGlobal();
+        StoreRelease(turn, n + 1);
+        tma::Arrive(bar.dq_empty(d));
+      }
+    }
+    if (threadIdx.x == kCopyThread) {
       tma::PrefetchMap(&kv_map);
       tma::PrefetchMap(&q_map);
       tma::PrefetchMap(&dout_map);
@@ -241,17 +313,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   // ---- consumers: two warpgroups of 64 keys each ----
   tma::GrowRegisters<kConsumerRegisters>();
   const int wg = warpgroup - 1;
-  const int consumer_thread = threadIdx.x - wgmma::kWarpgroupThreads;
   const int warp = (threadIdx.x / 32) & 3, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
   const int wg_key0 = 64 * wg;  // the warpgroup's first key in the block
   const int64_t key_lo = k0 + wg_key0 + 16 * warp + g;  // this lane's keys: key_lo, key_lo + 8
-  const float scale = p.scale_log2 / flash::kLog2e;
 
   float dk[kD / 8][4] = {}, dv[kD / 8][4] = {};
-  // The turn this block passes on once every consumer's part of the last
-  // tile's sum is written (after the next barrier); null if none.
-  int32_t* pass_turn = nullptr;
   tma::Wait(bar.kv_full(), 0);
   for (int it = 0; it < iterations; ++it) {
     const int s = QueryRing::Stage(it);
@@ -297,13 +364,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::MmaFragmentsTimesTile<kD, kQTile>(dk, dsa, q_tile(s));
     wgmma::Commit();
     wgmma::ProxyFence();
-    // Both warpgroups' dS^T written; every consumer's part of the previous
-    // tile's sum is written too, so its turn passes now.
-    tma::SyncNamed(kConsumersBarrier, kConsumerThreads);
-    if (pass_turn != nullptr) {
-      if (consumer_thread == 0) StoreRelease(pass_turn, n + 1);
-      pass_turn = nullptr;
-    }
+    tma::SyncNamed(kConsumersBarrier, kConsumerThreads);  // both halves of dS^T written
 
     // This block's part of dQ for the tile, columns [64 wg, 64 wg + 64):
     // dS (queries x the block's keys, read transposed) times K's columns.
@@ -323,66 +384,26 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::FenceOperands(dsa);
     if (lane == 0) tma::Arrive(bar.empty(s));  // Q, dO and the stats are read
 
-    // Add it to the tile's sum in key-block order.
-    const int64_t last_row = min(q0 + kQTile, p.seq) - 1;
-    const int last_block = static_cast<int>(last_row / kKeyBlock);
-    const int first_block = kDocuments ? first_blocks[m] : 0;
-    int32_t* turn = dq_turns + (int64_t(b) * p.heads + h) * tiles + m;
-    if (n != first_block) {
-      if (consumer_thread == 0) {
-        while (LoadAcquire(turn) != n) {
-        }
-      }
-      tma::SyncNamed(kTurnBarrier, kConsumerThreads);
-    }
-    // Lanes 2i and 2i + 1 swap halves, so that each holds four adjacent
-    // columns of one row: the even lane row g, the odd lane row g + 8.
-    const bool odd = t & 1;
-    const int64_t row = q0 + 16 * warp + g + (odd ? 8 : 0);
-    const int col = 64 * wg + 2 * (t & ~1);
-    float4 part[8];
+    // Stage the part for the writer in fragment order: the accumulator's
+    // four floats of column pair nt as one float4 at (64 x 64 wg + 128 nt +
+    // the warpgroup's thread) float4s, so a warp stores 512 contiguous bytes
+    // and no bank is hit twice. dq_sums keeps this order; DqFromSumsKernel
+    // puts it back into rows.
+    const int d = it & 1;
+    tma::Wait(bar.dq_empty(d), ((it >> 1) & 1) ^ 1);
+    float4* part = reinterpret_cast<float4*>(smem + kDqOffset + d * kDqBytes) + 1024 * wg +
+                   32 * warp + lane;
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
-      const float give0 = odd ? dq[nt][0] : dq[nt][2], give1 = odd ? dq[nt][1] : dq[nt][3];
-      const float got0 = __shfl_xor_sync(0xffffffffu, give0, 1);
-      const float got1 = __shfl_xor_sync(0xffffffffu, give1, 1);
-      part[nt] = odd ? make_float4(got0, got1, dq[nt][2], dq[nt][3])
-                     : make_float4(dq[nt][0], dq[nt][1], got0, got1);
+      part[128 * nt] = make_float4(dq[nt][0], dq[nt][1], dq[nt][2], dq[nt][3]);
     }
-    float* sum = dq_sums + ((int64_t(b) * p.heads + h) * seq_pad + row) * kD + col;
-    if (n == last_block) {
-      if (row < p.seq) {
-        __nv_bfloat16* out = dqkv + (int64_t(b) * p.seq + row) * ts + int64_t(h) * kD + col;
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-          float4 v = part[nt];
-          if (n != first_block) {
-            const float4 before = __ldcg(reinterpret_cast<const float4*>(sum + 8 * nt));
-            v = make_float4(before.x + v.x, before.y + v.y, before.z + v.z, before.w + v.w);
-          }
-          *reinterpret_cast<uint2*>(out + 8 * nt) =
-              make_uint2(flash::PackBf16(v.x * scale, v.y * scale),
-                         flash::PackBf16(v.z * scale, v.w * scale));
-        }
-      }
-    } else {
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        if (n == first_block) {
-          __stcg(reinterpret_cast<float4*>(sum + 8 * nt), part[nt]);
-        } else {
-          AddFour(sum + 8 * nt, part[nt]);
-        }
-      }
-      // The turn passes after the next barrier, which orders every
-      // consumer's part of the sum before the release.
-      pass_turn = turn;
-    }
+    wgmma::ProxyFence();  // the writer's bulk copy reads it
+    __syncwarp();
+    if (lane == 0) tma::Arrive(bar.dq_full(d));
   }
   // K and V are no longer read (every dQ product has finished): they stage
   // the gradients.
   tma::SyncNamed(kConsumersBarrier, kConsumerThreads);
-  if (pass_turn != nullptr && consumer_thread == 0) StoreRelease(pass_turn, n + 1);
 
   flash::StoreKeyGradients<kD>(p, b, kv_head, k0 + wg_key0 + 16 * warp, dk, dv, smem + kKOffset,
                                smem + kVOffset, wg_key0 + 16 * warp, dqkv, lane);
@@ -450,6 +471,11 @@ absl::Status LaunchOrderedAttentionGradients(const flash::AttentionParams& p, in
         *kv_map, *q_map, *dout_map, p, delta, lse2, first_keys, tile_first_block, seq_pad,
         dq_sums, dq_turns, dqkv);
   }
+  CUDA_RETURN_IF_LAUNCH_FAILED();
+  constexpr int kConvertThreads = 256;
+  DqFromSumsKernel<<<dim3(static_cast<unsigned>((p.seq + kQTile - 1) / kQTile),
+                          static_cast<unsigned>(batch * p.heads)),
+                     kConvertThreads, 0, stream>>>(p, seq_pad, dq_sums, dqkv);
   CUDA_RETURN_IF_LAUNCH_FAILED();
   return absl::OkStatus();
 }

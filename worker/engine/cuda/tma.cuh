@@ -112,6 +112,46 @@ __device__ __forceinline__ void LoadBytes(uint32_t dst, const void* src, uint32_
 #endif
 }
 
+// Copies `bytes` (a multiple of 16) contiguous bytes from shared `src` to
+// global `dst` (both 16-byte aligned) as one bulk store. Shared memory that
+// threads wrote must be made visible to the copy first (wgmma::ProxyFence
+// by the writers, then a barrier). Completes in the thread's bulk group.
+__device__ __forceinline__ void StoreBytes(void* dst, uint32_t src, uint32_t bytes) {
+#ifdef TESSERA_WGMMA
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst),
+               "r"(src), "r"(bytes)
+               : "memory");
+#endif
+}
+
+// Adds `bytes` of fp32 in shared `src` element by element into global `dst`
+// (same alignment as StoreBytes), in the L2, as one bulk reduction.
+__device__ __forceinline__ void AddFloats(float* dst, uint32_t src, uint32_t bytes) {
+#ifdef TESSERA_WGMMA
+  asm volatile(
+      "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
+      "r"(src), "r"(bytes)
+      : "memory");
+#endif
+}
+
+// Closes the thread's bulk group and returns once every bulk store and
+// reduction it issued has completed (its writes made, its sources read).
+__device__ __forceinline__ void CommitAndDrainStores() {
+#ifdef TESSERA_WGMMA
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+#endif
+}
+
+// Orders global memory between the copy engine (async proxy) and ordinary
+// loads and stores of this thread, in both directions.
+__device__ __forceinline__ void ProxyFenceGlobal() {
+#ifdef TESSERA_WGMMA
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ void PrefetchMap(const CUtensorMap* map) {
 #ifdef TESSERA_WGMMA
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
