@@ -104,7 +104,7 @@ absl::Status CreateBenchEngine(const std::string& engine, int device, BenchEngin
       options.cublaslt_workspace_bytes = size_t(std::atol(mib)) << 20;
     }
     // TESSERA_BENCH_ATTENTION: tessera (default), tessera_one_pass,
-    // tessera_two_pass, cudnn, cudnn_atomic or auto
+    // tessera_two_pass, tessera_atomic, cudnn, cudnn_atomic or auto
     // (CudaEngineOptions::attention, attention_atomic_backward and
     // attention_backward_passes).
     if (const char* a = std::getenv("TESSERA_BENCH_ATTENTION"); a != nullptr) {
@@ -118,10 +118,13 @@ absl::Status CreateBenchEngine(const std::string& engine, int device, BenchEngin
         options.attention_backward_passes = CudaEngineOptions::BackwardPasses::kOnePass;
       } else if (choice == "tessera_two_pass") {
         options.attention_backward_passes = CudaEngineOptions::BackwardPasses::kTwoPass;
+      } else if (choice == "tessera_atomic") {
+        options.attention_atomic_backward = true;
       } else if (choice != "tessera") {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "TESSERA_BENCH_ATTENTION: '", choice,
-            "' is not tessera, tessera_one_pass, tessera_two_pass, cudnn, cudnn_atomic or auto"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("TESSERA_BENCH_ATTENTION: '", choice,
+                         "' is not tessera, tessera_one_pass, tessera_two_pass, tessera_atomic, "
+                         "cudnn, cudnn_atomic or auto"));
       }
     }
     // TESSERA_BENCH_KEY_BANDS: the deterministic backward's key bands

@@ -26,8 +26,22 @@ std::string ToJsonLine(const google::protobuf::Message& message) {
 std::string AttentionLine(const v1::JobSpec& spec) {
   const JobAttention a = AttentionOfJob(spec);
   if (!a.cuda) return std::string();
-  if (spec.attention_kernels() == v1::ATTENTION_KERNELS_TESSERA) {
-    return "# attention: Tessera's kernels (ATTENTION_KERNELS_TESSERA), no workspace\n";
+  if (!a.cudnn && (spec.attention_kernels() == v1::ATTENTION_KERNELS_TESSERA ||
+                   a.shape.head_dim == 128)) {
+    // Tessera's kernels by name, or AUTO's choice at head dim 128.
+    const int64_t workspace = TesseraAttentionWorkspaceOfJob(a);
+    const bool one_pass = workspace > 0;
+    return absl::StrCat(
+        "# attention: Tessera's kernels (",
+        spec.attention_kernels() == v1::ATTENTION_KERNELS_TESSERA ? "ATTENTION_KERNELS_TESSERA"
+                                                                   : "AUTO at head dim 128",
+        "), ",
+        !a.deterministic && one_pass ? "atomic (nondeterministic)" : "deterministic",
+        " backward, ",
+        one_pass ? absl::StrCat("workspace ", FormatBytesAsGiB(workspace),
+                                " per rank (counted above)")
+                 : "no workspace",
+        "\n");
   }
   const int64_t bytes = CudnnWorkspaceOfJob(a, a.deterministic);
   const std::string atomic_bytes =

@@ -251,11 +251,11 @@ TEST(OutputFormat, CheckpointIntervalLineSaysWhenTrainingWouldWait) {
   EXPECT_EQ(CheckpointIntervalLine(int64_t{105'444'504'600}, 0), "");
 }
 
-// The dry run's attention line follows the engine's rule: cuDNN under AUTO
-// within its workspace limit (the 8B shape: 4.14 GiB in one call; at 16384
-// tokens 4.39 GiB in 4 key bands; with document masking the ragged
-// batches' limit), Tessera's kernels past it or when named; nothing for CPU
-// jobs.
+// The dry run's attention line follows the engine's rule: Tessera's
+// kernels under AUTO at head dim 128 (the 8B shape: its one-pass backward's
+// dQ sums), cuDNN under AUTO elsewhere within its workspace limit (head dim
+// 64: 4.08 GiB in one call at 8192 tokens; 4 key bands at 16384 tokens; with document masking the ragged batches' limit), Tessera's
+// kernels past it or when named; nothing for CPU jobs.
 TEST(OutputFormat, AttentionLineSaysWhichKernelsAndTheirWorkspace) {
   v1::JobSpec spec;
   spec.set_device_kind(v1::CUDA);
@@ -266,40 +266,58 @@ TEST(OutputFormat, AttentionLineSaysWhichKernelsAndTheirWorkspace) {
   m->set_seq_len(8192);
   spec.mutable_data()->set_micro_batch_size(1);
   EXPECT_EQ(AttentionLine(spec),
-            "# attention: cuDNN (AUTO), deterministic backward, workspace 4.14 GiB per rank "
-            "(counted above); ATTENTION_KERNELS_TESSERA takes none, "
-            "nondeterministic_attention_backward 0.27 GiB\n");
+            "# attention: Tessera's kernels (AUTO at head dim 128), deterministic backward, "
+            "workspace 0.13 GiB per rank (counted above)\n");
   spec.set_nondeterministic_attention_backward(true);
   EXPECT_EQ(AttentionLine(spec),
-            "# attention: cuDNN (AUTO), atomic (nondeterministic) backward, workspace 0.27 GiB "
+            "# attention: Tessera's kernels (AUTO at head dim 128), atomic (nondeterministic) "
+            "backward, workspace 0.13 GiB per rank (counted above)\n");
+  spec.set_attention_kernels(v1::ATTENTION_KERNELS_TESSERA);
+  EXPECT_EQ(AttentionLine(spec),
+            "# attention: Tessera's kernels (ATTENTION_KERNELS_TESSERA), atomic "
+            "(nondeterministic) backward, workspace 0.13 GiB per rank (counted above)\n");
+  spec.set_attention_kernels(v1::ATTENTION_KERNELS_CUDNN);
+  EXPECT_EQ(AttentionLine(spec),
+            "# attention: cuDNN (CUDNN), atomic (nondeterministic) backward, workspace 0.27 GiB "
             "per rank (counted above); ATTENTION_KERNELS_TESSERA takes none\n");
+  spec.set_attention_kernels(v1::ATTENTION_KERNELS_AUTO);
   spec.set_nondeterministic_attention_backward(false);
+  // Head dim 64.
+  m->set_d_model(2048);
+  EXPECT_EQ(AttentionLine(spec),
+            "# attention: cuDNN (AUTO), deterministic backward, workspace 4.08 GiB per rank "
+            "(counted above); ATTENTION_KERNELS_TESSERA takes none, "
+            "nondeterministic_attention_backward 0.14 GiB\n");
   m->set_seq_len(16384);
-  EXPECT_NE(AttentionLine(spec).find(
-                "cuDNN (AUTO), deterministic backward in 4 key bands, workspace 4.39 GiB"),
+  EXPECT_NE(AttentionLine(spec).find("cuDNN (AUTO), deterministic backward in 4 key bands"),
             std::string::npos)
       << AttentionLine(spec);
   m->set_seq_len(65536);
-  EXPECT_EQ(AttentionLine(spec),
-            "# attention: Tessera's kernels (AUTO: cuDNN's deterministic backward in 8 key "
-            "bands would need 34.40 GiB of workspace, above 8.00 GiB; "
-            "nondeterministic_attention_backward would take 2.02 GiB)\n");
+  EXPECT_NE(AttentionLine(spec).find("# attention: Tessera's kernels (AUTO: cuDNN's "
+                                     "deterministic backward in 8 key bands would need"),
+            std::string::npos)
+      << AttentionLine(spec);
   spec.set_attention_kernels(v1::ATTENTION_KERNELS_CUDNN);
-  EXPECT_NE(AttentionLine(spec).find(
-                "cuDNN (CUDNN), deterministic backward in 8 key bands, workspace 34.40 GiB"),
+  EXPECT_NE(AttentionLine(spec).find("cuDNN (CUDNN), deterministic backward in 8 key bands"),
             std::string::npos)
       << AttentionLine(spec);
   spec.set_attention_kernels(v1::ATTENTION_KERNELS_TESSERA);
-  EXPECT_EQ(AttentionLine(spec), "# attention: Tessera's kernels (ATTENTION_KERNELS_TESSERA), no workspace\n");
+  EXPECT_EQ(AttentionLine(spec),
+            "# attention: Tessera's kernels (ATTENTION_KERNELS_TESSERA), deterministic "
+            "backward, no workspace\n");
   spec.set_attention_kernels(v1::ATTENTION_KERNELS_AUTO);
   spec.mutable_data()->set_document_masking(true);
   m->set_seq_len(8192);
-  EXPECT_NE(AttentionLine(spec).find("cuDNN (AUTO), deterministic backward, workspace 4.52 GiB"),
+  EXPECT_NE(AttentionLine(spec).find("cuDNN (AUTO), deterministic backward, workspace"),
             std::string::npos)
       << AttentionLine(spec);
   EXPECT_NE(AttentionLine(spec).find("documents run as cuDNN's ragged batches where they average "
                                      "512 tokens or more"),
             std::string::npos);
+  m->set_d_model(4096);
+  EXPECT_NE(AttentionLine(spec).find("Tessera's kernels (AUTO at head dim 128)"),
+            std::string::npos)
+      << AttentionLine(spec);
   spec.set_device_kind(v1::CPU);
   EXPECT_EQ(AttentionLine(spec), "");
 }

@@ -56,8 +56,11 @@ int CudnnKeyBands(const CudnnAttentionShape& shape);
 int64_t CudnnAttentionWorkspaceBound(const CudnnAttentionShape& shape, bool deterministic,
                                      int key_bands = 1);
 
-// AUTO's rule: cuDNN's attention for a shape unless its deterministic
-// backward, in its key bands, would need more than
+// AUTO's rule. At head dim 128 Tessera's warp-specialised kernels, whole
+// sequences and documents alike: measured faster than cuDNN's there, the
+// deterministic backward and the atomic one (bench/RESULTS.md, "dQ
+// writer"). Elsewhere cuDNN's attention for a shape unless its
+// deterministic backward, in its key bands, would need more than
 // kAutoCudnnWorkspaceLimitBytes (dS grows with the square of the sequence:
 // 4.4 GB for 32 heads at 8192 tokens, one call; 17 GB at 16384 in one
 // call, so 4 bands and 4.3 GB; 34 GB in the first of 8 bands at 65536), in

@@ -113,16 +113,24 @@ TEST(CudnnAttentionWorkspace, BandsShrinkTheDeterministicWorkspaceByTheirCount) 
             CudnnAttentionWorkspaceBound(shape, false));
 }
 
+TEST(CudnnAttentionWorkspace, AutoRunsTesseraAtHeadDim128) {
+  for (const bool deterministic : {true, false}) {
+    EXPECT_FALSE(AutoAttentionPicksCudnn({1, 32, 8, 8192, 128}, deterministic));
+    EXPECT_FALSE(AutoAttentionPicksCudnn({4, 16, 16, 2048, 128}, deterministic));
+    EXPECT_FALSE(AutoAttentionPicksCudnn({1, 32, 8, 65536, 128}, deterministic));
+  }
+}
+
 TEST(CudnnAttentionWorkspace, AutoKeepsCudnnUntilDsOutgrowsTheLimit) {
-  // The Llama-3-8B shape at 8192 tokens: 4.4 GB in one call, cuDNN.
-  EXPECT_TRUE(AutoAttentionPicksCudnn({1, 32, 8, 8192, 128}, true));
+  // Head dim 64 at 8192 tokens: 4.4 GB of dS in one call, cuDNN.
+  EXPECT_TRUE(AutoAttentionPicksCudnn({1, 32, 8, 8192, 64}, true));
   // At 16384 tokens dS whole would be 17 GB; in 4 bands 4.3 GB: cuDNN.
-  EXPECT_TRUE(AutoAttentionPicksCudnn({1, 32, 8, 16384, 128}, true));
+  EXPECT_TRUE(AutoAttentionPicksCudnn({1, 32, 8, 16384, 64}, true));
   // At 65536 tokens the last of 8 bands alone keeps 34 GB: Tessera's kernels.
-  EXPECT_FALSE(AutoAttentionPicksCudnn({1, 32, 8, 65536, 128}, true));
+  EXPECT_FALSE(AutoAttentionPicksCudnn({1, 32, 8, 65536, 64}, true));
   // The atomic backward's workspace grows with the sequence, not its square.
-  EXPECT_TRUE(AutoAttentionPicksCudnn({1, 32, 8, 16384, 128}, false));
-  EXPECT_TRUE(AutoAttentionPicksCudnn({1, 64, 8, 131072, 128}, false));
+  EXPECT_TRUE(AutoAttentionPicksCudnn({1, 32, 8, 16384, 64}, false));
+  EXPECT_TRUE(AutoAttentionPicksCudnn({1, 64, 8, 131072, 64}, false));
 }
 
 }  // namespace

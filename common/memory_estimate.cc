@@ -175,21 +175,19 @@ RankMemoryEstimate EstimateRankMemory(const v1::JobSpec& spec, int /*rank*/, int
   e.engine_workspace = chunk * vocab * 4 + (2 * heads + 1) * batch * seq * 4 + embedding_backward +
                        kEngineScratchBytes;
   const JobAttention attention = AttentionOfJob(spec);
-  // Tessera's one-pass backward (head dim 128, whole sequences and
-  // documents, worker/engine/cuda/flash_attention_backward_ordered.cu):
-  // fp32 dQ sums per head and query and an int32 turn per head and 64-query
-  // tile, the queries padded to 128, and the tiles' first key blocks.
-  // Counted on every CUDA job that could run it, AUTO's too (the engine runs
-  // it where cuDNN does not start).
-  if (attention.cuda && attention.shape.head_dim == 128) {
-    const int64_t seq_pad = (seq + 127) / 128 * 128;
-    e.engine_workspace += (heads * batch * seq_pad * 128 + (heads + 1) * batch * (seq_pad / 64)) * 4;
-  }
+  e.engine_workspace += TesseraAttentionWorkspaceOfJob(attention);
   // cuDNN's attention, where the engine will run it.
   if (attention.cudnn) {
     e.engine_workspace += CudnnWorkspaceOfJob(attention, attention.deterministic);
   }
   return e;
+}
+
+int64_t TesseraAttentionWorkspaceOfJob(const JobAttention& attention) {
+  if (!attention.cuda || attention.shape.head_dim != 128) return 0;
+  const CudnnAttentionShape& a = attention.shape;
+  const int64_t seq_pad = (a.seq + 127) / 128 * 128;
+  return (a.heads * a.batch * seq_pad * 128 + (a.heads + 1) * a.batch * (seq_pad / 64)) * 4;
 }
 
 int64_t CudnnWorkspaceOfJob(const JobAttention& attention, bool deterministic) {

@@ -81,6 +81,13 @@ JobAttention AttentionOfJob(const v1::JobSpec& spec);
 // whole sequences' bound, in the key bands the engine runs
 // (common/cudnn_attention_workspace.h).
 int64_t CudnnWorkspaceOfJob(const JobAttention& attention, bool deterministic);
+// The scratch of Tessera's one-pass backward (head dim 128, whole sequences
+// and documents, worker/engine/cuda/flash_attention_backward_ordered.cu):
+// fp32 dQ sums per head and query and an int32 turn per head and 64-query
+// tile, the queries padded to 128, and the tiles' first key blocks; 0 where
+// it cannot run. Counted on every CUDA job that could run it, even where
+// cuDNN is chosen (the engine falls back to it where cuDNN does not start).
+int64_t TesseraAttentionWorkspaceOfJob(const JobAttention& attention);
 
 // Rank `rank` of a shard group of `shard_world` ranks (common/parallelism.h:
 // the whole world_size for plain FSDP), for a spec that passed validation

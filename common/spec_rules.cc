@@ -368,12 +368,6 @@ absl::Status ValidateAttentionKernels(const v1::JobSpec& spec) {
     return Bad("attention_kernels", absl::StrCat("unknown kernels ", spec.attention_kernels(),
                                                  " (ATTENTION_KERNELS_AUTO, _TESSERA or _CUDNN)"));
   }
-  if (spec.nondeterministic_attention_backward() &&
-      spec.attention_kernels() == v1::ATTENTION_KERNELS_TESSERA) {
-    return Bad("nondeterministic_attention_backward",
-               "applies to cuDNN's attention backward only; attention_kernels is "
-               "ATTENTION_KERNELS_TESSERA, whose backward is always deterministic");
-  }
   return absl::OkStatus();
 }
 

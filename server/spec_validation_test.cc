@@ -169,7 +169,6 @@ TEST(SpecValidation, EachRuleNamesItsField) {
       {"memory.every_n_blocks: must be in [0, model.n_layers", [](v1::JobSpec& s) { s.mutable_memory()->set_every_n_blocks(s.model().n_layers() + 1); }},
       {"max_restarts: must be <=", [](v1::JobSpec& s) { s.set_max_restarts(kMaxRestarts + 1); }},
       {"attention_kernels: unknown kernels 9", [](v1::JobSpec& s) { s.set_attention_kernels(static_cast<v1::AttentionKernels>(9)); }},
-      {"nondeterministic_attention_backward: applies to cuDNN", [](v1::JobSpec& s) { s.set_attention_kernels(v1::ATTENTION_KERNELS_TESSERA); s.set_nondeterministic_attention_backward(true); }},
       // Upper limits (common/spec_limits.h): values that once aborted the
       // coordinator, the worker, or every later `tessera jobs`.
       {"steps: must be <= 10000000", [](v1::JobSpec& s) { s.set_steps(2147483647); }},
@@ -227,11 +226,12 @@ TEST(SpecValidation, RecomputePoliciesAndBlockStridesInRangePass) {
   }
 }
 
+// Every implementation has an atomic backward: cuDNN's fp32 atomics, and
+// Tessera's one pass adding dQ out of key-block order.
 TEST(SpecValidation, AttentionKernelChoicesPass) {
   for (const auto kernels : {v1::ATTENTION_KERNELS_AUTO, v1::ATTENTION_KERNELS_TESSERA,
                              v1::ATTENTION_KERNELS_CUDNN}) {
     for (const bool atomic : {false, true}) {
-      if (atomic && kernels == v1::ATTENTION_KERNELS_TESSERA) continue;
       v1::JobSpec spec = ValidSpec();
       spec.set_attention_kernels(kernels);
       spec.set_nondeterministic_attention_backward(atomic);

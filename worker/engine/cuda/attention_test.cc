@@ -12,11 +12,14 @@
 // times at 4100 tokens), sequence lengths that are not multiples of the
 // 64/128-row tiles (1, 7, 65, 129, 200, 1000), grouped-query groups of 1,
 // 2, 4 and 8, and an empty batch. The backward must be bit-identical when
-// run twice, and unsupported shapes are INVALID_ARGUMENT. Both forms of the
-// backward are held to all of it, documents included: two passes, and one
-// pass with dQ summed in key-block order (CudaEngineOptions::
+// run twice, and unsupported shapes are INVALID_ARGUMENT. Both deterministic
+// forms of the backward are held to all of it, documents included: two
+// passes, and one pass with dQ summed in key-block order (CudaEngineOptions::
 // attention_backward_passes; head dim 64 runs two passes under either, bit
-// for bit). The default engine's rule runs one pass wherever it exists.
+// for bit). The one pass that adds dQ out of order (attention_atomic_backward)
+// is held to the same tolerances and the same junk-start checks, not to
+// repeating its bits. The default engine's rule runs one pass wherever it
+// exists.
 // Document masking is checked the same way on random documents (single
 // tokens, documents ending mid-tile, documents spanning tiles), and also:
 // starts that mask nothing give the whole-sequence bits, the masked
@@ -37,13 +40,19 @@ namespace tessera {
 namespace testing {
 namespace {
 
+// The backward's forms (FlashBackwardForm, as the engine's options choose
+// them).
+enum class Form { kTwoPass, kOnePass, kOnePassAtomic };
+
 // An engine whose own backward always takes one form, created once per form.
-Ops* CudaOpsWithPasses(CudaEngineOptions::BackwardPasses passes) {
+Ops* CudaOpsWithForm(Form form) {
   static Ops* engines[3] = {};
-  Ops*& ops = engines[static_cast<int>(passes)];
+  Ops*& ops = engines[static_cast<int>(form)];
   if (ops == nullptr) {
+    using Passes = CudaEngineOptions::BackwardPasses;
     CudaEngineOptions options;
-    options.attention_backward_passes = passes;
+    options.attention_backward_passes = form == Form::kTwoPass ? Passes::kTwoPass : Passes::kOnePass;
+    options.attention_atomic_backward = form == Form::kOnePassAtomic;
     auto created = CreateCudaOps(0, options);
     if (!created.ok()) {
       ADD_FAILURE() << "CreateCudaOps(0): " << created.status();
@@ -54,31 +63,28 @@ Ops* CudaOpsWithPasses(CudaEngineOptions::BackwardPasses passes) {
   return ops;
 }
 
-// The fixture for tests that run either form: engine(one_pass). The default
+// The fixture for tests that run any form: engine(form). The default
 // engine's rule (one pass wherever it exists) is held
 // to the same tests by the rest of this file and the trainer's GPU tests.
 class AttentionFormTest : public CpuVsCudaTest {
  protected:
-  Ops& engine(bool one_pass) {
-    using Passes = CudaEngineOptions::BackwardPasses;
-    return *CudaOpsWithPasses(one_pass ? Passes::kOnePass : Passes::kTwoPass);
-  }
-  // {cpu, engine(one_pass)} results, as Both.
+  Ops& engine(Form form) { return *CudaOpsWithForm(form); }
+  // {cpu, engine(form)} results, as Both.
   std::pair<std::vector<HostTensor>, std::vector<HostTensor>> BothForm(
-      bool one_pass, const std::vector<HostTensor>& tensors, const Body& body) {
+      Form form, const std::vector<HostTensor>& tensors, const Body& body) {
     auto c = RunOn(cpu(), tensors, body);
-    auto g = RunOn(engine(one_pass), tensors, body);
+    auto g = RunOn(engine(form), tensors, body);
     EXPECT_TRUE(c.ok()) << "cpu: " << c.status();
     EXPECT_TRUE(g.ok()) << "cuda: " << g.status();
     if (!c.ok() || !g.ok()) return {tensors, tensors};
     return {*std::move(c), *std::move(g)};
   }
-  // Runs body twice on engine(one_pass); the number of differing elements
-  // of tensor i between the runs, or -1 if a run failed.
-  int64_t RepeatDifferences(bool one_pass, const std::vector<HostTensor>& t, const Body& body,
+  // Runs body twice on engine(form); the number of differing elements of
+  // tensor i between the runs, or -1 if a run failed.
+  int64_t RepeatDifferences(Form form, const std::vector<HostTensor>& t, const Body& body,
                             int i) {
-    auto first = RunOn(engine(one_pass), t, body);
-    auto second = RunOn(engine(one_pass), t, body);
+    auto first = RunOn(engine(form), t, body);
+    auto second = RunOn(engine(form), t, body);
     EXPECT_TRUE(first.ok()) << first.status();
     EXPECT_TRUE(second.ok()) << second.status();
     if (!first.ok() || !second.ok()) return -1;
@@ -87,15 +93,15 @@ class AttentionFormTest : public CpuVsCudaTest {
 };
 
 using Shape5 = std::tuple<int, int, int, int, int>;  // B, S, nh, nkv, hd
-using Param = std::tuple<Shape5, bool>;              // shape, one pass
+using Param = std::tuple<Shape5, Form>;
 
 class AttentionTest : public AttentionFormTest, public ::testing::WithParamInterface<Param> {};
 
 TEST_P(AttentionTest, ForwardAndBackwardMatchCpu) {
-  const auto [shape, one_pass] = GetParam();
+  const auto [shape, form] = GetParam();
   const auto [b, s, nh, nkv, hd] = shape;
   const uint32_t seed = static_cast<uint32_t>(s * 131 + nh * 7 + nkv + hd);
-  auto [c, g] = BothForm(one_pass, AttentionTensors(b, s, nh, nkv, hd, seed), ForwardBackward(nkv));
+  auto [c, g] = BothForm(form, AttentionTensors(b, s, nh, nkv, hd, seed), ForwardBackward(nkv));
   EXPECT_LT(Error(g[1], c[1]), 1e-2) << "out";
   EXPECT_LT(Error(g[2], c[2]), 1e-5) << "lse";
   EXPECT_LT(Error(g[4], c[4]), 2e-2) << "grad_qkv";
@@ -113,9 +119,20 @@ INSTANTIATE_TEST_SUITE_P(
                           Shape5{1, 200, 8, 2, 128}, Shape5{1, 1000, 4, 4, 128},
                           Shape5{1, 333, 8, 8, 128}, Shape5{1, 2048, 8, 2, 128},
                           Shape5{1, 4100, 8, 2, 128}, Shape5{0, 8, 2, 1, 64}),
-        ::testing::Bool()));
+        ::testing::Values(Form::kTwoPass, Form::kOnePass)));
+// The atomic form on fewer shapes (its kernel is the one pass's, the order
+// of the additions aside): the CPU reference dominates the time.
+INSTANTIATE_TEST_SUITE_P(
+    AtomicShapes, AttentionTest,
+    ::testing::Combine(::testing::Values(Shape5{1, 1, 2, 2, 128}, Shape5{2, 129, 2, 2, 128},
+                                         Shape5{1, 1000, 4, 4, 128}, Shape5{1, 2048, 8, 2, 128},
+                                         Shape5{2, 200, 4, 2, 64}),
+                       ::testing::Values(Form::kOnePassAtomic)));
 
-class AttentionRepeatTest : public AttentionFormTest, public ::testing::WithParamInterface<bool> {};
+// The deterministic forms.
+class AttentionRepeatTest : public AttentionFormTest, public ::testing::WithParamInterface<Form> {};
+// Every form.
+class AttentionAnyFormTest : public AttentionFormTest, public ::testing::WithParamInterface<Form> {};
 
 TEST_P(AttentionRepeatTest, AttentionBackwardIsBitIdenticalRunToRun) {
   const std::vector<HostTensor> t = AttentionTensors(2, 700, 8, 2, 128, 99);
@@ -126,14 +143,17 @@ TEST_P(AttentionRepeatTest, AttentionBackwardIsBitIdenticalRunToRun) {
   EXPECT_EQ(RepeatDifferences(GetParam(), large, ForwardBackward(4), 4), 0) << "grad_qkv, 4096";
 }
 
-// Head dim 64 has no one-pass kernel: that engine runs two passes, bit for bit.
-TEST_F(AttentionFormTest, HeadDim64RunsTwoPassesUnderEitherForm) {
+// Head dim 64 has no one-pass kernel: those engines run two passes, bit for
+// bit, the atomic one's included.
+TEST_F(AttentionFormTest, HeadDim64RunsTwoPassesUnderEveryForm) {
   const std::vector<HostTensor> t = AttentionTensors(2, 300, 4, 2, 64, 21);
-  auto two = RunOn(engine(false), t, ForwardBackward(2));
-  auto one = RunOn(engine(true), t, ForwardBackward(2));
+  auto two = RunOn(engine(Form::kTwoPass), t, ForwardBackward(2));
   ASSERT_TRUE(two.ok()) << two.status();
-  ASSERT_TRUE(one.ok()) << one.status();
-  EXPECT_EQ(BitDifferences((*one)[4], (*two)[4]), 0);
+  for (Form form : {Form::kOnePass, Form::kOnePassAtomic}) {
+    auto one = RunOn(engine(form), t, ForwardBackward(2));
+    ASSERT_TRUE(one.ok()) << one.status();
+    EXPECT_EQ(BitDifferences((*one)[4], (*two)[4]), 0) << static_cast<int>(form);
+  }
 }
 
 TEST_F(CpuVsCudaTest, AttentionRejectsUnsupportedShapes) {
@@ -181,7 +201,7 @@ Body DocumentForwardBackward(int nkv) {
 }
 
 using DocShape = std::tuple<int, int, int, int, int, int>;  // B, S, nh, nkv, hd, longest document
-using DocParam = std::tuple<DocShape, bool>;                 // shape, one pass
+using DocParam = std::tuple<DocShape, Form>;
 
 class AttentionDocumentTest : public AttentionFormTest,
                               public ::testing::WithParamInterface<DocParam> {};
@@ -189,13 +209,13 @@ class AttentionDocumentTest : public AttentionFormTest,
 // Document masking against the CPU engine (the specification), same
 // tolerances as whole sequences: fresh random inputs and documents.
 TEST_P(AttentionDocumentTest, DocumentMaskedForwardAndBackwardMatchCpu) {
-  const auto [shape, one_pass] = GetParam();
+  const auto [shape, form] = GetParam();
   const auto [b, s, nh, nkv, hd, longest] = shape;
   const uint32_t seed = static_cast<uint32_t>(std::random_device()());
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::vector<HostTensor> t = AttentionTensors(b, s, nh, nkv, hd, seed);
   t.push_back(RandomDocStarts(b, s, longest, seed + 7));
-  auto [c, g] = BothForm(one_pass, t, DocumentForwardBackward(nkv));
+  auto [c, g] = BothForm(form, t, DocumentForwardBackward(nkv));
   EXPECT_LT(Error(g[1], c[1]), 1e-2) << "out";
   EXPECT_LT(Error(g[2], c[2]), 1e-5) << "lse";
   EXPECT_LT(Error(g[4], c[4]), 2e-2) << "grad_qkv";
@@ -209,7 +229,13 @@ INSTANTIATE_TEST_SUITE_P(
                           DocShape{1, 129, 2, 2, 128, 64}, DocShape{2, 333, 8, 2, 128, 100},
                           DocShape{1, 2048, 8, 2, 128, 512}, DocShape{1, 1000, 4, 4, 128, 5},
                           DocShape{1, 4100, 8, 2, 128, 2000}),
-        ::testing::Bool()));
+        ::testing::Values(Form::kTwoPass, Form::kOnePass)));
+INSTANTIATE_TEST_SUITE_P(
+    AtomicShapes, AttentionDocumentTest,
+    ::testing::Combine(::testing::Values(DocShape{1, 129, 2, 2, 128, 64},
+                                         DocShape{2, 333, 8, 2, 128, 100},
+                                         DocShape{1, 2048, 8, 2, 128, 512}),
+                       ::testing::Values(Form::kOnePassAtomic)));
 
 // One document per sequence, given as starts that are all 0, takes the
 // whole-sequence path's bits: masking adds nothing where it masks nothing.
@@ -236,12 +262,12 @@ TEST_P(AttentionRepeatTest, DocumentMaskedBackwardIsBitIdenticalRunToRun) {
 TEST_F(AttentionFormTest, TheDefaultEngineRunsOnePassForWholeSequencesAndDocuments) {
   std::vector<HostTensor> t = AttentionTensors(1, 700, 8, 2, 128, 61);
   auto whole = RunOn(gpu(), t, ForwardBackward(2));
-  auto whole_one = RunOn(engine(true), t, ForwardBackward(2));
-  auto whole_two = RunOn(engine(false), t, ForwardBackward(2));
+  auto whole_one = RunOn(engine(Form::kOnePass), t, ForwardBackward(2));
+  auto whole_two = RunOn(engine(Form::kTwoPass), t, ForwardBackward(2));
   t.push_back(RandomDocStarts(1, 700, 150, 3));
   auto documents = RunOn(gpu(), t, DocumentForwardBackward(2));
-  auto documents_one = RunOn(engine(true), t, DocumentForwardBackward(2));
-  auto documents_two = RunOn(engine(false), t, DocumentForwardBackward(2));
+  auto documents_one = RunOn(engine(Form::kOnePass), t, DocumentForwardBackward(2));
+  auto documents_two = RunOn(engine(Form::kTwoPass), t, DocumentForwardBackward(2));
   for (const auto* r :
        {&whole, &whole_one, &whole_two, &documents, &documents_one, &documents_two}) {
     ASSERT_TRUE(r->ok()) << r->status();
@@ -256,9 +282,9 @@ TEST_F(AttentionFormTest, TheDefaultEngineRunsOnePassForWholeSequencesAndDocumen
 // break the rule (negative, past their position, decreasing) must still
 // stay inside the sequence: the kernels clamp them, every row keeps its own
 // key, and every output is finite.
-// Under the one-pass form this also checks that no key block waits forever
+// Under the one-pass forms this also checks that no key block waits forever
 // for a turn: junk starts give tiles whose first blocks are out of order.
-TEST_P(AttentionRepeatTest, DocumentStartsOfAnyContentStayInsideTheSequence) {
+TEST_P(AttentionAnyFormTest, DocumentStartsOfAnyContentStayInsideTheSequence) {
   std::mt19937 rng(17);
   for (int hd : {64, 128}) {
     std::vector<HostTensor> t = AttentionTensors(2, 1300, 4, 2, hd, 13);
@@ -287,7 +313,10 @@ TEST_F(CpuVsCudaTest, DocumentStartsOfTheWrongShapeAreInvalidArgument) {
   EXPECT_NE(std::string(g.status().message()).find("doc_starts"), std::string::npos) << g.status();
 }
 
-INSTANTIATE_TEST_SUITE_P(Forms, AttentionRepeatTest, ::testing::Bool());
+INSTANTIATE_TEST_SUITE_P(Forms, AttentionRepeatTest,
+                         ::testing::Values(Form::kTwoPass, Form::kOnePass));
+INSTANTIATE_TEST_SUITE_P(Forms, AttentionAnyFormTest,
+                         ::testing::Values(Form::kTwoPass, Form::kOnePass, Form::kOnePassAtomic));
 
 }  // namespace
 }  // namespace testing

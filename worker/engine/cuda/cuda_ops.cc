@@ -508,12 +508,14 @@ class CudaOps : public Ops {
     return calls;
   }
 
-  // Which form Tessera's backward takes (CudaEngineOptions::BackwardPasses);
-  // the launcher runs two passes at head dim 64 whatever this says.
+  // Which form Tessera's backward takes (CudaEngineOptions::BackwardPasses,
+  // attention_atomic_backward); the launcher runs two passes at head dim 64
+  // whatever this says.
   cuda::FlashBackwardForm BackwardForm() const {
     using Passes = CudaEngineOptions::BackwardPasses;
-    return backward_passes_ != Passes::kTwoPass ? cuda::FlashBackwardForm::kOrderedDq
-                                                : cuda::FlashBackwardForm::kTwoPass;
+    if (backward_passes_ == Passes::kTwoPass) return cuda::FlashBackwardForm::kTwoPass;
+    return attention_atomic_backward_ ? cuda::FlashBackwardForm::kAtomicDq
+                                      : cuda::FlashBackwardForm::kOrderedDq;
   }
   // The key bands of the deterministic backward of whole sequences
   // (cudnn_attention.h): CudnnKeyBands, or what the engine's options fix

@@ -57,9 +57,12 @@ struct CudaEngineOptions {
   //    else Tessera's kernels.
   enum class Attention { kTessera, kCudnn, kAuto };
   Attention attention = Attention::kTessera;
-  // cuDNN's backward adds dQ with fp32 atomics: faster, and its bits vary
-  // between runs (JobSpec.nondeterministic_attention_backward). false: the
-  // deterministic form, with dS kept in cuDNN's workspace.
+  // The backward adds dQ in whatever order its blocks get there: faster,
+  // and its bits vary between runs
+  // (JobSpec.nondeterministic_attention_backward). cuDNN's adds with fp32
+  // atomics instead of keeping dS in its workspace; Tessera's one pass
+  // (head dim 128) adds its blocks' parts out of key-block order
+  // (FlashBackwardForm::kAtomicDq). false: the deterministic forms.
   bool attention_atomic_backward = false;
   // The deterministic backward's key bands (cudnn_attention.h): 0, the
   // engine's rule (CudnnKeyBands, what the memory estimate counts); n > 0,

@@ -388,15 +388,15 @@ absl::Status LaunchGradients(const AttentionParams& p, int64_t batch, const __nv
   return absl::OkStatus();
 }
 
-// The ordered one-pass form exists at head dim 128; 64 always runs two passes.
-bool RunsOrdered(const AttentionShape& shape, FlashBackwardForm form) {
-  return form == FlashBackwardForm::kOrderedDq && shape.head_dim == 128;
+// The one-pass forms exist at head dim 128; 64 always runs two passes.
+bool RunsOnePass(const AttentionShape& shape, FlashBackwardForm form) {
+  return form != FlashBackwardForm::kTwoPass && shape.head_dim == 128;
 }
 
 template <int kD>
 absl::Status Launch(const AttentionParams& p, int64_t batch, const __nv_bfloat16* dout,
                     const __nv_bfloat16* out, const float* lse, __nv_bfloat16* dqkv,
-                    float* scratch, bool ordered, cudaStream_t stream) {
+                    float* scratch, bool one_pass, bool ordered, cudaStream_t stream) {
   const int64_t seq_pad = PaddedSeq(p.seq);
   const int64_t rows = batch * p.heads * seq_pad;
   float* delta = scratch;
@@ -410,10 +410,10 @@ absl::Status Launch(const AttentionParams& p, int64_t batch, const __nv_bfloat16
                                                                 first_keys);
   CUDA_RETURN_IF_LAUNCH_FAILED();
 
-  if (ordered) {
+  if (one_pass) {
     return LaunchOrderedAttentionGradients(p, batch, dout, delta, lse2, first_keys, seq_pad,
-                                           scratch + (2 * p.heads + 1) * batch * seq_pad, dqkv,
-                                           stream);
+                                           ordered, scratch + (2 * p.heads + 1) * batch * seq_pad,
+                                           dqkv, stream);
   }
   return p.doc_starts != nullptr
              ? LaunchGradients<kD, true>(p, batch, dout, delta, lse2, first_keys, seq_pad, dqkv,
@@ -432,7 +432,7 @@ int64_t FlashAttentionBackwardScratchFloats(const AttentionShape& shape,
   // padded query (used only with documents); then the ordered form's.
   const int64_t seq_pad = PaddedSeq(shape.seq);
   const int64_t prepare = (2 * shape.heads + 1) * shape.batch * seq_pad;
-  return prepare + (RunsOrdered(shape, form)
+  return prepare + (RunsOnePass(shape, form)
                         ? OrderedAttentionScratchFloats(shape.batch, shape.heads, seq_pad)
                         : 0);
 }
@@ -443,16 +443,18 @@ absl::Status LaunchFlashAttentionBackward(const AttentionShape& shape, const voi
                                           float* scratch, FlashBackwardForm form,
                                           cudaStream_t stream) {
   if (shape.batch == 0 || shape.seq == 0) return absl::OkStatus();
-  const bool ordered = RunsOrdered(shape, form);
+  const bool one_pass = RunsOnePass(shape, form);
+  const bool ordered = form == FlashBackwardForm::kOrderedDq;
   const AttentionParams p = flash::MakeAttentionParams(shape, qkv, doc_starts);
   auto* dout = static_cast<const __nv_bfloat16*>(grad_out);
   auto* o = static_cast<const __nv_bfloat16*>(out);
   auto* dqkv = static_cast<__nv_bfloat16*>(grad_qkv);
   switch (shape.head_dim) {
     case 64:
-      return Launch<64>(p, shape.batch, dout, o, lse, dqkv, scratch, ordered, stream);
+      return Launch<64>(p, shape.batch, dout, o, lse, dqkv, scratch, one_pass, ordered, stream);
     case 128:
-      return Launch<128>(p, shape.batch, dout, o, lse, dqkv, scratch, ordered, stream);
+      return Launch<128>(p, shape.batch, dout, o, lse, dqkv, scratch, one_pass, ordered,
+                         stream);
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("attention: head dim ", shape.head_dim, " is not supported (64 or 128)"));

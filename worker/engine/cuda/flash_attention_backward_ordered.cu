@@ -34,7 +34,10 @@
 // run; a last small kernel scales the sums into dQ as bf16. A writer only
 // ever waits for the block before it in the grid, which the GPU starts
 // first, so the wait always ends; its consumers run up to two tiles ahead
-// of it. Blocks walk
+// of it. The atomic form (kOrdered false, FlashBackwardForm::kAtomicDq)
+// keeps only the first block's store first: the others add their parts as
+// soon as it is in, in whatever order they come, so the sums' rounding
+// varies run to run and no writer waits for any but the first. Blocks walk
 // their tiles from the last one down, the heads of a group innermost, so
 // that neighbouring blocks reach each tile at nearly the same time.
 //
@@ -188,7 +191,7 @@ __global__ void DqFromSumsKernel(AttentionParams p, int64_t seq_pad, const float
   }
 }
 
-template <bool kDocuments>
+template <bool kDocuments, bool kOrdered>
 __global__ void __launch_bounds__(kThreads, 1)
     AttentionBackwardOrderedKernel(const __grid_constant__ CUtensorMap kv_map,
                                    const __grid_constant__ CUtensorMap q_map,
@@ -261,17 +264,29 @@ __global__ void __launch_bounds__(kThreads, 1)
         const uint32_t part = base + kDqOffset + d * kDqBytes;
         if (n == first_block) {
           tma::StoreBytes(sum, part, kDqBytes);
-        } else {
+          tma::CommitAndDrainStores();
+          tma::ProxyFenceGlobal();
+          StoreRelease(turn, n + 1);
+        } else if (kOrdered) {
           while (LoadAcquire(turn) != n) {
           }
           tma::ProxyFenceGlobal();
           tma::AddFloats(sum, part, kDqBytes);
+          tma::CommitAndDrainStores();
+          tma::ProxyFenceGlobal();
+          StoreRelease(turn, n + 1);
+        } else {
+          // Any order once the first block's store is in; the part's
+          // buffer is free again as soon as the reduction has read it.
+          while (LoadAcquire(turn) == 0) {
+          }
+          tma::ProxyFenceGlobal();
+          tma::AddFloats(sum, part, kDqBytes);
+          tma::CommitAndDrainStoreReads();
         }
-        tma::CommitAndDrainStores();
-        tma::ProxyFenceGlobal();
-        StoreRelease(turn, n + 1);
         tma::Arrive(bar.dq_empty(d));
       }
+      tma::CommitAndDrainStores();
     }
     if (threadIdx.x == kCopyThread) {
       tma::PrefetchMap(&kv_map);
@@ -423,7 +438,7 @@ int64_t OrderedAttentionScratchFloats(int64_t batch, int heads, int64_t seq_pad)
 absl::Status LaunchOrderedAttentionGradients(const flash::AttentionParams& p, int64_t batch,
                                              const __nv_bfloat16* dout, const float* delta,
                                              const float* lse2, const int32_t* first_keys,
-                                             int64_t seq_pad, float* scratch,
+                                             int64_t seq_pad, bool ordered, float* scratch,
                                              __nv_bfloat16* dqkv, cudaStream_t stream) {
   const int64_t tiles = seq_pad / kQTile;
   float* dq_sums = scratch;
@@ -455,22 +470,23 @@ absl::Status LaunchOrderedAttentionGradients(const flash::AttentionParams& p, in
   const absl::StatusOr<CUtensorMap> dout_map =
       HeadRowsTensorMap(dout, batch, p.seq, p.heads, kQTile);
   if (!dout_map.ok()) return dout_map.status();
-  static std::atomic<uint64_t> smem_allowed[2] = {0, 0};
   const dim3 grid(static_cast<unsigned>((p.seq + kKeyBlock - 1) / kKeyBlock * p.kv_heads),
                   static_cast<unsigned>(batch));
-  if (documents) {
-    CUDA_RETURN_IF_ERROR(AllowDynamicSmem(AttentionBackwardOrderedKernel<true>, kSmemBytes,
-                                          smem_allowed[1]));
-    AttentionBackwardOrderedKernel<true><<<grid, kThreads, kSmemBytes, stream>>>(
-        *kv_map, *q_map, *dout_map, p, delta, lse2, first_keys, tile_first_block, seq_pad,
-        dq_sums, dq_turns, dqkv);
-  } else {
-    CUDA_RETURN_IF_ERROR(AllowDynamicSmem(AttentionBackwardOrderedKernel<false>, kSmemBytes,
-                                          smem_allowed[0]));
-    AttentionBackwardOrderedKernel<false><<<grid, kThreads, kSmemBytes, stream>>>(
-        *kv_map, *q_map, *dout_map, p, delta, lse2, first_keys, tile_first_block, seq_pad,
-        dq_sums, dq_turns, dqkv);
-  }
+  auto launch = [&](auto kernel, std::atomic<uint64_t>& smem_allowed) -> absl::Status {
+    CUDA_RETURN_IF_ERROR(AllowDynamicSmem(kernel, kSmemBytes, smem_allowed));
+    kernel<<<grid, kThreads, kSmemBytes, stream>>>(*kv_map, *q_map, *dout_map, p, delta, lse2,
+                                                   first_keys, tile_first_block, seq_pad,
+                                                   dq_sums, dq_turns, dqkv);
+    CUDA_RETURN_IF_LAUNCH_FAILED();
+    return absl::OkStatus();
+  };
+  static std::atomic<uint64_t> smem_allowed[4] = {0, 0, 0, 0};
+  const absl::Status launched =
+      documents ? (ordered ? launch(AttentionBackwardOrderedKernel<true, true>, smem_allowed[0])
+                           : launch(AttentionBackwardOrderedKernel<true, false>, smem_allowed[1]))
+                : (ordered ? launch(AttentionBackwardOrderedKernel<false, true>, smem_allowed[2])
+                           : launch(AttentionBackwardOrderedKernel<false, false>, smem_allowed[3]));
+  if (!launched.ok()) return launched;
   CUDA_RETURN_IF_LAUNCH_FAILED();
   constexpr int kConvertThreads = 256;
   DqFromSumsKernel<<<dim3(static_cast<unsigned>((p.seq + kQTile - 1) / kQTile),

@@ -24,11 +24,13 @@ int64_t OrderedAttentionScratchFloats(int64_t batch, int heads, int64_t seq_pad)
 
 // dK, dV and dQ into dqkv from D, lse2 and the document starts the prepare
 // kernel wrote (first_keys unused without documents); scratch holds
-// OrderedAttentionScratchFloats floats.
+// OrderedAttentionScratchFloats floats. `ordered`: dQ summed in key-block
+// order, bit-identical run to run; otherwise in the order the blocks get
+// there (the atomic form, FlashBackwardForm::kAtomicDq).
 absl::Status LaunchOrderedAttentionGradients(const flash::AttentionParams& p, int64_t batch,
                                              const __nv_bfloat16* dout, const float* delta,
                                              const float* lse2, const int32_t* first_keys,
-                                             int64_t seq_pad, float* scratch,
+                                             int64_t seq_pad, bool ordered, float* scratch,
                                              __nv_bfloat16* dqkv, cudaStream_t stream);
 
 }  // namespace cuda

@@ -125,13 +125,16 @@ constexpr int64_t kKeyBandAlignment = 256;
 int64_t KeyBandPartialOffset(const AttentionShape& shape, int bands, int band_index);
 absl::Status LaunchSumKeyBands(const AttentionShape& shape, int bands, const void* partials,
                                void* grad_qkv, cudaStream_t stream);
-// The backward's two forms, both bit-identical run to run:
+// The backward's forms; the first two are bit-identical run to run:
 //  * kTwoPass: dK/dV blocks, then dQ blocks that recompute S and dP
 //    (flash_attention_backward.cu);
 //  * kOrderedDq: one pass whose key blocks add their parts of dQ into an
 //    fp32 sum in key-block order (flash_attention_backward_ordered.cu);
-//    head dim 128 only, 64 runs two passes.
-enum class FlashBackwardForm { kTwoPass, kOrderedDq };
+//  * kAtomicDq: the same pass, the parts added in the order the blocks get
+//    there (nondeterministic_attention_backward: no block waits for another
+//    to add its part, and the sums' rounding varies run to run).
+// The one-pass forms exist at head dim 128; 64 runs two passes.
+enum class FlashBackwardForm { kTwoPass, kOrderedDq, kAtomicDq };
 // fp32 scratch the backward needs:
 // FlashAttentionBackwardScratchFloats(shape, form), 16-byte aligned.
 int64_t FlashAttentionBackwardScratchFloats(const AttentionShape& shape, FlashBackwardForm form);

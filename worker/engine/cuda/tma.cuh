@@ -144,6 +144,16 @@ __device__ __forceinline__ void CommitAndDrainStores() {
 #endif
 }
 
+// Closes the thread's bulk group and returns once every bulk store and
+// reduction it issued has read its shared-memory source (its writes may
+// still be on the way; CommitAndDrainStores before the thread exits).
+__device__ __forceinline__ void CommitAndDrainStoreReads() {
+#ifdef TESSERA_WGMMA
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+#endif
+}
+
 // Orders global memory between the copy engine (async proxy) and ordinary
 // loads and stores of this thread, in both directions.
 __device__ __forceinline__ void ProxyFenceGlobal() {
