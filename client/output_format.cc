@@ -55,10 +55,12 @@ std::string AttentionLine(const v1::JobSpec& spec) {
                         "; nondeterministic_attention_backward would take ", atomic_bytes, ")\n");
   }
   const bool automatic = spec.attention_kernels() != v1::ATTENTION_KERNELS_CUDNN;
+  const int64_t tessera_bytes = TesseraAttentionWorkspaceOfJob(a);
   std::string line = absl::StrCat("# attention: cuDNN (", automatic ? "AUTO" : "CUDNN", "), ",
                                   a.deterministic ? "deterministic" : "atomic (nondeterministic)",
                                   " backward", in_bands, ", workspace ", FormatBytesAsGiB(bytes),
-                                  " per rank (counted above); ATTENTION_KERNELS_TESSERA takes none");
+                                  " per rank (counted above); ATTENTION_KERNELS_TESSERA takes ",
+                                  tessera_bytes > 0 ? FormatBytesAsGiB(tessera_bytes) : "none");
   if (a.deterministic) absl::StrAppend(&line, ", nondeterministic_attention_backward ", atomic_bytes);
   if (a.documents) {
     absl::StrAppend(&line, "; documents run as cuDNN's ragged batches where they average 512 "

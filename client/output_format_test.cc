@@ -252,8 +252,9 @@ TEST(OutputFormat, CheckpointIntervalLineSaysWhenTrainingWouldWait) {
 }
 
 // The dry run's attention line follows the engine's rule: Tessera's
-// kernels under AUTO at head dim 128 (the 8B shape: its one-pass backward's
-// dQ sums), cuDNN under AUTO elsewhere within its workspace limit (head dim
+// kernels under AUTO for the deterministic backward at head dim 128 (the 8B
+// shape: its one-pass backward's dQ sums), cuDNN under AUTO for the atomic
+// one and elsewhere within its workspace limit (head dim
 // 64: 4.08 GiB in one call at 8192 tokens; 4 key bands at 16384 tokens; with document masking the ragged batches' limit), Tessera's
 // kernels past it or when named; nothing for CPU jobs.
 TEST(OutputFormat, AttentionLineSaysWhichKernelsAndTheirWorkspace) {
@@ -270,8 +271,8 @@ TEST(OutputFormat, AttentionLineSaysWhichKernelsAndTheirWorkspace) {
             "workspace 0.13 GiB per rank (counted above)\n");
   spec.set_nondeterministic_attention_backward(true);
   EXPECT_EQ(AttentionLine(spec),
-            "# attention: Tessera's kernels (AUTO at head dim 128), atomic (nondeterministic) "
-            "backward, workspace 0.13 GiB per rank (counted above)\n");
+            "# attention: cuDNN (AUTO), atomic (nondeterministic) backward, workspace 0.27 GiB "
+            "per rank (counted above); ATTENTION_KERNELS_TESSERA takes 0.13 GiB\n");
   spec.set_attention_kernels(v1::ATTENTION_KERNELS_TESSERA);
   EXPECT_EQ(AttentionLine(spec),
             "# attention: Tessera's kernels (ATTENTION_KERNELS_TESSERA), atomic "
@@ -279,7 +280,7 @@ TEST(OutputFormat, AttentionLineSaysWhichKernelsAndTheirWorkspace) {
   spec.set_attention_kernels(v1::ATTENTION_KERNELS_CUDNN);
   EXPECT_EQ(AttentionLine(spec),
             "# attention: cuDNN (CUDNN), atomic (nondeterministic) backward, workspace 0.27 GiB "
-            "per rank (counted above); ATTENTION_KERNELS_TESSERA takes none\n");
+            "per rank (counted above); ATTENTION_KERNELS_TESSERA takes 0.13 GiB\n");
   spec.set_attention_kernels(v1::ATTENTION_KERNELS_AUTO);
   spec.set_nondeterministic_attention_backward(false);
   // Head dim 64.

@@ -66,7 +66,7 @@ int64_t CudnnDocumentsWorkspaceLimit(const CudnnAttentionShape& whole, bool dete
 }
 
 bool AutoAttentionPicksCudnn(const CudnnAttentionShape& shape, bool deterministic) {
-  if (shape.head_dim == 128) return false;
+  if (shape.head_dim == 128 && deterministic) return false;
   return !deterministic || CudnnAttentionWorkspaceBound(shape, deterministic,
                                                         CudnnKeyBands(shape)) <=
                                kAutoCudnnWorkspaceLimitBytes;

@@ -113,12 +113,13 @@ TEST(CudnnAttentionWorkspace, BandsShrinkTheDeterministicWorkspaceByTheirCount) 
             CudnnAttentionWorkspaceBound(shape, false));
 }
 
-TEST(CudnnAttentionWorkspace, AutoRunsTesseraAtHeadDim128) {
-  for (const bool deterministic : {true, false}) {
-    EXPECT_FALSE(AutoAttentionPicksCudnn({1, 32, 8, 8192, 128}, deterministic));
-    EXPECT_FALSE(AutoAttentionPicksCudnn({4, 16, 16, 2048, 128}, deterministic));
-    EXPECT_FALSE(AutoAttentionPicksCudnn({1, 32, 8, 65536, 128}, deterministic));
-  }
+TEST(CudnnAttentionWorkspace, AutoRunsTesseraForTheDeterministicBackwardAtHeadDim128) {
+  EXPECT_FALSE(AutoAttentionPicksCudnn({1, 32, 8, 8192, 128}, true));
+  EXPECT_FALSE(AutoAttentionPicksCudnn({4, 16, 16, 2048, 128}, true));
+  EXPECT_FALSE(AutoAttentionPicksCudnn({1, 32, 8, 65536, 128}, true));
+  // The atomic backward stays with cuDNN.
+  EXPECT_TRUE(AutoAttentionPicksCudnn({1, 32, 8, 8192, 128}, false));
+  EXPECT_TRUE(AutoAttentionPicksCudnn({1, 64, 8, 131072, 128}, false));
 }
 
 TEST(CudnnAttentionWorkspace, AutoKeepsCudnnUntilDsOutgrowsTheLimit) {
