@@ -16,8 +16,6 @@ namespace tessera {
 namespace cuda {
 namespace {
 
-constexpr int kHeadDim = 128;
-
 absl::StatusOr<PFN_cuTensorMapEncodeTiled_v12000> EncodeTiledFunction() {
   static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
   static cudaError_t err = cudaSuccess;
@@ -42,18 +40,21 @@ absl::StatusOr<PFN_cuTensorMapEncodeTiled_v12000> EncodeTiledFunction() {
 }  // namespace
 
 absl::StatusOr<CUtensorMap> HeadRowsTensorMap(const void* base, int64_t batch, int64_t seq,
-                                              int heads, int box_rows) {
+                                              int heads, int head_dim, int box_rows) {
   if ((reinterpret_cast<uintptr_t>(base) & 15) != 0) {
     return absl::InvalidArgumentError(
         "attention: the TMA kernels need 16-byte aligned qkv, out and grad_out");
+  }
+  if (head_dim != 64 && head_dim != 128) {
+    return absl::InvalidArgumentError(absl::StrCat("attention: TMA maps of head dim ", head_dim));
   }
   if (box_rows < 1 || box_rows > 256) {
     return absl::InvalidArgumentError(absl::StrCat("attention: box of ", box_rows, " rows"));
   }
   const absl::StatusOr<PFN_cuTensorMapEncodeTiled_v12000> encode = EncodeTiledFunction();
   if (!encode.ok()) return encode.status();
-  const uint64_t row_bytes = uint64_t(kHeadDim) * 2;
-  const cuuint64_t dims[4] = {uint64_t(kHeadDim), uint64_t(heads), uint64_t(seq),
+  const uint64_t row_bytes = uint64_t(head_dim) * 2;
+  const cuuint64_t dims[4] = {uint64_t(head_dim), uint64_t(heads), uint64_t(seq),
                               uint64_t(batch)};
   const cuuint64_t strides[3] = {row_bytes, uint64_t(heads) * row_bytes,
                                  uint64_t(seq) * heads * row_bytes};

@@ -462,13 +462,13 @@ absl::Status LaunchOrderedAttentionGradients(const flash::AttentionParams& p, in
   }
   const int qkv_heads = p.heads + 2 * p.kv_heads;
   const absl::StatusOr<CUtensorMap> kv_map =
-      HeadRowsTensorMap(p.qkv, batch, p.seq, qkv_heads, kKeyBlock);
+      HeadRowsTensorMap(p.qkv, batch, p.seq, qkv_heads, kD, kKeyBlock);
   if (!kv_map.ok()) return kv_map.status();
   const absl::StatusOr<CUtensorMap> q_map =
-      HeadRowsTensorMap(p.qkv, batch, p.seq, qkv_heads, kQTile);
+      HeadRowsTensorMap(p.qkv, batch, p.seq, qkv_heads, kD, kQTile);
   if (!q_map.ok()) return q_map.status();
   const absl::StatusOr<CUtensorMap> dout_map =
-      HeadRowsTensorMap(dout, batch, p.seq, p.heads, kQTile);
+      HeadRowsTensorMap(dout, batch, p.seq, p.heads, kD, kQTile);
   if (!dout_map.ok()) return dout_map.status();
   const dim3 grid(static_cast<unsigned>((p.seq + kKeyBlock - 1) / kKeyBlock * p.kv_heads),
                   static_cast<unsigned>(batch));

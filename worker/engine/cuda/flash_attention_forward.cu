@@ -249,7 +249,6 @@ absl::Status LaunchFlashAttentionForward(const AttentionShape& shape, const void
   auto* o = static_cast<__nv_bfloat16*>(out);
   switch (shape.head_dim) {
     case 64:
-      return Launch<64>(p, shape.batch, o, lse, stream);
     case 128:
       return LaunchWarpSpecializedAttentionForward(shape, qkv, doc_starts, out, lse, stream);
     default:

@@ -1,4 +1,4 @@
-// Causal attention forward at head dim 128 with specialised warps, the
+// Causal attention forward at head dims 64 and 128 with specialised warps, the
 // FlashAttention-3 structure on Hopper: one warpgroup only copies, two only
 // compute, and each computing warpgroup's softmax runs under tensor-core
 // work, its own and the other's.
@@ -17,8 +17,8 @@
 //    of each K and V tile into a ring of two stages, paced by mbarriers
 //    (tma.cuh), and the warpgroup gives most of its registers away.
 //  * Warpgroups 1 and 2 each own 64 of the queries, with 240 registers a
-//    thread: the 64 x 128 output and score accumulators and the bf16 P
-//    fragments fit without spilling.
+//    thread: the 64 x head-dim output and 64 x 128 score accumulators and
+//    the bf16 P fragments fit without spilling.
 // In each step a consumer issues S = Q K^T of tile j and O += P V of tile
 // j - 1 back to back, runs tile j's softmax while the second product is
 // still on the tensor cores, then rescales O. The two consumers take turns
@@ -34,7 +34,9 @@
 //
 // Copies. The map (attention_tensor_maps.h) copies boxes of 128 tokens x 64
 // columns of one head of the packed qkv tensor in wgmma.cuh's tile layout,
-// so two boxes fill a tile. Tokens past the sequence's end arrive as zeros.
+// one box per 64-column panel. Tokens past the sequence's end arrive as
+// zeros. Head dim 64 has half the bytes a tile, so its ring has four stages
+// instead of two.
 //
 // Blocks are ordered heaviest first across all heads (the last query blocks
 // of every head, then the next), one block per SM.
@@ -60,11 +62,8 @@ namespace {
 
 using flash::AttentionParams;
 
-constexpr int kD = 128;
 constexpr int kBlockQ = 128;   // queries per block, 64 per computing warpgroup
 constexpr int kBlockKV = 128;  // keys per tile
-constexpr int kStages = 2;     // K/V tiles in flight
-using KVRing = tma::Ring<kStages>;
 constexpr int kThreads = 3 * wgmma::kWarpgroupThreads;
 constexpr int kConsumerWarps = 8;
 // Named barriers 1 and 2: consumer c may issue its products once barrier
@@ -79,19 +78,25 @@ constexpr int kConsumerRegisters = 240;
 static_assert(tma::HandOverFits(kProducerRegisters, 2, kConsumerRegisters),
               "the consumers would wait forever for registers");
 
-// A tile is 128 rows x 128 columns bf16: two 64-column panels (wgmma.cuh).
-constexpr int kTileBytes = 128 * kD * 2;
-constexpr int kPanelBytes = kTileBytes / 2;
-// Shared memory, from the 1024-byte aligned base: Q, K[stages], V[stages],
-// the output staging rows, then the barriers.
-constexpr int kQOffset = 0;
-constexpr int kKOffset = kQOffset + kTileBytes;
-constexpr int kVOffset = kKOffset + kStages * kTileBytes;
-constexpr int kOutOffset = kVOffset + kStages * kTileBytes;
-constexpr int kBarrierOffset = kOutOffset + kTileBytes;
-constexpr int kBarriers = 1 + 4 * kStages;  // q_full, k_full, v_full, k_empty, v_empty
-constexpr int kSmemBytes = kBarrierOffset + 8 * kBarriers + 1024;  // + alignment
+// A tile is 128 rows x kD columns bf16: kD / 64 panels of 64 columns
+// (wgmma.cuh). Shared memory, from the 1024-byte aligned base: Q,
+// K[stages], V[stages], the output staging rows, then the barriers.
+constexpr int kPanelBytes = 128 * 64 * 2;
+template <int kD>
+struct Layout {
+  static constexpr int kPanels = kD / 64;
+  static constexpr int kTileBytes = kPanels * kPanelBytes;
+  static constexpr int kStages = kD == 64 ? 4 : 2;  // K/V tiles in flight
+  static constexpr int kQOffset = 0;
+  static constexpr int kKOffset = kQOffset + kTileBytes;
+  static constexpr int kVOffset = kKOffset + kStages * kTileBytes;
+  static constexpr int kOutOffset = kVOffset + kStages * kTileBytes;
+  static constexpr int kBarrierOffset = kOutOffset + kTileBytes;
+  static constexpr int kBarriers = 1 + 4 * kStages;  // q_full, k/v_full, k/v_empty
+  static constexpr int kSmemBytes = kBarrierOffset + 8 * kBarriers + 1024;  // + alignment
+};
 
+template <int kStages>
 struct Barriers {
   uint32_t base;
   __device__ uint32_t q_full() const { return base; }
@@ -179,16 +184,19 @@ __device__ __forceinline__ void Softmax(float (&s)[kBlockKV / 8][4], int64_t k0,
   }
 }
 
-template <bool kDocuments>
+template <int kD, bool kDocuments>
 __global__ void __launch_bounds__(kThreads, 1)
     WarpSpecializedForwardKernel(const __grid_constant__ CUtensorMap qkv_map, AttentionParams p,
                                  __nv_bfloat16* out, float* lse) {
 #ifdef TESSERA_WGMMA
+  using L = Layout<kD>;
+  constexpr int kStages = L::kStages, kTileBytes = L::kTileBytes;
+  using KVRing = tma::Ring<kStages>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = wgmma::AlignedSmem(smem_raw);
   const uint32_t base = SmemAddress(smem);
-  const uint32_t s_q = base + kQOffset;
-  const Barriers bar{base + kBarrierOffset};
+  const uint32_t s_q = base + L::kQOffset;
+  const Barriers<kStages> bar{base + L::kBarrierOffset};
 
   const int h = blockIdx.x, b = blockIdx.y;
   const int q_block = gridDim.z - 1 - blockIdx.z;
@@ -200,8 +208,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int first_tile = static_cast<int>(flash::FirstKey<kDocuments>(p, b, q0) / kBlockKV);
   const int end_tile = static_cast<int>(last_row / kBlockKV) + 1;
   // Where the block's it-th key tile (it = j - first_tile) goes.
-  auto k_tile = [&](int it) { return base + kKOffset + KVRing::Stage(it) * kTileBytes; };
-  auto v_tile = [&](int it) { return base + kVOffset + KVRing::Stage(it) * kTileBytes; };
+  auto k_tile = [&](int it) { return base + L::kKOffset + KVRing::Stage(it) * kTileBytes; };
+  auto v_tile = [&](int it) { return base + L::kVOffset + KVRing::Stage(it) * kTileBytes; };
 
   if (threadIdx.x == 0) {
     tma::InitBarrier(bar.q_full(), 1);
@@ -223,19 +231,25 @@ __global__ void __launch_bounds__(kThreads, 1)
       tma::PrefetchMap(&qkv_map);
       const int k_head = p.heads + kv_head, v_head = p.heads + p.kv_heads + kv_head;
       tma::ArriveExpectBytes(bar.q_full(), kTileBytes);
-      tma::Load4d(s_q, &qkv_map, 0, h, static_cast<int>(q0), b, bar.q_full());
-      tma::Load4d(s_q + kPanelBytes, &qkv_map, 64, h, static_cast<int>(q0), b, bar.q_full());
+      for (int panel = 0; panel < L::kPanels; ++panel) {
+        tma::Load4d(s_q + panel * kPanelBytes, &qkv_map, 64 * panel, h, static_cast<int>(q0), b,
+                    bar.q_full());
+      }
       for (int j = first_tile; j < end_tile; ++j) {
         const int it = j - first_tile, s = KVRing::Stage(it);
         const int k0 = j * kBlockKV;
         tma::Wait(bar.k_empty(s), KVRing::FreeParity(it));
         tma::ArriveExpectBytes(bar.k_full(s), kTileBytes);
-        tma::Load4d(k_tile(it), &qkv_map, 0, k_head, k0, b, bar.k_full(s));
-        tma::Load4d(k_tile(it) + kPanelBytes, &qkv_map, 64, k_head, k0, b, bar.k_full(s));
+        for (int panel = 0; panel < L::kPanels; ++panel) {
+          tma::Load4d(k_tile(it) + panel * kPanelBytes, &qkv_map, 64 * panel, k_head, k0, b,
+                      bar.k_full(s));
+        }
         tma::Wait(bar.v_empty(s), KVRing::FreeParity(it));
         tma::ArriveExpectBytes(bar.v_full(s), kTileBytes);
-        tma::Load4d(v_tile(it), &qkv_map, 0, v_head, k0, b, bar.v_full(s));
-        tma::Load4d(v_tile(it) + kPanelBytes, &qkv_map, 64, v_head, k0, b, bar.v_full(s));
+        for (int panel = 0; panel < L::kPanels; ++panel) {
+          tma::Load4d(v_tile(it) + panel * kPanelBytes, &qkv_map, 64 * panel, v_head, k0, b,
+                      bar.v_full(s));
+        }
       }
     }
     return;
@@ -332,9 +346,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   wgmma::FenceOperands(o);
   wgmma::FenceOperands(pa);
 
-  // Staging: 64 rows of 256 bytes per consumer, 16 per warp.
+  // Staging: 64 rows of 2 kD bytes per consumer, 16 per warp.
   flash::StoreForwardRows<kD>(p, b, h, wg_q0 + 16 * warp, o, m, l,
-                              smem + kOutOffset + consumer * 64 * kD * 2, 16 * warp, out, lse,
+                              smem + L::kOutOffset + consumer * 64 * kD * 2, 16 * warp, out, lse,
                               lane);
 #else
   __trap();
@@ -343,18 +357,31 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // ---- launchers -------------------------------------------------------------
 
-template <bool kDocuments>
+template <int kD, bool kDocuments>
 absl::Status LaunchKernel(const CUtensorMap& map, const AttentionParams& p, int64_t batch,
                           __nv_bfloat16* out, float* lse, cudaStream_t stream) {
   static std::atomic<uint64_t> smem_allowed{0};
-  CUDA_RETURN_IF_ERROR(
-      AllowDynamicSmem(WarpSpecializedForwardKernel<kDocuments>, kSmemBytes, smem_allowed));
+  constexpr int kSmemBytes = Layout<kD>::kSmemBytes;
+  CUDA_RETURN_IF_ERROR(AllowDynamicSmem(WarpSpecializedForwardKernel<kD, kDocuments>, kSmemBytes,
+                                        smem_allowed));
   const dim3 grid(static_cast<unsigned>(p.heads), static_cast<unsigned>(batch),
                   static_cast<unsigned>((p.seq + kBlockQ - 1) / kBlockQ));
-  WarpSpecializedForwardKernel<kDocuments><<<grid, kThreads, kSmemBytes, stream>>>(map, p, out,
-                                                                                  lse);
+  WarpSpecializedForwardKernel<kD, kDocuments><<<grid, kThreads, kSmemBytes, stream>>>(map, p,
+                                                                                      out, lse);
   CUDA_RETURN_IF_LAUNCH_FAILED();
   return absl::OkStatus();
+}
+
+template <int kD>
+absl::Status Launch(const AttentionShape& shape, const void* qkv, const int32_t* doc_starts,
+                    void* out, float* lse, cudaStream_t stream) {
+  const absl::StatusOr<CUtensorMap> map = HeadRowsTensorMap(
+      qkv, shape.batch, shape.seq, shape.heads + 2 * shape.kv_heads, kD, kBlockKV);
+  if (!map.ok()) return map.status();
+  const AttentionParams p = flash::MakeAttentionParams(shape, qkv, doc_starts);
+  auto* o = static_cast<__nv_bfloat16*>(out);
+  return doc_starts != nullptr ? LaunchKernel<kD, true>(*map, p, shape.batch, o, lse, stream)
+                               : LaunchKernel<kD, false>(*map, p, shape.batch, o, lse, stream);
 }
 
 }  // namespace
@@ -363,16 +390,15 @@ absl::Status LaunchWarpSpecializedAttentionForward(const AttentionShape& shape, 
                                                    const int32_t* doc_starts, void* out,
                                                    float* lse, cudaStream_t stream) {
   if (shape.batch == 0 || shape.seq == 0) return absl::OkStatus();
-  if (shape.head_dim != kD) {
-    return absl::InvalidArgumentError("attention: the warp-specialised forward takes head dim 128");
+  switch (shape.head_dim) {
+    case 64:
+      return Launch<64>(shape, qkv, doc_starts, out, lse, stream);
+    case 128:
+      return Launch<128>(shape, qkv, doc_starts, out, lse, stream);
+    default:
+      return absl::InvalidArgumentError(
+          "attention: the warp-specialised forward takes head dim 64 or 128");
   }
-  const absl::StatusOr<CUtensorMap> map =
-      HeadRowsTensorMap(qkv, shape.batch, shape.seq, shape.heads + 2 * shape.kv_heads, kBlockKV);
-  if (!map.ok()) return map.status();
-  const AttentionParams p = flash::MakeAttentionParams(shape, qkv, doc_starts);
-  auto* o = static_cast<__nv_bfloat16*>(out);
-  return doc_starts != nullptr ? LaunchKernel<true>(*map, p, shape.batch, o, lse, stream)
-                               : LaunchKernel<false>(*map, p, shape.batch, o, lse, stream);
 }
 
 }  // namespace cuda
