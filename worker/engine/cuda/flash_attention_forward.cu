@@ -1,49 +1,70 @@
-// Causal attention forward on Hopper tensor cores, FlashAttention style: for
-// one block of 64 queries (kBlockQ) of one head, walk the key/value tiles
-// (128 keys, see KeyTile) up to the diagonal, keeping a running row max and
-// row sum (online softmax) and a rescaled fp32 output accumulator in
-// registers. Only the output and the per-query log-sum-exp leave the chip;
-// no S x S tensor exists. This kernel runs head dim 64; head dim 128 runs
-// the warp-specialised kernel (flash_attention_forward_warp_specialized.cu),
-// which this file's launcher dispatches to.
-
+// Causal attention forward on Hopper, head dims 64 and 128, with
+// specialised warps, the FlashAttention-3 structure: one warpgroup only
+// copies, two only compute, and each computing warpgroup's softmax runs
+// under tensor-core work, its own and the other's. Only the output and the
+// per-query log-sum-exp leave the chip; no S x S tensor exists.
+//
 // Same quantities as the CPU reference (worker/engine/cpu/attention.h):
-// s = q.k / sqrt(hd), out = softmax(s) v, lse = logsumexp(s). It differs in
-// fp32 summation order, in exp2 with a folded log2(e) scale, and in feeding
-// P to the P V product as bf16 (as every flash kernel does).
+// s = q.k / sqrt(hd), out = softmax(s) v per query, causal, within the
+// query's document where documents are given, and lse = logsumexp(s). It
+// differs in fp32 summation order, in exp2 with the scale folded into the
+// exponent's fused multiply-add, and in feeding P to the P V product as bf16
+// (as every flash kernel does).
 //
-// Work split: a block is one warpgroup and owns 64 consecutive queries of
-// one head. S = Q K^T reads Q and K from shared memory (wgmma.cuh); P stays
-// in registers as the A operand of P V, V is read from shared memory. K and
-// V tiles (128 keys) are double-buffered with
-// cp.async, so the next tile loads while this one is multiplied. Two or
-// three blocks share an SM and are never made to wait for each other, so
-// one's softmax runs while another's products keep the tensor cores busy.
-// Grouped-query heads read their shared K/V head directly from the packed
-// qkv tensor. Blocks are issued heaviest (last query block, most tiles)
-// first.
+// Work split. A block owns 128 consecutive queries of one head and walks the
+// key/value tiles (128 keys) from the first its queries' documents need up
+// to the diagonal.
+//  * Warpgroup 0 is the producer: one thread issues TMA copies of Q once and
+//    of each K and V tile into a ring of two stages, paced by mbarriers
+//    (tma.cuh), and the warpgroup gives most of its registers away.
+//  * Warpgroups 1 and 2 each own 64 of the queries, with 240 registers a
+//    thread: the 64 x head-dim output and 64 x 128 score accumulators and
+//    the bf16 P fragments fit without spilling.
+// In each step a consumer issues S = Q K^T of tile j and O += P V of tile
+// j - 1 back to back, runs tile j's softmax while the second product is
+// still on the tensor cores, then rescales O. The two consumers take turns
+// to issue (ping-pong), so one's softmax also runs under the other's
+// products. No block-wide barrier is taken inside the loop; a stage is
+// handed back to the producer as soon as both consumers' products that
+// read it have finished.
 //
-// Documents (packed sequences): a query attends only to keys of its own
-// document. A block starts at the tile holding its first query's document
-// start, so tiles wholly before every one of its queries' documents are
-// never loaded; in the tiles between its first and last query's document
-// starts, keys before a row's document start are masked like future keys.
-// A row can then see a tile with no key of its own (its document starts
-// later), so its running maximum may still be -inf: the rescaling then
-// subtracts 0 instead, and the row's sum stays 0 until its own keys arrive.
+// Measured on an H200 (bench/RESULTS.md): at (1, 32, 8, 8192, 128) the
+// 64-query, 64-key cp.async kernel that ran before took 2.049 ms; this
+// structure 1.192 ms; with the softmax's scale in its FMA and masks only on
+// edge tiles 0.955 ms; with ping-pong 0.925 ms (cuDNN 0.939 ms). At head dim
+// 64 it replaced a one-warpgroup cp.async kernel: 0.315 -> 0.235 ms at
+// (8, 16, 16, 2048, 64), 0.599 -> 0.370 ms at (1, 16, 16, 8192, 64).
 //
-// Determinism: each block owns its queries' outputs and walks the key tiles
-// in a fixed order, so nothing is combined across blocks and the bits are
-// the same every run. The launcher's static flag only records that the
-// kernel's shared-memory limit was raised on a device; it chooses nothing.
+// Documents (packed sequences): a block starts at the tile holding its
+// first query's document start, so tiles wholly before every one of its
+// queries' documents are never loaded; in the tiles between its first and
+// last query's document starts, keys before a row's document start are
+// masked like future keys. A row can then see a tile with no key of its own,
+// so its running maximum may still be -inf: the rescaling then subtracts 0
+// instead, and the row's sum stays 0 until its own keys arrive.
+//
+// Copies. The map (attention_tensor_maps.h) copies boxes of 128 tokens x 64
+// columns of one head of the packed qkv tensor in wgmma.cuh's tile layout,
+// one box per 64-column panel. Tokens past the sequence's end arrive as
+// zeros. Head dim 64 has half the bytes a tile, so its ring has four stages
+// instead of two.
+//
+// Blocks are ordered heaviest first across all heads (the last query blocks
+// of every head, then the next), one block per SM.
+//
+// Determinism: each block owns its queries' outputs and walks the tiles in
+// a fixed order; the bits are the same every run.
 
+#include <cuda.h>
 #include <cuda_bf16.h>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "worker/engine/cuda/attention_tensor_maps.h"
 #include "worker/engine/cuda/cuda_check.h"
-#include "worker/engine/cuda/flash_attention_forward_warp_specialized.h"
 #include "worker/engine/cuda/flash_attention_tiles.cuh"
 #include "worker/engine/cuda/kernels.h"
+#include "worker/engine/cuda/tma.cuh"
 #include "worker/engine/cuda/wgmma.cuh"
 
 namespace tessera {
@@ -52,189 +73,324 @@ namespace {
 
 using flash::AttentionParams;
 
-constexpr int kBlockQ = 64;  // queries per block
-constexpr int kThreads = wgmma::kWarpgroupThreads;
+constexpr int kBlockQ = 128;   // queries per block, 64 per computing warpgroup
+constexpr int kBlockKV = 128;  // keys per tile
+constexpr int kThreads = 3 * wgmma::kWarpgroupThreads;
+constexpr int kConsumerWarps = 8;
+// Named barriers 1 and 2: consumer c may issue its products once barrier
+// 1 + c opens (ping-pong, see the kernel).
+constexpr int kTurnBarrier = 1;
+constexpr int kConsumerThreads = 2 * wgmma::kWarpgroupThreads;
 
-// Keys per tile: 128 at head dim 64 (163 registers, three blocks per SM;
-// forward 0.324 -> 0.312 ms at B 8, H 16, T 2048 on an H100). The kernel is
-// written for head dim 128 too (with 64-key tiles, where a 64 x 128 score
-// tile would not leave registers for the output), but the launcher sends
-// that to the warp-specialised kernel, which holds 240 registers a thread.
-template <int kD>
-constexpr int KeyTile() {
-  return kD == 64 ? 128 : 64;
-}
+// Registers per thread after the hand-over: 24 x 128 + 240 x 256 fits the
+// 64K register file.
+constexpr int kProducerRegisters = 24;
+constexpr int kConsumerRegisters = 240;
+static_assert(tma::HandOverFits(kProducerRegisters, 2, kConsumerRegisters),
+              "the consumers would wait forever for registers");
 
+// A tile is 128 rows x kD columns bf16: kD / 64 panels of 64 columns
+// (wgmma.cuh). Shared memory, from the 1024-byte aligned base: Q,
+// K[stages], V[stages], the output staging rows, then the barriers.
+constexpr int kPanelBytes = 128 * 64 * 2;
 template <int kD>
-constexpr int ForwardSmemBytes() {
-  return (kBlockQ + 4 * KeyTile<kD>()) * kD * 2 + 1024;  // Q, K[2], V[2]; 1024-byte alignment
-}
+struct Layout {
+  static constexpr int kPanels = kD / 64;
+  static constexpr int kTileBytes = kPanels * kPanelBytes;
+  static constexpr int kStages = kD == 64 ? 4 : 2;  // K/V tiles in flight
+  static constexpr int kQOffset = 0;
+  static constexpr int kKOffset = kQOffset + kTileBytes;
+  static constexpr int kVOffset = kKOffset + kStages * kTileBytes;
+  static constexpr int kOutOffset = kVOffset + kStages * kTileBytes;
+  static constexpr int kBarrierOffset = kOutOffset + kTileBytes;
+  static constexpr int kBarriers = 1 + 4 * kStages;  // q_full, k/v_full, k/v_empty
+  static constexpr int kSmemBytes = kBarrierOffset + 8 * kBarriers + 1024;  // + alignment
+};
+
+template <int kStages>
+struct Barriers {
+  uint32_t base;
+  __device__ uint32_t q_full() const { return base; }
+  __device__ uint32_t k_full(int s) const { return base + 8 * (1 + s); }
+  __device__ uint32_t v_full(int s) const { return base + 8 * (1 + kStages + s); }
+  __device__ uint32_t k_empty(int s) const { return base + 8 * (1 + 2 * kStages + s); }
+  __device__ uint32_t v_empty(int s) const { return base + 8 * (1 + 3 * kStages + s); }
+};
 
 // ---- kernels ---------------------------------------------------------------
 
-// kDocuments: built with the document mask (doc_starts given) or without
-// it, so that whole sequences run exactly the code they ran before
-// documents existed (registers and occupancy included).
+// Masks tile j's raw scores for this thread's two rows (kMask: only tiles
+// that hold a masked key for some row of the warpgroup need it), updates
+// the running maxima m (log2 domain), turns the scores into probabilities
+// with one fused multiply-add and exp2 each, and returns the factor alpha
+// by which the earlier output and sums shrink; adds the tile's row sums
+// (this thread's columns) to l. The maximum is taken before scaling, which
+// the positive scale does not change.
+template <bool kDocuments, bool kMask>
+__device__ __forceinline__ void SoftmaxStep(float (&s)[kBlockKV / 8][4], int64_t k0,
+                                            int64_t row_lo, const int32_t (&first_key)[2],
+                                            float scale_log2, int t, float (&m)[2],
+                                            float (&l)[2], float (&alpha)[2]) {
+  float mx[2] = {-INFINITY, -INFINITY};
+  if constexpr (kMask) {
+    // Columns of this tile before each of the lane's rows' document start,
+    // and after each row (the future).
+    const int32_t before[2] = {first_key[0] - static_cast<int32_t>(k0),
+                               first_key[1] - static_cast<int32_t>(k0)};
+    const int32_t last[2] = {static_cast<int32_t>(row_lo - k0),
+                             static_cast<int32_t>(row_lo + 8 - k0)};
+#pragma unroll
+    for (int nt = 0; nt < kBlockKV / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = nt * 8 + 2 * t + (e & 1);
+        if (col > last[e >> 1] || (kDocuments && col < before[e >> 1])) s[nt][e] = -INFINITY;
+      }
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < kBlockKV / 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) mx[e >> 1] = fmaxf(mx[e >> 1], s[nt][e]);
+  }
+  float shift[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    mx[half] = fmaxf(mx[half], __shfl_xor_sync(0xffffffffu, mx[half], 1));
+    mx[half] = fmaxf(mx[half], __shfl_xor_sync(0xffffffffu, mx[half], 2));
+    const float m_new = fmaxf(m[half], mx[half] * scale_log2);
+    // A row with no key yet (documents only) keeps m = -inf but subtracts
+    // 0, so that exp2 gives 0 rather than NaN.
+    shift[half] = (kDocuments && m_new == -INFINITY) ? 0.f : m_new;
+    alpha[half] = flash::FastExp2(m[half] - shift[half]);
+    m[half] = m_new;
+  }
+  float sum[2] = {0.f, 0.f};
+#pragma unroll
+  for (int nt = 0; nt < kBlockKV / 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s[nt][e] = flash::FastExp2(fmaf(s[nt][e], scale_log2, -shift[e >> 1]));
+      sum[e >> 1] += s[nt][e];
+    }
+  }
+#pragma unroll
+  for (int half = 0; half < 2; ++half) l[half] = l[half] * alpha[half] + sum[half];
+}
+
+// Tile j's softmax, masked only where it must be: tiles that reach past
+// the warpgroup's first row (the diagonal) or start before its last row's
+// document start.
+template <bool kDocuments>
+__device__ __forceinline__ void Softmax(float (&s)[kBlockKV / 8][4], int64_t k0, int64_t row_lo,
+                                        int64_t wg_q0, int64_t last_first_key,
+                                        const int32_t (&first_key)[2], float scale_log2, int t,
+                                        float (&m)[2], float (&l)[2], float (&alpha)[2]) {
+  const bool diagonal = k0 + kBlockKV - 1 > wg_q0;
+  const bool doc_edge = kDocuments && k0 < last_first_key;
+  if (diagonal || doc_edge) {
+    SoftmaxStep<kDocuments, true>(s, k0, row_lo, first_key, scale_log2, t, m, l, alpha);
+  } else {
+    SoftmaxStep<kDocuments, false>(s, k0, row_lo, first_key, scale_log2, t, m, l, alpha);
+  }
+}
+
 template <int kD, bool kDocuments>
-__global__ void __launch_bounds__(kThreads, 2)
-    FlashAttentionForwardKernel(AttentionParams p, __nv_bfloat16* out, float* lse) {
+__global__ void __launch_bounds__(kThreads, 1)
+    WarpSpecializedForwardKernel(const __grid_constant__ CUtensorMap qkv_map, AttentionParams p,
+                                 __nv_bfloat16* out, float* lse) {
 #ifdef TESSERA_WGMMA
+  using L = Layout<kD>;
+  constexpr int kStages = L::kStages, kTileBytes = L::kTileBytes;
+  using KVRing = tma::Ring<kStages>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  constexpr int kBlockKV = KeyTile<kD>();
-  constexpr int kTileBytes = kBlockKV * kD * 2;
   unsigned char* smem = wgmma::AlignedSmem(smem_raw);
-  const uint32_t s_q = SmemAddress(smem);
-  // Buffer i of K is at s_k + i * kTileBytes, of V at s_v + i * kTileBytes.
-  const uint32_t s_k = s_q + kBlockQ * kD * 2, s_v = s_k + 2 * kTileBytes;
+  const uint32_t base = SmemAddress(smem);
+  const uint32_t s_q = base + L::kQOffset;
+  const Barriers<kStages> bar{base + L::kBarrierOffset};
 
-  const int q_block = gridDim.x - 1 - blockIdx.x;
-  const int h = blockIdx.y, b = blockIdx.z;
+  const int h = blockIdx.x, b = blockIdx.y;
+  const int q_block = gridDim.z - 1 - blockIdx.z;
   const int kv_head = h / (p.heads / p.kv_heads);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-  const int g = lane >> 2, t = lane & 3;
   const int64_t q0 = int64_t(q_block) * kBlockQ;
-  const int64_t ts = p.qkv_token_stride;
-  const __nv_bfloat16* batch = p.qkv + int64_t(b) * p.seq * ts;
-  const __nv_bfloat16* k_src = batch + int64_t(p.heads + kv_head) * kD;
-  const __nv_bfloat16* v_src = batch + int64_t(p.heads + p.kv_heads + kv_head) * kD;
-
   const int64_t last_row = min(q0 + kBlockQ, p.seq) - 1;
   // Key tiles [first_tile, end_tile): from the first query's document start
   // (0 without documents) to the diagonal.
   const int first_tile = static_cast<int>(flash::FirstKey<kDocuments>(p, b, q0) / kBlockKV);
   const int end_tile = static_cast<int>(last_row / kBlockKV) + 1;
-  // Keys before this are masked for some row of the block.
+  // Where the block's it-th key tile (it = j - first_tile) goes.
+  auto k_tile = [&](int it) { return base + L::kKOffset + KVRing::Stage(it) * kTileBytes; };
+  auto v_tile = [&](int it) { return base + L::kVOffset + KVRing::Stage(it) * kTileBytes; };
+
+  if (threadIdx.x == 0) {
+    tma::InitBarrier(bar.q_full(), 1);
+    for (int s = 0; s < kStages; ++s) {
+      tma::InitBarrier(bar.k_full(s), 1);
+      tma::InitBarrier(bar.v_full(s), 1);
+      tma::InitBarrier(bar.k_empty(s), kConsumerWarps);
+      tma::InitBarrier(bar.v_empty(s), kConsumerWarps);
+    }
+    tma::FenceBarrierInit();
+  }
+  __syncthreads();
+
+  const int warpgroup = threadIdx.x / wgmma::kWarpgroupThreads;
+  if (warpgroup == 0) {
+    // ---- producer ----
+    tma::ShrinkRegisters<kProducerRegisters>();
+    if (threadIdx.x == 0) {
+      tma::PrefetchMap(&qkv_map);
+      const int k_head = p.heads + kv_head, v_head = p.heads + p.kv_heads + kv_head;
+      tma::ArriveExpectBytes(bar.q_full(), kTileBytes);
+      for (int panel = 0; panel < L::kPanels; ++panel) {
+        tma::Load4d(s_q + panel * kPanelBytes, &qkv_map, 64 * panel, h, static_cast<int>(q0), b,
+                    bar.q_full());
+      }
+      for (int j = first_tile; j < end_tile; ++j) {
+        const int it = j - first_tile, s = KVRing::Stage(it);
+        const int k0 = j * kBlockKV;
+        tma::Wait(bar.k_empty(s), KVRing::FreeParity(it));
+        tma::ArriveExpectBytes(bar.k_full(s), kTileBytes);
+        for (int panel = 0; panel < L::kPanels; ++panel) {
+          tma::Load4d(k_tile(it) + panel * kPanelBytes, &qkv_map, 64 * panel, k_head, k0, b,
+                      bar.k_full(s));
+        }
+        tma::Wait(bar.v_empty(s), KVRing::FreeParity(it));
+        tma::ArriveExpectBytes(bar.v_full(s), kTileBytes);
+        for (int panel = 0; panel < L::kPanels; ++panel) {
+          tma::Load4d(v_tile(it) + panel * kPanelBytes, &qkv_map, 64 * panel, v_head, k0, b,
+                      bar.v_full(s));
+        }
+      }
+    }
+    return;
+  }
+
+  // ---- consumers ----
+  tma::GrowRegisters<kConsumerRegisters>();
+  const int consumer = warpgroup - 1;  // owns queries [q0 + 64 consumer, + 64)
+  const int warp = (threadIdx.x / 32) & 3, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t wg_q0 = q0 + 64 * consumer;
+  const int64_t row_lo = wg_q0 + 16 * warp + g;  // this lane's rows: row_lo, row_lo + 8
   const int64_t last_first_key = flash::FirstKey<kDocuments>(p, b, last_row);
-  // This lane's two rows (0: row g, 1: row g + 8 of the warp's 16).
-  const int64_t row_lo = q0 + 16 * warp + g;
-  // 32 bits: a sequence is far shorter than 2^31 tokens (the ops API's
-  // checks), and 64-bit masks cost the masked build registers.
   const int32_t first_key[2] = {static_cast<int32_t>(flash::FirstKey<kDocuments>(p, b, row_lo)),
                                 static_cast<int32_t>(flash::FirstKey<kDocuments>(p, b, row_lo + 8))};
-
-  const int64_t first_k0 = int64_t(first_tile) * kBlockKV;
-  wgmma::LoadTileAsync<kBlockQ, kD, kThreads>(s_q, batch + q0 * ts + int64_t(h) * kD, ts,
-                                              p.seq - q0, p.qkv);
-  wgmma::LoadTileAsync<kBlockKV, kD, kThreads>(s_k, k_src + first_k0 * ts, ts, p.seq - first_k0,
-                                               p.qkv);
-  wgmma::LoadTileAsync<kBlockKV, kD, kThreads>(s_v, v_src + first_k0 * ts, ts, p.seq - first_k0,
-                                               p.qkv);
-  CommitAsyncCopies();
+  auto release = [&](uint32_t empty) {
+    if (lane == 0) tma::Arrive(empty);
+  };
+  // Ping-pong: the consumers take turns to issue their products, so that one
+  // runs its softmax while the other's products hold the tensor cores.
+  // Consumer 1 opens consumer 0's first turn; each then opens the other's
+  // next turn after issuing, except consumer 1 after its last, which no
+  // turn of consumer 0 waits for.
+  auto take_turn = [&] { tma::SyncNamed(kTurnBarrier + consumer, kConsumerThreads); };
+  auto pass_turn = [&](bool last) {
+    if (!(last && consumer == 1)) {
+      tma::ArriveNamed(kTurnBarrier + (1 - consumer), kConsumerThreads);
+    }
+  };
+  if (consumer == 1) tma::ArriveNamed(kTurnBarrier, kConsumerThreads);
 
   float o[kD / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-  for (int j = first_tile; j < end_tile; ++j) {
-    const int it = j - first_tile;  // buffer it & 1 holds tile j
-    WaitAsyncCopies();
-    wgmma::ProxyFence();
-    __syncthreads();  // tile j visible; every warp is done with tile j - 1
-    if (j + 1 < end_tile) {
-      const int64_t k0 = int64_t(j + 1) * kBlockKV;
-      const int buf = (it + 1) & 1;
-      wgmma::LoadTileAsync<kBlockKV, kD, kThreads>(s_k + buf * kTileBytes, k_src + k0 * ts, ts,
-                                                   p.seq - k0, p.qkv);
-      wgmma::LoadTileAsync<kBlockKV, kD, kThreads>(s_v + buf * kTileBytes, v_src + k0 * ts, ts,
-                                                   p.seq - k0, p.qkv);
-    }
-    CommitAsyncCopies();
-    const int64_t k0 = int64_t(j) * kBlockKV;
-    const uint32_t k_tile = s_k + (it & 1) * kTileBytes, v_tile = s_v + (it & 1) * kTileBytes;
+  float s[kBlockKV / 8][4];
+  uint32_t pa[kBlockKV / 16][4];
+  float alpha[2];
 
-    // S = Q K^T for the block's 64 queries and the tile's keys.
-    float s[kBlockKV / 8][4];
+  // First tile: scores and probabilities only.
+  tma::Wait(bar.q_full(), 0);
+  tma::Wait(bar.k_full(0), 0);
+  take_turn();
+  wgmma::Fence();
+  wgmma::MmaRowsTimesRowsT<kD, kBlockQ, kBlockKV>(s, s_q, 64 * consumer, k_tile(0));
+  wgmma::Commit();
+  pass_turn(false);
+  wgmma::Wait<0>();
+  wgmma::FenceOperands(s);
+  release(bar.k_empty(0));
+  Softmax<kDocuments>(s, int64_t(first_tile) * kBlockKV, row_lo, wg_q0, last_first_key,
+                      first_key, p.scale_log2, t, m, l, alpha);
+#pragma unroll
+  for (int kt = 0; kt < kBlockKV / 16; ++kt) wgmma::PackA(s, kt, pa[kt]);
+
+  const int tiles = end_tile - first_tile;
+  for (int it = 1; it < tiles; ++it) {
+    // S of this tile and P V of the previous one, issued back to back.
+    // (Both waits come first: a branch between two products makes ptxas
+    // fence the second.)
+    tma::Wait(bar.k_full(KVRing::Stage(it)), KVRing::FullParity(it));
+    tma::Wait(bar.v_full(KVRing::Stage(it - 1)), KVRing::FullParity(it - 1));
+    take_turn();
     wgmma::Fence();
-    wgmma::MmaRowsTimesRowsT<kD, kBlockQ, kBlockKV>(s, s_q, 0, k_tile);
+    wgmma::MmaRowsTimesRowsT<kD, kBlockQ, kBlockKV>(s, s_q, 64 * consumer, k_tile(it));
     wgmma::Commit();
-    wgmma::Wait<0>();
+    wgmma::MmaFragmentsTimesTile<kD, kBlockKV, kBlockKV / 16>(o, pa, v_tile(it - 1));
+    wgmma::Commit();
+    pass_turn(false);
+    // Softmax of this tile while P V runs.
+    wgmma::Wait<1>();
     wgmma::FenceOperands(s);
-
-    // Scale into the log2 domain, mask the future (and keys of earlier
-    // documents), and update the row maxima. Without documents every row
-    // sees at least key k0 (k0 <= q0), so the maxima are finite.
-    const bool diagonal = k0 + kBlockKV - 1 > q0;
-    const bool doc_edge = kDocuments && k0 < last_first_key;
-    // Columns of this tile before each of the lane's rows' document start.
-    const int32_t before[2] = {first_key[0] - static_cast<int32_t>(k0),
-                               first_key[1] - static_cast<int32_t>(k0)};
-    float mx[2] = {m[0], m[1]};
-#pragma unroll
-    for (int nt = 0; nt < kBlockKV / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float v = s[nt][e] * p.scale_log2;
-        if (diagonal && k0 + nt * 8 + 2 * t + (e & 1) > row_lo + (e >> 1) * 8) v = -INFINITY;
-        const int col = nt * 8 + 2 * t + (e & 1);
-        if (doc_edge && col < before[e >> 1]) v = -INFINITY;
-        s[nt][e] = v;
-        mx[e >> 1] = fmaxf(mx[e >> 1], v);
-      }
-    }
-    float alpha[2];
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      mx[half] = fmaxf(mx[half], __shfl_xor_sync(0xffffffffu, mx[half], 1));
-      mx[half] = fmaxf(mx[half], __shfl_xor_sync(0xffffffffu, mx[half], 2));
-      // A row with no key yet (documents only) keeps m = -inf but
-      // subtracts 0, so that exp2 gives 0 rather than NaN.
-      const float m_new = mx[half];
-      if (kDocuments && m_new == -INFINITY) mx[half] = 0.f;
-      alpha[half] = flash::FastExp2(m[half] - mx[half]);
-      m[half] = m_new;
-    }
-    float sum[2] = {0.f, 0.f};
-#pragma unroll
-    for (int nt = 0; nt < kBlockKV / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[nt][e] = flash::FastExp2(s[nt][e] - mx[e >> 1]);
-        sum[e >> 1] += s[nt][e];
-      }
-    }
-#pragma unroll
-    for (int half = 0; half < 2; ++half) l[half] = l[half] * alpha[half] + sum[half];
+    release(bar.k_empty(KVRing::Stage(it)));
+    Softmax<kDocuments>(s, int64_t(first_tile + it) * kBlockKV, row_lo, wg_q0, last_first_key,
+                        first_key, p.scale_log2, t, m, l, alpha);
+    wgmma::Wait<0>();
+    wgmma::FenceOperands(o);
+    wgmma::FenceOperands(pa);
+    release(bar.v_empty(KVRing::Stage(it - 1)));
 #pragma unroll
     for (int nt = 0; nt < kD / 8; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) o[nt][e] *= alpha[e >> 1];
     }
-
-    // O += P V, P as bf16 A fragments straight from the S accumulator.
-    uint32_t pa[kBlockKV / 16][4];
 #pragma unroll
     for (int kt = 0; kt < kBlockKV / 16; ++kt) wgmma::PackA(s, kt, pa[kt]);
-    wgmma::Fence();
-    wgmma::MmaFragmentsTimesTile<kD, kBlockKV>(o, pa, v_tile);
-    wgmma::Commit();
-    wgmma::Wait<0>();
-    wgmma::FenceOperands(o);
   }
-  __syncthreads();  // every warp is done reading Q: its rows stage the output
+  // The last tile's P V.
+  tma::Wait(bar.v_full(KVRing::Stage(tiles - 1)), KVRing::FullParity(tiles - 1));
+  take_turn();
+  wgmma::Fence();
+  wgmma::MmaFragmentsTimesTile<kD, kBlockKV, kBlockKV / 16>(o, pa, v_tile(tiles - 1));
+  wgmma::Commit();
+  pass_turn(true);
+  wgmma::Wait<0>();
+  wgmma::FenceOperands(o);
+  wgmma::FenceOperands(pa);
 
-  flash::StoreForwardRows<kD>(p, b, h, q0 + 16 * warp, o, m, l, smem, 16 * warp, out, lse, lane);
+  // Staging: 64 rows of 2 kD bytes per consumer, 16 per warp.
+  flash::StoreForwardRows<kD>(p, b, h, wg_q0 + 16 * warp, o, m, l,
+                              smem + L::kOutOffset + consumer * 64 * kD * 2, 16 * warp, out, lse,
+                              lane);
 #else
   __trap();
 #endif
 }
 
 template <int kD, bool kDocuments>
-absl::Status LaunchKernel(const AttentionParams& p, int64_t batch, __nv_bfloat16* out, float* lse,
-                          cudaStream_t stream) {
-  constexpr int kSmem = ForwardSmemBytes<kD>();
+absl::Status LaunchKernel(const CUtensorMap& map, const AttentionParams& p, int64_t batch,
+                          __nv_bfloat16* out, float* lse, cudaStream_t stream) {
   static std::atomic<uint64_t> smem_allowed{0};
-  CUDA_RETURN_IF_ERROR(
-      AllowDynamicSmem(FlashAttentionForwardKernel<kD, kDocuments>, kSmem, smem_allowed));
-  const dim3 grid(static_cast<unsigned>((p.seq + kBlockQ - 1) / kBlockQ),
-                  static_cast<unsigned>(p.heads), static_cast<unsigned>(batch));
-  FlashAttentionForwardKernel<kD, kDocuments><<<grid, kThreads, kSmem, stream>>>(p, out, lse);
+  constexpr int kSmemBytes = Layout<kD>::kSmemBytes;
+  CUDA_RETURN_IF_ERROR(AllowDynamicSmem(WarpSpecializedForwardKernel<kD, kDocuments>, kSmemBytes,
+                                        smem_allowed));
+  const dim3 grid(static_cast<unsigned>(p.heads), static_cast<unsigned>(batch),
+                  static_cast<unsigned>((p.seq + kBlockQ - 1) / kBlockQ));
+  WarpSpecializedForwardKernel<kD, kDocuments><<<grid, kThreads, kSmemBytes, stream>>>(map, p,
+                                                                                      out, lse);
   CUDA_RETURN_IF_LAUNCH_FAILED();
   return absl::OkStatus();
 }
 
 template <int kD>
-absl::Status Launch(const AttentionParams& p, int64_t batch, __nv_bfloat16* out, float* lse,
-                    cudaStream_t stream) {
-  return p.doc_starts != nullptr ? LaunchKernel<kD, true>(p, batch, out, lse, stream)
-                                 : LaunchKernel<kD, false>(p, batch, out, lse, stream);
+absl::Status Launch(const AttentionShape& shape, const void* qkv, const int32_t* doc_starts,
+                    void* out, float* lse, cudaStream_t stream) {
+  const absl::StatusOr<CUtensorMap> map = HeadRowsTensorMap(
+      qkv, shape.batch, shape.seq, shape.heads + 2 * shape.kv_heads, kD, kBlockKV);
+  if (!map.ok()) return map.status();
+  const AttentionParams p = flash::MakeAttentionParams(shape, qkv, doc_starts);
+  auto* o = static_cast<__nv_bfloat16*>(out);
+  return doc_starts != nullptr ? LaunchKernel<kD, true>(*map, p, shape.batch, o, lse, stream)
+                               : LaunchKernel<kD, false>(*map, p, shape.batch, o, lse, stream);
 }
 
 }  // namespace
@@ -245,12 +401,11 @@ absl::Status LaunchFlashAttentionForward(const AttentionShape& shape, const void
                                          const int32_t* doc_starts, void* out, float* lse,
                                          cudaStream_t stream) {
   if (shape.batch == 0 || shape.seq == 0) return absl::OkStatus();
-  AttentionParams p = flash::MakeAttentionParams(shape, qkv, doc_starts);
-  auto* o = static_cast<__nv_bfloat16*>(out);
   switch (shape.head_dim) {
     case 64:
+      return Launch<64>(shape, qkv, doc_starts, out, lse, stream);
     case 128:
-      return LaunchWarpSpecializedAttentionForward(shape, qkv, doc_starts, out, lse, stream);
+      return Launch<128>(shape, qkv, doc_starts, out, lse, stream);
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("attention: head dim ", shape.head_dim, " is not supported (64 or 128)"));

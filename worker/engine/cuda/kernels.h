@@ -85,10 +85,10 @@ absl::StatusOr<bool> LaunchSwiGluBackwardQuantize(const TensorDesc& grad_out,
 // head_dim] bf16, out and grad_out [B, S, heads, head_dim] bf16, lse
 // [B, heads, S] fp32 (see Ops::AttentionForward). head_dim is 64 or 128.
 // doc_starts: [B, S] int32 document starts (Ops::AttentionForward), or
-// nullptr when each sequence is one document. At head dim 128 the kernels
-// copy with TMA (flash_attention_forward_warp_specialized.cu,
-// flash_attention_backward_ordered.cu), which needs qkv and grad_out 16-byte
-// aligned: INVALID_ARGUMENT otherwise (the engine's buffers always are).
+// nullptr when each sequence is one document. The forward, and the
+// backward's one pass at head dim 128 (flash_attention_backward_ordered.cu),
+// copy with TMA, which needs qkv, out and grad_out 16-byte aligned:
+// INVALID_ARGUMENT otherwise (the engine's buffers always are).
 struct AttentionShape {
   int64_t batch = 0, seq = 0;
   int heads = 0, kv_heads = 0, head_dim = 0;
