@@ -29,19 +29,15 @@ std::string AttentionLine(const v1::JobSpec& spec) {
   if (!a.cudnn && (spec.attention_kernels() == v1::ATTENTION_KERNELS_TESSERA ||
                    a.shape.head_dim == 128)) {
     // Tessera's kernels by name, or AUTO's choice at head dim 128.
-    const int64_t workspace = TesseraAttentionWorkspaceOfJob(a);
-    const bool one_pass = workspace > 0;
+    // The atomic form is the one pass's (head dim 128); head dim 64's two
+    // passes are always deterministic.
+    const bool atomic = !a.deterministic && a.shape.head_dim == 128;
     return absl::StrCat(
         "# attention: Tessera's kernels (",
         spec.attention_kernels() == v1::ATTENTION_KERNELS_TESSERA ? "ATTENTION_KERNELS_TESSERA"
                                                                    : "AUTO at head dim 128",
-        "), ",
-        !a.deterministic && one_pass ? "atomic (nondeterministic)" : "deterministic",
-        " backward, ",
-        one_pass ? absl::StrCat("workspace ", FormatBytesAsGiB(workspace),
-                                " per rank (counted above)")
-                 : "no workspace",
-        "\n");
+        "), ", atomic ? "atomic (nondeterministic)" : "deterministic", " backward, workspace ",
+        FormatBytesAsGiB(TesseraAttentionWorkspaceOfJob(a)), " per rank (counted above)\n");
   }
   const int64_t bytes = CudnnWorkspaceOfJob(a, a.deterministic);
   const std::string atomic_bytes =
@@ -60,7 +56,7 @@ std::string AttentionLine(const v1::JobSpec& spec) {
                                   a.deterministic ? "deterministic" : "atomic (nondeterministic)",
                                   " backward", in_bands, ", workspace ", FormatBytesAsGiB(bytes),
                                   " per rank (counted above); ATTENTION_KERNELS_TESSERA takes ",
-                                  tessera_bytes > 0 ? FormatBytesAsGiB(tessera_bytes) : "none");
+                                  FormatBytesAsGiB(tessera_bytes));
   if (a.deterministic) absl::StrAppend(&line, ", nondeterministic_attention_backward ", atomic_bytes);
   if (a.documents) {
     absl::StrAppend(&line, "; documents run as cuDNN's ragged batches where they average 512 "

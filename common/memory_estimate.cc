@@ -163,19 +163,20 @@ RankMemoryEstimate EstimateRankMemory(const v1::JobSpec& spec, int /*rank*/, int
   }
 
   // The engine: one chunk of logits (at most 4 bytes each), the attention
-  // backward's scratch (fp32 D and lse per head and query, an int32 document
-  // start per query), the embedding backward's sorted token ids and
-  // fp32 partial rows (two per 64 sorted tokens, worker/engine/cuda/
-  // embedding.cu), fixed workspaces.
+  // backward's scratch (TesseraAttentionWorkspaceOfJob on CUDA; the CPU
+  // engine's fp32 D and lse per head and query and an int32 document start
+  // per query), the embedding backward's sorted token ids and fp32 partial
+  // rows (two per 64 sorted tokens, worker/engine/cuda/embedding.cu), fixed
+  // workspaces.
   const int64_t chunk = std::min<int64_t>(
       spec.loss_chunk_tokens() > 0 ? spec.loss_chunk_tokens() : tokens, tokens);
   const int64_t embedding_tokens = embedding_from_rows ? world * tokens : tokens;
   const int64_t embedding_backward =
       16 * embedding_tokens + (embedding_tokens + 63) / 64 * 2 * hidden * 4;
-  e.engine_workspace = chunk * vocab * 4 + (2 * heads + 1) * batch * seq * 4 + embedding_backward +
-                       kEngineScratchBytes;
+  e.engine_workspace = chunk * vocab * 4 + embedding_backward + kEngineScratchBytes;
   const JobAttention attention = AttentionOfJob(spec);
-  e.engine_workspace += TesseraAttentionWorkspaceOfJob(attention);
+  e.engine_workspace += attention.cuda ? TesseraAttentionWorkspaceOfJob(attention)
+                                       : (2 * heads + 1) * batch * seq * 4;
   // cuDNN's attention, where the engine will run it.
   if (attention.cudnn) {
     e.engine_workspace += CudnnWorkspaceOfJob(attention, attention.deterministic);
@@ -184,10 +185,14 @@ RankMemoryEstimate EstimateRankMemory(const v1::JobSpec& spec, int /*rank*/, int
 }
 
 int64_t TesseraAttentionWorkspaceOfJob(const JobAttention& attention) {
-  if (!attention.cuda || attention.shape.head_dim != 128) return 0;
+  if (!attention.cuda) return 0;
   const CudnnAttentionShape& a = attention.shape;
   const int64_t seq_pad = (a.seq + 127) / 128 * 128;
-  return (a.heads * a.batch * seq_pad * 128 + (a.heads + 1) * a.batch * (seq_pad / 64)) * 4;
+  int64_t floats = (2 * a.heads + 1) * a.batch * seq_pad;  // D, lse2, document starts
+  if (a.head_dim == 128) {
+    floats += a.heads * a.batch * seq_pad * 128 + (a.heads + 1) * a.batch * (seq_pad / 64);
+  }
+  return floats * 4;
 }
 
 int64_t CudnnWorkspaceOfJob(const JobAttention& attention, bool deterministic) {

@@ -81,12 +81,15 @@ JobAttention AttentionOfJob(const v1::JobSpec& spec);
 // whole sequences' bound, in the key bands the engine runs
 // (common/cudnn_attention_workspace.h).
 int64_t CudnnWorkspaceOfJob(const JobAttention& attention, bool deterministic);
-// The scratch of Tessera's one-pass backward (head dim 128, whole sequences
-// and documents, worker/engine/cuda/flash_attention_backward_ordered.cu):
-// fp32 dQ sums per head and query and an int32 turn per head and 64-query
-// tile, the queries padded to 128, and the tiles' first key blocks; 0 where
-// it cannot run. Counted on every CUDA job that could run it, even where
-// cuDNN is chosen (the engine falls back to it where cuDNN does not start).
+// The scratch Tessera's attention backward asks the CUDA engine for
+// (worker/engine/cuda/kernels.h, FlashAttentionBackwardScratchFloats under
+// the one-pass forms), per query padded to 128: fp32 D and lse per head, an
+// int32 document start; at head dim 128 the one pass's fp32 dQ sums per
+// head, an int32 turn per head and 64-query tile, and the tiles' first key
+// blocks. 0 for CPU jobs. Counted on every CUDA job, even where cuDNN is
+// chosen (the engine falls back to it where cuDNN does not start);
+// worker/engine/cuda/attention_workspace_test holds it to the engine's
+// request.
 int64_t TesseraAttentionWorkspaceOfJob(const JobAttention& attention);
 
 // Rank `rank` of a shard group of `shard_world` ranks (common/parallelism.h:
