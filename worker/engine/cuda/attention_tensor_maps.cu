@@ -46,10 +46,12 @@ absl::StatusOr<CUtensorMap> HeadRowsTensorMap(const void* base, int64_t batch, i
         "attention: the TMA kernels need 16-byte aligned qkv, out and grad_out");
   }
   if (head_dim != 64 && head_dim != 128) {
-    return absl::InvalidArgumentError(absl::StrCat("attention: TMA maps of head dim ", head_dim));
+    return absl::InvalidArgumentError(
+        absl::StrCat("attention: head dim ", head_dim, " has no TMA map (64 or 128)"));
   }
   if (box_rows < 1 || box_rows > 256) {
-    return absl::InvalidArgumentError(absl::StrCat("attention: box of ", box_rows, " rows"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("attention: a TMA box of ", box_rows, " rows (1 to 256)"));
   }
   const absl::StatusOr<PFN_cuTensorMapEncodeTiled_v12000> encode = EncodeTiledFunction();
   if (!encode.ok()) return encode.status();
