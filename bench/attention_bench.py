@@ -455,8 +455,8 @@ def gpu_main(args):
         for r in results:
             print(f"  {tuple(r['shape'])}: {r.get('failure') or r['errors']['tessera']}", file=sys.stderr)
         return 1
+    atomic = os.environ.get("TESSERA_BENCH_ATTENTION", "").endswith("_atomic")
     for r in results:
-        atomic = os.environ.get("TESSERA_BENCH_ATTENTION", "").endswith("_atomic")
         if r.get("repeat_bitwise_equal") is False and not atomic:
             print(f"WARNING {tuple(r['shape'])}: a repeated Tessera run gave different bits "
                   "(the ops API promises deterministic attention)", flush=True)

@@ -254,9 +254,10 @@ TEST(OutputFormat, CheckpointIntervalLineSaysWhenTrainingWouldWait) {
 // The dry run's attention line follows the engine's rule: Tessera's
 // kernels under AUTO for the deterministic backward at head dim 128 (the 8B
 // shape: its one-pass backward's dQ sums), cuDNN under AUTO for the atomic
-// one and elsewhere within its workspace limit (head dim
-// 64: 4.08 GiB in one call at 8192 tokens; 4 key bands at 16384 tokens; with document masking the ragged batches' limit), Tessera's
-// kernels past it or when named; nothing for CPU jobs.
+// one and elsewhere within its workspace limit (head dim 64: 4.08 GiB in
+// one call at 8192 tokens, 4.21 GiB in 4 key bands at 16384; with document
+// masking the ragged batches' limit), Tessera's kernels past it or when
+// named; nothing for CPU jobs.
 TEST(OutputFormat, AttentionLineSaysWhichKernelsAndTheirWorkspace) {
   v1::JobSpec spec;
   spec.set_device_kind(v1::CUDA);
@@ -290,16 +291,18 @@ TEST(OutputFormat, AttentionLineSaysWhichKernelsAndTheirWorkspace) {
             "(counted above); ATTENTION_KERNELS_TESSERA takes 0.00 GiB, "
             "nondeterministic_attention_backward 0.14 GiB\n");
   m->set_seq_len(16384);
-  EXPECT_NE(AttentionLine(spec).find("cuDNN (AUTO), deterministic backward in 4 key bands"),
+  EXPECT_NE(AttentionLine(spec).find(
+                "cuDNN (AUTO), deterministic backward in 4 key bands, workspace 4.21 GiB"),
             std::string::npos)
       << AttentionLine(spec);
   m->set_seq_len(65536);
-  EXPECT_NE(AttentionLine(spec).find("# attention: Tessera's kernels (AUTO: cuDNN's "
-                                     "deterministic backward in 8 key bands would need"),
-            std::string::npos)
-      << AttentionLine(spec);
+  EXPECT_EQ(AttentionLine(spec),
+            "# attention: Tessera's kernels (AUTO: cuDNN's deterministic backward in 8 key "
+            "bands would need 33.21 GiB of workspace, above 8.00 GiB; "
+            "nondeterministic_attention_backward would take 1.02 GiB)\n");
   spec.set_attention_kernels(v1::ATTENTION_KERNELS_CUDNN);
-  EXPECT_NE(AttentionLine(spec).find("cuDNN (CUDNN), deterministic backward in 8 key bands"),
+  EXPECT_NE(AttentionLine(spec).find(
+                "cuDNN (CUDNN), deterministic backward in 8 key bands, workspace 33.21 GiB"),
             std::string::npos)
       << AttentionLine(spec);
   spec.set_attention_kernels(v1::ATTENTION_KERNELS_TESSERA);
@@ -309,7 +312,7 @@ TEST(OutputFormat, AttentionLineSaysWhichKernelsAndTheirWorkspace) {
   spec.set_attention_kernels(v1::ATTENTION_KERNELS_AUTO);
   spec.mutable_data()->set_document_masking(true);
   m->set_seq_len(8192);
-  EXPECT_NE(AttentionLine(spec).find("cuDNN (AUTO), deterministic backward, workspace"),
+  EXPECT_NE(AttentionLine(spec).find("cuDNN (AUTO), deterministic backward, workspace 4.27 GiB"),
             std::string::npos)
       << AttentionLine(spec);
   EXPECT_NE(AttentionLine(spec).find("documents run as cuDNN's ragged batches where they average "

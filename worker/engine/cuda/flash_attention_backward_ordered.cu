@@ -51,8 +51,8 @@
 //
 // Scratch (after the two-pass kernels' D, lse2 and document starts): the dQ
 // sums [B, heads, S padded to 128, 128] fp32 (each 64-row tile in the
-// consumers' fragment order), the turn counters (zeroed by
-// the launcher before each call) and the tiles' first blocks.
+// consumers' fragment order), the turn counters (zeroed by the launcher
+// before each call) and the tiles' first blocks.
 
 #include <cuda_bf16.h>
 
@@ -158,8 +158,8 @@ __global__ void TileFirstBlocksKernel(const int32_t* first_keys, int64_t seq_pad
 
 // dQ = the sums times the softmax scale, as bf16 into dqkv's query heads.
 // One block per 64-query tile of one head: the tile's sum, held in the
-// consumers' fragment order (see their staging), is put back into rows in shared
-// memory, and each row goes out as 16-byte stores.
+// consumers' fragment order (see their staging), is put back into rows in
+// shared memory, and each row goes out as 16-byte stores.
 __global__ void DqFromSumsKernel(AttentionParams p, int64_t seq_pad, const float* dq_sums,
                                  __nv_bfloat16* dqkv) {
   __shared__ float s_rows[kQTile][kD + 4];
