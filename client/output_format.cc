@@ -29,9 +29,7 @@ std::string AttentionLine(const v1::JobSpec& spec) {
   if (!a.cudnn && (spec.attention_kernels() == v1::ATTENTION_KERNELS_TESSERA ||
                    a.shape.head_dim == 128)) {
     // Tessera's kernels by name, or AUTO's choice at head dim 128.
-    // The atomic form is the one pass's (head dim 128); head dim 64's two
-    // passes are always deterministic.
-    const bool atomic = !a.deterministic && a.shape.head_dim == 128;
+    const bool atomic = !a.deterministic;
     return absl::StrCat(
         "# attention: Tessera's kernels (",
         spec.attention_kernels() == v1::ATTENTION_KERNELS_TESSERA ? "ATTENTION_KERNELS_TESSERA"

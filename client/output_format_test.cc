@@ -288,7 +288,7 @@ TEST(OutputFormat, AttentionLineSaysWhichKernelsAndTheirWorkspace) {
   m->set_d_model(2048);
   EXPECT_EQ(AttentionLine(spec),
             "# attention: cuDNN (AUTO), deterministic backward, workspace 4.08 GiB per rank "
-            "(counted above); ATTENTION_KERNELS_TESSERA takes 0.00 GiB, "
+            "(counted above); ATTENTION_KERNELS_TESSERA takes 0.06 GiB, "
             "nondeterministic_attention_backward 0.14 GiB\n");
   m->set_seq_len(16384);
   EXPECT_NE(AttentionLine(spec).find(
@@ -308,7 +308,7 @@ TEST(OutputFormat, AttentionLineSaysWhichKernelsAndTheirWorkspace) {
   spec.set_attention_kernels(v1::ATTENTION_KERNELS_TESSERA);
   EXPECT_EQ(AttentionLine(spec),
             "# attention: Tessera's kernels (ATTENTION_KERNELS_TESSERA), deterministic "
-            "backward, workspace 0.02 GiB per rank (counted above)\n");
+            "backward, workspace 0.52 GiB per rank (counted above)\n");
   spec.set_attention_kernels(v1::ATTENTION_KERNELS_AUTO);
   spec.mutable_data()->set_document_masking(true);
   m->set_seq_len(8192);

@@ -84,10 +84,10 @@ int64_t CudnnWorkspaceOfJob(const JobAttention& attention, bool deterministic);
 // The scratch Tessera's attention backward asks the CUDA engine for
 // (worker/engine/cuda/kernels.h, FlashAttentionBackwardScratchFloats under
 // the one-pass forms), per query padded to 128: fp32 D and lse per head, an
-// int32 document start; at head dim 128 the one pass's fp32 dQ sums per
-// head, an int32 turn per head and 64-query tile, and the tiles' first key
-// blocks. 0 for CPU jobs. Counted on every CUDA job, even where cuDNN is
-// chosen (the engine falls back to it where cuDNN does not start);
+// int32 document start; at head dims 64 and 128 the one pass's fp32 dQ
+// sums per head, an int32 turn per head and 64-query tile, and the tiles'
+// first key blocks. 0 for CPU jobs. Counted on every CUDA job, even where
+// cuDNN is chosen (the engine falls back to it where cuDNN does not start);
 // worker/engine/cuda/attention_workspace_test holds it to the engine's
 // request.
 int64_t TesseraAttentionWorkspaceOfJob(const JobAttention& attention);

@@ -60,8 +60,8 @@ struct CudaEngineOptions {
   // The backward adds dQ in whatever order its blocks get there: faster,
   // and its bits vary between runs
   // (JobSpec.nondeterministic_attention_backward). cuDNN's adds with fp32
-  // atomics instead of keeping dS in its workspace; Tessera's one pass
-  // (head dim 128) adds its blocks' parts out of key-block order
+  // atomics instead of keeping dS in its workspace; Tessera's one pass adds
+  // its blocks' parts out of key-block order
   // (FlashBackwardForm::kAtomicDq). false: the deterministic forms.
   bool attention_atomic_backward = false;
   // The deterministic backward's key bands (cudnn_attention.h): 0, the
@@ -72,10 +72,10 @@ struct CudaEngineOptions {
   // Tessera's own backward (kTessera, and kAuto where cuDNN does not run)
   // has two forms, both bit-identical run to run: two passes (the dQ blocks
   // recompute S and dP) and one pass whose key blocks add their parts of dQ
-  // in key-block order (head dim 128 only). kRule: one pass wherever it
-  // exists, whole sequences and documents alike (measured faster each way
-  // since its warp-specialised form: bench/RESULTS.md). kOnePass and
-  // kTwoPass are for benchmarks and tests that compare the forms.
+  // in key-block order. kRule: one pass, whole sequences and documents
+  // alike (measured faster each way since its warp-specialised form:
+  // bench/RESULTS.md). kOnePass and kTwoPass are for benchmarks and tests
+  // that compare the forms.
   enum class BackwardPasses { kRule, kOnePass, kTwoPass };
   BackwardPasses attention_backward_passes = BackwardPasses::kRule;
 };

@@ -388,9 +388,9 @@ absl::Status LaunchGradients(const AttentionParams& p, int64_t batch, const __nv
   return absl::OkStatus();
 }
 
-// The one-pass forms exist at head dim 128; 64 always runs two passes.
+// The one-pass forms run at the head dims the kernels take (64 and 128).
 bool RunsOnePass(const AttentionShape& shape, FlashBackwardForm form) {
-  return form != FlashBackwardForm::kTwoPass && shape.head_dim == 128;
+  return form != FlashBackwardForm::kTwoPass && (shape.head_dim == 64 || shape.head_dim == 128);
 }
 
 template <int kD>
@@ -411,7 +411,7 @@ absl::Status Launch(const AttentionParams& p, int64_t batch, const __nv_bfloat16
   CUDA_RETURN_IF_LAUNCH_FAILED();
 
   if (one_pass) {
-    return LaunchOrderedAttentionGradients(p, batch, dout, delta, lse2, first_keys, seq_pad,
+    return LaunchOrderedAttentionGradients(p, batch, kD, dout, delta, lse2, first_keys, seq_pad,
                                            ordered, scratch + (2 * p.heads + 1) * batch * seq_pad,
                                            dqkv, stream);
   }
@@ -433,7 +433,8 @@ int64_t FlashAttentionBackwardScratchFloats(const AttentionShape& shape,
   const int64_t seq_pad = PaddedSeq(shape.seq);
   const int64_t prepare = (2 * shape.heads + 1) * shape.batch * seq_pad;
   return prepare + (RunsOnePass(shape, form)
-                        ? OrderedAttentionScratchFloats(shape.batch, shape.heads, seq_pad)
+                        ? OrderedAttentionScratchFloats(shape.batch, shape.heads, shape.head_dim,
+                                                        seq_pad)
                         : 0);
 }
 

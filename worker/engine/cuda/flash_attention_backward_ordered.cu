@@ -1,4 +1,4 @@
-// Causal attention backward at head dim 128 in one pass: each thread block
+// Causal attention backward at head dims 64 and 128 in one pass: each thread block
 // owns 128 keys of one K/V head, computes their dK and dV, and adds its part
 // of every query tile's dQ into an fp32 sum in a fixed order, so the result
 // is bit-identical run to run without recomputing S and dP for dQ (the
@@ -22,7 +22,8 @@
 // dS^T = P^T (dP^T - D), then dV += P^T dO and dK += dS^T Q from registers,
 // as the two-pass dK/dV kernel does. Both warpgroups also leave dS^T in
 // shared memory, and each then multiplies the whole 64 x 128 dS by its half
-// of K's columns: the block's part of the tile's dQ, 64 x 128 in fp32,
+// of K's columns (64 x 64 products at head dim 128, 64 x 32 at 64): the
+// block's part of the tile's dQ, 64 x head dim in fp32,
 // which the consumers stage in shared memory (two buffers) for the writer.
 //
 // Order. The blocks that see query tile m are the key blocks n from
@@ -70,15 +71,12 @@ namespace {
 
 using flash::AttentionParams;
 
-constexpr int kD = 128;
 constexpr int kConsumers = 2;  // warpgroups of 64 keys
 constexpr int kThreads = (1 + kConsumers) * wgmma::kWarpgroupThreads;  // + the producer
 constexpr int kConsumerThreads = kConsumers * wgmma::kWarpgroupThreads;
 constexpr int kConsumerWarps = kConsumerThreads / 32;
 constexpr int kKeyBlock = 64 * kConsumers;
 constexpr int kQTile = 64;
-constexpr int kStages = 2;  // query tiles in flight
-using QueryRing = tma::Ring<kStages>;
 // Registers per thread after the hand-over (24 x 128 + 240 x 256 fits; the
 // dQ writer spills a few bytes at 24).
 constexpr int kProducerRegisters = 24;
@@ -93,24 +91,33 @@ constexpr int kConsumersBarrier = 1;
 constexpr int kCopyThread = 0;
 constexpr int kDqWriterThread = 32;
 
-constexpr int kKVBytes = kKeyBlock * kD * 2;
-constexpr int kTileBytes = kQTile * kD * 2;
 constexpr int kDsBytes = kKeyBlock * kQTile * 2;
 constexpr int kStatsBytes = kQTile * 4;
-constexpr int kDqBytes = kQTile * kD * 4;  // a tile's dQ part, fp32
 // Shared memory from the 1024-byte aligned base: K, V, Q[stages],
 // dO[stages], dS^T[2], dQ parts[2], per stage lse2, D and document starts,
-// barriers.
-constexpr int kKOffset = 0;
-constexpr int kVOffset = kKOffset + kKVBytes;
-constexpr int kQOffset = kVOffset + kKVBytes;
-constexpr int kDoutOffset = kQOffset + kStages * kTileBytes;
-constexpr int kDsOffset = kDoutOffset + kStages * kTileBytes;
-constexpr int kDqOffset = kDsOffset + 2 * kDsBytes;
-constexpr int kStatsOffset = kDqOffset + 2 * kDqBytes;
-constexpr int kBarrierOffset = kStatsOffset + 3 * kStages * kStatsBytes;
-constexpr int kSmemBytes = kBarrierOffset + 8 * (1 + 2 * kStages + 4) + 1024;
+// barriers. Tiles hold kD / 64 panels of 64 columns (wgmma.cuh).
+template <int kD>
+struct Layout {
+  static constexpr int kPanels = kD / 64;
+  static constexpr int kStages = kD == 64 ? 4 : 2;  // query tiles in flight
+  static constexpr int kKVBytes = kKeyBlock * kD * 2;
+  static constexpr int kTileBytes = kQTile * kD * 2;
+  static constexpr int kDqBytes = kQTile * kD * 4;  // a tile's dQ part, fp32
+  static constexpr int kKOffset = 0;
+  static constexpr int kVOffset = kKOffset + kKVBytes;
+  static constexpr int kQOffset = kVOffset + kKVBytes;
+  static constexpr int kDoutOffset = kQOffset + kStages * kTileBytes;
+  static constexpr int kDsOffset = kDoutOffset + kStages * kTileBytes;
+  static constexpr int kDqOffset = kDsOffset + 2 * kDsBytes;
+  static constexpr int kStatsOffset = kDqOffset + 2 * kDqBytes;
+  static constexpr int kBarrierOffset = kStatsOffset + 3 * kStages * kStatsBytes;
+  static constexpr int kSmemBytes = kBarrierOffset + 8 * (1 + 2 * kStages + 4) + 1024;
+  // Each consumer's share of a tile's dQ: kD / 2 columns, kD / 16 column
+  // groups of 8 in its accumulator.
+  static constexpr int kDqGroups = kD / 16;
+};
 
+template <int kStages>
 struct Barriers {
   uint32_t base;
   __device__ uint32_t kv_full() const { return base; }
@@ -120,6 +127,24 @@ struct Barriers {
   __device__ uint32_t dq_full(int d) const { return base + 8 * (1 + 2 * kStages + d); }
   __device__ uint32_t dq_empty(int d) const { return base + 8 * (3 + 2 * kStages + d); }
 };
+
+// The block's part of a tile's dQ for one consumer: dS (queries x the
+// block's keys, read transposed from s_ds) times K's columns [kD / 2 wg,
+// kD / 2 (wg + 1)).
+template <int kD>
+__device__ __forceinline__ void IssueDqPart(float (&dq)[kD / 16][4], uint32_t s_ds, uint32_t s_k,
+                                            int wg) {
+#pragma unroll
+  for (int kt = 0; kt < kKeyBlock / 16; ++kt) {
+    if constexpr (kD == 128) {
+      wgmma::MmaSS64<1, 1>(dq, wgmma::MNMajor<kKeyBlock>(s_ds, 16 * kt, 0),
+                           wgmma::MNMajor<kKeyBlock>(s_k, 16 * kt, 64 * wg), kt > 0);
+    } else {
+      wgmma::MmaSS32<1, 1>(dq, wgmma::MNMajor<kKeyBlock>(s_ds, 16 * kt, 0),
+                           wgmma::MNMajor<kKeyBlock>(s_k, 16 * kt, 32 * wg), kt > 0);
+    }
+  }
+}
 
 #ifdef TESSERA_WGMMA
 __device__ __forceinline__ int LoadAcquire(const int32_t* p) {
@@ -160,17 +185,19 @@ __global__ void TileFirstBlocksKernel(const int32_t* first_keys, int64_t seq_pad
 // One block per 64-query tile of one head: the tile's sum, held in the
 // consumers' fragment order (see their staging), is put back into rows in
 // shared memory, and each row goes out as 16-byte stores.
+template <int kD>
 __global__ void DqFromSumsKernel(AttentionParams p, int64_t seq_pad, const float* dq_sums,
                                  __nv_bfloat16* dqkv) {
+  constexpr int kGroups = Layout<kD>::kDqGroups;
   __shared__ float s_rows[kQTile][kD + 4];
   const int64_t q0 = int64_t(blockIdx.x) * kQTile, bh = blockIdx.y;
   const int64_t b = bh / p.heads, h = bh % p.heads;
   const float4* src = reinterpret_cast<const float4*>(dq_sums + (bh * seq_pad + q0) * kD);
   for (int f = threadIdx.x; f < kQTile * kD / 4; f += blockDim.x) {
     const float4 v = __ldcs(src + f);
-    const int wg = f / (kQTile * 16), nt = (f / 128) % 8, thread = f % 128;
+    const int wg = f / (128 * kGroups), nt = (f / 128) % kGroups, thread = f % 128;
     const int row = 16 * (thread / 32) + (thread % 32) / 4;
-    const int col = 64 * wg + 8 * nt + 2 * (thread % 4);
+    const int col = (kD / 2) * wg + 8 * nt + 2 * (thread % 4);
     s_rows[row][col] = v.x;
     s_rows[row][col + 1] = v.y;
     s_rows[row + 8][col] = v.z;
@@ -191,7 +218,7 @@ __global__ void DqFromSumsKernel(AttentionParams p, int64_t seq_pad, const float
   }
 }
 
-template <bool kDocuments, bool kOrdered>
+template <int kD, bool kDocuments, bool kOrdered>
 __global__ void __launch_bounds__(kThreads, 1)
     AttentionBackwardOrderedKernel(const __grid_constant__ CUtensorMap kv_map,
                                    const __grid_constant__ CUtensorMap q_map,
@@ -201,15 +228,21 @@ __global__ void __launch_bounds__(kThreads, 1)
                                    int64_t seq_pad, float* dq_sums, int32_t* dq_turns,
                                    __nv_bfloat16* dqkv) {
 #ifdef TESSERA_WGMMA
+  using L = Layout<kD>;
+  constexpr int kStages = L::kStages, kTileBytes = L::kTileBytes, kKVBytes = L::kKVBytes;
+  constexpr int kDqBytes = L::kDqBytes;
+  using QueryRing = tma::Ring<kStages>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = wgmma::AlignedSmem(smem_raw);
   const uint32_t base = SmemAddress(smem);
-  const uint32_t s_k = base + kKOffset, s_v = base + kVOffset;
-  const Barriers bar{base + kBarrierOffset};
-  auto q_tile = [&](int s) { return base + kQOffset + s * kTileBytes; };
-  auto do_tile = [&](int s) { return base + kDoutOffset + s * kTileBytes; };
+  const uint32_t s_k = base + L::kKOffset, s_v = base + L::kVOffset;
+  const Barriers<kStages> bar{base + L::kBarrierOffset};
+  auto q_tile = [&](int s) { return base + L::kQOffset + s * kTileBytes; };
+  auto do_tile = [&](int s) { return base + L::kDoutOffset + s * kTileBytes; };
   // Per stage: lse2, D and (documents) the queries' document starts.
-  auto stats = [&](int s, int which) { return smem + kStatsOffset + (3 * s + which) * kStatsBytes; };
+  auto stats = [&](int s, int which) {
+    return smem + L::kStatsOffset + (3 * s + which) * kStatsBytes;
+  };
 
   // Longest blocks first across the K/V heads: block n of every head
   // before block n + 1 of any, so the long blocks do not end the grid.
@@ -261,7 +294,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int first_block = kDocuments ? first_blocks[m] : 0;
         int32_t* turn = dq_turns + (int64_t(b) * p.heads + h) * tiles + m;
         float* sum = dq_sums + ((int64_t(b) * p.heads + h) * seq_pad + int64_t(m) * kQTile) * kD;
-        const uint32_t part = base + kDqOffset + d * kDqBytes;
+        const uint32_t part = base + L::kDqOffset + d * kDqBytes;
         if (n == first_block) {
           tma::StoreBytes(sum, part, kDqBytes);
           tma::CommitAndDrainStores();
@@ -294,10 +327,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       tma::PrefetchMap(&dout_map);
       const int k_head = p.heads + kv_head, v_head = p.heads + p.kv_heads + kv_head;
       tma::ArriveExpectBytes(bar.kv_full(), 2 * kKVBytes);
-      for (int panel = 0; panel < 2; ++panel) {
-        tma::Load4d(s_k + panel * kKVBytes / 2, &kv_map, 64 * panel, k_head, int(k0), b,
+      for (int panel = 0; panel < L::kPanels; ++panel) {
+        tma::Load4d(s_k + panel * kKVBytes / L::kPanels, &kv_map, 64 * panel, k_head, int(k0), b,
                     bar.kv_full());
-        tma::Load4d(s_v + panel * kKVBytes / 2, &kv_map, 64 * panel, v_head, int(k0), b,
+        tma::Load4d(s_v + panel * kKVBytes / L::kPanels, &kv_map, 64 * panel, v_head, int(k0), b,
                     bar.kv_full());
       }
       constexpr uint32_t kTileTraffic =
@@ -307,10 +340,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         tma::Wait(bar.empty(s), QueryRing::FreeParity(it));
         const int h = head_of(it), q0 = tile_of(it) * kQTile;
         tma::ArriveExpectBytes(bar.full(s), kTileTraffic);
-        for (int panel = 0; panel < 2; ++panel) {
-          tma::Load4d(q_tile(s) + panel * kTileBytes / 2, &q_map, 64 * panel, h, q0, b,
+        for (int panel = 0; panel < L::kPanels; ++panel) {
+          tma::Load4d(q_tile(s) + panel * kTileBytes / L::kPanels, &q_map, 64 * panel, h, q0, b,
                       bar.full(s));
-          tma::Load4d(do_tile(s) + panel * kTileBytes / 2, &dout_map, 64 * panel, h, q0, b,
+          tma::Load4d(do_tile(s) + panel * kTileBytes / L::kPanels, &dout_map, 64 * panel, h, q0,
+                      b,
                       bar.full(s));
         }
         const int64_t row = (int64_t(b) * p.heads + h) * seq_pad + q0;
@@ -357,7 +391,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // where the dQ product reads it transposed. Two buffers: a warpgroup
     // writes buffer (it & 1) only after both passed the barrier of it - 1,
     // so the other has finished reading it at it - 2.
-    unsigned char* ds_ptr = smem + kDsOffset + (it & 1) * kDsBytes;
+    unsigned char* ds_ptr = smem + L::kDsOffset + (it & 1) * kDsBytes;
     const uint32_t s_ds = SmemAddress(ds_ptr);
     {
       const int row = wg_key0 + 16 * warp + g;
@@ -381,15 +415,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::ProxyFence();
     tma::SyncNamed(kConsumersBarrier, kConsumerThreads);  // both halves of dS^T written
 
-    // This block's part of dQ for the tile, columns [64 wg, 64 wg + 64):
-    // dS (queries x the block's keys, read transposed) times K's columns.
-    float dq[8][4] = {};
+    // This block's part of dQ for the tile, columns [kD / 2 wg, kD / 2 (wg + 1)).
+    float dq[L::kDqGroups][4];
     wgmma::Fence();
-#pragma unroll
-    for (int kt = 0; kt < kKeyBlock / 16; ++kt) {
-      wgmma::MmaSS64<1, 1>(dq, wgmma::MNMajor<kKeyBlock>(s_ds, 16 * kt, 0),
-                           wgmma::MNMajor<kKeyBlock>(s_k, 16 * kt, 64 * wg), 1);
-    }
+    IssueDqPart<kD>(dq, s_ds, s_k, wg);
     wgmma::Commit();
     wgmma::Wait<0>();
     wgmma::FenceOperands(dv);
@@ -400,16 +429,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (lane == 0) tma::Arrive(bar.empty(s));  // Q, dO and the stats are read
 
     // Stage the part for the writer in fragment order: the accumulator's
-    // four floats of column pair nt as one float4 at (64 x 64 wg + 128 nt +
-    // the warpgroup's thread) float4s, so a warp stores 512 contiguous bytes
-    // and no bank is hit twice. dq_sums keeps this order; DqFromSumsKernel
-    // puts it back into rows.
+    // four floats of column group nt as one float4 at (128 (kDqGroups wg +
+    // nt) + the warpgroup's thread) float4s, so a warp stores 512
+    // contiguous bytes and no bank is hit twice. dq_sums keeps this order;
+    // DqFromSumsKernel puts it back into rows.
     const int d = it & 1;
     tma::Wait(bar.dq_empty(d), ((it >> 1) & 1) ^ 1);
-    float4* part = reinterpret_cast<float4*>(smem + kDqOffset + d * kDqBytes) + 1024 * wg +
-                   32 * warp + lane;
+    float4* part = reinterpret_cast<float4*>(smem + L::kDqOffset + d * kDqBytes) +
+                   128 * L::kDqGroups * wg + 32 * warp + lane;
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
+    for (int nt = 0; nt < L::kDqGroups; ++nt) {
       part[128 * nt] = make_float4(dq[nt][0], dq[nt][1], dq[nt][2], dq[nt][3]);
     }
     wgmma::ProxyFence();  // the writer's bulk copy reads it
@@ -420,26 +449,21 @@ __global__ void __launch_bounds__(kThreads, 1)
   // the gradients.
   tma::SyncNamed(kConsumersBarrier, kConsumerThreads);
 
-  flash::StoreKeyGradients<kD>(p, b, kv_head, k0 + wg_key0 + 16 * warp, dk, dv, smem + kKOffset,
-                               smem + kVOffset, wg_key0 + 16 * warp, dqkv, lane);
+  flash::StoreKeyGradients<kD>(p, b, kv_head, k0 + wg_key0 + 16 * warp, dk, dv,
+                               smem + L::kKOffset, smem + L::kVOffset, wg_key0 + 16 * warp, dqkv,
+                               lane);
 #else
   __trap();
 #endif
 }
 
-}  // namespace
 
-int64_t OrderedAttentionScratchFloats(int64_t batch, int heads, int64_t seq_pad) {
-  const int64_t tiles = seq_pad / kQTile;
-  // dQ sums, turn counters, first blocks (int32s counted as floats).
-  return batch * heads * seq_pad * kD + batch * heads * tiles + batch * tiles;
-}
-
-absl::Status LaunchOrderedAttentionGradients(const flash::AttentionParams& p, int64_t batch,
-                                             const __nv_bfloat16* dout, const float* delta,
-                                             const float* lse2, const int32_t* first_keys,
-                                             int64_t seq_pad, bool ordered, float* scratch,
-                                             __nv_bfloat16* dqkv, cudaStream_t stream) {
+template <int kD>
+absl::Status LaunchKernels(const flash::AttentionParams& p, int64_t batch,
+                           const __nv_bfloat16* dout, const float* delta, const float* lse2,
+                           const int32_t* first_keys, int64_t seq_pad, bool ordered,
+                           float* scratch, __nv_bfloat16* dqkv, cudaStream_t stream) {
+  constexpr int kSmemBytes = Layout<kD>::kSmemBytes;
   const int64_t tiles = seq_pad / kQTile;
   float* dq_sums = scratch;
   int32_t* dq_turns = reinterpret_cast<int32_t*>(scratch + batch * p.heads * seq_pad * kD);
@@ -482,18 +506,45 @@ absl::Status LaunchOrderedAttentionGradients(const flash::AttentionParams& p, in
   };
   static std::atomic<uint64_t> smem_allowed[4] = {0, 0, 0, 0};
   const absl::Status launched =
-      documents ? (ordered ? launch(AttentionBackwardOrderedKernel<true, true>, smem_allowed[0])
-                           : launch(AttentionBackwardOrderedKernel<true, false>, smem_allowed[1]))
-                : (ordered ? launch(AttentionBackwardOrderedKernel<false, true>, smem_allowed[2])
-                           : launch(AttentionBackwardOrderedKernel<false, false>, smem_allowed[3]));
+      documents
+          ? (ordered ? launch(AttentionBackwardOrderedKernel<kD, true, true>, smem_allowed[0])
+                     : launch(AttentionBackwardOrderedKernel<kD, true, false>, smem_allowed[1]))
+          : (ordered ? launch(AttentionBackwardOrderedKernel<kD, false, true>, smem_allowed[2])
+                     : launch(AttentionBackwardOrderedKernel<kD, false, false>, smem_allowed[3]));
   if (!launched.ok()) return launched;
-  CUDA_RETURN_IF_LAUNCH_FAILED();
   constexpr int kConvertThreads = 256;
-  DqFromSumsKernel<<<dim3(static_cast<unsigned>((p.seq + kQTile - 1) / kQTile),
-                          static_cast<unsigned>(batch * p.heads)),
-                     kConvertThreads, 0, stream>>>(p, seq_pad, dq_sums, dqkv);
+  DqFromSumsKernel<kD><<<dim3(static_cast<unsigned>((p.seq + kQTile - 1) / kQTile),
+                              static_cast<unsigned>(batch * p.heads)),
+                         kConvertThreads, 0, stream>>>(p, seq_pad, dq_sums, dqkv);
   CUDA_RETURN_IF_LAUNCH_FAILED();
   return absl::OkStatus();
+}
+
+}  // namespace
+
+int64_t OrderedAttentionScratchFloats(int64_t batch, int heads, int head_dim, int64_t seq_pad) {
+  const int64_t tiles = seq_pad / kQTile;
+  // dQ sums, turn counters, first blocks (int32s counted as floats).
+  return batch * heads * seq_pad * head_dim + batch * heads * tiles + batch * tiles;
+}
+
+absl::Status LaunchOrderedAttentionGradients(const flash::AttentionParams& p, int64_t batch,
+                                             int head_dim, const __nv_bfloat16* dout,
+                                             const float* delta, const float* lse2,
+                                             const int32_t* first_keys, int64_t seq_pad,
+                                             bool ordered, float* scratch, __nv_bfloat16* dqkv,
+                                             cudaStream_t stream) {
+  switch (head_dim) {
+    case 64:
+      return LaunchKernels<64>(p, batch, dout, delta, lse2, first_keys, seq_pad, ordered, scratch,
+                               dqkv, stream);
+    case 128:
+      return LaunchKernels<128>(p, batch, dout, delta, lse2, first_keys, seq_pad, ordered,
+                                scratch, dqkv, stream);
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("attention: the one-pass backward takes head dim 64 or 128, not ", head_dim));
+  }
 }
 
 }  // namespace cuda

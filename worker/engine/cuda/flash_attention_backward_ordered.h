@@ -1,7 +1,7 @@
 // The one-pass attention backward with dQ summed in key-block order
 // (flash_attention_backward_ordered.cu), as the two-pass launcher in
-// flash_attention_backward.cu calls it after its prepare kernel: head dim
-// 128 only. Device code's header: it names the kernels' parameter block.
+// flash_attention_backward.cu calls it after its prepare kernel: head dims
+// 64 and 128. Device code's header: it names the kernels' parameter block.
 #ifndef TESSERA_WORKER_ENGINE_CUDA_FLASH_ATTENTION_BACKWARD_ORDERED_H_
 #define TESSERA_WORKER_ENGINE_CUDA_FLASH_ATTENTION_BACKWARD_ORDERED_H_
 
@@ -20,7 +20,7 @@ namespace cuda {
 // tiles' first key blocks, for `batch` sequences of seq_pad (a multiple of
 // 128) rows. common/memory_estimate.cc counts the same bytes for jobs
 // (it cannot call this); change both together.
-int64_t OrderedAttentionScratchFloats(int64_t batch, int heads, int64_t seq_pad);
+int64_t OrderedAttentionScratchFloats(int64_t batch, int heads, int head_dim, int64_t seq_pad);
 
 // dK, dV and dQ into dqkv from D, lse2 and the document starts the prepare
 // kernel wrote (first_keys unused without documents); scratch holds
@@ -28,10 +28,11 @@ int64_t OrderedAttentionScratchFloats(int64_t batch, int heads, int64_t seq_pad)
 // order, bit-identical run to run; otherwise in the order the blocks get
 // there (the atomic form, FlashBackwardForm::kAtomicDq).
 absl::Status LaunchOrderedAttentionGradients(const flash::AttentionParams& p, int64_t batch,
-                                             const __nv_bfloat16* dout, const float* delta,
-                                             const float* lse2, const int32_t* first_keys,
-                                             int64_t seq_pad, bool ordered, float* scratch,
-                                             __nv_bfloat16* dqkv, cudaStream_t stream);
+                                             int head_dim, const __nv_bfloat16* dout,
+                                             const float* delta, const float* lse2,
+                                             const int32_t* first_keys, int64_t seq_pad,
+                                             bool ordered, float* scratch, __nv_bfloat16* dqkv,
+                                             cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace tessera

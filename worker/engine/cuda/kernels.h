@@ -133,7 +133,7 @@ absl::Status LaunchSumKeyBands(const AttentionShape& shape, int bands, const voi
 //  * kAtomicDq: the same pass, the parts added in the order the blocks get
 //    there (nondeterministic_attention_backward: no block waits for another
 //    to add its part, and the sums' rounding varies run to run).
-// The one-pass forms exist at head dim 128; 64 runs two passes.
+// The one-pass forms run at head dims 64 and 128.
 enum class FlashBackwardForm { kTwoPass, kOrderedDq, kAtomicDq };
 // fp32 scratch the backward needs:
 // FlashAttentionBackwardScratchFloats(shape, form), 16-byte aligned.

@@ -184,6 +184,25 @@ __device__ __forceinline__ void MmaSS64(float (&d)[8][4], uint64_t a, uint64_t b
 #endif
 }
 
+// d (64 x 32 fp32, this thread's part) (+)= A (64 x 16, shared memory) B (16 x 32,
+// shared memory). accumulate = 0 overwrites d.
+template <int kTransA, int kTransB>
+__device__ __forceinline__ void MmaSS32(float (&d)[4][4], uint64_t a, uint64_t b,
+                                        int accumulate) {
+#ifdef TESSERA_WGMMA
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+      "%16, %17, p, 1, 1, %19, %20;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
+      : "l"(a), "l"(b), "r"(accumulate), "n"(kTransA), "n"(kTransB));
+#endif
+}
+
 // d (64 x 64 fp32) (+)= A (64 x 16, registers: an mma.sync-style A fragment of
 // this warp's 16 rows) B (16 x 64, shared memory).
 template <int kTransB>
