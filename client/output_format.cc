@@ -26,28 +26,22 @@ std::string ToJsonLine(const google::protobuf::Message& message) {
 std::string AttentionLine(const v1::JobSpec& spec) {
   const JobAttention a = AttentionOfJob(spec);
   if (!a.cuda) return std::string();
-  if (!a.cudnn && (spec.attention_kernels() == v1::ATTENTION_KERNELS_TESSERA ||
-                   a.shape.head_dim == 128)) {
-    // Tessera's kernels by name, or AUTO's choice at head dim 128.
-    const bool atomic = !a.deterministic;
+  if (!a.cudnn) {
+    // Tessera's kernels by name, or AUTO's choice for the deterministic
+    // backward.
     return absl::StrCat(
         "# attention: Tessera's kernels (",
         spec.attention_kernels() == v1::ATTENTION_KERNELS_TESSERA ? "ATTENTION_KERNELS_TESSERA"
-                                                                   : "AUTO at head dim 128",
-        "), ", atomic ? "atomic (nondeterministic)" : "deterministic", " backward, workspace ",
-        FormatBytesAsGiB(TesseraAttentionWorkspaceOfJob(a)), " per rank (counted above)\n");
+                                                                   : "AUTO",
+        "), ", a.deterministic ? "deterministic" : "atomic (nondeterministic)",
+        " backward, workspace ", FormatBytesAsGiB(TesseraAttentionWorkspaceOfJob(a)),
+        " per rank (counted above)\n");
   }
   const int64_t bytes = CudnnWorkspaceOfJob(a, a.deterministic);
   const std::string atomic_bytes =
       FormatBytesAsGiB(CudnnWorkspaceOfJob(a, /*deterministic=*/false));
   const int bands = a.deterministic ? a.key_bands : 1;
   const std::string in_bands = bands > 1 ? absl::StrCat(" in ", bands, " key bands") : "";
-  if (!a.cudnn) {  // AUTO past its limit
-    return absl::StrCat("# attention: Tessera's kernels (AUTO: cuDNN's deterministic backward",
-                        in_bands, " would need ", FormatBytesAsGiB(bytes), " of workspace, above ",
-                        FormatBytesAsGiB(kAutoCudnnWorkspaceLimitBytes),
-                        "; nondeterministic_attention_backward would take ", atomic_bytes, ")\n");
-  }
   const bool automatic = spec.attention_kernels() != v1::ATTENTION_KERNELS_CUDNN;
   const int64_t tessera_bytes = TesseraAttentionWorkspaceOfJob(a);
   std::string line = absl::StrCat("# attention: cuDNN (", automatic ? "AUTO" : "CUDNN", "), ",

@@ -252,12 +252,12 @@ TEST(OutputFormat, CheckpointIntervalLineSaysWhenTrainingWouldWait) {
 }
 
 // The dry run's attention line follows the engine's rule: Tessera's
-// kernels under AUTO for the deterministic backward at head dim 128 (the 8B
-// shape: its one-pass backward's dQ sums), cuDNN under AUTO for the atomic
-// one and elsewhere within its workspace limit (head dim 64: 4.08 GiB in
-// one call at 8192 tokens, 4.21 GiB in 4 key bands at 16384; with document
-// masking the ragged batches' limit), Tessera's kernels past it or when
-// named; nothing for CPU jobs.
+// kernels under AUTO for the deterministic backward (the 8B shape: its
+// one-pass backward's dQ sums), cuDNN under AUTO for the atomic one, each
+// named kernel set when named (cuDNN's deterministic backward in key bands
+// past its workspace limit: 4.21 GiB in 4 at 16384 tokens and head dim 64,
+// 33.21 GiB in 8 at 65536; with document masking the ragged batches'
+// limit); nothing for CPU jobs.
 TEST(OutputFormat, AttentionLineSaysWhichKernelsAndTheirWorkspace) {
   v1::JobSpec spec;
   spec.set_device_kind(v1::CUDA);
@@ -268,7 +268,7 @@ TEST(OutputFormat, AttentionLineSaysWhichKernelsAndTheirWorkspace) {
   m->set_seq_len(8192);
   spec.mutable_data()->set_micro_batch_size(1);
   EXPECT_EQ(AttentionLine(spec),
-            "# attention: Tessera's kernels (AUTO at head dim 128), deterministic backward, "
+            "# attention: Tessera's kernels (AUTO), deterministic backward, "
             "workspace 0.13 GiB per rank (counted above)\n");
   spec.set_nondeterministic_attention_backward(true);
   EXPECT_EQ(AttentionLine(spec),
@@ -282,25 +282,24 @@ TEST(OutputFormat, AttentionLineSaysWhichKernelsAndTheirWorkspace) {
   EXPECT_EQ(AttentionLine(spec),
             "# attention: cuDNN (CUDNN), atomic (nondeterministic) backward, workspace 0.27 GiB "
             "per rank (counted above); ATTENTION_KERNELS_TESSERA takes 0.13 GiB\n");
-  spec.set_attention_kernels(v1::ATTENTION_KERNELS_AUTO);
   spec.set_nondeterministic_attention_backward(false);
   // Head dim 64.
   m->set_d_model(2048);
   EXPECT_EQ(AttentionLine(spec),
-            "# attention: cuDNN (AUTO), deterministic backward, workspace 4.08 GiB per rank "
+            "# attention: cuDNN (CUDNN), deterministic backward, workspace 4.08 GiB per rank "
             "(counted above); ATTENTION_KERNELS_TESSERA takes 0.06 GiB, "
             "nondeterministic_attention_backward 0.14 GiB\n");
+  spec.set_attention_kernels(v1::ATTENTION_KERNELS_AUTO);
+  EXPECT_EQ(AttentionLine(spec),
+            "# attention: Tessera's kernels (AUTO), deterministic backward, "
+            "workspace 0.06 GiB per rank (counted above)\n");
   m->set_seq_len(16384);
+  spec.set_attention_kernels(v1::ATTENTION_KERNELS_CUDNN);
   EXPECT_NE(AttentionLine(spec).find(
-                "cuDNN (AUTO), deterministic backward in 4 key bands, workspace 4.21 GiB"),
+                "cuDNN (CUDNN), deterministic backward in 4 key bands, workspace 4.21 GiB"),
             std::string::npos)
       << AttentionLine(spec);
   m->set_seq_len(65536);
-  EXPECT_EQ(AttentionLine(spec),
-            "# attention: Tessera's kernels (AUTO: cuDNN's deterministic backward in 8 key "
-            "bands would need 33.21 GiB of workspace, above 8.00 GiB; "
-            "nondeterministic_attention_backward would take 1.02 GiB)\n");
-  spec.set_attention_kernels(v1::ATTENTION_KERNELS_CUDNN);
   EXPECT_NE(AttentionLine(spec).find(
                 "cuDNN (CUDNN), deterministic backward in 8 key bands, workspace 33.21 GiB"),
             std::string::npos)
@@ -309,17 +308,21 @@ TEST(OutputFormat, AttentionLineSaysWhichKernelsAndTheirWorkspace) {
   EXPECT_EQ(AttentionLine(spec),
             "# attention: Tessera's kernels (ATTENTION_KERNELS_TESSERA), deterministic "
             "backward, workspace 0.52 GiB per rank (counted above)\n");
-  spec.set_attention_kernels(v1::ATTENTION_KERNELS_AUTO);
+  spec.set_attention_kernels(v1::ATTENTION_KERNELS_CUDNN);
   spec.mutable_data()->set_document_masking(true);
   m->set_seq_len(8192);
-  EXPECT_NE(AttentionLine(spec).find("cuDNN (AUTO), deterministic backward, workspace 4.27 GiB"),
+  EXPECT_NE(AttentionLine(spec).find("cuDNN (CUDNN), deterministic backward, workspace 4.27 GiB"),
             std::string::npos)
       << AttentionLine(spec);
   EXPECT_NE(AttentionLine(spec).find("documents run as cuDNN's ragged batches where they average "
                                      "512 tokens or more"),
             std::string::npos);
+  spec.set_attention_kernels(v1::ATTENTION_KERNELS_AUTO);
+  EXPECT_EQ(AttentionLine(spec),
+            "# attention: Tessera's kernels (AUTO), deterministic backward, "
+            "workspace 0.06 GiB per rank (counted above)\n");
   m->set_d_model(4096);
-  EXPECT_NE(AttentionLine(spec).find("Tessera's kernels (AUTO at head dim 128)"),
+  EXPECT_NE(AttentionLine(spec).find("Tessera's kernels (AUTO), deterministic"),
             std::string::npos)
       << AttentionLine(spec);
   spec.set_device_kind(v1::CPU);

@@ -41,13 +41,13 @@ constexpr int64_t kCudnnSlackBytes = int64_t{16} << 20;
 
 int CudnnKeyBands(const CudnnAttentionShape& shape) {
   if (CudnnAttentionWorkspaceBound(shape, /*deterministic=*/true) <=
-      kAutoCudnnWorkspaceLimitBytes) {
+      kCudnnBandWorkspaceLimitBytes) {
     return 1;
   }
   int most = 1;  // the most bands the sequence splits into
   for (int n = 2; n <= kMaxCudnnKeyBands; ++n) {
     if (shape.seq % (int64_t{64} * n) != 0) continue;
-    if (CudnnAttentionWorkspaceBound(shape, true, n) <= kAutoCudnnWorkspaceLimitBytes) return n;
+    if (CudnnAttentionWorkspaceBound(shape, true, n) <= kCudnnBandWorkspaceLimitBytes) return n;
     most = n;
   }
   return most;
@@ -65,11 +65,8 @@ int64_t CudnnDocumentsWorkspaceLimit(const CudnnAttentionShape& whole, bool dete
   return t.square + 4 * t.linear + kCudnnSlackBytes;
 }
 
-bool AutoAttentionPicksCudnn(const CudnnAttentionShape& shape, bool deterministic) {
-  if (shape.head_dim == 128 && deterministic) return false;
-  return !deterministic || CudnnAttentionWorkspaceBound(shape, deterministic,
-                                                        CudnnKeyBands(shape)) <=
-                               kAutoCudnnWorkspaceLimitBytes;
+bool AutoAttentionPicksCudnn(const CudnnAttentionShape& /*shape*/, bool deterministic) {
+  return !deterministic;
 }
 
 }  // namespace tessera

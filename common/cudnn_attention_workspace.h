@@ -31,11 +31,11 @@ struct CudnnAttentionShape {
 // (measured on an H200 at 32 heads and 8192 tokens: forward + backward
 // 4.18 ms in one call, 4.40 / 4.55 / 4.72 ms in 2 / 4 / 8 bands;
 // bench/RESULTS.md), so they are the way to keep cuDNN where one call's
-// workspace would pass kAutoCudnnWorkspaceLimitBytes, not a speed-up. The
+// workspace would pass kCudnnBandWorkspaceLimitBytes, not a speed-up. The
 // rule: one band while one call's bound fits that limit; past it, the
 // fewest bands, each a whole multiple of 64 tokens, whose bound fits; where
 // none of up to kMaxCudnnKeyBands does, the most the sequence splits into
-// (AUTO then runs Tessera's kernels; CUDNN runs cuDNN in those bands).
+// (ATTENTION_KERNELS_CUDNN runs in those bands all the same).
 inline constexpr int kMaxCudnnKeyBands = 8;
 int CudnnKeyBands(const CudnnAttentionShape& shape);
 
@@ -56,20 +56,20 @@ int CudnnKeyBands(const CudnnAttentionShape& shape);
 int64_t CudnnAttentionWorkspaceBound(const CudnnAttentionShape& shape, bool deterministic,
                                      int key_bands = 1);
 
-// AUTO's rule. The deterministic backward at head dim 128: Tessera's
-// warp-specialised kernels, whole sequences and documents alike (measured
-// faster than cuDNN's deterministic form, and the 1.1B long-context step
-// faster with them: bench/RESULTS.md, "dQ writer"). The atomic backward
-// there, and every shape elsewhere: cuDNN's attention unless its
-// deterministic backward, in its key bands, would need more than
-// kAutoCudnnWorkspaceLimitBytes (dS grows with the square of the sequence:
-// 4.4 GB for 32 heads at 8192 tokens, one call; 17 GB at 16384 in one
-// call, so 4 bands and 4.3 GB; 34 GB in the first of 8 bands at 65536), in
-// which case that shape runs Tessera's kernels, forward and backward. The
-// atomic backward's workspace grows linearly and always qualifies (cuDNN's
-// atomic form measured 7% faster than Tessera's at 32 heads and 8192
-// tokens, even at 16 heads and 4 KV heads).
-inline constexpr int64_t kAutoCudnnWorkspaceLimitBytes = int64_t{8} << 30;
+// The most workspace one deterministic call, or one band of it, may keep:
+// cuDNN's dS grows with the square of the sequence (4.4 GB for 32 heads at
+// 8192 tokens in one call; 17 GB at 16384 in one call, so 4 bands and
+// 4.3 GB; 34 GB in the first of 8 bands at 65536).
+inline constexpr int64_t kCudnnBandWorkspaceLimitBytes = int64_t{8} << 30;
+
+// AUTO's rule: the deterministic backward runs Tessera's warp-specialised
+// kernels at both head dims CUDA jobs take (64 and 128), whole sequences
+// and documents alike; the atomic backward runs cuDNN's. Measured on an
+// H200 (bench/RESULTS.md): at head dim 128 Tessera's one pass beats cuDNN's
+// deterministic backward and the 1.1B step at 8192 tokens is faster with
+// it ("dQ writer"); at head dim 64 the 221M step is 2.5% faster with it
+// ("head dim 64 one pass"); cuDNN's atomic form was 7% faster than
+// Tessera's at 32 heads and 8192 tokens.
 bool AutoAttentionPicksCudnn(const CudnnAttentionShape& shape, bool deterministic);
 
 // Under document masking the engine runs a batch's documents as the

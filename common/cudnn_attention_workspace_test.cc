@@ -91,11 +91,11 @@ TEST(CudnnAttentionWorkspace, KeyBandsOnlyWhereOneCallPassesTheLimitAndAsFewAsFi
     ASSERT_LE(n, kMaxCudnnKeyBands);
     if (n == 1) continue;
     EXPECT_EQ(seq % (64 * n), 0) << seq;
-    EXPECT_GT(CudnnAttentionWorkspaceBound(shape, true), kAutoCudnnWorkspaceLimitBytes) << seq;
+    EXPECT_GT(CudnnAttentionWorkspaceBound(shape, true), kCudnnBandWorkspaceLimitBytes) << seq;
     // No fewer bands would have fitted.
     for (int fewer = 2; fewer < n; ++fewer) {
       if (seq % (64 * fewer) != 0) continue;
-      EXPECT_GT(CudnnAttentionWorkspaceBound(shape, true, fewer), kAutoCudnnWorkspaceLimitBytes)
+      EXPECT_GT(CudnnAttentionWorkspaceBound(shape, true, fewer), kCudnnBandWorkspaceLimitBytes)
           << seq << " in " << fewer;
     }
   }
@@ -113,25 +113,16 @@ TEST(CudnnAttentionWorkspace, BandsShrinkTheDeterministicWorkspaceByTheirCount) 
             CudnnAttentionWorkspaceBound(shape, false));
 }
 
-TEST(CudnnAttentionWorkspace, AutoRunsTesseraForTheDeterministicBackwardAtHeadDim128) {
-  EXPECT_FALSE(AutoAttentionPicksCudnn({1, 32, 8, 8192, 128}, true));
-  EXPECT_FALSE(AutoAttentionPicksCudnn({4, 16, 16, 2048, 128}, true));
-  EXPECT_FALSE(AutoAttentionPicksCudnn({1, 32, 8, 65536, 128}, true));
-  // The atomic backward stays with cuDNN.
-  EXPECT_TRUE(AutoAttentionPicksCudnn({1, 32, 8, 8192, 128}, false));
-  EXPECT_TRUE(AutoAttentionPicksCudnn({1, 64, 8, 131072, 128}, false));
-}
-
-TEST(CudnnAttentionWorkspace, AutoKeepsCudnnUntilDsOutgrowsTheLimit) {
-  // Head dim 64 at 8192 tokens: 4.4 GB of dS in one call, cuDNN.
-  EXPECT_TRUE(AutoAttentionPicksCudnn({1, 32, 8, 8192, 64}, true));
-  // At 16384 tokens dS whole would be 17 GB; in 4 bands 4.3 GB: cuDNN.
-  EXPECT_TRUE(AutoAttentionPicksCudnn({1, 32, 8, 16384, 64}, true));
-  // At 65536 tokens the last of 8 bands alone keeps 34 GB: Tessera's kernels.
-  EXPECT_FALSE(AutoAttentionPicksCudnn({1, 32, 8, 65536, 64}, true));
-  // The atomic backward's workspace grows with the sequence, not its square.
-  EXPECT_TRUE(AutoAttentionPicksCudnn({1, 32, 8, 16384, 64}, false));
-  EXPECT_TRUE(AutoAttentionPicksCudnn({1, 64, 8, 131072, 64}, false));
+TEST(CudnnAttentionWorkspace, AutoRunsTesseraForTheDeterministicBackward) {
+  for (int64_t head_dim : {64, 128}) {
+    EXPECT_FALSE(AutoAttentionPicksCudnn({1, 32, 8, 8192, head_dim}, true)) << head_dim;
+    EXPECT_FALSE(AutoAttentionPicksCudnn({4, 16, 16, 2048, head_dim}, true)) << head_dim;
+    EXPECT_FALSE(AutoAttentionPicksCudnn({1, 32, 8, 65536, head_dim}, true)) << head_dim;
+    // The atomic backward stays with cuDNN, whose workspace grows with the
+    // sequence, not its square.
+    EXPECT_TRUE(AutoAttentionPicksCudnn({1, 32, 8, 8192, head_dim}, false)) << head_dim;
+    EXPECT_TRUE(AutoAttentionPicksCudnn({1, 64, 8, 131072, head_dim}, false)) << head_dim;
+  }
 }
 
 }  // namespace

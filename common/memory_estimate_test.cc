@@ -48,7 +48,7 @@ TEST(MemoryEstimate, TwoRanksHoldPaddedHalvesAndGatherBuffers) {
 }
 
 // cuDNN's attention workspace is counted where the engine will take it:
-// CUDA jobs on whole sequences under AUTO (within its limit) or CUDNN.
+// CUDA jobs under CUDNN, and under AUTO for the atomic backward.
 TEST(MemoryEstimate, CountsCudnnAttentionWorkspaceWhereTheEngineTakesIt) {
   v1::JobSpec spec = Small();
   spec.set_device_kind(v1::CUDA);
@@ -59,14 +59,17 @@ TEST(MemoryEstimate, CountsCudnnAttentionWorkspaceWhereTheEngineTakesIt) {
     s.set_attention_kernels(v1::ATTENTION_KERNELS_TESSERA);
     return EstimateRankMemory(s, 0, 1).engine_workspace;
   }();
-  EXPECT_EQ(EstimateRankMemory(spec, 0, 1).engine_workspace,
-            tessera + CudnnAttentionWorkspaceBound(shape, /*deterministic=*/true,
-                                                   CudnnKeyBands(shape)));
-  EXPECT_EQ(CudnnKeyBands(shape), 1);  // one call fits
+  // AUTO runs the deterministic backward on Tessera's kernels.
+  EXPECT_EQ(EstimateRankMemory(spec, 0, 1).engine_workspace, tessera);
   spec.set_nondeterministic_attention_backward(true);
   EXPECT_EQ(EstimateRankMemory(spec, 0, 1).engine_workspace,
             tessera + CudnnAttentionWorkspaceBound(shape, /*deterministic=*/false));
   spec.set_nondeterministic_attention_backward(false);
+  spec.set_attention_kernels(v1::ATTENTION_KERNELS_CUDNN);
+  EXPECT_EQ(EstimateRankMemory(spec, 0, 1).engine_workspace,
+            tessera + CudnnAttentionWorkspaceBound(shape, /*deterministic=*/true,
+                                                   CudnnKeyBands(shape)));
+  EXPECT_EQ(CudnnKeyBands(shape), 1);  // one call fits
   // Documents run as cuDNN's ragged batches within their own limit, which
   // the estimate counts instead.
   v1::JobSpec documents = spec;
@@ -77,8 +80,7 @@ TEST(MemoryEstimate, CountsCudnnAttentionWorkspaceWhereTheEngineTakesIt) {
   v1::JobSpec cpu = spec;
   cpu.set_device_kind(v1::CPU);
   EXPECT_EQ(EstimateRankMemory(cpu, 0, 1).engine_workspace, tessera);
-  // Past AUTO's limit the engine runs Tessera's kernels, and nothing is
-  // added; CUDNN takes cuDNN's whatever the size.
+  // CUDNN takes cuDNN's whatever the size, in key bands past their limit.
   spec.mutable_model()->set_seq_len(131072);  // dS in 8 bands: 17 GB
   spec.set_attention_kernels(v1::ATTENTION_KERNELS_TESSERA);
   const int64_t long_tessera = EstimateRankMemory(spec, 0, 1).engine_workspace;
@@ -90,7 +92,8 @@ TEST(MemoryEstimate, CountsCudnnAttentionWorkspaceWhereTheEngineTakesIt) {
 
 // Tessera's one-pass attention backward keeps an fp32 dQ sum per head and
 // query (queries padded to 128) and an int32 per head and 64-query tile
-// (plus one per tile): at head dim 128 on CUDA only, documents or not.
+// (plus one per tile): at head dims 64 and 128 on CUDA only, documents or
+// not.
 TEST(MemoryEstimate, CountsTheOnePassAttentionBackwardsSums) {
   v1::JobSpec spec = Small();
   spec.set_device_kind(v1::CUDA);
@@ -111,6 +114,10 @@ TEST(MemoryEstimate, CountsTheOnePassAttentionBackwardsSums) {
   documents.mutable_data()->set_document_masking(true);
   EXPECT_EQ(workspace(head_dim_128) - workspace(on_cpu(head_dim_128)), sums + padding);
   EXPECT_EQ(workspace(documents) - workspace(on_cpu(documents)), sums + padding);
+  v1::JobSpec head_dim_64 = spec;
+  head_dim_64.mutable_model()->set_d_model(64 * heads);
+  EXPECT_EQ(workspace(head_dim_64) - workspace(on_cpu(head_dim_64)),
+            (heads * batch * 1024 * 64 + (heads + 1) * batch * 16) * 4 + padding);
   // Head dim 2 (Small's) runs two passes: only the padding is added.
   EXPECT_EQ(workspace(spec) - workspace(on_cpu(spec)), padding);
 }
