@@ -4,7 +4,9 @@
 # sizes 1, 2 (and 4, 8 when the host has them), tokens/s per GPU of
 #   - Tessera FP8 and Tessera bf16, through the product path: a local
 #     coordinator, one `tessera-worker --device=cuda:i` per GPU, the CLI;
-#     reshard_after_forward on (as FSDP2 does for its blocks);
+#     reshard_after_forward on (as FSDP2 does for its blocks; RESHARD=false
+#     keeps each block's gathered weights from its forward to its backward,
+#     the job spec's default);
 #   - PyTorch FSDP2 bf16 (bench/torch_fsdp_baseline.py, one process per GPU).
 # Each rank keeps the job's micro-batch, so the global batch grows with the
 # world size. For every run: step time, tokens/s per GPU, efficiency against
@@ -23,7 +25,8 @@
 # recipes to run), SHARD_GROUPS ("": hybrid sharding runs besides FSDP over
 # the whole world; "4" adds, at every world that 4 divides and exceeds,
 # Tessera with parallelism.shard_group_size 4: HSDP 2 x 4 at 8 GPUs),
-# FSDP2 (1; 0 leaves PyTorch out, for comparing Tessera
+# RESHARD (true: reshard_after_forward of Tessera's jobs), FSDP2 (1; 0
+# leaves PyTorch out, for comparing Tessera
 # against itself under settings such as NCCL_MAX_NCHANNELS, which the
 # workers inherit from this script's environment). Output: OUT_DIR/scaling.jsonl and OUT_DIR/summary.md
 # (printed last); logs per run under OUT_DIR.
@@ -51,6 +54,13 @@ out="$2"
 mkdir -p "$out"
 : >"$out/scaling.jsonl"
 budget="${BENCH_BUDGET_S:-540}"
+case "${RESHARD:-true}" in
+  true | false) ;;
+  *)
+    echo "RESHARD must be true or false, not '$RESHARD'" >&2
+    exit 2
+    ;;
+esac
 start_s=$SECONDS
 gpus="${GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)}"
 tessera_device="${TESSERA_DEVICE:-cuda}"
@@ -77,7 +87,7 @@ run_tessera() {
   mkdir -p "$dir"
   sed -e "s/^world_size: .*/world_size: $world/" -e "s/^steps: .*/steps: ${TESSERA_STEPS:-25}/" \
     "$job" >"$dir/job.yaml"
-  echo "reshard_after_forward: true" >>"$dir/job.yaml"
+  echo "reshard_after_forward: ${RESHARD:-true}" >>"$dir/job.yaml"
   [[ -n "$group" ]] && printf 'parallelism:\n  shard_group_size: %s\n' "$group" >>"$dir/job.yaml"
   if [[ "$variant" == bf16 ]]; then
     sed -i -e '/^fp8:/,/^[a-z]/{/^fp8:/d;/^  /d}' "$dir/job.yaml"
