@@ -1,9 +1,9 @@
-// Causal attention backward at head dims 64 and 128 in one pass: each thread block
-// owns 128 keys of one K/V head, computes their dK and dV, and adds its part
-// of every query tile's dQ into an fp32 sum in a fixed order, so the result
-// is bit-identical run to run without recomputing S and dP for dQ (the
-// two-pass form in flash_attention_backward.cu recomputes them: seven
-// products per tile instead of five).
+// Causal attention backward at head dims 64 and 128 in one pass: each
+// thread block owns 128 keys of one K/V head, computes their dK and dV, and
+// adds its part of every query tile's dQ into an fp32 sum in a fixed order,
+// so the result is bit-identical run to run without recomputing S and dP
+// for dQ (the two-pass form in flash_attention_backward.cu recomputes them:
+// seven products per tile instead of five).
 //
 // Warps. A block is three warpgroups. The first is the producer: one thread
 // copies K and V once and then each query tile (Q, dO, lse2, D and, with
@@ -344,8 +344,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           tma::Load4d(q_tile(s) + panel * kTileBytes / L::kPanels, &q_map, 64 * panel, h, q0, b,
                       bar.full(s));
           tma::Load4d(do_tile(s) + panel * kTileBytes / L::kPanels, &dout_map, 64 * panel, h, q0,
-                      b,
-                      bar.full(s));
+                      b, bar.full(s));
         }
         const int64_t row = (int64_t(b) * p.heads + h) * seq_pad + q0;
         tma::LoadBytes(SmemAddress(stats(s, 0)), lse2 + row, kStatsBytes, bar.full(s));
