@@ -4,10 +4,9 @@
 # coordinator and GPUS workers train each job of JOBS once per variant, one
 # after the other on the same workers, in one call. Variants:
 #   tessera  attention_kernels: ATTENTION_KERNELS_TESSERA (our kernels)
-#   auto     the default (AUTO): Tessera's kernels at head dim 128, cuDNN's
-#            fused attention elsewhere; deterministic backward
+#   auto     the default (AUTO): Tessera's kernels, deterministic backward
 #   atomic   the default plus nondeterministic_attention_backward: true
-#            (AUTO then runs cuDNN's atomic backward at every head dim)
+#            (AUTO then runs cuDNN's atomic backward)
 # The median step time (the job's own step_time_s, slowest rank) after SKIP
 # warm-up steps, tokens/s per GPU, the backward and forward phases, and each
 # variant's speed over the first variant's are printed as a Markdown table.

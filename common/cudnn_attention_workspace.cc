@@ -65,7 +65,7 @@ int64_t CudnnDocumentsWorkspaceLimit(const CudnnAttentionShape& whole, bool dete
   return t.square + 4 * t.linear + kCudnnSlackBytes;
 }
 
-bool AutoAttentionPicksCudnn(const CudnnAttentionShape& /*shape*/, bool deterministic) {
+bool AutoAttentionPicksCudnn(bool deterministic) {
   return !deterministic;
 }
 

@@ -70,7 +70,7 @@ inline constexpr int64_t kCudnnBandWorkspaceLimitBytes = int64_t{8} << 30;
 // it ("dQ writer"); at head dim 64 the 221M step is 2.5% faster with it
 // ("head dim 64 one pass"); cuDNN's atomic form was 7% faster than
 // Tessera's at 32 heads and 8192 tokens.
-bool AutoAttentionPicksCudnn(const CudnnAttentionShape& shape, bool deterministic);
+bool AutoAttentionPicksCudnn(bool deterministic);
 
 // Under document masking the engine runs a batch's documents as the
 // entries of a ragged batch (cudnn_attention.h): capacity x longest

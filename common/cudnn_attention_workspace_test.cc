@@ -114,15 +114,10 @@ TEST(CudnnAttentionWorkspace, BandsShrinkTheDeterministicWorkspaceByTheirCount) 
 }
 
 TEST(CudnnAttentionWorkspace, AutoRunsTesseraForTheDeterministicBackward) {
-  for (int64_t head_dim : {64, 128}) {
-    EXPECT_FALSE(AutoAttentionPicksCudnn({1, 32, 8, 8192, head_dim}, true)) << head_dim;
-    EXPECT_FALSE(AutoAttentionPicksCudnn({4, 16, 16, 2048, head_dim}, true)) << head_dim;
-    EXPECT_FALSE(AutoAttentionPicksCudnn({1, 32, 8, 65536, head_dim}, true)) << head_dim;
-    // The atomic backward stays with cuDNN, whose workspace grows with the
-    // sequence, not its square.
-    EXPECT_TRUE(AutoAttentionPicksCudnn({1, 32, 8, 8192, head_dim}, false)) << head_dim;
-    EXPECT_TRUE(AutoAttentionPicksCudnn({1, 64, 8, 131072, head_dim}, false)) << head_dim;
-  }
+  EXPECT_FALSE(AutoAttentionPicksCudnn(/*deterministic=*/true));
+  // The atomic backward stays with cuDNN, whose workspace grows with the
+  // sequence, not its square.
+  EXPECT_TRUE(AutoAttentionPicksCudnn(/*deterministic=*/false));
 }
 
 }  // namespace

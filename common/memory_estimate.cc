@@ -214,7 +214,7 @@ JobAttention AttentionOfJob(const v1::JobSpec& spec) {
   a.cudnn = a.cuda &&
             (spec.attention_kernels() == v1::ATTENTION_KERNELS_CUDNN ||
              (spec.attention_kernels() == v1::ATTENTION_KERNELS_AUTO &&
-              AutoAttentionPicksCudnn(a.shape, a.deterministic)));
+              AutoAttentionPicksCudnn(a.deterministic)));
   return a;
 }
 

@@ -477,17 +477,17 @@ class CudaOps : public Ops {
                            const AttentionDocuments& documents) const {
     CudnnCalls calls;
     if (cudnn_attention_ == nullptr || shape.batch == 0) return calls;
-    const CudnnAttentionShape whole{shape.batch, shape.heads, shape.kv_heads, shape.seq,
-                                    shape.head_dim};
     const bool deterministic = !attention_atomic_backward_;
     if (attention_choice_ != CudaEngineOptions::Attention::kCudnn &&
-        !AutoAttentionPicksCudnn(whole, deterministic)) {
+        !AutoAttentionPicksCudnn(deterministic)) {
       return calls;
     }
     if (starts == nullptr) {
       calls.use = true;
       return calls;
     }
+    const CudnnAttentionShape whole{shape.batch, shape.heads, shape.kv_heads, shape.seq,
+                                    shape.head_dim};
     const DocumentCounts& c = documents.counts;
     const int64_t tokens = shape.batch * shape.seq;
     if (!documents.Counted() || c.longest < 1 || c.longest > shape.seq || c.count > tokens ||
@@ -509,8 +509,7 @@ class CudaOps : public Ops {
   }
 
   // Which form Tessera's backward takes (CudaEngineOptions::BackwardPasses,
-  // attention_atomic_backward); the launcher runs two passes at head dim 64
-  // whatever this says.
+  // attention_atomic_backward).
   cuda::FlashBackwardForm BackwardForm() const {
     using Passes = CudaEngineOptions::BackwardPasses;
     if (backward_passes_ == Passes::kTwoPass) return cuda::FlashBackwardForm::kTwoPass;

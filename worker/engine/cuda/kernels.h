@@ -85,9 +85,9 @@ absl::StatusOr<bool> LaunchSwiGluBackwardQuantize(const TensorDesc& grad_out,
 // head_dim] bf16, out and grad_out [B, S, heads, head_dim] bf16, lse
 // [B, heads, S] fp32 (see Ops::AttentionForward). head_dim is 64 or 128.
 // doc_starts: [B, S] int32 document starts (Ops::AttentionForward), or
-// nullptr when each sequence is one document. The forward, and the
-// backward's one pass at head dim 128 (flash_attention_backward_ordered.cu),
-// copy with TMA, which needs qkv, out and grad_out 16-byte aligned:
+// nullptr when each sequence is one document. The forward and the
+// backward's one pass (flash_attention_backward_ordered.cu) copy with TMA,
+// which needs qkv, out and grad_out 16-byte aligned:
 // INVALID_ARGUMENT otherwise (the engine's buffers always are).
 struct AttentionShape {
   int64_t batch = 0, seq = 0;
