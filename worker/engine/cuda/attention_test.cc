@@ -247,6 +247,13 @@ TEST_P(AttentionRepeatTest, DocumentMaskedBackwardIsBitIdenticalRunToRun) {
   t.push_back(RandomDocStarts(2, 700, 150, 5));
   EXPECT_EQ(RepeatDifferences(GetParam(), t, DocumentForwardBackward(2), 1), 0) << "out";
   EXPECT_EQ(RepeatDifferences(GetParam(), t, DocumentForwardBackward(2), 4), 0) << "grad_qkv";
+  // More key blocks than the GPU holds at once (4 x 32 x 8 = 1024):
+  // documents that start mid-block chain blocks that wait for each other
+  // across waves of the grid, and every wait must end.
+  std::vector<HostTensor> large = AttentionTensors(4, 4096, 16, 8, 128, 8);
+  large.push_back(RandomDocStarts(4, 4096, 1500, 9));
+  EXPECT_EQ(RepeatDifferences(GetParam(), large, DocumentForwardBackward(8), 4), 0)
+      << "grad_qkv, 4 x 4096";
 }
 
 // The default engine's rule: whole sequences and documents alike take the

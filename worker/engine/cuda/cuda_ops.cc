@@ -284,6 +284,7 @@ class CudaOps : public Ops {
       if (ran) return absl::OkStatus();
     }
     return cuda::LaunchFlashAttentionForward(shape, qkv.data, starts, out.data, lse.As<float>(),
+                                             ctx_->facts().sm_count, ctx_->work_counter(),
                                              S(stream));
   }
   absl::Status AttentionBackward(const TensorDesc& grad_out, const TensorDesc& qkv,

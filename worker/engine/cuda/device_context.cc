@@ -64,11 +64,13 @@ absl::StatusOr<std::unique_ptr<DeviceContext>> DeviceContext::Create(int device,
   ctx->workspace_bytes_ = workspace_bytes;
   CUDA_RETURN_IF_ERROR(cudaMalloc(&ctx->error_flag_, sizeof(int)));
   CUDA_RETURN_IF_ERROR(cudaMemset(ctx->error_flag_, 0, sizeof(int)));
+  CUDA_RETURN_IF_ERROR(cudaMalloc(&ctx->work_counter_, sizeof(int)));
   return ctx;
 }
 
 DeviceContext::~DeviceContext() {
   if (SetCurrentDevice(device_).ok()) {
+    if (work_counter_ != nullptr) cudaFree(work_counter_);
     if (error_flag_ != nullptr) cudaFree(error_flag_);
     if (workspace_ != nullptr) cudaFree(workspace_);
     if (cublaslt_ != nullptr) cublasLtDestroy(cublaslt_);

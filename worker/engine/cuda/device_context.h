@@ -1,8 +1,9 @@
 // Everything the CUDA engine holds per device, created once: the device's
 // facts (queried with one cudaGetDeviceProperties call and cached), the
-// cuBLASLt handle with its single workspace, and a device-side error flag
+// cuBLASLt handle with its single workspace, a device-side error flag
 // that kernels raise for out-of-range token ids or targets (reported at the
-// next Synchronize, since nothing on the step path reads back to the host).
+// next Synchronize, since nothing on the step path reads back to the host),
+// and the counter a persistent kernel hands out its work with.
 //
 // Device selection: SetCurrentDevice keeps a thread_local record of the
 // device this thread last selected, so the engine can call it at the top of
@@ -62,6 +63,11 @@ class DeviceContext {
   size_t workspace_bytes() const { return workspace_bytes_; }
   // One int in device memory; kernels set it to 1 on a bad id/target.
   int* error_flag() const { return error_flag_; }
+  // One int in device memory from which a persistent kernel's blocks take
+  // their next work item (the attention forward). Its launcher zeroes it on
+  // the stream first, so launches in one stream's order share it; like the
+  // cuBLASLt workspace, it is not for two streams' kernels at once.
+  int* work_counter() const { return work_counter_; }
 
   // Waits for `stream`, then reads and clears the error flag:
   // INVALID_ARGUMENT if a kernel raised it since the last check.
@@ -76,6 +82,7 @@ class DeviceContext {
   void* workspace_ = nullptr;  // [workspace_bytes_], cuBLASLt only
   size_t workspace_bytes_ = 0;
   int* error_flag_ = nullptr;
+  int* work_counter_ = nullptr;
 };
 
 // OK if GPU `device` exists, else NOT_FOUND (with the visible count).

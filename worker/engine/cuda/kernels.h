@@ -93,9 +93,13 @@ struct AttentionShape {
   int64_t batch = 0, seq = 0;
   int heads = 0, kv_heads = 0, head_dim = 0;
 };
+// sm_count: the device's SMs (DeviceFacts): the forward keeps one block on
+// each, taking query blocks one after another from work_counter (one int
+// of device memory, DeviceContext::work_counter, which it zeroes on
+// `stream` first).
 absl::Status LaunchFlashAttentionForward(const AttentionShape& shape, const void* qkv,
                                          const int32_t* doc_starts, void* out, float* lse,
-                                         cudaStream_t stream);
+                                         int sm_count, int* work_counter, cudaStream_t stream);
 // ragged_documents.cu: the table cuDNN's ragged attention reads for the
 // documents of a batch of more than `above` and at most `up_to` tokens
 // (cudnn_attention.h), from doc_starts [B, S] on the device: per entry
