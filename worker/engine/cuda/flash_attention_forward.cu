@@ -39,7 +39,10 @@
 // structure 1.192 ms; with the softmax's scale in its FMA and masks only on
 // edge tiles 0.955 ms; with ping-pong 0.925 ms (cuDNN 0.939 ms). At head dim
 // 64 it replaced a one-warpgroup cp.async kernel: 0.315 -> 0.235 ms at
-// (8, 16, 16, 2048, 64), 0.599 -> 0.370 ms at (1, 16, 16, 8192, 64).
+// (8, 16, 16, 2048, 64), 0.599 -> 0.370 ms at (1, 16, 16, 8192, 64). One
+// block per item before the counter: 0.234 -> 0.220 ms at (8, 16, 16, 2048,
+// 64), 0.931 -> 0.914 ms at (1, 32, 8, 8192, 128), 0.192 -> 0.178 ms on 8
+// documents of 1024 there.
 //
 // Documents (packed sequences): an item starts at the tile holding its
 // first query's document start, so tiles wholly before every one of its
