@@ -51,7 +51,7 @@
 // document start get P = 0 as in the two-pass kernels.
 //
 // Scratch (after the two-pass kernels' D, lse2 and document starts): the dQ
-// sums [B, heads, S padded to 128, 128] fp32 (each 64-row tile in the
+// sums [B, heads, S padded to 128, head dim] fp32 (each 64-row tile in the
 // consumers' fragment order), the turn counters (zeroed by the launcher
 // before each call) and the tiles' first blocks.
 
