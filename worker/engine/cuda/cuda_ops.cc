@@ -284,8 +284,8 @@ class CudaOps : public Ops {
       if (ran) return absl::OkStatus();
     }
     return cuda::LaunchFlashAttentionForward(shape, qkv.data, starts, out.data, lse.As<float>(),
-                                             ctx_->facts().sm_count, ctx_->work_counter(),
-                                             S(stream));
+                                             ctx_->facts().sm_count, ctx_->facts().l2_bytes,
+                                             ctx_->work_counter(), S(stream));
   }
   absl::Status AttentionBackward(const TensorDesc& grad_out, const TensorDesc& qkv,
                                  int n_kv_heads, const AttentionDocuments& documents,

@@ -58,12 +58,13 @@
 // zeros. Head dim 64 has half the bytes a tile, so its ring has four stages
 // instead of two.
 //
-// Items are numbered heaviest first across all heads and sequences (the last
-// query blocks of every head, then the ones before). Block c starts with
-// item c; each then takes the next number from a counter (one int of device
-// memory, zeroed on the stream before each launch) as it starts an item's
-// copies, so the blocks' loads even out as a grid of one block per item
-// would, in about the same order.
+// Items are numbered heaviest first (the last query blocks of every head
+// and sequence, then the ones before), in groups of K/V heads whose keys
+// and values fit the L2 cache together (attention_item_order.h). Block c
+// starts with item c; each then takes the next number from a counter (one
+// int of device memory, zeroed on the stream before each launch) as it
+// starts an item's copies, so the blocks' loads even out as a grid of one
+// block per item would, in about the same order.
 //
 // Determinism: one block computes each item's outputs, walking its tiles in
 // a fixed order; the bits are the same every run, whichever block it is.
@@ -76,6 +77,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "worker/engine/cuda/attention_item_order.h"
 #include "worker/engine/cuda/attention_tensor_maps.h"
 #include "worker/engine/cuda/cuda_check.h"
 #include "worker/engine/cuda/flash_attention_tiles.cuh"
@@ -213,18 +215,6 @@ __device__ __forceinline__ void Softmax(float (&s)[kBlockKV / 8][4], int64_t k0,
   }
 }
 
-// The blocks' work: every (head, sequence, 128-query block) of the call,
-// numbered heaviest first (the last query blocks of every head and
-// sequence, then the ones before them), handed out as the file comment
-// says.
-struct WorkItem {
-  int h, b, q_block;
-};
-__device__ __forceinline__ WorkItem ItemOf(int index, int heads, int batch, int q_blocks) {
-  const int per_query_block = heads * batch;
-  return {index % heads, (index / heads) % batch, q_blocks - 1 - index / per_query_block};
-}
-
 // Key tiles [first_tile, end_tile) of a query block: from its first query's
 // document start (0 without documents) to the diagonal.
 struct KeyTiles {
@@ -244,7 +234,7 @@ __device__ __forceinline__ KeyTiles KeyTilesOf(const AttentionParams& p, int b, 
 template <int kD, bool kDocuments>
 __global__ void __launch_bounds__(kThreads, 1)
     WarpSpecializedForwardKernel(const __grid_constant__ CUtensorMap qkv_map, AttentionParams p,
-                                 int batch, int q_blocks, int* next_item, __nv_bfloat16* out,
+                                 AttentionItemOrder order, int* next_item, __nv_bfloat16* out,
                                  float* lse) {
 #ifdef TESSERA_WGMMA
   using L = Layout<kD>;
@@ -256,7 +246,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t s_q = base + L::kQOffset;
   const Barriers<kStages> bar{base + L::kBarrierOffset};
   volatile int* item_slot = reinterpret_cast<volatile int*>(smem + L::kItemOffset);
-  const int items = p.heads * batch * q_blocks;
+  const int items = order.items();
   // Where the ring's it-th key tile (counted over all of the block's items)
   // goes.
   auto k_tile = [&](int it) { return base + L::kKOffset + KVRing::Stage(it) * kTileBytes; };
@@ -288,10 +278,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         // query's start) are known before Q's buffer frees, which is when
         // the consumers' last S product of the previous item has read Q
         // (and they have read the item's number).
-        WorkItem w{};
+        AttentionItem w{};
         KeyTiles kt{};
         if (index < items) {
-          w = ItemOf(index, p.heads, batch, q_blocks);
+          w = AttentionItemOf(index, order);
           kt = KeyTilesOf<kDocuments>(p, w.b, w.q_block);
         }
         tma::Wait(bar.q_empty(), static_cast<uint32_t>((round & 1) ^ 1));
@@ -354,7 +344,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     tma::Wait(bar.q_full(), static_cast<uint32_t>(round & 1));
     const int index = *item_slot;
     if (index >= items) break;
-    const WorkItem w = ItemOf(index, p.heads, batch, q_blocks);
+    const AttentionItem w = AttentionItemOf(index, order);
     const KeyTiles kt = KeyTilesOf<kDocuments>(p, w.b, w.q_block);
     const int64_t wg_q0 = kt.q0 + 64 * consumer;
     const int64_t row_lo = wg_q0 + 16 * warp + g;  // this lane's rows: row_lo, row_lo + 8
@@ -448,8 +438,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 template <int kD, bool kDocuments>
 absl::Status LaunchKernel(const CUtensorMap& map, const AttentionParams& p, int64_t batch,
-                          int sm_count, int* work_counter, __nv_bfloat16* out, float* lse,
-                          cudaStream_t stream) {
+                          int sm_count, size_t l2_bytes, int* work_counter, __nv_bfloat16* out,
+                          float* lse, cudaStream_t stream) {
   static std::atomic<uint64_t> smem_allowed{0};
   constexpr int kSmemBytes = Layout<kD>::kSmemBytes;
   CUDA_RETURN_IF_ERROR(AllowDynamicSmem(WarpSpecializedForwardKernel<kD, kDocuments>, kSmemBytes,
@@ -464,16 +454,18 @@ absl::Status LaunchKernel(const CUtensorMap& map, const AttentionParams& p, int6
   // One block per SM (its shared memory allows no more), each taking items
   // from the counter until they run out.
   const int blocks = static_cast<int>(std::min<int64_t>(items, std::max(sm_count, 1)));
+  const AttentionItemOrder order =
+      MakeAttentionItemOrder(batch, p.heads, p.kv_heads, p.seq, kD, kBlockQ, l2_bytes);
   CUDA_RETURN_IF_ERROR(cudaMemsetAsync(work_counter, 0, sizeof(int), stream));
   WarpSpecializedForwardKernel<kD, kDocuments><<<blocks, kThreads, kSmemBytes, stream>>>(
-      map, p, static_cast<int>(batch), static_cast<int>(q_blocks), work_counter, out, lse);
+      map, p, order, work_counter, out, lse);
   CUDA_RETURN_IF_LAUNCH_FAILED();
   return absl::OkStatus();
 }
 
 template <int kD>
 absl::Status Launch(const AttentionShape& shape, const void* qkv, const int32_t* doc_starts,
-                    void* out, float* lse, int sm_count, int* work_counter,
+                    void* out, float* lse, int sm_count, size_t l2_bytes, int* work_counter,
                     cudaStream_t stream) {
   const absl::StatusOr<CUtensorMap> map = HeadRowsTensorMap(
       qkv, shape.batch, shape.seq, shape.heads + 2 * shape.kv_heads, kD, kBlockKV);
@@ -481,10 +473,10 @@ absl::Status Launch(const AttentionShape& shape, const void* qkv, const int32_t*
   const AttentionParams p = flash::MakeAttentionParams(shape, qkv, doc_starts);
   auto* o = static_cast<__nv_bfloat16*>(out);
   return doc_starts != nullptr
-             ? LaunchKernel<kD, true>(*map, p, shape.batch, sm_count, work_counter, o, lse,
-                                      stream)
-             : LaunchKernel<kD, false>(*map, p, shape.batch, sm_count, work_counter, o, lse,
-                                       stream);
+             ? LaunchKernel<kD, true>(*map, p, shape.batch, sm_count, l2_bytes, work_counter, o,
+                                      lse, stream)
+             : LaunchKernel<kD, false>(*map, p, shape.batch, sm_count, l2_bytes, work_counter, o,
+                                       lse, stream);
 }
 
 }  // namespace
@@ -493,14 +485,16 @@ absl::Status Launch(const AttentionShape& shape, const void* qkv, const int32_t*
 
 absl::Status LaunchFlashAttentionForward(const AttentionShape& shape, const void* qkv,
                                          const int32_t* doc_starts, void* out, float* lse,
-                                         int sm_count, int* work_counter,
+                                         int sm_count, size_t l2_bytes, int* work_counter,
                                          cudaStream_t stream) {
   if (shape.batch == 0 || shape.seq == 0) return absl::OkStatus();
   switch (shape.head_dim) {
     case 64:
-      return Launch<64>(shape, qkv, doc_starts, out, lse, sm_count, work_counter, stream);
+      return Launch<64>(shape, qkv, doc_starts, out, lse, sm_count, l2_bytes, work_counter,
+                        stream);
     case 128:
-      return Launch<128>(shape, qkv, doc_starts, out, lse, sm_count, work_counter, stream);
+      return Launch<128>(shape, qkv, doc_starts, out, lse, sm_count, l2_bytes, work_counter,
+                         stream);
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("attention: head dim ", shape.head_dim, " is not supported (64 or 128)"));

@@ -96,10 +96,12 @@ struct AttentionShape {
 // sm_count: the device's SMs (DeviceFacts): the forward keeps one block on
 // each, taking query blocks one after another from work_counter (one int
 // of device memory, DeviceContext::work_counter, which it zeroes on
-// `stream` first).
+// `stream` first). l2_bytes (DeviceFacts) sizes the groups of K/V heads
+// whose query blocks run together.
 absl::Status LaunchFlashAttentionForward(const AttentionShape& shape, const void* qkv,
                                          const int32_t* doc_starts, void* out, float* lse,
-                                         int sm_count, int* work_counter, cudaStream_t stream);
+                                         int sm_count, size_t l2_bytes, int* work_counter,
+                                         cudaStream_t stream);
 // ragged_documents.cu: the table cuDNN's ragged attention reads for the
 // documents of a batch of more than `above` and at most `up_to` tokens
 // (cudnn_attention.h), from doc_starts [B, S] on the device: per entry
