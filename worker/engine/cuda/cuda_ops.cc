@@ -321,7 +321,8 @@ class CudaOps : public Ops {
     ASSIGN_OR_RETURN(void* scratch, attention_scratch_.Get(floats * sizeof(float)));
     return cuda::LaunchFlashAttentionBackward(shape, grad_out.data, qkv.data, starts, out.data,
                                               lse.As<float>(), grad_qkv.data,
-                                              static_cast<float*>(scratch), form, S(stream));
+                                              static_cast<float*>(scratch), form,
+                                              ctx_->facts().sm_count, S(stream));
   }
   absl::Status SwiGluForward(const TensorDesc& gate_up, const TensorDesc& out, Stream* stream) override {
     RETURN_IF_ERROR(ctx_->MakeCurrent());

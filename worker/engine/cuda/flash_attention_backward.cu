@@ -396,7 +396,8 @@ bool RunsOnePass(const AttentionShape& shape, FlashBackwardForm form) {
 template <int kD>
 absl::Status Launch(const AttentionParams& p, int64_t batch, const __nv_bfloat16* dout,
                     const __nv_bfloat16* out, const float* lse, __nv_bfloat16* dqkv,
-                    float* scratch, bool one_pass, bool ordered, cudaStream_t stream) {
+                    float* scratch, bool one_pass, bool ordered, int sm_count,
+                    cudaStream_t stream) {
   const int64_t seq_pad = PaddedSeq(p.seq);
   const int64_t rows = batch * p.heads * seq_pad;
   float* delta = scratch;
@@ -412,8 +413,9 @@ absl::Status Launch(const AttentionParams& p, int64_t batch, const __nv_bfloat16
 
   if (one_pass) {
     return LaunchOrderedAttentionGradients(p, batch, kD, dout, delta, lse2, first_keys, seq_pad,
-                                           ordered, scratch + (2 * p.heads + 1) * batch * seq_pad,
-                                           dqkv, stream);
+                                           ordered, sm_count,
+                                           scratch + (2 * p.heads + 1) * batch * seq_pad, dqkv,
+                                           stream);
   }
   return p.doc_starts != nullptr
              ? LaunchGradients<kD, true>(p, batch, dout, delta, lse2, first_keys, seq_pad, dqkv,
@@ -442,7 +444,7 @@ absl::Status LaunchFlashAttentionBackward(const AttentionShape& shape, const voi
                                           const void* qkv, const int32_t* doc_starts,
                                           const void* out, const float* lse, void* grad_qkv,
                                           float* scratch, FlashBackwardForm form,
-                                          cudaStream_t stream) {
+                                          int sm_count, cudaStream_t stream) {
   if (shape.batch == 0 || shape.seq == 0) return absl::OkStatus();
   const bool one_pass = RunsOnePass(shape, form);
   const bool ordered = form == FlashBackwardForm::kOrderedDq;
@@ -452,10 +454,11 @@ absl::Status LaunchFlashAttentionBackward(const AttentionShape& shape, const voi
   auto* dqkv = static_cast<__nv_bfloat16*>(grad_qkv);
   switch (shape.head_dim) {
     case 64:
-      return Launch<64>(p, shape.batch, dout, o, lse, dqkv, scratch, one_pass, ordered, stream);
+      return Launch<64>(p, shape.batch, dout, o, lse, dqkv, scratch, one_pass, ordered,
+                        sm_count, stream);
     case 128:
       return Launch<128>(p, shape.batch, dout, o, lse, dqkv, scratch, one_pass, ordered,
-                         stream);
+                         sm_count, stream);
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("attention: head dim ", shape.head_dim, " is not supported (64 or 128)"));

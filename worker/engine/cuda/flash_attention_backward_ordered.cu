@@ -42,6 +42,19 @@
 // their tiles from the last one down, the heads of a group innermost, so
 // that neighbouring blocks reach each tile at nearly the same time.
 //
+// Grid order. Block n of each K/V head starts before block n + 1 of any
+// (the long blocks first, so they do not end the grid), within groups of
+// K/V heads taken one group after another. The blocks of one K/V head read
+// the same query tiles and add to the same dQ sums, near the same time, so
+// the more of them run at once, the fewer of those bytes come from memory
+// twice. A group holds as many K/V heads as have about twice as many key
+// blocks as there are SMs (at least one head). On an H200 (132 SMs) at
+// (1, 32, 8, 16384, 128), 128 key blocks a head, that is two heads a
+// group, which took the forward + backward from 15.24-15.39 ms to
+// 14.96-15.12; one head a group was slower there, and smaller groups than
+// the rule's were slower at 2048 tokens (bench/RESULTS.md). With documents
+// every K/V head is in one group: grouping them was not measured.
+//
 // Documents: a tile's first block comes from the document start of its
 // first query. tile_first_block is the suffix minimum of those (the tiny
 // kernel below), which is the value itself for documents that never start
@@ -56,6 +69,8 @@
 // before each call) and the tiles' first blocks.
 
 #include <cuda_bf16.h>
+
+#include <algorithm>
 
 #include "worker/engine/cuda/attention_tensor_maps.h"
 #include "worker/engine/cuda/cuda_check.h"
@@ -226,7 +241,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                                    AttentionParams p, const float* delta, const float* lse2,
                                    const int32_t* first_keys, const int32_t* tile_first_block,
                                    int64_t seq_pad, float* dq_sums, int32_t* dq_turns,
-                                   __nv_bfloat16* dqkv) {
+                                   __nv_bfloat16* dqkv, int kv_group) {
 #ifdef TESSERA_WGMMA
   using L = Layout<kD>;
   constexpr int kStages = L::kStages, kTileBytes = L::kTileBytes, kKVBytes = L::kKVBytes;
@@ -244,9 +259,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     return smem + L::kStatsOffset + (3 * s + which) * kStatsBytes;
   };
 
-  // Longest blocks first across the K/V heads: block n of every head
-  // before block n + 1 of any, so the long blocks do not end the grid.
-  const int kv_head = blockIdx.x % p.kv_heads, n = blockIdx.x / p.kv_heads, b = blockIdx.y;
+  // Longest blocks first within each group of kv_group K/V heads (the file
+  // comment): block n of every head of the group before block n + 1 of any.
+  const int key_blocks = static_cast<int>(gridDim.x) / p.kv_heads;
+  const int group = static_cast<int>(blockIdx.x) / (kv_group * key_blocks);
+  const int in_group = static_cast<int>(blockIdx.x) - group * kv_group * key_blocks;
+  const int group_heads = min(kv_group, p.kv_heads - group * kv_group);
+  const int kv_head = group * kv_group + in_group % group_heads, n = in_group / group_heads;
+  const int b = blockIdx.y;
   const int group_size = p.heads / p.kv_heads;
   const int64_t k0 = int64_t(n) * kKeyBlock;
   const int tiles = static_cast<int>(seq_pad / kQTile);
@@ -457,11 +477,21 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 
+// K/V heads per group of the grid (the file comment): as many as have
+// about twice as many key blocks as there are SMs (at least one head); all
+// of them with documents.
+int KvHeadsPerGroup(int kv_heads, int64_t key_blocks, int sm_count, bool documents) {
+  if (documents || sm_count <= 0) return kv_heads;
+  const int64_t heads = 2 * int64_t(sm_count) / key_blocks;
+  return static_cast<int>(std::min<int64_t>(std::max<int64_t>(heads, 1), kv_heads));
+}
+
 template <int kD>
 absl::Status LaunchKernels(const flash::AttentionParams& p, int64_t batch,
                            const __nv_bfloat16* dout, const float* delta, const float* lse2,
                            const int32_t* first_keys, int64_t seq_pad, bool ordered,
-                           float* scratch, __nv_bfloat16* dqkv, cudaStream_t stream) {
+                           int sm_count, float* scratch, __nv_bfloat16* dqkv,
+                           cudaStream_t stream) {
   constexpr int kSmemBytes = Layout<kD>::kSmemBytes;
   const int64_t tiles = seq_pad / kQTile;
   float* dq_sums = scratch;
@@ -493,13 +523,14 @@ absl::Status LaunchKernels(const flash::AttentionParams& p, int64_t batch,
   const absl::StatusOr<CUtensorMap> dout_map =
       HeadRowsTensorMap(dout, batch, p.seq, p.heads, kD, kQTile);
   if (!dout_map.ok()) return dout_map.status();
-  const dim3 grid(static_cast<unsigned>((p.seq + kKeyBlock - 1) / kKeyBlock * p.kv_heads),
-                  static_cast<unsigned>(batch));
+  const int64_t key_blocks = (p.seq + kKeyBlock - 1) / kKeyBlock;
+  const dim3 grid(static_cast<unsigned>(key_blocks * p.kv_heads), static_cast<unsigned>(batch));
+  const int kv_group = KvHeadsPerGroup(p.kv_heads, key_blocks, sm_count, documents);
   auto launch = [&](auto kernel, std::atomic<uint64_t>& smem_allowed) -> absl::Status {
     CUDA_RETURN_IF_ERROR(AllowDynamicSmem(kernel, kSmemBytes, smem_allowed));
     kernel<<<grid, kThreads, kSmemBytes, stream>>>(*kv_map, *q_map, *dout_map, p, delta, lse2,
                                                    first_keys, tile_first_block, seq_pad,
-                                                   dq_sums, dq_turns, dqkv);
+                                                   dq_sums, dq_turns, dqkv, kv_group);
     CUDA_RETURN_IF_LAUNCH_FAILED();
     return absl::OkStatus();
   };
@@ -531,15 +562,15 @@ absl::Status LaunchOrderedAttentionGradients(const flash::AttentionParams& p, in
                                              int head_dim, const __nv_bfloat16* dout,
                                              const float* delta, const float* lse2,
                                              const int32_t* first_keys, int64_t seq_pad,
-                                             bool ordered, float* scratch, __nv_bfloat16* dqkv,
-                                             cudaStream_t stream) {
+                                             bool ordered, int sm_count, float* scratch,
+                                             __nv_bfloat16* dqkv, cudaStream_t stream) {
   switch (head_dim) {
     case 64:
-      return LaunchKernels<64>(p, batch, dout, delta, lse2, first_keys, seq_pad, ordered, scratch,
-                               dqkv, stream);
+      return LaunchKernels<64>(p, batch, dout, delta, lse2, first_keys, seq_pad, ordered,
+                               sm_count, scratch, dqkv, stream);
     case 128:
       return LaunchKernels<128>(p, batch, dout, delta, lse2, first_keys, seq_pad, ordered,
-                                scratch, dqkv, stream);
+                                sm_count, scratch, dqkv, stream);
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("attention: the one-pass backward takes head dim 64 or 128, not ", head_dim));

@@ -26,13 +26,15 @@ int64_t OrderedAttentionScratchFloats(int64_t batch, int heads, int head_dim, in
 // kernel wrote (first_keys unused without documents); scratch holds
 // OrderedAttentionScratchFloats floats. `ordered`: dQ summed in key-block
 // order, bit-identical run to run; otherwise in the order the blocks get
-// there (the atomic form, FlashBackwardForm::kAtomicDq).
+// there (the atomic form, FlashBackwardForm::kAtomicDq). sm_count (the
+// device's SMs) sizes the groups of K/V heads the grid takes one after
+// another.
 absl::Status LaunchOrderedAttentionGradients(const flash::AttentionParams& p, int64_t batch,
                                              int head_dim, const __nv_bfloat16* dout,
                                              const float* delta, const float* lse2,
                                              const int32_t* first_keys, int64_t seq_pad,
-                                             bool ordered, float* scratch, __nv_bfloat16* dqkv,
-                                             cudaStream_t stream);
+                                             bool ordered, int sm_count, float* scratch,
+                                             __nv_bfloat16* dqkv, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace tessera

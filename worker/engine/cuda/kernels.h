@@ -144,10 +144,12 @@ enum class FlashBackwardForm { kTwoPass, kOrderedDq, kAtomicDq };
 // fp32 scratch the backward needs:
 // FlashAttentionBackwardScratchFloats(shape, form), 16-byte aligned.
 int64_t FlashAttentionBackwardScratchFloats(const AttentionShape& shape, FlashBackwardForm form);
+// sm_count: the device's SMs (DeviceFacts), which order the one-pass
+// form's grid (flash_attention_backward_ordered.cu).
 absl::Status LaunchFlashAttentionBackward(const AttentionShape& shape, const void* grad_out,
                                           const void* qkv, const int32_t* doc_starts,
                                           const void* out, const float* lse, void* grad_qkv,
-                                          float* scratch, FlashBackwardForm form,
+                                          float* scratch, FlashBackwardForm form, int sm_count,
                                           cudaStream_t stream);
 // fused_linear_cross_entropy.cu: the per-row softmax/loss/dlogits step on
 // bf16 logits; dlogits_bf16 may be logits_bf16 (written in place).
