@@ -38,8 +38,6 @@ std::string AttentionLine(const v1::JobSpec& spec) {
         " per rank (counted above)\n");
   }
   const int64_t bytes = CudnnWorkspaceOfJob(a, a.deterministic);
-  const std::string atomic_bytes =
-      FormatBytesAsGiB(CudnnWorkspaceOfJob(a, /*deterministic=*/false));
   const int bands = a.deterministic ? a.key_bands : 1;
   const std::string in_bands = bands > 1 ? absl::StrCat(" in ", bands, " key bands") : "";
   const bool automatic = spec.attention_kernels() != v1::ATTENTION_KERNELS_CUDNN;
@@ -49,7 +47,10 @@ std::string AttentionLine(const v1::JobSpec& spec) {
                                   " backward", in_bands, ", workspace ", FormatBytesAsGiB(bytes),
                                   " per rank (counted above); ATTENTION_KERNELS_TESSERA takes ",
                                   FormatBytesAsGiB(tessera_bytes));
-  if (a.deterministic) absl::StrAppend(&line, ", nondeterministic_attention_backward ", atomic_bytes);
+  if (a.deterministic) {
+    absl::StrAppend(&line, ", nondeterministic_attention_backward ",
+                    FormatBytesAsGiB(CudnnWorkspaceOfJob(a, /*deterministic=*/false)));
+  }
   if (a.documents) {
     absl::StrAppend(&line, "; documents run as cuDNN's ragged batches where they average 512 "
                            "tokens or more and their plan fits that workspace, else Tessera's "
