@@ -79,18 +79,25 @@ __device__ __forceinline__ void LoadTileAsync(uint32_t tile, const __nv_bfloat16
 }
 
 // Matrix descriptor with the 128-byte swizzle (PTX ISA, "Matrix Descriptor
-// Format"): start address, leading and stride byte offsets, all >> 4.
-__device__ __forceinline__ uint64_t Descriptor(uint32_t start, uint32_t leading,
+// Format") for the operand at `offset` bytes into the tile at shared
+// address `tile`: start address, leading and stride byte offsets, all >> 4.
+// Shared addresses lie below 256 KiB and tiles start at 1024-byte
+// boundaries, so the start field is (tile >> 4) + (offset >> 4) with no carry
+// into the next field: the part that depends on the tile is computed once
+// per tile and each step of a product adds only a constant (a 16-byte
+// multiple), instead of masking and shifting every address again.
+__device__ __forceinline__ uint64_t Descriptor(uint32_t tile, uint32_t offset, uint32_t leading,
                                                uint32_t stride) {
-  return uint64_t((start & 0x3FFFF) >> 4) | (uint64_t((leading & 0x3FFFF) >> 4) << 16) |
-         (uint64_t((stride & 0x3FFFF) >> 4) << 32) | (uint64_t(1) << 62);
+  const uint32_t lo = ((tile >> 4) | ((leading >> 4) << 16)) + (offset >> 4);
+  const uint32_t hi = (stride >> 4) | (1u << 30);
+  return (uint64_t(hi) << 32) | lo;
 }
 
 // K-major operand: rows [row0, row0 + 64) (or the N rows of B) of a tile of
 // kRows rows, contraction columns [16 kk, 16 kk + 16). row0 is a multiple of 8.
 template <int kRows>
 __device__ __forceinline__ uint64_t KMajor(uint32_t tile, int row0, int kk) {
-  return Descriptor(tile + (kk >> 2) * kRows * 128 + row0 * 128 + (kk & 3) * 32, 16, 1024);
+  return Descriptor(tile, (kk >> 2) * kRows * 128 + row0 * 128 + (kk & 3) * 32, 16, 1024);
 }
 
 // MN-major operand: contraction rows [k0, k0 + 16) of a tile of kRows rows,
@@ -98,7 +105,7 @@ __device__ __forceinline__ uint64_t KMajor(uint32_t tile, int row0, int kk) {
 // columns may span panels).
 template <int kRows>
 __device__ __forceinline__ uint64_t MNMajor(uint32_t tile, int k0, int col0) {
-  return Descriptor(tile + (col0 >> 6) * kRows * 128 + k0 * 128 + (col0 & 63) * 2, kRows * 128,
+  return Descriptor(tile, (col0 >> 6) * kRows * 128 + k0 * 128 + (col0 & 63) * 2, kRows * 128,
                     1024);
 }
 
