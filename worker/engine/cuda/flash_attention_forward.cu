@@ -265,7 +265,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
 
-  const int warpgroup = threadIdx.x / wgmma::kWarpgroupThreads;
+  const int warpgroup = wgmma::WarpgroupIndex();
   if (warpgroup == 0) {
     // ---- producer ----
     tma::ShrinkRegisters<kProducerRegisters>();
