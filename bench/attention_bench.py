@@ -406,7 +406,60 @@ def run_shape_on_gpu(shape, args, work_dir, log):
         result["timings"][name] = timing_record(shape, name, fwd_ms, fwdbwd_ms)
         result.setdefault("ratios", {})[name] = speed_ratios(result["timings"]["tessera"],
                                                               result["timings"][name])
+    if "documents" in result and "cudnn" in usable:
+        cudnn_on_separate_documents(result, q, k, v, dout, args, dev)
     return result
+
+
+def cudnn_on_separate_documents(result, q, k, v, dout, args, dev):
+    """SDPA's cuDNN backend on the documents as separate causal sequences (no library we
+    compare with takes packed boundaries through SDPA): the same unmasked FLOPs, so its rate
+    over its own whole-sequence run says how much any tiled kernel loses to short documents.
+    Checked against the fp32 reference of those sequences before it is timed."""
+    import torch.nn.functional as F
+    from torch.nn.attention import sdpa_kernel
+    doc = result["documents"]
+    n = doc["documents"]
+    b, h, t, d = q.shape
+    kv = k.shape[1]
+
+    def split(x):  # [B, heads, N * L, D] -> [B * N, heads, L, D]
+        return x.reshape(b, x.shape[1], n, t // n, d).transpose(1, 2).reshape(b * n, x.shape[1], t // n, d)
+
+    qs, ks, vs, dos = (split(x).contiguous() for x in (q, k, v, dout))
+    ref = reference_fp32(qs, ks, vs, dos)
+    qg, kg, vg = (x.detach().clone().requires_grad_() for x in (qs, ks, vs))
+
+    def forward():
+        return F.scaled_dot_product_attention(qg, kg, vg, is_causal=True, enable_gqa=h != kv)
+
+    def forward_backward():
+        torch_grad(forward(), (qg, kg, vg), dos)
+
+    with sdpa_kernel(sdpa_backend("cudnn")):
+        o = forward()
+        dq, dk, dv = torch_grad(o, (qg, kg, vg), dos)
+        got = {"out": o, "dq": dq, "dk": dk, "dv": dv}
+        errors = {name: relative_l2(got[name].double(), ref[name].double()) for name in got}
+        del o, dq, dk, dv, got, ref
+        wrong = [name for name in errors if not errors[name] <= TOLERANCES[name]]
+        if wrong:
+            doc["cudnn_separate"] = f"outputs disagree with the reference ({', '.join(wrong)}); not timed"
+            return
+        fwdbwd_ms = time_ms(forward_backward, args.warmup, args.reps, dev)
+    masked_flops = attention_flops(tuple(result["shape"]))[1] / n
+    whole = result["timings"]["cudnn"]
+    doc["cudnn_separate_fwdbwd_ms"] = round(fwdbwd_ms, 4)
+    doc["cudnn_separate_fwdbwd_tflops"] = round(masked_flops / fwdbwd_ms / 1e9, 1)
+    doc["cudnn_separate_rate_over_whole_sequence"] = round(
+        doc["cudnn_separate_fwdbwd_tflops"] / whole["fwdbwd_tflops"], 3)
+    print(json.dumps({"cudnn_on_separate_documents": {k_: doc[k_] for k_ in doc if k_.startswith("cudnn_")}}),
+          flush=True)
+
+
+def torch_grad(out, inputs, grad_out):
+    import torch
+    return torch.autograd.grad(out, inputs, grad_out)
 
 
 def gpu_main(args):

@@ -57,40 +57,66 @@ __device__ __forceinline__ void LoadQueryTileAsync(const AttentionParams& p, int
   }
 }
 
-// P^T = exp2(S^T scale_log2 - lse2[q]) in place, zero where the query
-// precedes the key (only tested on a `diagonal` tile) or its document
-// starts after the key (only on a `doc_edge` tile). This lane's keys are
-// key_lo and key_lo + 8; t is the lane's column pair within 8 columns.
+// P^T = exp2(S^T scale_log2 - lse2[q]) in place; with kMask, zero where the
+// query precedes the key (tested on a `diagonal` tile) or its document
+// starts after the key (on a `doc_edge` tile). This lane's keys are key_lo
+// and key_lo + 8; t is the lane's column pair within 8 columns. Each lse2
+// pair is one 8-byte load.
+template <int kQTile, bool kMask>
+__device__ __forceinline__ void KeyRowsProbabilitiesStep(float (&pt)[kQTile / 8][4],
+                                                         int64_t key_lo, int64_t q0,
+                                                         bool diagonal, bool doc_edge,
+                                                         const float* tile_lse,
+                                                         const int32_t* tile_first_key,
+                                                         float scale_log2, int t) {
+  // For each of the lane's two keys, the first column (query) that sees
+  // it, in 32 bits; none is hidden off the diagonal.
+  const int32_t first_seeing_col[2] = {
+      diagonal ? static_cast<int32_t>(key_lo - q0) : 0,
+      diagonal ? static_cast<int32_t>(key_lo + 8 - q0) : 0};
+#pragma unroll
+  for (int nt = 0; nt < kQTile / 8; ++nt) {
+    const float2 lse = *reinterpret_cast<const float2*>(tile_lse + nt * 8 + 2 * t);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int col = nt * 8 + 2 * t + (e & 1);
+      float v = FastExp2(pt[nt][e] * scale_log2 - ((e & 1) ? lse.y : lse.x));
+      if constexpr (kMask) {
+        const int64_t key = key_lo + 8 * (e >> 1);
+        if (col < first_seeing_col[e >> 1]) v = 0.f;
+        if (doc_edge && tile_first_key[col] > static_cast<int32_t>(key)) v = 0.f;
+      }
+      pt[nt][e] = v;
+    }
+  }
+}
+
 template <int kQTile>
 __device__ __forceinline__ void KeyRowsProbabilities(float (&pt)[kQTile / 8][4], int64_t key_lo,
                                                      int64_t q0, bool diagonal, bool doc_edge,
                                                      const float* tile_lse,
                                                      const int32_t* tile_first_key,
                                                      float scale_log2, int t) {
-#pragma unroll
-  for (int nt = 0; nt < kQTile / 8; ++nt) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int col = nt * 8 + 2 * t + (e & 1);
-      const int64_t key = key_lo + 8 * (e >> 1);
-      float v = FastExp2(pt[nt][e] * scale_log2 - tile_lse[col]);
-      if (diagonal && q0 + col < key) v = 0.f;
-      if (doc_edge && tile_first_key[col] > static_cast<int32_t>(key)) v = 0.f;
-      pt[nt][e] = v;
-    }
+  if (diagonal || doc_edge) {
+    KeyRowsProbabilitiesStep<kQTile, true>(pt, key_lo, q0, diagonal, doc_edge, tile_lse,
+                                           tile_first_key, scale_log2, t);
+  } else {
+    KeyRowsProbabilitiesStep<kQTile, false>(pt, key_lo, q0, diagonal, doc_edge, tile_lse,
+                                            tile_first_key, scale_log2, t);
   }
 }
 
-// dS^T = P^T (dP^T - D[q]) in place of dP^T.
+// dS^T = P^T (dP^T - D[q]) in place of dP^T (each D pair one 8-byte load).
 template <int kQTile>
 __device__ __forceinline__ void KeyRowsScoreGrads(float (&dst)[kQTile / 8][4],
                                                   const float (&pt)[kQTile / 8][4],
                                                   const float* tile_delta, int t) {
 #pragma unroll
   for (int nt = 0; nt < kQTile / 8; ++nt) {
+    const float2 delta = *reinterpret_cast<const float2*>(tile_delta + nt * 8 + 2 * t);
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      dst[nt][e] = pt[nt][e] * (dst[nt][e] - tile_delta[nt * 8 + 2 * t + (e & 1)]);
+      dst[nt][e] = pt[nt][e] * (dst[nt][e] - ((e & 1) ? delta.y : delta.x));
     }
   }
 }
