@@ -6,7 +6,12 @@
 #   tessera  attention_kernels: ATTENTION_KERNELS_TESSERA (our kernels)
 #   auto     the default (AUTO): Tessera's kernels, deterministic backward
 #   atomic   the default plus nondeterministic_attention_backward: true
-#            (AUTO then runs cuDNN's atomic backward)
+#            (AUTO then runs Tessera's atomic backward; cuDNN's before
+#            AUTO's rule changed, bench/RESULTS.md)
+#   tessera_atomic  our kernels with nondeterministic_attention_backward:
+#            true (their atomic backward)
+#   cudnn_atomic    cuDNN's attention with nondeterministic_attention_backward:
+#            true (its atomic backward)
 # The median step time (the job's own step_time_s, slowest rank) after SKIP
 # warm-up steps, tokens/s per GPU, the backward and forward phases, and each
 # variant's speed over the first variant's are printed as a Markdown table.
@@ -39,7 +44,12 @@ variant_lines() {
     tessera) echo "attention_kernels: ATTENTION_KERNELS_TESSERA" ;;
     auto) echo "" ;;
     atomic) echo "nondeterministic_attention_backward: true" ;;
-    *) echo "unknown variant $1 (tessera, auto, atomic)" >&2; return 1 ;;
+    tessera_atomic) printf '%s\n' "attention_kernels: ATTENTION_KERNELS_TESSERA" \
+      "nondeterministic_attention_backward: true" ;;
+    cudnn_atomic) printf '%s\n' "attention_kernels: ATTENTION_KERNELS_CUDNN" \
+      "nondeterministic_attention_backward: true" ;;
+    *) echo "unknown variant $1 (tessera, auto, atomic, tessera_atomic, cudnn_atomic)" >&2
+      return 1 ;;
   esac
 }
 

@@ -252,8 +252,8 @@ TEST(OutputFormat, CheckpointIntervalLineSaysWhenTrainingWouldWait) {
 }
 
 // The dry run's attention line follows the engine's rule: Tessera's
-// kernels under AUTO for the deterministic backward (the 8B shape: its
-// one-pass backward's dQ sums), cuDNN under AUTO for the atomic one, each
+// kernels under AUTO for both backwards (the 8B shape: its one-pass
+// backward's dQ sums; the atomic form's need no turn counters), each
 // named kernel set when named (cuDNN's deterministic backward in key bands
 // past its workspace limit: 4.21 GiB in 4 at 16384 tokens and head dim 64,
 // 33.21 GiB in 8 at 65536; with document masking the ragged batches'
@@ -272,8 +272,8 @@ TEST(OutputFormat, AttentionLineSaysWhichKernelsAndTheirWorkspace) {
             "workspace 0.13 GiB per rank (counted above)\n");
   spec.set_nondeterministic_attention_backward(true);
   EXPECT_EQ(AttentionLine(spec),
-            "# attention: cuDNN (AUTO), atomic (nondeterministic) backward, workspace 0.27 GiB "
-            "per rank (counted above); ATTENTION_KERNELS_TESSERA takes 0.13 GiB\n");
+            "# attention: Tessera's kernels (AUTO), atomic (nondeterministic) backward, "
+            "workspace 0.13 GiB per rank (counted above)\n");
   spec.set_attention_kernels(v1::ATTENTION_KERNELS_TESSERA);
   EXPECT_EQ(AttentionLine(spec),
             "# attention: Tessera's kernels (ATTENTION_KERNELS_TESSERA), atomic "

@@ -65,8 +65,8 @@ int64_t CudnnDocumentsWorkspaceLimit(const CudnnAttentionShape& whole, bool dete
   return t.square + 4 * t.linear + kCudnnSlackBytes;
 }
 
-bool AutoAttentionPicksCudnn(bool deterministic) {
-  return !deterministic;
+bool AutoAttentionPicksCudnn(bool /*deterministic*/) {
+  return false;  // Tessera's kernels for both forms (the header says why)
 }
 
 }  // namespace tessera

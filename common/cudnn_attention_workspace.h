@@ -62,14 +62,18 @@ int64_t CudnnAttentionWorkspaceBound(const CudnnAttentionShape& shape, bool dete
 // 4.3 GB; 34 GB in the first of 8 bands at 65536).
 inline constexpr int64_t kCudnnBandWorkspaceLimitBytes = int64_t{8} << 30;
 
-// AUTO's rule: the deterministic backward runs Tessera's warp-specialised
-// kernels at both head dims CUDA jobs take (64 and 128), whole sequences
-// and documents alike; the atomic backward runs cuDNN's. Measured on an
-// H200 (bench/RESULTS.md): at head dim 128 Tessera's one pass beats cuDNN's
-// deterministic backward and the 1.1B step at 8192 tokens is faster with
-// it ("dQ writer"); at head dim 64 the 221M step is 2.5% faster with it
-// ("head dim 64 one pass"); cuDNN's atomic form was 7% faster than
-// Tessera's at 32 heads and 8192 tokens.
+// AUTO's rule, by backward form: whether AUTO runs cuDNN's attention. It
+// runs Tessera's warp-specialised kernels for both forms today, at both
+// head dims CUDA jobs take (64 and 128), whole sequences and documents
+// alike. Measured on an H200 (bench/RESULTS.md): at head dim 128 Tessera's
+// one pass beats cuDNN's deterministic backward and the 1.1B step at 8192
+// tokens is faster with it ("dQ writer"); at head dim 64 the 221M step is
+// 2.5% faster with it ("head dim 64 one pass"). The atomic form went to
+// cuDNN while its atomic backward was 7% faster than Tessera's; with the
+// backward's masks on edge tiles only, the 1.1B step at 1 x 8192 took 90.44
+// ms on Tessera's atomic backward against 93.43 on cuDNN's, and 66.52
+// against 67.12 on packed documents of about 1024 tokens ("AUTO's atomic
+// backward").
 bool AutoAttentionPicksCudnn(bool deterministic);
 
 // Under document masking the engine runs a batch's documents as the

@@ -113,11 +113,9 @@ TEST(CudnnAttentionWorkspace, BandsShrinkTheDeterministicWorkspaceByTheirCount) 
             CudnnAttentionWorkspaceBound(shape, false));
 }
 
-TEST(CudnnAttentionWorkspace, AutoRunsTesseraForTheDeterministicBackward) {
+TEST(CudnnAttentionWorkspace, AutoRunsTesseraForBothBackwards) {
   EXPECT_FALSE(AutoAttentionPicksCudnn(/*deterministic=*/true));
-  // The atomic backward stays with cuDNN, whose workspace grows with the
-  // sequence, not its square.
-  EXPECT_TRUE(AutoAttentionPicksCudnn(/*deterministic=*/false));
+  EXPECT_FALSE(AutoAttentionPicksCudnn(/*deterministic=*/false));
 }
 
 }  // namespace

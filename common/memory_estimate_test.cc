@@ -59,11 +59,19 @@ TEST(MemoryEstimate, CountsCudnnAttentionWorkspaceWhereTheEngineTakesIt) {
     s.set_attention_kernels(v1::ATTENTION_KERNELS_TESSERA);
     return EstimateRankMemory(s, 0, 1).engine_workspace;
   }();
-  // AUTO runs the deterministic backward on Tessera's kernels.
+  // AUTO runs both backwards on Tessera's kernels; CUDNN's atomic backward
+  // counts cuDNN's workspace.
   EXPECT_EQ(EstimateRankMemory(spec, 0, 1).engine_workspace, tessera);
   spec.set_nondeterministic_attention_backward(true);
+  EXPECT_EQ(EstimateRankMemory(spec, 0, 1).engine_workspace, [&] {
+    v1::JobSpec s = spec;
+    s.set_attention_kernels(v1::ATTENTION_KERNELS_TESSERA);
+    return EstimateRankMemory(s, 0, 1).engine_workspace;
+  }());
+  spec.set_attention_kernels(v1::ATTENTION_KERNELS_CUDNN);
   EXPECT_EQ(EstimateRankMemory(spec, 0, 1).engine_workspace,
             tessera + CudnnAttentionWorkspaceBound(shape, /*deterministic=*/false));
+  spec.set_attention_kernels(v1::ATTENTION_KERNELS_AUTO);
   spec.set_nondeterministic_attention_backward(false);
   spec.set_attention_kernels(v1::ATTENTION_KERNELS_CUDNN);
   EXPECT_EQ(EstimateRankMemory(spec, 0, 1).engine_workspace,

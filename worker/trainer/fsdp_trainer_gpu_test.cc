@@ -253,7 +253,7 @@ void ExpectSameBits(const RunRecord& a, const RunRecord& b, int first, const std
   }
 }
 
-// cuDNN's attention (attention_kernels AUTO/CUDNN) inside the captured
+// cuDNN's attention (attention_kernels CUDNN) inside the captured
 // step: replaying gives what queueing every kernel gives, a rerun repeats
 // every bit (its deterministic backward), and it trains the same model as
 // Tessera's kernels to within the engines' usual tolerance. Head dim 64 and

@@ -22,8 +22,8 @@ absl::StatusOr<v1::DeviceInfo> DescribeDevice(const std::string& device);
 
 // The CUDA engine options a job asks for: GEMM algorithms timed only when
 // spec.nondeterministic_gemm_tuning is set; attention kernels from
-// spec.attention_kernels (AUTO, the default: cuDNN where it plans the shape)
-// with cuDNN's atomic backward only when
+// spec.attention_kernels (AUTO, the default: the engine's rule,
+// AutoAttentionPicksCudnn) with the atomic backward only when
 // spec.nondeterministic_attention_backward is set; everything else at its
 // default.
 CudaEngineOptions EngineOptionsFor(const v1::JobSpec& spec);

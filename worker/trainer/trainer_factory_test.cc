@@ -63,7 +63,7 @@ TEST(TrainerFactory, EngineOptionsFollowTheJob) {
   EXPECT_TRUE(EngineOptionsFor(spec).time_gemm_algorithms);
 }
 
-// Attention: cuDNN where it plans (AUTO) unless the job names the kernels;
+// Attention: the engine's rule (AUTO) unless the job names the kernels;
 // its backward deterministic unless the job opts out.
 TEST(TrainerFactory, AttentionKernelsFollowTheJob) {
   v1::JobSpec spec;

@@ -53,8 +53,11 @@ struct CudaEngineOptions {
   //  * kTessera: flash_attention_*.cu.
   //  * kCudnn: cuDNN's fused attention (cudnn_attention.h); a shape cuDNN
   //    cannot plan is an error.
-  //  * kAuto: cuDNN's where it plans the shape (and cuDNN starts at all),
-  //    else Tessera's kernels.
+  //  * kAuto: the rule in common/cudnn_attention_workspace.h
+  //    (AutoAttentionPicksCudnn, which the memory estimate counts by):
+  //    today Tessera's kernels for both backward forms; where the rule
+  //    takes cuDNN, Tessera's kernels still run the shapes cuDNN cannot
+  //    plan, and every shape if cuDNN does not start.
   enum class Attention { kTessera, kCudnn, kAuto };
   Attention attention = Attention::kTessera;
   // The backward adds dQ in whatever order its blocks get there: faster,
