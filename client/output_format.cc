@@ -27,8 +27,8 @@ std::string AttentionLine(const v1::JobSpec& spec) {
   const JobAttention a = AttentionOfJob(spec);
   if (!a.cuda) return std::string();
   if (!a.cudnn) {
-    // Tessera's kernels by name, or AUTO's choice for the deterministic
-    // backward.
+    // Tessera's kernels by name, or AUTO's choice
+    // (AutoAttentionPicksCudnn: today both backwards).
     return absl::StrCat(
         "# attention: Tessera's kernels (",
         spec.attention_kernels() == v1::ATTENTION_KERNELS_TESSERA ? "ATTENTION_KERNELS_TESSERA"

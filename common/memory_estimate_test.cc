@@ -48,7 +48,8 @@ TEST(MemoryEstimate, TwoRanksHoldPaddedHalvesAndGatherBuffers) {
 }
 
 // cuDNN's attention workspace is counted where the engine will take it:
-// CUDA jobs under CUDNN, and under AUTO for the atomic backward.
+// CUDA jobs under CUDNN, and under AUTO where its rule picks cuDNN (for
+// neither backward today).
 TEST(MemoryEstimate, CountsCudnnAttentionWorkspaceWhereTheEngineTakesIt) {
   v1::JobSpec spec = Small();
   spec.set_device_kind(v1::CUDA);
