@@ -416,6 +416,7 @@ def cudnn_on_separate_documents(result, q, k, v, dout, args, dev):
     compare with takes packed boundaries through SDPA): the same unmasked FLOPs, so its rate
     over its own whole-sequence run says how much any tiled kernel loses to short documents.
     Checked against the fp32 reference of those sequences before it is timed."""
+    import torch
     import torch.nn.functional as F
     from torch.nn.attention import sdpa_kernel
     doc = result["documents"]
@@ -434,11 +435,11 @@ def cudnn_on_separate_documents(result, q, k, v, dout, args, dev):
         return F.scaled_dot_product_attention(qg, kg, vg, is_causal=True, enable_gqa=h != kv)
 
     def forward_backward():
-        torch_grad(forward(), (qg, kg, vg), dos)
+        torch.autograd.grad(forward(), (qg, kg, vg), dos)
 
     with sdpa_kernel(sdpa_backend("cudnn")):
         o = forward()
-        dq, dk, dv = torch_grad(o, (qg, kg, vg), dos)
+        dq, dk, dv = torch.autograd.grad(o, (qg, kg, vg), dos)
         got = {"out": o, "dq": dq, "dk": dk, "dv": dv}
         errors = {name: relative_l2(got[name].double(), ref[name].double()) for name in got}
         del o, dq, dk, dv, got, ref
@@ -455,11 +456,6 @@ def cudnn_on_separate_documents(result, q, k, v, dout, args, dev):
         doc["cudnn_separate_fwdbwd_tflops"] / whole["fwdbwd_tflops"], 3)
     print(json.dumps({"cudnn_on_separate_documents": {k_: doc[k_] for k_ in doc if k_.startswith("cudnn_")}}),
           flush=True)
-
-
-def torch_grad(out, inputs, grad_out):
-    import torch
-    return torch.autograd.grad(out, inputs, grad_out)
 
 
 def gpu_main(args):

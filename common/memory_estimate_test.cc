@@ -55,26 +55,21 @@ TEST(MemoryEstimate, CountsCudnnAttentionWorkspaceWhereTheEngineTakesIt) {
   spec.set_device_kind(v1::CUDA);
   spec.mutable_model()->set_seq_len(4096);
   const CudnnAttentionShape shape{2, 2, 2, 4096, 2};
-  const int64_t tessera = [&] {
-    v1::JobSpec s = spec;
-    s.set_attention_kernels(v1::ATTENTION_KERNELS_TESSERA);
-    return EstimateRankMemory(s, 0, 1).engine_workspace;
-  }();
+  // The estimate of `job` with Tessera's kernels named.
+  const auto tessera_of = [](v1::JobSpec job) {
+    job.set_attention_kernels(v1::ATTENTION_KERNELS_TESSERA);
+    return EstimateRankMemory(job, 0, 1).engine_workspace;
+  };
+  const int64_t tessera = tessera_of(spec);
   // AUTO runs both backwards on Tessera's kernels; CUDNN's atomic backward
   // counts cuDNN's workspace.
   EXPECT_EQ(EstimateRankMemory(spec, 0, 1).engine_workspace, tessera);
   spec.set_nondeterministic_attention_backward(true);
-  EXPECT_EQ(EstimateRankMemory(spec, 0, 1).engine_workspace, [&] {
-    v1::JobSpec s = spec;
-    s.set_attention_kernels(v1::ATTENTION_KERNELS_TESSERA);
-    return EstimateRankMemory(s, 0, 1).engine_workspace;
-  }());
+  EXPECT_EQ(EstimateRankMemory(spec, 0, 1).engine_workspace, tessera_of(spec));
   spec.set_attention_kernels(v1::ATTENTION_KERNELS_CUDNN);
   EXPECT_EQ(EstimateRankMemory(spec, 0, 1).engine_workspace,
             tessera + CudnnAttentionWorkspaceBound(shape, /*deterministic=*/false));
-  spec.set_attention_kernels(v1::ATTENTION_KERNELS_AUTO);
   spec.set_nondeterministic_attention_backward(false);
-  spec.set_attention_kernels(v1::ATTENTION_KERNELS_CUDNN);
   EXPECT_EQ(EstimateRankMemory(spec, 0, 1).engine_workspace,
             tessera + CudnnAttentionWorkspaceBound(shape, /*deterministic=*/true,
                                                    CudnnKeyBands(shape)));
