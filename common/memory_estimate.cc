@@ -190,7 +190,10 @@ int64_t TesseraAttentionWorkspaceOfJob(const JobAttention& attention) {
   const int64_t seq_pad = (a.seq + 127) / 128 * 128;
   int64_t floats = (2 * a.heads + 1) * a.batch * seq_pad;  // D, lse2, document starts
   if (a.head_dim == 64 || a.head_dim == 128) {  // the one pass's head dims
-    floats += a.heads * a.batch * seq_pad * a.head_dim + (a.heads + 1) * a.batch * (seq_pad / 64);
+    // dQ sums; turn counters and completion queue; the queue's length (4);
+    // the tiles' first blocks.
+    floats += a.heads * a.batch * seq_pad * a.head_dim +
+              (2 * a.heads + 1) * a.batch * (seq_pad / 64) + 4;
   }
   return floats * 4;
 }

@@ -95,8 +95,9 @@ TEST(MemoryEstimate, CountsCudnnAttentionWorkspaceWhereTheEngineTakesIt) {
 }
 
 // Tessera's one-pass attention backward keeps an fp32 dQ sum per head and
-// query (queries padded to 128) and an int32 per head and 64-query tile
-// (plus one per tile): at head dims 64 and 128 on CUDA only, documents or
+// query (queries padded to 128), two int32s per head and 64-query tile (its
+// turn counter and completion-queue entry), one per tile and the queue's
+// length (4 int32s): at head dims 64 and 128 on CUDA only, documents or
 // not.
 TEST(MemoryEstimate, CountsTheOnePassAttentionBackwardsSums) {
   v1::JobSpec spec = Small();
@@ -109,7 +110,8 @@ TEST(MemoryEstimate, CountsTheOnePassAttentionBackwardsSums) {
     s.set_device_kind(v1::CPU);
     return s;
   };
-  const int64_t sums = (heads * batch * 1024 * 128 + (heads + 1) * batch * 16) * 4;
+  const int64_t tile_ints = (2 * heads + 1) * batch * 16 + 4;
+  const int64_t sums = (heads * batch * 1024 * 128 + tile_ints) * 4;
   // The CUDA engine also pads D, lse and the document starts to 1024 rows.
   const int64_t padding = (2 * heads + 1) * batch * (1024 - 1000) * 4;
   v1::JobSpec head_dim_128 = spec;
@@ -121,7 +123,7 @@ TEST(MemoryEstimate, CountsTheOnePassAttentionBackwardsSums) {
   v1::JobSpec head_dim_64 = spec;
   head_dim_64.mutable_model()->set_d_model(64 * heads);
   EXPECT_EQ(workspace(head_dim_64) - workspace(on_cpu(head_dim_64)),
-            (heads * batch * 1024 * 64 + (heads + 1) * batch * 16) * 4 + padding);
+            (heads * batch * 1024 * 64 + tile_ints) * 4 + padding);
   // Head dim 2 (Small's) runs two passes: only the padding is added.
   EXPECT_EQ(workspace(spec) - workspace(on_cpu(spec)), padding);
 }

@@ -32,10 +32,9 @@
 // adds the staged part to the tile's fp32 sum with one bulk reduction (the
 // first block stores it), waits for the addition to complete, and hands the
 // turn to n + 1. Every element is so summed in key-block order, on every
-// run; a last small kernel scales the sums into dQ as bf16. A writer only
-// ever waits for the block before it in the grid, which the GPU starts
-// first, so the wait always ends; its consumers run up to two tiles ahead
-// of it. The atomic form (kOrdered false, FlashBackwardForm::kAtomicDq)
+// run. A writer only ever waits for the block before it in the grid, which
+// the GPU starts first, so the wait always ends; its consumers run up to
+// two tiles ahead of it. The atomic form (kOrdered false, FlashBackwardForm::kAtomicDq)
 // keeps only the first block's store first: the others add their parts as
 // soon as it is in, in whatever order they come, so the sums' rounding
 // varies run to run and no writer waits for any but the first. Blocks walk
@@ -63,10 +62,31 @@
 // a block that never comes. Inside a tile, keys before a query's own
 // document start get P = 0 as in the two-pass kernels.
 //
+// dQ as bf16. A small kernel scales each tile's sum into dQ. In the
+// ordered form a tile's sum is complete once its last block (the one
+// holding the tile's last query) has added its part, so that block's writer
+// then appends the tile to a completion queue. The conversion kernel is
+// launched as a programmatic dependent of the gradients kernel: it may
+// start once every gradients block has started, and so runs on the SMs
+// that the grid's end leaves idle, block i converting the i-th tile to
+// complete (waiting for it if need be) while its sum is still in the L2.
+// Only its last block waits for the whole gradients kernel
+// (griddepcontrol.wait), so that nothing after it in the stream starts
+// before dK and dV are written. Every grid's end leaves SMs idle, short
+// documents' most, since their blocks differ most in length: 8 documents
+// of 1024 tokens kept the SMs 83% busy (bench/RESULTS.md); with the
+// conversion run in that idle time, their forward + backward took
+// 0.649-0.658 ms against 0.694-0.700. The atomic form cannot tell when a tile's last part
+// is in without waiting for each addition to complete, not only to be read,
+// and converts after the gradients kernel: counting the parts made its
+// documents 2.6% faster but each whole-sequence shape 1-5% slower (one
+// run each).
+//
 // Scratch (after the two-pass kernels' D, lse2 and document starts): the dQ
 // sums [B, heads, S padded to 128, head dim] fp32 (each 64-row tile in the
-// consumers' fragment order), the turn counters (zeroed by the launcher
-// before each call) and the tiles' first blocks.
+// consumers' fragment order); the turn counters, the completion queue and
+// its length (all zeroed by the launcher before each call); the tiles'
+// first blocks.
 
 #include <cuda_bf16.h>
 
@@ -105,6 +125,10 @@ constexpr int kConsumersBarrier = 1;
 // warp) writes the dQ parts.
 constexpr int kCopyThread = 0;
 constexpr int kDqWriterThread = 32;
+
+// The completion queue's length, padded so that the tiles' first blocks
+// after it stay 16-byte aligned.
+constexpr int kQueueCountInts = 4;
 
 constexpr int kDsBytes = kKeyBlock * kQTile * 2;
 constexpr int kStatsBytes = kQTile * 4;
@@ -199,17 +223,38 @@ __global__ void TileFirstBlocksKernel(const int32_t* first_keys, int64_t seq_pad
 // dQ = the sums times the softmax scale, as bf16 into dqkv's query heads.
 // One block per 64-query tile of one head: the tile's sum, held in the
 // consumers' fragment order (see their staging), is put back into rows in
-// shared memory, and each row goes out as 16-byte stores.
-template <int kD>
-__global__ void DqFromSumsKernel(AttentionParams p, int64_t seq_pad, const float* dq_sums,
+// shared memory, and each row goes out as 16-byte stores. kFromQueue (the
+// ordered form): block i takes the i-th tile of the completion queue
+// (entry: 1 + (b heads + h) tiles + m), waiting until it is written;
+// otherwise block (m, b heads + h) takes tile m of that head.
+template <int kD, bool kFromQueue>
+__global__ void DqFromSumsKernel(AttentionParams p, int64_t seq_pad, int tiles,
+                                 const int32_t* completed, const float* dq_sums,
                                  __nv_bfloat16* dqkv) {
+#ifdef TESSERA_WGMMA
   constexpr int kGroups = Layout<kD>::kDqGroups;
   __shared__ float s_rows[kQTile][kD + 4];
-  const int64_t q0 = int64_t(blockIdx.x) * kQTile, bh = blockIdx.y;
+  int64_t q0, bh;
+  if constexpr (kFromQueue) {
+    __shared__ int32_t s_entry;
+    if (threadIdx.x == 0) {
+      int32_t entry;
+      while ((entry = LoadAcquire(completed + blockIdx.x)) == 0) {
+      }
+      s_entry = entry - 1;
+    }
+    __syncthreads();
+    q0 = int64_t(s_entry % tiles) * kQTile;
+    bh = s_entry / tiles;
+  } else {
+    q0 = int64_t(blockIdx.x) * kQTile;
+    bh = blockIdx.y;
+  }
   const int64_t b = bh / p.heads, h = bh % p.heads;
+  // L2 loads: the sums were written by another SM's bulk reductions.
   const float4* src = reinterpret_cast<const float4*>(dq_sums + (bh * seq_pad + q0) * kD);
   for (int f = threadIdx.x; f < kQTile * kD / 4; f += blockDim.x) {
-    const float4 v = __ldcs(src + f);
+    const float4 v = __ldcg(src + f);
     const int wg = f / (128 * kGroups), nt = (f / 128) % kGroups, thread = f % 128;
     const int row = 16 * (thread / 32) + (thread % 32) / 4;
     const int col = (kD / 2) * wg + 8 * nt + 2 * (thread % 4);
@@ -231,6 +276,14 @@ __global__ void DqFromSumsKernel(AttentionParams p, int64_t seq_pad, const float
                    flash::PackBf16(v[4] * scale, v[5] * scale),
                    flash::PackBf16(v[6] * scale, v[7] * scale));
   }
+  // The last block holds the kernel open until the gradients kernel has
+  // finished (dK and dV included): see the file comment.
+  if (kFromQueue && blockIdx.x == gridDim.x - 1) {
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  }
+#else
+  __trap();
+#endif
 }
 
 template <int kD, bool kDocuments, bool kOrdered>
@@ -241,6 +294,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                                    AttentionParams p, const float* delta, const float* lse2,
                                    const int32_t* first_keys, const int32_t* tile_first_block,
                                    int64_t seq_pad, float* dq_sums, int32_t* dq_turns,
+                                   int32_t* completed, int32_t* completed_count,
                                    __nv_bfloat16* dqkv, int kv_group) {
 #ifdef TESSERA_WGMMA
   using L = Layout<kD>;
@@ -300,6 +354,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     tma::FenceBarrierInit();
   }
   __syncthreads();
+  // The conversion kernel may start once every block of this grid has got
+  // here (the file comment).
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 
   const int warpgroup = threadIdx.x / wgmma::kWarpgroupThreads;
   if (warpgroup == 0) {
@@ -336,6 +393,12 @@ __global__ void __launch_bounds__(kThreads, 1)
           tma::ProxyFenceGlobal();
           tma::AddFloats(sum, part, kDqBytes);
           tma::CommitAndDrainStoreReads();
+        }
+        if (kOrdered && n == m / 2) {
+          // The tile's last block: its sum is complete and, after the
+          // release above, visible to whoever reads the queue's entry.
+          const int slot = atomicAdd(completed_count, 1);
+          StoreRelease(completed + slot, 1 + (b * p.heads + h) * tiles + m);
         }
         tma::Arrive(bar.dq_empty(d));
       }
@@ -494,11 +557,17 @@ absl::Status LaunchKernels(const flash::AttentionParams& p, int64_t batch,
                            cudaStream_t stream) {
   constexpr int kSmemBytes = Layout<kD>::kSmemBytes;
   const int64_t tiles = seq_pad / kQTile;
+  const int64_t head_tiles = batch * p.heads * tiles;
   float* dq_sums = scratch;
+  // Turn counters, the completion queue and its length (zeroed together),
+  // then the tiles' first blocks.
   int32_t* dq_turns = reinterpret_cast<int32_t*>(scratch + batch * p.heads * seq_pad * kD);
-  int32_t* tile_first_block = dq_turns + batch * p.heads * tiles;
+  int32_t* completed = dq_turns + head_tiles;
+  int32_t* completed_count = completed + head_tiles;
+  int32_t* tile_first_block = completed_count + kQueueCountInts;
   CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
-      dq_turns, 0, static_cast<size_t>(batch * p.heads * tiles) * sizeof(int32_t), stream));
+      dq_turns, 0, static_cast<size_t>(2 * head_tiles + kQueueCountInts) * sizeof(int32_t),
+      stream));
   const bool documents = p.doc_starts != nullptr;
   if (documents) {
     constexpr int kFirstBlockThreads = 256;
@@ -530,7 +599,8 @@ absl::Status LaunchKernels(const flash::AttentionParams& p, int64_t batch,
     CUDA_RETURN_IF_ERROR(AllowDynamicSmem(kernel, kSmemBytes, smem_allowed));
     kernel<<<grid, kThreads, kSmemBytes, stream>>>(*kv_map, *q_map, *dout_map, p, delta, lse2,
                                                    first_keys, tile_first_block, seq_pad,
-                                                   dq_sums, dq_turns, dqkv, kv_group);
+                                                   dq_sums, dq_turns, completed, completed_count,
+                                                   dqkv, kv_group);
     CUDA_RETURN_IF_LAUNCH_FAILED();
     return absl::OkStatus();
   };
@@ -543,10 +613,31 @@ absl::Status LaunchKernels(const flash::AttentionParams& p, int64_t batch,
                      : launch(AttentionBackwardOrderedKernel<kD, false, false>, smem_allowed[3]));
   if (!launched.ok()) return launched;
   constexpr int kConvertThreads = 256;
-  DqFromSumsKernel<kD><<<dim3(static_cast<unsigned>((p.seq + kQTile - 1) / kQTile),
-                              static_cast<unsigned>(batch * p.heads)),
-                         kConvertThreads, 0, stream>>>(p, seq_pad, dq_sums, dqkv);
-  CUDA_RETURN_IF_LAUNCH_FAILED();
+  const int64_t real_tiles = (p.seq + kQTile - 1) / kQTile;
+  if (!ordered) {
+    DqFromSumsKernel<kD, false><<<dim3(static_cast<unsigned>(real_tiles),
+                                       static_cast<unsigned>(batch * p.heads)),
+                                  kConvertThreads, 0, stream>>>(
+        p, seq_pad, static_cast<int>(tiles), completed, dq_sums, dqkv);
+    CUDA_RETURN_IF_LAUNCH_FAILED();
+    return absl::OkStatus();
+  }
+  // Every tile joins the queue once: one block per entry, started as the
+  // gradients kernel's programmatic dependent (the file comment).
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(batch * p.heads * real_tiles));
+  config.blockDim = dim3(kConvertThreads);
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  cudaLaunchAttribute overlap[1];
+  overlap[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = overlap;
+  config.numAttrs = 1;
+  CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, DqFromSumsKernel<kD, true>, p, seq_pad,
+                                          static_cast<int>(tiles),
+                                          static_cast<const int32_t*>(completed),
+                                          static_cast<const float*>(dq_sums), dqkv));
   return absl::OkStatus();
 }
 
@@ -554,8 +645,10 @@ absl::Status LaunchKernels(const flash::AttentionParams& p, int64_t batch,
 
 int64_t OrderedAttentionScratchFloats(int64_t batch, int heads, int head_dim, int64_t seq_pad) {
   const int64_t tiles = seq_pad / kQTile;
-  // dQ sums, turn counters, first blocks (int32s counted as floats).
-  return batch * heads * seq_pad * head_dim + batch * heads * tiles + batch * tiles;
+  // dQ sums, turn counters, the completion queue and its length, first
+  // blocks (int32s counted as floats).
+  return batch * heads * seq_pad * head_dim + 2 * batch * heads * tiles + kQueueCountInts +
+         batch * tiles;
 }
 
 absl::Status LaunchOrderedAttentionGradients(const flash::AttentionParams& p, int64_t batch,

@@ -16,10 +16,10 @@
 namespace tessera {
 namespace cuda {
 
-// fp32 scratch past the prepare kernel's: dQ sums, turn counters and the
-// tiles' first key blocks, for `batch` sequences of seq_pad (a multiple of
-// 128) rows. common/memory_estimate.cc counts the same bytes for jobs
-// (it cannot call this); change both together.
+// fp32 scratch past the prepare kernel's: dQ sums, turn counters, the
+// completion queue and the tiles' first key blocks, for `batch` sequences
+// of seq_pad (a multiple of 128) rows. common/memory_estimate.cc counts the
+// same bytes for jobs (it cannot call this); change both together.
 int64_t OrderedAttentionScratchFloats(int64_t batch, int heads, int head_dim, int64_t seq_pad);
 
 // dK, dV and dQ into dqkv from D, lse2 and the document starts the prepare
