@@ -76,11 +76,11 @@
 // documents' most, since their blocks differ most in length: 8 documents
 // of 1024 tokens kept the SMs 83% busy (bench/RESULTS.md); with the
 // conversion run in that idle time, their forward + backward took
-// 0.649-0.658 ms against 0.694-0.700. The atomic form cannot tell when a tile's last part
-// is in without waiting for each addition to complete, not only to be read,
-// and converts after the gradients kernel: counting the parts made its
-// documents 2.6% faster but each whole-sequence shape 1-5% slower (one
-// run each).
+// 0.649-0.658 ms against 0.695-0.700. The atomic form cannot tell when a
+// tile's last part is in without waiting for each addition to complete,
+// not only to be read, and converts after the gradients kernel: counting
+// the parts made its documents 2.6% faster but each whole-sequence shape
+// 1-5% slower (one run each).
 //
 // Scratch (after the two-pass kernels' D, lse2 and document starts): the dQ
 // sums [B, heads, S padded to 128, head dim] fp32 (each 64-row tile in the
